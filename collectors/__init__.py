@@ -1,0 +1,1 @@
+"""Collectors: read this machine truthfully. Never imports textual or rich."""

@@ -1,0 +1,172 @@
+"""The sample model: frozen, slotted dataclasses that cross every boundary.
+
+Units are in field names (``_bytes``, ``_bytes_per_s``, ``_percent``, ``_w``,
+``_c``, ``_mhz``). A value that could not be read is ``None``; the reason is
+recorded in the ``unavailable`` map of the object that owns it
+(``HostSample.unavailable`` for host metrics, ``GpuSample.unavailable`` for
+one GPU's fields), keyed by the field's dotted name, e.g.
+``"cache.l2_hit_ratio" -> "perf_event_open: ENOENT (no hardware counters)"``.
+Never 0 for "unknown".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+EMPTY: Mapping[str, str] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class CpuSample:
+    """CPU utilization over the last interval, 0-100 (``top``'s %Cpu(s))."""
+
+    total_percent: float | None
+    per_core_percent: tuple[float, ...] = ()
+    load_avg_1m: float | None = None
+    count: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MemorySample:
+    """Host memory (``free -b``)."""
+
+    total_bytes: int | None
+    used_bytes: int | None
+    available_bytes: int | None = None
+    swap_used_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NetInterface:
+    """One network interface's throughput over the last interval."""
+
+    name: str
+    rx_bytes_per_s: float
+    tx_bytes_per_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkSample:
+    """All interfaces but loopback; totals are their sums."""
+
+    rx_bytes_per_s: float | None
+    tx_bytes_per_s: float | None
+    interfaces: tuple[NetInterface, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DiskIo:
+    """One block device's throughput over the last interval."""
+
+    name: str
+    read_bytes_per_s: float
+    write_bytes_per_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class StorageSample:
+    """Whole disks (not partitions); totals are their sums."""
+
+    read_bytes_per_s: float | None
+    write_bytes_per_s: float | None
+    disks: tuple[DiskIo, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class IbPort:
+    """One InfiniBand port (``/sys/class/infiniband/DEV/ports/N/counters``)."""
+
+    device: str
+    port: int
+    rx_bytes_per_s: float | None
+    tx_bytes_per_s: float | None
+    state: str = ""
+    rate: str = ""
+    symbol_errors: int | None = None
+    link_downed: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CacheSample:
+    """Hardware-counter derived figures (``perf stat``), each None if unreadable."""
+
+    l2_hit_ratio: float | None = None
+    l3_hit_ratio: float | None = None
+    mem_bandwidth_bytes_per_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """A process using a GPU (``nvidia-smi --query-compute-apps``)."""
+
+    pid: int
+    used_memory_bytes: int | None
+    sm_util_percent: float | None = None
+    mem_util_percent: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """One GPU, read through NVML (GPM fields on Hopper and newer)."""
+
+    index: int
+    name: str
+    uuid: str
+    utilization_percent: float | None = None
+    memory_utilization_percent: float | None = None
+    mem_used_bytes: int | None = None
+    mem_total_bytes: int | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    temperature_c: float | None = None
+    sm_clock_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    pcie_rx_bytes_per_s: float | None = None
+    pcie_tx_bytes_per_s: float | None = None
+    nvlink_rx_bytes_per_s: float | None = None
+    nvlink_tx_bytes_per_s: float | None = None
+    ecc_corrected: int | None = None
+    ecc_uncorrected: int | None = None
+    xid_events: tuple[int, ...] = ()
+    throttle_reasons: tuple[str, ...] = ()
+    sm_activity_percent: float | None = None
+    sm_occupancy_percent: float | None = None
+    dram_bw_util_percent: float | None = None
+    processes: tuple[GpuProcess, ...] = ()
+    unavailable: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """A process whose process-tree ID matches the job pattern."""
+
+    pid: int
+    tree_id: str
+    cmdline: str
+    user: str
+    start_time: float
+    cpu_percent: float | None = None
+    rss_bytes: int | None = None
+    gpu_mem_bytes: Mapping[str, int] = field(default_factory=dict)
+    """GPU index (as a string, so the map survives JSON) -> bytes used."""
+    job_key: str | None = None
+    ancestors: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class HostSample:
+    """Everything read on one host at one time."""
+
+    host: str
+    time: float
+    cpu: CpuSample
+    memory: MemorySample
+    network: NetworkSample
+    storage: StorageSample
+    cache: CacheSample = CacheSample()
+    infiniband: tuple[IbPort, ...] = ()
+    gpus: tuple[GpuSample, ...] = ()
+    jobs: tuple[JobInfo, ...] = ()
+    unavailable: Mapping[str, str] = field(default_factory=dict)
+    simulated: bool = False

@@ -1,0 +1,5 @@
+"""gpulens: a terminal UI for the performance of GPU machines."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"

@@ -1,0 +1,48 @@
+"""Turn the command line's source flags into one Source (any mix at once)."""
+
+from __future__ import annotations
+
+import argparse
+
+from gpulens.collectors.errors import ConfigError
+from gpulens.collectors.source import Source
+from gpulens.config import Config
+
+
+def build_source(args: argparse.Namespace, cfg: Config) -> Source:
+    """One Source for everything asked on the command line (default: local).
+
+    Raises:
+        ConfigError: flags that cannot be combined or parsed.
+    """
+    sources: list[Source] = []
+    if getattr(args, "demo", False):
+        from gpulens.collectors.demo import DemoSource
+
+        sources.append(DemoSource(interval_s=cfg.interval_s))
+    if getattr(args, "replay", None):
+        from gpulens.collectors.sources import ReplaySource
+
+        sources.append(ReplaySource(args.replay))
+    stream_flags = [getattr(args, n, None) for n in ("connect", "ssh", "slurm_job")]
+    if any(stream_flags):
+        from gpulens.collectors.stream_source import stream_source_from_args
+
+        sources.append(stream_source_from_args(args, cfg))
+    if getattr(args, "prometheus", None):
+        from gpulens.collectors.prom_source import PrometheusSource
+
+        sources.append(
+            PrometheusSource(args.prometheus, selector=getattr(args, "prom_selector", None) or "", cfg=cfg)
+        )
+    if not sources:
+        from gpulens.collectors.sources import LocalSource
+
+        sources.append(LocalSource(cfg))
+    if getattr(args, "demo", False) and len(sources) > 1:
+        raise ConfigError("--demo cannot be mixed with real sources (SIMULATED data must stay apart)")
+    if len(sources) == 1:
+        return sources[0]
+    from gpulens.collectors.sources import MultiSource
+
+    return MultiSource(sources)
