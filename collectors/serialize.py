@@ -104,7 +104,7 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
 def _from_dict(cls: type[T], data: Any, path: str) -> T:
     if not isinstance(data, Mapping):
         raise SchemaError(path or cls.__name__, "a map", data)
-    hints = _hints(cls)
+    hints = _hints(cls)  # type: ignore[arg-type]
     kwargs: dict[str, Any] = {}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         sub = f"{path}.{f.name}" if path else f.name

@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return result
     except KeyboardInterrupt:
         return 130
-    except Exception as err:  # noqa: BLE001 - one clear line for any gpulens error
+    except Exception as err:
         code = report(err)
         if code is None:
             raise

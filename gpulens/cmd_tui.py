@@ -28,4 +28,5 @@ def run(args: argparse.Namespace) -> int:
     """Build the source from the flags and run the app until the user quits."""
     from gpulens.tui.launch import launch
 
-    return launch(args)
+    code: int = launch(args)
+    return code
