@@ -1,0 +1,186 @@
+"""The one NVML query helper: an NVML error becomes ``None`` plus a reason.
+
+Every NVML call the GPU collector makes goes through :class:`Query`, so an
+unsupported field is never reported as 0 and never raises. Errors that cannot
+change while the process runs (not supported, no permission, a function the
+driver lacks) are remembered per GPU and field: the call is not repeated on
+later reads, but the reason is still reported with every sample. A lost GPU
+aborts that GPU's read with :class:`GpuLost`; the collector reports the GPU
+with the reason and goes on with the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+# NVML return codes (nvml.h); stable ABI values, named as pynvml names them.
+NOT_SUPPORTED = 3
+NO_PERMISSION = 4
+NOT_FOUND = 6
+DRIVER_NOT_LOADED = 9
+TIMEOUT = 10
+LIBRARY_NOT_FOUND = 12
+FUNCTION_NOT_FOUND = 13
+GPU_IS_LOST = 15
+
+_PERMANENT = frozenset({NOT_SUPPORTED, NO_PERMISSION, FUNCTION_NOT_FOUND})
+
+_WORDS = {
+    NOT_SUPPORTED: "not supported by this GPU or driver (NVML_ERROR_NOT_SUPPORTED)",
+    NO_PERMISSION: "no permission; needs root or admin rights (NVML_ERROR_NO_PERMISSION)",
+    FUNCTION_NOT_FOUND: "driver too old for this query (NVML_ERROR_FUNCTION_NOT_FOUND)",
+    GPU_IS_LOST: "GPU is lost: fell off the bus or needs a reset (NVML_ERROR_GPU_IS_LOST)",
+    DRIVER_NOT_LOADED: "NVIDIA driver not loaded (NVML_ERROR_DRIVER_NOT_LOADED)",
+    LIBRARY_NOT_FOUND: "NVML library libnvidia-ml.so.1 not found: no NVIDIA driver "
+    "installed (NVML_ERROR_LIBRARY_NOT_FOUND)",
+}
+
+# Clock event ("throttle") reason bits, nvml.h nvmlClocksEventReason*; names
+# follow nvidia-smi -q's "Clocks Event Reasons" in snake case.
+CLOCK_REASONS: tuple[tuple[int, str], ...] = (
+    (0x001, "gpu_idle"),
+    (0x002, "applications_clocks_setting"),
+    (0x004, "sw_power_cap"),
+    (0x008, "hw_slowdown"),
+    (0x010, "sync_boost"),
+    (0x020, "sw_thermal_slowdown"),
+    (0x040, "hw_thermal_slowdown"),
+    (0x080, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"),
+)
+
+
+class GpuLost(Exception):
+    """Raised inside a GPU's read when NVML says the GPU is lost."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def error_code(err: BaseException) -> int | None:
+    """The NVML return code carried by a pynvml ``NVMLError`` (its ``value``)."""
+    value = getattr(err, "value", None)
+    return value if isinstance(value, int) else None
+
+
+def describe(err: BaseException) -> str:
+    """A reason a user can act on for an NVML error (or a missing binding)."""
+    if isinstance(err, AttributeError):
+        return f"this pynvml lacks the call ({err}); upgrade nvidia-ml-py"
+    code = error_code(err)
+    if code in _WORDS:
+        return _WORDS[code]
+    return f"NVML error {code}: {err}"
+
+
+def describe_code(nvml: ModuleType, code: int) -> str:
+    """A reason for a bare return code (field values and GPM metrics carry one each)."""
+    if code in _WORDS:
+        return _WORDS[code]
+    try:
+        return describe(nvml.NVMLError(code))
+    except Exception:  # a binding that cannot build the error still yields a reason
+        return f"NVML error {code}"
+
+
+def decode_clock_reasons(mask: int) -> tuple[str, ...]:
+    """Names of the set bits of a clocks event reasons mask; unknown bits as hex."""
+    names = [name for bit, name in CLOCK_REASONS if mask & bit]
+    known = 0
+    for bit, _ in CLOCK_REASONS:
+        known |= bit
+    rest = mask & ~known
+    if rest:
+        names.append(f"other_0x{rest:x}")
+    return tuple(names)
+
+
+class Query:
+    """Calls NVML for one GPU and records why a field is missing.
+
+    ``reasons`` collects field -> reason for the read in progress; call
+    :meth:`begin` at the start of each read. Permanent failures are kept in
+    ``_sticky`` across reads so the failing call is not repeated.
+    """
+
+    __slots__ = ("_mismatch", "_missing", "_sticky", "nvml", "reasons")
+
+    def __init__(self, nvml: ModuleType) -> None:
+        self.nvml = nvml
+        self.reasons: dict[str, str] = {}
+        self._sticky: dict[str, str] = {}
+        self._missing: dict[str, str] = {}
+        """NVML calls this pynvml or driver lacks -> why; never tried again."""
+        mismatch = getattr(nvml, "NVMLLibraryMismatchError", None)
+        self._mismatch: type[Exception] | tuple[()] = (
+            mismatch if isinstance(mismatch, type) and issubclass(mismatch, Exception) else ())
+
+    def begin(self) -> None:
+        """Start a new read: forget the last read's reasons (sticky ones stay)."""
+        self.reasons = {}
+
+    def note(self, fields: str | tuple[str, ...], reason: str, sticky: bool = False) -> None:
+        """Record ``reason`` for each field (a dotted field name of GpuSample)."""
+        for name in (fields,) if isinstance(fields, str) else fields:
+            self.reasons[name] = reason
+            if sticky:
+                self._sticky[name] = reason
+
+    def __call__(self, fields: str | tuple[str, ...], fn: str | tuple[str, ...], *args: Any) -> Any:
+        """``nvml.<fn>(*args)``, or None with the reason noted under ``fields``.
+
+        Raises:
+            GpuLost: NVML reports the GPU as lost.
+        """
+        return self.call(fields, fn, *args)[1]
+
+    def call(
+        self,
+        fields: str | tuple[str, ...],
+        fn: str | tuple[str, ...],
+        *args: Any,
+        empty_on: frozenset[int] = frozenset(),
+    ) -> tuple[bool, Any]:
+        """``(True, nvml.<fn>(*args))``, or ``(False, None)`` with the reason noted.
+
+        ``fn`` may name alternatives, newest first (``nvmlX`` then ``nvmlX_v2``):
+        one this pynvml or driver lacks is dropped for good and the next is
+        tried. An error whose code is in ``empty_on`` (e.g. NOT_FOUND: "no
+        samples") is a success with value None. ``fields[0]`` keys the sticky
+        memory.
+
+        Raises:
+            GpuLost: NVML reports the GPU as lost.
+        """
+        key = fields if isinstance(fields, str) else fields[0]
+        if key in self._sticky:
+            self.note(fields, self._sticky[key])
+            return False, None
+        missing = ""
+        for name in (fn,) if isinstance(fn, str) else fn:
+            if name in self._missing:
+                missing = self._missing[name]
+                continue
+            target: Callable[..., Any] | None = getattr(self.nvml, name, None)
+            if target is None:
+                missing = self._missing[name] = describe(AttributeError(name))
+                continue
+            try:
+                return True, target(*args)
+            except self.nvml.NVMLError as err:
+                code = error_code(err)
+                if code in empty_on:
+                    return True, None
+                if code == GPU_IS_LOST:
+                    raise GpuLost(describe(err)) from err
+                if code != FUNCTION_NOT_FOUND:
+                    self.note(fields, describe(err), sticky=code in _PERMANENT)
+                    return False, None
+                missing = self._missing[name] = describe(err)
+            except self._mismatch as err:  # pynvml newer than the driver
+                missing = self._missing[name] = f"driver older than pynvml: {err}"
+        self.note(fields, missing or "no usable NVML call", sticky=True)
+        return False, None
