@@ -1,0 +1,308 @@
+"""Job detection: process-tree IDs matched against the job pattern.
+
+A process's tree ID is the ``comm`` of every ancestor and itself, oldest
+first, joined with ``/`` (``init/sshd/bash/python3``). Reading every
+process every tick would cost tens of milliseconds with a thousand
+processes, so :class:`JobScanner` keeps one entry per (pid, start time)
+and per tick only
+
+* lists ``/proc`` when a pid was allocated since the last tick (the last
+  pid in ``/proc/loadavg`` moved; otherwise every :data:`FULL_EVERY`
+  ticks, to drop dead pids); new pids are read once,
+* re-reads processes younger than :data:`YOUNG_S` seconds, and shells of
+  any age, because exec changes ``comm`` without changing the pid (``sh -c
+  'python train.py'`` becomes ``python``; a batch script may ``exec`` its
+  program after minutes of set-up),
+* reads ``stat`` of matched jobs for CPU % and RSS.
+
+The command line, user and job key of a job are read once. Processes that
+vanish or deny access mid-scan are skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from .jobs_pattern import DEFAULT_JOB_KEY_ENV, DEFAULT_JOB_PATTERN
+from .model import JobInfo
+
+FULL_EVERY = 30
+"""With no pid allocated, /proc is still listed every this many ticks to drop dead pids."""
+YOUNG_S = 10.0
+"""Processes younger than this are re-read every tick (exec renames them)."""
+_SHELL = re.compile(r"[a-z]*sh$")
+"""Shells are re-read every tick whatever their age: a batch script may set up
+for minutes and then ``exec python train.py``, keeping its pid."""
+MAX_CMDLINE = 64 * 1024
+MAX_ENVIRON = 1024 * 1024
+MAX_DEPTH = 512
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+
+
+@dataclass(frozen=True, slots=True)
+class ProcStat:
+    """The fields of ``/proc/PID/stat`` the scanner uses."""
+
+    comm: str
+    state: str
+    ppid: int
+    cpu_ticks: int
+    start_ticks: int
+    rss_pages: int
+
+
+def parse_stat(data: bytes) -> ProcStat:
+    """Parse ``/proc/PID/stat``; ``comm`` may hold spaces and ``)``.
+
+    Raises:
+        ValueError: the text is not a stat line.
+    """
+    open_at, close_at = data.find(b"("), data.rfind(b")")
+    if open_at < 0 or close_at < open_at:
+        raise ValueError("no (comm) in stat line")
+    comm = data[open_at + 1 : close_at].decode("utf-8", "replace")
+    f = data[close_at + 2 :].split()
+    # f[0] is field 3 (state); utime=14, stime=15, starttime=22, rss=24 (1-based).
+    return ProcStat(comm, f[0].decode(), int(f[1]), int(f[11]) + int(f[12]), int(f[19]), int(f[21]))
+
+
+def _read(path: str, limit: int = 4096) -> bytes:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
+
+
+def _boot_time() -> float:
+    with open("/proc/stat", "rb") as f:
+        for line in f:
+            if line.startswith(b"btime"):
+                return float(line.split()[1])
+    return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+@dataclass(slots=True)
+class _Entry:
+    """Cache entry for one (pid, start time); mutable, never leaves this module."""
+
+    stat: ProcStat
+    tree_id: str = ""
+    ancestors: tuple[int, ...] = ()
+    matched: bool = False
+    details: tuple[str, str, str | None] | None = None  # cmdline, user, job key
+    last_cpu: tuple[int, float] | None = None  # cpu ticks, monotonic time
+
+
+class JobScanner:
+    """Finds jobs; construct once and call :meth:`scan` every tick."""
+
+    def __init__(
+        self,
+        pattern: str = DEFAULT_JOB_PATTERN,
+        job_key_env: Sequence[str] = DEFAULT_JOB_KEY_ENV,
+        proc: str = "/proc",
+    ) -> None:
+        """Raises re.error for a bad pattern (callers turn it into ConfigError)."""
+        self._pattern = re.compile(pattern)
+        self._key_env = tuple(k.encode() + b"=" for k in job_key_env)
+        self._proc = proc
+        self._boot = _boot_time()
+        # Keyed by the /proc entry name: set arithmetic on the listing stays in C.
+        self._cache: dict[str, _Entry] = {}
+        self._young: dict[str, int] = {}  # name -> start ticks, re-read every tick
+        self._matched: set[str] = set()
+        self._shells: set[str] = set()  # re-read every tick: scripts end in `exec python`
+        self._not_pids: set[str] = set()  # /proc/self, /proc/net, ...
+        self._young_ticks = 0.0
+        self._prev_last_pid: int | None = None
+        self._quiet = 0
+        self._users: dict[int, str] = {}
+        self.scan()  # prime: CPU % of jobs alive now is a real rate on the next scan
+
+    def _last_pid(self) -> int | None:
+        """The most recently allocated pid in our namespace (``/proc/loadavg`` field 5)."""
+        try:
+            return int(_read(f"{self._proc}/loadavg").split()[4])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def _allocated(self, pid: int, last_pid: int) -> bool:
+        """Whether ``pid`` lies in (previous last pid, last pid], wrapping at pid_max."""
+        prev = self._prev_last_pid
+        if prev is None or prev == last_pid:
+            return False
+        if prev < last_pid:
+            return prev < pid <= last_pid
+        return pid > prev or pid <= last_pid  # wrapped past pid_max
+
+    def _drop(self, name: str) -> None:
+        self._cache.pop(name, None)
+        self._young.pop(name, None)
+        self._matched.discard(name)
+        self._shells.discard(name)
+
+    def _load(self, name: str) -> _Entry | None:
+        try:
+            stat = parse_stat(_read(f"{self._proc}/{name}/stat"))
+        except (OSError, ValueError, IndexError):
+            return None  # vanished, or not a process we may read
+        entry = _Entry(stat)
+        self._cache[name] = entry
+        if stat.start_ticks >= self._young_ticks:
+            self._young[name] = stat.start_ticks
+        if _SHELL.match(stat.comm):
+            self._shells.add(name)
+        else:
+            self._shells.discard(name)
+        return entry
+
+    def _place(self, name: str, entry: _Entry, depth: int = 0) -> None:
+        """Compute the tree ID from the parent's (loading the parent if unknown)."""
+        ppid = entry.stat.ppid
+        parent_name = str(ppid)
+        parent = self._cache.get(parent_name) if ppid > 0 else None
+        if parent is None and ppid > 0 and depth < MAX_DEPTH:
+            parent = self._load(parent_name)
+            if parent is not None:
+                self._place(parent_name, parent, depth + 1)
+        if parent is None or depth >= MAX_DEPTH:
+            entry.tree_id, entry.ancestors = entry.stat.comm, ()
+        else:
+            entry.tree_id = f"{parent.tree_id}/{entry.stat.comm}"
+            entry.ancestors = (*parent.ancestors, ppid)
+        entry.matched = entry.stat.state != "Z" and self._pattern.search(entry.tree_id) is not None
+        if entry.matched:
+            self._matched.add(name)
+        else:
+            self._matched.discard(name)
+
+    def scan(self, gpu_mem: Mapping[int, Mapping[str, int]] | None = None) -> tuple[JobInfo, ...]:
+        """Jobs now, with CPU % since the previous scan; gpu_mem maps pid -> GPU -> bytes."""
+        cache = self._cache
+        # Read the last pid before listing: a process forked after it shows up next tick.
+        last_pid = self._last_pid()
+        new: set[str] = set()
+        if last_pid is None or last_pid != self._prev_last_pid or self._quiet >= FULL_EVERY:
+            try:
+                names = set(os.listdir(self._proc))
+            except OSError:
+                return ()
+            for name in cache.keys() - names:
+                self._drop(name)
+            new = names - cache.keys() - self._not_pids
+            if last_pid is not None and self._prev_last_pid is not None:
+                # Pids handed out since the last tick are new processes even when a
+                # dead one with the same pid is still cached (pid_max wrapped).
+                new.update(n for n in names & cache.keys() if self._allocated(int(n), last_pid))
+            self._quiet = 0
+        else:
+            self._quiet += 1  # no pid allocated since the last tick: nothing new to list
+        self._prev_last_pid = last_pid
+        self._young_ticks = (time.clock_gettime(time.CLOCK_BOOTTIME) - YOUNG_S) * CLK_TCK
+        for name, start in list(self._young.items()):
+            if start < self._young_ticks:
+                del self._young[name]
+        dirty: list[tuple[int, str]] = []
+        for name in new | self._young.keys() | self._shells:
+            if name in new and not name.isdigit():
+                self._not_pids.add(name)
+                continue
+            old = cache.get(name)
+            entry = self._load(name)
+            if entry is None:
+                self._drop(name)
+                continue
+            if old is not None and old.stat.start_ticks == entry.stat.start_ticks:
+                entry.last_cpu = old.last_cpu
+                if old.stat.comm == entry.stat.comm:
+                    entry.details = old.details
+            dirty.append((entry.stat.start_ticks, name))
+        # Parents start before their children: placing in start order reuses fresh parents.
+        for _start, name in sorted(dirty):
+            entry = cache.get(name)
+            if entry is not None:
+                self._place(name, entry)
+        return self._jobs({name for _s, name in dirty}, gpu_mem or {})
+
+    def _jobs(self, fresh: set[str], gpu_mem: Mapping[int, Mapping[str, int]]) -> tuple[JobInfo, ...]:
+        now = time.monotonic()
+        boot_now = time.clock_gettime(time.CLOCK_BOOTTIME)
+        jobs: list[JobInfo] = []
+        for name in list(self._matched):
+            entry = self._cache[name]
+            pid = int(name)
+            stat = entry.stat
+            if name not in fresh:
+                try:
+                    stat = parse_stat(_read(f"{self._proc}/{name}/stat"))
+                except (OSError, ValueError, IndexError):
+                    self._drop(name)
+                    continue
+                if stat.start_ticks != entry.stat.start_ticks or stat.state == "Z":
+                    self._drop(name)  # pid reused or exiting: read as new next tick
+                    continue
+                entry.stat = stat
+            if entry.details is None:
+                entry.details = self._details(pid)
+                if entry.details is None:
+                    self._drop(name)
+                    continue
+            if entry.last_cpu is None:
+                # First sight: the average since the process started is a real rate.
+                age = boot_now - stat.start_ticks / CLK_TCK
+                cpu = 100.0 * stat.cpu_ticks / CLK_TCK / age if age > 0 else None
+            else:
+                ticks, then = entry.last_cpu
+                cpu = 100.0 * (stat.cpu_ticks - ticks) / CLK_TCK / (now - then) if now > then else None
+            entry.last_cpu = (stat.cpu_ticks, now)
+            cmdline, user, key = entry.details
+            jobs.append(JobInfo(
+                pid=pid, tree_id=entry.tree_id, cmdline=cmdline, user=user,
+                start_time=self._boot + stat.start_ticks / CLK_TCK,
+                cpu_percent=None if cpu is None else max(cpu, 0.0),
+                rss_bytes=stat.rss_pages * PAGE_SIZE,
+                gpu_mem_bytes=dict(gpu_mem.get(pid, {})), job_key=key, ancestors=entry.ancestors,
+            ))
+        jobs.sort(key=lambda j: j.pid)
+        return tuple(jobs)
+
+    def _details(self, pid: int) -> tuple[str, str, str | None] | None:
+        base = f"{self._proc}/{pid}"
+        try:
+            raw = _read(f"{base}/cmdline", MAX_CMDLINE)
+            uid = os.stat(base).st_uid
+        except OSError:
+            return None
+        cmdline = raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+        user = self._users.get(uid)
+        if user is None:
+            try:
+                user = pwd.getpwuid(uid).pw_name
+            except KeyError:
+                user = str(uid)
+            self._users[uid] = user
+        return cmdline, user, self._job_key(base)
+
+    def _job_key(self, base: str) -> str | None:
+        if not self._key_env:
+            return None
+        try:
+            environ = _read(f"{base}/environ", MAX_ENVIRON)
+        except OSError:
+            return None  # another user's process: the key is not readable
+        found = {}
+        for var in environ.split(b"\0"):
+            for prefix in self._key_env:
+                if var.startswith(prefix):
+                    found[prefix] = var[len(prefix) :].decode("utf-8", "replace")
+        for prefix in self._key_env:
+            if found.get(prefix):
+                return f"{prefix[:-1].decode()}={found[prefix]}"
+        return None

@@ -1,0 +1,108 @@
+"""Config file: defaults, values, flags overriding, and one-line errors that
+name the file, the key and what was expected."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from gpulens.collectors.errors import ConfigError
+from gpulens.collectors.jobs_pattern import DEFAULT_JOB_PATTERN
+
+from gpulens.config import Config, default_path, load_config
+
+
+def write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_missing_default_file_gives_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    assert default_path() == tmp_path / "gpulens" / "config.toml"
+    assert load_config(None) == Config()
+    assert Config().job_pattern == DEFAULT_JOB_PATTERN
+
+
+def test_values_and_flag_overrides(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+interval_s = 2
+job_pattern = 'bash/python$'
+window = "15m"
+job_key_env = ["MY_JOB"]
+[[panels]]
+title = "NCCL"
+expr = 'rate(x[1m])'
+""")
+    cfg = load_config(path)
+    assert (cfg.interval_s, cfg.job_pattern, cfg.window, cfg.job_key_env) == (2.0, "bash/python$", "15m", ("MY_JOB",))
+    assert cfg.panels[0].title == "NCCL"
+    flags = argparse.Namespace(interval=0.5, pattern="x$", window="1m")
+    cfg = load_config(path, flags)
+    assert (cfg.interval_s, cfg.job_pattern, cfg.window) == (0.5, "x$", "1m")
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "expected"),
+    [
+        ("interval_s = 'fast'", "interval_s", "a number of seconds"),
+        ("interval_s = 0", "interval_s", "between 0.05 and 3600"),
+        ("interval_s = true", "interval_s", "a number of seconds"),
+        ("job_pattern = 'pyth(on'", "job_pattern", "a regular expression"),
+        ("job_pattern = 3", "job_pattern", "a string"),
+        ("window = '2m'", "window", "one of 1m, 5m, 15m, 1h"),
+        ("history_minutes = 0", "history_minutes", "an integer from 1 to 1440"),
+        ("job_key_env = 'SLURM_JOB_ID'", "job_key_env", "a list of environment variable names"),
+        ("colour = 'red'", "colour", "known:"),
+        ("panels = 3", "panels", "an array of tables"),
+        ("[[panels]]\nunit = 'B'", "panels[0].title", "a non-empty string"),
+        ("[[panels]]\ntitle = 'x'", "panels[0]", "'expr' (PromQL) or 'metric'"),
+        ("[[panels]]\ntitle = 'x'\nexpr = 1", "panels[0].expr", "a string"),
+    ],
+)
+def test_errors_name_file_key_and_expectation(tmp_path: Path, text: str, key: str, expected: str) -> None:
+    path = write(tmp_path, text + "\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(path + ":")
+    assert f"'{key}'" in message
+    assert expected in message
+
+
+def test_unreadable_and_malformed_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"nope\.toml: cannot read"):
+        load_config(str(tmp_path / "nope.toml"))
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(write(tmp_path, "interval_s = = 1"))
+    bad = tmp_path / "bin.toml"
+    bad.write_bytes(b"\xff\xfe")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(str(bad))
+
+
+def test_bad_flags(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="--interval"):
+        load_config(None, argparse.Namespace(interval=0.0, pattern=None, window=None))
+    with pytest.raises(ConfigError, match="--window"):
+        load_config(None, argparse.Namespace(interval=None, pattern=None, window="2m"))
+    with pytest.raises(ConfigError, match=r"--pattern.*regular expression"):
+        load_config(None, argparse.Namespace(interval=None, pattern="(", window=None))
+
+
+def test_cli_reports_one_line(tmp_path: Path) -> None:
+    cfg = tmp_path / "gpulens" / "config.toml"
+    cfg.parent.mkdir()
+    cfg.write_text("window = 'forever'\n")
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-m", "gpulens", "jobs"], capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"gpulens: configuration error: {cfg}: key 'window': expected one of 1m, 5m, 15m, 1h, got 'forever'"
+    )

@@ -1,0 +1,226 @@
+"""Job detection on a real process tree the test spawns.
+
+This machine has no systemd, so the pattern is built from the test's own
+tree ID (read independently from /proc/PID/comm) plus ``/sh/python``: the
+spawned ``sh`` runs two Python children, which are the jobs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from gpulens.collectors import jobs as jobs_mod
+from gpulens.collectors.jobs import JobScanner, parse_stat
+
+SLEEPER = "import time; time.sleep(60)"
+
+
+def _tree_id(pid: int) -> str:
+    names = []
+    while pid > 0:
+        names.append(Path(f"/proc/{pid}/comm").read_text().rstrip("\n"))
+        pid = psutil.Process(pid).ppid()
+    return "/".join(reversed(names))
+
+
+def _wait_for(cond: object, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.02)
+
+
+def _children(pid: int) -> list[psutil.Process]:
+    return psutil.Process(pid).children()
+
+
+@pytest.fixture
+def tree() -> Iterator[tuple[subprocess.Popen[bytes], list[int], str]]:
+    """sh -> two python sleepers; yields (sh, python pids, pattern)."""
+    py = sys.executable
+    env = {**os.environ, "SLURM_JOB_ID": "4242", "TORCHELASTIC_RUN_ID": "run-7"}
+    sh = subprocess.Popen(
+        ["/bin/sh", "-c", f"'{py}' -c '{SLEEPER}' & '{py}' -c '{SLEEPER}' & wait"], env=env
+    )
+    try:
+        _wait_for(lambda: len(_children(sh.pid)) == 2 and all(
+            Path(f"/proc/{c.pid}/comm").read_text().startswith("python") for c in _children(sh.pid)))
+        pids = sorted(c.pid for c in _children(sh.pid))
+        pattern = re.escape(_tree_id(os.getpid())) + r"/sh/python[0-9.]*$"
+        yield sh, pids, pattern
+    finally:
+        for c in psutil.Process(sh.pid).children(recursive=True) if sh.poll() is None else []:
+            c.kill()
+        sh.kill()
+        sh.wait()
+
+
+def test_spawned_tree_is_found_with_details(tree: tuple[subprocess.Popen[bytes], list[int], str]) -> None:
+    sh, pids, pattern = tree
+    scanner = JobScanner(pattern)
+    time.sleep(0.2)
+    found = scanner.scan()
+    assert sorted(j.pid for j in found) == pids
+    me = _tree_id(os.getpid())
+    for job in found:
+        proc = psutil.Process(job.pid)
+        assert job.tree_id == _tree_id(job.pid)
+        assert job.tree_id.startswith(me + "/sh/python")
+        assert job.cmdline == " ".join(proc.cmdline())
+        assert job.user == proc.username()
+        assert abs(job.start_time - proc.create_time()) < 0.05
+        assert job.ancestors[-1] == sh.pid and job.ancestors[-2] == os.getpid()
+        assert job.job_key == "SLURM_JOB_ID=4242"  # first of DEFAULT_JOB_KEY_ENV present
+        assert job.cpu_percent is not None and job.cpu_percent >= 0.0
+        assert job.rss_bytes is not None
+        assert abs(job.rss_bytes - proc.memory_info().rss) <= 1 << 20  # 1 MiB: the sleeper is idle
+    # the scanning process itself and its shell are not jobs
+    assert os.getpid() not in {j.pid for j in found} and sh.pid not in {j.pid for j in found}
+
+
+def test_job_key_order_is_the_configured_one(tree: tuple[subprocess.Popen[bytes], list[int], str]) -> None:
+    _sh, _pids, pattern = tree
+    found = JobScanner(pattern, job_key_env=("NOT_SET", "TORCHELASTIC_RUN_ID")).scan()
+    assert {j.job_key for j in found} == {"TORCHELASTIC_RUN_ID=run-7"}
+    assert {j.job_key for j in JobScanner(pattern, job_key_env=()).scan()} == {None}
+
+
+def test_process_exiting_during_the_scan_is_skipped(
+    tree: tuple[subprocess.Popen[bytes], list[int], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _sh, pids, pattern = tree
+    victim = pids[0]
+    scanner = JobScanner(pattern)
+    assert victim in {j.pid for j in scanner.scan()}
+    real_read = jobs_mod._read
+    killed = []
+
+    def read_killing_victim(path: str, limit: int = 4096) -> bytes:
+        if path.startswith(f"/proc/{victim}/") and not killed:
+            # The process dies for real between the /proc listing and this read.
+            os.kill(victim, signal.SIGKILL)
+            _wait_for(lambda: not Path(f"/proc/{victim}").exists()
+                      or Path(f"/proc/{victim}/stat").read_text().split(") ")[1][0] == "Z")
+            killed.append(victim)
+        return real_read(path, limit)
+
+    monkeypatch.setattr(jobs_mod, "_read", read_killing_victim)
+    found = scanner.scan()
+    assert killed == [victim]
+    assert sorted(j.pid for j in found) == pids[1:]
+
+
+def test_exec_after_fork_is_seen(tmp_path: Path) -> None:
+    # sh starts as "sh" and becomes python by exec: the scanner must notice.
+    go = tmp_path / "go"
+    py = sys.executable
+    proc = subprocess.Popen(
+        ["/bin/sh", "-c", f"while [ ! -e '{go}' ]; do sleep 0.02; done; exec '{py}' -c '{SLEEPER}'"]
+    )
+    try:
+        pattern = re.escape(_tree_id(os.getpid())) + r"/python[0-9.]*$"
+        scanner = JobScanner(pattern)
+        assert proc.pid not in {j.pid for j in scanner.scan()}
+        go.touch()
+        _wait_for(lambda: Path(f"/proc/{proc.pid}/comm").read_text().startswith("python"))
+        found = {j.pid: j for j in scanner.scan()}
+        assert proc.pid in found
+        assert found[proc.pid].cmdline.endswith(SLEEPER)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_old_shell_exec_is_seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A batch script that sets up for longer than YOUNG_S, then execs python.
+    monkeypatch.setattr(jobs_mod, "YOUNG_S", 0.0)  # every process counts as old at once
+    go = tmp_path / "go"
+    py = sys.executable
+    proc = subprocess.Popen(
+        ["/bin/sh", "-c", f"while [ ! -e '{go}' ]; do sleep 0.02; done; exec '{py}' -c '{SLEEPER}'"]
+    )
+    try:
+        _wait_for(lambda: Path(f"/proc/{proc.pid}/comm").read_text().strip() == "sh")
+        scanner = JobScanner(re.escape(_tree_id(os.getpid())) + r"/python[0-9.]*$")
+        assert proc.pid not in {j.pid for j in scanner.scan()}
+        go.touch()
+        _wait_for(lambda: Path(f"/proc/{proc.pid}/comm").read_text().startswith("python"))
+        assert proc.pid in {j.pid for j in scanner.scan()}
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_old_processes_are_not_reread(
+    tree: tuple[subprocess.Popen[bytes], list[int], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _sh, pids, pattern = tree
+    monkeypatch.setattr(jobs_mod, "YOUNG_S", 0.0)  # everything counts as old
+    scanner = JobScanner(pattern)
+    reads: list[str] = []
+    real_read = jobs_mod._read
+
+    def counting_read(path: str, limit: int = 4096) -> bytes:
+        reads.append(path)
+        return real_read(path, limit)
+
+    monkeypatch.setattr(jobs_mod, "_read", counting_read)
+    scanner.scan()
+    # The two jobs' stat files and the shells' (re-read for exec); new pids born
+    # meanwhile may add a few reads.
+    assert {f"/proc/{p}/stat" for p in pids} <= set(reads)
+    shells = {f"/proc/{name}/stat" for name in scanner._shells}
+    assert len([r for r in reads if r not in shells]) < 10, reads
+    assert not any(r.endswith(("/cmdline", "/environ")) for r in reads)  # cached per (pid, start)
+
+
+def test_bad_pattern_raises() -> None:
+    with pytest.raises(re.error):
+        JobScanner("pyth(on")
+
+
+def test_parse_stat_hostile_comm() -> None:
+    line = b"42 (a) (b) c) S 1 42 42 0 -1 4194560 1 0 0 0 7 3 0 0 20 0 1 0 12345 1000 250 0\n"
+    stat = parse_stat(line)
+    assert (stat.comm, stat.state, stat.ppid) == ("a) (b) c", "S", 1)
+    assert (stat.cpu_ticks, stat.start_ticks, stat.rss_pages) == (10, 12345, 250)
+    with pytest.raises(ValueError):
+        parse_stat(b"garbage")
+    with pytest.raises(IndexError):
+        parse_stat(b"1 (x) S 1")
+
+
+def test_allocated_pid_range_wraps() -> None:
+    scanner = JobScanner("^$")
+    scanner._prev_last_pid = 100
+    assert scanner._allocated(101, 105) and scanner._allocated(105, 105)
+    assert not scanner._allocated(100, 105) and not scanner._allocated(106, 105)
+    scanner._prev_last_pid = 4_194_000  # wrapped past pid_max to 300
+    assert scanner._allocated(4_194_001, 300) and scanner._allocated(2, 300)
+    assert not scanner._allocated(301, 300) and not scanner._allocated(4_194_000, 300)
+    assert not scanner._allocated(5, 4_194_000)  # nothing allocated
+
+
+def test_no_listing_while_no_pid_is_allocated(monkeypatch: pytest.MonkeyPatch) -> None:
+    scanner = JobScanner("^$")
+    listed: list[str] = []
+    real_listdir = os.listdir
+    monkeypatch.setattr(jobs_mod.os, "listdir", lambda p: listed.append(p) or real_listdir(p))
+    monkeypatch.setattr(scanner, "_last_pid", lambda: 12345)
+    scanner.scan()  # the last pid moved (to 12345): list
+    assert len(listed) == 1
+    for _ in range(jobs_mod.FULL_EVERY):
+        scanner.scan()
+    assert len(listed) == 1  # unchanged: no listing
+    scanner.scan()
+    assert len(listed) == 2  # every FULL_EVERY quiet ticks anyway, to drop dead pids
