@@ -1,0 +1,163 @@
+"""``gpulens agent``: sample this host and serve viewers over stdio or TCP."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+from gpulens.collectors.errors import ConfigError
+
+HELP = "sample this host and serve viewers (--stdio for ssh, --listen HOST:PORT for TCP)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Agent flags."""
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--stdio", action="store_true", help="serve one viewer on stdin/stdout (what --ssh runs)")
+    mode.add_argument(
+        "--listen",
+        metavar="[HOST:]PORT",
+        help="serve viewers on TCP; HOST defaults to 127.0.0.1; a non-loopback HOST needs --token-file",
+    )
+    parser.add_argument("--hostname", metavar="NAME", help="host name to report (default: this machine's)")
+    parser.add_argument("--interval", type=float, metavar="S", help="sampling interval in seconds (default 1)")
+    parser.add_argument("--history-minutes", type=float, metavar="M", help="history kept for backfill (default 15)")
+    parser.add_argument("--pattern", metavar="RE", help="job pattern (regex on the process-tree ID)")
+    parser.add_argument("--token-file", metavar="FILE", help="shared token (mode 0600) viewers must prove they hold")
+    parser.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate chain")
+    parser.add_argument("--tls-key", metavar="PEM", help="private key for --tls-cert")
+    parser.add_argument("--port-file", metavar="FILE", help="write the bound TCP port to FILE (for --listen HOST:0)")
+    parser.add_argument("--metrics-port", type=int, metavar="PORT", help="also serve Prometheus /metrics on PORT")
+    parser.add_argument("--metrics-addr", default="127.0.0.1", metavar="ADDR", help="address for --metrics-port")
+    parser.add_argument(
+        "--max-queue", type=int, default=128, metavar="N", help="frames queued per viewer before a slow one is dropped"
+    )
+    parser.add_argument("--no-trace", action="store_true", help="do not own this host's Kineto trace endpoint")
+    parser.add_argument("--quiet", action="store_true", help="log warnings only")
+    # SIMULATED samples for tests and benchmarks of many agents on one machine.
+    parser.add_argument("--simulated-gpus", type=int, default=None, help=argparse.SUPPRESS)
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``PORT``, ``HOST:PORT`` or ``[V6]:PORT`` -> (host, port); raises ConfigError."""
+    host, sep, port_s = value.rpartition(":")
+    if not sep:
+        host, port_s = "127.0.0.1", value
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        port = int(port_s)
+    except ValueError:
+        raise ConfigError(f"--listen: expected [HOST:]PORT, got {value!r}") from None
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--listen: port must be 0..65535, got {port}")
+    return host, port
+
+
+def _make_sampler(args: argparse.Namespace, hostname: str) -> Any:
+    cfg = args.cfg
+    if args.simulated_gpus is not None:
+        from gpulens.ipc.synthetic import SyntheticSampler
+
+        return SyntheticSampler(hostname=hostname, gpus=args.simulated_gpus, interval_s=cfg.interval_s)
+    from gpulens.collectors.sampler import Sampler
+
+    return Sampler(hostname=hostname, job_pattern=cfg.job_pattern, job_key_env=cfg.job_key_env)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the agent until the viewer leaves (--stdio) or a signal arrives."""
+    import logging
+    import socket
+
+    from gpulens import __version__
+    from gpulens.ipc import auth
+    from gpulens.ipc.agent import Agent, is_loopback, listen
+
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.WARNING if args.quiet else logging.INFO,
+        format="gpulens agent: %(message)s",
+    )
+    cfg = args.cfg
+    if args.max_queue < 1:
+        raise ConfigError("--max-queue: expected at least 1")
+    token = auth.load_token(args.token_file) if args.token_file else None
+    host, port = ("", 0)
+    if args.listen is not None:
+        host, port = parse_listen(args.listen)
+        if not is_loopback(host) and token is None:
+            raise ConfigError(
+                f"--listen {args.listen}: a non-loopback address needs --token-file "
+                "(or use --ssh from the viewer, which opens no port)"
+            )
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise ConfigError("--tls-cert and --tls-key go together")
+    ssl_context = None
+    if args.tls_cert:
+        import ssl
+
+        ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            ssl_context.load_cert_chain(args.tls_cert, args.tls_key)
+        except (OSError, ssl.SSLError) as err:
+            raise ConfigError(f"--tls-cert/--tls-key: cannot load: {err}") from err
+
+    hostname = args.hostname or socket.gethostname()
+    history_s = 60.0 * (args.history_minutes if args.history_minutes else cfg.history_minutes)
+    agent = Agent(
+        _make_sampler(args, hostname),
+        hostname=hostname,
+        interval_s=cfg.interval_s,
+        history_s=history_s,
+        token=token,
+        max_queued_frames=args.max_queue,
+        version=__version__,
+    )
+    stop = threading.Event()
+    metrics = None
+    try:
+        if args.metrics_port is not None:
+            metrics = _serve_metrics(args, hostname, agent)
+        if not args.no_trace:
+            agent.requests.start_trace_service()
+        if args.stdio:
+            # The protocol owns the real stdout; anything a library prints goes to stderr.
+            rfd, wfd = os.dup(0), os.dup(1)
+            os.dup2(2, 1)
+            agent.start()
+            agent.serve_stdio(rfd, wfd)
+            return 0
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        sock = listen(host, port)
+        bound = sock.getsockname()[1]
+        if args.port_file:
+            tmp = f"{args.port_file}.tmp"
+            with open(tmp, "w") as f:
+                f.write(f"{bound}\n")
+            os.replace(tmp, args.port_file)
+        auth_note = "token" if token else "no token"
+        tls_note = ", TLS" if ssl_context else ""
+        print(f"gpulens agent: listening on {host}:{bound} as {hostname} ({auth_note}{tls_note})", file=sys.stderr, flush=True)
+        agent.start()
+        agent.serve_tcp(sock, ssl_context, stop)
+        sock.close()
+        return 0
+    finally:
+        agent.stop()
+        if metrics is not None:
+            metrics.close()
+
+
+def _serve_metrics(args: argparse.Namespace, hostname: str, agent: Any) -> Any:
+    try:
+        from gpulens.collectors.prom_export import serve_metrics
+    except ImportError as err:
+        raise ConfigError(f"--metrics-port: the Prometheus exporter is not installed ({err})") from err
+    try:
+        return serve_metrics(args.metrics_port, hostname, agent.latest, addr=args.metrics_addr)
+    except OSError as err:
+        raise ConfigError(f"--metrics-port {args.metrics_port}: cannot listen: {err.strerror or err}") from err

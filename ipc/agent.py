@@ -1,0 +1,302 @@
+"""The gpulens agent: samples this host, keeps history, serves viewers.
+
+One sampling thread calls ``sampler.sample()`` every ``interval_s``, encodes
+the sample once, appends it to a bounded history ring and offers the frame
+to every subscribed viewer. Viewers come over TCP (``serve_tcp``, one thread
+per connection) or stdin/stdout (``serve_stdio``). Subscribing and sampling
+share one lock, so a viewer's backfill (history newer than its ``since``)
+and its live stream meet with neither a gap nor a duplicate.
+
+Nothing a viewer does can stop the agent: each connection's failures are
+caught in :class:`~gpulens.ipc.agent_conn.ViewerConnection`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import math
+import socket
+import ssl
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import msgpack
+from gpulens.collectors.model import HostSample
+from gpulens.collectors.serialize import sample_to_dict
+
+from . import auth, stream
+from .agent_conn import SocketTransport, StdioTransport, ViewerConnection
+from .agent_requests import RequestRunner
+
+log = logging.getLogger("gpulens.agent")
+
+HISTORY_CHUNK = 100
+"""Samples per history frame (about 300 KB with 8 GPUs)."""
+MAX_VIEWERS = 64
+
+
+class Sampler(Protocol):
+    """What the agent needs from ``gpulens.collectors.sampler.Sampler``."""
+
+    def sample(self) -> HostSample:
+        """Read everything once."""
+        ...
+
+    def close(self) -> None:
+        """Release NVML and other handles."""
+        ...
+
+
+_packer = msgpack.Packer(use_bin_type=True)
+
+
+def sample_frame(raw: bytes) -> bytes:
+    """A ``sample`` frame around an already packed sample map."""
+    body: bytes = _packer.pack_map_header(2) + _packer.pack("t") + _packer.pack("sample") + _packer.pack("sample") + raw
+    return stream.HEADER.pack(len(body)) + body
+
+
+def history_frames(request_id: int, raws: list[bytes]) -> list[bytes]:
+    """``history`` frames (chunks of HISTORY_CHUNK) around packed sample maps."""
+    frames = []
+    chunks = [raws[i : i + HISTORY_CHUNK] for i in range(0, len(raws), HISTORY_CHUNK)] or [[]]
+    for n, chunk in enumerate(chunks):
+        last = n == len(chunks) - 1
+        body = (
+            _packer.pack_map_header(4)
+            + _packer.pack("t") + _packer.pack("history")
+            + _packer.pack("id") + _packer.pack(request_id)
+            + _packer.pack("last") + _packer.pack(last)
+            + _packer.pack("samples") + _packer.pack_array_header(len(chunk))
+            + b"".join(chunk)
+        )
+        frames.append(stream.HEADER.pack(len(body)) + body)
+    return frames
+
+
+class Agent:
+    """Sampling loop, history ring and viewer registry of one host."""
+
+    def __init__(
+        self,
+        sampler: Sampler,
+        *,
+        hostname: str,
+        interval_s: float = 1.0,
+        history_s: float = 900.0,
+        token: bytes | None = None,
+        max_queued_frames: int = 128,
+        version: str = "",
+    ) -> None:
+        self.sampler = sampler
+        self.hostname = hostname
+        self.interval_s = interval_s
+        self.token = token
+        self.max_queued_frames = max_queued_frames
+        self.version = version
+        self.replay_guard = auth.ReplayGuard()
+        self._ring: deque[tuple[float, bytes]] = deque(maxlen=max(1, math.ceil(history_s / interval_s) + 1))
+        self._history_s = history_s
+        self._latest: HostSample | None = None
+        self._lock = threading.Lock()
+        self._viewers: set[ViewerConnection] = set()
+        self._conns: set[ViewerConnection] = set()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_error = ""
+        self.requests = RequestRunner(self)
+
+    # -- sampling ---------------------------------------------------------------
+    def start(self) -> None:
+        """Start the sampling thread."""
+        self._thread = threading.Thread(target=self._loop, name="gpulens-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop sampling, drop every viewer, close the sampler and services."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        for conn in list(self._conns):
+            conn.drop("agent stopping")
+        self.requests.close()
+        with contextlib.suppress(Exception):
+            self.sampler.close()
+
+    def latest(self) -> HostSample | None:
+        """The newest sample (for ``--metrics-port``)."""
+        return self._latest
+
+    def _loop(self) -> None:
+        next_t = time.monotonic()
+        while not self._stop.is_set():
+            self.sample_once()
+            next_t += self.interval_s
+            now = time.monotonic()
+            if next_t < now:  # fell behind (slow sampler): skip ticks, never burst
+                next_t = now
+            self._stop.wait(next_t - now)
+
+    def sample_once(self) -> None:
+        """Take one sample and fan it out; a failing sampler is logged, not fatal."""
+        try:
+            s = self.sampler.sample()
+        except Exception as err:
+            msg = f"{type(err).__name__}: {err}"
+            if msg != self._last_error:
+                log.warning("sampling failed: %s", msg)
+                self._last_error = msg
+            return
+        if s.host != self.hostname:
+            s = dataclasses.replace(s, host=self.hostname)
+        raw = _packer.pack(sample_to_dict(s))
+        frame = sample_frame(raw)
+        slow: list[ViewerConnection] = []
+        with self._lock:
+            self._ring.append((s.time, raw))
+            cutoff = s.time - self._history_s
+            while self._ring and self._ring[0][0] < cutoff:
+                self._ring.popleft()
+            self._latest = s
+            for v in self._viewers:
+                if not v.offer(frame):
+                    slow.append(v)
+        for v in slow:
+            v.drop(f"slow viewer: {self.max_queued_frames} frames queued unsent")
+
+    # -- viewers ----------------------------------------------------------------
+    def hello(self) -> stream.Hello:
+        """The agent's hello message."""
+        return stream.Hello(
+            proto=stream.PROTOCOL_VERSION,
+            role="agent",
+            host=self.hostname,
+            caps=self.requests.capabilities(),
+            version=self.version,
+            interval_s=self.interval_s,
+        )
+
+    def history_since(self, since: float | None, until: float | None = None) -> list[bytes]:
+        """Packed samples with ``since < time <= until``, oldest first."""
+        with self._lock:
+            return self._history_locked(since, until)
+
+    def _history_locked(self, since: float | None, until: float | None) -> list[bytes]:
+        lo = -math.inf if since is None else since
+        hi = math.inf if until is None else until
+        return [raw for t, raw in self._ring if lo < t <= hi]
+
+    def subscribe(self, conn: ViewerConnection, since: float | None) -> None:
+        """Send history newer than ``since`` (if given), then live samples."""
+        with self._lock:
+            if since is not None:
+                for frame in history_frames(0, self._history_locked(since, None)):
+                    conn.put(frame)
+            self._viewers.add(conn)
+
+    def _forget(self, conn: ViewerConnection) -> None:
+        with self._lock:
+            self._viewers.discard(conn)
+            self._conns.discard(conn)
+
+    def serve_connection(self, transport: Any, peer: str) -> None:
+        """Serve one viewer on ``transport`` until it leaves (blocking)."""
+        conn = ViewerConnection(
+            self, transport, peer, token=self.token, max_queued_frames=self.max_queued_frames
+        )
+        conn.on_close = self._forget
+        with self._lock:
+            self._conns.add(conn)
+        log.info("viewer %s connected", peer)
+        conn.run()
+
+    def serve_stdio(self, rfd: int, wfd: int) -> None:
+        """Serve the one viewer on stdin/stdout; returns when it leaves."""
+        self.serve_connection(StdioTransport(rfd, wfd), "stdio")
+
+    def serve_tcp(
+        self,
+        sock: socket.socket,
+        ssl_context: ssl.SSLContext | None = None,
+        stop: threading.Event | None = None,
+    ) -> None:
+        """Accept viewers on a listening socket until ``stop`` is set (blocking)."""
+        stop = stop or self._stop
+        sock.settimeout(0.5)
+        while not stop.is_set():
+            try:
+                client, addr = sock.accept()
+            except TimeoutError:
+                continue
+            except OSError as err:
+                log.warning("accept failed: %s", err)
+                time.sleep(0.1)
+                continue
+            peer = f"{addr[0]}:{addr[1]}"
+            with self._lock:
+                full = len(self._conns) >= MAX_VIEWERS
+            if full:
+                log.warning("refusing viewer %s: %d viewers already connected", peer, MAX_VIEWERS)
+                with contextlib.suppress(OSError):
+                    client.sendall(stream.encode(stream.ErrorMsg("busy", f"agent has {MAX_VIEWERS} viewers")))
+                client.close()
+                continue
+            threading.Thread(
+                target=self._serve_socket, args=(client, peer, ssl_context), name=f"gpulens-viewer-{peer}", daemon=True
+            ).start()
+
+    def _serve_socket(self, client: socket.socket, peer: str, ssl_context: ssl.SSLContext | None) -> None:
+        client.settimeout(None)
+        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # A fixed send buffer turns off kernel autotuning, so a stalled viewer
+        # fills it quickly and the bounded queue (not megabytes of kernel
+        # memory) decides when it is dropped.
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 256 * 1024)
+        if ssl_context is not None:
+            client.settimeout(10)
+            try:
+                client = ssl_context.wrap_socket(client, server_side=True)
+            except (OSError, ssl.SSLError) as err:
+                log.info("viewer %s: TLS handshake failed: %s", peer, err)
+                client.close()
+                return
+            client.settimeout(None)
+        self.serve_connection(SocketTransport(client), peer)
+
+    def viewer_count(self) -> int:
+        """Viewers subscribed to live samples now."""
+        with self._lock:
+            return len(self._viewers)
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket (SO_REUSEADDR so a restarted agent gets its port back)."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, _, _, _, addr = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(addr)
+    sock.listen(128)
+    return sock
+
+
+def is_loopback(host: str) -> bool:
+    """True when every address ``host`` resolves to is a loopback address."""
+    import ipaddress
+
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    try:
+        return all(ipaddress.ip_address(str(i[4][0]).split("%")[0]).is_loopback for i in infos)
+    except ValueError:
+        return False
+
+
+SamplerFactory = Callable[..., Sampler]

@@ -1,0 +1,279 @@
+"""Requests a viewer can send to the agent: history, profile, trace.
+
+``history`` is built in. ``profile`` (py-spy stack sampling, via
+``gpulens.collectors.flame.pyspy``) and ``trace`` (a PyTorch trace through
+``gpulens.ipc.service.LocalTraceService``) are imported lazily and listed in
+the agent's capabilities only when importable. Results that are files
+travel as ``chunk`` messages before the request's ``response``. A request
+for processes of another user is refused (root may profile anyone).
+Every failure is an error response naming what went wrong; none ends the
+connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import stream
+
+if TYPE_CHECKING:
+    from .agent import Agent
+    from .agent_conn import ViewerConnection
+
+log = logging.getLogger("gpulens.agent")
+
+MAX_IN_FLIGHT = 4
+"""Requests one viewer may have running at once."""
+MAX_FILE_BYTES = 2 * 1024**3
+MAX_PIDS = 64
+MAX_PROFILE_S = 60.0
+CHUNK_WAIT_S = 30.0
+
+
+class RequestError(Exception):
+    """A request that cannot be honoured; the message goes back to the viewer."""
+
+
+class RequestRunner:
+    """Runs viewers' requests on a small thread pool."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gpulens-request")
+        self._in_flight: dict[int, int] = {}
+        self._lock = threading.Lock()
+        self.trace_service: Any = None
+        self.trace_error = ""
+
+    def capabilities(self) -> tuple[str, ...]:
+        """The request kinds this agent can serve now."""
+        caps = ["history"]
+        if _profiler() is not None:
+            caps.append("profile")
+        if self.trace_service is not None:
+            caps.append("trace")
+        return tuple(caps)
+
+    def start_trace_service(self) -> None:
+        """Own this host's Kineto endpoint when the trace service is installed."""
+        try:
+            from .service import LocalTraceService
+        except ImportError as err:
+            self.trace_error = f"trace service not installed: {err}"
+            return
+        svc = LocalTraceService()
+        try:
+            svc.start()
+        except Exception as err:
+            self.trace_error = f"Kineto endpoint not started: {err}"
+            log.warning("%s", self.trace_error)
+            return
+        self.trace_service = svc
+        log.info("Kineto endpoint serving at %s", svc.address)
+
+    def close(self) -> None:
+        """Stop the trace service and the pool."""
+        if self.trace_service is not None:
+            self.trace_service.stop()
+            self.trace_service = None
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def submit(self, conn: ViewerConnection, req: stream.Request) -> None:
+        """Start ``req`` for ``conn``; answers at once if it cannot run."""
+        key = id(conn)
+        with self._lock:
+            n = self._in_flight.get(key, 0)
+            if n >= MAX_IN_FLIGHT:
+                conn.put(_error(req, f"too many requests in flight (at most {MAX_IN_FLIGHT})"))
+                return
+            self._in_flight[key] = n + 1
+        try:
+            self._pool.submit(self._run, conn, req)
+        except RuntimeError:  # pool shut down: the agent is stopping
+            conn.put(_error(req, "agent is stopping"))
+            self._done(key)
+
+    def _done(self, key: int) -> None:
+        with self._lock:
+            n = self._in_flight.get(key, 1) - 1
+            if n <= 0:
+                self._in_flight.pop(key, None)
+            else:
+                self._in_flight[key] = n
+
+    def _run(self, conn: ViewerConnection, req: stream.Request) -> None:
+        try:
+            handler = getattr(self, f"_do_{req.kind}", None)
+            if handler is None or req.kind not in self.capabilities():
+                why = f" ({self.trace_error})" if req.kind == "trace" and self.trace_error else ""
+                raise RequestError(
+                    f"unsupported request kind {req.kind[:40]!r}{why}; this agent serves: "
+                    + ", ".join(self.capabilities())
+                )
+            result = handler(conn, req)
+            conn.put(stream.encode(stream.Response(id=req.id, ok=True, result=result)), CHUNK_WAIT_S)
+        except RequestError as err:
+            conn.put(_error(req, str(err)), CHUNK_WAIT_S)
+        except Exception as err:
+            log.exception("request %s (%s) failed", req.id, req.kind)
+            conn.put(_error(req, f"{type(err).__name__}: {err}"), CHUNK_WAIT_S)
+        finally:
+            self._done(id(conn))
+
+    # -- kinds ------------------------------------------------------------------
+    def _do_history(self, conn: ViewerConnection, req: stream.Request) -> dict[str, Any]:
+        since = _num(req.params, "since", None)
+        until = _num(req.params, "until", None)
+        from .agent import history_frames
+
+        raws = self.agent.history_since(since, until)
+        for frame in history_frames(req.id, raws):
+            if not conn.put(frame, CHUNK_WAIT_S):
+                raise RequestError("viewer too slow to receive history")
+        return {"count": len(raws)}
+
+    def _do_profile(self, conn: ViewerConnection, req: stream.Request) -> dict[str, Any]:
+        pids = _pids(req.params)
+        duration = _num(req.params, "duration_s", 5.0)
+        if duration is None or not 0 < duration <= MAX_PROFILE_S:
+            raise RequestError(f"duration_s must be in (0, {MAX_PROFILE_S:g}]")
+        rate = _num(req.params, "rate_hz", 100.0)
+        if rate is None or not 1 <= rate <= 1000:
+            raise RequestError("rate_hz must be 1..1000")
+        _check_owner(pids)
+        prof = _profiler()
+        assert prof is not None
+        result = prof.sample_pids(list(pids), duration, rate_hz=int(rate))
+        text = result if isinstance(result, str) else _folded(result)
+        name = f"profile-{self.agent.hostname}-{int(time.time())}.folded"
+        _send_bytes(conn, req.id, name, text.encode())
+        return {"files": [name], "pids": list(pids), "duration_s": duration}
+
+    def _do_trace(self, conn: ViewerConnection, req: stream.Request) -> dict[str, Any]:
+        from .trace import TraceRequest
+
+        p = req.params
+        kwargs: dict[str, Any] = {}
+        for key in ("duration_ms", "iterations", "job_id"):
+            if key in p:
+                v = p[key]
+                if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+                    raise RequestError(f"{key} must be an integer")
+                kwargs[key] = v
+        for key in ("record_shapes", "with_stack", "with_flops", "with_modules", "profile_memory"):
+            if key in p:
+                if not isinstance(p[key], bool):
+                    raise RequestError(f"{key} must be true or false")
+                kwargs[key] = p[key]
+        for key in ("warmup_s", "timeout_s"):
+            v = _num(p, key, None)
+            if v is not None:
+                kwargs[key] = v
+        if "pids" in p:
+            kwargs["pids"] = _pids(p)
+            _check_owner(kwargs["pids"])
+        try:
+            treq = TraceRequest(**kwargs)
+            treq.validate()
+        except (TypeError, ValueError) as err:
+            raise RequestError(f"bad trace request: {err}") from err
+        fut = self.trace_service.request_trace(treq)
+        try:
+            res = fut.result(timeout=treq.timeout_s + 30)
+        except Exception as err:
+            raise RequestError(f"trace failed: {err}") from err
+        names: dict[str, str] = {}
+        for pid, path in res.files.items():
+            name = f"{pid}-{Path(path).name}"
+            _send_file(conn, req.id, name, Path(path))
+            names[str(pid)] = name
+        return {
+            "request_id": res.request_id,
+            "files": names,
+            "missing": {str(k): v for k, v in res.missing.items()},
+            "elapsed_s": res.elapsed_s,
+        }
+
+
+def _error(req: stream.Request, message: str) -> bytes:
+    return stream.encode(stream.Response(id=req.id, ok=False, error=message))
+
+
+def _num(params: Any, key: str, default: float | None) -> float | None:
+    v = params.get(key, default)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+        raise RequestError(f"{key} must be a number")
+    return float(v)
+
+
+def _pids(params: Any) -> tuple[int, ...]:
+    pids = params.get("pids")
+    if not isinstance(pids, list) or not pids or len(pids) > MAX_PIDS:
+        raise RequestError(f"pids must be a list of 1..{MAX_PIDS} process ids")
+    if not all(isinstance(p, int) and not isinstance(p, bool) and p > 0 for p in pids):
+        raise RequestError("pids must be positive integers")
+    return tuple(pids)
+
+
+def _check_owner(pids: tuple[int, ...]) -> None:
+    from .procinfo import current_uid, may_trace, proc_uid
+
+    me = current_uid()
+    for pid in pids:
+        uid = proc_uid(pid)
+        if uid is None:
+            raise RequestError(f"process {pid} does not exist")
+        if not may_trace(me, uid):
+            raise RequestError(f"process {pid} belongs to uid {uid}; this agent runs as uid {me}")
+
+
+def _profiler() -> Any:
+    try:
+        from gpulens.collectors.flame import pyspy
+    except ImportError:
+        return None
+    return pyspy if hasattr(pyspy, "sample_pids") else None
+
+
+def _folded(result: Any) -> str:
+    try:
+        from gpulens.collectors.flame.folded import to_folded
+    except ImportError as err:
+        raise RequestError(f"flame exporters not installed: {err}") from err
+    text: str = to_folded(result)
+    return text
+
+
+def _send_bytes(conn: ViewerConnection, rid: int, name: str, data: bytes) -> None:
+    size = stream.FILE_CHUNK_BYTES
+    offsets = range(0, max(len(data), 1), size)
+    for off in offsets:
+        chunk = stream.FileChunk(
+            id=rid, name=name, offset=off, data=data[off : off + size], last=off + size >= len(data)
+        )
+        if not conn.put(stream.encode(chunk), CHUNK_WAIT_S):
+            raise RequestError("viewer too slow to receive the file")
+
+
+def _send_file(conn: ViewerConnection, rid: int, name: str, path: Path) -> None:
+    total = path.stat().st_size
+    if total > MAX_FILE_BYTES:
+        raise RequestError(f"{path.name} is {total} bytes; the limit is {MAX_FILE_BYTES}")
+    off = 0
+    with path.open("rb") as f:
+        while True:
+            data = f.read(stream.FILE_CHUNK_BYTES)
+            last = off + len(data) >= total or not data
+            chunk = stream.FileChunk(id=rid, name=name, offset=off, data=data, last=last)
+            if not conn.put(stream.encode(chunk), CHUNK_WAIT_S):
+                raise RequestError("viewer too slow to receive the file")
+            off += len(data)
+            if last:
+                return

@@ -1,0 +1,378 @@
+"""The agent <-> viewer wire format: sans-IO framing and typed messages.
+
+A frame is a 4-byte big-endian unsigned body length followed by one msgpack
+map (the body). Every message map has a ``"t"`` key naming its type; the
+other keys are listed on each message class below and in docs/protocol.md.
+Nothing here touches a socket: :class:`FrameDecoder` turns bytes into
+messages, :func:`encode` turns a message into one frame's bytes.
+
+Bounds: a declared length above ``max_frame_bytes`` is refused before any
+body byte is buffered, and msgpack is told the largest string, binary,
+array and map it may build, so hostile bytes cost at most one frame of
+memory. Any malformed input raises :class:`ProtocolError`; after that the
+decoder is poisoned and the connection must be closed.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from .errors import ProtocolError, VersionMismatch
+
+PROTOCOL_VERSION = 1
+"""Bumped on any incompatible change; peers refuse another version."""
+
+SUPPORTED_VERSIONS: frozenset[int] = frozenset({1})
+
+HEADER = struct.Struct(">I")
+MAX_FRAME_BYTES = 16 * 1024 * 1024
+"""Largest frame body accepted (a history chunk or file chunk fits easily)."""
+MAX_STR_LEN = 1024 * 1024
+MAX_BIN_LEN = 4 * 1024 * 1024
+MAX_CONTAINER_LEN = 100_000
+FILE_CHUNK_BYTES = 256 * 1024
+"""Size of the data in one file chunk sent by the agent."""
+
+
+# -- messages ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """First message each way. ``role`` is ``agent`` or ``viewer``.
+
+    The agent's hello names its host, capabilities (request kinds), version
+    and sampling interval. A viewer's hello may carry ``since`` (unix time):
+    the agent then sends every kept sample newer than that as history
+    (id 0) before any live sample, so a reconnect loses nothing.
+    """
+
+    proto: int
+    role: str
+    host: str = ""
+    caps: tuple[str, ...] = ()
+    version: str = ""
+    interval_s: float | None = None
+    since: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Challenge:
+    """Agent -> viewer when a token is required: a fresh 32-byte nonce."""
+
+    proto: int
+    nonce: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class AuthResponse:
+    """Viewer -> agent: its own nonce and HMAC(token, both nonces)."""
+
+    cnonce: bytes
+    mac: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class AuthOk:
+    """Agent -> viewer: accepted, with the agent's own proof of the token."""
+
+    mac: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SampleMsg:
+    """One live host sample in the form of ``collectors.serialize.sample_to_dict``."""
+
+    sample: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """Kept samples, oldest first; ``id`` 0 answers a hello's ``since``."""
+
+    id: int
+    samples: tuple[Mapping[str, Any], ...]
+    last: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """Viewer -> agent: run ``kind`` (history, profile, trace) with ``params``."""
+
+    id: int
+    kind: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """Agent -> viewer: the end of request ``id``; ``error`` set when not ok."""
+
+    id: int
+    ok: bool
+    result: Any = None
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FileChunk:
+    """Part of a file a request produced; ``last`` marks its final chunk."""
+
+    id: int
+    name: str
+    offset: int
+    data: bytes
+    last: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorMsg:
+    """A connection-level error; the sender closes the connection after it."""
+
+    code: str
+    message: str
+
+
+Message = (
+    Hello | Challenge | AuthResponse | AuthOk | SampleMsg | History | Request | Response | FileChunk | ErrorMsg
+)
+
+_TAGS: dict[type, str] = {
+    Hello: "hello",
+    Challenge: "challenge",
+    AuthResponse: "auth",
+    AuthOk: "auth_ok",
+    SampleMsg: "sample",
+    History: "history",
+    Request: "request",
+    Response: "response",
+    FileChunk: "chunk",
+    ErrorMsg: "error",
+}
+
+
+# -- encoding ---------------------------------------------------------------
+
+
+def to_wire(msg: Message) -> dict[str, Any]:
+    """The plain map sent for ``msg`` (tuples become lists)."""
+    body: dict[str, Any] = {"t": _TAGS[type(msg)]}
+    for name in msg.__slots__:
+        value = getattr(msg, name)
+        body[name] = list(value) if isinstance(value, tuple) else value
+    return body
+
+
+def encode_body(body: Mapping[str, Any]) -> bytes:
+    """One frame for an already plain map (used to pre-encode a sample once)."""
+    payload: bytes = msgpack.packb(body, use_bin_type=True)
+    if len(payload) > MAX_FRAME_BYTES:
+        raise ProtocolError(f"outgoing frame of {len(payload)} bytes exceeds {MAX_FRAME_BYTES}")
+    return HEADER.pack(len(payload)) + payload
+
+
+def encode(msg: Message) -> bytes:
+    """One frame (length prefix + msgpack body) for ``msg``.
+
+    Raises:
+        ProtocolError: the encoded body would exceed ``MAX_FRAME_BYTES``.
+    """
+    return encode_body(to_wire(msg))
+
+
+# -- decoding ---------------------------------------------------------------
+
+
+class FrameDecoder:
+    """Incremental decoder: feed bytes as they arrive, get whole messages.
+
+    ``max_frame_bytes`` bounds one frame's body; the buffer never holds more
+    than one header plus one body. After a :class:`ProtocolError` every
+    further ``feed`` raises again: the stream cannot be resynchronised.
+    """
+
+    def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        self._buf = bytearray()
+        self._need: int | None = None
+        self._error: ProtocolError | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held for an incomplete frame (0 at a frame boundary)."""
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> list[Message]:
+        """Add bytes; return the messages completed by them, in order.
+
+        Raises:
+            ProtocolError: a frame is too large, not msgpack, or not a valid
+                message; VersionMismatch for an unsupported hello.
+        """
+        if self._error is not None:
+            raise self._error
+        self._buf += data
+        out: list[Message] = []
+        try:
+            while True:
+                if self._need is None:
+                    if len(self._buf) < HEADER.size:
+                        break
+                    (size,) = HEADER.unpack_from(self._buf)
+                    if size > self.max_frame_bytes:
+                        raise ProtocolError(
+                            f"frame declares {size} bytes; the limit is {self.max_frame_bytes}"
+                        )
+                    del self._buf[: HEADER.size]
+                    self._need = size
+                if len(self._buf) < self._need:
+                    break
+                body = bytes(self._buf[: self._need])
+                del self._buf[: self._need]
+                self._need = None
+                out.append(decode_body(body))
+        except ProtocolError as err:
+            self._error = err
+            self._buf.clear()
+            raise
+        return out
+
+
+def decode_body(body: bytes) -> Message:
+    """Decode one frame body (no length prefix) into a typed message.
+
+    Raises:
+        ProtocolError: not msgpack, over a size limit, or not a known message.
+    """
+    try:
+        obj = msgpack.unpackb(
+            body,
+            raw=False,
+            use_list=True,
+            strict_map_key=True,
+            max_str_len=MAX_STR_LEN,
+            max_bin_len=MAX_BIN_LEN,
+            max_array_len=MAX_CONTAINER_LEN,
+            max_map_len=MAX_CONTAINER_LEN,
+            max_ext_len=0,
+        )
+    # msgpack raises ValueError subclasses, TypeError (unhashable keys),
+    # UnicodeDecodeError and its own StackError for deep nesting: all of
+    # them mean "malformed frame" here, and none may escape as a crash.
+    except Exception as err:
+        raise ProtocolError(f"frame is not valid msgpack: {type(err).__name__}: {err}") from err
+    return from_wire(obj)
+
+
+def _get(d: Mapping[str, Any], key: str, kind: type | tuple[type, ...], what: str, default: Any = ...) -> Any:
+    if key not in d:
+        if default is ...:
+            raise ProtocolError(f"message '{d.get('t')}': missing field '{key}'")
+        return default
+    value = d[key]
+    if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+        raise ProtocolError(f"message '{d.get('t')}': field '{key}' must be {what}, got {value!r}")
+    if not isinstance(value, kind):
+        shown = repr(value)
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        raise ProtocolError(f"message '{d.get('t')}': field '{key}' must be {what}, got {shown}")
+    return value
+
+
+_NUM = (int, float)
+
+
+def _opt_num(d: Mapping[str, Any], key: str) -> float | None:
+    value = _get(d, key, (*_NUM, type(None)), "a number or nil", None)
+    return None if value is None else float(value)
+
+
+def _maps(d: Mapping[str, Any], key: str) -> tuple[Mapping[str, Any], ...]:
+    items = _get(d, key, list, "a list of maps")
+    for item in items:
+        if not isinstance(item, dict):
+            raise ProtocolError(f"message '{d.get('t')}': field '{key}' must hold maps only")
+    return tuple(items)
+
+
+def from_wire(obj: Any) -> Message:
+    """Validate a decoded msgpack object as a message; raises ProtocolError."""
+    if not isinstance(obj, dict):
+        raise ProtocolError(f"frame body must be a map, got {type(obj).__name__}")
+    tag = obj.get("t")
+    if not isinstance(tag, str):
+        raise ProtocolError("frame body has no message type ('t')")
+    d = obj
+    if tag == "hello":
+        proto = _get(d, "proto", int, "an integer")
+        check_version(proto)
+        caps = _get(d, "caps", list, "a list of strings", [])
+        if not all(isinstance(c, str) for c in caps):
+            raise ProtocolError("message 'hello': field 'caps' must be a list of strings")
+        role = _get(d, "role", str, "a string")
+        if role not in ("agent", "viewer"):
+            raise ProtocolError(f"message 'hello': role must be 'agent' or 'viewer', got {role[:40]!r}")
+        return Hello(
+            proto=proto,
+            role=role,
+            host=_get(d, "host", str, "a string", ""),
+            caps=tuple(caps),
+            version=_get(d, "version", str, "a string", ""),
+            interval_s=_opt_num(d, "interval_s"),
+            since=_opt_num(d, "since"),
+        )
+    if tag == "challenge":
+        return Challenge(proto=_get(d, "proto", int, "an integer"), nonce=_get(d, "nonce", bytes, "bytes"))
+    if tag == "auth":
+        return AuthResponse(cnonce=_get(d, "cnonce", bytes, "bytes"), mac=_get(d, "mac", bytes, "bytes"))
+    if tag == "auth_ok":
+        return AuthOk(mac=_get(d, "mac", bytes, "bytes"))
+    if tag == "sample":
+        return SampleMsg(sample=_get(d, "sample", dict, "a map"))
+    if tag == "history":
+        return History(
+            id=_get(d, "id", int, "an integer"),
+            samples=_maps(d, "samples"),
+            last=_get(d, "last", bool, "true or false", True),
+        )
+    if tag == "request":
+        return Request(
+            id=_get(d, "id", int, "an integer"),
+            kind=_get(d, "kind", str, "a string"),
+            params=_get(d, "params", dict, "a map", {}),
+        )
+    if tag == "response":
+        return Response(
+            id=_get(d, "id", int, "an integer"),
+            ok=_get(d, "ok", bool, "true or false"),
+            result=d.get("result"),
+            error=_get(d, "error", str, "a string", ""),
+        )
+    if tag == "chunk":
+        offset = _get(d, "offset", int, "an integer")
+        if offset < 0:
+            raise ProtocolError("message 'chunk': negative offset")
+        return FileChunk(
+            id=_get(d, "id", int, "an integer"),
+            name=_get(d, "name", str, "a string"),
+            offset=offset,
+            data=_get(d, "data", bytes, "bytes"),
+            last=_get(d, "last", bool, "true or false"),
+        )
+    if tag == "error":
+        return ErrorMsg(code=_get(d, "code", str, "a string"), message=_get(d, "message", str, "a string"))
+    raise ProtocolError(f"unknown message type {tag[:40]!r}")
+
+
+def check_version(proto: int) -> None:
+    """Raise VersionMismatch naming both versions unless ``proto`` is supported."""
+    if proto not in SUPPORTED_VERSIONS:
+        raise VersionMismatch(
+            f"peer speaks protocol version {proto}; this gpulens speaks version "
+            f"{PROTOCOL_VERSION} (upgrade the older side so both match)"
+        )

@@ -1,0 +1,232 @@
+"""Helpers for the agent/stream tests: real agent subprocesses, an event log, a cuttable proxy."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from gpulens.collectors.source import HostStatusEvent, SampleEvent
+from gpulens.ipc import stream
+
+WAIT_S = 60.0
+"""Upper bound for waits on a busy shared machine; tests finish as soon as the condition holds."""
+
+
+class AgentProc:
+    """A ``gpulens agent --listen 127.0.0.1:PORT`` subprocess."""
+
+    def __init__(
+        self,
+        exe: str,
+        workdir: Path,
+        name: str,
+        port: int = 0,
+        extra: Sequence[str] = (),
+        *,
+        trace: bool = False,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.name = name
+        self.port_file = workdir / f"{name}.{time.monotonic_ns()}.port"
+        self.log = workdir / f"{name}.log"
+        argv = [
+            exe, "agent", "--listen", f"127.0.0.1:{port}", "--port-file", str(self.port_file),
+            "--hostname", name, *([] if trace else ["--no-trace"]), *extra,
+        ]
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
+        deadline = time.monotonic() + WAIT_S
+        while not self.port_file.exists():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"agent {name} exited {self.proc.returncode}: {self.log.read_text()[-2000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"agent {name} did not start: {self.log.read_text()[-2000:]}")
+            time.sleep(0.05)
+        self.port = int(self.port_file.read_text())
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def kill9(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+class EventLog:
+    """Thread-safe list of source events with a wait-for-condition helper."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+        self._cond = threading.Condition()
+
+    def __call__(self, ev: Any) -> None:
+        with self._cond:
+            self.events.append(ev)
+            self._cond.notify_all()
+
+    def wait_for(self, pred: Callable[[list[Any]], bool], timeout: float = WAIT_S, what: str = "") -> None:
+        with self._cond:
+            if not self._cond.wait_for(lambda: pred(self.events), timeout):
+                raise AssertionError(f"timed out waiting for {what or pred}; last events: {self.events[-5:]}")
+
+    def samples(self, host: str) -> list[SampleEvent]:
+        with self._cond:
+            return [e for e in self.events if isinstance(e, SampleEvent) and e.sample.host == host]
+
+    def statuses(self, host: str) -> list[HostStatusEvent]:
+        with self._cond:
+            return [e for e in self.events if isinstance(e, HostStatusEvent) and e.host == host]
+
+    def snapshot(self) -> list[Any]:
+        with self._cond:
+            return list(self.events)
+
+
+def count_samples(host: str) -> Callable[[list[Any]], int]:
+    return lambda evs: sum(1 for e in evs if isinstance(e, SampleEvent) and e.sample.host == host)
+
+
+class RawViewer:
+    """A hand-driven viewer connection for hostile and protocol tests."""
+
+    def __init__(self, port: int, rcvbuf: int | None = None) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if rcvbuf is not None:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(WAIT_S)
+        self.sock.connect(("127.0.0.1", port))
+        self.dec = stream.FrameDecoder()
+        self.pending: list[stream.Message] = []
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def recv_msg(self) -> stream.Message | None:
+        """The next message, or None at end of stream."""
+        while not self.pending:
+            data = self.sock.recv(65536)
+            if not data:
+                return None
+            self.pending.extend(self.dec.feed(data))
+        return self.pending.pop(0)
+
+    def until(self, kind: type, limit: int = 10_000) -> Any:
+        for _ in range(limit):
+            msg = self.recv_msg()
+            if msg is None:
+                raise AssertionError(f"stream ended before a {kind.__name__}")
+            if isinstance(msg, kind):
+                return msg
+        raise AssertionError(f"no {kind.__name__} in {limit} messages")
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+def ring_times(port: int) -> list[float]:
+    """Every sample time the agent keeps (hello since=0 -> history id 0)."""
+    v = RawViewer(port)
+    try:
+        v.until(stream.Hello)
+        v.send(stream.encode(stream.Hello(proto=stream.PROTOCOL_VERSION, role="viewer", since=0.0)))
+        times: list[float] = []
+        while True:
+            h = v.until(stream.History)
+            times.extend(float(s["time"]) for s in h.samples)
+            if h.last:
+                return times
+    finally:
+        v.close()
+
+
+class Proxy:
+    """A TCP proxy to ``127.0.0.1:target`` whose connections can be cut at will."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.accepting = threading.Event()
+        self.accepting.set()
+        self._socks: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if not self.accepting.is_set():
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._socks += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        """Drop every proxied connection and refuse new ones until resume()."""
+        self.accepting.clear()
+        with self._lock:
+            socks, self._socks = self._socks, []
+        for s in socks:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                s.close()
+
+    def resume(self) -> None:
+        self.accepting.set()
+
+    def close(self) -> None:
+        self._closed = True
+        self.cut()
+        with contextlib.suppress(OSError):
+            self.listener.close()
+
+
+def env_without_kineto() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("KINETO_USE_DAEMON", None)
+    return env
