@@ -29,7 +29,7 @@ test: $(VENV)/.installed-test
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check gpulens collectors ipc tui tests benchmarks
-	$(BIN)/mypy
+	scripts/typecheck.sh
 
 screenshots: $(VENV)/.installed-test
 	$(BIN)/python scripts/make_screenshots.py

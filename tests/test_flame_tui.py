@@ -1,0 +1,278 @@
+"""Pilot and snapshot tests of the flame graph widget and its screens."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gpulens.collectors.flame.importers import load_profile
+from gpulens.collectors.flame.model import Profile, build_from_stacks
+from gpulens.collectors.flame.query import function_table
+from gpulens.tui.screens.flame import FlameApp, FlameScreen
+from gpulens.tui.screens.flame_views import FlameHelpScreen, FunctionTableScreen, SandwichScreen
+from gpulens.tui.widgets.flamegraph import FlameGraph
+from textual.app import App
+
+DATA = Path(__file__).parent / "data"
+SIZE = (100, 30)
+
+
+def run_async(fn: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]:
+    """Run an async Pilot test without an async pytest plugin."""
+
+    @functools.wraps(fn)
+    def wrapper() -> None:
+        asyncio.run(fn())
+
+    return wrapper
+
+
+def training_profile(extra: int = 0) -> Profile:
+    """A small Python-like profile with methods, constructors and native frames."""
+    base = ["<module> (train.py:80)", "main (train.py:70)"]
+    return build_from_stacks(
+        [
+            ([*base, "Trainer.fit (trainer.py:40)", "Trainer.step (trainer.py:55)", "Model.forward (model.py:12)", "_PyEval_EvalFrameDefault", "0x7f151a2b3c4d"], 30 + extra),
+            ([*base, "Trainer.fit (trainer.py:40)", "Trainer.step (trainer.py:55)", "Model.forward (model.py:12)", "Attention.forward (model.py:30)"], 25),
+            ([*base, "Trainer.fit (trainer.py:40)", "Trainer.step (trainer.py:57)", "Optimizer.step (optim.py:9)"], 15),
+            ([*base, "Trainer.fit (trainer.py:40)", "DataLoader.__next__ (data.py:22)", "load_batch (data.py:30)"], 20),
+            ([*base, "Model.__init__ (model.py:5)", "KVCache.__init__ (cache.py:8)", "allocate (cache.py:20)"], 10),
+        ],
+        "samples",
+        "train.py (py-spy, 100 Hz)",
+    )
+
+
+class Host(App[None]):
+    """An app with a base screen, so FlameScreen can be left."""
+
+    def __init__(self, profile: Profile) -> None:
+        super().__init__()
+        self.profile = profile
+
+    def on_mount(self) -> None:
+        self.push_screen(FlameScreen(self.profile, "test"))
+
+
+def graph_of(app: App[Any]) -> FlameGraph:
+    return app.screen.query_one(FlameGraph)
+
+
+@run_async
+async def test_focus_and_back() -> None:
+    profile = training_profile()
+    app = Host(profile)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        graph = graph_of(app)
+        await pilot.press("up", "up", "up")
+        fit = graph.selected
+        assert profile.label(fit) == "Trainer > fit"
+        await pilot.press("enter")
+        assert graph.focus_node == fit
+        assert "100.0% of focus" in graph._status_text()
+        span = graph.layout_now.by_node[fit]
+        assert (span.x0, span.x1) == (0, SIZE[0])
+        await pilot.press("up", "enter")
+        assert graph.focus_history == [0, fit]
+        await pilot.press("backspace")
+        assert graph.focus_node == fit
+        await pilot.press("escape")
+        assert graph.focus_node == 0
+        await pilot.press("escape")  # top of the focus history: leave the screen
+        await pilot.pause()
+        assert not isinstance(app.screen, FlameScreen)
+
+
+@run_async
+async def test_search_highlights_and_next_match() -> None:
+    profile = training_profile()
+    app = Host(profile)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        graph = graph_of(app)
+        await pilot.press("slash", *"forward", "enter")
+        result = graph.search_result
+        assert result is not None
+        assert result.value == 30 + 25  # samples with a forward frame, once each
+        assert "55.0%" in graph._status_text()
+        await pilot.press("n")
+        assert "forward" in profile.frames[profile.node_frame[graph.selected]]
+        first = graph.selected
+        await pilot.press("n")
+        assert graph.selected != first
+        await pilot.press("N")
+        assert graph.selected == first
+
+
+@run_async
+async def test_sandwich_view() -> None:
+    profile = training_profile()
+    app = Host(profile)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("up", "up", "up", "up")  # Trainer.step (widest child of fit)
+        graph = graph_of(app)
+        assert profile.label(graph.selected) == "Trainer > step"
+        await pilot.press("s")
+        await pilot.pause()
+        assert isinstance(app.screen, SandwichScreen)
+        callers, callees = app.screen.query(FlameGraph).results()
+        assert callers.profile.total == 70 and callees.profile.total == 70
+        await pilot.press("escape")
+        await pilot.pause()
+        assert isinstance(app.screen, FlameScreen)
+
+
+@run_async
+async def test_function_table_sorts_and_searches() -> None:
+    profile = training_profile()
+    app = Host(profile)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("t")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, FunctionTableScreen)
+        assert [r.name for r in screen._rows[:2]] == ["0x7f151a2b3c4d", "Attention.forward"]
+        await pilot.press("t")
+        assert screen._rows[0].total_value == profile.total
+        totals = [r.total_value for r in screen._rows]
+        assert totals == sorted(totals, reverse=True)
+        await pilot.press("s", "down", "enter")
+        await pilot.pause()
+        assert isinstance(app.screen, FlameScreen)
+        result = graph_of(app).search_result
+        assert result is not None and result.pattern == "^Attention\\.forward"
+
+
+@run_async
+async def test_collapse_and_expand_chains() -> None:
+    profile = training_profile()
+    app = Host(profile)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        graph = graph_of(app)
+        expanded_rows = len(graph.layout_now.rows)
+        await pilot.press("c")
+        assert graph.collapsed
+        chain = graph.layout_now.rows[1][0]
+        assert chain.chain_length == 2  # <module> -> main
+        assert len(graph.layout_now.rows) < expanded_rows
+        await pilot.press("e")
+        assert len(graph.layout_now.rows) == expanded_rows
+
+
+@run_async
+async def test_live_update_keeps_place_and_pause_holds() -> None:
+    profile = training_profile()
+    app = Host(profile)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        graph = graph_of(app)
+        await pilot.press("up", "up", "up", "enter", "c")
+        graph.set_search("forward")
+        focus_label = profile.label(graph.focus_node)
+        newer = training_profile(extra=100)
+        graph.update_profile(newer)
+        assert graph.profile is newer
+        assert newer.label(graph.focus_node) == focus_label
+        assert graph.collapsed
+        assert graph.search_result is not None and graph.search_result.value == 130 + 25
+        await pilot.press("p")
+        assert graph.paused
+        newest = training_profile(extra=200)
+        graph.update_profile(newest)
+        assert graph.profile is newer and "update waiting" in graph._status_text()
+        await pilot.press("p")
+        assert graph.profile is newest
+        assert newest.label(graph.focus_node) == focus_label
+
+
+@run_async
+async def test_help_explains_reading() -> None:
+    app = Host(training_profile())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, FlameHelpScreen)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert isinstance(app.screen, FlameScreen)
+
+
+@run_async
+async def test_fixture_profile_opens_and_navigates() -> None:
+    profile = load_profile(str(DATA / "stacks" / "perf-vertx-stacks-01-collapsed-all.txt"))
+    app = FlameApp(profile)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        graph = graph_of(app)
+        for key in ["up"] * 10 + ["left", "right", "down", "enter", "slash", *"vertx", "enter", "n"]:
+            await pilot.press(key)
+        assert graph.focus_node > 0
+        assert graph.search_result is not None
+        top = function_table(profile)[0]
+        assert top.self_value == 23
+
+
+def test_snapshot_graph(snap_compare: Any) -> None:
+    assert snap_compare(FlameApp(training_profile()), terminal_size=SIZE, press=["up", "up", "up"])
+
+
+def test_snapshot_focus_and_search(snap_compare: Any) -> None:
+    assert snap_compare(
+        FlameApp(training_profile()), terminal_size=SIZE,
+        press=["up", "up", "up", "enter", "slash", *"forward", "enter"],
+    )
+
+
+def test_snapshot_sandwich(snap_compare: Any) -> None:
+    assert snap_compare(FlameApp(training_profile()), terminal_size=SIZE, press=["up", "up", "up", "up", "s"])
+
+
+def test_snapshot_table(snap_compare: Any) -> None:
+    assert snap_compare(FlameApp(training_profile()), terminal_size=SIZE, press=["t"])
+
+
+@pytest.mark.parametrize("size", [(60, 16), (140, 40)])
+def test_snapshot_memory_sizes(snap_compare: Any, size: tuple[int, int]) -> None:
+    profile = load_profile(str(DATA / "memory_snapshots" / "mini_snapshot.pickle"))
+    assert snap_compare(FlameApp(profile), terminal_size=size, press=["up"] * 12)
+
+
+@run_async
+async def test_mouse_selects_and_double_click_focuses() -> None:
+    profile = training_profile()
+    app = Host(profile)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        graph = graph_of(app)
+        fit = graph.layout_now.rows[3][-1]  # Trainer.fit: the widest frame on row 3
+        graph_h = graph.size.height - 1
+        y = graph_h - 1 - fit.row
+        await pilot.click(FlameGraph, offset=(fit.x0 + 1, y))
+        assert graph.selected == fit.node
+        await pilot.double_click(FlameGraph, offset=(fit.x0 + 1, y))
+        assert graph.focus_node == fit.node
+
+
+@run_async
+async def test_escape_clears_search_before_leaving() -> None:
+    app = Host(training_profile())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        graph = graph_of(app)
+        await pilot.press("slash", *"step", "enter")
+        assert graph.search_result is not None
+        await pilot.press("escape")
+        assert graph.search_result is None
+        assert isinstance(app.screen, FlameScreen)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, FlameScreen)
