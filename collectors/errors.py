@@ -5,7 +5,9 @@ Exception tree::
     GpulensError              (gpulens.collectors.errors; base for every package)
     ├── ConfigError           a bad config file, flag or pattern: names file and key
     ├── SchemaError           data that does not fit the sample model: names the field
-    └── CollectorError        a collector that cannot start at all
+    ├── RecordingError        a --record/--replay file that is not, or no longer, readable
+    ├── CollectorError        a collector that cannot start at all
+    └── PrometheusError       Prometheus down, slow, answering garbage, or a bad query
 
 Every error has a short ``title`` and a message a user can act on. A metric
 that cannot be read is not an error: it is ``None`` plus a reason.
@@ -46,3 +48,28 @@ class CollectorError(GpulensError):
     """A collector cannot run at all."""
 
     title = "collector error"
+
+
+class PrometheusError(GpulensError):
+    """Prometheus could not answer usefully; ``kind`` is ``down``, ``slow``,
+    ``garbage`` or ``query`` (Prometheus' own error message, e.g. bad PromQL)."""
+
+    title = "Prometheus error"
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class RecordingError(GpulensError):
+    """A recording file is not a gpulens recording, or is corrupt or truncated.
+
+    ``events`` holds the events read before the fault, so a viewer can show them.
+    """
+
+    title = "unreadable recording"
+    events: list[Any]
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.events = []

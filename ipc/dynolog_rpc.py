@@ -1,0 +1,98 @@
+"""Client for a running dynolog daemon's JSON RPC (TCP port 1778).
+
+Used when dynolog already holds the Kineto daemon name: gpulens then asks
+dynolog to hand the config over instead of serving the name itself.
+Framing: native-endian int32 length, then that many bytes of JSON, both ways.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import DynologRpcError
+
+DEFAULT_PORT = 1778
+LENGTH = struct.Struct("=i")
+MAX_REPLY_BYTES = 1 << 20
+
+
+def encode_frame(payload: dict[str, Any]) -> bytes:
+    """Length-prefixed JSON frame."""
+    raw = json.dumps(payload).encode("utf-8")
+    return LENGTH.pack(len(raw)) + raw
+
+
+def decode_reply(raw: bytes) -> dict[str, Any]:
+    """Parse a reply body; raises DynologRpcError when it is not a JSON object."""
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
+        raise DynologRpcError(f"dynolog replied with something that is not JSON: {err}") from err
+    if not isinstance(value, dict):
+        raise DynologRpcError("dynolog's reply is not a JSON object")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class DynologClient:
+    """Talks to dynolog on ``host:port``; each call opens one short connection."""
+
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    timeout_s: float = 5.0
+
+    def call(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """Send one request and return the decoded reply.
+
+        Raises:
+            DynologRpcError: connection refused, short or oversized reply, bad JSON.
+        """
+        try:
+            with socket.create_connection((self.host, self.port), timeout=self.timeout_s) as conn:
+                conn.sendall(encode_frame(payload))
+                (size,) = LENGTH.unpack(_read_exact(conn, LENGTH.size))
+                if not 0 <= size <= MAX_REPLY_BYTES:
+                    raise DynologRpcError(f"dynolog reply length {size} out of bounds")
+                return decode_reply(_read_exact(conn, size))
+        except OSError as err:
+            raise DynologRpcError(f"cannot reach dynolog at {self.host}:{self.port}: {err}") from err
+
+    def set_kineto_on_demand_request(
+        self, config: str, *, pids: tuple[int, ...] = (), job_id: int = 0, process_limit: int = 3
+    ) -> list[int]:
+        """Ask dynolog to hand ``config`` to matching processes; returns the matched pids."""
+        reply = self.call(
+            {
+                "fn": "setKinetOnDemandRequest",
+                "config": config,
+                "job_id": job_id,
+                "pids": list(pids),
+                "process_limit": process_limit,
+            }
+        )
+        matched = reply.get("processesMatched", [])
+        if not isinstance(matched, list) or not all(isinstance(p, int) for p in matched):
+            raise DynologRpcError("dynolog's processesMatched is not a list of pids")
+        return list(matched)
+
+    def reachable(self) -> bool:
+        """True when something accepts connections on the port."""
+        try:
+            with socket.create_connection((self.host, self.port), timeout=0.5):
+                return True
+        except OSError:
+            return False
+
+
+def _read_exact(conn: socket.socket, size: int) -> bytes:
+    chunks = bytearray()
+    while len(chunks) < size:
+        chunk = conn.recv(min(65536, size - len(chunks)))
+        if not chunk:
+            raise DynologRpcError("dynolog closed the connection mid-reply")
+        chunks += chunk
+    return bytes(chunks)

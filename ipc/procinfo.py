@@ -1,0 +1,70 @@
+"""What /proc says about a process that gpulens may trace: owner, environment, libraries.
+
+Everything here returns ``None`` when /proc cannot be read (the process is
+gone, or belongs to another user and we are not root); callers say so.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PROC = Path("/proc")
+# /proc/PID/environ of a real program is a few KiB; bound the read anyway.
+MAX_ENVIRON_BYTES = 1 << 20
+MAX_MAPS_BYTES = 16 << 20
+
+
+def proc_uid(pid: int, proc: Path = PROC) -> int | None:
+    """Real uid of ``pid`` from /proc/PID/status; None when the process is gone."""
+    try:
+        with open(proc / str(pid) / "status", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def proc_environ(pid: int, proc: Path = PROC) -> dict[str, str] | None:
+    """The environment ``pid`` started with; None when unreadable (gone or not ours)."""
+    try:
+        with open(proc / str(pid) / "environ", "rb") as fh:
+            raw = fh.read(MAX_ENVIRON_BYTES)
+    except OSError:
+        return None
+    env: dict[str, str] = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+    return env
+
+
+def loads_torch(pid: int, proc: Path = PROC) -> bool | None:
+    """True when libtorch (hence libkineto) is mapped into ``pid``; None when unreadable."""
+    try:
+        with open(proc / str(pid) / "maps", "rb") as fh:
+            raw = fh.read(MAX_MAPS_BYTES)
+    except OSError:
+        return None
+    return b"libtorch_cpu.so" in raw or b"libtorch.so" in raw or b"libkineto" in raw
+
+
+def proc_comm(pid: int, proc: Path = PROC) -> str | None:
+    """The process's short command name, or None when it is gone."""
+    try:
+        return (proc / str(pid) / "comm").read_text(errors="replace").strip()
+    except OSError:
+        return None
+
+
+def may_trace(requester_uid: int, target_uid: int | None) -> bool:
+    """Root may trace anyone; others only their own processes."""
+    return target_uid is not None and (requester_uid == 0 or requester_uid == target_uid)
+
+
+def current_uid() -> int:
+    """The effective uid of this process (the requesting user for local requests)."""
+    return os.geteuid()

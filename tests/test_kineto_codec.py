@@ -1,0 +1,347 @@
+"""The Kineto IPC codec and endpoint: wire format, bounds, hostile datagrams."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import struct
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from gpulens.ipc import kineto_codec as codec
+from gpulens.ipc.dynolog_rpc import DynologClient
+from gpulens.ipc.endpoint import KinetoEndpoint
+from gpulens.ipc.errors import (
+    DynologRpcError,
+    EndpointBusy,
+    IpcError,
+    MalformedDatagram,
+    NotTraceable,
+    TraceTimeout,
+)
+from gpulens.ipc.registry import Registry
+from gpulens.ipc.service import LocalTraceService
+from gpulens.ipc.trace import (
+    TraceRequest,
+    TraceState,
+    config_text,
+    final_paths,
+    request_from_dict,
+    request_to_dict,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+
+def _req_bytes(pids: list[int], job: int = 0, ctype: int = 3) -> bytes:
+    body = struct.pack("<iiq", ctype, len(pids), job) + struct.pack(f"<{len(pids)}i", *pids)
+    return struct.pack("<Q32s", len(body), b"req") + body
+
+
+def test_header_is_40_bytes_and_req_decodes() -> None:
+    data = _req_bytes([1234, 1000, 1], job=77)
+    assert codec.HEADER_BYTES == 40
+    msg = codec.decode(data)
+    assert msg == codec.ConfigRequest(config_type=3, job_id=77, pids=(1234, 1000, 1))
+    assert isinstance(msg, codec.ConfigRequest) and msg.pid == 1234
+    assert codec.encode_request(msg) == data
+
+
+def test_ctxt_roundtrip_and_reply() -> None:
+    reg = codec.ContextRegistration(gpu=1, pid=42, job_id=9)
+    assert codec.decode(codec.encode_context(reg)) == reg
+    reply = codec.encode_context_reply(3)
+    assert len(reply) == 44 and struct.unpack_from("<i", reply, 40) == (3,)
+
+
+def test_config_reply_has_no_nul_and_roundtrips() -> None:
+    data = codec.encode_config_reply("A=1\nB=2")
+    assert struct.unpack_from("<Q", data)[0] == 7 and data[8:12] == b"req\0"
+    assert codec.decode_config_reply(data) == "A=1\nB=2"
+    assert codec.decode_config_reply(codec.encode_config_reply("")) == ""
+    with pytest.raises(ValueError):
+        codec.encode_config_reply("x\0y")
+    with pytest.raises(ValueError):
+        codec.encode_config_reply("x" * codec.MAX_DATAGRAM_BYTES)
+
+
+@pytest.mark.parametrize(
+    ("data", "why"),
+    [
+        (b"", "shorter than the 40-byte header"),
+        (b"\0" * 39, "shorter than the 40-byte header"),
+        (struct.pack("<Q32s", 5, b"req") + b"\0" * 4, "header says 5"),
+        (struct.pack("<Q32s", 0, b"bogus"), "unknown message type"),
+        (struct.pack("<Q", 0) + b"r" * 32, "not NUL-terminated"),
+        (struct.pack("<Q32s", 8, b"req") + b"\0" * 8, "shorter than 16"),
+        (struct.pack("<Q32s", 16, b"req") + struct.pack("<iiq", 3, 5, 0), "needs 36"),
+        (struct.pack("<Q32s", 16, b"req") + struct.pack("<iiq", 3, -1, 0), "outside"),
+        (struct.pack("<Q32s", 16, b"req") + struct.pack("<iiq", 3, 10**9, 0), "outside"),
+        (struct.pack("<Q32s", 4, b"ctxt") + b"\0" * 4, "ctxt body must be 16"),
+        (struct.pack("<Q32s", 0, b"\xff\0"), "not ASCII"),
+    ],
+)
+def test_malformed_datagrams_raise_specific_errors(data: bytes, why: str) -> None:
+    with pytest.raises(MalformedDatagram, match=why):
+        codec.decode(data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200))
+def test_fuzz_decode_never_raises_anything_else(data: bytes) -> None:
+    with contextlib.suppress(MalformedDatagram):
+        codec.decode(data)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=-(2**31), max_value=2**31 - 1), max_size=40), st.integers(-(2**63), 2**63 - 1))
+def test_fuzz_valid_requests_roundtrip(pids: list[int], job: int) -> None:
+    msg = codec.ConfigRequest(3, job, tuple(pids))
+    assert codec.decode(codec.encode_request(msg)) == msg
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=120))
+def test_fuzz_endpoint_logic_drops_garbage(data: bytes) -> None:
+    ep = KinetoEndpoint("/nonexistent-never-bound")
+    reply = ep.handle_datagram(data)
+    if reply is None:
+        assert ep.dropped == 1
+    else:
+        codec.decode_header(reply)  # any answer is itself well formed
+
+
+def test_registry_tracks_polls_and_expires() -> None:
+    now = [100.0]
+    reg = Registry(expiry_intervals=3, clock=lambda: now[0])
+    reg.record_poll((10, 5, 1), 0, 0)
+    now[0] += 1.0
+    entry = reg.record_poll((10, 5, 1), 0, 0)
+    assert entry.polls == 2 and entry.interval_s == pytest.approx(1.0) and entry.ancestors == (5, 1)
+    now[0] += 10.0
+    assert [p.pid for p in reg.live()] == [10]  # never sooner than ~11 s
+    now[0] += 2.0
+    assert reg.live() == []
+
+
+def test_config_text_matches_dyno_gputrace_keys(tmp_path: Path) -> None:
+    text = config_text(TraceRequest(pids=(1,), duration_ms=500, record_shapes=True), tmp_path / "trace.json", "r1")
+    lines = text.splitlines()
+    assert lines[0] == f"ACTIVITIES_LOG_FILE={tmp_path}/trace.json"
+    for key in ("PROFILE_START_TIME=0", "ACTIVITIES_DURATION_MSECS=500", "ACTIVITIES_WARMUP_PERIOD_SECS=0",
+                "PROFILE_REPORT_INPUT_SHAPES=true", "PROFILE_WITH_STACK=false", "REQUEST_TRACE_ID=r1"):
+        assert key in lines
+    it = config_text(TraceRequest(pids=(1,), duration_ms=None, iterations=3), tmp_path / "t.json", "r2")
+    assert "ACTIVITIES_ITERATIONS=3" in it and "PROFILE_START_ITERATION=0" in it
+    assert final_paths(tmp_path / "trace.json", 42)[0] == tmp_path / "trace_42.json"
+
+
+@pytest.mark.parametrize(
+    "req",
+    [
+        TraceRequest(),
+        TraceRequest(pids=(1,), job_id=2),
+        TraceRequest(pids=(1,), duration_ms=None),
+        TraceRequest(pids=(1,), duration_ms=0),
+        TraceRequest(pids=(-3,)),
+        TraceRequest(pids=(1,), iterations=5),
+        TraceRequest(pids=(1,), warmup_s=-1),
+    ],
+)
+def test_bad_requests_are_rejected(req: TraceRequest) -> None:
+    with pytest.raises(ValueError):
+        req.validate()
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A socket dir short enough for client names (sun_path holds 108 bytes)."""
+    d = Path(tempfile.mkdtemp(prefix="gk", dir="/tmp"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _client(sock_dir: Path) -> socket.socket:
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    c.bind(str(sock_dir / f"dynoconfigclient-test-{os.getpid()}"))
+    c.settimeout(2)
+    return c
+
+
+def test_real_socket_survives_hostile_datagrams(short_dir: Path) -> None:
+    tmp_path = short_dir
+    ep = KinetoEndpoint(str(tmp_path), config_provider=lambda msg, uid: "X=1" if msg.pid == 4242 else "")
+    ep.start()
+    try:
+        c = _client(tmp_path)
+        target = str(tmp_path / "dynolog")
+        hostile = [b"", b"\0" * 39, b"\xff" * 40, struct.pack("<Q32s", 2**63, b"req"), b"A" * 70000,
+                   struct.pack("<Q32s", 16, b"req") + struct.pack("<iiq", 3, 999, 0)]
+        for data in hostile:
+            with contextlib.suppress(OSError):  # too big for a datagram: the kernel refuses it
+                c.sendto(data, target)
+        c.sendto(_req_bytes([4242, 1]), target)
+        reply = c.recv(70000)
+        assert codec.decode_config_reply(reply) == "X=1"
+        assert ep.running and ep.dropped >= 5
+        c.sendto(_req_bytes([os.getpid(), 1]), target)
+        assert codec.decode_config_reply(c.recv(1000)) == ""
+        procs = {p.pid: p for p in ep.registry.live()}
+        assert procs[4242].uid == os.geteuid()  # from SO_PASSCRED
+        c.close()
+    finally:
+        ep.stop()
+    assert not (tmp_path / "dynolog").exists()
+
+
+def test_name_taken_is_a_clear_error(short_dir: Path) -> None:
+    tmp_path = short_dir
+    first = KinetoEndpoint(str(tmp_path))
+    first.start()
+    try:
+        with pytest.raises(EndpointBusy, match=r"already taken by .*pid"):
+            KinetoEndpoint(str(tmp_path)).start()
+    finally:
+        first.stop()
+
+
+def test_stale_socket_file_is_replaced(short_dir: Path) -> None:
+    tmp_path = short_dir
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    stale.bind(str(tmp_path / "dynolog"))
+    stale.close()  # the file stays, nobody listens
+    ep = KinetoEndpoint(str(tmp_path))
+    ep.start()
+    try:
+        assert ep.running
+    finally:
+        ep.stop()
+
+
+def test_socket_dir_too_long_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(IpcError, match="too long"):
+        KinetoEndpoint(str(tmp_path / ("d" * 80))).start()
+
+
+class FakeDynolog:
+    """A test double of dynolog's JSON RPC server: records requests, answers processesMatched."""
+
+    def __init__(self, reply: bytes | None = None) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.requests: list[dict[str, object]] = []
+        self.reply = reply
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            with conn:
+                head = conn.recv(4)
+                if len(head) < 4:
+                    continue
+                (size,) = struct.unpack("=i", head)
+                body = b""
+                while len(body) < size:
+                    body += conn.recv(size - len(body))
+                req = json.loads(body)
+                self.requests.append(req)
+                out = self.reply if self.reply is not None else json.dumps(
+                    {"processesMatched": list(req.get("pids", []))}).encode()
+                conn.sendall(struct.pack("=i", len(out)) + out)
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def test_dynolog_rpc_client_frames_and_replies() -> None:
+    fake = FakeDynolog()
+    try:
+        client = DynologClient(port=fake.port)
+        assert client.reachable()
+        assert client.set_kineto_on_demand_request("A=1\nB=2", pids=(7, 8)) == [7, 8]
+        req = fake.requests[0]
+        assert req == {"fn": "setKinetOnDemandRequest", "config": "A=1\nB=2", "job_id": 0,
+                       "pids": [7, 8], "process_limit": 3}
+    finally:
+        fake.close()
+
+
+@pytest.mark.parametrize("reply", [b"not json", b"[1, 2]", b'{"processesMatched": "x"}'])
+def test_dynolog_bad_replies_are_clear_errors(reply: bytes) -> None:
+    fake = FakeDynolog(reply)
+    try:
+        with pytest.raises(DynologRpcError):
+            DynologClient(port=fake.port).set_kineto_on_demand_request("A=1", pids=(1,))
+    finally:
+        fake.close()
+
+
+def test_dynolog_unreachable_is_a_clear_error() -> None:
+    s = socket.create_server(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    with pytest.raises(DynologRpcError, match="cannot reach dynolog"):
+        DynologClient(port=port, timeout_s=1).call({"fn": "getStatus"})
+
+
+def test_service_uses_dynolog_when_the_name_is_taken(short_dir: Path) -> None:
+    holder = KinetoEndpoint(str(short_dir))
+    holder.start()
+    fake = FakeDynolog()
+    svc = LocalTraceService(socket_dir=str(short_dir), dynolog=DynologClient(port=fake.port))
+    try:
+        svc.start()
+        assert svc.dynolog is not None and "dynolog RPC" in svc.address
+        fut = svc.request_trace(TraceRequest(pids=(os.getpid(),), duration_ms=100, timeout_s=0.5))
+        assert fake.requests and "ACTIVITIES_LOG_FILE=/tmp/gpulens-" in str(fake.requests[0]["config"])
+        assert svc.jobs()[0].state is TraceState.TRACING
+        with pytest.raises(TraceTimeout):  # nobody writes the file here
+            fut.result(timeout=10)
+    finally:
+        svc.stop()
+        fake.close()
+        holder.stop()
+    no_dynolog = LocalTraceService(socket_dir=str(short_dir), use_dynolog=False)
+    blocker = KinetoEndpoint(str(short_dir))
+    blocker.start()
+    try:
+        with pytest.raises(EndpointBusy):
+            no_dynolog.start()
+    finally:
+        blocker.stop()
+
+
+def test_request_dict_roundtrip_and_refusals() -> None:
+    req = TraceRequest(pids=(5, 6), duration_ms=None, iterations=4, with_stack=True, warmup_s=1.0)
+    assert request_from_dict(request_to_dict(req)) == req
+    for bad in ({"pids": [1], "output": "/etc/passwd"}, {"pids": "1"}, {"pids": [1], "duration_ms": "5"},
+                {"pids": [1], "with_stack": 1}, {"pids": [True]}, {"pids": [1], "warmup_s": "x"}, {}):
+        with pytest.raises(ValueError):
+            request_from_dict(bad)
+
+
+def test_other_users_processes_are_refused(short_dir: Path) -> None:
+    svc = LocalTraceService(socket_dir=str(short_dir), requester_uid=os.geteuid() + 12345, use_dynolog=False)
+    svc.start()
+    try:
+        reason = svc.diagnose(os.getpid())
+        assert reason is not None and f"belongs to uid {os.geteuid()}" in reason
+        fut = svc.request_trace(TraceRequest(pids=(os.getpid(),)))
+        with pytest.raises(NotTraceable, match="only its owner or root"):
+            fut.result(timeout=5)
+        gone = svc.request_trace(TraceRequest(pids=(2**22 + 17,)))
+        with pytest.raises(NotTraceable, match="is gone"):
+            gone.result(timeout=5)
+    finally:
+        svc.stop()

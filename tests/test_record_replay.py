@@ -1,0 +1,183 @@
+"""Recording (--record) and replay (--replay): round trip and hostile files."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import msgpack
+import pytest
+from gpulens.collectors.demo import DemoSource
+from gpulens.collectors.errors import ConfigError, RecordingError
+from gpulens.collectors.recording import header, read_recording
+from gpulens.collectors.source import HostStatusEvent, SampleEvent, SourceEvent, SourceStatusEvent
+from gpulens.collectors.sources import Recorder, ReplaySource
+from gpulens.collectors.store import Store
+
+T0 = 1_700_000_000.0
+
+
+def record(path: Path, seconds: float = 20) -> list[SourceEvent]:
+    events: list[SourceEvent] = []
+    rec = Recorder(str(path), "demo", simulated=True)
+    emit = rec.wrap(events.append)
+    DemoSource(seed=5, clock=lambda: T0, live=False, backfill_s=seconds).start(emit)
+    emit(HostStatusEvent(host="gpu-node02", up=False, reason="ssh: timed out", time=T0))
+    emit(SourceStatusEvent(message="ok", ok=True, time=T0))
+    rec.close()
+    return events
+
+
+def test_round_trip_is_exact(tmp_path: Path) -> None:
+    path = tmp_path / "r.gpulens"
+    events = record(path)
+    head, back = read_recording(str(path))
+    assert head["source"] == "demo" and head["simulated"] is True
+    assert back == events
+    # compact: defaults are left out, so a sample costs well under its full dict form
+    assert path.stat().st_size / len(events) < 9000
+
+
+def replay_into_store(path: Path) -> Store:
+    store = Store()
+    done = threading.Event()
+
+    def emit(e: SourceEvent) -> None:
+        store.apply(e)
+        if isinstance(e, SourceStatusEvent) and e.message.startswith(("replayed", str(path))):
+            done.set()
+
+    src = ReplaySource(str(path))
+    src.start(emit)
+    assert done.wait(20)
+    src.stop()
+    return store
+
+
+def test_replay_shows_same_store(tmp_path: Path) -> None:
+    path = tmp_path / "r.gpulens"
+    events = record(path)
+    direct = Store()
+    direct.apply_many(events[:-1])
+    replayed = replay_into_store(path)
+    assert replayed.fleet(300) == direct.fleet(300)
+    assert replayed.source_status is not None and replayed.source_status.message.startswith("replayed")
+    assert ReplaySource(str(path)).load()[1] is None
+
+
+def test_truncated_file_keeps_what_was_read(tmp_path: Path) -> None:
+    path = tmp_path / "r.gpulens"
+    events = record(path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 50])
+    with pytest.raises(RecordingError, match="truncated") as err:
+        read_recording(str(path))
+    assert 0 < len(err.value.events) < len(events)
+    store = replay_into_store(path)
+    assert store.source_status is not None and not store.source_status.ok
+    assert "truncated" in store.source_status.message and len(store.hosts()) == 16
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (b"", "empty file"),
+        (b"hello world", "not a gpulens recording|corrupt"),
+        (msgpack.packb({"format": "gpulens-recording", "version": 99}), "version 99"),
+        (header("x", False, T0) + msgpack.packb([1, 2, 3]), "expected a map"),
+        (header("x", False, T0) + msgpack.packb({"k": "s", "d": {"host": 5}}), "host"),
+        (header("x", False, T0) + msgpack.packb({"k": "zz"}), "unknown record kind"),
+        (header("x", False, T0) + msgpack.packb({"k": "h", "host": "a", "up": "yes"}), "wrong type"),
+        (header("x", False, T0) + b"\xc1" * 10, "corrupt"),
+        # a claimed 4 GiB string: refused by the size limits, not allocated
+        (header("x", False, T0) + b"\xdb\xff\xff\xff\xff" + b"a" * 100, "corrupt|truncated|larger"),
+        # 2**31 element array header
+        (header("x", False, T0) + b"\xdd\x80\x00\x00\x00", "corrupt|truncated"),
+    ],
+)
+def test_hostile_files_give_clear_errors(tmp_path: Path, payload: bytes, message: str) -> None:
+    path = tmp_path / "bad.gpulens"
+    path.write_bytes(payload)
+    with pytest.raises(RecordingError, match=message):
+        read_recording(str(path))
+
+
+def test_missing_replay_file_is_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such file"):
+        ReplaySource(str(tmp_path / "nope"))
+
+
+def test_recorder_cannot_create(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot create"):
+        Recorder(str(tmp_path / "no" / "dir" / "x"))
+
+
+def test_sample_event_backfill_flag_survives(tmp_path: Path) -> None:
+    events = record(tmp_path / "r")
+    assert any(isinstance(e, SampleEvent) and e.backfill for e in events)
+    assert any(isinstance(e, SampleEvent) and not e.backfill for e in events)
+
+
+class FakeSampler:
+    """A test double of collectors.sampler.Sampler: counts calls, fails once."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.closed = False
+
+    def sample(self) -> object:
+        self.calls += 1
+        if self.calls == 2:
+            raise OSError("boom")
+        return DemoSource(seed=1, clock=lambda: T0).sample(0, T0 + self.calls)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_local_source_ticks_reports_errors_and_stops() -> None:
+    from gpulens.collectors.sources import LocalSource, MultiSource
+
+    from gpulens.config import Config
+
+    fake = FakeSampler()
+    got: list[SourceEvent] = []
+    enough = threading.Event()
+
+    def emit(e: SourceEvent) -> None:
+        got.append(e)
+        if sum(isinstance(x, SampleEvent) for x in got) >= 3:
+            enough.set()
+
+    src = MultiSource([LocalSource(Config(interval_s=0.05), sampler_factory=lambda: fake)])
+    assert src.name == "local" and not src.simulated
+    src.start(emit)
+    assert enough.wait(10)
+    src.stop()
+    src.stop()  # idempotent
+    assert fake.closed
+    errors = [e for e in got if isinstance(e, SourceStatusEvent) and not e.ok]
+    assert errors and "boom" in errors[0].message
+    assert any(isinstance(e, SourceStatusEvent) and e.ok and "resumed" in e.message for e in got)
+
+
+def test_local_source_sampler_that_cannot_start() -> None:
+    from gpulens.collectors.sources import LocalSource
+
+    from gpulens.config import Config
+
+    got: list[SourceEvent] = []
+    done = threading.Event()
+
+    def factory() -> object:
+        raise RuntimeError("no /proc")
+
+    def emit(e: SourceEvent) -> None:
+        got.append(e)
+        done.set()
+
+    src = LocalSource(Config(), sampler_factory=factory)
+    src.start(emit)
+    assert done.wait(5)
+    src.stop()
+    assert isinstance(got[0], SourceStatusEvent) and "no /proc" in got[0].message

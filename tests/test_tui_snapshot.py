@@ -1,0 +1,53 @@
+"""Snapshots of every screen at 80x24 and 200x50 (demo fleet, fixed seed, frozen clock).
+
+Update the baselines with ``pytest tests/test_tui_snapshot.py --snapshot-update``;
+scripts/make_screenshots.py writes the same renders to screenshots/.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from .tui_fakes import (
+    demo_app,
+    utc,  # noqa: F401 - a fixture, used by name below
+)
+
+pytestmark = pytest.mark.usefixtures("utc")
+
+SIZES = [(80, 24), (200, 50)]
+
+
+async def _open(pilot: Any, keys: tuple[str, ...], jump: str | None) -> None:
+    for _ in range(3):
+        await pilot.pause()
+    if jump:
+        pilot.app.jump(jump)
+    for k in keys:
+        await pilot.press(k)
+    for _ in range(3):
+        await pilot.pause()
+    pilot.app.refresh_data(force=True)
+    await pilot.pause()
+
+
+SCREENS: dict[str, tuple[tuple[str, ...], str | None]] = {
+    "overview": ((), None),
+    "host": ((), "host gpu-node05"),
+    "job": ((), "job 4711"),
+    "help": (("question_mark",), None),
+}
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("screen", list(SCREENS))
+def test_screen(snap_compare: Any, screen: str, size: tuple[int, int]) -> None:
+    keys, jump = SCREENS[screen]
+    app = demo_app()
+
+    async def run_before(pilot: Any) -> None:
+        await _open(pilot, keys, jump)
+
+    assert snap_compare(app, terminal_size=size, run_before=run_before)

@@ -1,0 +1,86 @@
+"""End to end: the real ``gpulens`` (local source) in a real tmux, driven with send-keys."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.tmux, pytest.mark.slow]
+
+
+def _tmux(sock: str, *args: str) -> str:
+    out = subprocess.run(["tmux", "-L", sock, *args], capture_output=True, text=True, timeout=10)
+    return out.stdout
+
+
+def _wait_for(sock: str, pane: str, predicate: object, timeout_s: float = 40.0) -> str:
+    deadline = time.monotonic() + timeout_s
+    screen = ""
+    while time.monotonic() < deadline:
+        screen = _tmux(sock, "capture-pane", "-p", "-t", pane)
+        if predicate(screen):  # type: ignore[operator]
+            return screen
+        time.sleep(0.3)
+    raise AssertionError(f"timed out; the pane shows:\n{screen}")
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_gpulens_in_tmux(gpulens_exe: str, tmp_path: Path) -> None:
+    sock = f"gpulens-test-{uuid.uuid4().hex[:8]}"
+    status = tmp_path / "exit"
+    host = socket.gethostname()
+    cmd = f"{gpulens_exe} --interval 1; echo $? > {status}; sleep 30"
+    _tmux(sock, "new-session", "-d", "-s", "t", "-x", "160", "-y", "45", cmd)
+    pane = "t:0.0"
+    try:
+        screen = _wait_for(sock, pane, lambda s: host[:12] in s and "CPU" in s and "%" in s
+                           and "Overview" in s)
+        line = next(ln for ln in screen.splitlines() if host[:12] in ln and "%" in ln)
+        assert any(tok.endswith("%") and tok[:-1].replace(".", "").isdigit() for tok in line.split())
+        _tmux(sock, "send-keys", "-t", pane, "Enter")
+        _wait_for(sock, pane, lambda s: "CPU Utilization" in s and f"Overview › {host[:12]}" in s)
+        _tmux(sock, "send-keys", "-t", pane, "Escape")
+        _wait_for(sock, pane, lambda s: "CPU Utilization" not in s and "Hosts" in s)
+        _tmux(sock, "send-keys", "-t", pane, "q")
+        deadline = time.monotonic() + 15
+        while not status.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert status.read_text().strip() == "0"
+    finally:
+        _tmux(sock, "kill-server")
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_record_then_replay_and_ctrl_c(gpulens_exe: str, tmp_path: Path) -> None:
+    sock = f"gpulens-test-{uuid.uuid4().hex[:8]}"
+    rec = tmp_path / "demo.gpulens"
+    status = tmp_path / "exit"
+    cmd = f"{gpulens_exe} --demo --record {rec}; echo $? > {status}; sleep 30"
+    _tmux(sock, "new-session", "-d", "-s", "t", "-x", "160", "-y", "45", cmd)
+    try:
+        _wait_for(sock, "t:0.0", lambda s: "SIMULATED" in s and "gpu-node01" in s)
+        time.sleep(1.5)
+        _tmux(sock, "send-keys", "-t", "t:0.0", "C-c")
+        deadline = time.monotonic() + 15
+        while not status.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert status.read_text().strip() == "0"
+        assert rec.stat().st_size > 10_000
+        status.unlink()
+        cmd = f"{gpulens_exe} --replay {rec}; echo $? > {status}; sleep 30"
+        _tmux(sock, "new-window", "-t", "t", cmd)
+        screen = _wait_for(sock, "t:1.0", lambda s: "replay demo.gpulens" in s and "gpu-node01" in s)
+        assert "SIMULATED" in screen  # a recording of the demo stays marked as simulated
+        _tmux(sock, "send-keys", "-t", "t:1.0", "q")
+        deadline = time.monotonic() + 15
+        while not status.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert status.read_text().strip() == "0"
+    finally:
+        _tmux(sock, "kill-server")

@@ -1,0 +1,252 @@
+"""GpulensApp: the TUI, handed its source; the store sits between them.
+
+Sources call ``emit`` from their threads; events queue under a lock and one
+``SourceEvents`` message at a time drains them, so a burst of 256 host
+samples costs one store update and one redraw (at most every 0.25 s).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar
+
+from gpulens.collectors.source import (
+    PanelData,
+    PanelProvider,
+    Source,
+    SourceEvent,
+    SourceStatusEvent,
+)
+from gpulens.collectors.store import Store
+from textual.app import App, SystemCommand
+from textual.binding import Binding, BindingType
+from textual.message import Message
+from textual.screen import Screen
+from textual.timer import Timer
+
+from gpulens.config import WINDOWS, Config, Panel
+
+from .screens.base import DataScreen
+from .screens.help import HelpScreen
+from .screens.host import HostScreen
+from .screens.job import JobScreen
+from .screens.jump import JumpScreen, parse_jump
+from .screens.overview import OverviewScreen
+from .widgets.heatmap import HEAT_METRICS
+
+MIN_REFRESH_S = 0.25
+
+
+class GpulensApp(App[int]):
+    """The gpulens TUI.
+
+    | key | action |
+    | --- | --- |
+    | q / ctrl+c | quit |
+    | ? | all keys |
+    | esc | back |
+    | : | jump (``host NAME``, ``job PID``) |
+    | 1 2 3 4 | window 1m 5m 15m 1h |
+    | p | pause / resume updates |
+    """
+
+    CSS_PATH = "app.tcss"
+    TITLE = "gpulens"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "quit", "Quit"),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
+        Binding("question_mark", "help", "Keys", key_display="?"),
+        Binding("escape", "go_back", "Back"),
+        Binding("colon", "jump", "Jump", key_display=":"),
+        Binding("1", "window('1m')", "Window 1m", show=False),
+        Binding("2", "window('5m')", "Window 5m", show=False),
+        Binding("3", "window('15m')", "Window 15m", show=False),
+        Binding("4", "window('1h')", "Window 1h", show=False),
+        Binding("p", "pause", "Pause"),
+    ]
+
+    class SourceEvents(Message):
+        """New events are queued (one such message at a time)."""
+
+    def __init__(self, source: Source, cfg: Config | None = None, *,
+                 clock: Callable[[], float] = time.time, trace_service: Any = None,
+                 store: Store | None = None) -> None:
+        super().__init__()
+        self.source = source
+        self.cfg = cfg or Config()
+        self.clock = clock
+        self.trace_service = trace_service
+        self.store = store or Store(resolution_s=self.cfg.interval_s,
+                                    history_s=max(3600.0, self.cfg.history_minutes * 60.0))
+        self.window = self.cfg.window
+        self.paused = False
+        self._lock = threading.Lock()
+        self._pending: list[SourceEvent] = []
+        self._posted = False
+        self._last_refresh = 0.0
+        self._timer: Timer | None = None
+        self._started = False
+
+    @property
+    def window_s(self) -> float:
+        """The statistics window in seconds."""
+        return float(WINDOWS[self.window])
+
+    def clock_text(self) -> str:
+        """The clock, as HH:MM:SS local time."""
+        return time.strftime("%H:%M:%S", time.localtime(self.clock()))
+
+    def on_mount(self) -> None:
+        """Open the overview, then start the source."""
+        self.push_screen(OverviewScreen())
+        try:
+            self.source.start(self.emit)
+        except Exception as err:  # shown in the header; the UI stays up to say so
+            self.emit(SourceStatusEvent(message=f"source failed to start: {err}", ok=False,
+                                        time=self.clock()))
+            return
+        self._started = True
+
+    def on_unmount(self) -> None:
+        """Stop the source (also on errors and Ctrl-C)."""
+        self.stop_source()
+
+    def stop_source(self) -> None:
+        """Stop the source once."""
+        if self._started:
+            self._started = False
+            self.source.stop()
+
+    # ---- events from sources (any thread) ---------------------------------
+    def emit(self, event: SourceEvent) -> None:
+        """The ``emit`` given to the source; thread-safe, merges bursts."""
+        with self._lock:
+            self._pending.append(event)
+            if self._posted:
+                return
+            self._posted = True
+        self.post_message(self.SourceEvents())
+
+    def on_gpulens_app_source_events(self, _: SourceEvents) -> None:
+        """Apply every queued event, then redraw (rate-limited)."""
+        with self._lock:
+            events, self._pending = self._pending, []
+            self._posted = False
+        if self.store.apply_many(events):
+            self._schedule_refresh()
+
+    def _schedule_refresh(self) -> None:
+        due = self._last_refresh + MIN_REFRESH_S - time.monotonic()
+        if due <= 0:
+            self.refresh_data()
+        elif self._timer is None:
+            self._timer = self.set_timer(due, self._timed_refresh)
+
+    def _timed_refresh(self) -> None:
+        self._timer = None
+        self.refresh_data()
+
+    def refresh_data(self, force: bool = False) -> None:
+        """Redraw the top screen from the store (only its header while paused)."""
+        self._last_refresh = time.monotonic()
+        screen = self.screen
+        if not isinstance(screen, DataScreen):
+            return
+        with self.batch_update():
+            if self.paused:
+                screen.update_header()
+            else:
+                screen.refresh_data(force)
+
+    def panel_data(self, panel: Panel, host: str | None, job: str | None) -> PanelData:
+        """A custom panel's series: the store for ``metric``, the source for ``expr``."""
+        try:
+            if panel.metric:
+                return self.store.panel_series(panel.metric, host, job, self.window_s)
+            if panel.expr and isinstance(self.source, PanelProvider):
+                return self.source.panel_series(panel.expr, host, job, self.window_s)
+            return PanelData(error="this source cannot evaluate expressions (use --prometheus)")
+        except Exception as err:  # a bad panel must not take the screen down
+            return PanelData(error=str(err))
+
+    # ---- navigation --------------------------------------------------------
+    def open_host(self, host: str) -> None:
+        """Push the host screen."""
+        self.push_screen(HostScreen(host))
+
+    def open_job(self, key: str) -> None:
+        """Push the job screen."""
+        self.push_screen(JobScreen(key))
+
+    def action_go_back(self) -> None:
+        """Esc: pop a screen, or clear the overview's filter."""
+        if isinstance(self.screen, OverviewScreen):
+            self.screen.clear_filter()
+        elif len(self.screen_stack) > 2:
+            self.pop_screen()
+
+    def action_help(self) -> None:
+        """Show every key."""
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(self.screen, self.BINDINGS))
+
+    def action_jump(self) -> None:
+        """``:host NAME`` / ``:job PID``."""
+        self.push_screen(JumpScreen(), self.jump)
+
+    def jump(self, text: str | None) -> None:
+        """Go to the host or job named in ``text``."""
+        if not text:
+            return
+        parsed = parse_jump(text)
+        if parsed is None:
+            self.notify(f"unknown command {text!r}: try 'host NAME' or 'job PID'", severity="error")
+            return
+        kind, arg = parsed
+        if kind == "host":
+            hosts = self.store.hosts()
+            match = arg if arg in hosts else next((h for h in hosts if arg in h), None)
+            if match is None:
+                self.notify(f"no host {arg!r}", severity="error")
+            else:
+                self.open_host(match)
+            return
+        job = self.store.find_job(arg, self.window_s)
+        if job is None:
+            self.notify(f"no job with pid or key {arg!r}", severity="error")
+        else:
+            self.open_job(job.key)
+
+    def action_window(self, name: str) -> None:
+        """Statistics window: 1m, 5m, 15m or 1h."""
+        self.window = name
+        self.refresh_data(force=True)
+
+    def action_pause(self) -> None:
+        """Pause or resume redrawing (data keeps being recorded)."""
+        self.paused = not self.paused
+        self.refresh_data(force=True)
+
+    def action_heatmap(self, key: str) -> None:
+        """Heatmap metric, from the command palette."""
+        if isinstance(self.screen, OverviewScreen):
+            self.screen.action_heat(key)
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        """The command palette lists every gpulens action."""
+        yield from super().get_system_commands(screen)
+        for name in WINDOWS:
+            yield SystemCommand(f"Window {name}", f"statistics over the last {name}",
+                                lambda n=name: self.action_window(n))
+        yield SystemCommand("Pause / resume", "stop or restart redrawing", self.action_pause)
+        yield SystemCommand("Keys", "show every key", self.action_help)
+        yield SystemCommand("Jump", ":host NAME or :job PID", self.action_jump)
+        for m in HEAT_METRICS:
+            yield SystemCommand(f"Heatmap: {m.label}", f"key {m.key} on the overview",
+                                lambda k=m.key: self.action_heatmap(k))
+        for h in self.store.hosts()[:200]:
+            yield SystemCommand(f"Host {h}", "open the host screen", lambda h=h: self.open_host(h))
+        for j in self.store.jobs(self.window_s)[:200]:
+            yield SystemCommand(f"Job {j.key}", f"{j.user} {j.tree_id}", lambda k=j.key: self.open_job(k))

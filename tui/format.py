@@ -1,0 +1,63 @@
+"""Number formatting shared by the widgets: one place decides how n/a looks."""
+
+from __future__ import annotations
+
+import math
+
+NA = "n/a"
+
+
+def known(v: float | None) -> bool:
+    """True for a real number (not None, not NaN)."""
+    return v is not None and not math.isnan(v)
+
+
+def pct(v: float | None, digits: int = 0) -> str:
+    """``95%``, or n/a."""
+    return f"{v:.{digits}f}%" if known(v) else NA
+
+
+def num(v: float | None, unit: str = "", digits: int = 0) -> str:
+    """``312 W``, or n/a."""
+    return f"{v:.{digits}f}{unit}" if known(v) else NA
+
+
+def size(v: float | None, suffix: str = "B") -> str:
+    """Binary size: ``71.5G``, or n/a."""
+    if not known(v):
+        return NA
+    assert v is not None
+    for unit in ("", "K", "M", "G", "T", "P"):
+        if abs(v) < 1024 or unit == "P":
+            return f"{v:.0f}{suffix}" if unit == "" else f"{v:.1f}{unit}{suffix}"
+        v /= 1024
+    return NA  # pragma: no cover
+
+
+def rate(v: float | None) -> str:
+    """Decimal throughput: ``1.2GB/s``, or n/a."""
+    if not known(v):
+        return NA
+    assert v is not None
+    for unit in ("", "k", "M", "G", "T"):
+        if abs(v) < 1000 or unit == "T":
+            return f"{v:.0f}B/s" if unit == "" else f"{v:.1f}{unit}B/s"
+        v /= 1000
+    return NA  # pragma: no cover
+
+
+def duration(seconds: float) -> str:
+    """``3h12m``, ``4m05s``, ``12s``."""
+    s = int(max(0, seconds))
+    if s >= 86400:
+        return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    if s >= 60:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s}s"
+
+
+def window_name(window_s: float) -> str:
+    """``5m`` for 300."""
+    return f"{int(window_s // 3600)}h" if window_s >= 3600 else f"{int(window_s // 60)}m"

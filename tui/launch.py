@@ -1,0 +1,56 @@
+"""``gpulens`` (no command): build the source from the flags, run the app, clean up."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def _trace_service(source: Any) -> Any:
+    """The local Kineto trace service, when watching this machine and ipc is present."""
+    from gpulens.collectors.sources import LocalSource
+
+    if not isinstance(source, LocalSource):
+        return None
+    try:
+        from gpulens.ipc.service import LocalTraceService
+
+        service = LocalTraceService()
+        service.start()
+        return service
+    except Exception as err:  # the TUI runs without "Open Profiler"
+        print(f"gpulens: trace service not started: {err}", file=sys.stderr)
+        return None
+
+
+def launch(args: argparse.Namespace) -> int:
+    """Run the TUI until the user quits; the exit code.
+
+    The source is always stopped and the terminal restored, also on Ctrl-C
+    and errors (Textual restores the terminal before raising).
+    """
+    from gpulens.collectors.sources import Recorder, RecordingSource
+
+    from gpulens.sources_from_args import build_source
+
+    from .app import GpulensApp
+
+    cfg = args.cfg
+    source = build_source(args, cfg)
+    service = _trace_service(source)
+    if getattr(args, "record", None):
+        source = RecordingSource(source, Recorder(args.record, source.name, source.simulated))
+    app = GpulensApp(source=source, cfg=cfg, trace_service=service)
+    try:
+        app.run()
+    finally:
+        app.stop_source()
+        if service is not None:
+            try:
+                service.stop()
+            except Exception as err:
+                print(f"gpulens: trace service did not stop cleanly: {err}", file=sys.stderr)
+    if app.return_code not in (None, 0):
+        return int(app.return_code)
+    return 0

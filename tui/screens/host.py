@@ -1,0 +1,106 @@
+"""Host detail: time series, per-GPU table, the host's jobs, the Profile panel."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Grid, VerticalScroll
+from textual.widgets import Footer, Static
+
+from ..format import window_name
+from ..widgets.gpu_table import GpuTable
+from ..widgets.header import AppHeader
+from ..widgets.job_table import JobTable
+from ..widgets.panel import CustomPanel
+from ..widgets.plot import TimeSeriesPlot
+from ..widgets.profile_panel import ProfilePanel
+from ._plots import HOST_PLOTS, add_series
+from .base import DataScreen
+
+
+class HostScreen(DataScreen):
+    """One host.
+
+    | key | action |
+    | --- | --- |
+    | enter | open the job under the cursor |
+    | f | profile the host's job processes (flame graph) |
+    | esc | back |
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("f", "profile", "Profile"),
+    ]
+
+    def __init__(self, host: str) -> None:
+        super().__init__()
+        self.host = host
+        self.crumb = host
+        self._seen: tuple[object, ...] = ()
+
+    def compose(self) -> ComposeResult:
+        """Header, plots, custom panels, GPU table, jobs, Profile slot."""
+        yield AppHeader()
+        with VerticalScroll(id="body"):
+            yield Static("", id="host-status")
+            with Grid(id="plots", classes="plots"):
+                for spec in HOST_PLOTS:
+                    yield TimeSeriesPlot(spec.title, spec.fmt, lo=spec.lo, hi=spec.hi, id=spec.id)
+            if self.gapp.cfg.panels:
+                with Grid(id="custom", classes="plots"):
+                    for i, panel in enumerate(self.gapp.cfg.panels):
+                        yield CustomPanel(panel, id=f"panel-{i}")
+            yield Static("GPUs", classes="section")
+            yield GpuTable(id="gpus")
+            yield Static("Jobs on this host", classes="section")
+            yield JobTable(id="host-jobs")
+            yield ProfilePanel(len(self.profile_pids()), id="profile")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        """First draw; focus the job table so Enter opens a job."""
+        self.query_one("#body").focus()
+        self.refresh_data(force=True)
+
+    def profile_pids(self) -> list[int]:
+        """The pids of every job process on this host, when it is this machine."""
+        sample = self.gapp.store.latest(self.host)
+        if sample is None or not self.is_local(self.host):
+            return []
+        return sorted(j.pid for j in sample.jobs)
+
+    def refresh_data(self, force: bool = False) -> None:
+        """Redraw when this host's data (or the window) changed."""
+        super().refresh_data(force)
+        store, w = self.gapp.store, self.gapp.window_s
+        seen = (store.host_version(self.host), w, int(store.now // store.resolution_s))
+        if seen == self._seen and not force:
+            return
+        self._seen = seen
+        up, reason = store.host_status(self.host)
+        status = self.query_one("#host-status", Static)
+        status.display = not up
+        status.update(f"host down: {reason}" if not up else "")
+        for spec in HOST_PLOTS:
+            plot = self.query_one(f"#{spec.id}", TimeSeriesPlot)
+            values = store.series(self.host, spec.metrics[0], w, plot.points)
+            for m in spec.metrics[1:]:
+                values = add_series(values, store.series(self.host, m, w, plot.points))
+            plot.set_data(values, store.unavailable(self.host, spec.metrics[0]), window_name(w))
+        for i, panel in enumerate(self.gapp.cfg.panels):
+            self.query_one(f"#panel-{i}", CustomPanel).show(
+                self.gapp.panel_data(panel, host=self.host, job=None), window_name(w))
+        gpus = self.query_one(GpuTable)
+        gpus.placeholder = f"no GPUs: {store.unavailable(self.host, 'gpu.utilization_percent') or 'none reported'}"
+        gpus.show(store.latest(self.host))
+        jobs = self.query_one(JobTable)
+        jobs.placeholder = "no process on this host matches the job pattern"
+        jobs.show([j for j in store.jobs(w) if self.host in j.hosts])
+
+    def on_incremental_table_row_selected(self, event: JobTable.RowSelected) -> None:
+        """Enter on a job opens it."""
+        event.stop()
+        if isinstance(event.table, JobTable):
+            self.gapp.open_job(event.key)

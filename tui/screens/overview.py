@@ -1,0 +1,171 @@
+"""The overview: headline statistics, per-host sparklines, per-GPU heatmap, host and job tables."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Footer, Input
+
+from ..widgets.header import AppHeader
+from ..widgets.heatmap import HEAT_METRICS, GpuHeatmap
+from ..widgets.host_table import HostTable
+from ..widgets.job_table import JobTable
+from ..widgets.sparklines import HostSparklines
+from ..widgets.stats import StatsBar
+from .base import DataScreen
+
+
+class OverviewScreen(DataScreen):
+    """What ``gpulens`` opens on.
+
+    | key | action |
+    | --- | --- |
+    | enter | open the host or job under the cursor |
+    | tab | switch between the host and job tables |
+    | / | filter both tables |
+    | s / r | sort by the next column / reverse |
+    | u a g w t | heatmap metric: util, SM activity, GPU memory, power, temperature |
+    """
+
+    crumb = "Overview"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "open", "Open", show=True),
+        Binding("slash", "filter", "Filter"),
+        Binding("s", "sort", "Sort"),
+        Binding("r", "reverse", "Reverse", show=False),
+        *[Binding(m.key, f"heat('{m.key}')", f"Heatmap {m.label}", show=False) for m in HEAT_METRICS],
+    ]
+
+    def compose(self) -> ComposeResult:
+        """Header, stats, charts, tables, filter, footer."""
+        store = self.gapp.store
+        yield AppHeader()
+        yield StatsBar(id="stats")
+        with Horizontal(id="charts"):
+            yield HostSparklines(store, id="sparklines")
+            yield GpuHeatmap(store, id="heatmap")
+        with Horizontal(id="tables"):
+            with Vertical(id="hosts-box"):
+                yield HostTable(id="hosts")
+            with Vertical(id="jobs-box"):
+                yield JobTable(id="jobs")
+        yield Input(placeholder="filter hosts and jobs (Enter keeps, Esc clears)", id="filter")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        """Titles and the first draw."""
+        self.query_one("#sparklines").border_title = "GPU util · SM activity per host"
+        self.query_one("#heatmap").border_title = "per-GPU heatmap"
+        self.query_one("#hosts-box").border_title = "Hosts"
+        self.query_one("#jobs-box").border_title = "Jobs"
+        self.query_one("#filter").display = False
+        self.query_one(HostTable).focus()
+        self.refresh_data(force=True)
+
+    def refresh_data(self, force: bool = False) -> None:
+        """Push the store's views into the widgets; each redraws only what changed."""
+        super().refresh_data(force)
+        app = self.gapp
+        store, w = app.store, app.window_s
+        hosts = store.hosts()
+        now_fb = int(store.now // store.resolution_s)
+        versions = {h: (store.host_version(h), now_fb, w) for h in hosts}
+        self.query_one(StatsBar).set_stats(store.fleet(w))
+        spark = self.query_one(HostSparklines)
+        spark.window_s = w
+        spark.set_rows(hosts, versions)
+        heat = self.query_one(GpuHeatmap)
+        heat.window_s = w
+        rows = [(h, g) for h in hosts for g in store.gpu_indices(h)]
+        heat.set_rows(rows, {r: versions[r[0]] for r in rows})
+        if not rows:
+            reason = next((r for h in hosts if (r := store.unavailable(h, "gpu.utilization_percent"))),
+                          "none reported yet")
+            heat.placeholder = f"no GPUs: {reason}"
+            heat.refresh()
+        self.query_one(HostTable).show(hosts, lambda h: store.host_row(h, w))
+        jobs = self.query_one(JobTable)
+        jobs.placeholder = "no process matches the job pattern (--pattern)" if hosts else ""
+        jobs.show(store.jobs(w))
+        self.query_one("#hosts-box").border_subtitle = self._sort_label(self.query_one(HostTable))
+        self.query_one("#jobs-box").border_subtitle = self._sort_label(self.query_one(JobTable))
+
+    @staticmethod
+    def _sort_label(table: HostTable | JobTable) -> str:
+        arrow = "↓" if table.sort_reverse else "↑"
+        f = f" · filter '{table.filter_text}'" if table.filter_text else ""
+        return f"sort {table.COLUMNS[table.sort_index][1]} {arrow}{f}"
+
+    def _table(self) -> HostTable | JobTable:
+        jobs = self.query_one(JobTable)
+        return jobs if jobs.has_focus else self.query_one(HostTable)
+
+    def action_open(self) -> None:
+        """Open the row under the cursor of the focused table."""
+        table = self._table()
+        key = table.selected_key()
+        if key is not None:
+            self._open(table, key)
+
+    def on_incremental_table_row_selected(self, event: HostTable.RowSelected) -> None:
+        """Enter (or a click) on a row opens its detail screen."""
+        event.stop()
+        if isinstance(event.table, (HostTable, JobTable)):
+            self._open(event.table, event.key)
+
+    def on_lazy_lines_row_clicked(self, event: GpuHeatmap.RowClicked) -> None:
+        """A click on a sparkline or heatmap row opens its host."""
+        key = event.key
+        self.gapp.open_host(str(key[0] if isinstance(key, tuple) else key))
+
+    def _open(self, table: HostTable | JobTable, key: str) -> None:
+        if isinstance(table, JobTable):
+            self.gapp.open_job(key)
+        else:
+            self.gapp.open_host(key)
+
+    def action_filter(self) -> None:
+        """Show the filter line."""
+        box = self.query_one("#filter", Input)
+        box.display = True
+        box.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        """Filter as you type."""
+        for table in (self.query_one(HostTable), self.query_one(JobTable)):
+            table.filter_text = event.value
+        self.refresh_data(force=True)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        """Keep the filter; back to the host table."""
+        event.input.display = False
+        self.query_one(HostTable).focus()
+
+    def clear_filter(self) -> bool:
+        """Esc on the overview: drop the filter; True if there was one."""
+        box = self.query_one("#filter", Input)
+        had = bool(box.value) or box.display
+        box.value = ""
+        box.display = False
+        self.query_one(HostTable).focus()
+        return had
+
+    def action_sort(self) -> None:
+        """Sort the focused table by its next column."""
+        label = self._table().cycle_sort()
+        self.notify(f"sorted by {label}", timeout=1.5)
+        self.refresh_data(force=True)
+
+    def action_reverse(self) -> None:
+        """Reverse the focused table's order."""
+        self._table().reverse_sort()
+        self.refresh_data(force=True)
+
+    def action_heat(self, key: str) -> None:
+        """Switch the heatmap's metric."""
+        heat = self.query_one(GpuHeatmap)
+        heat.set_metric(key)
+        self.query_one("#heatmap").border_title = f"per-GPU heatmap: {heat.metric.label}"

@@ -1,0 +1,305 @@
+"""The PyTorch profiler screen: take on-demand traces, list them, View / Analyze / Export.
+
+Keys:
+
+=========  =====================================================
+t          take a trace with the options above (duration or N iterations)
+v          view the selected trace as a timeline
+a          analyze the selected trace (torch-style table, findings)
+e          export the selected trace to a path you type (.gz compresses)
+r          re-check which processes can be traced
+escape     back
+=========  =====================================================
+
+The screen is handed a trace service (``LocalTraceService`` or anything with
+the same methods); loading and analysing run in worker threads with a
+progress bar, so the UI never freezes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any, ClassVar
+
+from gpulens.ipc.trace import TraceJob, TraceRequest, TraceState
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.widgets import Button, Checkbox, DataTable, Footer, Input, Label, ProgressBar, Static
+
+from .profiler_views import AnalyzeScreen, TimelineScreen
+
+STATE_STYLE = {
+    TraceState.WAITING_FOR_POLL: "yellow",
+    TraceState.TRACING: "cyan",
+    TraceState.WRITING: "cyan",
+    TraceState.DONE: "green",
+    TraceState.FAILED: "red",
+}
+
+
+class ProfilerScreen(Screen[None]):
+    """Trace, View, Analyze and Export PyTorch traces of ``pids`` on ``host``."""
+
+    DEFAULT_CSS = """
+    ProfilerScreen #pf-title { height: 1; background: $primary-muted; padding: 0 1; }
+    ProfilerScreen #pf-status { height: auto; padding: 0 1; }
+    ProfilerScreen #pf-options { height: 3; }
+    ProfilerScreen #pf-options Input { width: 12; }
+    ProfilerScreen #pf-options Label { padding: 1 0 0 1; }
+    ProfilerScreen #pf-options Checkbox { width: auto; }
+    ProfilerScreen #pf-jobs { height: 1fr; }
+    ProfilerScreen #pf-progress-row { height: 1; display: none; }
+    ProfilerScreen #pf-progress-row.-busy { display: block; }
+    ProfilerScreen #pf-export { dock: bottom; display: none; }
+    ProfilerScreen #pf-export.-open { display: block; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "leave", "Back"),
+        Binding("t", "trace", "Trace"),
+        Binding("v", "view", "View"),
+        Binding("a", "analyze", "Analyze"),
+        Binding("e", "export", "Export"),
+        Binding("r", "recheck", "Re-check"),
+    ]
+
+    def __init__(self, service: Any, host: str, pids: list[int]) -> None:
+        super().__init__()
+        self.service = service
+        self.host = host
+        self.pids = list(pids)
+        self._rows: dict[str, TraceJob] = {}
+
+    # ---- layout --------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        where = getattr(self.service, "address", "no trace service")
+        yield Static(f"Profiler · {self.host} · pid {', '.join(map(str, self.pids))} · {where}", id="pf-title")
+        yield Static(id="pf-status")
+        with Horizontal(id="pf-options"):
+            yield Label("ms")
+            yield Input("500", placeholder="duration ms", id="pf-duration", type="integer")
+            yield Label("or steps")
+            yield Input("", placeholder="iterations", id="pf-iterations", type="integer")
+            yield Label("warm-up s")
+            yield Input("0", placeholder="warm-up s", id="pf-warmup", type="number")
+            yield Checkbox("shapes", id="pf-shapes")
+            yield Checkbox("stack", id="pf-stack")
+            yield Checkbox("memory", id="pf-memory")
+            yield Button("Trace (t)", id="pf-trace", variant="primary")
+        yield DataTable(id="pf-jobs", cursor_type="row", zebra_stripes=True)
+        with Horizontal(id="pf-progress-row"):
+            yield Static("", id="pf-progress-label")
+            yield ProgressBar(total=1.0, show_eta=False, id="pf-progress")
+        yield Input(placeholder="export to path (enter to write, escape to cancel)", id="pf-export")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#pf-jobs", DataTable)
+        table.add_columns("request", "what", "pids", "state", "detail")
+        if self.service is not None:
+            # Tolerate services without the listener API (test doubles, remote stubs).
+            if hasattr(self.service, "add_listener"):
+                self.service.add_listener(self._listener)
+            for job in getattr(self.service, "jobs", list)():
+                self._show_job(job)
+        self.action_recheck()
+        self.set_interval(2.0, self.action_recheck)
+        table.focus()
+
+    def on_unmount(self) -> None:
+        if self.service is not None and hasattr(self.service, "remove_listener"):
+            self.service.remove_listener(self._listener)
+
+    # ---- service events (from its threads) ------------------------------------
+    def _listener(self, job: TraceJob) -> None:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # a service thread: hop onto the app's loop
+            with contextlib.suppress(RuntimeError):  # the app is shutting down
+                self.app.call_from_thread(self._show_job, job)
+            return
+        self._show_job(job)  # request_trace notifies from the caller: the app thread
+
+    def _show_job(self, job: TraceJob) -> None:
+        table = self.query_one("#pf-jobs", DataTable)
+        what = job.request.describe()
+        pids = ",".join(map(str, job.pids))
+        state = f"[{STATE_STYLE[job.state]}]{job.state.value}[/]"
+        detail = job.detail
+        if job.state is TraceState.WAITING_FOR_POLL:
+            detail = f"{detail} · {time.monotonic() - job.started_s:.0f} s"
+        if job.request_id in self._rows:
+            for col, value in ((1, what), (2, pids), (3, state), (4, detail)):
+                table.update_cell(job.request_id, table.ordered_columns[col].key, value)
+        else:
+            table.add_row(job.request_id, what, pids, state, detail, key=job.request_id)
+        self._rows[job.request_id] = job
+
+    # ---- actions ---------------------------------------------------------------
+    def action_recheck(self) -> None:
+        """Say, per process, whether it can be traced and why not (with the fix)."""
+        status = self.query_one("#pf-status", Static)
+        if self.service is None:
+            status.update("[red]no trace service here[/]: tracing needs the local agent's Kineto endpoint")
+            return
+        lines = []
+        diagnose = getattr(self.service, "diagnose", lambda pid: None)
+        for pid in self.pids:
+            why = diagnose(pid)
+            lines.append(f"[green]pid {pid}: ready[/] (polls {getattr(self.service, 'address', 'the endpoint')})" if why is None
+                         else f"[red]pid {pid}: cannot be traced[/]: {why}")
+        lines.append("[dim]a trace starts at the target's next poll: up to one poll interval (5 s by default)[/]")
+        status.update("\n".join(lines))
+        for job in list(self._rows.values()):
+            if job.state is TraceState.WAITING_FOR_POLL:
+                self._show_job(job)  # the waiting time keeps counting
+
+    def _request(self) -> TraceRequest | None:
+        def number(widget_id: str) -> str:
+            return self.query_one(widget_id, Input).value.strip()
+
+        try:
+            iterations = int(number("#pf-iterations")) if number("#pf-iterations") else None
+            duration = None if iterations is not None else int(number("#pf-duration") or "500")
+            warmup = float(number("#pf-warmup") or "0")
+        except ValueError:
+            self.notify("duration, iterations and warm-up must be numbers", severity="error")
+            return None
+        req = TraceRequest(
+            pids=tuple(self.pids),
+            duration_ms=duration,
+            iterations=iterations,
+            record_shapes=self.query_one("#pf-shapes", Checkbox).value,
+            with_stack=self.query_one("#pf-stack", Checkbox).value,
+            profile_memory=self.query_one("#pf-memory", Checkbox).value,
+            warmup_s=warmup,
+        )
+        try:
+            req.validate()
+        except ValueError as err:
+            self.notify(str(err), severity="error")
+            return None
+        return req
+
+    def action_trace(self) -> None:
+        """Request a trace with the chosen options; the table shows its progress."""
+        if self.service is None or not hasattr(self.service, "request_trace"):
+            self.notify("no trace service here", severity="error")
+            return
+        req = self._request()
+        if req is not None:
+            self.service.request_trace(req)
+
+    @on(Button.Pressed, "#pf-trace")
+    def _trace_pressed(self) -> None:
+        self.action_trace()
+
+    def _selected_file(self) -> str | None:
+        table = self.query_one("#pf-jobs", DataTable)
+        if table.row_count == 0:
+            self.notify("no trace yet: press t", severity="warning")
+            return None
+        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        job = self._rows.get(str(key))
+        if job is None or job.state is not TraceState.DONE or not job.files:
+            self.notify("select a finished trace (state: done)", severity="warning")
+            return None
+        return str(next(iter(job.files.values())))
+
+    def action_view(self) -> None:
+        """Open the selected trace as a timeline (loaded in a worker)."""
+        path = self._selected_file()
+        if path is not None:
+            self._load_timeline(path)
+
+    def action_analyze(self) -> None:
+        """Analyze the selected trace (in a worker)."""
+        path = self._selected_file()
+        if path is not None:
+            self._analyze(path)
+
+    def action_export(self) -> None:
+        """Ask for a path and copy the selected trace there."""
+        if self._selected_file() is None:
+            return
+        box = self.query_one("#pf-export", Input)
+        box.add_class("-open")
+        box.focus()
+
+    @on(Input.Submitted, "#pf-export")
+    def _export_submitted(self, event: Input.Submitted) -> None:
+        path = self._selected_file()
+        event.input.remove_class("-open")
+        self.query_one("#pf-jobs", DataTable).focus()
+        if path is not None and event.value.strip():
+            self._export(path, event.value.strip())
+
+    def action_leave(self) -> None:
+        """Close the export box, else leave the screen."""
+        box = self.query_one("#pf-export", Input)
+        if box.has_class("-open"):
+            box.remove_class("-open")
+            self.query_one("#pf-jobs", DataTable).focus()
+            return
+        self.dismiss(None)
+
+    # ---- workers ---------------------------------------------------------------
+    def _progress(self, fraction: float, what: str) -> None:
+        """Worker-side progress callback."""
+        self.app.call_from_thread(self._set_progress, fraction, what)
+
+    def _set_progress(self, fraction: float | None, what: str) -> None:
+        row = self.query_one("#pf-progress-row")
+        row.set_class(fraction is not None, "-busy")
+        self.query_one("#pf-progress-label", Static).update(f"{what} ")
+        if fraction is not None:
+            self.query_one("#pf-progress", ProgressBar).update(progress=fraction)
+
+    def _done(self) -> None:
+        self._set_progress(None, "")
+
+    def _failed(self, err: Exception) -> None:
+        self._done()
+        self.notify(f"{getattr(err, 'title', 'error')}: {err}", severity="error", timeout=10)
+
+    @work(thread=True, exclusive=True, group="trace-load")
+    def _load_timeline(self, path: str) -> None:
+        from gpulens.collectors.trace.load import load_trace
+        from gpulens.collectors.trace.timeline import build_timeline
+
+        try:
+            trace = load_trace(path, keep_args=True, progress=self._progress)
+            self._progress(1.0, "building timeline")
+            timeline = build_timeline(trace.events)
+        except Exception as err:  # shown to the user, never kills the UI
+            self.app.call_from_thread(self._failed, err)
+            return
+        self.app.call_from_thread(self._done)
+        self.app.call_from_thread(self.app.push_screen, TimelineScreen(timeline, path))
+
+    @work(thread=True, exclusive=True, group="trace-load")
+    def _analyze(self, path: str) -> None:
+        from gpulens.collectors.trace.analyze import analyze_file
+
+        try:
+            summary = analyze_file(path, progress=self._progress)
+        except Exception as err:
+            self.app.call_from_thread(self._failed, err)
+            return
+        self.app.call_from_thread(self._done)
+        self.app.call_from_thread(self.app.push_screen, AnalyzeScreen(summary, path))
+
+    @work(thread=True, exclusive=True, group="trace-export")
+    def _export(self, src: str, dest: str) -> None:
+        from gpulens.collectors.trace.export import export_trace
+
+        try:
+            out = export_trace(src, dest)
+        except Exception as err:
+            self.app.call_from_thread(self._failed, err)
+            return
+        self.app.call_from_thread(self.notify, f"trace written to {out}")

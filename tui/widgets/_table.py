@@ -1,0 +1,214 @@
+"""A light table updated in place: rows kept by key, only visible changed rows redrawn.
+
+Rebuilding a Textual DataTable every second costs about 26 % of a core, and
+even in-place DataTable updates re-render every visible cell through Rich.
+This table draws each row as one Strip with the Line API, caches it by the
+row's cell texts, and repaints only when a visible row changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
+from textual.binding import Binding, BindingType
+from textual.geometry import Region, Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+
+class IncrementalTable(ScrollView, can_focus=True):
+    """Keyed rows with a cursor; subclasses set ``COLUMNS``.
+
+    | key | action |
+    | --- | --- |
+    | up / down / k / j | move the cursor |
+    | pageup / pagedown / home / end | move further |
+    | enter (or click the cursor row) | post :class:`RowSelected` |
+    """
+
+    COLUMNS: tuple[tuple[str, str, bool, int], ...] = ()
+    """(key, label, right-aligned, width) per column."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"table--header", "table--cursor", "table--cursor-blur",
+                                             "table--row", "table--placeholder"}
+    DEFAULT_CSS = """
+    IncrementalTable { height: auto; max-height: 100%; overflow-x: hidden; scrollbar-size-vertical: 1; }
+    IncrementalTable > .table--header { background: $panel; color: $text; text-style: bold; }
+    IncrementalTable > .table--row { color: $text; }
+    IncrementalTable > .table--cursor { background: $accent; color: $text; text-style: bold; }
+    IncrementalTable > .table--cursor-blur { background: $panel; }
+    IncrementalTable > .table--placeholder { color: $text-muted; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("up,k", "cursor(-1)", "Up", show=False),
+        Binding("down,j", "cursor(1)", "Down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("home", "cursor(-1000000)", "First", show=False),
+        Binding("end", "cursor(1000000)", "Last", show=False),
+        Binding("enter", "select", "Open", show=False),
+    ]
+
+    class RowSelected(Message):
+        """Enter (or a click on the cursor row) chose a row."""
+
+        def __init__(self, table: IncrementalTable, key: str) -> None:
+            super().__init__()
+            self.table = table
+            self.key = key
+
+        @property
+        def control(self) -> IncrementalTable:
+            """The table that sent it."""
+            return self.table
+
+    def __init__(self, *, name: str | None = None, id: str | None = None,
+                 classes: str | None = None) -> None:
+        super().__init__(name=name, id=id, classes=classes)
+        self._cells: dict[str, tuple[str, ...]] = {}
+        self.order: list[str] = []
+        self.cursor = 0
+        self.sort_index = 0
+        self.sort_reverse = False
+        self.filter_text = ""
+        self.placeholder = ""
+        """Shown (muted) in place of the rows when there are none."""
+        self._cache: dict[str, tuple[tuple[str, ...], int, int, Strip]] = {}
+
+    # ---- data --------------------------------------------------------------
+    @property
+    def row_count(self) -> int:
+        """Rows shown."""
+        return len(self.order)
+
+    def get_cell(self, row: str, column: str) -> str:
+        """Text of one cell (KeyError if absent)."""
+        col = next(i for i, c in enumerate(self.COLUMNS) if c[0] == column)
+        return self._cells[row][col]
+
+    def sync(self, rows: dict[str, tuple[str, ...]], order: Sequence[str]) -> bool:
+        """Show ``rows`` (key -> cell texts) in ``order``; True if anything changed."""
+        order = [k for k in order if k in rows]
+        top = int(self.scroll_offset.y)
+        visible = set(self.order[top: top + self.size.height])
+        changed = order != self.order
+        if not changed:
+            changed = any(self._cells.get(k) != rows[k] for k in visible if k in rows)
+            dirty = changed
+        else:
+            dirty = True
+            key = self.selected_key()
+            self.order = order
+            if key in rows:
+                self.cursor = order.index(key)
+            self.cursor = max(0, min(self.cursor, len(order) - 1))
+            self.virtual_size = Size(self.size.width, max(2, len(order) + 1))
+        self._cells = rows
+        if dirty:
+            self.refresh()
+        return changed
+
+    def selected_key(self) -> str | None:
+        """Key of the row under the cursor."""
+        return self.order[self.cursor] if 0 <= self.cursor < len(self.order) else None
+
+    def cycle_sort(self) -> str:
+        """Sort by the next column; returns its label."""
+        self.sort_index = (self.sort_index + 1) % len(self.COLUMNS)
+        self.refresh()
+        return self.COLUMNS[self.sort_index][1]
+
+    def reverse_sort(self) -> None:
+        """Flip the sort order."""
+        self.sort_reverse = not self.sort_reverse
+        self.refresh()
+
+    def matches(self, cells: tuple[str, ...]) -> bool:
+        """True when the row passes the ``/`` filter (substring of any cell)."""
+        f = self.filter_text.lower()
+        return not f or any(f in c.lower() for c in cells)
+
+    # ---- cursor ------------------------------------------------------------
+    def action_cursor(self, delta: int) -> None:
+        """Move the cursor by ``delta`` rows."""
+        if not self.order:
+            return
+        self.cursor = max(0, min(len(self.order) - 1, self.cursor + delta))
+        self.scroll_to_region(Region(0, self.cursor + 1, 1, 1), spacing=None, animate=False)
+        self.refresh()
+
+    def action_page(self, direction: int) -> None:
+        """Move the cursor by a page."""
+        self.action_cursor(direction * max(1, self.size.height - 2))
+
+    def action_select(self) -> None:
+        """Post RowSelected for the cursor row."""
+        key = self.selected_key()
+        if key is not None:
+            self.post_message(self.RowSelected(self, key))
+
+    def on_click(self, event: events.Click) -> None:
+        """Click moves the cursor; clicking the cursor row opens it."""
+        row = event.y - 1 + int(self.scroll_offset.y)
+        if event.y < 1 or not 0 <= row < len(self.order):
+            return
+        if row == self.cursor:
+            self.action_select()
+        else:
+            self.cursor = row
+            self.refresh()
+
+    def on_focus(self) -> None:
+        """The cursor colour follows focus."""
+        self.refresh()
+
+    def on_blur(self) -> None:
+        """The cursor colour follows focus."""
+        self.refresh()
+
+    # ---- drawing -----------------------------------------------------------
+    def _line(self, cells: Sequence[str], style: Style, width: int) -> Strip:
+        parts = []
+        for (_, _, right, w), text in zip(self.COLUMNS, cells, strict=True):
+            text = text if len(text) <= w else text[: w - 1] + "…"
+            parts.append(text.rjust(w) if right else text.ljust(w))
+        return Strip([Segment(" " + " ".join(parts), style)]).crop_extend(0, width, style)
+
+    def render_line(self, y: int) -> Strip:
+        """Header at y=0, then the rows (cached by their cell texts)."""
+        width = self.size.width
+        if y == 0:
+            labels = []
+            arrow = "↓" if self.sort_reverse else "↑"
+            for i, (_, label, _, w) in enumerate(self.COLUMNS):
+                if i == self.sort_index:
+                    label = (label if len(label) < w else label[: w - 1]) + arrow
+                labels.append(label)
+            return self._line(labels, self.get_component_rich_style("table--header"), width)
+        row = y - 1 + int(self.scroll_offset.y)
+        if not self.order and y == 1 and self.placeholder:
+            muted = self.get_component_rich_style("table--placeholder")
+            return Strip([Segment(" " + self.placeholder, muted)]).crop_extend(0, width, self.rich_style)
+        if row >= len(self.order):
+            return Strip.blank(width, self.rich_style)
+        key = self.order[row]
+        cells = self._cells[key]
+        mode = 0 if row != self.cursor else (1 if self.has_focus else 2)
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] == cells and hit[1] == mode and hit[2] == width:
+            return hit[3]
+        name = ("table--row", "table--cursor", "table--cursor-blur")[mode]
+        strip = self._line(cells, self.get_component_rich_style(name), width)
+        self._cache[key] = (cells, mode, width, strip)
+        if len(self._cache) > 4 * max(64, len(self.order)):
+            self._cache.clear()
+        return strip
+
+    def on_resize(self) -> None:
+        """Keep the scroll range right."""
+        self.virtual_size = Size(self.size.width, max(2, len(self.order) + 1))

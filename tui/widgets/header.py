@@ -1,0 +1,58 @@
+"""The top line: breadcrumbs, source, SIMULATED, window, PAUSED, source status, clock."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
+
+
+class AppHeader(Widget):
+    """``gpulens › Overview › gpu-node03`` on the left, state on the right."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"header--crumbs", "header--simulated", "header--paused", "header--status-bad"}
+    DEFAULT_CSS = """
+    AppHeader { dock: top; height: 1; background: $panel; color: $text; }
+    AppHeader > .header--crumbs { text-style: bold; }
+    AppHeader > .header--simulated { background: $warning; color: $text; text-style: bold reverse; }
+    AppHeader > .header--paused { background: $accent; color: $text; text-style: bold; }
+    AppHeader > .header--status-bad { color: $error; text-style: bold; }
+    """
+
+    crumbs: reactive[tuple[str, ...]] = reactive(("gpulens",))
+    """Screen names, oldest first."""
+    source: reactive[str] = reactive("")
+    """Source name (local, demo, replay FILE...)."""
+    simulated: reactive[bool] = reactive(False)
+    """Demo data: shows SIMULATED."""
+    window: reactive[str] = reactive("5m")
+    """Statistics window name."""
+    paused: reactive[bool] = reactive(False)
+    """Updates paused (``p``)."""
+    status: reactive[tuple[str, bool]] = reactive(("", True))
+    """Source status message and whether it is good."""
+    clock: reactive[str] = reactive("")
+    """Time of the newest data, HH:MM:SS."""
+
+    def render(self) -> Text:
+        """One line; the status is cut first when narrow."""
+        left = Text(" › ".join(self.crumbs), style=self.get_component_rich_style("header--crumbs"))
+        right = Text()
+        if self.simulated:
+            right.append(" SIMULATED ", style=self.get_component_rich_style("header--simulated"))
+            right.append(" ")
+        if self.paused:
+            right.append(" PAUSED ", style=self.get_component_rich_style("header--paused"))
+            right.append(" ")
+        right.append(f"{self.source} · window {self.window} · {self.clock} ")
+        msg, ok = self.status
+        width = self.size.width
+        room = width - left.cell_len - right.cell_len - 3
+        mid = Text()
+        if msg and room > 8:
+            style = "" if ok else self.get_component_rich_style("header--status-bad")
+            mid = Text(msg if len(msg) <= room else msg[: room - 1] + "…", style=style)
+        pad = max(1, width - left.cell_len - mid.cell_len - right.cell_len - 2)
+        return Text.assemble(" ", left, "  ", mid, " " * pad, right, no_wrap=True, overflow="crop")

@@ -1,0 +1,34 @@
+"""A user-defined panel from the config (``[[panels]]``): a plot, or its error."""
+
+from __future__ import annotations
+
+import math
+
+from gpulens.collectors.source import PanelData
+
+from gpulens.config import Panel
+
+from ..format import num
+from .plot import TimeSeriesPlot
+
+
+class CustomPanel(TimeSeriesPlot):
+    """Plots a :class:`~gpulens.collectors.source.PanelData`; its error shows in place."""
+
+    def __init__(self, panel: Panel, *, name: str | None = None, id: str | None = None,
+                 classes: str | None = None) -> None:
+        unit = panel.unit
+
+        def fmt(v: float | None) -> str:
+            return num(v, unit, 1 if v is not None and abs(v) < 10 else 0)
+
+        super().__init__(panel.title, fmt, lo=0.0, hi=None, name=name, id=id, classes=classes)
+        self.panel = panel
+
+    def show(self, data: PanelData, window: str) -> None:
+        """Plot ``data`` (or show its error)."""
+        if data.error is not None:
+            self.set_data([], f"error: {data.error}", window)
+            return
+        values = [v for _, v in data.points if not math.isnan(v)]
+        self.set_data(values or [], None if values else "no points in the window", window)

@@ -1,0 +1,31 @@
+"""A job's processes (job screen): host, pid, tree ID, user, CPU, RSS, GPU memory, command."""
+
+from __future__ import annotations
+
+from gpulens.collectors.model import JobInfo
+
+from ..format import pct, size
+from ._table import IncrementalTable
+
+
+class ProcessTable(IncrementalTable):
+    """One row per process of the job, on every host."""
+
+    COLUMNS = (
+        ("pid", "Host:PID", False, 18), ("tree", "Tree ID", False, 44), ("user", "User", False, 8),
+        ("cpu", "CPU", True, 5), ("rss", "RSS", True, 8), ("gpus", "GPUs", True, 5),
+        ("gpumem", "GPU mem", True, 8), ("cmd", "Command", False, 40),
+    )
+
+    @staticmethod
+    def cells(host: str, p: JobInfo) -> tuple[str, ...]:
+        """The texts of one process's row."""
+        gpus = ",".join(sorted(p.gpu_mem_bytes)) or "-"
+        cmd = p.cmdline if len(p.cmdline) <= 60 else p.cmdline[:59] + "…"
+        return (f"{host}:{p.pid}", p.tree_id, p.user, pct(p.cpu_percent), size(p.rss_bytes),
+                gpus, size(sum(p.gpu_mem_bytes.values())), cmd)
+
+    def show(self, processes: tuple[tuple[str, JobInfo], ...]) -> bool:
+        """Show these processes; True if anything changed."""
+        rows = {f"{h}:{p.pid}": self.cells(h, p) for h, p in processes}
+        return self.sync(rows, list(rows))

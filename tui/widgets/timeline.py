@@ -1,0 +1,235 @@
+"""An in-terminal trace timeline: one lane per thread or stream, nested events in rows.
+
+Keys:
+
+=================  ==================================================
+left / right, h l  previous / next event in the row (the view follows)
+up / down, k j     row above / below
++ / -              zoom in / out around the selected event
+[ / ]              pan left / right by a quarter of the view
+0                  fit the whole trace
+f                  zoom to the selected event
+enter              show the selected event's name, duration and args
+=================  ==================================================
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any, ClassVar
+
+from gpulens.collectors.trace.report import fmt_us
+from gpulens.collectors.trace.timeline import Row, Span, Timeline, paint_row
+from rich.segment import Segment
+from rich.style import Style
+from textual.binding import Binding, BindingType
+from textual.color import Color
+from textual.message import Message
+from textual.strip import Strip
+from textual.widget import Widget
+
+GUTTER = 22
+
+
+class TraceTimeline(Widget, can_focus=True):
+    """Timeline of a :class:`Timeline` drawn line by line (see the module docstring)."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"timeline--ruler", "timeline--status", "timeline--gutter", "timeline--selected", "timeline--empty"}
+
+    DEFAULT_CSS = """
+    TraceTimeline { height: 1fr; width: 1fr; }
+    TraceTimeline > .timeline--ruler { background: $panel; color: $foreground-muted; }
+    TraceTimeline > .timeline--status { background: $panel; color: $foreground; }
+    TraceTimeline > .timeline--gutter { color: $foreground-muted; }
+    TraceTimeline > .timeline--selected { text-style: bold reverse; }
+    TraceTimeline > .timeline--empty { background: $background; }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("left,h", "step(-1)", "Prev event", show=False),
+        Binding("right,l", "step(1)", "Next event", show=False),
+        Binding("up,k", "row(-1)", "Row up", show=False),
+        Binding("down,j", "row(1)", "Row down", show=False),
+        Binding("plus,equals_sign", "zoom(0.5)", "Zoom in"),
+        Binding("minus", "zoom(2.0)", "Zoom out"),
+        Binding("left_square_bracket", "pan(-0.25)", "Pan left", show=False),
+        Binding("right_square_bracket", "pan(0.25)", "Pan right", show=False),
+        Binding("0", "fit", "Fit"),
+        Binding("f", "focus_event", "Zoom to event"),
+        Binding("enter", "select", "Details"),
+    ]
+
+    class EventSelected(Message):
+        """The user asked for the details (name, duration, args) of an event."""
+
+        def __init__(self, timeline: TraceTimeline, details: dict[str, Any]) -> None:
+            super().__init__()
+            self.timeline = timeline
+            self.details = details
+
+        @property
+        def control(self) -> TraceTimeline:
+            """The timeline that sent the message."""
+            return self.timeline
+
+    def __init__(self, timeline: Timeline, *, name: str | None = None, id: str | None = None,
+                 classes: str | None = None) -> None:
+        super().__init__(name=name, id=id, classes=classes)
+        self.timeline = timeline
+        self.t0, self.t1 = timeline.start_us, max(timeline.end_us, timeline.start_us + 1.0)
+        self.row = 0
+        self.span_index: int | None = 0 if timeline.rows and timeline.rows[0].spans else None
+        self._row_offset = 0
+        self._palette: list[Style] = []
+        self._palette_theme = ""
+
+    # ---- state ----------------------------------------------------------
+    @property
+    def selected(self) -> Span | None:
+        """The selected span, if any."""
+        rows = self.timeline.rows
+        if not rows or self.span_index is None:
+            return None
+        spans = rows[self.row].spans
+        return spans[self.span_index] if 0 <= self.span_index < len(spans) else None
+
+    def _follow(self) -> None:
+        """Pan so the selected span is visible (keeping the zoom)."""
+        span = self.selected
+        if span is None:
+            return
+        width = self.t1 - self.t0
+        if span.start_us < self.t0 or span.start_us > self.t1:
+            self.t0 = span.start_us - width * 0.1
+            self.t1 = self.t0 + width
+
+    def action_step(self, delta: int) -> None:
+        """Select the previous / next event in the row."""
+        rows = self.timeline.rows
+        if not rows or not rows[self.row].spans:
+            return
+        n = len(rows[self.row].spans)
+        self.span_index = max(0, min(n - 1, (self.span_index or 0) + delta))
+        self._follow()
+        self.refresh()
+
+    def action_row(self, delta: int) -> None:
+        """Move to the row above / below, to the event nearest the current time."""
+        rows = self.timeline.rows
+        if not rows:
+            return
+        span = self.selected
+        t = span.start_us if span is not None else (self.t0 + self.t1) / 2
+        self.row = max(0, min(len(rows) - 1, self.row + delta))
+        self.span_index = rows[self.row].index_at(t)
+        self._follow()
+        self.refresh()
+
+    def action_zoom(self, factor: float) -> None:
+        """Zoom around the selected event (or the view's centre)."""
+        span = self.selected
+        centre = span.start_us + span.dur_us / 2 if span is not None else (self.t0 + self.t1) / 2
+        half = max((self.t1 - self.t0) * factor / 2, 0.5)
+        full = self.timeline.end_us - self.timeline.start_us
+        half = min(half, max(full, 1.0) / 2 * 1.05)
+        self.t0, self.t1 = centre - half, centre + half
+        self.refresh()
+
+    def action_pan(self, fraction: float) -> None:
+        """Shift the view by ``fraction`` of its width."""
+        shift = (self.t1 - self.t0) * fraction
+        self.t0 += shift
+        self.t1 += shift
+        self.refresh()
+
+    def action_fit(self) -> None:
+        """Show the whole trace."""
+        self.t0, self.t1 = self.timeline.start_us, max(self.timeline.end_us, self.timeline.start_us + 1.0)
+        self.refresh()
+
+    def action_focus_event(self) -> None:
+        """Zoom so the selected event fills most of the view."""
+        span = self.selected
+        if span is None:
+            return
+        pad = max(span.dur_us * 0.1, 0.5)
+        self.t0, self.t1 = span.start_us - pad, span.end_us + pad
+        self.refresh()
+
+    def action_select(self) -> None:
+        """Post the selected event's details."""
+        span = self.selected
+        if span is not None:
+            self.post_message(self.EventSelected(self, self.timeline.details(span)))
+
+    # ---- drawing ----------------------------------------------------------
+    def _styles(self) -> list[Style]:
+        theme = self.app.current_theme
+        if self._palette_theme != theme.name:
+            lightness = 0.72 if not theme.dark else 0.36
+            self._palette = []
+            for hue in (0, 30, 55, 90, 140, 175, 200, 225, 255, 285, 315, 340):
+                c = Color.from_hsl(hue / 360, 0.5, lightness)
+                self._palette.append(Style(bgcolor=c.rich_color, color=c.get_contrast_text().rich_color))
+            self._palette_theme = theme.name
+        return self._palette
+
+    def _ruler(self, width: int) -> Strip:
+        style = self.get_component_rich_style("timeline--ruler")
+        span = self.t1 - self.t0
+        left = f"{'time':<{GUTTER}}+{fmt_us(self.t0 - self.timeline.start_us)}"
+        right = f"view {fmt_us(span)}  +{fmt_us(self.t1 - self.timeline.start_us)}"
+        text = left + " " * max(width - len(left) - len(right), 1) + right
+        return Strip([Segment(text[:width].ljust(width), style)], width)
+
+    def _status(self, width: int) -> Strip:
+        span = self.selected
+        if span is None:
+            text = "no events" if not self.timeline.rows else "no event selected"
+        else:
+            text = (f"{span.name}  ·  {fmt_us(span.dur_us)}  ·  at +{fmt_us(span.start_us - self.timeline.start_us)}"
+                    f"  ·  {span.cat}  ·  enter: details")
+        style = self.get_component_rich_style("timeline--status")
+        return Strip([Segment(text[:width].ljust(width), style)], width)
+
+    def render_line(self, y: int) -> Strip:
+        width, height = self.size.width, self.size.height
+        if y == 0:
+            return self._ruler(width)
+        if y == height - 1:
+            return self._status(width)
+        body_h = max(height - 2, 1)
+        if self.row < self._row_offset:
+            self._row_offset = self.row
+        elif self.row >= self._row_offset + body_h:
+            self._row_offset = self.row - body_h + 1
+        index = self._row_offset + y - 1
+        empty = self.get_component_rich_style("timeline--empty")
+        rows = self.timeline.rows
+        if index >= len(rows):
+            return Strip([Segment(" " * width, empty)], width)
+        return self._row_strip(rows[index], index, width, empty)
+
+    def _row_strip(self, row: Row, index: int, width: int, empty: Style) -> Strip:
+        gutter_style = self.get_component_rich_style("timeline--gutter")
+        title = row.title or ("  " + "·" * min(row.depth, 6))
+        segments = [Segment(title[: GUTTER - 1].ljust(GUTTER), gutter_style)]
+        cells = paint_row(row, self.t0, self.t1, max(width - GUTTER, 0))
+        palette = self._styles()
+        selected = self.selected if index == self.row else None
+        sel_style = self.get_component_rich_style("timeline--selected")
+        x = 0
+        while x < len(cells):
+            span = cells[x]
+            end = x + 1
+            while end < len(cells) and cells[end] is span:
+                end += 1
+            if span is None:
+                segments.append(Segment(" " * (end - x), empty))
+            else:
+                style = palette[zlib.crc32(span.name.encode()) % len(palette)]
+                if selected is not None and span is selected:
+                    style = style + sel_style
+                segments.append(Segment(span.name[: end - x].ljust(end - x), style))
+            x = end
+        return Strip(segments, width)
