@@ -125,5 +125,7 @@ EOF
 # Keep each check failing with a "GPU SMOKE FAILED: ..." line.
 # ---------------------------------------------------------------------------
 
+echo "== profiler: on-demand CUDA trace, Analyze, memory snapshot (scripts/gpu_trace_smoke.sh)"
+SMOKE_VENV="$VENV" bash scripts/gpu_trace_smoke.sh || fail "profiler checks failed (see the GPU TRACE SMOKE line above)"
 # END OF PROFILER CHECKS
 echo "GPU SMOKE PASSED"
