@@ -1,0 +1,227 @@
+"""A small, bounded client for the Prometheus HTTP API (urllib only).
+
+Every call has a timeout and a response-size bound, and every answer is
+checked before use: anything that is not the documented JSON shape becomes
+a :class:`PrometheusError` of kind ``garbage`` with a short description, a
+refused or unreachable server one of kind ``down``, a timeout one of kind
+``slow``, and Prometheus' own error (bad PromQL, ...) one of kind ``query``
+carrying Prometheus' message verbatim.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import socket
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import PrometheusError
+
+MAX_RESPONSE_BYTES = 128 * 1024 * 1024
+MAX_SERIES = 500_000
+MAX_POINTS = 11_000
+"""Prometheus itself refuses range queries of more than 11,000 points per series."""
+
+Labels = dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """One series of an answer: labels and (unix time, value) points, oldest first."""
+
+    labels: Labels
+    points: tuple[tuple[float, float], ...]
+
+
+def _garbage(what: str) -> PrometheusError:
+    return PrometheusError("garbage", f"Prometheus answered garbage: {what}")
+
+
+def _labels(obj: Any) -> Labels:
+    if not isinstance(obj, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in obj.items()
+    ):
+        raise _garbage("series labels are not a string map")
+    return obj
+
+
+def _point(obj: Any) -> tuple[float, float]:
+    if not isinstance(obj, list) or len(obj) != 2 or not isinstance(obj[1], str):
+        raise _garbage("a sample is not [time, \"value\"]")
+    try:
+        t, v = float(obj[0]), float(obj[1])
+    except (TypeError, ValueError) as err:
+        raise _garbage(f"a sample value is not a number ({obj[1]!r:.40})") from err
+    if not math.isfinite(t):
+        raise _garbage("a sample time is not finite")
+    return t, v
+
+
+def _result(body: bytes, result_type: str) -> Any:
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise _garbage(f"not JSON ({len(body)} bytes starting {body[:40]!r})") from err
+    if not isinstance(doc, dict):
+        raise _garbage("top level is not an object")
+    if doc.get("status") == "error":
+        raise PrometheusError("query", str(doc.get("error", "unknown error"))[:500])
+    data = doc.get("data")
+    if doc.get("status") != "success" or not isinstance(data, dict):
+        raise _garbage("no 'status: success' with 'data'")
+    rtype, result = data.get("resultType"), data.get("result")
+    if rtype == "scalar" and result_type == "vector":
+        return [{"metric": {}, "value": result}]
+    if rtype != result_type or not isinstance(result, list):
+        raise _garbage(f"expected a {result_type}, got {rtype!r}")
+    if len(result) > MAX_SERIES:
+        raise _garbage(f"{len(result)} series (limit {MAX_SERIES})")
+    return result
+
+
+def parse_vector(body: bytes) -> list[tuple[Labels, float]]:
+    """Decode an instant-query body into (labels, value) pairs: the fast path
+    for thousands of series (no per-series objects).
+
+    Raises:
+        PrometheusError: ``query`` for Prometheus' own error, else ``garbage``.
+    """
+    result = _result(body, "vector")
+    try:
+        out = [(item["metric"], float(item["value"][1])) for item in result]
+    except (TypeError, KeyError, IndexError, ValueError) as err:
+        raise _garbage(f"a vector sample is malformed ({type(err).__name__}: {err})"[:200]) from err
+    for labels, _ in out:
+        if type(labels) is not dict or not all(type(v) is str for v in labels.values()):
+            raise _garbage("series labels are not a string map")
+    return out
+
+
+def parse_answer(body: bytes, result_type: str) -> list[Series]:
+    """Decode a ``/api/v1/query`` or ``query_range`` body (``vector`` or ``matrix``).
+
+    Raises:
+        PrometheusError: ``query`` for Prometheus' own error, else ``garbage``.
+    """
+    result = _result(body, result_type)
+    out: list[Series] = []
+    for item in result:
+        if not isinstance(item, dict):
+            raise _garbage("a series is not an object")
+        labels = _labels(item.get("metric", {}))
+        if result_type == "vector":
+            out.append(Series(labels, (_point(item.get("value")),)))
+        else:
+            values = item.get("values")
+            if not isinstance(values, list) or len(values) > MAX_POINTS:
+                raise _garbage("a range series has no (or too many) values")
+            out.append(Series(labels, tuple(_point(p) for p in values)))
+    return out
+
+
+class PromClient:
+    """GET requests to one Prometheus server, bounded in time and size."""
+
+    def __init__(self, url: str, timeout_s: float = 5.0, max_bytes: int = MAX_RESPONSE_BYTES) -> None:
+        """``url`` is the server's base (``http://host:9090``).
+
+        Raises:
+            ValueError: a URL that is not http(s)://host[:port][/path].
+        """
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"not an http(s) URL: {url!r} (expected e.g. http://prometheus:9090)")
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+        self.max_bytes = max_bytes
+
+    def _get(self, path: str, params: dict[str, str]) -> bytes:
+        full = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
+        req = urllib.request.Request(full, headers={"Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                return self._read(resp)
+        except urllib.error.HTTPError as err:
+            body = self._read(err)
+            if err.code in (400, 422, 503) and body.lstrip().startswith(b"{"):
+                return body  # Prometheus' JSON error, decoded by the caller
+            raise PrometheusError("garbage", f"Prometheus answered HTTP {err.code} {err.reason}") from err
+        except TimeoutError as err:
+            raise PrometheusError("slow", f"Prometheus slow: no answer in {self.timeout_s:g} s") from err
+        except urllib.error.URLError as err:
+            if isinstance(err.reason, (TimeoutError, socket.timeout)):
+                raise PrometheusError("slow", f"Prometheus slow: no answer in {self.timeout_s:g} s") from err
+            raise PrometheusError("down", f"Prometheus down: {self.url}: {err.reason}") from err
+        except (ConnectionError, OSError) as err:
+            raise PrometheusError("down", f"Prometheus down: {self.url}: {err}") from err
+        except (http.client.HTTPException, ValueError) as err:  # bad status line and the like
+            raise _garbage(f"not HTTP ({type(err).__name__}: {err})"[:200]) from err
+
+    def _read(self, resp: Any) -> bytes:
+        try:
+            body: bytes = resp.read(self.max_bytes + 1)
+        except TimeoutError as err:
+            raise PrometheusError("slow", f"Prometheus slow: no answer in {self.timeout_s:g} s") from err
+        except (OSError, ValueError, http.client.HTTPException) as err:
+            raise _garbage(f"the answer broke off ({type(err).__name__})") from err
+        if len(body) > self.max_bytes:
+            raise _garbage(f"answer larger than {self.max_bytes} bytes")
+        return body
+
+    def query(self, expr: str, at: float | None = None) -> list[Series]:
+        """Instant query (``/api/v1/query``); one point per series.
+
+        Raises:
+            PrometheusError: down, slow, garbage, or Prometheus' error for ``expr``.
+        """
+        params = {"query": expr, "timeout": f"{self.timeout_s:g}s"}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        return parse_answer(self._get("/api/v1/query", params), "vector")
+
+    def query_pairs(self, expr: str, at: float | None = None) -> list[tuple[Labels, float]]:
+        """Instant query as (labels, value) pairs (see :func:`parse_vector`).
+
+        Raises:
+            PrometheusError: as :meth:`query`.
+        """
+        params = {"query": expr, "timeout": f"{self.timeout_s:g}s"}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        return parse_vector(self._get("/api/v1/query", params))
+
+    def query_range(self, expr: str, start: float, end: float, step_s: float) -> list[Series]:
+        """Range query (``/api/v1/query_range``), at most :data:`MAX_POINTS` steps.
+
+        Raises:
+            PrometheusError: as :meth:`query`.
+        """
+        step_s = max(step_s, (end - start) / (MAX_POINTS - 1), 0.001)
+        params = {
+            "query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}",
+            "step": f"{step_s:.3f}", "timeout": f"{self.timeout_s:g}s",
+        }
+        return parse_answer(self._get("/api/v1/query_range", params), "matrix")
+
+    def metric_names(self) -> set[str]:
+        """Every metric name Prometheus holds (``/api/v1/label/__name__/values``).
+
+        Raises:
+            PrometheusError: as :meth:`query`.
+        """
+        body = self._get("/api/v1/label/__name__/values", {})
+        try:
+            doc = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as err:
+            raise _garbage(f"not JSON ({len(body)} bytes starting {body[:40]!r})") from err
+        if isinstance(doc, dict) and doc.get("status") == "error":
+            raise PrometheusError("query", str(doc.get("error", "unknown error"))[:500])
+        data = doc.get("data") if isinstance(doc, dict) else None
+        if not isinstance(data, list) or not all(isinstance(x, str) for x in data):
+            raise _garbage("metric names are not a list of strings")
+        return set(data)

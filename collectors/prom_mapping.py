@@ -1,0 +1,265 @@
+"""The one table from gpulens sample fields to PromQL, per exporter family.
+
+Three naming families are understood:
+
+* ``gpulens`` - our own exporter (collectors/prom_export.py, docs/metrics.md);
+* ``dcgm`` - NVIDIA dcgm-exporter (``DCGM_FI_DEV_*`` in their units: %, MiB,
+  W, C, MHz; ``DCGM_FI_PROF_*`` as 0-1 ratios);
+* ``node`` - Prometheus node_exporter (counters turned into rates).
+
+Every expression returns the value already converted to the gpulens unit of
+the field (percent, bytes, bytes/s, W, C, MHz) and keeps the labels that name
+the host (``host``, ``Hostname`` or ``instance``; see :func:`host_of`) and,
+for GPU rows, the GPU (``gpu``, ``uuid``/``UUID``). ``$SEL`` is replaced by the
+user's label matchers (may be empty; PromQL accepts a trailing comma) and
+``$RATE`` by the rate window. For one field and one host the first family in
+:data:`FAMILIES` order that has data wins.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+FAMILIES: tuple[str, ...] = ("gpulens", "dcgm", "node")
+
+MIB = 1024 * 1024
+PARTITIONS = r"(.*[0-9]p[0-9]+|[hsv]d[a-z]+[0-9]+|xvd[a-z]+[0-9]+|dm-.*|loop.*|ram.*|sr[0-9]+|md[0-9]+p[0-9]+)"
+"""Block devices that are partitions or virtual: excluded so totals do not count bytes twice."""
+
+
+@dataclass(frozen=True, slots=True)
+class MetricMap:
+    """One field as read from one family."""
+
+    field: str
+    """Dotted gpulens field: ``cpu.total_percent``, ``gpu.mem_used_bytes``, ``job.rss_bytes``."""
+    family: str
+    metrics: tuple[str, ...]
+    """Raw metric names the expression reads (the first one is used to detect the family)."""
+    expr: str
+    """PromQL template with ``$SEL`` and ``$RATE``."""
+    scale: float | None = 1.0
+    """gpulens value = raw value x scale, for single-gauge rows; None when derived (rate, sum)."""
+    labels: tuple[str, ...] = ()
+    """Labels each raw sample must carry for the row to work (besides the host label)."""
+
+    @property
+    def scope(self) -> str:
+        """``host``, ``gpu`` or ``job``: which object the field belongs to."""
+        head = self.field.split(".", 1)[0]
+        return head if head in ("gpu", "job") else "host"
+
+    @property
+    def keep(self) -> tuple[str, ...]:
+        """Labels the answer keeps; the rest (driver versions, pod names, ...) is
+        aggregated away by ``max by``, which shrinks answers several times."""
+        if self.family == "gpulens":
+            return ("host", *self.labels)
+        if self.family == "dcgm":
+            return (*HOST_LABELS, "gpu", "UUID", "modelName")
+        return HOST_LABELS
+
+    @property
+    def tier(self) -> str:
+        """How often the source re-reads it: ``core`` every poll (what the overview
+        draws), ``detail`` every few polls (clocks, PCIe, ECC...: host screen only),
+        ``static`` every minute (sizes, names)."""
+        if self.field in STATIC_FIELDS:
+            return "static"
+        return "detail" if self.field in DETAIL_FIELDS else "core"
+
+    def query(self, selector: str = "", rate_window_s: float = 60.0) -> str:
+        """The PromQL text with the selector matchers and rate window filled in."""
+        expr = self.expr.replace("$SEL", selector).replace("$RATE", f"{max(1, round(rate_window_s))}s")
+        return f"max by ({', '.join(self.keep)}) ({expr})"
+
+
+def _g(field: str, metric: str, scale: float = 1.0, labels: tuple[str, ...] = ()) -> MetricMap:
+    """A plain gauge of gpulens' own names: value x scale."""
+    expr = f"{metric}{{$SEL}}" if scale == 1.0 else f"{metric}{{$SEL}} * {scale!r}"
+    return MetricMap(field, "gpulens", (metric,), expr, scale, labels)
+
+
+def _d(field: str, metric: str, scale: float = 1.0) -> MetricMap:
+    """A dcgm-exporter gauge, per GPU."""
+    expr = f"{metric}{{$SEL}}" if scale == 1.0 else f"{metric}{{$SEL}} * {scale!r}"
+    return MetricMap(field, "dcgm", (metric,), expr, scale, ("gpu", "UUID"))
+
+
+HOST_LABELS = ("host", "Hostname", "instance")
+STATIC_FIELDS = frozenset({
+    "host.simulated", "host.unavailable", "cpu.count", "memory.total_bytes",
+    "gpu.info", "gpu.mem_total_bytes",
+})
+DETAIL_FIELDS = frozenset({
+    "cpu.load_avg_1m", "memory.swap_used_bytes", "cache.l2_hit_ratio", "cache.l3_hit_ratio",
+    "gpu.power_limit_w", "gpu.sm_clock_mhz", "gpu.mem_clock_mhz", "gpu.pcie_rx_bytes_per_s",
+    "gpu.pcie_tx_bytes_per_s", "gpu.nvlink_rx_bytes_per_s", "gpu.nvlink_tx_bytes_per_s",
+    "gpu.ecc_corrected", "gpu.ecc_uncorrected", "gpu.xid_last", "gpu.sm_occupancy_percent",
+    "gpu.throttle_reasons", "gpu.processes", "gpu.dram_bw_util_percent",
+    "gpu.memory_utilization_percent",
+})
+GPU = ("gpu",)
+JOB = ("pid",)  # our "job" label arrives as exported_job; jobs are keyed by host and pid
+
+TABLE: tuple[MetricMap, ...] = (
+    # ---- host: gpulens
+    _g("host.simulated", "gpulens_host_simulated"),
+    _g("cpu.total_percent", "gpulens_cpu_utilization_ratio", 100),
+    _g("cpu.load_avg_1m", "gpulens_cpu_load1"),
+    _g("cpu.count", "gpulens_cpu_count"),
+    _g("memory.total_bytes", "gpulens_memory_total_bytes"),
+    _g("memory.used_bytes", "gpulens_memory_used_bytes"),
+    _g("memory.available_bytes", "gpulens_memory_available_bytes"),
+    _g("memory.swap_used_bytes", "gpulens_swap_used_bytes"),
+    _g("network.rx_bytes_per_s", "gpulens_network_receive_bytes_per_second"),
+    _g("network.tx_bytes_per_s", "gpulens_network_transmit_bytes_per_second"),
+    _g("storage.read_bytes_per_s", "gpulens_storage_read_bytes_per_second"),
+    _g("storage.write_bytes_per_s", "gpulens_storage_write_bytes_per_second"),
+    _g("cache.l2_hit_ratio", "gpulens_cache_l2_hit_ratio"),
+    _g("cache.l3_hit_ratio", "gpulens_cache_l3_hit_ratio"),
+    _g("cache.mem_bandwidth_bytes_per_s", "gpulens_memory_bandwidth_bytes_per_second"),
+    # ---- host: node_exporter
+    MetricMap("cpu.total_percent", "node", ("node_cpu_seconds_total",),
+              '100 * (1 - sum without (cpu, mode) (rate(node_cpu_seconds_total{mode="idle",$SEL}[$RATE]))'
+              ' / sum without (cpu, mode) (rate(node_cpu_seconds_total{$SEL}[$RATE])))',
+              None, ("cpu", "mode")),
+    MetricMap("cpu.load_avg_1m", "node", ("node_load1",), "node_load1{$SEL}"),
+    MetricMap("cpu.count", "node", ("node_cpu_seconds_total",),
+              'count without (cpu, mode) (node_cpu_seconds_total{mode="idle",$SEL})', None, ("cpu", "mode")),
+    MetricMap("memory.total_bytes", "node", ("node_memory_MemTotal_bytes",), "node_memory_MemTotal_bytes{$SEL}"),
+    MetricMap("memory.available_bytes", "node", ("node_memory_MemAvailable_bytes",),
+              "node_memory_MemAvailable_bytes{$SEL}"),
+    MetricMap("memory.used_bytes", "node", ("node_memory_MemAvailable_bytes", "node_memory_MemTotal_bytes"),
+              "node_memory_MemTotal_bytes{$SEL} - node_memory_MemAvailable_bytes{$SEL}", None),
+    MetricMap("memory.swap_used_bytes", "node", ("node_memory_SwapTotal_bytes", "node_memory_SwapFree_bytes"),
+              "node_memory_SwapTotal_bytes{$SEL} - node_memory_SwapFree_bytes{$SEL}", None),
+    MetricMap("network.rx_bytes_per_s", "node", ("node_network_receive_bytes_total",),
+              'sum without (device) (rate(node_network_receive_bytes_total{device!="lo",$SEL}[$RATE]))',
+              None, ("device",)),
+    MetricMap("network.tx_bytes_per_s", "node", ("node_network_transmit_bytes_total",),
+              'sum without (device) (rate(node_network_transmit_bytes_total{device!="lo",$SEL}[$RATE]))',
+              None, ("device",)),
+    MetricMap("storage.read_bytes_per_s", "node", ("node_disk_read_bytes_total",),
+              f'sum without (device) (rate(node_disk_read_bytes_total{{device!~"{PARTITIONS}",$SEL}}[$RATE]))',
+              None, ("device",)),
+    MetricMap("storage.write_bytes_per_s", "node", ("node_disk_written_bytes_total",),
+              f'sum without (device) (rate(node_disk_written_bytes_total{{device!~"{PARTITIONS}",$SEL}}[$RATE]))',
+              None, ("device",)),
+    # ---- GPU: gpulens
+    _g("gpu.utilization_percent", "gpulens_gpu_utilization_ratio", 100, GPU),
+    _g("gpu.memory_utilization_percent", "gpulens_gpu_memory_utilization_ratio", 100, GPU),
+    _g("gpu.mem_used_bytes", "gpulens_gpu_memory_used_bytes", 1, GPU),
+    _g("gpu.mem_total_bytes", "gpulens_gpu_memory_total_bytes", 1, GPU),
+    _g("gpu.power_w", "gpulens_gpu_power_watts", 1, GPU),
+    _g("gpu.power_limit_w", "gpulens_gpu_power_limit_watts", 1, GPU),
+    _g("gpu.temperature_c", "gpulens_gpu_temperature_celsius", 1, GPU),
+    _g("gpu.sm_clock_mhz", "gpulens_gpu_sm_clock_hertz", 1e-6, GPU),
+    _g("gpu.mem_clock_mhz", "gpulens_gpu_memory_clock_hertz", 1e-6, GPU),
+    _g("gpu.pcie_rx_bytes_per_s", "gpulens_gpu_pcie_receive_bytes_per_second", 1, GPU),
+    _g("gpu.pcie_tx_bytes_per_s", "gpulens_gpu_pcie_transmit_bytes_per_second", 1, GPU),
+    _g("gpu.nvlink_rx_bytes_per_s", "gpulens_gpu_nvlink_receive_bytes_per_second", 1, GPU),
+    _g("gpu.nvlink_tx_bytes_per_s", "gpulens_gpu_nvlink_transmit_bytes_per_second", 1, GPU),
+    _g("gpu.ecc_corrected", "gpulens_gpu_ecc_corrected_errors_total", 1, GPU),
+    _g("gpu.ecc_uncorrected", "gpulens_gpu_ecc_uncorrected_errors_total", 1, GPU),
+    _g("gpu.xid_last", "gpulens_gpu_xid_last_code", 1, GPU),
+    _g("gpu.sm_activity_percent", "gpulens_gpu_sm_active_ratio", 100, GPU),
+    _g("gpu.sm_occupancy_percent", "gpulens_gpu_sm_occupancy_ratio", 100, GPU),
+    _g("gpu.dram_bw_util_percent", "gpulens_gpu_dram_active_ratio", 100, GPU),
+    _g("gpu.info", "gpulens_gpu_info", 1, ("gpu", "uuid", "name")),
+    _g("gpu.throttle_reasons", "gpulens_gpu_throttle_reason", 1, (*GPU, "reason")),
+    _g("gpu.processes", "gpulens_gpu_process_memory_used_bytes", 1, (*GPU, "pid")),
+    # ---- GPU: dcgm-exporter
+    _d("gpu.utilization_percent", "DCGM_FI_DEV_GPU_UTIL"),
+    _d("gpu.memory_utilization_percent", "DCGM_FI_DEV_MEM_COPY_UTIL"),
+    _d("gpu.mem_used_bytes", "DCGM_FI_DEV_FB_USED", MIB),
+    MetricMap("gpu.mem_total_bytes", "dcgm", ("DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED"),
+              f"(DCGM_FI_DEV_FB_USED{{$SEL}} + DCGM_FI_DEV_FB_FREE{{$SEL}}) * {MIB}", None, ("gpu", "UUID")),
+    _d("gpu.power_w", "DCGM_FI_DEV_POWER_USAGE"),
+    _d("gpu.power_limit_w", "DCGM_FI_DEV_POWER_MGMT_LIMIT"),
+    _d("gpu.temperature_c", "DCGM_FI_DEV_GPU_TEMP"),
+    _d("gpu.sm_clock_mhz", "DCGM_FI_DEV_SM_CLOCK"),
+    _d("gpu.mem_clock_mhz", "DCGM_FI_DEV_MEM_CLOCK"),
+    _d("gpu.pcie_rx_bytes_per_s", "DCGM_FI_PROF_PCIE_RX_BYTES"),
+    _d("gpu.pcie_tx_bytes_per_s", "DCGM_FI_PROF_PCIE_TX_BYTES"),
+    _d("gpu.xid_last", "DCGM_FI_DEV_XID_ERRORS"),
+    _d("gpu.sm_activity_percent", "DCGM_FI_PROF_SM_ACTIVE", 100),
+    _d("gpu.sm_occupancy_percent", "DCGM_FI_PROF_SM_OCCUPANCY", 100),
+    _d("gpu.dram_bw_util_percent", "DCGM_FI_PROF_DRAM_ACTIVE", 100),
+    # ---- jobs: gpulens only (no common exporter knows jobs)
+    _g("job.info", "gpulens_job_info", 1, ("pid", "user", "tree_id", "cmdline", "job_key")),
+    _g("job.start_time", "gpulens_job_start_time_seconds", 1, JOB),
+    _g("job.cpu_percent", "gpulens_job_cpu_utilization_ratio", 100, JOB),
+    _g("job.rss_bytes", "gpulens_job_resident_memory_bytes", 1, JOB),
+    _g("job.gpu_mem_bytes", "gpulens_job_gpu_memory_used_bytes", 1, ("pid", "gpu")),
+    _g("host.unavailable", "gpulens_metric_unavailable_info", 1, ("gpu", "field", "reason")),
+)
+
+
+def rows_for(names: set[str] | None = None) -> tuple[MetricMap, ...]:
+    """The rows whose raw metrics all exist (``names`` from Prometheus); all rows if None."""
+    if names is None:
+        return TABLE
+    return tuple(r for r in TABLE if all(m in names for m in r.metrics))
+
+
+_PORT = re.compile(r"^\[?(.*?)\]?:[0-9]+$")
+
+
+def host_of(labels: Mapping[str, str]) -> str | None:
+    """The host a series belongs to: ``host``, else dcgm's ``Hostname``, else
+    ``instance`` without its port. None when none of them is set."""
+    for key in ("host", "Hostname"):
+        value = labels.get(key)
+        if value:
+            return value
+    inst = labels.get("instance")
+    if not inst:
+        return None
+    m = _PORT.match(inst)
+    return m.group(1) if m else inst
+
+
+def gpu_of(labels: Mapping[str, str]) -> tuple[int, str] | None:
+    """(index, uuid) of a GPU series; None without a usable ``gpu`` label."""
+    idx = labels.get("gpu", "")
+    if not idx.isdigit() or len(idx) > 4:
+        return None
+    return int(idx), labels.get("uuid") or labels.get("UUID") or ""
+
+
+_MATCHER = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
+
+
+def parse_selector(selector: str) -> str:
+    """``{cluster="a", env!~"dev.*"}`` -> ``cluster="a",env!~"dev.*",`` (ready for ``$SEL``).
+
+    Only label matchers with double-quoted values are accepted, so a selector
+    can never inject PromQL beyond the braces.
+
+    Raises:
+        ValueError: text that is not a list of label matchers.
+    """
+    text = selector.strip()
+    if not text:
+        return ""
+    if text.startswith("{") and text.endswith("}"):
+        text = text[1:-1]
+    out: list[str] = []
+    pos = 0
+    while pos < len(text):
+        if not text[pos:].strip():
+            break
+        m = _MATCHER.match(text, pos)
+        if m is None:
+            raise ValueError(f"not a label matcher at {text[pos:pos + 30]!r} (expected name=\"value\")")
+        out.append(f'{m.group(1)}{m.group(2)}"{m.group(3)}"')
+        pos = m.end()
+    return "".join(f"{x}," for x in out)
+
+
+def escape_label_value(value: str) -> str:
+    """Escape text for use inside a double-quoted PromQL string (``$host`` / ``$job``)."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
