@@ -328,7 +328,9 @@ class HostLink:
         if entry is None:
             base = self.opt.download_dir or Path.home() / ".cache" / "gpulens" / "downloads"
             base.mkdir(parents=True, exist_ok=True)
-            path = base / f"{self.host or 'agent'}-{msg.name}"
+            # The host name comes from the peer's hello: it must never shape the path.
+            prefix = re.sub(r"[^A-Za-z0-9_-]", "_", self.host or "agent")[:64]
+            path = base / f"{prefix}-{msg.name}"
             entry = (path, path.open("wb"))
             p.files[msg.name] = entry
         path, f = entry

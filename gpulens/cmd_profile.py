@@ -26,12 +26,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", metavar="HOST:PORT|ssh:NODE",
                         help="sample on that host through its gpulens agent (TCP as for --connect, or ssh)")
     parser.add_argument("--token-file", metavar="FILE", help="token for a non-loopback TCP agent")
+    parser.add_argument("--ssh-command", metavar="CMD", help="command run instead of ssh for ssh:NODE ({host} is replaced)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Sample (here or through an agent), write the file, print a one-line summary."""
-    from gpulens.collectors.flame.exporters import export_folded, export_speedscope
+    from gpulens.collectors.errors import ConfigError
+    from gpulens.collectors.flame.exporters import check_writable, export_folded, export_speedscope
 
+    bad_pids = [p for p in args.pid if p <= 0]
+    if bad_pids:
+        raise ConfigError(f"--pid: expected a process id above 0, got {bad_pids[0]}")
+    if not 0 < args.duration <= 24 * 3600:
+        raise ConfigError(f"--duration: expected seconds in (0, 86400], got {args.duration:g}")
+    if not 1 <= args.rate <= 10_000:
+        raise ConfigError(f"--rate: expected 1 to 10000 samples per second, got {args.rate}")
+    check_writable(args.output, "-o/--output")
     if args.host:
         from gpulens.collectors.flame.folded import parse_folded
 
@@ -51,43 +61,32 @@ def run(args: argparse.Namespace) -> int:
 def _remote_folded(args: argparse.Namespace) -> bytes:
     """Ask the agent on ``args.host`` for a profile; the folded bytes it sent back."""
     import tempfile
-    import threading
     from pathlib import Path
 
+    from gpulens.agent_connect import open_agent
     from gpulens.collectors.errors import CollectorError
-    from gpulens.collectors.source import SampleEvent, SourceEvent
-    from gpulens.collectors.stream_source import LinkOptions, StreamSource, ssh_target, tcp_target
     from gpulens.ipc.errors import RequestFailed
 
-    target = ssh_target(args.host[4:]) if args.host.startswith("ssh:") else tcp_target(args.host)
-    token = None
-    if args.token_file:
-        from gpulens.ipc.auth import load_token
-
-        token = load_token(args.token_file)
-    up = threading.Event()
-
-    def emit(event: SourceEvent) -> None:
-        if isinstance(event, SampleEvent):
-            up.set()
-
     with tempfile.TemporaryDirectory(prefix="gpulens-profile-") as tmp:
-        src = StreamSource([target], LinkOptions(token=token, download_dir=Path(tmp)))
-        src.start(emit)
+        src, address = open_agent(
+            args.host,
+            token_file=args.token_file,
+            ssh_command=args.ssh_command,
+            download_dir=Path(tmp),
+            wait_s=AGENT_WAIT_S,
+        )
         try:
-            if not up.wait(AGENT_WAIT_S):
-                raise CollectorError(f"no gpulens agent answered at {target.address} within {AGENT_WAIT_S:.0f} s")
             params = {"pids": list(args.pid), "duration_s": args.duration, "rate_hz": args.rate}
             timeout = args.duration + 60.0
             try:
-                result = src.request(target.address, "profile", params, timeout).result(timeout=timeout + 30)
+                result = src.request(address, "profile", params, timeout).result(timeout=timeout + 30)
             except RequestFailed as err:
-                raise CollectorError(f"the agent at {target.address} could not profile: {err}") from err
+                raise CollectorError(f"the agent at {address} could not profile: {err}") from err
             except TimeoutError as err:
-                raise CollectorError(f"the agent at {target.address} sent no profile within {timeout:.0f} s") from err
+                raise CollectorError(f"the agent at {address} sent no profile within {timeout:.0f} s") from err
             files = list(result.files.values())
             if len(files) != 1:
-                raise CollectorError(f"the agent at {target.address} sent {len(files)} files, expected 1")
+                raise CollectorError(f"the agent at {address} sent {len(files)} files, expected 1")
             return Path(files[0]).read_bytes()
         finally:
             src.stop()

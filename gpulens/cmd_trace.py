@@ -1,8 +1,13 @@
 """``gpulens trace``: take an on-demand PyTorch trace of running processes (like ``dyno gputrace``).
 
 Works without an agent: it serves the Kineto endpoint itself while it
-waits. The target must run with ``KINETO_USE_DAEMON=1`` (and, if it sets
-``KINETO_IPC_SOCKET_DIR``, the same directory here via ``--ipc-socket-dir``).
+waits. When a ``gpulens agent`` on this host already holds the Kineto name,
+the request goes to that agent over its local control socket
+(``gpulens.ipc.control``). ``--host HOST:PORT`` or ``--host ssh:NODE``
+traces on another host through its agent; the file comes back over the
+stream (``gpulens.trace_remote``). The target must run with
+``KINETO_USE_DAEMON=1`` (and, if it sets ``KINETO_IPC_SOCKET_DIR``, the
+same directory here via ``--ipc-socket-dir``, or in the agent's environment).
 """
 
 from __future__ import annotations
@@ -29,7 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "ON_DEMAND_CONFIG_UPDATE_INTERVAL_SECS (5 s by default; put "
         "ON_DEMAND_CONFIG_UPDATE_INTERVAL_SECS=1 in a file named by KINETO_CONFIG for snappy traces), "
         "so a trace starts up to one poll interval after the request. Prints 'PID PATH' per traced "
-        "process; exit 1 when a process could not be traced."
+        "process (the local copy's path for a trace taken through an agent); exit 1 when a process "
+        "could not be traced. When a gpulens agent on this host holds the Kineto name, the trace "
+        "goes through it automatically."
     )
     who = parser.add_mutually_exclusive_group(required=True)
     who.add_argument("--pid", type=_pids, metavar="P[,P...]", help="process ids to trace")
@@ -49,6 +56,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=60.0, metavar="S",
                         help="give up S seconds after the config is handed over (default 60)")
     parser.add_argument("-o", "--output", metavar="FILE", help="copy the trace to FILE (gzip if it ends in .gz)")
+    remote = parser.add_argument_group("another host (through its gpulens agent)")
+    remote.add_argument("--host", metavar="HOST:PORT|ssh:NODE",
+                        help="trace on that host through its agent (TCP as for --connect, tls:// too, or ssh)")
+    remote.add_argument("--token-file", metavar="FILE", help="token for an agent that requires one")
+    remote.add_argument("--ssh-command", metavar="CMD", help="command run instead of ssh for ssh:NODE ({host} is replaced)")
 
 
 def _say(msg: str) -> None:
@@ -58,10 +70,10 @@ def _say(msg: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Serve the endpoint, request the trace, wait, report (and copy) the files."""
-    import time
-
-    from gpulens.ipc.errors import NotTraceable
+    """Serve the endpoint (or use the agent holding it, or --host's), request the trace, report the files."""
+    from gpulens import trace_remote
+    from gpulens.ipc.endpoint import resolve_socket_dir, who_binds
+    from gpulens.ipc.errors import EndpointBusy, NotTraceable
     from gpulens.ipc.service import LocalTraceService
     from gpulens.ipc.trace import TraceJob, TraceRequest
 
@@ -83,16 +95,20 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:
         _say(str(err))
         return 2
+    if args.host:
+        return trace_remote.trace_remote(args, req, _say)
     svc = LocalTraceService(socket_dir=args.ipc_socket_dir)
-    svc.start()  # EndpointBusy -> one clear line from the CLI's error reporter
+    try:
+        svc.start()
+    except EndpointBusy:
+        owner = who_binds(resolve_socket_dir(args.ipc_socket_dir))
+        if owner is None or not _is_gpulens_agent(owner[0]):
+            raise  # dynolog without RPC, or someone else: one clear line from the CLI's error reporter
+        return trace_remote.trace_local_agent(args, req, owner[0], _say)
     try:
         _say(f"serving the Kineto endpoint at {svc.address}")
         if req.job_id is not None:
-            _say(f"waiting up to 15 s for processes of job {req.job_id} to poll")
-            deadline = time.monotonic() + 15
-            while time.monotonic() < deadline and not any(p.job_id == req.job_id for p in svc.processes()):
-                time.sleep(0.1)
-            time.sleep(1.0)  # let the other ranks of the job poll too
+            trace_remote.wait_for_job(svc, req.job_id, _say)
 
         def show(job: TraceJob) -> None:
             _say(f"{job.state.value}: {job.detail}")
@@ -112,6 +128,16 @@ def run(args: argparse.Namespace) -> int:
         return 0 if not result.missing else 1
     finally:
         svc.stop()
+
+
+def _is_gpulens_agent(pid: int) -> bool:
+    """True when ``pid`` runs ``gpulens agent`` (its command line says so)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = fh.read(65536).split(b"\0")
+    except OSError:
+        return False
+    return any(b"gpulens" in a for a in argv[:3]) and b"agent" in argv
 
 
 def _copy(src: str, dest: str, pid: int, count: int) -> str:

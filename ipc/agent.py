@@ -204,10 +204,14 @@ class Agent:
             self._viewers.discard(conn)
             self._conns.discard(conn)
 
-    def serve_connection(self, transport: Any, peer: str) -> None:
-        """Serve one viewer on ``transport`` until it leaves (blocking)."""
+    def serve_connection(self, transport: Any, peer: str, *, trusted: bool = False) -> None:
+        """Serve one viewer on ``transport`` until it leaves (blocking).
+
+        ``trusted``: the transport already proved who the peer is (the local
+        control socket checks its uid), so no token challenge is sent.
+        """
         conn = ViewerConnection(
-            self, transport, peer, token=self.token, max_queued_frames=self.max_queued_frames
+            self, transport, peer, token=None if trusted else self.token, max_queued_frames=self.max_queued_frames
         )
         conn.on_close = self._forget
         with self._lock:
@@ -275,13 +279,21 @@ class Agent:
 
 
 def listen(host: str, port: int) -> socket.socket:
-    """A listening TCP socket (SO_REUSEADDR so a restarted agent gets its port back)."""
+    """A listening TCP socket (SO_REUSEADDR so a restarted agent gets its port back).
+
+    Raises:
+        OSError: the name does not resolve, or the port is taken / not allowed.
+    """
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, _, _, _, addr = infos[0]
     sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(addr)
-    sock.listen(128)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
     return sock
 
 

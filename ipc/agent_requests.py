@@ -1,9 +1,12 @@
-"""Requests a viewer can send to the agent: history, profile, trace.
+"""Requests a viewer can send to the agent: history, profile, trace, trace_status.
 
 ``history`` is built in. ``profile`` (py-spy stack sampling, via
 ``gpulens.collectors.flame.pyspy``) and ``trace`` (a PyTorch trace through
 ``gpulens.ipc.service.LocalTraceService``) are imported lazily and listed in
-the agent's capabilities only when importable. Results that are files
+the agent's capabilities only when importable. ``trace_status`` reports the
+progress of a trace the same viewer started with a ``tag``. When the agent
+owns the Kineto endpoint it also serves the local control socket
+(``gpulens.ipc.control``) so ``gpulens trace`` on this host can reach it. Results that are files
 travel as ``chunk`` messages before the request's ``response``. A request
 for processes of another user is refused (root may profile anyone).
 Every failure is an error response naming what went wrong; none ends the
@@ -13,8 +16,10 @@ connection.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +38,11 @@ MAX_FILE_BYTES = 2 * 1024**3
 MAX_PIDS = 64
 MAX_PROFILE_S = 60.0
 CHUNK_WAIT_S = 30.0
+MAX_TAGS = 256
+"""Trace progress entries kept for ``trace_status`` (oldest forgotten first)."""
+MAX_EVENTS = 64
+"""Progress events kept per tag (a trace of many pids has a few per pid)."""
+_TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 class RequestError(Exception):
@@ -49,6 +59,9 @@ class RequestRunner:
         self._lock = threading.Lock()
         self.trace_service: Any = None
         self.trace_error = ""
+        self.control: Any = None
+        # (viewer id, tag) -> latest progress of that viewer's tagged trace.
+        self._progress: OrderedDict[tuple[int, str], _Progress] = OrderedDict()
 
     def capabilities(self) -> tuple[str, ...]:
         """The request kinds this agent can serve now."""
@@ -56,7 +69,7 @@ class RequestRunner:
         if _profiler() is not None:
             caps.append("profile")
         if self.trace_service is not None:
-            caps.append("trace")
+            caps += ["trace", "trace_status"]
         return tuple(caps)
 
     def start_trace_service(self) -> None:
@@ -75,9 +88,29 @@ class RequestRunner:
             return
         self.trace_service = svc
         log.info("Kineto endpoint serving at %s", svc.address)
+        if svc.dynolog is None:
+            self._start_control(svc.socket_dir or "")
+
+    def _start_control(self, socket_dir: str) -> None:
+        """Serve the local control socket so ``gpulens trace`` here can use this agent."""
+        from .control import ControlListener
+
+        listener = ControlListener(
+            socket_dir, lambda transport, peer: self.agent.serve_connection(transport, peer, trusted=True)
+        )
+        try:
+            listener.start()
+        except OSError as err:
+            log.warning("local control socket %s not served: %s", listener.address, err)
+            return
+        self.control = listener
+        log.info("local control socket at %s", listener.address)
 
     def close(self) -> None:
-        """Stop the trace service and the pool."""
+        """Stop the control socket, the trace service and the pool."""
+        if self.control is not None:
+            self.control.stop()
+            self.control = None
         if self.trace_service is not None:
             self.trace_service.stop()
             self.trace_service = None
@@ -177,16 +210,36 @@ class RequestRunner:
         if "pids" in p:
             kwargs["pids"] = _pids(p)
             _check_owner(kwargs["pids"])
+        tag = p.get("tag")
+        if tag is not None and (not isinstance(tag, str) or not _TAG.fullmatch(tag)):
+            raise RequestError("tag must be 1..64 characters of [A-Za-z0-9._-]")
         try:
             treq = TraceRequest(**kwargs)
             treq.validate()
         except (TypeError, ValueError) as err:
             raise RequestError(f"bad trace request: {err}") from err
-        fut = self.trace_service.request_trace(treq)
+        svc = self.trace_service
+        progress_key = (id(conn), tag or "")
+
+        def on_job(job: Any) -> None:
+            if job.request is treq:  # only this request's jobs
+                self._set_progress(progress_key, {"state": job.state.value, "detail": job.detail})
+
+        listener = on_job if tag is not None else None
+        if listener is not None:
+            self._set_progress(progress_key, {"state": "requested", "detail": "request received by the agent"})
+            svc.add_listener(listener)
         try:
-            res = fut.result(timeout=treq.timeout_s + 30)
-        except Exception as err:
-            raise RequestError(f"trace failed: {err}") from err
+            fut = svc.request_trace(treq)
+            try:
+                res = fut.result(timeout=treq.timeout_s + 30)
+            except Exception as err:
+                raise RequestError(f"trace failed: {err}") from err
+        finally:
+            if listener is not None:
+                svc.remove_listener(listener)
+        if tag is not None:
+            self._set_progress(progress_key, {"state": "sending", "detail": "sending the trace files"})
         names: dict[str, str] = {}
         for pid, path in res.files.items():
             name = f"{pid}-{Path(path).name}"
@@ -198,6 +251,44 @@ class RequestRunner:
             "missing": {str(k): v for k, v in res.missing.items()},
             "elapsed_s": res.elapsed_s,
         }
+
+    def _do_trace_status(self, conn: ViewerConnection, req: stream.Request) -> dict[str, Any]:
+        tag = req.params.get("tag")
+        if not isinstance(tag, str) or not _TAG.fullmatch(tag):
+            raise RequestError("tag must be 1..64 characters of [A-Za-z0-9._-]")
+        with self._lock:
+            entry = self._progress.get((id(conn), tag))
+            if entry is None:
+                return {"state": "unknown", "detail": "no trace with this tag from this viewer (yet)",
+                        "first": 0, "events": []}
+            state, detail = entry.events[-1]
+            return {"state": state, "detail": detail, "first": entry.first,
+                    "events": [{"state": s, "detail": d} for s, d in entry.events]}
+
+    def _set_progress(self, key: tuple[int, str], entry: dict[str, Any]) -> None:
+        with self._lock:
+            prog = self._progress.get(key)
+            if prog is None:
+                prog = self._progress[key] = _Progress()
+            event = (str(entry["state"]), str(entry["detail"]))
+            if not prog.events or prog.events[-1] != event:
+                prog.events.append(event)
+                if len(prog.events) > MAX_EVENTS:
+                    del prog.events[0]
+                    prog.first += 1
+            self._progress.move_to_end(key)
+            while len(self._progress) > MAX_TAGS:
+                self._progress.popitem(last=False)
+
+
+class _Progress:
+    """Every state change of one tagged trace, in order (``first``: index of ``events[0]``)."""
+
+    __slots__ = ("events", "first")
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+        self.first = 0
 
 
 def _error(req: stream.Request, message: str) -> bytes:

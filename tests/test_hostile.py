@@ -254,3 +254,46 @@ def test_hostile_agent_only_downs_its_own_link(payload: bytes, match: str) -> No
     finally:
         src.stop()
         t.join(timeout=5)
+
+
+def test_hostile_agent_host_name_cannot_shape_download_path(tmp_path: Path) -> None:
+    """An agent calling itself '../../x' still gets its files written inside the download dir."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    hostile_host = "../../escaped"
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn, listener:
+            conn.sendall(stream.encode(stream.Hello(proto=1, role="agent", host=hostile_host, interval_s=1.0)))
+            decoder = stream.FrameDecoder()
+            request = None
+            deadline = time.monotonic() + WAIT_S
+            while request is None and time.monotonic() < deadline:
+                data = conn.recv(65536)
+                if not data:
+                    return
+                for msg in decoder.feed(data):
+                    if isinstance(msg, stream.Request):
+                        request = msg
+            assert request is not None
+            conn.sendall(stream.encode(stream.FileChunk(id=request.id, name="trace.json", offset=0,
+                                                        data=b"{}", last=True)))
+            conn.sendall(stream.encode(stream.Response(id=request.id, ok=True, result={})))
+            time.sleep(1)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    downloads = tmp_path / "a" / "b" / "dl"
+    log = EventLog()
+    src = StreamSource([tcp_target(f"127.0.0.1:{port}")], LinkOptions(backoff_min_s=30, download_dir=downloads))
+    src.start(log)
+    try:
+        log.wait_for(lambda evs: any(getattr(e, "up", False) for e in evs), what="link up")
+        result = src.request(hostile_host, "profile", {}, timeout_s=WAIT_S).result(timeout=WAIT_S)
+        (saved,) = result.files.values()
+        assert saved.parent == downloads and saved.read_bytes() == b"{}"
+        assert not (tmp_path / "a" / "escaped-trace.json").exists()
+    finally:
+        src.stop()
+        t.join(timeout=5)

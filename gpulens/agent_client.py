@@ -1,0 +1,203 @@
+"""A small synchronous viewer for one agent on this host, over its local control socket.
+
+``gpulens trace`` uses it when ``gpulens agent`` holds the Kineto name here
+(see ``gpulens.ipc.control``). It speaks the stream protocol
+(docs/protocol.md) and offers the same ``request(host, kind, params,
+timeout_s) -> Future[RequestResult]`` as ``StreamSource``, so the trace
+command has one code path for both. Live samples are read and dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import re
+import socket
+import threading
+from collections.abc import Mapping
+from concurrent.futures import Future
+from pathlib import Path
+from typing import IO, Any
+
+from gpulens.collectors.stream_link import RequestResult
+from gpulens.ipc import stream
+from gpulens.ipc.control import control_name, peer_allowed, peer_cred
+from gpulens.ipc.errors import ProtocolError, RequestFailed, StreamError
+
+HANDSHAKE_S = 15.0
+MAX_DOWNLOAD_BYTES = 4 * 1024**3
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
+
+
+class _Pending:
+    def __init__(self, fut: Future[RequestResult]) -> None:
+        self.future = fut
+        self.files: dict[str, tuple[Path, IO[bytes]]] = {}
+        self.bytes = 0
+
+
+class LocalAgentLink:
+    """One connection to the control socket of the agent holding this host's Kineto name.
+
+    Raises StreamError from the constructor with a sentence saying why when
+    there is no such socket, when its owner is not the expected agent (pid
+    ``agent_pid``) or not an allowed user, or when the handshake fails.
+    """
+
+    def __init__(self, socket_dir: str | None, agent_pid: int, agent_uid: int, download_dir: Path) -> None:
+        import os
+
+        self.download_dir = download_dir
+        self.address = f"local agent (pid {agent_pid})"
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        name = control_name(socket_dir, agent_uid)
+        try:
+            self._sock.settimeout(HANDSHAKE_S)
+            self._sock.connect(name)
+        except OSError as err:
+            self._sock.close()
+            raise StreamError(
+                f"the gpulens process {agent_pid} holding the Kineto name serves no control socket "
+                f"(@{name[1:].decode()}: {err.strerror or err}); is it an older agent, or a TUI?"
+            ) from err
+        pid, uid = peer_cred(self._sock)
+        me = os.geteuid()
+        if pid != agent_pid or not (peer_allowed(uid, me) or me == 0):
+            self._sock.close()
+            raise StreamError(
+                f"the control socket belongs to pid {pid} (uid {uid}), not to the agent holding the "
+                f"Kineto name (pid {agent_pid}): refusing to use it"
+            )
+        self._dec = stream.FrameDecoder()
+        self._ids = itertools.count(1)
+        self._pending: dict[int, _Pending] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self.hello = self._handshake()
+        self._sock.settimeout(None)
+        self._reader = threading.Thread(target=self._read, name="gpulens-local-agent", daemon=True)
+        self._reader.start()
+
+    def _handshake(self) -> stream.Hello:
+        while True:
+            for msg in self._recv():
+                if isinstance(msg, stream.ErrorMsg):
+                    self.close()
+                    raise StreamError(f"agent refused: {msg.message[:300]}")
+                if isinstance(msg, stream.Challenge):
+                    self.close()
+                    raise StreamError("the agent asked for a token on its local control socket")
+                if isinstance(msg, stream.Hello):
+                    stream.check_version(msg.proto)
+                    self._send(stream.Hello(proto=stream.PROTOCOL_VERSION, role="viewer"))
+                    return msg
+
+    def _recv(self) -> list[stream.Message]:
+        try:
+            data = self._sock.recv(256 * 1024)
+        except OSError as err:
+            raise StreamError(f"local agent: {err.strerror or err}") from err
+        if not data:
+            raise StreamError("the local agent closed the connection")
+        return list(self._dec.feed(data))
+
+    def _send(self, msg: stream.Message) -> None:
+        with self._lock:
+            self._sock.sendall(stream.encode(msg))
+
+    def request(self, host: str, kind: str, params: Mapping[str, Any], timeout_s: float) -> Future[RequestResult]:
+        """Send a request (``host`` is ignored: there is one agent); fails with RequestFailed or TimeoutError."""
+        fut: Future[RequestResult] = Future()
+        rid = next(self._ids)
+        with self._lock:
+            if self._closed:
+                fut.set_exception(RequestFailed("the local agent connection is closed"))
+                return fut
+            self._pending[rid] = _Pending(fut)
+        try:
+            self._send(stream.Request(id=rid, kind=kind, params=dict(params)))
+        except OSError as err:
+            self._finish(rid, RequestFailed(f"cannot send the request: {err}"))
+            return fut
+        timer = threading.Timer(timeout_s, self._finish, (rid, TimeoutError(f"{kind} request timed out after {timeout_s:g} s")))
+        timer.daemon = True
+        timer.start()
+        fut.add_done_callback(lambda _f: timer.cancel())
+        return fut
+
+    def _finish(self, rid: int, outcome: RequestResult | BaseException) -> None:
+        with self._lock:
+            p = self._pending.pop(rid, None)
+        if p is None:
+            return
+        for _path, f in p.files.values():
+            with contextlib.suppress(OSError):
+                f.close()
+        if p.future.done():
+            return
+        if isinstance(outcome, BaseException):
+            p.future.set_exception(outcome)
+        else:
+            p.future.set_result(outcome)
+
+    def _read(self) -> None:
+        reason = "the local agent closed the connection"
+        try:
+            while not self._closed:
+                for msg in self._recv():
+                    self._dispatch(msg)
+        except (StreamError, OSError) as err:
+            reason = str(err)
+        self.close(reason)
+
+    def _dispatch(self, msg: stream.Message) -> None:
+        if isinstance(msg, stream.FileChunk):
+            self._chunk(msg)
+        elif isinstance(msg, stream.Response):
+            with self._lock:
+                p = self._pending.get(msg.id)
+            if p is None:
+                return
+            if msg.ok:
+                files = {name: path for name, (path, _f) in p.files.items()}
+                self._finish(msg.id, RequestResult(msg.result, files))
+            else:
+                self._finish(msg.id, RequestFailed(msg.error or "request failed"))
+        elif isinstance(msg, stream.ErrorMsg):
+            raise StreamError(f"agent refused: {msg.message[:300]}")
+        # samples and history are not needed here
+
+    def _chunk(self, msg: stream.FileChunk) -> None:
+        with self._lock:
+            p = self._pending.get(msg.id)
+        if p is None:
+            return
+        if not _SAFE_NAME.fullmatch(msg.name) or ".." in msg.name:
+            raise ProtocolError(f"unsafe file name from the agent: {msg.name[:60]!r}")
+        entry = p.files.get(msg.name)
+        if entry is None:
+            self.download_dir.mkdir(parents=True, exist_ok=True)
+            path = self.download_dir / f"local-{msg.name}"
+            entry = (path, path.open("wb"))
+            p.files[msg.name] = entry
+        path, f = entry
+        if f.closed or msg.offset != f.tell():
+            raise ProtocolError(f"file chunk for {msg.name!r} out of order")
+        p.bytes += len(msg.data)
+        if p.bytes > MAX_DOWNLOAD_BYTES:
+            raise ProtocolError(f"request {msg.id} sent more than {MAX_DOWNLOAD_BYTES} bytes")
+        f.write(msg.data)
+        if msg.last:
+            f.close()
+
+    def close(self, reason: str = "closed") -> None:
+        """Close the connection; pending requests fail with ``reason``. Idempotent."""
+        with self._lock:
+            self._closed = True
+            rids = list(self._pending)
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            self._sock.close()
+        for rid in rids:
+            self._finish(rid, RequestFailed(f"connection lost: {reason}"))
