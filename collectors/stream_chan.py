@@ -87,6 +87,9 @@ class CommandChannel:
         self._send_lock = threading.Lock()
         assert self.proc.stdout is not None and self.proc.stdin is not None and self.proc.stderr is not None
         self._out = self.proc.stdout.fileno()
+        # poll, not select: with hundreds of ssh children the pipe fds pass 1024.
+        self._poll = select.poll()
+        self._poll.register(self._out, select.POLLIN)
         self._err_thread = threading.Thread(target=self._drain_stderr, daemon=True, name="gpulens-ssh-stderr")
         self._err_thread.start()
 
@@ -100,8 +103,7 @@ class CommandChannel:
 
     def recv(self, timeout_s: float) -> bytes:
         """Up to RECV_BYTES of the child's stdout; TimeoutError when idle."""
-        ready, _, _ = select.select([self._out], [], [], timeout_s)
-        if not ready:
+        if not self._poll.poll(max(0, int(timeout_s * 1000))):
             raise TimeoutError("timed out")
         return os.read(self._out, RECV_BYTES)
 

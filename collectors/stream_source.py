@@ -229,12 +229,20 @@ def stream_source_from_args(args: argparse.Namespace, cfg: Any) -> StreamSource:
     from gpulens.ipc.errors import AuthError
 
     targets: list[Target] = []
-    if getattr(args, "connect", None):
-        targets.extend(parse_connect(args.connect))
+    # An empty value (``--connect "$HOSTS"`` with HOSTS unset) is an error, never "no flag".
+    if getattr(args, "connect", None) is not None:
+        found = parse_connect(args.connect)
+        if not found:
+            raise ConfigError(f"--connect: expected HOST:PORT[,HOST:PORT...], got {args.connect!r}")
+        targets.extend(found)
     ssh_command = getattr(args, "ssh_command", None)
-    if getattr(args, "ssh", None):
-        targets.extend(ssh_target(h, ssh_command) for h in expand(args.ssh))
-    if getattr(args, "slurm_job", None):
+    if getattr(args, "ssh", None) is not None:
+        try:
+            names = expand(args.ssh)
+        except ConfigError as err:
+            raise ConfigError(f"--ssh: {err}") from err
+        targets.extend(ssh_target(h, ssh_command) for h in names)
+    if getattr(args, "slurm_job", None) is not None:
         targets.extend(ssh_target(h, ssh_command) for h in slurm_hosts(str(args.slurm_job)))
     token = None
     if getattr(args, "token_file", None):

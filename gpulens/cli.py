@@ -9,10 +9,18 @@ pynvml, torch) happen inside ``run`` so ``gpulens sample`` stays fast.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import io
+import os
+import select
+import signal
 import sys
+import threading
+import traceback
 from collections.abc import Sequence
 from types import ModuleType
+from typing import TextIO, cast
 
 from . import __version__
 
@@ -45,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gpulens",
         description="A terminal UI for the performance of GPU machines. "
         "With no command, opens the TUI on this machine.",
+        epilog="Options of a command go after its name (gpulens sample --help). Exit status: 0 success, "
+        "1 I/O or internal error, 2 bad arguments or configuration, 130 Ctrl-C, 143 SIGTERM.",
     )
     parser.add_argument("--version", action="version", version=f"gpulens {__version__}")
     parser.add_argument(
@@ -59,33 +69,136 @@ def build_parser() -> argparse.ArgumentParser:
         cmd = sub.add_parser(name, help=module.HELP, description=module.HELP)
         cmd.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         module.add_arguments(cmd)
-        cmd.set_defaults(_module=module)
+        cmd.set_defaults(_module=module, _parser=cmd)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the process exit code."""
+    """Entry point; returns the process exit code.
+
+    Every failure ends as one line on stderr: ``gpulens: <what>: <why>``.
+    Exit codes: 2 bad usage or configuration (and every GpulensError), 1 an
+    I/O or unexpected error, 130 Ctrl-C, 143 SIGTERM; a reader that closed
+    our stdout (``| head -1``) ends the command quietly with 0.
+    """
+    parser = build_parser()
+    args = _parse(parser, argv)
+    module = getattr(args, "_module", None)
+    on_term = module is not None and threading.current_thread() is threading.main_thread()
+    if on_term and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        # Unwind like Ctrl-C so finally blocks stop children and remove temp files.
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return _run(args, module)
+    finally:
+        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _run(args: argparse.Namespace, module: ModuleType | None) -> int:
     from .config import load_config
     from .errors import report
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    if sys.stdout is None:  # started with fd 1 closed (``>&-``): writing must fail with one line
+        sys.stdout = cast(TextIO, _ClosedStdout())
     try:
         args.cfg = load_config(args.config, args)
-        module = getattr(args, "_module", None)
         if module is None:
             from . import cmd_tui
 
             return cmd_tui.run(args)
         result: int = module.run(args)
+        if sys.stdout is not None:
+            sys.stdout.flush()  # a closed pipe must fail here, not in the interpreter's exit
         return result
     except KeyboardInterrupt:
         return 130
+    except _Terminated:
+        return 143
     except Exception as err:
         code = report(err)
-        if code is None:
-            raise
-        return code
+        if code is not None:
+            return code
+        return _report_other(err)
+
+
+class _ClosedStdout(io.TextIOBase):
+    """Stands in for a closed stdout: writes raise EBADF, reported as one line."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, "standard output is closed")
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised in the main thread (a BaseException, as KeyboardInterrupt is)."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise _Terminated()
+
+
+def _stdout_closed() -> bool:
+    """True when stdout is a pipe whose reader has gone (poll reports POLLERR)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def _report_other(err: Exception) -> int:
+    """One line for an error that is not a GpulensError; exit code 1 (0: stdout closed)."""
+    if isinstance(err, BrokenPipeError) and _stdout_closed():
+        # The reader stopped reading (``| head``): not an error. Point stdout at
+        # /dev/null so the interpreter's final flush does not complain.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 0
+    if os.environ.get("GPULENS_DEBUG"):
+        traceback.print_exception(err)
+    if isinstance(err, OSError) and err.strerror:
+        where = f"{err.filename}" if err.filename is not None else "I/O error"
+        print(f"gpulens: {where}: {err.strerror}", file=sys.stderr)
+    else:
+        print(
+            f"gpulens: internal error: {type(err).__name__}: {err} (GPULENS_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
+    return 1
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse; a wrong flag is reported by the parser of the command it was given to."""
+    args, extra = parser.parse_known_args(argv)
+    sub: argparse.ArgumentParser | None = getattr(args, "_parser", None)
+    if extra:
+        (sub or parser).error(f"unrecognized arguments: {' '.join(extra)}")
+    if sub is not None:
+        _reject_tui_flags(parser, list(sys.argv[1:] if argv is None else argv), args.command)
+    return args
+
+
+def _reject_tui_flags(parser: argparse.ArgumentParser, argv: list[str], command: str) -> None:
+    """TUI flags given before a command would be silently ignored: refuse them."""
+    from . import cmd_tui
+
+    top = argparse.ArgumentParser(add_help=False)
+    top.add_argument("--config")
+    cmd_tui.add_arguments(top)
+    top.add_argument("rest", nargs=argparse.REMAINDER)
+    ns, _ = top.parse_known_args(argv)
+    given = [
+        a.option_strings[-1]
+        for a in top._actions
+        if a.option_strings and a.dest != "config" and getattr(ns, a.dest, a.default) != a.default
+    ]
+    if given:
+        parser.error(
+            f"{', '.join(given)} before '{command}' would be ignored: those are options of the TUI "
+            f"(gpulens with no command); put a command's options after its name (gpulens {command} --help)"
+        )
 
 
 if __name__ == "__main__":

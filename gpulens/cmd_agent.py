@@ -21,12 +21,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mode.add_argument(
         "--listen",
         metavar="[HOST:]PORT",
-        help="serve viewers on TCP; HOST defaults to 127.0.0.1; a non-loopback HOST needs --token-file",
+        help="serve viewers on TCP (PORT 0: any free port; HOST alone: port 7789, what --connect HOST "
+        "uses); HOST defaults to 127.0.0.1; a non-loopback HOST needs --token-file",
     )
     parser.add_argument("--hostname", metavar="NAME", help="host name to report (default: this machine's)")
-    parser.add_argument("--interval", type=float, metavar="S", help="sampling interval in seconds (default 1)")
-    parser.add_argument("--history-minutes", type=float, metavar="M", help="history kept for backfill (default 15)")
-    parser.add_argument("--pattern", metavar="RE", help="job pattern (regex on the process-tree ID)")
+    parser.add_argument("--interval", type=float, metavar="S", help="sampling interval in seconds (default: config interval_s, 1)")
+    parser.add_argument("--history-minutes", type=float, metavar="M", help="minutes of history kept for backfill (default: config history_minutes, 15)")
+    parser.add_argument("--pattern", metavar="RE", help="job pattern, a regex on the process-tree ID (default: config job_pattern)")
     parser.add_argument("--token-file", metavar="FILE", help="shared token (mode 0600) viewers must prove they hold")
     parser.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate chain")
     parser.add_argument("--tls-key", metavar="PEM", help="private key for --tls-cert")
@@ -43,11 +44,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_listen(value: str) -> tuple[str, int]:
-    """``PORT``, ``HOST:PORT`` or ``[V6]:PORT`` -> (host, port); raises ConfigError."""
-    host, sep, port_s = value.rpartition(":")
-    if not sep:
-        host, port_s = "127.0.0.1", value
-    host = host.strip("[]") or "127.0.0.1"
+    """``PORT``, ``HOST``, ``HOST:PORT``, ``[V6]`` or ``[V6]:PORT`` -> (host, port); raises ConfigError.
+
+    A HOST alone listens on the viewer's default port (7789), so ``gpulens
+    agent --listen node1`` pairs with ``gpulens --connect node1``.
+    """
+    from gpulens.collectors.stream_source import DEFAULT_PORT
+
+    text = value.strip()
+    if not text:
+        raise ConfigError("--listen: expected [HOST:]PORT, got an empty string")
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        if rest and not rest.startswith(":"):
+            raise ConfigError(f"--listen: expected [HOST:]PORT, got {value!r}")
+        port_s = rest[1:] if rest else str(DEFAULT_PORT)
+    elif text.isdigit():
+        host, port_s = "", text
+    else:
+        host, sep, port_s = text.rpartition(":")
+        if not sep:
+            host, port_s = text, str(DEFAULT_PORT)
+    host = host or "127.0.0.1"
     try:
         port = int(port_s)
     except ValueError:
@@ -83,8 +101,19 @@ def run(args: argparse.Namespace) -> int:
         format="gpulens agent: %(message)s",
     )
     cfg = args.cfg
+    if args.stdio:
+        tcp_only = [flag for flag, v in (("--port-file", args.port_file), ("--tls-cert", args.tls_cert),
+                                         ("--tls-key", args.tls_key)) if v]
+        if tcp_only:
+            raise ConfigError(f"{', '.join(tcp_only)}: only with --listen (--stdio has no port; ssh encrypts)")
+    if args.hostname is not None and not args.hostname.strip():
+        raise ConfigError("--hostname: expected a name, got an empty string")
     if args.max_queue < 1:
         raise ConfigError("--max-queue: expected at least 1")
+    if args.history_minutes is not None and not 0 < args.history_minutes <= 24 * 60:
+        raise ConfigError(f"--history-minutes: expected minutes in (0, 1440], got {args.history_minutes:g}")
+    if args.metrics_port is not None and not 1 <= args.metrics_port <= 65535:
+        raise ConfigError(f"--metrics-port: expected a port from 1 to 65535, got {args.metrics_port}")
     token = auth.load_token(args.token_file) if args.token_file else None
     host, port = ("", 0)
     if args.listen is not None:
@@ -101,13 +130,23 @@ def run(args: argparse.Namespace) -> int:
         import ssl
 
         ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        for flag, path in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)):
+            if not os.path.isfile(path) or not os.access(path, os.R_OK):
+                raise ConfigError(f"{flag} {path}: not a readable file")
         try:
             ssl_context.load_cert_chain(args.tls_cert, args.tls_key)
         except (OSError, ssl.SSLError) as err:
-            raise ConfigError(f"--tls-cert/--tls-key: cannot load: {err}") from err
+            raise ConfigError(f"--tls-cert/--tls-key: cannot load a PEM certificate chain and its key: {err}") from err
 
     hostname = args.hostname or socket.gethostname()
-    history_s = 60.0 * (args.history_minutes if args.history_minutes else cfg.history_minutes)
+    history_s = 60.0 * (args.history_minutes if args.history_minutes is not None else cfg.history_minutes)
+    sock = None
+    if args.listen is not None:
+        # Bind before starting anything, so a port in use fails at once with one line.
+        try:
+            sock = listen(host, port)
+        except OSError as err:
+            raise ConfigError(f"--listen {args.listen}: cannot listen: {err.strerror or err}") from err
     agent = Agent(
         _make_sampler(args, hostname),
         hostname=hostname,
@@ -132,24 +171,33 @@ def run(args: argparse.Namespace) -> int:
             agent.serve_stdio(rfd, wfd)
             return 0
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        sock = listen(host, port)
+        assert sock is not None
         bound = sock.getsockname()[1]
         if args.port_file:
-            tmp = f"{args.port_file}.tmp"
-            with open(tmp, "w") as f:
-                f.write(f"{bound}\n")
-            os.replace(tmp, args.port_file)
+            _write_port_file(args.port_file, bound)
         auth_note = "token" if token else "no token"
         tls_note = ", TLS" if ssl_context else ""
-        print(f"gpulens agent: listening on {host}:{bound} as {hostname} ({auth_note}{tls_note})", file=sys.stderr, flush=True)
+        shown = f"[{host}]" if ":" in host else host
+        print(f"gpulens agent: listening on {shown}:{bound} as {hostname} ({auth_note}{tls_note})", file=sys.stderr, flush=True)
         agent.start()
         agent.serve_tcp(sock, ssl_context, stop)
-        sock.close()
         return 0
     finally:
+        if sock is not None:
+            sock.close()
         agent.stop()
         if metrics is not None:
             metrics.close()
+
+
+def _write_port_file(path: str, port: int) -> None:
+    tmp = f"{path}.tmp"
+    try:
+        with open(tmp, "w") as f:
+            f.write(f"{port}\n")
+        os.replace(tmp, path)
+    except OSError as err:
+        raise ConfigError(f"--port-file {path}: cannot write: {err.strerror or err}") from err
 
 
 def _serve_metrics(args: argparse.Namespace, hostname: str, agent: Any) -> Any:

@@ -47,9 +47,15 @@ def summary(profile: object, top: int | None) -> dict[str, object]:
 
 def run(args: argparse.Namespace) -> int:
     """Load FILE; export, print the summary, or open the flame graph screen."""
-    from gpulens.collectors.flame.exporters import export_folded, export_speedscope
+    from gpulens.collectors.errors import ConfigError
+    from gpulens.collectors.flame.exporters import check_writable, export_folded, export_speedscope
     from gpulens.collectors.flame.importers import load_profile
 
+    if args.top is not None and args.top < 1:
+        raise ConfigError(f"--top: expected 1 or more functions, got {args.top}")
+    for flag, out in (("--export-folded", args.export_folded), ("--export-speedscope", args.export_speedscope)):
+        if out:
+            check_writable(out, flag)
     profile = load_profile(args.file, args.metric)
     wrote = False
     if args.export_folded:

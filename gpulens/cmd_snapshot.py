@@ -19,9 +19,15 @@ SETTLE_S = 1.0
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Snapshot flags: the same source flags as the TUI, plus --timeout and --json."""
     g = parser.add_argument_group("sources (any mix; default: this machine)")
-    g.add_argument("--connect", metavar="HOST:PORT[,...]", help="agents listening on TCP (tls://HOST:PORT for TLS)")
+    g.add_argument("--connect", metavar="HOST:PORT[,...]",
+                   help="agents listening on TCP (tls://HOST:PORT for TLS; PORT defaults to 7789)")
     g.add_argument("--ssh", metavar="HOSTLIST", help="run 'gpulens agent --stdio' over ssh, e.g. node[01-16]")
-    g.add_argument("--ssh-command", metavar="CMD", help="command run per host instead of ssh ({host} is replaced)")
+    g.add_argument(
+        "--ssh-command",
+        metavar="CMD",
+        help="run CMD per host instead of ssh: with {host} in it, {host} is replaced; "
+        "without, HOST and 'gpulens agent --stdio' are appended (e.g. 'ssh -J jump')",
+    )
     g.add_argument("--slurm-job", metavar="ID", help="the nodes of a Slurm job, over ssh")
     g.add_argument("--prometheus", metavar="URL", help="read the cluster from a Prometheus server")
     g.add_argument("--prom-selector", metavar="SEL", help="extra label selector, e.g. '{cluster=\"a\"}'")
@@ -29,6 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--tls-ca", metavar="PEM", help="CA file to verify tls:// agents")
     parser.add_argument("--timeout", type=float, default=10.0, metavar="S", help="wait at most S seconds (default 10)")
     parser.add_argument("--json", action="store_true", help='print {"hosts": [{"host", "up", "reason", "sample"}]}')
+    parser.epilog = "exit status: 0 every host up, 1 a host down or never reached, 2 bad arguments"
 
 
 @dataclass
@@ -171,6 +178,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 < args.timeout <= 3600:
         raise ConfigError(f"--timeout: expected seconds in (0, 3600], got {args.timeout}")
+    _check_companions(args)
     source = build_source(args, args.cfg)
     hosts, errors = collect(source, args.timeout)
     if args.json:
@@ -191,3 +199,19 @@ def run(args: argparse.Namespace) -> int:
             else:
                 print(f"{h['host']:<24} DOWN  {h['reason']}")
     return 0 if hosts and all(h["up"] for h in hosts) else 1
+
+
+def _check_companions(args: argparse.Namespace) -> None:
+    """A flag that only modifies another one must not be silently ignored without it."""
+    from gpulens.collectors.errors import ConfigError
+
+    remote = args.ssh is not None or args.slurm_job is not None
+    rules = [
+        ("--ssh-command", args.ssh_command is not None, remote, "--ssh or --slurm-job"),
+        ("--prom-selector", args.prom_selector is not None, args.prometheus is not None, "--prometheus"),
+        ("--tls-ca", args.tls_ca is not None, "tls://" in (args.connect or ""), "--connect tls://HOST:PORT"),
+        ("--token-file", args.token_file is not None, remote or args.connect is not None, "--connect, --ssh or --slurm-job"),
+    ]
+    for flag, given, partner, needs in rules:
+        if given and not partner:
+            raise ConfigError(f"{flag}: only with {needs}")

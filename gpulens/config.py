@@ -37,6 +37,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 WINDOWS = {"1m": 60, "5m": 300, "15m": 900, "1h": 3600}
+MAX_CONFIG_BYTES = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,13 +146,18 @@ def load_config(path: str | None, args: argparse.Namespace | None = None) -> Con
 
     Flags read from ``args`` when present: ``interval``, ``pattern``, ``window``.
     """
+    if path is not None and not path.strip():
+        raise ConfigError("--config: expected a file name, got an empty string")
     file = Path(path) if path else default_path()
     cfg = Config()
     if file.exists() or path:
         try:
-            raw = file.read_bytes()
+            with open(file, "rb") as fh:
+                raw = fh.read(MAX_CONFIG_BYTES + 1)  # bounded: --config /dev/zero must not fill memory
         except OSError as err:
             raise ConfigError(f"{file}: cannot read: {err.strerror}") from err
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{file}: larger than {MAX_CONFIG_BYTES} bytes; not a gpulens config file")
         try:
             data = tomllib.loads(raw.decode("utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
@@ -165,7 +171,11 @@ def load_config(path: str | None, args: argparse.Namespace | None = None) -> Con
             cfg = replace(cfg, interval_s=float(interval))
         pattern = getattr(args, "pattern", None)
         if pattern is not None:
-            cfg = replace(cfg, job_pattern=_check_pattern("--pattern", "pattern", pattern))
+            try:
+                re.compile(pattern)
+            except re.error as err:
+                raise ConfigError(f"--pattern {pattern!r}: expected a regular expression: {err}") from err
+            cfg = replace(cfg, job_pattern=pattern)
         window = getattr(args, "window", None)
         if window is not None:
             if window not in WINDOWS:

@@ -25,7 +25,7 @@ def build_source(args: argparse.Namespace, cfg: Config) -> Source:
 
         sources.append(ReplaySource(args.replay))
     stream_flags = [getattr(args, n, None) for n in ("connect", "ssh", "slurm_job")]
-    if any(stream_flags):
+    if any(f is not None for f in stream_flags):
         from gpulens.collectors.stream_source import stream_source_from_args
 
         sources.append(stream_source_from_args(args, cfg))

@@ -94,6 +94,9 @@ def sample_pids(pids: list[int], duration_s: float, rate_hz: int = 100) -> Profi
                 _, err = proc.communicate()
                 errors.append(ProfilerError(f"py-spy did not finish sampling process {pid}"))
                 continue
+            except BaseException:  # Ctrl-C / SIGTERM: detach py-spy from every target now
+                _kill_all([q for _, _, q in procs])
+                raise
             if proc.returncode != 0 or not os.path.exists(out):
                 errors.append(classify_failure(pid, proc.returncode, err.decode("utf-8", "replace")))
                 continue
@@ -108,6 +111,13 @@ def sample_pids(pids: list[int], duration_s: float, rate_hz: int = 100) -> Profi
         raise errors[0]
     title = f"py-spy {rate_hz} Hz x {seconds} s: " + ", ".join(str(p) for p in pids)
     return build_from_stacks(stacks, "samples", title)
+
+
+def _kill_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
 
 
 def dump(pid: int) -> Profile:
