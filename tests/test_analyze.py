@@ -208,3 +208,12 @@ def test_timeline_lanes_depths_and_painting() -> None:
     span = row.spans[0]
     d = tl.details(span)
     assert d["name"] == span.name and d["dur_us"] == span.dur_us and isinstance(d["args"], dict)
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "dir"])
+def test_analyze_refuses_devices_and_directories_at_once(gpulens_exe: str, tmp_path: Path, target: str) -> None:
+    path = str(tmp_path) if target == "dir" else target
+    out = subprocess.run([gpulens_exe, "analyze", path], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+    assert ("not a regular file" in out.stderr) or ("a directory" in out.stderr)

@@ -10,6 +10,7 @@ C call (msgspec), reported as a final step.
 from __future__ import annotations
 
 import gzip
+import stat
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,7 +42,12 @@ def read_bytes(path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES, progress
     """The uncompressed file contents; raises TraceFileError when missing, bad gzip or too large."""
     p = Path(path)
     try:
-        total = p.stat().st_size
+        st = p.stat()
+        if not stat.S_ISREG(st.st_mode):
+            # A device such as /dev/zero would be read to the size limit before failing.
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+            raise TraceFileError(f"{p}: {kind}; give a trace file (.json or .json.gz)")
+        total = st.st_size
         raw = p.open("rb")
     except OSError as err:
         raise TraceFileError(f"{p}: cannot open: {err.strerror}") from err
