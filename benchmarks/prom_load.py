@@ -10,7 +10,7 @@ Then, in this process, PrometheusSource:
   and until the host-screen details have followed;
 * refresh: later ``fetch_latest()`` calls (overview fields);
 * viewer work per poll with the answers already received (decode + assemble,
-  with and without the cyclic GC's share);
+  GC paused while assembling as the source does, and with the GC running);
 * viewer CPU % while polling at a 5 s step, steady state (this process only);
 
 and a peer in the same run: the naive way, one query per host
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gc
 import json
 import os
 import shutil
@@ -121,28 +120,31 @@ def probe_prometheus(url: str) -> None:
 
 
 def offline_cost(src: object, profile: bool = False) -> float:
-    """CPU of decoding + assembling one core poll from bodies already received."""
+    """CPU of decoding + assembling one core poll from bodies already received,
+    with the other tiers' cached digests, as PrometheusSource does it."""
     from gpulens.collectors.prom_assemble import assemble
     from gpulens.collectors.prom_client import parse_vector
+    from gpulens.collectors.prom_source import _gc_paused
 
     rows = [r for r in src._current_rows() if r.tier == "core"]  # type: ignore[attr-defined]
     client = src._client  # type: ignore[attr-defined]
+    digests = [entry[1] for entry in src._cache.values()]  # type: ignore[attr-defined]
     bodies = [(r, client._get("/api/v1/query", {"query": r.query("", 60)})) for r in rows]
-    costs, no_gc = [], []
-    for _ in range(3):
+
+    def one(pause: bool) -> float:
         c = time.process_time()
-        assemble([(r, parse_vector(b)) for r, b in bodies], time.time())
-        costs.append(time.process_time() - c)
-    gc.disable()  # only to show the garbage collector's share, never in gpulens itself
-    try:
-        for _ in range(3):
-            c = time.process_time()
-            assemble([(r, parse_vector(b)) for r, b in bodies], time.time())
-            no_gc.append(time.process_time() - c)
-    finally:
-        gc.enable()
-    print(f"  decode + assemble of one core poll: {statistics.median(costs):.3f} s CPU, "
-          f"{statistics.median(no_gc):.3f} s of it without the cyclic GC")
+        answers = [(r, parse_vector(b)) for r, b in bodies]
+        if pause:
+            with _gc_paused():
+                assemble(answers, time.time(), digests=digests)
+        else:
+            assemble(answers, time.time(), digests=digests)
+        return time.process_time() - c
+
+    paused = [one(True) for _ in range(3)]
+    gc_on = [one(False) for _ in range(3)]
+    print(f"  decode + assemble of one core poll: {statistics.median(paused):.3f} s CPU as the source runs it "
+          f"(cyclic GC paused while assembling), {statistics.median(gc_on):.3f} s with the GC running throughout")
     if profile:
         import cProfile
         import pstats
@@ -150,10 +152,10 @@ def offline_cost(src: object, profile: bool = False) -> float:
         print(f"  bodies: {sum(len(b) for _, b in bodies) / 1e6:.1f} MB; first 300 bytes: {bodies[-1][1][:300]!r}")
         prof = cProfile.Profile()
         prof.enable()
-        assemble([(r, parse_vector(b)) for r, b in bodies], time.time())
+        assemble([(r, parse_vector(b)) for r, b in bodies], time.time(), digests=digests)
         prof.disable()
         pstats.Stats(prof).sort_stats("tottime").print_stats(12)
-    return statistics.median(costs)
+    return statistics.median(paused)
 
 
 def first_screen(url: str, hosts: int, workers: int) -> tuple[float, float, float]:

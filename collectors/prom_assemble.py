@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from .model import (
     CacheSample,
@@ -42,7 +42,6 @@ _GPU_FIELDS = (
 )
 _GPU_SET = frozenset(_GPU_FIELDS)
 _DOTTED = {name: f"gpu.{name}" for name in _GPU_FIELDS}
-_INT_GPU = {"mem_used_bytes", "mem_total_bytes", "sm_clock_mhz", "mem_clock_mhz", "ecc_corrected", "ecc_uncorrected"}
 
 
 @dataclass
@@ -119,6 +118,10 @@ def _apply(hosts: dict[str, _Host], row: MetricMap, scope: str, labels: Mapping[
 _SPECIAL = {"host.unavailable", "gpu.throttle_reasons", "gpu.processes"}
 
 
+_INDEX = {str(i): i for i in range(256)}
+"""GPU index label -> int, for the usual indexes (saves a parse per series)."""
+
+
 def _apply_plain(
     hosts: dict[str, _Host], row: MetricMap, answer: Answer, only: set[str] | None = None
 ) -> None:
@@ -126,30 +129,37 @@ def _apply_plain(
     values, without the per-series branching of :func:`_apply`. With ``only``,
     series of other hosts are skipped."""
     isfinite = math.isfinite
+    find = hosts.get
     if row.scope == "host":
         key = row.field
         for labels, value in answer:
             host = labels.get("host") or host_of(labels)
             if host is None or not isfinite(value) or (only is not None and host not in only):
                 continue
-            h = hosts.get(host)
+            h = find(host)
             if h is None:
                 h = hosts[host] = _Host()
             h.values.setdefault(key, value)
         return
     key = row.field[4:]
     ids = row.family != "gpulens" or row.field == "gpu.info"  # gpulens: ids only on gpu_info
+    index = _INDEX.get
     for labels, value in answer:
         host = labels.get("host") or host_of(labels)
         idx = labels.get("gpu", "")
-        if host is None or not idx.isdigit() or len(idx) > 4 or (only is not None and host not in only):
+        i = index(idx)
+        if i is None:
+            if not idx.isdigit() or len(idx) > 4:
+                continue
+            i = int(idx)
+        if host is None or (only is not None and host not in only):
             continue
-        h = hosts.get(host)
+        h = find(host)
         if h is None:
             h = hosts[host] = _Host()
-        g = h.gpus.get(int(idx))
+        g = h.gpus.get(i)
         if g is None:
-            g = h.gpus[int(idx)] = _Gpu()
+            g = h.gpus[i] = _Gpu()
         if ids:
             g.uuid = g.uuid or labels.get("uuid") or labels.get("UUID") or ""
             g.name = g.name or labels.get("name") or labels.get("modelName") or ""
@@ -157,26 +167,107 @@ def _apply_plain(
             g.values.setdefault(key, value)
 
 
+def _apply_rows(hosts: dict[str, _Host], answers: Iterable[tuple[MetricMap, Answer]],
+                only: set[str] | None = None) -> None:
+    for row, answer in answers:
+        scope = row.scope
+        if scope != "job" and row.field not in _SPECIAL:
+            _apply_plain(hosts, row, answer, only)
+        elif only is None:
+            for labels, value in answer:
+                _apply(hosts, row, scope, labels, value)
+        else:
+            for labels, value in answer:
+                if host_of(labels) in only:
+                    _apply(hosts, row, scope, labels, value)
+
+
+class Digest:
+    """Answers of rarely re-read fields, applied once and kept per host, so
+    that the polls in between merge ~10,000 small maps instead of re-reading
+    ~100,000 series (see :func:`digest`)."""
+
+    __slots__ = ("hosts",)
+
+    def __init__(self, hosts: dict[str, _Host]) -> None:
+        self.hosts = hosts
+
+
+def digest(answers: Iterable[tuple[MetricMap, Answer]]) -> Digest:
+    """Pre-apply cached answers (rows in table order) for :func:`assemble`'s ``digests``."""
+    hosts: dict[str, _Host] = {}
+    _apply_rows(hosts, answers)
+    return Digest(hosts)
+
+
+def _merge(h: _Host, c: _Host) -> None:
+    """Add a digest's host ``c`` to ``h`` as if its series were applied after
+    ``h``'s own: plain values only where ``h`` has none, ids only where empty,
+    reasons and job labels overwritten (as :func:`_apply` does). ``c`` is not
+    changed: it serves every poll until the next re-read."""
+    if c.values:
+        h.values = {**c.values, **h.values}
+    if c.unavailable:
+        h.unavailable.update(c.unavailable)
+    for i, cg in c.gpus.items():
+        g = h.gpus.get(i)
+        if g is None:
+            g = h.gpus[i] = _Gpu()
+        g.uuid = g.uuid or cg.uuid
+        g.name = g.name or cg.name
+        if cg.values:
+            g.values = {**cg.values, **g.values}
+        if cg.unavailable:
+            g.unavailable.update(cg.unavailable)
+        if cg.throttle:
+            g.throttle |= cg.throttle
+        if cg.processes:
+            g.processes = {**cg.processes, **g.processes}
+    for pid, cj in c.jobs.items():
+        j = h.jobs.get(pid)
+        if j is None:
+            j = h.jobs[pid] = _Job()
+        if cj.labels:
+            j.labels = cj.labels
+        j.gpu_mem.update(cj.gpu_mem)
+        j.values = {**cj.values, **j.values}
+
+
 def _opt_int(v: float | None) -> int | None:
     return None if v is None else round(v)
 
 
+_POSITIONAL = (
+    "index", "name", "uuid", "utilization_percent", "memory_utilization_percent", "mem_used_bytes",
+    "mem_total_bytes", "power_w", "power_limit_w", "temperature_c", "sm_clock_mhz", "mem_clock_mhz",
+    "pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s", "nvlink_rx_bytes_per_s", "nvlink_tx_bytes_per_s",
+    "ecc_corrected", "ecc_uncorrected", "xid_events", "throttle_reasons", "sm_activity_percent",
+    "sm_occupancy_percent", "dram_bw_util_percent", "processes", "unavailable",
+)
+if tuple(f.name for f in fields(GpuSample))[:len(_POSITIONAL)] != _POSITIONAL:
+    # _gpu_sample passes arguments by position (8,000 GPUs a poll): a reordered model must fail loudly
+    raise ImportError("collectors.model.GpuSample fields changed order; update prom_assemble._gpu_sample")
+
+
 def _gpu_sample(index: int, g: _Gpu, skipped: Mapping[str, str]) -> GpuSample:
     got = g.values
-    vals: dict[str, object] = {name: got.get(name) for name in _GPU_FIELDS}
-    for name in _INT_GPU & got.keys():
-        vals[name] = round(got[name])
+    get = got.get
     unavailable = dict(g.unavailable)
     for name in _GPU_SET - got.keys():
         if name not in unavailable:
             unavailable[name] = skipped.get(_DOTTED[name], MISSING) if skipped else MISSING
-    xid = g.values.get("xid_last")
+    xid = get("xid_last")
     return GpuSample(
-        index=index, name=g.name, uuid=g.uuid,
-        xid_events=(round(xid),) if xid else (),
-        throttle_reasons=tuple(sorted(g.throttle)),
-        processes=tuple(GpuProcess(pid, used) for pid, used in sorted(g.processes.items())),
-        unavailable=unavailable, **vals,  # type: ignore[arg-type]
+        index, g.name, g.uuid, get("utilization_percent"), get("memory_utilization_percent"),
+        _opt_int(get("mem_used_bytes")), _opt_int(get("mem_total_bytes")), get("power_w"),
+        get("power_limit_w"), get("temperature_c"), _opt_int(get("sm_clock_mhz")),
+        _opt_int(get("mem_clock_mhz")), get("pcie_rx_bytes_per_s"), get("pcie_tx_bytes_per_s"),
+        get("nvlink_rx_bytes_per_s"), get("nvlink_tx_bytes_per_s"), _opt_int(get("ecc_corrected")),
+        _opt_int(get("ecc_uncorrected")), (round(xid),) if xid else (),
+        tuple(sorted(g.throttle)) if g.throttle else (), get("sm_activity_percent"),
+        get("sm_occupancy_percent"), get("dram_bw_util_percent"),
+        tuple(GpuProcess(pid, used) for pid, used in sorted(g.processes.items())) if g.processes else (),
+        unavailable,
     )
 
 
@@ -226,30 +317,24 @@ def assemble(
     t: float,
     extra: Iterable[tuple[MetricMap, Answer]] = (),
     skipped: Mapping[str, str] | None = None,
+    digests: Iterable[Digest] = (),
 ) -> dict[str, HostSample]:
     """Host name -> sample at time ``t`` (unix seconds) from rows' answers, in table order.
 
-    ``extra`` (cached answers of rarely changing fields) only adds to hosts the
-    ``answers`` found, so a host that vanished does not live on in a cache.
-    ``skipped`` gives the reason for fields deliberately not queried (dotted
-    field -> reason), instead of "no series in Prometheus".
+    ``extra`` (cached answers of rarely changing fields) and ``digests`` (the
+    same, pre-applied by :func:`digest`; merged after ``extra``) only add to
+    hosts the ``answers`` found, so a host that vanished does not live on in a
+    cache. ``skipped`` gives the reason for fields deliberately not queried
+    (dotted field -> reason), instead of "no series in Prometheus".
     """
     hosts: dict[str, _Host] = {}
-    for row, answer in answers:
-        scope = row.scope
-        if scope != "job" and row.field not in _SPECIAL:
-            _apply_plain(hosts, row, answer)
-        else:
-            for labels, value in answer:
-                _apply(hosts, row, scope, labels, value)
+    _apply_rows(hosts, answers)
     seen = set(hosts)
-    for row, answer in extra:
-        scope = row.scope
-        if scope != "job" and row.field not in _SPECIAL:
-            _apply_plain(hosts, row, answer, only=seen)
-        else:
-            for labels, value in answer:
-                if host_of(labels) in seen:
-                    _apply(hosts, row, scope, labels, value)
+    _apply_rows(hosts, extra, only=seen)
+    for d in digests:
+        for name, c in d.hosts.items():
+            h = hosts.get(name)
+            if h is not None:
+                _merge(h, c)
     why = skipped or {}
     return {name: _host_sample(name, t, h, why) for name, h in sorted(hosts.items())}

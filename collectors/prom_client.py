@@ -17,8 +17,11 @@ import socket
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from .errors import PrometheusError
 
@@ -36,6 +39,54 @@ class Series:
 
     labels: Labels
     points: tuple[tuple[float, float], ...]
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class Vector:
+    """An instant-query answer as two parallel lists, labels and values.
+
+    Iterating yields ``(labels, value)`` pairs. Kept as lists rather than a
+    list of pairs because a poll decodes ~50,000 series: pairs would be as
+    many objects for CPython's cyclic garbage collector to walk, lists of
+    (untracked) string maps and floats are not.
+    """
+
+    labels: list[Labels]
+    values: list[float]
+
+    def __iter__(self) -> Iterator[tuple[Labels, float]]:
+        return zip(self.labels, self.values, strict=True)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __repr__(self) -> str:
+        return f"Vector({list(self)!r:.200})"
+
+
+# Typed shape of a successful instant-query answer, decoded by msgspec. gc=False:
+# these never form cycles, so the collector need not track the ~50,000 a poll makes.
+class _Point(msgspec.Struct, array_like=True, gc=False):
+    t: float
+    v: str
+
+
+class _Item(msgspec.Struct, gc=False):
+    metric: dict[str, str]
+    value: _Point
+
+
+class _VectorData(msgspec.Struct, gc=False):
+    result_type: str = msgspec.field(name="resultType")
+    result: list[_Item] = msgspec.field(default_factory=list)
+
+
+class _VectorDoc(msgspec.Struct, gc=False):
+    status: str
+    data: _VectorData
+
+
+_VECTOR_DECODER = msgspec.json.Decoder(_VectorDoc)
 
 
 def _garbage(what: str) -> PrometheusError:
@@ -84,13 +135,34 @@ def _result(body: bytes, result_type: str) -> Any:
     return result
 
 
-def parse_vector(body: bytes) -> list[tuple[Labels, float]]:
+def _fast_vector(body: bytes) -> Vector | None:
+    """The common case, a well-formed vector, decoded by msgspec straight into
+    typed objects; None for anything else (the checked path then decides)."""
+    try:
+        doc = _VECTOR_DECODER.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    data = doc.data
+    if doc.status != "success" or data.result_type != "vector" or len(data.result) > MAX_SERIES:
+        return None
+    items = data.result
+    try:
+        values = [float(item.value.v) for item in items]  # "NaN", "+Inf": float() reads them
+    except ValueError:
+        return None
+    return Vector([item.metric for item in items], values)
+
+
+def parse_vector(body: bytes) -> Vector:
     """Decode an instant-query body into (labels, value) pairs: the fast path
-    for thousands of series (no per-series objects).
+    for thousands of series (no per-series objects kept).
 
     Raises:
         PrometheusError: ``query`` for Prometheus' own error, else ``garbage``.
     """
+    fast = _fast_vector(body)
+    if fast is not None:
+        return fast
     result = _result(body, "vector")
     try:
         out = [(item["metric"], float(item["value"][1])) for item in result]
@@ -99,7 +171,7 @@ def parse_vector(body: bytes) -> list[tuple[Labels, float]]:
     for labels, _ in out:
         if type(labels) is not dict or not all(type(v) is str for v in labels.values()):
             raise _garbage("series labels are not a string map")
-    return out
+    return Vector([labels for labels, _ in out], [value for _, value in out])
 
 
 def parse_answer(body: bytes, result_type: str) -> list[Series]:
@@ -184,7 +256,7 @@ class PromClient:
             params["time"] = f"{at:.3f}"
         return parse_answer(self._get("/api/v1/query", params), "vector")
 
-    def query_pairs(self, expr: str, at: float | None = None) -> list[tuple[Labels, float]]:
+    def query_pairs(self, expr: str, at: float | None = None) -> Vector:
         """Instant query as (labels, value) pairs (see :func:`parse_vector`).
 
         Raises:

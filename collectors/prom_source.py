@@ -13,16 +13,18 @@ that vanish get a :class:`HostStatusEvent`.
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import TypeVar
 
 from .errors import ConfigError, PrometheusError
 from .model import HostSample
-from .prom_assemble import Answer, assemble
-from .prom_client import MAX_RESPONSE_BYTES, Labels, PromClient, Series
+from .prom_assemble import Answer, Digest, assemble, digest
+from .prom_client import MAX_RESPONSE_BYTES, PromClient, Series, Vector
 from .prom_mapping import MetricMap, escape_label_value, parse_selector, rows_for
 from .source import Emit, HostStatusEvent, PanelData, SampleEvent, SourceStatusEvent
 
@@ -43,6 +45,22 @@ def _windows() -> dict[str, int]:
     except ImportError:  # pragma: no cover - collectors used without the CLI package
         return {"5m": 300}
     return dict(WINDOWS)
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause CPython's cyclic GC while a poll's ~10,000 sample objects are
+    built (tens of ms). They all survive, so collections during the build free
+    nothing yet walk them again and again, and promote them into full
+    collections; afterwards one young-generation pass takes them all. The
+    switch is process-wide and only re-enabled if it was on."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
 
 
 class PrometheusSource:
@@ -94,7 +112,8 @@ class PrometheusSource:
         self._lock = threading.Lock()
         self._rows: tuple[MetricMap, ...] | None = None
         self._names_at = 0.0
-        self._cache: dict[str, tuple[tuple[MetricMap, ...], list[tuple[MetricMap, Answer]], float]] = {}
+        # tier -> (its rows, their last answers pre-applied, monotonic time read)
+        self._cache: dict[str, tuple[tuple[MetricMap, ...], Digest, float]] = {}
         self._hosts: dict[str, HostSample] = {}
         self._down_hosts: set[str] = set()
         self._announced: set[str] = set()
@@ -156,18 +175,19 @@ class PrometheusSource:
                 due.add(tier)
         wanted = [r for r in rows if r.tier in due]
 
-        def call(r: MetricMap) -> Callable[[], list[tuple[Labels, float]]]:
+        def call(r: MetricMap) -> Callable[[], Vector]:
             return lambda: q(r.query(self._sel, self.rate_window_s), at)
 
         answers: list[tuple[MetricMap, Answer]] = list(self._run_all((r, call(r)) for r in wanted))
-        extra: list[tuple[MetricMap, Answer]] = []
-        for tier in ("detail", "static"):
-            if tier in due:
-                fresh = [a for a in answers if a[0].tier == tier]
-                self._cache[tier] = (tuple(a[0] for a in fresh), fresh, now)
-            elif tier in self._cache:
-                extra += self._cache[tier][1]
-        return assemble(answers, at, extra=extra, skipped=skipped)
+        digests: list[Digest] = []
+        with _gc_paused():
+            for tier in ("detail", "static"):
+                if tier in due:
+                    fresh = [a for a in answers if a[0].tier == tier]
+                    self._cache[tier] = (tuple(a[0] for a in fresh), digest(fresh), now)
+                elif tier in self._cache:
+                    digests.append(self._cache[tier][1])
+            return assemble(answers, at, skipped=skipped, digests=digests)
 
     def fetch_range(
         self, start: float, end: float, step_s: float, budget: int = BACKFILL_BUDGET
@@ -203,9 +223,13 @@ class PrometheusSource:
                     per_t.setdefault(t, []).append((s.labels, v))
             for t, answer in per_t.items():
                 by_time.setdefault(t, []).append((row, answer))
-        static = self._cache.get("static", ((), [], 0.0))[1]
+        static = [self._cache["static"][1]] if "static" in self._cache else []
         skipped = {r.field: NOT_BACKFILLED for r in rows if r.tier == "detail"}
-        return [assemble(ans, t, extra=static, skipped=skipped) for t, ans in sorted(by_time.items())]
+        history = []
+        for t, ans in sorted(by_time.items()):
+            with _gc_paused():  # one snapshot at a time: the pause stays short
+                history.append(assemble(ans, t, skipped=skipped, digests=static))
+        return history
 
     # ---- Source ----------------------------------------------------------
     def expected_hosts(self) -> tuple[str, ...]:
