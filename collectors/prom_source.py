@@ -127,6 +127,11 @@ class PrometheusSource:
         return f"prometheus {self._client.url}"
 
     @property
+    def address(self) -> str:
+        """The server's URL: how ``gpulens snapshot`` lists it when it cannot be reached."""
+        return self._client.url
+
+    @property
     def simulated(self) -> bool:
         """Never simulated: the data is whatever Prometheus holds."""
         return False

@@ -140,8 +140,16 @@ class Collector:
 
 def collect(source: Any, timeout_s: float) -> tuple[list[dict[str, Any]], list[str]]:
     """Run ``source`` until every host answered or ``timeout_s``; (hosts, source errors)."""
+    from gpulens.collectors.errors import GpulensError
+
     expected_fn = getattr(source, "expected_hosts", None)
-    expected = list(expected_fn()) if callable(expected_fn) else None
+    try:
+        expected = list(expected_fn()) if callable(expected_fn) else None
+    except GpulensError as err:
+        # A source that cannot even list its hosts (Prometheus down) was never reached:
+        # list it under its address, like an agent that never answered.
+        address = str(getattr(source, "address", None) or source.name)
+        return [{"host": address, "address": address, "up": False, "reason": str(err), "sample": None}], []
     col = Collector(expected)
     events: queue.Queue[Any] = queue.Queue()
     start = time.monotonic()

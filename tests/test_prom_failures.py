@@ -238,6 +238,11 @@ def test_snapshot_against_down_prometheus_is_one_clear_line() -> None:
     out = subprocess.run([sys.executable, "-m", "gpulens", "snapshot", "--prometheus", url, "--json"],
                          capture_output=True, text=True, timeout=60,
                          env={**os.environ, "XDG_CONFIG_HOME": "/nonexistent"})
-    assert out.returncode == 2
-    assert out.stderr.strip().startswith(f"gpulens: Prometheus error: Prometheus down: {url}")
+    # Never reached: listed under its address with up false and the reason (exit 1 = a host down).
+    assert out.returncode == 1, out.stderr
+    doc = json.loads(out.stdout)
+    (entry,) = doc["hosts"]
+    assert entry["up"] is False and entry["sample"] is None
+    assert entry["host"] == url
+    assert entry["reason"].startswith(f"Prometheus down: {url}")
     assert "Traceback" not in out.stderr
