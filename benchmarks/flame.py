@@ -1,10 +1,15 @@
 """Flame graph benchmark: 1M samples, 100k distinct stacks, folded (~45 MB).
 
 Measures, each in a fresh process:
-* load + build + first render (file -> Profile -> first frame of the app),
+* load + build + first render (file -> Profile -> first frame of the app), wall
+  and CPU (``process_time``, steadier on a shared machine),
+* the work the first frame skips (every node's total, parent, depth and
+  frame id; ``FlameScreen`` derives them in a worker after the first frame),
 * median redraw per keypress (move, focus, search): the widget's action plus
   rendering every line, and the full Pilot round trip for moves,
-* peak RSS.
+* peak RSS,
+* in a separate process, CPU time of each model stage: read, parse, build
+  (what a first frame needs) and deriving the rest.
 Peer, same file, same harness: flameshow 1.1.5 (a Textual flame graph viewer)
 when ``--peer-python`` points at a Python that has it installed. Brendan
 Gregg's flamegraph.pl is not on this machine; its published figure for this
@@ -40,7 +45,7 @@ path = sys.argv[1]
 profile = load_profile(path)
 t_built = time.perf_counter()
 c_built = time.process_time()
-out = {"nodes": profile.n_nodes, "frames": len(profile.frames), "samples": profile.total}
+out = {"nodes": profile.n_nodes, "samples": profile.total}
 
 def redraw(graph):
     for y in range(graph.size.height):
@@ -58,6 +63,13 @@ async def main():
         out["load_build_cpu_s"] = c_built - c0
         out["first_render_s"] = t_first - t_built
         out["load_to_first_frame_s"] = t_first - t0
+        c_first = time.process_time()
+        out["first_render_cpu_s"] = c_first - c_built
+        out["load_to_first_frame_cpu_s"] = c_first - c0
+        # What the first frame skipped (FlameScreen derives it in a worker after the first frame).
+        profile.node_total, profile.node_parent, profile.node_depth, profile.frames
+        out["deferred_cpu_s"] = time.process_time() - c_first
+        out["frames"] = len(profile.frames)
         graph = app.screen.query_one(FlameGraph)
         moves = []
         for d in ["up"] * 8 + ["left", "right"] * 6 + ["down"] * 8:
@@ -82,6 +94,24 @@ asyncio.run(main())
 out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps(out))
 """.replace("SIZE_HERE", repr(SIZE))
+
+CHILD_STAGES = r"""
+import json, sys, time
+from gpulens.collectors.flame.folded import _parse_lines
+from gpulens.collectors.flame.model import build_profile
+c = time.process_time
+t0 = c()
+with open(sys.argv[1], "rb") as fh:
+    data = fh.read()
+t1 = c()
+stacks = _parse_lines(data, "bench")
+t2 = c()
+profile = build_profile(stacks, "samples")
+t3 = c()
+profile.node_total, profile.node_parent, profile.node_depth, profile.frames
+t4 = c()
+print(json.dumps({"read_cpu_s": t1 - t0, "parse_cpu_s": t2 - t1, "build_cpu_s": t3 - t2, "derive_rest_cpu_s": t4 - t3}))
+"""
 
 CHILD_FLAMESHOW = r"""
 import asyncio, json, resource, statistics, sys, time
@@ -145,6 +175,11 @@ def main() -> int:
         if not ok:
             print("gpulens:", runs[0])
             return 1
+        stages = [run_child(sys.executable, CHILD_STAGES, path, 300) for _ in range(args.runs)]
+        done = [r for r in stages if isinstance(r, dict)]
+        if done:
+            med_stages = {k: round(statistics.median(float(r[k]) for r in done), 3) for k in done[0]}
+            print(f"model stages, CPU s (median of {len(done)} runs): {json.dumps(med_stages)}")
         keys = ok[0].keys()
         med = {k: statistics.median(float(r[k]) for r in ok) for k in keys}
         print(f"gpulens (median of {len(ok)} runs): {json.dumps({k: round(v, 3) for k, v in med.items()})}")

@@ -303,3 +303,43 @@ def test_build_matches_a_naive_tree(stacks: dict[tuple[bytes, ...], int]) -> Non
         assert profile.node_self[node] == expected_self.get(raw, 0)
         assert profile.node_end[node] > node and profile.node_depth[node] == len(raw)
     assert seen == {p for p in expected_total if p}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.lists(st.sampled_from(_ALPHABET), min_size=1, max_size=6).map(tuple), st.integers(0, 50), max_size=25))
+def test_first_frame_reads_match_the_derived_arrays(stacks: dict[tuple[bytes, ...], int]) -> None:
+    """What a first frame reads before frame ids and totals exist equals what they say later."""
+    keys: dict[bytes, float] = {}
+    for frames, w in stacks.items():
+        key = b"\x00".join(frames)
+        keys[key] = keys.get(key, 0) + w
+    early = build_profile(keys, "samples")
+    early_reads = [(early.node_info(n), early.label(n), early.total_of(n)) for n in range(early.n_nodes)]
+    late = build_profile(keys, "samples")
+    late_totals, late_frames = late.node_total, late.node_frame
+    late_reads = [
+        (late.info(late_frames[n] if n else -1), late.label(n), late_totals[n]) for n in range(late.n_nodes)
+    ]
+    assert early_reads == late_reads
+    assert [early.total_of(n) for n in range(early.n_nodes)] == list(late_totals)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.dictionaries(st.lists(st.sampled_from(_ALPHABET), min_size=1, max_size=6).map(tuple), st.integers(1, 50), max_size=25))
+def test_chunk_boundaries_do_not_change_the_tree(stacks: dict[tuple[bytes, ...], int]) -> None:
+    """The build works in chunks of stacks; tiny chunks put a boundary between every pair."""
+    from gpulens.collectors.flame import build
+
+    keys = {b"\x00".join(frames): float(w) for frames, w in stacks.items()}
+
+    def shape(profile: Profile) -> tuple[object, ...]:
+        return (profile.frames, list(profile.node_frame), list(profile.node_end), list(profile.node_total))
+
+    expected = shape(build_profile(keys, "samples"))
+    saved = build._CHUNK
+    try:
+        for chunk in (1, 2, 3):
+            build._CHUNK = chunk
+            assert shape(build_profile(keys, "samples")) == expected
+    finally:
+        build._CHUNK = saved

@@ -7,11 +7,14 @@ decimals; repeated stacks add up.
 
 from __future__ import annotations
 
+from itertools import repeat
+
 from .errors import FlameFormatError
 from .model import Profile, build_profile
 
 MAX_FOLDED_BYTES = 1 << 30  # 1 GiB of text
 MAX_LINE_BYTES = 1 << 20
+INF = float("inf")
 
 
 def parse_folded(data: bytes, unit: str = "samples", title: str = "", source: str = "input") -> Profile:
@@ -31,32 +34,50 @@ def parse_folded(data: bytes, unit: str = "samples", title: str = "", source: st
 def _parse_lines(data: bytes, source: str) -> dict[bytes, float]:
     stacks: dict[bytes, float] = {}
     get = stacks.get
-    has_cr = b"\r" in data
     # Frames are split on NUL inside the model: translate the whole text once.
-    for lineno, line in enumerate(data.replace(b";", b"\x00").split(b"\n"), 1):
-        if has_cr:
-            line = line.rstrip(b"\r")
-        if not line or line.isspace():
-            continue
-        if len(line) > MAX_LINE_BYTES:
-            raise FlameFormatError(f"{source}: line {lineno}: longer than {MAX_LINE_BYTES} bytes")
+    lines = data.replace(b";", b"\x00").split(b"\n")
+    if b"\r" in data:
+        lines = list(map(bytes.rstrip, lines, repeat(b"\r")))
+    for lineno, line in enumerate(lines, 1):
+        # The common line first ("STACK INT"); blank lines, decimals and errors in _odd_count.
         stack, _, count = line.rpartition(b" ")
         try:
             weight: float = int(count)
         except ValueError:
-            try:
-                weight = float(count)
-            except ValueError:
-                raise FlameFormatError(
-                    f"{source}: line {lineno}: expected 'frame;frame;... COUNT', got {_shown(line)}"
-                ) from None
-        if not stack or weight < 0 or weight != weight or weight == float("inf"):
+            odd = _odd_count(line, lineno, source)
+            if odd is None:
+                continue
+            weight = odd
+        if weight < 0 or not stack or len(line) > MAX_LINE_BYTES:
+            _check_line(line, lineno, source)
             raise FlameFormatError(
                 f"{source}: line {lineno}: expected 'frame;frame;... COUNT' with a count >= 0, got {_shown(line)}"
             )
         key = stack.strip()
         stacks[key] = get(key, 0) + weight
     return stacks
+
+
+def _check_line(line: bytes, lineno: int, source: str) -> None:
+    if len(line) > MAX_LINE_BYTES:
+        raise FlameFormatError(f"{source}: line {lineno}: longer than {MAX_LINE_BYTES} bytes")
+
+
+def _odd_count(line: bytes, lineno: int, source: str) -> float | None:
+    """The count of a line whose count is not an integer; None for a blank line."""
+    if not line or line.isspace():
+        return None
+    _check_line(line, lineno, source)
+    count = line.rpartition(b" ")[2]
+    try:
+        weight = float(count)
+    except ValueError:
+        raise FlameFormatError(
+            f"{source}: line {lineno}: expected 'frame;frame;... COUNT', got {_shown(line)}"
+        ) from None
+    if weight != weight or weight == INF:
+        return -1.0  # reported as a count < 0 with the line
+    return weight
 
 
 def _shown(line: bytes) -> str:

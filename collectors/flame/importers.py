@@ -16,6 +16,7 @@ import gzip
 import io
 import json
 import os
+import stat
 import zlib
 from typing import Any
 
@@ -32,11 +33,17 @@ METRICS = ("auto", "time", "memory", "live", "allocated")
 
 def _read(path: str) -> bytes:
     try:
-        size = os.path.getsize(path)
+        st = os.stat(path)
+        if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+            raise FlameFormatError(f"{path}: a device, not a profile file (a pipe or regular file is fine)")
+        size = st.st_size
         if size > MAX_FILE_BYTES:
             raise FlameFormatError(f"{path}: {size} bytes is over the {MAX_FILE_BYTES}-byte limit")
         with open(path, "rb") as fh:
-            data = fh.read()
+            # Bounded even where getsize says 0: /dev/zero, a FIFO, /proc files.
+            data = fh.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise FlameFormatError(f"{path}: more than {MAX_FILE_BYTES} bytes; over the limit")
     except OSError as err:
         raise FlameError(f"{path}: cannot read: {err.strerror or err}") from None
     if data[:2] == b"\x1f\x8b":
@@ -72,6 +79,7 @@ def profile_from_bytes(data: bytes, source: str = "input", metric: str = "auto")
     kind = detect_format(data)
     title = os.path.basename(source)
     if kind == "snapshot":
+        _check_metric(metric, ("live", "allocated"), "a memory snapshot", source)
         snap = load_snapshot_bytes(data, source)
         view = metric if metric in ("live", "allocated") else "auto"
         return _titled(snapshot_profile(snap, view, source), title)
@@ -81,13 +89,24 @@ def profile_from_bytes(data: bytes, source: str = "input", metric: str = "auto")
         except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
             raise FlameFormatError(f"{source}: invalid JSON: {err}") from None
         if isinstance(doc, dict) and "profiles" in doc:
+            _check_metric(metric, (), "a speedscope profile", source)
             return _titled(parse_speedscope(doc, source), title)
+        _check_metric(metric, ("time", "memory"), "a Kineto trace", source)
         if metric == "memory":
             return _titled(kineto_memory(doc, source), title)
         if metric == "time":
             return _titled(kineto_time(doc, source), title)
         return _titled(kineto_auto(doc, source), title)
+    _check_metric(metric, (), "folded stacks", source)
     return parse_folded(data, "samples", title, source)
+
+
+def _check_metric(metric: str, allowed: tuple[str, ...], what: str, source: str) -> None:
+    """A metric the file cannot have is an error, not silently ignored."""
+    if metric == "auto" or metric in allowed:
+        return
+    choices = f"use {' or '.join(allowed)} (or auto)" if allowed else "it has one metric: use auto"
+    raise FlameFormatError(f"{source}: metric {metric!r} does not apply to {what}; {choices}")
 
 
 def _titled(profile: Profile, name: str) -> Profile:

@@ -16,14 +16,17 @@ from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
+from math import isnan
 from operator import sub
+from threading import RLock
 from typing import Any
 
-from .build import SEP, build_arrays
+from .build import SEP, Skeleton, lay_out
 from .errors import FlameError
 from .labels import FrameInfo, parse_frame
 
 UNITS = ("samples", "seconds", "bytes")
+
 INF = float("inf")
 
 
@@ -33,27 +36,80 @@ class Profile:
 
     ``node_end[i]`` is one past the last node of ``i``'s subtree;
     ``node_total[i]`` = ``node_self[i]`` + the totals of its children.
+    ``frames``, ``node_frame``, ``node_parent``, ``node_depth`` and (for
+    integer values) ``node_total`` are derived on first use: a first frame
+    needs only the shape, :meth:`node_info` and :meth:`total_of`.
     """
 
     unit: str
-    frames: tuple[str, ...]
-    node_frame: array[int]
-    node_parent: array[int]
-    node_depth: array[int]
     node_end: array[int]
     node_self: array[float]
-    node_total: array[float]
+    _tree: Skeleton = field(repr=False)
     title: str = ""
     _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _infos: dict[int, FrameInfo] = field(default_factory=dict, repr=False, compare=False)
+    _infos_by_text: dict[bytes, FrameInfo] = field(default_factory=dict, repr=False, compare=False)
+    _infos_by_node: dict[int, FrameInfo] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def n_nodes(self) -> int:
-        return len(self.node_frame)
+        return len(self.node_end)
 
     @property
     def total(self) -> float:
         """The root's total: every sample (or second, or byte) in the profile."""
-        return self.node_total[0]
+        return self.total_of(0)
+
+    def total_of(self, node: int) -> float:
+        """``node_total[node]``, without deriving every node's total first."""
+        totals: array[float] | None = self._cache.get("node_total")
+        if totals is not None:
+            return totals[node]
+        return self._tree.total_of(node)
+
+    def child_totals(self, node: int) -> Iterator[tuple[int, float]]:
+        """(child, its total) for the children of ``node``, without deriving every total."""
+        totals: array[float] | None = self._cache.get("node_total")
+        if totals is None:
+            yield from self._tree.child_totals(node)
+            return
+        end = self.node_end
+        child = node + 1
+        stop = end[node]
+        while child < stop:
+            yield child, totals[child]
+            child = end[child]
+
+    @property
+    def frames(self) -> tuple[str, ...]:
+        """Distinct frame texts; ``node_frame[i]`` indexes this tuple."""
+        return self._derived("frames")  # type: ignore[no-any-return]
+
+    @property
+    def node_frame(self) -> array[int]:
+        return self._derived("node_frame")  # type: ignore[no-any-return]
+
+    @property
+    def node_parent(self) -> array[int]:
+        return self._derived("node_parent")  # type: ignore[no-any-return]
+
+    @property
+    def node_depth(self) -> array[int]:
+        return self._derived("node_depth")  # type: ignore[no-any-return]
+
+    @property
+    def node_total(self) -> array[float]:
+        return self._derived("node_total")  # type: ignore[no-any-return]
+
+    def _derived(self, name: str) -> Any:
+        got = self._cache.get(name)
+        if got is None:
+            # A worker thread may warm the same arrays: derive each once.
+            with _DERIVE_LOCK:
+                got = self._cache.get(name)
+                if got is None:
+                    got = _derive(self, name)
+        return got
 
     @property
     def max_depth(self) -> int:
@@ -80,24 +136,43 @@ class Profile:
 
     def info(self, frame: int) -> FrameInfo:
         """Parsed name, file, line and label of a frame id (cached)."""
-        infos: dict[int, FrameInfo] = self._cache.setdefault("infos", {})
-        got = infos.get(frame)
+        got = self._infos.get(frame)
         if got is None:
-            got = infos[frame] = (
+            got = self._infos[frame] = (
                 parse_frame(self.frames[frame]) if frame >= 0 else parse_frame("all")
             )
         return got
 
     def node_info(self, node: int) -> FrameInfo:
-        return self.info(self.node_frame[node])
+        """:meth:`info` of a node's frame; before frames are interned, parsed from its text."""
+        node_frame: array[int] | None = self._cache.get("node_frame")
+        if node_frame is not None:
+            got = self._infos.get(node_frame[node])
+            return got if got is not None else self.info(node_frame[node])
+        if node == 0:
+            return self.info(-1)
+        # Never wait for a worker interning every frame: read this one from its stack.
+        got = self._infos_by_node.get(node)
+        if got is not None:
+            return got
+        raw = self._tree.frame_of(node)
+        if raw is None:
+            return self.info(self.node_frame[node])
+        got = self._infos_by_text.get(raw)
+        if got is None:
+            got = self._infos_by_text[raw] = parse_frame(raw.decode("utf-8", "replace"))
+        self._infos_by_node[node] = got
+        return got
 
     def label(self, node: int) -> str:
         return "all" if node == 0 else self.node_info(node).label
 
     def ancestors(self, node: int) -> list[int]:
         """Nodes from the root down to ``node`` (inclusive)."""
+        if node == 0:
+            return [0]
         out = []
-        parent = self.node_parent
+        parent = self._cache.get("node_parent") or self.node_parent
         while node >= 0:
             out.append(node)
             node = parent[node]
@@ -116,9 +191,62 @@ class Profile:
                 yield list(path), selfv[i]
 
 
+_DERIVE_LOCK = RLock()
+
+
+def _derive(profile: Profile, name: str) -> Any:
+    cache, tree = profile._cache, profile._tree
+    if name in ("frames", "node_frame"):
+        frame_ids, node_frame = tree.node_frames()
+        # Keep what the first frames parsed, now under frame ids.
+        for raw, info in list(profile._infos_by_text.items()):
+            fid = frame_ids.get(raw)
+            if fid is not None:
+                profile._infos.setdefault(fid, info)
+        cache["frames"] = tuple(f.decode("utf-8", "replace") for f in frame_ids)
+        cache["node_frame"] = node_frame
+        tree.release_keys()
+    elif name == "node_parent":
+        cache[name] = tree.node_parents()
+    elif name == "node_depth":
+        cache[name] = tree.node_depths()
+    elif name == "node_total":
+        cache[name] = _integral_totals(profile.node_self, profile.node_end)
+    else:
+        raise KeyError(name)
+    return cache[name]
+
+
+def _integral_totals(node_self: array[float], node_end: array[int]) -> array[float]:
+    # Totals from prefix sums (exact for integers): the subtree is [i, end[i]).
+    cum = array("d", [0.0])
+    cum.extend(accumulate(node_self))
+    return array("d", map(sub, map(cum.__getitem__, node_end), cum))
+
+
 def _check_unit(unit: str) -> None:
     if unit not in UNITS:
         raise FlameError(f"unknown profile unit {unit!r}; expected one of {', '.join(UNITS)}")
+
+
+def _check_weights(stacks: Mapping[bytes, float]) -> bool:
+    """Raise FlameError for a negative or non-finite weight; True when all are integers."""
+    values = stacks.values()
+    try:
+        # One C-level pass per check; anything odd falls through to the exact loop below.
+        if values and not any(map(isnan, values)) and min(values) >= 0 and max(values) < INF:
+            if set(map(type, values)) <= {int}:
+                return True
+            return all(map(float.is_integer, map(float, values)))
+    except (OverflowError, TypeError, ValueError):
+        pass
+    integral = True
+    for key, w in stacks.items():
+        if not 0 <= w < INF:  # also catches NaN
+            raise FlameError(f"negative or non-finite weight {w} for stack {key[:80]!r}")
+        if integral and type(w) is not int and w != int(w):
+            integral = False
+    return integral
 
 
 def build_profile(stacks: Mapping[bytes, float], unit: str, title: str = "") -> Profile:
@@ -129,32 +257,24 @@ def build_profile(stacks: Mapping[bytes, float], unit: str, title: str = "") -> 
     Zero weights are dropped; negative weights raise :class:`FlameError`.
     """
     _check_unit(unit)
-    integral = True
-    for key, w in stacks.items():
-        if not 0 <= w < INF:  # also catches NaN
-            raise FlameError(f"negative or non-finite weight {w} for stack {key[:80]!r}")
-        if integral and type(w) is not int and w != int(w):
-            integral = False
-    keys = sorted(k for k, w in stacks.items() if w)
+    integral = _check_weights(stacks)
+    keys = sorted(stacks)
+    if 0 in stacks.values():
+        keys = [k for k in keys if stacks[k]]
     root_self = 0.0
     if keys and not keys[0]:
         root_self = stacks[keys.pop(0)]
-    frame_ids, node_frame, node_parent, node_depth, node_end, node_self = build_arrays(
-        keys, list(map(stacks.__getitem__, keys))
-    )
-    node_self[0] = root_self
-    n_nodes = len(node_frame)
-    if integral:
-        # Totals from prefix sums (exact for integers): the subtree is [i, end[i]).
-        cum = array("d", [0.0])
-        cum.extend(accumulate(node_self))
-        node_total = array("d", map(sub, map(cum.__getitem__, node_end), cum))
-    else:
-        node_total = array("d", node_self)
-        for i in range(n_nodes - 1, 0, -1):
+    tree = lay_out(keys, list(map(stacks.__getitem__, keys)))
+    tree.node_self[0] = root_self
+    profile = Profile(unit, tree.node_end, tree.node_self, tree, title)
+    if not integral:
+        # Float sums depend on the order of addition: add children to parents bottom-up.
+        node_total = array("d", tree.node_self)
+        node_parent = profile.node_parent
+        for i in range(len(node_total) - 1, 0, -1):
             node_total[node_parent[i]] += node_total[i]
-    frames = tuple(f.decode("utf-8", "replace") for f in frame_ids)
-    return Profile(unit, frames, node_frame, node_parent, node_depth, node_end, node_self, node_total, title)
+        profile._cache["node_total"] = node_total
+    return profile
 
 
 def stack_key(frames: Sequence[str]) -> bytes:

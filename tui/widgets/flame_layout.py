@@ -52,22 +52,23 @@ def compute_layout(profile: Profile, focus: int, width: int, collapsed: bool, ma
         rows.append([span])
         by_node[anc] = span
     base_row = len(rows)
-    total = profile.node_total[focus]
+    total = profile.total_of(focus)
     scale = width / total if total > 0 else 0.0
     tail = _tail(profile, focus, collapsed)
     top = Span(base_row, 0, width, focus, tail)
     rows.append([top])
     by_node[focus] = top
     frontier = [(top, 0.0)]
-    node_total = profile.node_total
+    # Not node_total: the first frame should not wait for every node's total.
+    child_totals = profile.child_totals
     while frontier and len(rows) < max_rows:
         next_frontier: list[tuple[Span, float]] = []
         row_spans: list[Span] = []
         row = len(rows)
         for parent, px in frontier:
             x = px
-            for child in profile.children(parent.tail):
-                w = node_total[child] * scale
+            for child, child_total in child_totals(parent.tail):
+                w = child_total * scale
                 x0, x1 = round(x), round(x + w)
                 x += w
                 if x1 <= x0:
