@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from typing import IO, Any
 
 from .errors import ConfigError, RecordingError
@@ -190,6 +191,41 @@ class MultiSource:
         """True if any part is simulated."""
         return any(s.simulated for s in self.sources)
 
+    def expected_hosts(self) -> list[str]:
+        """Every part's expected hosts (``host:port`` or names), for those that know them.
+
+        Parts without ``expected_hosts`` (local, replay, demo) add none.
+        """
+        out: list[str] = []
+        for s in self.sources:
+            fn = getattr(s, "expected_hosts", None)
+            if callable(fn):
+                out.extend(h for h in fn() if h not in out)
+        return out
+
+    def request(self, host: str, kind: str, params: Mapping[str, Any], timeout_s: float) -> Future[Any]:
+        """Send a request (profile, trace, history) to ``host`` through the part that serves it.
+
+        Parts without ``request`` are skipped; a part that fails at once with
+        "unknown host" hands over to the next. The future fails with
+        RequestFailed when no part serves ``host``.
+        """
+        last: Future[Any] | None = None
+        for s in self.sources:
+            fn = getattr(s, "request", None)
+            if not callable(fn):
+                continue
+            last = fn(host, kind, params, timeout_s)
+            if not (last.done() and last.exception() is not None and "unknown host" in str(last.exception())):
+                return last
+        if last is not None:
+            return last
+        from gpulens.ipc.errors import RequestFailed
+
+        fut: Future[Any] = Future()
+        fut.set_exception(RequestFailed(f"no source can send requests to {host!r} (connect to its agent)"))
+        return fut
+
     def start(self, emit: Emit) -> None:
         """Start every part with the same ``emit``."""
         for s in self.sources:
@@ -264,6 +300,14 @@ class RecordingSource:
     def simulated(self) -> bool:
         """The inner source's flag."""
         return self.inner.simulated
+
+    def request(self, host: str, kind: str, params: Mapping[str, Any], timeout_s: float) -> Future[Any]:
+        """The inner source's ``request`` (profile, trace, history); RequestFailed if it has none."""
+        fn = getattr(self.inner, "request", None)
+        if callable(fn):
+            fut: Future[Any] = fn(host, kind, params, timeout_s)
+            return fut
+        return MultiSource([self.inner]).request(host, kind, params, timeout_s)
 
     def start(self, emit: Emit) -> None:
         """Start the inner source with a recording ``emit``."""

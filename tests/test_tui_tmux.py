@@ -84,3 +84,29 @@ def test_record_then_replay_and_ctrl_c(gpulens_exe: str, tmp_path: Path) -> None
         assert status.read_text().strip() == "0"
     finally:
         _tmux(sock, "kill-server")
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_fast_typing_and_resize_in_a_real_terminal(gpulens_exe: str, tmp_path: Path) -> None:
+    """Keys sent in one burst (as a paste or a fast typist) all land; 80x24 cuts no column."""
+    sock = f"gpulens-test-{uuid.uuid4().hex[:8]}"
+    status = tmp_path / "exit"
+    cmd = f"NO_COLOR=1 {gpulens_exe} --demo; echo $? > {status}; sleep 30"
+    _tmux(sock, "new-session", "-d", "-s", "t", "-x", "80", "-y", "24", cmd)
+    pane = "t:0.0"
+    try:
+        _wait_for(sock, pane, lambda s: "gpu-node01" in s and "4711" in s)
+        _tmux(sock, "send-keys", "-t", pane, "/node12")
+        _wait_for(sock, pane, lambda s: "filter 'node12'" in s)  # no key went to the table
+        _tmux(sock, "send-keys", "-t", pane, "Enter", "s")
+        screen = _wait_for(sock, pane, lambda s: "sort GPUs ↑ · filter 'node12'" in s)
+        assert "Runtime" in screen  # the jobs header fits at 80 columns
+        _tmux(sock, "resize-window", "-t", "t", "-x", "160", "-y", "45")
+        _wait_for(sock, pane, lambda s: "keys u a g w t" in s and "gpu-node12" in s)
+        _tmux(sock, "send-keys", "-t", pane, "q")
+        deadline = time.monotonic() + 15
+        while not status.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert status.read_text().strip() == "0"
+    finally:
+        _tmux(sock, "kill-server")

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 from gpulens.collectors.source import (
+    HostStatusEvent,
     PanelData,
     PanelProvider,
     Source,
@@ -20,11 +21,13 @@ from gpulens.collectors.source import (
     SourceStatusEvent,
 )
 from gpulens.collectors.store import Store
+from textual.actions import SkipAction
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.message import Message
-from textual.screen import Screen
+from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
+from textual.widgets import Input
 
 from gpulens.config import WINDOWS, Config, Panel
 
@@ -59,7 +62,8 @@ class GpulensApp(App[int]):
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
         Binding("question_mark", "help", "Keys", key_display="?"),
         Binding("escape", "go_back", "Back"),
-        Binding("colon", "jump", "Jump", key_display=":"),
+        # Priority: the prompt opens when ':' arrives, so a fast ':host x' loses no key.
+        Binding("colon", "jump", "Jump", key_display=":", priority=True),
         Binding("1", "window('1m')", "Window 1m", show=False),
         Binding("2", "window('5m')", "Window 5m", show=False),
         Binding("3", "window('15m')", "Window 15m", show=False),
@@ -72,12 +76,14 @@ class GpulensApp(App[int]):
 
     def __init__(self, source: Source, cfg: Config | None = None, *,
                  clock: Callable[[], float] = time.time, trace_service: Any = None,
-                 store: Store | None = None) -> None:
+                 store: Store | None = None, trace_error: str | None = None) -> None:
         super().__init__()
         self.source = source
         self.cfg = cfg or Config()
         self.clock = clock
         self.trace_service = trace_service
+        self.trace_error = trace_error
+        """Why there is no trace service (shown where "Open Profiler" would be)."""
         self.store = store or Store(resolution_s=self.cfg.interval_s,
                                     history_s=max(3600.0, self.cfg.history_minutes * 60.0))
         self.window = self.cfg.window
@@ -88,15 +94,22 @@ class GpulensApp(App[int]):
         self._last_refresh = 0.0
         self._timer: Timer | None = None
         self._started = False
+        self.host_changes: dict[str, tuple[bool, float]] = {}
+        """host -> (up, time) of its last up/down change: the store keeps no time."""
 
     @property
     def window_s(self) -> float:
         """The statistics window in seconds."""
         return float(WINDOWS[self.window])
 
-    def clock_text(self) -> str:
-        """The clock, as HH:MM:SS local time."""
-        return time.strftime("%H:%M:%S", time.localtime(self.clock()))
+    def clock_text(self, t: float | None = None) -> str:
+        """The clock (or time ``t``), as HH:MM:SS local time."""
+        return time.strftime("%H:%M:%S", time.localtime(self.clock() if t is None else t))
+
+    def down_since(self, host: str) -> float | None:
+        """When ``host`` went down (None when up or never seen going down)."""
+        change = self.host_changes.get(host)
+        return change[1] if change is not None and not change[0] else None
 
     def on_mount(self) -> None:
         """Open the overview, then start the source."""
@@ -134,6 +147,11 @@ class GpulensApp(App[int]):
         with self._lock:
             events, self._pending = self._pending, []
             self._posted = False
+        for e in events:
+            if isinstance(e, HostStatusEvent):
+                prev = self.host_changes.get(e.host)
+                if prev is None or prev[0] != e.up:
+                    self.host_changes[e.host] = (e.up, e.time)
         if self.store.apply_many(events):
             self._schedule_refresh()
 
@@ -194,6 +212,8 @@ class GpulensApp(App[int]):
 
     def action_jump(self) -> None:
         """``:host NAME`` / ``:job PID``."""
+        if isinstance(self.focused, Input) or isinstance(self.screen, ModalScreen):
+            raise SkipAction()  # a ':' typed into a text field, or over the help / the prompt
         self.push_screen(JumpScreen(), self.jump)
 
     def jump(self, text: str | None) -> None:
@@ -234,6 +254,21 @@ class GpulensApp(App[int]):
         if isinstance(self.screen, OverviewScreen):
             self.screen.action_heat(key)
 
+    def _screen_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        """The keys of the screen the palette was opened on, as commands."""
+        if len(self.screen_stack) > 2:
+            yield SystemCommand("Back", "esc: the previous screen", self.action_go_back)
+        if isinstance(screen, OverviewScreen):
+            yield SystemCommand("Filter", "/: filter hosts and jobs", screen.action_filter)
+            yield SystemCommand("Sort", "s: sort the focused table by its next column", screen.action_sort)
+            yield SystemCommand("Reverse sort", "r: reverse the focused table", screen.action_reverse)
+        if isinstance(screen, (HostScreen, JobScreen)):
+            yield SystemCommand("Profile", "f: py-spy the job processes for 5 s, open a flame graph",
+                                screen.action_profile)
+        if isinstance(screen, JobScreen) and screen.check_action("open_profiler", ()):
+            yield SystemCommand("Open Profiler", "o: PyTorch traces of this job (Kineto)",
+                                screen.action_open_profiler)
+
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         """The command palette lists every gpulens action."""
         yield from super().get_system_commands(screen)
@@ -241,6 +276,7 @@ class GpulensApp(App[int]):
             yield SystemCommand(f"Window {name}", f"statistics over the last {name}",
                                 lambda n=name: self.action_window(n))
         yield SystemCommand("Pause / resume", "stop or restart redrawing", self.action_pause)
+        yield from self._screen_commands(screen)
         yield SystemCommand("Keys", "show every key", self.action_help)
         yield SystemCommand("Jump", ":host NAME or :job PID", self.action_jump)
         for m in HEAT_METRICS:

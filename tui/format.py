@@ -23,12 +23,12 @@ def num(v: float | None, unit: str = "", digits: int = 0) -> str:
 
 
 def size(v: float | None, suffix: str = "B") -> str:
-    """Binary size: ``71.5G``, or n/a."""
+    """Binary size with IEC units: ``71.5GiB`` (as nvidia-smi, nvitop and btop count), or n/a."""
     if not known(v):
         return NA
     assert v is not None
-    for unit in ("", "K", "M", "G", "T", "P"):
-        if abs(v) < 1024 or unit == "P":
+    for unit in ("", "Ki", "Mi", "Gi", "Ti", "Pi"):
+        if abs(v) < 1024 or unit == "Pi":
             return f"{v:.0f}{suffix}" if unit == "" else f"{v:.1f}{unit}{suffix}"
         v /= 1024
     return NA  # pragma: no cover

@@ -7,21 +7,20 @@ import sys
 from typing import Any
 
 
-def _trace_service(source: Any) -> Any:
-    """The local Kineto trace service, when watching this machine and ipc is present."""
+def _trace_service(source: Any) -> tuple[Any, str | None]:
+    """The local Kineto trace service (when watching this machine), or why there is none."""
     from gpulens.collectors.sources import LocalSource
 
     if not isinstance(source, LocalSource):
-        return None
+        return None, "the trace service serves this machine's processes (run gpulens there)"
     try:
         from gpulens.ipc.service import LocalTraceService
 
         service = LocalTraceService()
         service.start()
-        return service
-    except Exception as err:  # the TUI runs without "Open Profiler"
-        print(f"gpulens: trace service not started: {err}", file=sys.stderr)
-        return None
+        return service, None
+    except Exception as err:  # the TUI runs without "Open Profiler" and says why on job screens
+        return None, f"trace service not started: {err}"
 
 
 def launch(args: argparse.Namespace) -> int:
@@ -38,10 +37,10 @@ def launch(args: argparse.Namespace) -> int:
 
     cfg = args.cfg
     source = build_source(args, cfg)
-    service = _trace_service(source)
+    service, trace_error = _trace_service(source)
     if getattr(args, "record", None):
         source = RecordingSource(source, Recorder(args.record, source.name, source.simulated))
-    app = GpulensApp(source=source, cfg=cfg, trace_service=service)
+    app = GpulensApp(source=source, cfg=cfg, trace_service=service, trace_error=trace_error)
     try:
         app.run()
     finally:

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from ..app import GpulensApp
 
 NARROW_WIDTH = 100
+PROFILE_S = 5.0
+"""Seconds ``f`` samples the job's processes for."""
 
 
 class DataScreen(Screen[None]):
@@ -74,12 +76,48 @@ class DataScreen(Screen[None]):
             self.notify("flame graphs not available", severity="warning")
             return
         pids = self.profile_pids()
-        if not pids:
-            self.notify(f"no job processes on this machine ({socket.gethostname()}) to profile; "
-                        "py-spy samples local processes only", severity="warning")
+        if pids:
+            self.query_one(ProfilePanel).set_state(f"sampling {len(pids)} process(es) with py-spy for 5 s…")
+            self._profile(pids)
             return
-        self.query_one(ProfilePanel).set_state(f"sampling {len(pids)} process(es) with py-spy for 5 s…")
-        self._profile(pids)
+        remote = self.remote_profile_pids()
+        source = self.gapp.source
+        if remote and callable(getattr(source, "request", None)):
+            host, host_pids = next(iter(remote.items()))
+            more = f" (host 1 of {len(remote)})" if len(remote) > 1 else ""
+            self.query_one(ProfilePanel).set_state(
+                f"asking the agent on {host} to sample {len(host_pids)} process(es) with py-spy for "
+                f"{PROFILE_S:g} s{more}…")
+            self._profile_remote(host, host_pids)
+            return
+        where = "through an agent (--connect / --ssh)" if remote else "on this machine"
+        self.notify(f"no job processes to profile {where}; this machine is {socket.gethostname()}",
+                    severity="warning")
+
+    def remote_profile_pids(self) -> dict[str, list[int]]:
+        """Job pids on other hosts, by host, that an agent can sample (override)."""
+        return {}
+
+    @work(thread=True, exclusive=True, group="profile")
+    def _profile_remote(self, host: str, pids: list[int]) -> None:
+        from pathlib import Path
+
+        from gpulens.collectors.flame.folded import parse_folded
+
+        panel = self.query_one(ProfilePanel)
+        params = {"pids": pids, "duration_s": PROFILE_S, "rate_hz": 100}
+        try:
+            fut = self.gapp.source.request(host, "profile", params, PROFILE_S + 60.0)  # type: ignore[attr-defined]
+            result = fut.result(timeout=PROFILE_S + 90.0)
+            files = list(result.files.values())
+            if len(files) != 1:
+                raise RuntimeError(f"the agent sent {len(files)} files, expected 1")
+            profile = parse_folded(Path(files[0]).read_bytes(), source=str(files[0]),
+                                   title=f"py-spy on {host}: {', '.join(map(str, pids))}")
+        except Exception as err:  # shown in the panel: no agent, permission, py-spy missing...
+            self.app.call_from_thread(panel.set_state, f"profile on {host} failed: {err}")
+            return
+        self.app.call_from_thread(self._show_flame, profile)
 
     @work(thread=True, exclusive=True, group="profile")
     def _profile(self, pids: list[int]) -> None:
@@ -87,7 +125,7 @@ class DataScreen(Screen[None]):
 
         panel = self.query_one(ProfilePanel)
         try:
-            profile = sample_pids(pids, duration_s=5.0)
+            profile = sample_pids(pids, duration_s=PROFILE_S)
         except Exception as err:  # shown in the panel: permission, process gone...
             self.app.call_from_thread(panel.set_state, f"profile failed: {err}")
             return
@@ -96,8 +134,14 @@ class DataScreen(Screen[None]):
     def _show_flame(self, profile: Any) -> None:
         from gpulens.tui.screens.flame import FlameScreen
 
-        self.query_one(ProfilePanel).set_state(ProfilePanel.idle_text(len(self.profile_pids())))
+        self.query_one(ProfilePanel).set_state(ProfilePanel.idle_text(self.profile_count()))
         self.app.push_screen(FlameScreen(profile))
+
+    def profile_count(self) -> int:
+        """How many processes ``f`` would sample (here, or else through an agent)."""
+        if self.gapp.source.simulated:
+            return 0
+        return len(self.profile_pids()) or sum(len(p) for p in self.remote_profile_pids().values())
 
 
 def _has(module: str) -> bool:

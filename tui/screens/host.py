@@ -9,7 +9,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Grid, VerticalScroll
 from textual.widgets import Footer, Static
 
-from ..format import window_name
+from ..format import duration, window_name
 from ..widgets.gpu_table import GpuTable
 from ..widgets.header import AppHeader
 from ..widgets.job_table import JobTable
@@ -56,7 +56,7 @@ class HostScreen(DataScreen):
             yield GpuTable(id="gpus")
             yield Static("Jobs on this host", classes="section")
             yield JobTable(id="host-jobs")
-            yield ProfilePanel(len(self.profile_pids()), id="profile")
+            yield ProfilePanel(self.profile_count(), id="profile")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -71,18 +71,29 @@ class HostScreen(DataScreen):
             return []
         return sorted(j.pid for j in sample.jobs)
 
+    def remote_profile_pids(self) -> dict[str, list[int]]:
+        """This host's job pids, when it is another machine (its agent samples them)."""
+        sample = self.gapp.store.latest(self.host)
+        if sample is None or self.is_local(self.host) or not sample.jobs:
+            return {}
+        return {self.host: sorted(j.pid for j in sample.jobs)}
+
     def refresh_data(self, force: bool = False) -> None:
         """Redraw when this host's data (or the window) changed."""
         super().refresh_data(force)
         store, w = self.gapp.store, self.gapp.window_s
-        seen = (store.host_version(self.host), w, int(store.now // store.resolution_s))
+        seen = (store.host_version(self.host), w, int(store.now // store.resolution_s),
+                int(self.gapp.clock()) if self.gapp.down_since(self.host) is not None else 0)
         if seen == self._seen and not force:
             return
         self._seen = seen
         up, reason = store.host_status(self.host)
         status = self.query_one("#host-status", Static)
         status.display = not up
-        status.update(f"host down: {reason}" if not up else "")
+        since = self.gapp.down_since(self.host)
+        when = "" if since is None else (
+            f" since {self.gapp.clock_text(since)} ({duration(self.gapp.clock() - since)} ago)")
+        status.update(f"host down{when}: {reason} — figures below are the last received" if not up else "")
         for spec in HOST_PLOTS:
             plot = self.query_one(f"#{spec.id}", TimeSeriesPlot)
             values = store.series(self.host, spec.metrics[0], w, plot.points)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import time
 from typing import ClassVar
 
 from gpulens.collectors.store_views import JobView
@@ -44,6 +45,7 @@ class JobScreen(DataScreen):
         self.view: JobView | None = None
         self._seen: tuple[object, ...] = ()
         self._polling: tuple[int, ...] = ()
+        self._why: tuple[float, str | None] | None = None
 
     def compose(self) -> ComposeResult:
         """Header, job line, plots, custom panels, processes, Profile slot."""
@@ -74,6 +76,14 @@ class JobScreen(DataScreen):
             return []
         return [p.pid for h, p in self.view.processes if self.is_local(h)]
 
+    def remote_profile_pids(self) -> dict[str, list[int]]:
+        """The job's pids on other hosts, by host (their agents sample them)."""
+        out: dict[str, list[int]] = {}
+        for h, p in self.view.processes if self.view is not None else ():
+            if not self.is_local(h):
+                out.setdefault(h, []).append(p.pid)
+        return out
+
     def polling_pids(self) -> tuple[int, ...]:
         """The job's processes that poll the Kineto endpoint (empty without a service)."""
         service = self.gapp.trace_service
@@ -100,19 +110,17 @@ class JobScreen(DataScreen):
             info = self.query_one("#job-info", Static)
             info.update(Text(f"job {self.key} is not running (last seen data kept below)", style="bold"))
             return
-        if self.view is None:
-            local = [p for h, p in view.processes if self.is_local(h)]
-            self.query_one(ProfilePanel).set_state(ProfilePanel.idle_text(len(local)))
+        first = self.view is None
         self.view = view
+        if first:
+            self.query_one(ProfilePanel).set_state(ProfilePanel.idle_text(self.profile_count()))
         w = min(3600.0, max(60.0, view.runtime_s))
         seen = (tuple(store.host_version(h) for h in view.hosts), w)
         polling = self.polling_pids()
         if polling != self._polling:
             self._polling = polling
             self.refresh_bindings()
-        action = self.query_one("#profiler-action", Static)
-        action.display = bool(polling)
-        action.update(f"o: Open Profiler — {len(polling)} process(es) poll the Kineto endpoint")
+        self._show_profiler_line(polling)
         if seen == self._seen and not force:
             return
         self._seen = seen
@@ -130,6 +138,47 @@ class JobScreen(DataScreen):
             self.query_one(f"#panel-{i}", CustomPanel).show(
                 self.gapp.panel_data(panel, host=None, job=self.key), window_name(w))
         self.query_one(ProcessTable).show(view.processes)
+
+    def _show_profiler_line(self, polling: tuple[int, ...]) -> None:
+        """"o: Open Profiler", or why the job's processes cannot be traced (with the fix)."""
+        action = self.query_one("#profiler-action", Static)
+        if polling:
+            action.set_class(False, "-unavailable")
+            action.display = True
+            action.update(f"o: Open Profiler — {len(polling)} process(es) poll the Kineto endpoint")
+            return
+        pids = [] if self.gapp.source.simulated else self.profile_pids()
+        why = self._why_not_traceable(pids) if pids else None
+        action.display = why is not None
+        if why is not None:
+            action.set_class(True, "-unavailable")
+            action.update(f"Open Profiler unavailable: {why}")
+
+    def _why_not_traceable(self, pids: list[int]) -> str | None:
+        """The trace service's diagnosis of the job's local processes (every 5 s at most)."""
+        now = time.monotonic()
+        if self._why is not None and now - self._why[0] < 5.0:
+            return self._why[1]
+        service = self.gapp.trace_service
+        why: str | None
+        if service is None:
+            why = self.gapp.trace_error or "no trace service (it serves processes of this machine only)"
+        elif not hasattr(service, "diagnose"):
+            why = None
+        else:
+            reasons: list[tuple[int, str]] = []
+            for pid in pids[:8]:
+                try:
+                    reason = service.diagnose(pid)
+                except Exception as err:  # a diagnosis must not take the screen down
+                    reason = f"cannot check: {err}"
+                if reason:
+                    reasons.append((pid, reason))
+            # A job's shell or launcher never loads torch: say why its Python cannot be traced.
+            best = sorted(reasons, key=lambda r: r[1].startswith(("no PyTorch", "process ")))
+            why = f"pid {best[0][0]}: {best[0][1]}" if best else None
+        self._why = (now, why)
+        return why
 
     def _series(self, metric: str, w: float, n: int, view: JobView) -> list[float]:
         store = self.gapp.store

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import ModalScreen
@@ -28,14 +29,37 @@ class JumpScreen(ModalScreen[str | None]):
     JumpScreen > Input { dock: bottom; width: 100%; border: tall $accent; }
     """
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._done = False
+
     def compose(self) -> ComposeResult:
         """The prompt."""
         yield Input(placeholder=":host NAME   :job PID", id="jump")
 
+    def on_key(self, event: events.Key) -> None:
+        """Keys that arrive before the prompt has focus (typed right after ':') go into it."""
+        box = self.query_one(Input)
+        if self.focused is box:
+            return
+        self.set_focus(box)
+        if event.key == "enter":
+            event.stop()
+            self._finish(box.value)
+        elif event.is_printable and event.character:
+            event.stop()
+            box.insert_text_at_cursor(event.character)
+
     def on_input_submitted(self, event: Input.Submitted) -> None:
         """Hand the text back."""
-        self.dismiss(event.value)
+        self._finish(event.value)
 
     def action_cancel(self) -> None:
         """Close without jumping."""
-        self.dismiss(None)
+        self._finish(None)
+
+    def _finish(self, value: str | None) -> None:
+        # Once: an Esc queued right behind Enter must not pop the screen below.
+        if not self._done:
+            self._done = True
+            self.dismiss(value)

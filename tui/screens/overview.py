@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from textual import events
+from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
@@ -16,6 +18,29 @@ from ..widgets.job_table import JobTable
 from ..widgets.sparklines import HostSparklines
 from ..widgets.stats import StatsBar
 from .base import DataScreen
+
+
+class FilterInput(Input):
+    """The ``/`` line. Keys that reach it after Enter hid it (typed fast, queued
+    behind the Enter) go on to the table that now has focus."""
+
+    async def _on_key(self, event: events.Key) -> None:
+        target = self.screen.focused
+        if not self.display and target is not None and target is not self:
+            event.stop()
+            event.prevent_default()
+            target._forward_event(events.Key(event.key, event.character))
+            return
+        if event.key == "enter":
+            # Here, not through the binding (which runs only once the key has
+            # bubbled up to the app, after the keys queued behind it).
+            event.stop()
+            event.prevent_default()
+            self.display = False
+            self.screen.set_focus(self.screen.query_one(HostTable))
+            self.post_message(self.Submitted(self, self.value, None))
+            return
+        await super()._on_key(event)
 
 
 class OverviewScreen(DataScreen):
@@ -32,8 +57,10 @@ class OverviewScreen(DataScreen):
 
     crumb = "Overview"
     BINDINGS: ClassVar[list[BindingType]] = [
+        # Priority: '/' runs when the key arrives, so the keys typed right after
+        # it go into the filter line, not to the table.
         Binding("enter", "open", "Open", show=True),
-        Binding("slash", "filter", "Filter"),
+        Binding("slash", "filter", "Filter", priority=True),
         Binding("s", "sort", "Sort"),
         Binding("r", "reverse", "Reverse", show=False),
         *[Binding(m.key, f"heat('{m.key}')", f"Heatmap {m.label}", show=False) for m in HEAT_METRICS],
@@ -52,7 +79,7 @@ class OverviewScreen(DataScreen):
                 yield HostTable(id="hosts")
             with Vertical(id="jobs-box"):
                 yield JobTable(id="jobs")
-        yield Input(placeholder="filter hosts and jobs (Enter keeps, Esc clears)", id="filter")
+        yield FilterInput(placeholder="filter hosts and jobs (Enter keeps, Esc clears)", id="filter")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -86,10 +113,18 @@ class OverviewScreen(DataScreen):
                           "none reported yet")
             heat.placeholder = f"no GPUs: {reason}"
             heat.refresh()
-        self.query_one(HostTable).show(hosts, lambda h: store.host_row(h, w))
+        host_table = self.query_one(HostTable)
+        host_table.down_at = {h: app.clock_text(t) for h in app.host_changes
+                              if (t := app.down_since(h)) is not None}
+        host_table.placeholder = f"no host matches the filter '{host_table.filter_text}'" if hosts else ""
+        host_table.show(hosts, lambda h: store.host_row(h, w))
         jobs = self.query_one(JobTable)
-        jobs.placeholder = "no process matches the job pattern (--pattern)" if hosts else ""
-        jobs.show(store.jobs(w))
+        all_jobs = store.jobs(w)
+        if all_jobs:
+            jobs.placeholder = f"no job matches the filter '{jobs.filter_text}' (Esc clears it)"
+        else:
+            jobs.placeholder = "no process matches the job pattern (--pattern)" if hosts else ""
+        jobs.show(all_jobs)
         self.query_one("#hosts-box").border_subtitle = self._sort_label(self.query_one(HostTable))
         self.query_one("#jobs-box").border_subtitle = self._sort_label(self.query_one(JobTable))
 
@@ -102,6 +137,9 @@ class OverviewScreen(DataScreen):
     def _table(self) -> HostTable | JobTable:
         jobs = self.query_one(JobTable)
         return jobs if jobs.has_focus else self.query_one(HostTable)
+
+    def _filtering(self) -> bool:
+        return self.focused is self.query_one("#filter", Input)
 
     def action_open(self) -> None:
         """Open the row under the cursor of the focused table."""
@@ -130,8 +168,12 @@ class OverviewScreen(DataScreen):
     def action_filter(self) -> None:
         """Show the filter line."""
         box = self.query_one("#filter", Input)
+        if self._filtering():
+            raise SkipAction()  # a '/' typed in the filter
         box.display = True
-        box.focus()
+        # At once, not via focus() (call_later): keys typed right after '/'
+        # are already queued and would go to the table.
+        self.set_focus(box)
 
     def on_input_changed(self, event: Input.Changed) -> None:
         """Filter as you type."""
@@ -140,9 +182,9 @@ class OverviewScreen(DataScreen):
         self.refresh_data(force=True)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        """Keep the filter; back to the host table."""
+        """Enter in the filter line: keep the filter; back to the host table."""
         event.input.display = False
-        self.query_one(HostTable).focus()
+        self.set_focus(self.query_one(HostTable))  # at once: the next keys are for the table
 
     def clear_filter(self) -> bool:
         """Esc on the overview: drop the filter; True if there was one."""
@@ -150,7 +192,7 @@ class OverviewScreen(DataScreen):
         had = bool(box.value) or box.display
         box.value = ""
         box.display = False
-        self.query_one(HostTable).focus()
+        self.set_focus(self.query_one(HostTable))
         return had
 
     def action_sort(self) -> None:

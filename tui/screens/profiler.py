@@ -24,14 +24,17 @@ import time
 from typing import Any, ClassVar
 
 from gpulens.ipc.trace import TraceJob, TraceRequest, TraceState
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
+from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Button, Checkbox, DataTable, Footer, Input, Label, ProgressBar, Static
 
 from .profiler_views import AnalyzeScreen, TimelineScreen
+
+NARROW_WIDTH = 140
 
 STATE_STYLE = {
     TraceState.WAITING_FOR_POLL: "yellow",
@@ -42,6 +45,16 @@ STATE_STYLE = {
 }
 
 
+class OptionBox(Checkbox):
+    """A checkbox whose mark shows its state without colour (``X`` on, blank off): NO_COLOR."""
+
+    @property
+    def _button(self) -> Content:
+        self.BUTTON_INNER = "X" if self.value else " "
+        button: Content = super()._button
+        return button
+
+
 class ProfilerScreen(Screen[None]):
     """Trace, View, Analyze and Export PyTorch traces of ``pids`` on ``host``."""
 
@@ -49,7 +62,9 @@ class ProfilerScreen(Screen[None]):
     ProfilerScreen #pf-title { height: 1; background: $primary-muted; padding: 0 1; }
     ProfilerScreen #pf-status { height: auto; padding: 0 1; }
     ProfilerScreen #pf-options { height: 3; }
-    ProfilerScreen #pf-options Input { width: 12; }
+    ProfilerScreen #pf-amount, ProfilerScreen #pf-flags { width: auto; height: 3; }
+    ProfilerScreen.narrow #pf-options { layout: vertical; height: 6; }
+    ProfilerScreen #pf-options Input { width: 16; }
     ProfilerScreen #pf-options Label { padding: 1 0 0 1; }
     ProfilerScreen #pf-options Checkbox { width: auto; }
     ProfilerScreen #pf-jobs { height: 1fr; }
@@ -80,16 +95,18 @@ class ProfilerScreen(Screen[None]):
         yield Static(f"Profiler · {self.host} · pid {', '.join(map(str, self.pids))} · {where}", id="pf-title")
         yield Static(id="pf-status")
         with Horizontal(id="pf-options"):
-            yield Label("ms")
-            yield Input("500", placeholder="duration ms", id="pf-duration", type="integer")
-            yield Label("or steps")
-            yield Input("", placeholder="iterations", id="pf-iterations", type="integer")
-            yield Label("warm-up s")
-            yield Input("0", placeholder="warm-up s", id="pf-warmup", type="number")
-            yield Checkbox("shapes", id="pf-shapes")
-            yield Checkbox("stack", id="pf-stack")
-            yield Checkbox("memory", id="pf-memory")
-            yield Button("Trace (t)", id="pf-trace", variant="primary")
+            with Horizontal(id="pf-amount"):
+                yield Label("ms")
+                yield Input("500", placeholder="duration ms", id="pf-duration", type="integer")
+                yield Label("or steps")
+                yield Input("", placeholder="iterations", id="pf-iterations", type="integer")
+                yield Label("warm-up s")
+                yield Input("0", placeholder="warm-up s", id="pf-warmup", type="number")
+            with Horizontal(id="pf-flags"):
+                yield OptionBox("shapes", id="pf-shapes")
+                yield OptionBox("stack", id="pf-stack")
+                yield OptionBox("memory", id="pf-memory")
+                yield Button("Trace (t)", id="pf-trace", variant="primary")
         yield DataTable(id="pf-jobs", cursor_type="row", zebra_stripes=True)
         with Horizontal(id="pf-progress-row"):
             yield Static("", id="pf-progress-label")
@@ -97,7 +114,12 @@ class ProfilerScreen(Screen[None]):
         yield Input(placeholder="export to path (enter to write, escape to cancel)", id="pf-export")
         yield Footer()
 
+    def on_resize(self, event: events.Resize) -> None:
+        """Below 140 columns the options take two rows, so the Trace button stays on screen."""
+        self.set_class(event.size.width < NARROW_WIDTH, "narrow")
+
     def on_mount(self) -> None:
+        self.set_class(self.app.size.width < NARROW_WIDTH, "narrow")
         table = self.query_one("#pf-jobs", DataTable)
         table.add_columns("request", "what", "pids", "state", "detail")
         if self.service is not None:

@@ -6,6 +6,7 @@ is what keeps a 2,048-row heatmap cheap to update every second.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
@@ -84,9 +85,11 @@ class LazyLines(ScrollView, can_focus=False):
         if y < self.header_lines:
             return self.header_line(y, width)
         index = int(self.scroll_offset.y) + y - self.header_lines
-        if not self.rows and index == 0 and self.placeholder:
-            return Strip([Segment(" " + self.placeholder, self.rich_style)]).crop_extend(
-                0, width, self.rich_style)
+        if not self.rows and self.placeholder:
+            # Wrapped, so a long reason ("NVML init failed: ...") is read whole.
+            lines = textwrap.wrap(self.placeholder, max(10, width - 2)) or [""]
+            text = lines[index] if 0 <= index < len(lines) else ""
+            return Strip([Segment(" " + text, self.rich_style)]).crop_extend(0, width, self.rich_style)
         if index >= len(self.rows):
             return Strip.blank(width, self.rich_style)
         key = self.rows[index]

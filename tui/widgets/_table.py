@@ -8,6 +8,7 @@ row's cell texts, and repaints only when a visible row changed.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -33,6 +34,12 @@ class IncrementalTable(ScrollView, can_focus=True):
 
     COLUMNS: tuple[tuple[str, str, bool, int], ...] = ()
     """(key, label, right-aligned, width) per column."""
+    FLEX: ClassVar[tuple[str, ...]] = ()
+    """Columns that share the spare width (a wide terminal shows whole names)."""
+    DROP: ClassVar[tuple[str, ...]] = ()
+    """Columns hidden, in this order, while the row does not fit (as k9s and nvitop do)."""
+    CUT_LEFT: ClassVar[frozenset[str]] = frozenset()
+    """Columns cut at the start (``…tail``): the end of a process tree says the most."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {"table--header", "table--cursor", "table--cursor-blur",
                                              "table--row", "table--placeholder"}
@@ -79,6 +86,9 @@ class IncrementalTable(ScrollView, can_focus=True):
         self.placeholder = ""
         """Shown (muted) in place of the rows when there are none."""
         self._cache: dict[str, tuple[tuple[str, ...], int, int, Strip]] = {}
+        self._drawn_placeholder = ""
+        self._layout_for: tuple[int, int] = (-1, -1)
+        self._layout: tuple[tuple[int, int], ...] = ()
 
     # ---- data --------------------------------------------------------------
     @property
@@ -107,8 +117,14 @@ class IncrementalTable(ScrollView, can_focus=True):
             if key in rows:
                 self.cursor = order.index(key)
             self.cursor = max(0, min(self.cursor, len(order) - 1))
-            self.virtual_size = Size(self.size.width, max(2, len(order) + 1))
         self._cells = rows
+        want = Size(self.size.width, max(self._placeholder_rows() + 1, len(order) + 1))
+        if want != self.virtual_size:  # also when a long placeholder wraps
+            self.virtual_size = want
+            dirty = True
+        if not order and self.placeholder != self._drawn_placeholder:
+            self._drawn_placeholder = self.placeholder
+            dirty = True
         if dirty:
             self.refresh()
         return changed
@@ -172,33 +188,79 @@ class IncrementalTable(ScrollView, can_focus=True):
         self.refresh()
 
     # ---- drawing -----------------------------------------------------------
+    def column_layout(self, width: int) -> tuple[tuple[int, int], ...]:
+        """(column index, width) of each column shown at ``width`` cells.
+
+        Columns in ``DROP`` go first while the row is too wide (never the
+        sort column); spare width goes to the ``FLEX`` columns.
+        """
+        if self._layout_for == (width, self.sort_index):
+            return self._layout
+        keys = [c[0] for c in self.COLUMNS]
+        shown = list(range(len(self.COLUMNS)))
+        widths = [c[3] for c in self.COLUMNS]
+
+        def need() -> int:
+            return 1 + sum(widths[i] for i in shown) + len(shown) - 1
+
+        dropped: list[int] = []
+        for key in self.DROP:
+            if need() <= width:
+                break
+            i = keys.index(key)
+            if i != self.sort_index and len(shown) > 1:
+                shown.remove(i)
+                dropped.append(i)
+        for i in dropped[:-1]:  # a later, wider drop may leave room for an earlier one
+            if need() + widths[i] + 1 <= width:
+                shown.append(i)
+        shown.sort()
+        flex = [i for i in (keys.index(k) for k in self.FLEX) if i in shown]  # repeat = more
+        spare = width - need()
+        if spare > 0 and flex:
+            for n, i in enumerate(flex):
+                widths[i] += spare // len(flex) + (1 if n < spare % len(flex) else 0)
+        self._layout_for = (width, self.sort_index)
+        self._layout = tuple((i, widths[i]) for i in shown)
+        self._cache.clear()
+        return self._layout
+
     def _line(self, cells: Sequence[str], style: Style, width: int) -> Strip:
         parts = []
-        for (_, _, right, w), text in zip(self.COLUMNS, cells, strict=True):
-            text = text if len(text) <= w else text[: w - 1] + "…"
+        for i, w in self.column_layout(width):
+            key, _, right, _ = self.COLUMNS[i]
+            text = cells[i]
+            if len(text) > w:
+                text = "…" + text[len(text) - w + 1:] if key in self.CUT_LEFT else text[: w - 1] + "…"
             parts.append(text.rjust(w) if right else text.ljust(w))
         return Strip([Segment(" " + " ".join(parts), style)]).crop_extend(0, width, style)
 
     def render_line(self, y: int) -> Strip:
         """Header at y=0, then the rows (cached by their cell texts)."""
-        width = self.size.width
+        # Without the scrollbar: a column under it would be cut ("Runtim").
+        width = self.scrollable_content_region.width or self.size.width
         if y == 0:
             labels = []
             arrow = "↓" if self.sort_reverse else "↑"
-            for i, (_, label, _, w) in enumerate(self.COLUMNS):
+            widths = dict(self.column_layout(width))
+            for i, (_, label, _, _) in enumerate(self.COLUMNS):
+                w = widths.get(i, len(label) + 1)
                 if i == self.sort_index:
                     label = (label if len(label) < w else label[: w - 1]) + arrow
                 labels.append(label)
             return self._line(labels, self.get_component_rich_style("table--header"), width)
         row = y - 1 + int(self.scroll_offset.y)
-        if not self.order and y == 1 and self.placeholder:
+        if not self.order and self.placeholder:
             muted = self.get_component_rich_style("table--placeholder")
-            return Strip([Segment(" " + self.placeholder, muted)]).crop_extend(0, width, self.rich_style)
+            lines = textwrap.wrap(self.placeholder, max(10, width - 2)) or [""]
+            text = lines[y - 1] if y - 1 < len(lines) else ""
+            return Strip([Segment(" " + text, muted)]).crop_extend(0, width, self.rich_style)
         if row >= len(self.order):
             return Strip.blank(width, self.rich_style)
         key = self.order[row]
         cells = self._cells[key]
         mode = 0 if row != self.cursor else (1 if self.has_focus else 2)
+        self.column_layout(width)  # a new layout empties the cache
         hit = self._cache.get(key)
         if hit is not None and hit[0] == cells and hit[1] == mode and hit[2] == width:
             return hit[3]
@@ -209,6 +271,11 @@ class IncrementalTable(ScrollView, can_focus=True):
             self._cache.clear()
         return strip
 
+    def _placeholder_rows(self) -> int:
+        if self.order or not self.placeholder:
+            return 1
+        return max(1, len(textwrap.wrap(self.placeholder, max(10, self.size.width - 2))))
+
     def on_resize(self) -> None:
         """Keep the scroll range right."""
-        self.virtual_size = Size(self.size.width, max(2, len(self.order) + 1))
+        self.virtual_size = Size(self.size.width, max(self._placeholder_rows() + 1, len(self.order) + 1))

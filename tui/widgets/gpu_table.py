@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from gpulens.collectors.model import GpuSample, HostSample
 from gpulens.collectors.store_views import gpu_mem_percent
 
@@ -15,17 +17,48 @@ def _ecc(g: GpuSample) -> str:
     return f"{g.ecc_corrected if g.ecc_corrected is not None else NA}/{g.ecc_uncorrected if g.ecc_uncorrected is not None else NA}"
 
 
+THROTTLE_SHORT = {
+    "gpu_idle": "idle", "applications_clocks_setting": "app-clocks", "sw_power_cap": "pwr-cap",
+    "hw_slowdown": "HW-slow", "sync_boost": "sync-boost", "sw_thermal_slowdown": "SW-therm",
+    "hw_thermal_slowdown": "HW-therm", "hw_power_brake_slowdown": "pwr-brake",
+    "display_clock_setting": "display-clocks",
+}
+"""NVML clock-event reasons, short enough that two fit the column (``SW-therm,HW-therm``)."""
+
+
+def pair(a: float | None, b: float | None, fmt: Callable[[float | None], str]) -> str:
+    """``3.6/2.7GB/s``: one unit when both share it, else both in full (n/a kept)."""
+    left, right = fmt(a), fmt(b)
+    unit = left.lstrip("0123456789.-")
+    if unit and NA not in (left, right) and right.lstrip("0123456789.-") == unit:
+        return f"{left[: len(left) - len(unit)]}/{right}"
+    return f"{left}/{right}"
+
+
+def mem_pair(used: float, total: float | None) -> str:
+    """``0.6/80.0GiB``: used in the unit of the total, so the column stays narrow."""
+    if total is None:
+        return f"{size(used)}/{NA}"
+    unit = size(total).lstrip("0123456789.-")
+    scale = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40, "PiB": 1 << 50}.get(unit)
+    if scale is None or scale == 1:
+        return pair(used, total, size)
+    return f"{used / scale:.1f}/{size(total)}"
+
+
 class GpuTable(IncrementalTable):
     """One row per GPU: util, SM, memory, power, temperature, clocks, PCIe, NVLink, ECC, XID."""
 
     COLUMNS = (
         ("gpu", "GPU", False, 3), ("name", "Name", False, 14), ("util", "Util", True, 5),
         ("sm", "SM act", True, 6), ("occ", "SM occ", True, 6), ("dram", "DRAM bw", True, 7),
-        ("mem", "Mem used", True, 14), ("memp", "Mem%", True, 5), ("memutil", "Mem util", True, 8),
+        ("mem", "Mem used", True, 12), ("memp", "Mem%", True, 5), ("memutil", "Mem util", True, 8),
         ("power", "Power/limit", True, 11), ("temp", "Temp", True, 5), ("clk", "SM/mem MHz", True, 10),
-        ("pcie", "PCIe rx/tx", True, 19), ("nvlink", "NVLink rx/tx", True, 19), ("ecc", "ECC c/u", True, 7),
-        ("xid", "XID", True, 5), ("throttle", "Throttle", False, 16), ("procs", "Procs", True, 5),
+        ("pcie", "PCIe rx/tx", True, 15), ("nvlink", "NVLink rx/tx", True, 15), ("ecc", "ECC c/u", True, 7),
+        ("xid", "XID", True, 5), ("throttle", "Throttle", False, 17), ("procs", "Procs", True, 5),
     )
+    FLEX = ("throttle", "name")
+    DROP = ("occ", "memutil", "name", "procs", "clk", "ecc", "dram", "memp", "nvlink", "pcie", "sm")
 
     @staticmethod
     def cells(g: GpuSample) -> tuple[str, ...]:
@@ -35,13 +68,13 @@ class GpuTable(IncrementalTable):
         return (
             str(g.index), g.name.removeprefix("NVIDIA "), pct(g.utilization_percent),
             pct(g.sm_activity_percent), pct(g.sm_occupancy_percent), pct(g.dram_bw_util_percent),
-            NA if g.mem_used_bytes is None else f"{size(g.mem_used_bytes)}/{size(g.mem_total_bytes)}",
+            NA if g.mem_used_bytes is None else mem_pair(g.mem_used_bytes, g.mem_total_bytes),
             pct(gpu_mem_percent(g)), pct(g.memory_utilization_percent), power,
             num(g.temperature_c, "C"), clk,
-            NA if g.pcie_rx_bytes_per_s is None else f"{rate(g.pcie_rx_bytes_per_s)}/{rate(g.pcie_tx_bytes_per_s)}",
-            NA if g.nvlink_rx_bytes_per_s is None else f"{rate(g.nvlink_rx_bytes_per_s)}/{rate(g.nvlink_tx_bytes_per_s)}",
+            NA if g.pcie_rx_bytes_per_s is None else pair(g.pcie_rx_bytes_per_s, g.pcie_tx_bytes_per_s, rate),
+            NA if g.nvlink_rx_bytes_per_s is None else pair(g.nvlink_rx_bytes_per_s, g.nvlink_tx_bytes_per_s, rate),
             _ecc(g), ",".join(map(str, g.xid_events)) or "-",
-            ",".join(r.removesuffix("_slowdown") for r in g.throttle_reasons) or "-",
+            ",".join(THROTTLE_SHORT.get(r, r.removesuffix("_slowdown")) for r in g.throttle_reasons) or "-",
             str(len(g.processes)),
         )
 

@@ -38,7 +38,6 @@ class AppHeader(Widget):
 
     def render(self) -> Text:
         """One line; the status is cut first when narrow."""
-        left = Text(" › ".join(self.crumbs), style=self.get_component_rich_style("header--crumbs"))
         right = Text()
         if self.simulated:
             right.append(" SIMULATED ", style=self.get_component_rich_style("header--simulated"))
@@ -49,6 +48,21 @@ class AppHeader(Widget):
         right.append(f"{self.source} · window {self.window} · {self.clock} ")
         msg, ok = self.status
         width = self.size.width
+        # Narrow: the oldest crumbs give way first, so PAUSED, the window and the clock stay.
+        crumbs = list(self.crumbs)
+        while (len(" › ".join(crumbs)) + right.cell_len + 3 > width and len(crumbs) > 2
+               and not (len(crumbs) == 3 and crumbs[1] == "…")):
+            if crumbs[1] == "…":
+                del crumbs[2]
+            else:
+                crumbs[1] = "…"
+        text = " › ".join(crumbs)
+        room_left = max(8, width - right.cell_len - 3)
+        if len(text) > room_left:
+            text = crumbs[-1]  # where the user is matters most
+        if len(text) > room_left:
+            text = "…" + text[len(text) - room_left + 1:]
+        left = Text(text, style=self.get_component_rich_style("header--crumbs"))
         room = width - left.cell_len - right.cell_len - 3
         mid = Text()
         if msg and room > 8:

@@ -79,8 +79,12 @@ class GpuHeatmap(LazyLines):
         na = self.get_component_rich_style("heatmap--na")
         segs = [Segment(f"{m.label} {m.lo:g}", na)]
         segs += [Segment(GLYPHS[i] * 2, self._styles[i]) for i in range(5)]
-        segs.append(Segment(f"{m.hi:g}{m.unit}  ·=n/a  keys " + " ".join(
-            f"{h.key}:{h.label.split()[-1]}" for h in HEAT_METRICS), na))
+        keys = " ".join(f"{h.key}:{h.label.split()[-1]}" for h in HEAT_METRICS)
+        used = sum(len(x.text) for x in segs)
+        tail = f"{m.hi:g}{m.unit}  ·=n/a  keys "
+        if used + len(tail) + len(keys) > width:  # every key letter stays readable
+            keys = " ".join(h.key for h in HEAT_METRICS)
+        segs.append(Segment(tail + keys, na))
         return Strip(segs).crop_extend(0, width, self.rich_style)
 
     def make_line(self, key: Hashable, width: int) -> list[Segment]:

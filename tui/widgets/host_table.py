@@ -20,11 +20,15 @@ class HostTable(IncrementalTable):
         ("sm", "SM", True, 5), ("mem", "GPU mem", True, 7), ("power", "Power", True, 6),
         ("cpu", "CPU", True, 5), ("net", "Net", True, 9), ("alerts", "Alerts", False, 14),
     )
+    FLEX = ("alerts", "host")
+    DROP = ("power", "sm", "net", "gpus", "cpu")
 
     def __init__(self, *, name: str | None = None, id: str | None = None,
                  classes: str | None = None) -> None:
         super().__init__(name=name, id=id, classes=classes)
         self._rows: dict[str, HostRow] = {}
+        self.down_at: dict[str, str] = {}
+        """host -> HH:MM:SS it went down, shown after its DOWN alert."""
 
     @staticmethod
     def cells(r: HostRow) -> tuple[str, ...]:
@@ -32,6 +36,12 @@ class HostTable(IncrementalTable):
         return (r.host, str(r.gpus), pct(r.util_percent), pct(r.sm_percent),
                 pct(r.gpu_mem_percent), num(r.power_w, "W"), pct(r.cpu_percent),
                 rate(r.net_bytes_per_s), " ".join(r.alerts))
+
+    def _with_down_time(self, cells: tuple[str, ...]) -> tuple[str, ...]:
+        at = self.down_at.get(cells[0])
+        if at is None or "DOWN" not in cells[-1]:
+            return cells
+        return (*cells[:-1], cells[-1].replace("DOWN", f"DOWN {at}", 1))
 
     @staticmethod
     def sort_value(r: HostRow, index: int) -> Any:
@@ -56,7 +66,7 @@ class HostTable(IncrementalTable):
         else:
             rows = [row_of(h) for h in hosts]
         self._rows = {r.host: r for r in rows}
-        data = {r.host: self.cells(r) for r in rows}
+        data = {r.host: self._with_down_time(self.cells(r)) for r in rows}
         kept = [r for r in rows if self.matches(data[r.host])]
         kept.sort(key=lambda r: self.sort_value(r, self.sort_index), reverse=self.sort_reverse)
         if self.sort_reverse:  # unknown values stay last

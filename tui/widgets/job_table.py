@@ -15,16 +15,18 @@ class JobTable(IncrementalTable):
     """Jobs; Enter opens the job. ``s`` sorts by the next column, ``r`` reverses."""
 
     COLUMNS = (
-        ("job", "Job", False, 12), ("tree", "Tree ID", False, 16), ("user", "User", False, 6),
+        ("job", "Job", False, 16), ("tree", "Tree ID", False, 12), ("user", "User", False, 6),
         ("hosts", "Hosts", True, 5), ("gpus", "GPUs", True, 4), ("util", "Util", True, 5),
         ("mem", "GPU mem", True, 8), ("runtime", "Runtime", True, 7),
     )
+    FLEX = ("tree",)
+    DROP = ("hosts", "runtime", "tree")
+    CUT_LEFT = frozenset({"tree"})
 
     @staticmethod
     def cells(j: JobView) -> tuple[str, ...]:
-        """The texts of one row."""
-        tree = j.tree_id if len(j.tree_id) <= 16 else "…" + j.tree_id[-15:]
-        return (j.key, tree, j.user, str(len(j.hosts)), str(len(j.gpus)), pct(j.util_percent),
+        """The texts of one row (cut to the column width when drawn)."""
+        return (j.key, j.tree_id, j.user, str(len(j.hosts)), str(len(j.gpus)), pct(j.util_percent),
                 size(j.gpu_mem_bytes), duration(j.runtime_s))
 
     @staticmethod

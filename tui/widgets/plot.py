@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from typing import ClassVar
 
@@ -97,11 +98,23 @@ class TimeSeriesPlot(Widget):
         for i, line in enumerate(chart):
             label = self.fmt(hi) if i == 0 else (self.fmt(self.lo) if i == rows - 1 else "")
             text.append("\n")
-            text.append(f"{label[:7]:>7} ", style=axis)
+            text.append(f"{axis_label(label):>7} ", style=axis)
             # Blank and dotted runs as separate spans: each gets its own x in SVG exports.
             for run in _runs(line):
                 text.append(run, style=axis if run[0] == " " else area)
         return text
+
+
+def axis_label(text: str, width: int = 7) -> str:
+    """``18GB/s`` for ``18.0GB/s``: the y-axis label kept whole, units included."""
+    if len(text) <= width:
+        return text
+    m = re.match(r"(-?\d+(?:\.\d+)?)(.*)", text)
+    if m:
+        short = f"{float(m.group(1)):.0f}{m.group(2)}"
+        if len(short) <= width:
+            return short
+    return text[: width - 1] + "…"
 
 
 def _runs(line: str) -> list[str]:

@@ -12,16 +12,19 @@ class ProcessTable(IncrementalTable):
     """One row per process of the job, on every host."""
 
     COLUMNS = (
-        ("pid", "Host:PID", False, 18), ("tree", "Tree ID", False, 44), ("user", "User", False, 8),
+        ("pid", "Host:PID", False, 18), ("tree", "Tree ID", False, 24), ("user", "User", False, 8),
         ("cpu", "CPU", True, 5), ("rss", "RSS", True, 8), ("gpus", "GPUs", True, 5),
-        ("gpumem", "GPU mem", True, 8), ("cmd", "Command", False, 40),
+        ("gpumem", "GPU mem", True, 8), ("cmd", "Command", False, 30),
     )
+    FLEX = ("cmd", "cmd", "tree")
+    DROP = ("tree", "rss", "gpus", "user")
+    CUT_LEFT = frozenset({"tree"})
 
     @staticmethod
     def cells(host: str, p: JobInfo) -> tuple[str, ...]:
         """The texts of one process's row."""
         gpus = ",".join(sorted(p.gpu_mem_bytes)) or "-"
-        cmd = p.cmdline if len(p.cmdline) <= 60 else p.cmdline[:59] + "…"
+        cmd = p.cmdline if len(p.cmdline) <= 400 else p.cmdline[:399] + "…"
         return (f"{host}:{p.pid}", p.tree_id, p.user, pct(p.cpu_percent), size(p.rss_bytes),
                 gpus, size(sum(p.gpu_mem_bytes.values())), cmd)
 

@@ -20,6 +20,8 @@ class ProfilePanel(Static):
     @staticmethod
     def idle_text(pids: int) -> str:
         """The panel's resting text."""
+        if pids == 0:
+            return "f: no job processes to sample here (py-spy needs real processes of this job)"
         return (f"f: sample the stacks of {pids} job process(es) with py-spy for 5 s "
                 "and open a flame graph")
 

@@ -50,7 +50,12 @@ class HostSparklines(LazyLines):
         from textual.strip import Strip
 
         st = self.get_component_rich_style("sparklines--na")
-        return Strip([Segment(f"{'host':<12}GPU util / SM activity", st)]).crop_extend(
+        body = width - 12
+        cols = max(4, (body - 14) // 2 if body >= 40 else body - 6)
+        util = f"{'GPU util':<{cols}} {'now':>4}"
+        sm = f"  {'SM activity':<{cols}} {'now':>4}" if body >= 40 else ""
+        text = f"{'host':<12}{util}{sm}"
+        return Strip([Segment(text, st)]).crop_extend(
             0, width, self.rich_style)
 
     def make_line(self, key: Hashable, width: int) -> list[Segment]:
