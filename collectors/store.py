@@ -11,13 +11,20 @@ Every accepted sample bumps the host's ``version`` and the store's
 ``version``; the UI redraws only what changed. Views are cached per version.
 
 Memory is bounded: per series ``300 x 4 B`` (fine, 5 min at 1 s) plus
-``361 x 5 B`` (coarse, 1 h at 10 s), about 3,000 B. With 13 host series and 5
-per GPU, 1,000 hosts x 8 GPUs x 1 h costs ``1000 x (13 + 8 x 5) x 3,000 B``
-= 166 MB of arrays (:func:`memory_estimate_bytes`); benchmarks/store_memory.py
-measured 217 MB in all with the demo's jobs, Python objects and caches. It
-does not grow with run time: rings are allocated full-size up front. Hosts
-(4,096), GPUs per host (64) and jobs per host (256; idle ones expire after
-the history) are capped too.
+``361 x 5 B`` (coarse, 1 h at 10 s), about 3,000 B. A host has one ring of
+13 series followed by 5 per GPU, so 1,000 hosts
+x 8 GPUs x 1 h costs ``1000 x (13 + 8 x 5) x 3,000 B`` = 160 MB of arrays
+(:func:`memory_estimate_bytes`); benchmarks/store_memory.py measured 183 MB
+in all with the demo's jobs, Python objects and caches. It does not grow
+with run time: rings are allocated full-size up front (a host's ring grows,
+by copy, only when a GPU index is first seen). Hosts (4,096), GPUs per host
+(64) and jobs per host (256; idle ones expire after the history) are capped
+too.
+
+Ingest cost is what the 1,000-host target is about, so a sample is stored
+with one ring write (host and GPU series) of a few C-level slice operations;
+window statistics are computed when read, for all columns of a ring at once,
+and cached until the ring next changes.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import math
 from dataclasses import dataclass, field
 
 from .model import HostSample, JobInfo
-from .ring import COARSE_FACTOR, NAN, Ring, resample
+from .ring import COARSE_FACTOR, NAN, Columns, Ring, resample
 from .source import HostStatusEvent, PanelData, SampleEvent, SourceEvent, SourceStatusEvent
 from .store_views import (
     BUSY_UTIL_PERCENT,
@@ -38,8 +45,8 @@ from .store_views import (
     FleetStats,
     HostRow,
     JobView,
-    gpu_values,
-    host_values,
+    gpu_block_values,
+    host_values_flat,
     job_key,
     job_values,
 )
@@ -51,10 +58,19 @@ MAX_JOBS_PER_HOST = 256
 BENIGN_THROTTLE = frozenset({"gpu_idle", "idle", "none", "applications_clocks_setting"})
 
 
+_GPU_WIDTH = len(GPU_METRICS)
+_NAN_GPU = [NAN] * _GPU_WIDTH
+_HOST_WIDTH = len(HOST_METRICS)
+
+
 @dataclass(slots=True)
 class _Host:
+    # The host's series, then its GPUs' (``gorder``: their indices in column
+    # order, by first appearance): a sample is one ring write, not one per GPU.
+    # ``gpus`` reads each GPU's columns like a ring of its own.
     ring: Ring
-    gpus: dict[int, Ring] = field(default_factory=dict)
+    gorder: tuple[int, ...] = ()
+    gpus: dict[int, Columns] = field(default_factory=dict)
     jobs: dict[str, Ring] = field(default_factory=dict)
     job_seen: dict[str, float] = field(default_factory=dict)
     xid_last: dict[int, tuple[float, int]] = field(default_factory=dict)
@@ -69,8 +85,7 @@ def memory_estimate_bytes(hosts: int, gpus_per_host: int, jobs_per_host: int = 0
                           history_s: float = 3600) -> int:
     """Array bytes the store holds for a fleet of this size (bounded, time-independent)."""
     fine, coarse = _slots(resolution_s, fine_history_s, history_s)
-    per_host = Ring.nbytes(len(HOST_METRICS), fine, coarse)
-    per_host += gpus_per_host * Ring.nbytes(len(GPU_METRICS), fine, coarse)
+    per_host = Ring.nbytes(len(HOST_METRICS) + gpus_per_host * len(GPU_METRICS), fine, coarse)
     per_host += jobs_per_host * Ring.nbytes(len(JOB_METRICS), fine, coarse)
     return hosts * per_host
 
@@ -144,24 +159,47 @@ class Store:
         fb = math.floor(s.time / self.resolution_s)
         if h.ring.seen(fb):
             return False
-        per_gpu = [gpu_values(g) for g in s.gpus[:MAX_GPUS_PER_HOST]]
-        h.ring.put(fb, host_values(s, per_gpu))
-        for g, vals in zip(s.gpus, per_gpu, strict=False):
-            ring = h.gpus.get(g.index)
-            if ring is None:
-                if len(h.gpus) >= MAX_GPUS_PER_HOST:
-                    continue
-                ring = h.gpus[g.index] = self._ring(len(GPU_METRICS))
-            ring.put(fb, vals)
-            if g.xid_events and s.time >= h.xid_last.get(g.index, (-1.0, 0))[0]:
-                h.xid_last[g.index] = (s.time, g.xid_events[-1])
-        self._add_jobs(h, s, fb)
+        gpus = s.gpus if len(s.gpus) <= MAX_GPUS_PER_HOST else s.gpus[:MAX_GPUS_PER_HOST]
+        block = gpu_block_values(gpus)
+        values = host_values_flat(s, block)
+        if gpus:
+            order = tuple(g.index for g in gpus)
+            values += block if order == h.gorder else self._regroup(h, order, block)
+            for g in gpus:
+                if g.xid_events and g.index in h.gpus and s.time >= h.xid_last.get(g.index, (-1.0, 0))[0]:
+                    h.xid_last[g.index] = (s.time, g.xid_events[-1])
+        elif h.gorder:
+            values += _NAN_GPU * len(h.gorder)
+        h.ring.put(fb, values)
+        if s.jobs:
+            self._add_jobs(h, s, fb)
+        elif h.job_seen:
+            self._evict_jobs(h, s.time, force=False)
         if h.latest is None or s.time >= h.latest.time:
             h.latest = s
             h.up, h.reason = True, ""
         self.now = max(self.now, s.time)
         self._bump(h)
         return True
+
+    def _regroup(self, h: _Host, order: tuple[int, ...], block: list[float]) -> list[float]:
+        """``block`` (GPUs in ``order``) laid out in the host's column order, new GPUs added."""
+        new = [i for i in dict.fromkeys(order) if i not in h.gpus][: MAX_GPUS_PER_HOST - len(h.gpus)]
+        if new:
+            ring = h.ring.widened(_HOST_WIDTH + (len(h.gorder) + len(new)) * _GPU_WIDTH)
+            for view in h.gpus.values():
+                view.ring = ring
+            for k, i in enumerate(new, len(h.gorder)):
+                h.gpus[i] = Columns(ring, _HOST_WIDTH + k * _GPU_WIDTH)
+            h.ring, h.gorder = ring, h.gorder + tuple(new)
+            if order == h.gorder:
+                return block
+        pos = {i: k * _GPU_WIDTH for k, i in enumerate(order)}  # a repeated index: the last wins
+        out: list[float] = []
+        for i in h.gorder:
+            at = pos.get(i)
+            out += _NAN_GPU if at is None else block[at : at + _GPU_WIDTH]
+        return out
 
     def _add_jobs(self, h: _Host, s: HostSample, fb: int) -> None:
         groups: dict[str, list[JobInfo]] = {}
@@ -217,7 +255,7 @@ class Store:
         return now_fb, now_fb // COARSE_FACTOR, k
 
     def _rings(self, host: str, metric: str, gpu: int | None,
-               job: str | None) -> tuple[list[Ring], int]:
+               job: str | None) -> tuple[list[Ring | Columns], int]:
         h = self._hosts.get(host)
         if h is None:
             return [], -1
@@ -227,7 +265,8 @@ class Store:
             return ([r] if r else []), idx
         if gpu is not None or (metric in GPU_METRICS and metric not in HOST_METRICS):
             idx = GPU_METRICS.index(metric) if metric in GPU_METRICS else -1
-            rings = [h.gpus[gpu]] if gpu in h.gpus else [] if gpu is not None else list(h.gpus.values())
+            rings: list[Ring | Columns] = (
+                [h.gpus[gpu]] if gpu in h.gpus else [] if gpu is not None else list(h.gpus.values()))
             return rings, idx
         return [h.ring], HOST_METRICS.index(metric) if metric in HOST_METRICS else -1
 
@@ -285,8 +324,10 @@ class Store:
         h = self._hosts[host]
         _, now_cb, k = self._buckets(window_s)
 
+        means = h.ring.window_means(now_cb, k, 0, _HOST_WIDTH)  # fleet() asks the same
+
         def w(metric: str) -> float:
-            return h.ring.window_mean(_HOST_INDEX[metric], now_cb, k)
+            return means[_HOST_INDEX[metric]]
 
         return HostRow(
             host=host, up=h.up, gpus=len(h.gpus),
@@ -306,14 +347,17 @@ class Store:
         s = h.latest
         if s is None:
             return tuple(alerts)
-        if any(set(g.throttle_reasons) - BENIGN_THROTTLE for g in s.gpus):
+        if any(r not in BENIGN_THROTTLE for g in s.gpus for r in g.throttle_reasons):
             alerts.append("THROTTLE")
         held = {int(i) for j in s.jobs for i in j.gpu_mem_bytes if i.isdigit()}
         held |= {g.index for g in s.gpus if g.processes}
-        idle = [i for i in held if i in h.gpus
-                and h.gpus[i].window_mean(0, now_cb, k) < IDLE_UTIL_PERCENT]
-        if idle:
-            alerts.append(f"IDLE-HELD {len(idle)}")
+        held &= h.gpus.keys()
+        if held:
+            # Utilization of every GPU in one pass (column 0 of each; fleet() asks the same).
+            util = h.ring.window_means(now_cb, k, _HOST_WIDTH, None, _GPU_WIDTH)
+            idle = [i for i in held if util[(h.gpus[i].base - _HOST_WIDTH) // _GPU_WIDTH] < IDLE_UTIL_PERCENT]
+            if idle:
+                alerts.append(f"IDLE-HELD {len(idle)}")
         return tuple(alerts)
 
     def fleet(self, window_s: float) -> FleetStats:
@@ -334,13 +378,15 @@ class Store:
             up += h.up
             n = len(h.gpus)
             total += n
+            hm = h.ring.window_means(now_cb, k, 0, _HOST_WIDTH)
             for j, idx in enumerate((util, sm, mem)):
-                v = h.ring.window_mean(idx, now_cb, k)
+                v = hm[idx]
                 if v == v and n:
                     sums[j] += v * n
                     weights[j] += n
-            for r in h.gpus.values():
-                busy += r.window_mean(0, now_cb, k) >= BUSY_UTIL_PERCENT
+            if n:
+                gutil = h.ring.window_means(now_cb, k, _HOST_WIDTH, None, _GPU_WIDTH)
+                busy += sum(v >= BUSY_UTIL_PERCENT for v in gutil)
         means = [s / w if w else NAN for s, w in zip(sums, weights, strict=True)]
         return FleetStats(
             window_s=window_s, gpu_util_percent=means[0], sm_activity_percent=means[1],

@@ -5,9 +5,9 @@ Also the metric names the store records, and how each is read from a sample.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import eq
 
 from .model import GpuSample, HostSample, JobInfo
 
@@ -68,43 +68,64 @@ def gpu_mem_percent(g: GpuSample) -> float | None:
 
 def gpu_values(g: GpuSample) -> list[float]:
     """One GPU's values in :data:`GPU_METRICS` order (NaN = unavailable)."""
-    return [
-        _f(g.utilization_percent),
-        _f(g.sm_activity_percent),
-        _f(gpu_mem_percent(g)),
-        _f(g.power_w),
-        _f(g.temperature_c),
-    ]
+    return gpu_block_values((g,))
+
+
+def gpu_block_values(gpus: Sequence[GpuSample]) -> list[float]:
+    """The GPUs' values in :data:`GPU_METRICS` order, GPU after GPU (NaN = unavailable)."""
+    # Inlined rather than one call per value: this runs for every GPU of every sample.
+    out: list[float] = []
+    for g in gpus:
+        u, sm, used, total = g.utilization_percent, g.sm_activity_percent, g.mem_used_bytes, g.mem_total_bytes
+        p, t = g.power_w, g.temperature_c
+        out += (
+            NAN if u is None else float(u),
+            NAN if sm is None else float(sm),
+            100.0 * used / total if used is not None and total else NAN,
+            NAN if p is None else float(p),
+            NAN if t is None else float(t),
+        )
+    return out
 
 
 def _mean(vals: list[float]) -> float:
-    known = [v for v in vals if not math.isnan(v)]
+    known = [v for v in vals if v == v]  # v == v: not NaN
     return sum(known) / len(known) if known else NAN
 
 
 def host_values(s: HostSample, per_gpu: list[list[float]]) -> list[float]:
     """The host's values in :data:`HOST_METRICS` order (NaN = unavailable)."""
-    mem = s.memory
-    mem_pct = (
-        100.0 * mem.used_bytes / mem.total_bytes
-        if mem.used_bytes is not None and mem.total_bytes
-        else None
-    )
-    power = [g[3] for g in per_gpu if not math.isnan(g[3])]
+    return host_values_flat(s, [v for g in per_gpu for v in g])
+
+
+def host_values_flat(s: HostSample, gpu_block: list[float]) -> list[float]:
+    """:func:`host_values` from the GPUs' values as :func:`gpu_block_values` gives them."""
+    mem, cpu, net, sto, cache = s.memory, s.cpu, s.network, s.storage, s.cache
+    used, total = mem.used_bytes, mem.total_bytes
+    w = len(GPU_METRICS)
+    if gpu_block and all(map(eq, gpu_block, gpu_block)):  # every GPU value known (v == v)
+        n = len(gpu_block) // w
+        util, sm, gmem = sum(gpu_block[0::w]) / n, sum(gpu_block[1::w]) / n, sum(gpu_block[2::w]) / n
+        power = sum(gpu_block[3::w])
+    else:
+        util, sm, gmem = _mean(gpu_block[0::w]), _mean(gpu_block[1::w]), _mean(gpu_block[2::w])
+        known = [v for v in gpu_block[3::w] if v == v]
+        power = sum(known) if known else NAN
+    # Inlined _f: this runs for every sample.
     return [
-        _f(s.cpu.total_percent),
-        _f(mem_pct),
-        _f(s.network.rx_bytes_per_s),
-        _f(s.network.tx_bytes_per_s),
-        _f(s.storage.read_bytes_per_s),
-        _f(s.storage.write_bytes_per_s),
-        _f(s.cache.l2_hit_ratio),
-        _f(s.cache.l3_hit_ratio),
-        _f(s.cache.mem_bandwidth_bytes_per_s),
-        _mean([g[0] for g in per_gpu]),
-        _mean([g[1] for g in per_gpu]),
-        _mean([g[2] for g in per_gpu]),
-        sum(power) if power else NAN,
+        NAN if (v := cpu.total_percent) is None else float(v),
+        100.0 * used / total if used is not None and total else NAN,
+        NAN if (v := net.rx_bytes_per_s) is None else float(v),
+        NAN if (v := net.tx_bytes_per_s) is None else float(v),
+        NAN if (v := sto.read_bytes_per_s) is None else float(v),
+        NAN if (v := sto.write_bytes_per_s) is None else float(v),
+        NAN if (v := cache.l2_hit_ratio) is None else float(v),
+        NAN if (v := cache.l3_hit_ratio) is None else float(v),
+        NAN if (v := cache.mem_bandwidth_bytes_per_s) is None else float(v),
+        util,
+        sm,
+        gmem,
+        power,
     ]
 
 

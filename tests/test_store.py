@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+from dataclasses import replace
 
 from gpulens.collectors.demo import DemoSource
 from gpulens.collectors.model import (
@@ -138,3 +139,34 @@ def test_collectors_do_not_import_textual() -> None:
             "gpulens.collectors.demo, gpulens.collectors.recording; "
             "assert 'textual' not in sys.modules and 'rich' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_ring_window_means_match_per_column_and_widening() -> None:
+    ring = Ring(3, 20, 6)
+    for b in [*range(0, 75), 71, 40, 38, 99, 98]:  # wraps, backfill, duplicates, a gap
+        ring.put(b, [float(b), math.nan if b % 3 else 1.5, 2.0 * b])
+    for k in (1, 2, 5, 9):
+        per_col = [ring.window_mean(m, 9, k) for m in range(3)]
+        assert repr(ring.window_means(9, k)) == repr(per_col)
+        assert repr(ring.window_means(9, k, start=1, step=2)) == repr(per_col[1::2])
+    wide = ring.widened(5)
+    for m in range(3):
+        assert repr(wide.fine_series(m, 99, 20)) == repr(ring.fine_series(m, 99, 20))
+        assert repr(wide.coarse_series(m, 9, 6)) == repr(ring.coarse_series(m, 9, 6))
+    assert all(math.isnan(v) for v in wide.window_means(9, 6, start=3))
+    assert wide.ccnt[4] == [0] * 6 and wide.ccnt[0] == ring.ccnt[0]
+
+
+def test_gpu_appearing_later_and_missing_gpus() -> None:
+    store = Store()
+    g0 = sample(T0).gpus[0]
+    for i in range(30):
+        gpus = (g0,) if i < 10 else (GpuSample(index=3, name="G", uuid="v", utilization_percent=90.0), g0)
+        store.apply(SampleEvent(replace(sample(T0 + i), gpus=gpus if i % 7 else ())))
+    assert store.gpu_indices("h1") == [0, 3]
+    s0, s3 = store.series("h1", "gpu.utilization_percent", 30, 30, gpu=0), \
+        store.series("h1", "gpu.utilization_percent", 30, 30, gpu=3)
+    assert s0[1] == 50.0 and math.isnan(s0[7]) and all(math.isnan(v) for v in s3[:10]) and s3[12] == 90.0
+    assert store.window_mean("h1", "gpu.utilization_percent", 60, gpu=3) == 90.0
+    assert store.window_mean("h1", "gpu.power_w", 60) == 100.0  # summed over GPUs that report it
+    assert store.fleet(60).busy_gpus == 2 and store.fleet(60).total_gpus == 2
