@@ -418,10 +418,17 @@ class Store:
         return JobView(
             key=key, tree_id=first.tree_id, user=first.user, cmdline=first.cmdline, hosts=hosts,
             gpus=gpus, util_percent=_combine(utils, False),
-            gpu_mem_bytes=sum(sum(p.gpu_mem_bytes.values()) for _, p in procs),
+            gpu_mem_bytes=self._job_gpu_mem(hosts, procs),
             cpu_percent=sum(cpu) if cpu else NAN, start_time=first.start_time,
             runtime_s=max(0.0, self.now - first.start_time), processes=tuple(procs),
         )
+
+    def _job_gpu_mem(self, hosts: tuple[str, ...], procs: list[tuple[str, JobInfo]]) -> float:
+        """Bytes of GPU memory the job holds; NaN (n/a) when none of its hosts reads GPUs."""
+        if not any((h := self._hosts.get(name)) is not None and h.latest is not None and h.latest.gpus
+                   for name in hosts):
+            return NAN
+        return float(sum(sum(p.gpu_mem_bytes.values()) for _, p in procs))
 
     def job(self, key: str, window_s: float) -> JobView | None:
         """One job by key (None when it is not running)."""

@@ -226,7 +226,8 @@ class JobView:
     gpus: tuple[tuple[str, str], ...]
     """(host, GPU index) pairs the job's processes hold memory on."""
     util_percent: float
-    gpu_mem_bytes: int
+    gpu_mem_bytes: float
+    """NaN when none of the job's hosts can read its GPUs (shown as n/a)."""
     cpu_percent: float
     start_time: float
     runtime_s: float

@@ -170,3 +170,17 @@ def test_gpu_appearing_later_and_missing_gpus() -> None:
     assert store.window_mean("h1", "gpu.utilization_percent", 60, gpu=3) == 90.0
     assert store.window_mean("h1", "gpu.power_w", 60) == 100.0  # summed over GPUs that report it
     assert store.fleet(60).busy_gpus == 2 and store.fleet(60).total_gpus == 2
+
+
+def test_job_gpu_memory_is_na_when_its_hosts_read_no_gpus() -> None:
+    job = JobInfo(pid=8, tree_id="systemd/bash/python3", cmdline="python3 y.py", user="u",
+                  start_time=T0 - 10, cpu_percent=5.0, job_key="J2")
+    no_gpus = replace(sample(T0, host="c", jobs=(job,)), gpus=(),
+                      unavailable={"gpus": "NVML library not found"})
+    store = Store()
+    store.apply(SampleEvent(no_gpus))
+    (view,) = store.jobs(60)
+    assert math.isnan(view.gpu_mem_bytes)  # n/a, not 0 B
+    store.apply(SampleEvent(sample(T0 + 1, host="c", jobs=(job,))))
+    (view,) = store.jobs(60)
+    assert view.gpu_mem_bytes == 0.0  # GPUs are read and the job holds none
