@@ -7,7 +7,12 @@ thread per host: socket, framing, msgpack, validation) feeding the real
 Store (collectors/store.py). Its CPU time over a measured window, divided by
 wall time, is the viewer's CPU % of one core.
 
+The viewer decodes each live sample frame straight into HostSample with
+msgspec (ipc.stream FrameDecoder's sample_hook = fast_decode.sample_from_msgpack).
+
 Peer figures measured in the same run:
+- the previous path: msgpack to plain maps, then the generated dict fast path
+  (fast_decode.fast_sample_from_dict), no store;
 - the same pipeline with the reference validating decoder
   (serialize.sample_from_dict) instead of the generated fast path;
 - bytes per host-sample on the wire, msgpack frame vs JSON text;
@@ -32,6 +37,7 @@ import timeit
 from typing import Any
 
 import msgpack
+from gpulens.collectors.fast_decode import fast_sample_from_dict, sample_from_msgpack
 from gpulens.collectors.serialize import sample_from_dict, sample_to_dict
 from gpulens.ipc import stream
 from gpulens.ipc.agent import sample_frame
@@ -93,12 +99,16 @@ def simulate(hosts: int, gpus: int, port_file: str) -> None:
 # -- viewer (this process) ----------------------------------------------------
 
 
-def measure_viewer(ports: list[str], seconds: float, reference: bool, use_store: bool = True) -> dict[str, float]:
+def measure_viewer(
+    ports: list[str], seconds: float, reference: bool, use_store: bool = True, msgspec_path: bool = True
+) -> dict[str, float]:
     from gpulens.collectors import stream_link
+    from gpulens.collectors.fast_decode import sample_from_msgpack
     from gpulens.collectors.source import SampleEvent
     from gpulens.collectors.store import Store
     from gpulens.collectors.stream_source import LinkOptions, StreamSource, tcp_target
 
+    stream_link.sample_hook = sample_from_msgpack if msgspec_path and not reference else None
     if reference:
         stream_link.sample_from_dict = sample_from_dict  # type: ignore[attr-defined]
     else:
@@ -179,7 +189,18 @@ def wire_figures(gpus: int) -> dict[str, float]:
     n = 2000
     t_mp = min(timeit.repeat(lambda: stream.FrameDecoder().feed(frame), number=n, repeat=5)) / n
     t_js = min(timeit.repeat(lambda: json.loads(text), number=n, repeat=5)) / n
-    return {"msgpack_bytes": len(frame), "json_bytes": len(text), "msgpack_us": t_mp * 1e6, "json_us": t_js * 1e6}
+    hooked = stream.FrameDecoder(sample_hook=sample_from_msgpack)
+    t_typed = min(timeit.repeat(lambda: hooked.feed(frame), number=n, repeat=5)) / n
+    plain = stream.FrameDecoder()
+    t_dict = min(timeit.repeat(lambda: fast_sample_from_dict(plain.feed(frame)[0].sample), number=n, repeat=5)) / n
+    return {
+        "msgpack_bytes": len(frame),
+        "json_bytes": len(text),
+        "msgpack_us": t_mp * 1e6,
+        "json_us": t_js * 1e6,
+        "typed_us": t_typed * 1e6,
+        "dict_us": t_dict * 1e6,
+    }
 
 
 def main() -> int:
@@ -205,6 +226,7 @@ def main() -> int:
         wire = wire_figures(args.gpus)
         fast = measure_viewer(ports, args.seconds, reference=False)
         nostore = measure_viewer(ports, args.seconds, reference=False, use_store=False)
+        dictpath = measure_viewer(ports, args.seconds, reference=False, use_store=False, msgspec_path=False)
         ref = measure_viewer(ports, args.seconds, reference=True, use_store=False)
         floor = measure_floor(ports, args.seconds)
     finally:
@@ -219,12 +241,17 @@ def main() -> int:
     print(f"  without the store: {nostore['cpu_percent']:.1f}%  -> store.apply share {fast['cpu_percent'] - nostore['cpu_percent']:.1f}%")
     print(f"  peer, bare receive of the same bytes (one selector thread, no decoding): {floor['cpu_percent']:.1f}% "
           f"at {floor['bytes_per_s'] / 1e6:.1f} MB/s  -> decode + validate + link threads {nostore['cpu_percent'] - floor['cpu_percent']:.1f}%")
+    print(f"  peer, previous path: msgpack to maps + generated dict fast path (no store): {dictpath['cpu_percent']:.1f}% "
+          f"-> the msgspec typed path costs {nostore['cpu_percent'] / max(dictpath['cpu_percent'], 1e-9):.2f}x")
     print(f"  peer, reference decoder serialize.sample_from_dict (no store): {ref['cpu_percent']:.1f}% "
-          f"-> the generated fast path costs {nostore['cpu_percent'] / max(ref['cpu_percent'], 1e-9):.2f}x")
+          f"-> msgspec path {nostore['cpu_percent'] / max(ref['cpu_percent'], 1e-9):.2f}x, "
+          f"dict fast path {dictpath['cpu_percent'] / max(ref['cpu_percent'], 1e-9):.2f}x")
     print(f"wire bytes per host-sample: msgpack {wire['msgpack_bytes']:.0f}, JSON {wire['json_bytes']:.0f}  "
           f"(msgpack/JSON = {wire['msgpack_bytes'] / wire['json_bytes']:.2f})")
     print(f"decode per sample (best of 5): msgpack frame {wire['msgpack_us']:.1f} us, json.loads {wire['json_us']:.1f} us  "
           f"(ratio {wire['msgpack_us'] / wire['json_us']:.2f})")
+    print(f"decode + validate per sample frame (best of 5): msgspec typed {wire['typed_us']:.1f} us, "
+          f"msgpack + dict fast path {wire['dict_us']:.1f} us  (ratio {wire['typed_us'] / wire['dict_us']:.2f})")
     return 0
 
 

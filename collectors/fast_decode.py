@@ -8,6 +8,12 @@ on *anything* else it hands the whole sample to the reference
 ``from_dict``, which returns the same object or raises the same
 :class:`SchemaError` naming the field. So the fast path can only be
 faster, never more lenient (tests/test_stream_codec.py checks equality).
+
+Faster still, :func:`sample_from_msgpack` decodes a sample's packed bytes
+straight into the model with msgspec (types checked in C, unknown keys
+ignored). msgspec accepts NaN where the reference refuses it, so bytes that
+may hold a NaN float are declined, as is anything msgspec refuses: the
+caller then takes the path above, which gives the exact SchemaError.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any, Union
+
+import msgspec
 
 from .model import HostSample
 from .serialize import MAX_SEQUENCE, from_dict
@@ -165,4 +173,45 @@ def fast_sample_from_dict(data: Any) -> HostSample:
         return from_dict(HostSample, data)
 
 
-__all__ = ["fast_sample_from_dict"]
+_HOST_DECODER = msgspec.msgpack.Decoder(HostSample)
+# A msgpack float32 (0xca) or float64 (0xcb) whose exponent bits are all
+# ones is a NaN or an infinity: its first payload byte is 0x7f or 0xff, its
+# second at least 0x80 (float32) or 0xf0 (float64). Those two payload bytes
+# are rare elsewhere, so bytes.find (in C) on them is far cheaper than a
+# regex or a scan for the frequent 0xcb header. A false match (huge values,
+# coincidental bytes) only costs the slower path.
+_NAN_LOW = {0xCA: 0x80, 0xCB: 0xF0}
+
+
+def _may_hold_nan(raw: bytes) -> bool:
+    end = len(raw) - 1
+    for byte in (b"\x7f", b"\xff"):
+        i = raw.find(byte, 1)
+        while i >= 0:
+            low = _NAN_LOW.get(raw[i - 1])
+            if low is not None and (i >= end or raw[i + 1] >= low):
+                return True
+            i = raw.find(byte, i + 1)
+    return False
+
+
+def sample_from_msgpack(raw: bytes) -> HostSample | None:
+    """Decode one packed sample map straight into a :class:`HostSample`.
+
+    Returns None, never raises, when the bytes are not plainly valid (wrong
+    type, missing field, possible NaN, not msgpack, too deep): the caller
+    must then decode them with ``fast_sample_from_dict``, which raises the
+    reference SchemaError. The caller bounds the size of ``raw``; containers
+    are not length-checked here (ipc.stream only calls this for bodies
+    of at most ``MAX_CONTAINER_LEN`` = ``MAX_SEQUENCE`` bytes).
+    """
+    if _may_hold_nan(raw):
+        return None
+    try:
+        sample: HostSample = _HOST_DECODER.decode(raw)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    return sample
+
+
+__all__ = ["fast_sample_from_dict", "sample_from_msgpack"]

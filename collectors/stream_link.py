@@ -31,6 +31,7 @@ from gpulens.ipc.errors import AuthError, ProtocolError, RequestFailed, StreamEr
 
 from .errors import SchemaError
 from .fast_decode import fast_sample_from_dict as sample_from_dict
+from .fast_decode import sample_from_msgpack
 from .model import HostSample
 from .source import Emit, HostStatusEvent, SampleEvent
 from .stream_chan import ChannelClosed, CommandChannel, TcpChannel
@@ -41,6 +42,8 @@ log = logging.getLogger("gpulens.stream")
 HANDSHAKE_TIMEOUT_S = 15.0
 MAX_REQUEST_SAMPLES = 1_000_000
 MAX_DOWNLOAD_BYTES = 4 * 1024**3
+sample_hook: stream.SampleHook | None = sample_from_msgpack
+"""Decodes live sample frames straight to HostSample (None: via plain maps)."""
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
 
 
@@ -195,7 +198,7 @@ class HostLink:
             yield from decoder.feed(data)
 
     def _session(self, chan: TcpChannel | CommandChannel) -> None:
-        decoder = stream.FrameDecoder()
+        decoder = stream.FrameDecoder(sample_hook=sample_hook)
         self._first = b""
         frames = self._frames(chan, decoder, time.monotonic() + HANDSHAKE_TIMEOUT_S)
         try:
@@ -279,7 +282,9 @@ class HostLink:
         raise StreamError("stopped")
 
     def _dispatch(self, host: str, msg: stream.Message) -> None:
-        if isinstance(msg, stream.SampleMsg):
+        if isinstance(msg, stream.ParsedSample):
+            self._deliver(host, msg.sample, backfill=False)
+        elif isinstance(msg, stream.SampleMsg):
             self._deliver(host, sample_from_dict(msg.sample), backfill=False)
         elif isinstance(msg, stream.History):
             samples = [sample_from_dict(s) for s in msg.samples]

@@ -16,11 +16,12 @@ decoder is poisoned and the connection must be closed.
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
+import msgspec
 
 from .errors import ProtocolError, VersionMismatch
 
@@ -92,6 +93,22 @@ class SampleMsg:
 
 
 @dataclass(frozen=True, slots=True)
+class ParsedSample:
+    """A ``sample`` frame already decoded by the FrameDecoder's ``sample_hook``.
+
+    Only a decoder makes it (never sent); ``sample`` is whatever the hook
+    returned (the viewer's hook returns a validated HostSample).
+    """
+
+    sample: Any
+
+
+SampleHook = Callable[[bytes], Any]
+"""Turns the packed ``sample`` map of a sample frame into a checked sample,
+or returns None to leave that frame to the plain path (msgpack + SampleMsg)."""
+
+
+@dataclass(frozen=True, slots=True)
 class History:
     """Kept samples, oldest first; ``id`` 0 answers a hello's ``since``."""
 
@@ -139,7 +156,17 @@ class ErrorMsg:
 
 
 Message = (
-    Hello | Challenge | AuthResponse | AuthOk | SampleMsg | History | Request | Response | FileChunk | ErrorMsg
+    Hello
+    | Challenge
+    | AuthResponse
+    | AuthOk
+    | SampleMsg
+    | ParsedSample
+    | History
+    | Request
+    | Response
+    | FileChunk
+    | ErrorMsg
 )
 
 _TAGS: dict[type, str] = {
@@ -148,6 +175,7 @@ _TAGS: dict[type, str] = {
     AuthResponse: "auth",
     AuthOk: "auth_ok",
     SampleMsg: "sample",
+    ParsedSample: "sample",
     History: "history",
     Request: "request",
     Response: "response",
@@ -194,10 +222,13 @@ class FrameDecoder:
     ``max_frame_bytes`` bounds one frame's body; the buffer never holds more
     than one header plus one body. After a :class:`ProtocolError` every
     further ``feed`` raises again: the stream cannot be resynchronised.
+    With a ``sample_hook`` (the viewer's), live ``sample`` frames the hook
+    accepts come out as :class:`ParsedSample` instead of :class:`SampleMsg`.
     """
 
-    def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
+    def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES, sample_hook: SampleHook | None = None) -> None:
         self.max_frame_bytes = max_frame_bytes
+        self._sample_hook = sample_hook
         self._buf = bytearray()
         self._need: int | None = None
         self._error: ProtocolError | None = None
@@ -235,12 +266,39 @@ class FrameDecoder:
                 body = bytes(self._buf[: self._need])
                 del self._buf[: self._need]
                 self._need = None
-                out.append(decode_body(body))
+                out.append(self._decode(body))
         except ProtocolError as err:
             self._error = err
             self._buf.clear()
             raise
         return out
+
+    def _decode(self, body: bytes) -> Message:
+        hook = self._sample_hook
+        # A body no longer than the container limit cannot hold a string, list
+        # or map over decode_body's msgpack limits, so msgspec (which has no
+        # such limits) may read it. Anything it or the hook declines goes to
+        # decode_body, which gives the same message or the exact error.
+        if hook is not None and len(body) <= MAX_CONTAINER_LEN:
+            try:
+                env = _ENVELOPE.decode(body)
+            except (msgspec.DecodeError, RecursionError):
+                return decode_body(body)
+            if env.t == "sample" and len(env.sample):
+                sample = hook(bytes(env.sample))
+                if sample is not None:
+                    return ParsedSample(sample)
+        return decode_body(body)
+
+
+class _Envelope(msgspec.Struct):
+    """The message type and the still-packed ``sample`` field of a frame body."""
+
+    t: str
+    sample: msgspec.Raw = msgspec.Raw()
+
+
+_ENVELOPE = msgspec.msgpack.Decoder(_Envelope)
 
 
 def decode_body(body: bytes) -> Message:

@@ -274,3 +274,175 @@ def test_fast_decoder_fills_defaults_like_the_constructor() -> None:
     minimal = {k: _BASE[k] for k in ("host", "time", "cpu", "memory", "network", "storage")}
     got = fast_sample_from_dict(minimal)
     assert got == sample_from_dict(minimal) and got.gpus == () and got.unavailable == {} and not got.simulated
+
+
+# -- the msgspec typed path (FrameDecoder sample_hook) matches the reference -------
+
+
+def _hooked() -> stream.FrameDecoder:
+    from gpulens.collectors.fast_decode import sample_from_msgpack
+
+    return stream.FrameDecoder(sample_hook=sample_from_msgpack)
+
+
+def _viewer_decode(frame: bytes) -> tuple[bool, object]:
+    """What the viewer's link does with one sample frame: (typed path taken, sample)."""
+    from gpulens.collectors.fast_decode import fast_sample_from_dict
+
+    (msg,) = _hooked().feed(frame)
+    if isinstance(msg, stream.ParsedSample):
+        return True, msg.sample
+    assert isinstance(msg, stream.SampleMsg)
+    return False, fast_sample_from_dict(msg.sample)
+
+
+def _same_outcome(data: object) -> bool:
+    """Assert the typed path and the reference agree on ``data``; True if the typed path took it."""
+    from gpulens.collectors.errors import SchemaError
+
+    try:
+        raw = msgpack.packb(data, use_bin_type=True)
+    except (OverflowError, ValueError, TypeError):
+        return False  # not representable in msgpack: never on the wire
+    frame = sample_frame(raw)
+    if not isinstance(data, dict):  # not a map: the envelope check refuses it on both paths
+        with pytest.raises(ProtocolError) as plain:
+            stream.FrameDecoder().feed(frame)
+        with pytest.raises(ProtocolError) as hooked:
+            _hooked().feed(frame)
+        assert str(hooked.value) == str(plain.value)
+        return False
+    try:
+        expected = sample_from_dict(msgpack.unpackb(raw, raw=False))
+    except SchemaError as err:
+        with pytest.raises(SchemaError) as got:
+            _viewer_decode(frame)
+        assert str(got.value) == str(err)
+        return False
+    typed, sample = _viewer_decode(frame)
+    assert sample == expected
+    assert repr(sample) == repr(expected)  # same value types too (1.0, not 1)
+    return typed
+
+
+def test_typed_path_takes_a_valid_sample_and_equals_the_reference() -> None:
+    for gpus in (0, 1, 8):
+        s = SyntheticSampler(hostname="h", gpus=gpus, interval_s=1.0).sample()
+        (msg,) = _hooked().feed(sample_frame(msgpack.packb(sample_to_dict(s), use_bin_type=True)))
+        assert isinstance(msg, stream.ParsedSample) and msg.sample == s
+    assert _same_outcome(_BASE)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(_ALL_PATHS),
+    _wire_values | st.just(float("nan")) | st.just(float("-inf")) | st.just(True) | st.just(7),
+    st.sampled_from(["set", "delete", "add_key"]),
+)
+def test_typed_path_agrees_with_reference_on_mutations(path: tuple[object, ...], value: object, how: str) -> None:
+    import copy
+
+    data: object = copy.deepcopy(_BASE)
+    if not path:
+        data = value
+    else:
+        parent: object = data
+        for key in path[:-1]:
+            parent = parent[key]  # type: ignore[index]
+        if how == "delete" and isinstance(parent, dict):
+            del parent[path[-1]]
+        elif how == "add_key" and isinstance(parent, dict):
+            parent["zz_unknown_" + str(path[-1])] = value  # forward compatibility: ignored
+        else:
+            parent[path[-1]] = value  # type: ignore[index]
+    _same_outcome(data)
+
+
+def test_typed_path_ignores_unknown_keys_at_every_level() -> None:
+    import copy
+
+    data = copy.deepcopy(_BASE)
+    data["new_top"] = {"x": [1, 2, {"y": None}]}
+    data["cpu"]["new_cpu"] = "later"
+    data["gpus"][0]["new_gpu"] = 1.5
+    assert _same_outcome(data)
+    body = msgpack.packb({"t": "sample", "sample": _BASE, "extra": [1, 2, 3]}, use_bin_type=True)
+    (msg,) = _hooked().feed(struct.pack(">I", len(body)) + body)
+    assert isinstance(msg, stream.ParsedSample)
+
+
+@pytest.mark.parametrize("single", [False, True])
+@pytest.mark.parametrize("value", [float("nan"), -float("nan")])
+def test_typed_path_declines_nan_and_the_reference_names_the_field(value: float, single: bool) -> None:
+    import copy
+
+    from gpulens.collectors.errors import SchemaError
+
+    data = copy.deepcopy(_BASE)
+    data["gpus"][1]["power_w"] = value
+    frame = sample_frame(msgpack.packb(data, use_bin_type=True, use_single_float=single))
+    (msg,) = _hooked().feed(frame)
+    assert isinstance(msg, stream.SampleMsg)  # declined: the dict path decides
+    with pytest.raises(SchemaError, match=r"gpus\[1\]\.power_w"):
+        _viewer_decode(frame)
+
+
+def test_nan_scan_finds_every_nan_and_infinity_encoding() -> None:
+    from gpulens.collectors.fast_decode import _may_hold_nan
+
+    for single in (False, True):
+        for v in (float("nan"), -float("nan"), float("inf"), float("-inf")):
+            assert _may_hold_nan(msgpack.packb({"a": [1.5, v]}, use_single_float=single))
+        assert not _may_hold_nan(msgpack.packb({"a": [1.5, -2.25, 1e30], "b": [127, -1]}, use_single_float=single))
+    nan_bits = struct.pack(">d", float("nan"))[:1] + b"\xff" * 7  # a NaN with another payload
+    assert _may_hold_nan(b"\x91\xcb" + nan_bits)
+    assert _may_hold_nan(b"\x91\xcb\x7f")  # truncated: declined, never read past the end
+
+
+def test_typed_path_gives_the_plain_paths_errors_for_hostile_frames() -> None:
+    def both(body: bytes) -> tuple[str, str]:
+        frame = struct.pack(">I", len(body)) + body
+        out = []
+        for dec in (stream.FrameDecoder(), _hooked()):
+            try:
+                (msg,) = dec.feed(frame)
+                out.append(type(msg).__name__)
+            except ProtocolError as err:
+                out.append(f"ProtocolError: {err}")
+        return out[0], out[1]
+
+    head = b"\x83\xa1t\xa6sample\xa6sample"
+    deep = b"\x82\xa1t\xa6sample\xa5extra" + b"\x91" * 60_000 + b"\xc0"
+    cases = [
+        deep,  # nesting deeper than either decoder's recursion limit
+        b"\x82\xa1t\xa6sample\xa6sample\xc4\x02ab",  # sample is bytes
+        b"\x82\xa1t\xa6sample\xa6sample\x93\x01\x02\x03",  # sample is a list
+        b"\x81\xa1t\xa6sample",  # no sample
+        b"\x82\xa1t\xa6sample\xa6sample\xd4\x01\x00",  # ext type
+        b"\x82\xa1t\xa6sample\xa6sample\x81\xa4host\xa3\xff\xfe\xfd",  # invalid UTF-8
+        b"\x82\xa1t\xa6sample\xa6sample\xde\xff\xff",  # truncated map
+        head + b"\x01" + b"\xa6sample" + msgpack.packb(_BASE),  # duplicate key: last wins in both
+        b"\x82\xa1t\xc4\x06sample\xa6sample" + msgpack.packb(_BASE),  # tag as bytes
+    ]
+    for body in cases:
+        plain, hooked = both(body)
+        if plain == "SampleMsg":
+            assert hooked in ("SampleMsg", "ParsedSample")
+        else:
+            assert hooked == plain
+    assert both(head + b"\x01" + b"\xa6sample" + msgpack.packb(_BASE)) == ("SampleMsg", "ParsedSample")
+
+
+def test_typed_path_keeps_the_sequence_limits() -> None:
+    import copy
+
+    from gpulens.collectors.serialize import MAX_SEQUENCE
+
+    data = copy.deepcopy(_BASE)
+    data["cpu"]["per_core_percent"] = [1.0] * (MAX_SEQUENCE + 1)
+    frame = sample_frame(msgpack.packb(data, use_bin_type=True))
+    with pytest.raises(ProtocolError, match="not valid msgpack"):
+        _hooked().feed(frame)  # as on the plain path: msgpack's container limit
+    data["cpu"]["per_core_percent"] = [1.0] * 20_000  # a valid body over the typed path's size bound
+    typed, sample = _viewer_decode(sample_frame(msgpack.packb(data, use_bin_type=True)))
+    assert not typed and sample == sample_from_dict(data)
