@@ -152,6 +152,8 @@ class JobInfo:
     """GPU index (as a string, so the map survives JSON) -> bytes used."""
     job_key: str | None = None
     ancestors: tuple[int, ...] = ()
+    kineto_polling: bool = False
+    """True when the process polls this host's gpulens Kineto endpoint (it can be traced)."""
 
 
 @dataclass(frozen=True, slots=True)

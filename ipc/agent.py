@@ -154,6 +154,7 @@ class Agent:
             return
         if s.host != self.hostname:
             s = dataclasses.replace(s, host=self.hostname)
+        s = self._mark_polling(s)
         raw = _packer.pack(sample_to_dict(s))
         frame = sample_frame(raw)
         slow: list[ViewerConnection] = []
@@ -168,6 +169,21 @@ class Agent:
                     slow.append(v)
         for v in slow:
             v.drop(f"slow viewer: {self.max_queued_frames} frames queued unsent")
+
+    def _mark_polling(self, s: HostSample) -> HostSample:
+        """Set ``kineto_polling`` on the jobs whose pid polls our Kineto endpoint (viewers offer tracing)."""
+        svc = self.requests.trace_service
+        if svc is None or not s.jobs:
+            return s
+        try:
+            polling = svc.polling_pids()
+        except Exception as err:  # the sample matters more than the flag
+            log.debug("polling pids unavailable: %s", err)
+            return s
+        if not any(j.pid in polling for j in s.jobs):
+            return s
+        jobs = tuple(dataclasses.replace(j, kineto_polling=True) if j.pid in polling else j for j in s.jobs)
+        return dataclasses.replace(s, jobs=jobs)
 
     # -- viewers ----------------------------------------------------------------
     def hello(self) -> stream.Hello:

@@ -4,7 +4,8 @@
 ``gpulens.collectors.flame.pyspy``) and ``trace`` (a PyTorch trace through
 ``gpulens.ipc.service.LocalTraceService``) are imported lazily and listed in
 the agent's capabilities only when importable. ``trace_status`` reports the
-progress of a trace the same viewer started with a ``tag``. When the agent
+progress of a trace the same viewer started with a ``tag``; ``trace_diagnose``
+says per pid why it cannot be traced (null when it can). When the agent
 owns the Kineto endpoint it also serves the local control socket
 (``gpulens.ipc.control``) so ``gpulens trace`` on this host can reach it. Results that are files
 travel as ``chunk`` messages before the request's ``response``. A request
@@ -69,7 +70,7 @@ class RequestRunner:
         if _profiler() is not None:
             caps.append("profile")
         if self.trace_service is not None:
-            caps += ["trace", "trace_status"]
+            caps += ["trace", "trace_status", "trace_diagnose"]
         return tuple(caps)
 
     def start_trace_service(self) -> None:
@@ -251,6 +252,12 @@ class RequestRunner:
             "missing": {str(k): v for k, v in res.missing.items()},
             "elapsed_s": res.elapsed_s,
         }
+
+    def _do_trace_diagnose(self, conn: ViewerConnection, req: stream.Request) -> dict[str, Any]:
+        """Per pid: null when it can be traced now, else why not with the fix (read from the process)."""
+        pids = _pids(req.params)
+        _check_owner(pids)
+        return {"reasons": {str(pid): self.trace_service.diagnose(pid) for pid in pids}}
 
     def _do_trace_status(self, conn: ViewerConnection, req: stream.Request) -> dict[str, Any]:
         tag = req.params.get("tag")

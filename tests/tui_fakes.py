@@ -77,3 +77,49 @@ class StaticSource:
 
     def stop(self) -> None:
         pass
+
+
+class FakeRequestSource(StaticSource):
+    """A StaticSource that also answers agent requests the way a tracing agent does.
+
+    ``trace`` writes ``trace_json`` under ``download_dir`` (as a StreamSource
+    saves the chunks) and answers with its name; ``trace_status`` reports the
+    progress events given; ``fail`` makes every trace fail with that reason;
+    ``trace_diagnose`` answers from ``reasons`` (pid -> why, None: traceable).
+    """
+
+    def __init__(self, events: list[Any], download_dir: Any, trace_json: str,
+                 status: tuple[tuple[str, str], ...] = (("waiting for poll", "config handed over"),),
+                 fail: str | None = None, reasons: dict[int, str | None] | None = None) -> None:
+        super().__init__(events, name="fake agents")
+        self.download_dir = download_dir
+        self.trace_json = trace_json
+        self.status = status
+        self.fail = fail
+        self.reasons = reasons or {}
+        self.requests: list[tuple[str, str, dict[str, Any]]] = []
+
+    def request(self, host: str, kind: str, params: Any, timeout_s: float) -> Any:
+        from concurrent.futures import Future
+
+        from gpulens.collectors.stream_link import RequestResult
+        from gpulens.ipc.errors import RequestFailed
+
+        self.requests.append((host, kind, dict(params)))
+        fut: Future[Any] = Future()
+        if kind == "trace_status":
+            events = [{"state": s, "detail": d} for s, d in self.status]
+            fut.set_result(RequestResult({"state": events[-1]["state"], "first": 0, "events": events}))
+        elif kind == "trace_diagnose":
+            fut.set_result(RequestResult({"reasons": {str(p): self.reasons.get(p) for p in params["pids"]}}))
+        elif kind == "trace" and self.fail:
+            fut.set_exception(RequestFailed(self.fail))
+        elif kind == "trace":
+            pid = params["pids"][0]
+            name = f"{pid}-trace_{pid}.json"
+            path = self.download_dir / name
+            path.write_text(self.trace_json)
+            fut.set_result(RequestResult({"files": {str(pid): name}, "missing": {}}, {name: path}))
+        else:
+            fut.set_exception(RequestFailed(f"unsupported request kind {kind!r}"))
+        return fut

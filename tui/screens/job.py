@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from gpulens.collectors.store_views import JobView
 from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Grid, VerticalScroll
@@ -45,7 +46,9 @@ class JobScreen(DataScreen):
         self.view: JobView | None = None
         self._seen: tuple[object, ...] = ()
         self._polling: tuple[int, ...] = ()
+        self._polling_host: str | None = None  # set when the polling processes run on another host
         self._why: tuple[float, str | None] | None = None
+        self._remote_why: tuple[float, str | None] | None = None  # (asked at, the agent's reason)
 
     def compose(self) -> ComposeResult:
         """Header, job line, plots, custom panels, processes, Profile slot."""
@@ -95,6 +98,22 @@ class JobScreen(DataScreen):
             return ()
         return tuple(sorted(set(self.profile_pids()) & set(polling)))
 
+    def remote_polling(self) -> tuple[str, tuple[int, ...]] | None:
+        """The first other host whose job processes poll its agent's Kineto endpoint, and their pids.
+
+        None when the source cannot send requests to agents (replay, demo, Prometheus).
+        """
+        if self.view is None or not callable(getattr(self.gapp.source, "request", None)):
+            return None
+        by_host: dict[str, list[int]] = {}
+        for h, p in self.view.processes:
+            if p.kineto_polling and not self.is_local(h):
+                by_host.setdefault(h, []).append(p.pid)
+        if not by_host:
+            return None
+        host = min(by_host)
+        return host, tuple(sorted(set(by_host[host])))
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Show "Open Profiler" only when the job's processes poll the endpoint."""
         if action == "open_profiler":
@@ -116,9 +135,11 @@ class JobScreen(DataScreen):
             self.query_one(ProfilePanel).set_state(ProfilePanel.idle_text(self.profile_count()))
         w = min(3600.0, max(60.0, view.runtime_s))
         seen = (tuple(store.host_version(h) for h in view.hosts), w)
-        polling = self.polling_pids()
-        if polling != self._polling:
-            self._polling = polling
+        polling, polling_host = self.polling_pids(), None
+        if not polling:
+            polling_host, polling = self.remote_polling() or (None, ())
+        if (polling, polling_host) != (self._polling, self._polling_host):
+            self._polling, self._polling_host = polling, polling_host
             self.refresh_bindings()
         self._show_profiler_line(polling)
         if seen == self._seen and not force:
@@ -145,10 +166,13 @@ class JobScreen(DataScreen):
         if polling:
             action.set_class(False, "-unavailable")
             action.display = True
-            action.update(f"o: Open Profiler — {len(polling)} process(es) poll the Kineto endpoint")
+            where = f"of the agent on {self._polling_host}" if self._polling_host else ""
+            action.update(f"o: Open Profiler — {len(polling)} process(es) poll the Kineto endpoint {where}".rstrip())
             return
         pids = [] if self.gapp.source.simulated else self.profile_pids()
         why = self._why_not_traceable(pids) if pids else None
+        if not pids and not self.gapp.source.simulated:
+            why = self._why_not_traceable_remote()
         action.display = why is not None
         if why is not None:
             action.set_class(True, "-unavailable")
@@ -179,6 +203,37 @@ class JobScreen(DataScreen):
             why = f"pid {best[0][0]}: {best[0][1]}" if best else None
         self._why = (now, why)
         return why
+
+    def _why_not_traceable_remote(self) -> str | None:
+        """The agent's diagnosis of the job's processes on another host (asked every 5 s at most)."""
+        remote = self.remote_profile_pids()
+        if not remote or not callable(getattr(self.gapp.source, "request", None)):
+            return None
+        now = time.monotonic()
+        if self._remote_why is None or now - self._remote_why[0] >= 5.0:
+            self._remote_why = (now, self._remote_why[1] if self._remote_why else None)
+            host = min(remote)
+            self._ask_remote_why(host, sorted(set(remote[host]))[:8])
+        return self._remote_why[1]
+
+    @work(thread=True, exclusive=True, group="trace-diagnose")
+    def _ask_remote_why(self, host: str, pids: list[int]) -> None:
+        try:
+            fut = self.gapp.source.request(host, "trace_diagnose", {"pids": pids}, 10.0)  # type: ignore[attr-defined]
+            reasons = fut.result(timeout=15).result.get("reasons", {})
+            found = [(int(p), str(r)[:300]) for p, r in reasons.items() if r and str(p).isdigit()]
+        except Exception:  # an older agent, or one without tracing: no line rather than noise
+            found = []
+        # A job's shell or launcher never loads torch: say why its Python cannot be traced.
+        best = sorted(found, key=lambda r: r[1].startswith(("no PyTorch", "process ")))
+        why = f"{host} pid {best[0][0]}: {best[0][1]}" if best else None
+        self.app.call_from_thread(self._set_remote_why, why)
+
+    def _set_remote_why(self, why: str | None) -> None:
+        asked = self._remote_why[0] if self._remote_why else time.monotonic()
+        self._remote_why = (asked, why)
+        if not self._polling:
+            self._show_profiler_line(())
 
     def _series(self, metric: str, w: float, n: int, view: JobView) -> list[float]:
         store = self.gapp.store
@@ -214,6 +269,22 @@ class JobScreen(DataScreen):
             return
         from gpulens.tui.screens.profiler import ProfilerScreen
 
+        if self._polling_host is not None:
+            self.app.push_screen(ProfilerScreen(service=self._remote_service(self._polling_host),
+                                                host=self._polling_host, pids=list(self._polling)))
+            return
         host = next(h for h, p in self.view.processes if p.pid in self._polling and self.is_local(h))
         self.app.push_screen(ProfilerScreen(service=self.gapp.trace_service, host=host,
                                             pids=list(self._polling)))
+
+    def _remote_service(self, host: str) -> object:
+        """A trace service that reaches ``host``'s processes through its agent (one per app and host)."""
+        from gpulens.tui.remote_trace import service_for
+
+        store = self.gapp.store
+
+        def polling() -> set[int]:
+            sample = store.latest(host)
+            return {j.pid for j in sample.jobs if j.kineto_polling} if sample is not None else set()
+
+        return service_for(self.gapp, host, polling)
