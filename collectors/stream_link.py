@@ -16,7 +16,6 @@ import contextlib
 import itertools
 import logging
 import random
-import re
 import ssl
 import threading
 import time
@@ -29,6 +28,7 @@ from typing import Any
 from gpulens.ipc import auth, stream
 from gpulens.ipc.errors import AuthError, ProtocolError, RequestFailed, StreamError, VersionMismatch
 
+from .downloads import PendingRequest
 from .errors import SchemaError
 from .fast_decode import fast_sample_from_dict as sample_from_dict
 from .fast_decode import sample_from_msgpack
@@ -41,10 +41,8 @@ log = logging.getLogger("gpulens.stream")
 
 HANDSHAKE_TIMEOUT_S = 15.0
 MAX_REQUEST_SAMPLES = 1_000_000
-MAX_DOWNLOAD_BYTES = 4 * 1024**3
 sample_hook: stream.SampleHook | None = sample_from_msgpack
 """Decodes live sample frames straight to HostSample (None: via plain maps)."""
-_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,14 +80,6 @@ class LinkOptions:
     download_dir: Path | None = None
 
 
-class _Pending:
-    def __init__(self, future: Future[RequestResult]) -> None:
-        self.future = future
-        self.samples: list[HostSample] = []
-        self.files: dict[str, tuple[Path, Any]] = {}
-        self.bytes = 0
-
-
 class HostLink:
     """The connection thread for one agent."""
 
@@ -106,7 +96,7 @@ class HostLink:
         self.up = False
         self.last_time: dict[str, float] = {}
         self._chan: TcpChannel | CommandChannel | None = None
-        self._pending: dict[int, _Pending] = {}
+        self._pending: dict[int, PendingRequest] = {}
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._idle_s = options.idle_timeout_s
@@ -327,26 +317,8 @@ class HostLink:
         p = self._pending.get(msg.id)
         if p is None:
             return
-        if not _SAFE_NAME.fullmatch(msg.name) or ".." in msg.name:
-            raise ProtocolError(f"unsafe file name from the agent: {msg.name[:60]!r}")
-        entry = p.files.get(msg.name)
-        if entry is None:
-            base = self.opt.download_dir or Path.home() / ".cache" / "gpulens" / "downloads"
-            base.mkdir(parents=True, exist_ok=True)
-            # The host name comes from the peer's hello: it must never shape the path.
-            prefix = re.sub(r"[^A-Za-z0-9_-]", "_", self.host or "agent")[:64]
-            path = base / f"{prefix}-{msg.name}"
-            entry = (path, path.open("wb"))
-            p.files[msg.name] = entry
-        path, f = entry
-        if f.closed or msg.offset != f.tell():
-            raise ProtocolError(f"file chunk for {msg.name!r} out of order")
-        p.bytes += len(msg.data)
-        if p.bytes > MAX_DOWNLOAD_BYTES:
-            raise ProtocolError(f"request {msg.id} sent more than {MAX_DOWNLOAD_BYTES} bytes")
-        f.write(msg.data)
-        if msg.last:
-            f.close()
+        base = self.opt.download_dir or Path.home() / ".cache" / "gpulens" / "downloads"
+        p.write_chunk(msg, base, self.host or "agent")
 
     # -- requests ---------------------------------------------------------------
     def request(self, kind: str, params: dict[str, Any], timeout_s: float) -> Future[RequestResult]:
@@ -358,7 +330,7 @@ class HostLink:
             return fut
         rid = next(self._ids)
         with self._lock:
-            self._pending[rid] = _Pending(fut)
+            self._pending[rid] = PendingRequest(fut)
         try:
             chan.send(stream.encode(stream.Request(id=rid, kind=kind, params=params)))
         except (OSError, ProtocolError) as err:
@@ -381,7 +353,7 @@ class HostLink:
         return fut
 
 
-def _close_files(p: _Pending) -> None:
+def _close_files(p: PendingRequest) -> None:
     for _path, f in p.files.values():
         with contextlib.suppress(OSError):
             f.close()

@@ -11,29 +11,20 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import re
 import socket
 import threading
 from collections.abc import Mapping
 from concurrent.futures import Future
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+from gpulens.collectors.downloads import PendingRequest
 from gpulens.collectors.stream_link import RequestResult
 from gpulens.ipc import stream
 from gpulens.ipc.control import control_name, peer_allowed, peer_cred
-from gpulens.ipc.errors import ProtocolError, RequestFailed, StreamError
+from gpulens.ipc.errors import RequestFailed, StreamError
 
 HANDSHAKE_S = 15.0
-MAX_DOWNLOAD_BYTES = 4 * 1024**3
-_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
-
-
-class _Pending:
-    def __init__(self, fut: Future[RequestResult]) -> None:
-        self.future = fut
-        self.files: dict[str, tuple[Path, IO[bytes]]] = {}
-        self.bytes = 0
 
 
 class LocalAgentLink:
@@ -70,7 +61,7 @@ class LocalAgentLink:
             )
         self._dec = stream.FrameDecoder()
         self._ids = itertools.count(1)
-        self._pending: dict[int, _Pending] = {}
+        self._pending: dict[int, PendingRequest] = {}
         self._lock = threading.Lock()
         self._closed = False
         self.hello = self._handshake()
@@ -113,7 +104,7 @@ class LocalAgentLink:
             if self._closed:
                 fut.set_exception(RequestFailed("the local agent connection is closed"))
                 return fut
-            self._pending[rid] = _Pending(fut)
+            self._pending[rid] = PendingRequest(fut)
         try:
             self._send(stream.Request(id=rid, kind=kind, params=dict(params)))
         except OSError as err:
@@ -172,23 +163,7 @@ class LocalAgentLink:
             p = self._pending.get(msg.id)
         if p is None:
             return
-        if not _SAFE_NAME.fullmatch(msg.name) or ".." in msg.name:
-            raise ProtocolError(f"unsafe file name from the agent: {msg.name[:60]!r}")
-        entry = p.files.get(msg.name)
-        if entry is None:
-            self.download_dir.mkdir(parents=True, exist_ok=True)
-            path = self.download_dir / f"local-{msg.name}"
-            entry = (path, path.open("wb"))
-            p.files[msg.name] = entry
-        path, f = entry
-        if f.closed or msg.offset != f.tell():
-            raise ProtocolError(f"file chunk for {msg.name!r} out of order")
-        p.bytes += len(msg.data)
-        if p.bytes > MAX_DOWNLOAD_BYTES:
-            raise ProtocolError(f"request {msg.id} sent more than {MAX_DOWNLOAD_BYTES} bytes")
-        f.write(msg.data)
-        if msg.last:
-            f.close()
+        p.write_chunk(msg, self.download_dir, "local")
 
     def close(self, reason: str = "closed") -> None:
         """Close the connection; pending requests fail with ``reason``. Idempotent."""
