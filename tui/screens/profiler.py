@@ -24,6 +24,7 @@ import time
 from typing import Any, ClassVar
 
 from gpulens.ipc.trace import TraceJob, TraceRequest, TraceState
+from rich.text import Text
 from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -154,11 +155,13 @@ class ProfilerScreen(Screen[None]):
         detail = job.detail
         if job.state is TraceState.WAITING_FOR_POLL:
             detail = f"{detail} · {time.monotonic() - job.started_s:.0f} s"
+        # Text, not str: DataTable reads a str as markup, and a reason like "[Errno 2] ..." would vanish.
+        cell = Text(detail)
         if job.request_id in self._rows:
-            for col, value in ((1, what), (2, pids), (3, state), (4, detail)):
+            for col, value in ((1, what), (2, pids), (3, state), (4, cell)):
                 table.update_cell(job.request_id, table.ordered_columns[col].key, value)
         else:
-            table.add_row(job.request_id, what, pids, state, detail, key=job.request_id)
+            table.add_row(job.request_id, what, pids, state, cell, key=job.request_id)
         self._rows[job.request_id] = job
 
     # ---- actions ---------------------------------------------------------------

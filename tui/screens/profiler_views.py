@@ -126,9 +126,13 @@ class AnalyzeScreen(Screen[None]):
         head = Text(f"{self.title_text}  ({self.process_index + 1}/{len(self.summary.processes)} processes)\n", style="dim")
         summary.update(head + summary_lines(p))
         total = p.self_cpu_total_us
+        # The five number columns take ~58 cells: shorten names so they stay on screen.
+        limit = max(20, min(60, self.app.size.width - 58))
         for op in p.cpu_ops:
+            name = op.name if len(op.name) <= limit else op.name[: limit - 1] + "…"
             pct = 100 * op.self_cpu_us / total if total > 0 else 0.0
-            table.add_row(op.name[:60], f"{pct:.2f}%", fmt_us(op.self_cpu_us), fmt_us(op.cpu_total_us),
+            # Text, not str: DataTable reads a str as markup, and names like "[param|cuda]" vanish.
+            table.add_row(Text(name), f"{pct:.2f}%", fmt_us(op.self_cpu_us), fmt_us(op.cpu_total_us),
                           fmt_us(op.self_cuda_us), str(op.calls))
 
     def action_next_process(self) -> None:

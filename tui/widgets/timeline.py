@@ -217,6 +217,11 @@ class TraceTimeline(Widget, can_focus=True):
         cells = paint_row(row, self.t0, self.t1, max(width - GUTTER, 0))
         palette = self._styles()
         selected = self.selected if index == self.row else None
+        if selected is not None and cells and selected not in cells and selected.end_us >= self.t0 and selected.start_us <= self.t1:
+            # A short event shares its column with a longer one, which wins the paint:
+            # claim the column anyway so the selection is always visible.
+            col = int((selected.start_us - self.t0) * len(cells) / (self.t1 - self.t0))
+            cells[max(0, min(len(cells) - 1, col))] = selected
         sel_style = self.get_component_rich_style("timeline--selected")
         x = 0
         while x < len(cells):
