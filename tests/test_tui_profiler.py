@@ -102,7 +102,7 @@ async def test_trace_view_analyze_export(tmp_path: Path) -> None:
         await pilot.press("t")
         table = screen.query_one("#pf-jobs", DataTable)
         await _wait_for(pilot, lambda: table.row_count == 1)
-        assert "done" in str(table.get_row_at(0)[3])
+        assert "done" in str(table.get_row_at(0)[0])
         await pilot.press("a")
         await _wait_for(pilot, lambda: isinstance(app.screen, AnalyzeScreen))
         an = app.screen
@@ -170,7 +170,7 @@ async def test_real_service_and_pytorch(tmp_path: Path) -> None:
             await _wait_for(pilot, lambda: proc.pid in svc.polling_pids())
             await pilot.press("t")
             table = screen.query_one("#pf-jobs", DataTable)
-            await _wait_for(pilot, lambda: table.row_count == 1 and "done" in str(table.get_row_at(0)[3]), 60)
+            await _wait_for(pilot, lambda: table.row_count == 1 and "done" in str(table.get_row_at(0)[0]), 60)
             await pilot.press("a")
             await _wait_for(pilot, lambda: isinstance(app.screen, AnalyzeScreen))
             assert any(str(r[0]).startswith("aten::") for r in

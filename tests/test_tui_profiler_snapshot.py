@@ -108,7 +108,7 @@ class ProfilerHost(App[None]):
 
 # name -> (top screen factory, keys pressed once it is up)
 SHOTS: dict[str, tuple[Callable[[], Screen[None]] | None, tuple[str, ...]]] = {
-    "list": (None, ()),
+    "list": (None, ("down",)),  # on the failed trace: its whole reason shows under the table
     "analyze": (analyze_screen, ()),
     # Down to the GPU stream lanes, a few kernels along, then enter for the detail pane.
     "timeline": (timeline_screen, ("down",) * 7 + ("right",) * 3 + ("enter",)),
@@ -156,7 +156,28 @@ def test_bracketed_text_is_not_read_as_markup() -> None:
             await pilot.press("escape")
             await settle(pilot, ())
             jobs = app.screen.query_one("#pf-jobs", DataTable)
-            assert str(jobs.get_row_at(1)[4]).startswith("[Errno 3] pid 2869301")
-            assert "12 s" in str(jobs.get_row_at(3)[4])
+            assert str(jobs.get_row_at(1)[1]).startswith("[Errno 3] pid 2869301")
+            assert "12 s" in str(jobs.get_row_at(3)[1])
+
+    asyncio.run(run())
+
+
+@pytest.mark.usefixtures("still_clock")
+def test_failure_reason_readable_at_80_columns() -> None:
+    """State and reason come before the request id, and the selected trace's reason is whole below."""
+
+    async def run() -> None:
+        app = ProfilerHost(None)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot, ("down",))
+            jobs = app.screen.query_one("#pf-jobs", DataTable)
+            assert [str(c.label) for c in jobs.ordered_columns][:2] == ["state", "detail"]
+            assert jobs.scroll_x == 0  # nothing scrolled sideways
+            failed_row = jobs.render_line(2).text  # the header, the first job, then the failed one
+            assert "failed" in failed_row and "[Errno 3] pid 2869301" in failed_row
+            line = app.screen.query_one("#pf-selected")
+            text = str(line.render())
+            assert "failed" in text and "[Errno 3] pid 2869301 exited before its next poll" in text
+            assert line.region.right <= 80 and line.region.height >= 1
 
     asyncio.run(run())

@@ -109,7 +109,7 @@ async def test_remote_job_opens_profiler_and_traces_through_the_agent(tmp_path: 
         assert "pid 4242: ready" in str(prof.query_one("#pf-status").render())
         await pilot.press("t")
         table = prof.query_one("#pf-jobs", DataTable)
-        await _wait_for(pilot, lambda: table.row_count == 1 and "done" in _cell(table, 3), what="trace done")
+        await _wait_for(pilot, lambda: table.row_count == 1 and "done" in _cell(table, 0), what="trace done")
         trace_req = next(p for h, k, p in source.requests if k == "trace")
         assert trace_req["pids"] == [4242] and trace_req["duration_ms"] == 500
         assert any(k == "trace_status" and p["tag"] == trace_req["tag"] for _, k, p in source.requests)
@@ -141,8 +141,8 @@ async def test_remote_trace_failure_shows_agent_reason(tmp_path: Path) -> None:
         await _wait_for(pilot, lambda: isinstance(app.screen, ProfilerScreen), what="profiler screen")
         table = app.screen.query_one("#pf-jobs", DataTable)
         await pilot.press("t")
-        await _wait_for(pilot, lambda: table.row_count == 1 and "failed" in _cell(table, 3), what="failed")
-        assert "socket-dir mismatch" in _cell(table, 4)
+        await _wait_for(pilot, lambda: table.row_count == 1 and "failed" in _cell(table, 0), what="failed")
+        assert "socket-dir mismatch" in _cell(table, 1)
 
 
 @pytest.mark.timeout(60)
@@ -262,10 +262,10 @@ async def test_real_agent_and_pytorch_over_the_stream(tmp_path: Path) -> None:
             prof = app.screen
             await pilot.press("t")
             table = prof.query_one("#pf-jobs", DataTable)
-            await _wait_for(pilot, lambda: table.row_count == 1 and ("done" in _cell(table, 3)
-                                                                       or "failed" in _cell(table, 3)), 60, "trace")
-            assert "done" in _cell(table, 3), _cell(table, 4)
-            path = next(iter(prof._rows[str(table.get_row_at(0)[0])].files.values()))
+            await _wait_for(pilot, lambda: table.row_count == 1 and ("done" in _cell(table, 0)
+                                                                       or "failed" in _cell(table, 0)), 60, "trace")
+            assert "done" in _cell(table, 0), _cell(table, 1)
+            path = next(iter(prof._rows[str(table.get_row_at(0)[4])].files.values()))
             assert Path(path).is_relative_to(tmp_path / "dl")
             await pilot.press("a")
             await _wait_for(pilot, lambda: isinstance(app.screen, AnalyzeScreen), 30, "analyze screen")

@@ -344,6 +344,55 @@ async def test_f_on_a_remote_host_asks_its_agent_for_the_profile(tmp_path: Any) 
         assert app.screen.profile.total == 40
 
 
+@sync
+async def test_d_dumps_each_local_process_and_opens_one_flame_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``d``: one py-spy dump per local pid, merged under ``process PID`` frames; remote: a notice."""
+    from gpulens.collectors.flame import pyspy
+    from gpulens.collectors.flame.model import build_from_stacks
+    from gpulens.collectors.model import JobInfo
+    from gpulens.tui.screens.base import DataScreen
+    from gpulens.tui.screens.flame import FlameScreen
+
+    dumped: list[int] = []
+
+    def fake_dump(pid: int) -> Any:
+        dumped.append(pid)
+        return build_from_stacks([([f"thread {pid}", "main", "step"], 1)], "samples", f"dump {pid}")
+
+    monkeypatch.setattr(pyspy, "dump", fake_dump)
+    monkeypatch.setattr(DataScreen, "is_local", staticmethod(lambda host: host == "near-host"))
+    jobs = tuple(JobInfo(pid=pid, tree_id="slurmstepd/python", cmdline="python train.py", user="u",
+                         start_time=FROZEN - 100, cpu_percent=50.0) for pid in (501, 502))
+    events_ = []
+    for host in ("near-host", "far-host"):
+        base = _cpu_sample(host, FROZEN).sample
+        events_.append(SampleEvent(HostSample(host=base.host, time=base.time, cpu=base.cpu, memory=base.memory,
+                                              network=base.network, storage=base.storage, jobs=jobs)))
+    app = GpulensApp(source=StaticSource(events_), clock=frozen_clock)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await settle(app, pilot)
+        app.jump("host near-host")
+        await settle(app, pilot)
+        assert "Quick look" in [c.title for c in app.get_system_commands(app.screen)]
+        await pilot.press("d")
+        for _ in range(50):
+            if isinstance(app.screen, FlameScreen):
+                break
+            await pilot.pause(0.05)
+        assert dumped == [501, 502]
+        assert isinstance(app.screen, FlameScreen)
+        assert app.screen.profile.total == 2
+        roots = {frames[0] for frames, _ in app.screen.profile.stacks()}
+        assert roots == {"process 501", "process 502"}
+        await pilot.press("escape")
+        app.jump("host far-host")
+        await settle(app, pilot)
+        await pilot.press("d")
+        await pilot.pause()
+        assert any("local only" in str(n.message) for n in app._notifications)
+        assert dumped == [501, 502]  # nothing dumped for the remote host
+
+
 def test_recording_and_multi_sources_pass_requests_through() -> None:
     from concurrent.futures import Future
 

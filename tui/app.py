@@ -265,6 +265,8 @@ class GpulensApp(App[int]):
         if isinstance(screen, (HostScreen, JobScreen)):
             yield SystemCommand("Profile", "f: py-spy the job processes for 5 s, open a flame graph",
                                 screen.action_profile)
+            yield SystemCommand("Quick look", "d: one py-spy dump of each local job process, as a flame graph",
+                                screen.action_quick_look)
         if isinstance(screen, JobScreen) and screen.check_action("open_profiler", ()):
             yield SystemCommand("Open Profiler", "o: PyTorch traces of this job (Kineto)",
                                 screen.action_open_profiler)

@@ -131,11 +131,57 @@ class DataScreen(Screen[None]):
             return
         self.app.call_from_thread(self._show_flame, profile)
 
-    def _show_flame(self, profile: Any) -> None:
+    def action_quick_look(self) -> None:
+        """One ``py-spy dump`` per local process, merged into a flame graph (no waiting)."""
+        if self.gapp.source.simulated:
+            self.notify("SIMULATED data: there are no real processes to profile", severity="warning")
+            return
+        if not (_has("gpulens.collectors.flame.pyspy") and _has("gpulens.tui.screens.flame")):
+            self.notify("flame graphs not available", severity="warning")
+            return
+        pids = self.profile_pids()
+        if pids:
+            self.query_one(ProfilePanel).set_state(f"dumping the stacks of {len(pids)} process(es) with py-spy…")
+            self._quick_look(pids)
+            return
+        if self.remote_profile_pids():
+            self.notify("quick look (d) is local only; use f to sample through the agent", severity="warning")
+            return
+        self.notify(f"no job processes to profile on this machine; this machine is {socket.gethostname()}",
+                    severity="warning")
+
+    @work(thread=True, exclusive=True, group="profile")
+    def _quick_look(self, pids: list[int]) -> None:
+        from gpulens.collectors.flame.model import build_from_stacks
+        from gpulens.collectors.flame.pyspy import dump
+
+        panel = self.query_one(ProfilePanel)
+        stacks: list[tuple[list[str], float]] = []
+        errors: list[str] = []
+        for pid in pids:
+            try:
+                part = dump(pid)
+            except Exception as err:  # one gone process must not hide the others' stacks
+                errors.append(str(err))
+                continue
+            # several processes: each one's threads under a "process PID" frame, as f does
+            prefix = [f"process {pid}"] if len(pids) > 1 else []
+            stacks.extend((prefix + list(frames), value) for frames, value in part.stacks())
+        if not stacks:
+            self.app.call_from_thread(panel.set_state, f"quick look failed: {errors[0] if errors else 'no stacks'}")
+            return
+        if errors:  # some processes dumped, others not: say so rather than show a silent partial graph
+            self.app.call_from_thread(self.notify, f"{len(errors)} of {len(pids)} dumps failed: {errors[0]}",
+                                      severity="warning")
+        title = "py-spy dump: " + ", ".join(map(str, pids))
+        profile = build_from_stacks(stacks, "samples", title)
+        self.app.call_from_thread(self._show_flame, profile, title)
+
+    def _show_flame(self, profile: Any, title: str = "") -> None:
         from gpulens.tui.screens.flame import FlameScreen
 
         self.query_one(ProfilePanel).set_state(ProfilePanel.idle_text(self.profile_count()))
-        self.app.push_screen(FlameScreen(profile))
+        self.app.push_screen(FlameScreen(profile, title=title))
 
     def profile_count(self) -> int:
         """How many processes ``f`` would sample (here, or else through an agent)."""

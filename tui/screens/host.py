@@ -27,11 +27,13 @@ class HostScreen(DataScreen):
     | --- | --- |
     | enter | open the job under the cursor |
     | f | profile the host's job processes (flame graph) |
+    | d | quick look: one py-spy dump of each local process (flame graph) |
     | esc | back |
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("f", "profile", "Profile"),
+        Binding("d", "quick_look", "Quick look", tooltip="one py-spy dump of each local process"),
     ]
 
     def __init__(self, host: str) -> None:

@@ -30,12 +30,14 @@ class JobScreen(DataScreen):
     | key | action |
     | --- | --- |
     | f | profile the job's processes (flame graph) |
+    | d | quick look: one py-spy dump of each local process (flame graph) |
     | o | Open Profiler (only when its processes poll the Kineto endpoint) |
     | esc | back |
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("f", "profile", "Profile"),
+        Binding("d", "quick_look", "Quick look", tooltip="one py-spy dump of each local process"),
         Binding("o", "open_profiler", "Open Profiler"),
     ]
 

@@ -69,6 +69,7 @@ class ProfilerScreen(Screen[None]):
     ProfilerScreen #pf-options Label { padding: 1 0 0 1; }
     ProfilerScreen #pf-options Checkbox { width: auto; }
     ProfilerScreen #pf-jobs { height: 1fr; }
+    ProfilerScreen #pf-selected { height: auto; max-height: 3; padding: 0 1; }
     ProfilerScreen #pf-progress-row { height: 1; display: none; }
     ProfilerScreen #pf-progress-row.-busy { display: block; }
     ProfilerScreen #pf-export { dock: bottom; display: none; }
@@ -109,6 +110,7 @@ class ProfilerScreen(Screen[None]):
                 yield OptionBox("memory", id="pf-memory")
                 yield Button("Trace (t)", id="pf-trace", variant="primary")
         yield DataTable(id="pf-jobs", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="pf-selected")
         with Horizontal(id="pf-progress-row"):
             yield Static("", id="pf-progress-label")
             yield ProgressBar(total=1.0, show_eta=False, id="pf-progress")
@@ -122,7 +124,8 @@ class ProfilerScreen(Screen[None]):
     def on_mount(self) -> None:
         self.set_class(self.app.size.width < NARROW_WIDTH, "narrow")
         table = self.query_one("#pf-jobs", DataTable)
-        table.add_columns("request", "what", "pids", "state", "detail")
+        # State and its reason first: at 80 columns they must be readable without scrolling sideways.
+        table.add_columns("state", "detail", "what", "pids", "request")
         if self.service is not None:
             # Tolerate services without the listener API (test doubles, remote stubs).
             if hasattr(self.service, "add_listener"):
@@ -158,11 +161,28 @@ class ProfilerScreen(Screen[None]):
         # Text, not str: DataTable reads a str as markup, and a reason like "[Errno 2] ..." would vanish.
         cell = Text(detail)
         if job.request_id in self._rows:
-            for col, value in ((1, what), (2, pids), (3, state), (4, cell)):
+            for col, value in ((0, state), (1, cell), (2, what), (3, pids)):
                 table.update_cell(job.request_id, table.ordered_columns[col].key, value)
         else:
-            table.add_row(job.request_id, what, pids, state, cell, key=job.request_id)
+            table.add_row(state, cell, what, pids, job.request_id, key=job.request_id)
         self._rows[job.request_id] = job
+        self._show_selected()
+
+    @on(DataTable.RowHighlighted, "#pf-jobs")
+    def _show_selected(self) -> None:
+        """The highlighted trace's state and whole reason, wrapped under the table (never cut off)."""
+        table = self.query_one("#pf-jobs", DataTable)
+        line = self.query_one("#pf-selected", Static)
+        if table.row_count == 0:
+            line.update("")
+            return
+        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        job = self._rows.get(str(key))
+        if job is None:
+            line.update("")
+            return
+        text = Text.assemble((job.state.value, STATE_STYLE[job.state]), f" · {job.request_id}: ", job.detail)
+        line.update(text)
 
     # ---- actions ---------------------------------------------------------------
     def action_recheck(self) -> None:
