@@ -76,8 +76,8 @@ class LazyLines(ScrollView, can_focus=False):
         return Strip.blank(width)
 
     def make_line(self, key: Hashable, width: int) -> list[Segment]:
-        """The segments of row ``key`` (override)."""
-        raise NotImplementedError
+        """The segments of row ``key``: every subclass defines it."""
+        raise TypeError(f"{type(self).__name__} must define make_line()")
 
     def render_line(self, y: int) -> Strip:
         """Textual's Line API: build (or reuse) the row at screen line ``y``."""
