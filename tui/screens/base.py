@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import importlib.util
 import socket
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from textual import events, work
+from textual.app import ComposeResult
+from textual.containers import Grid
 from textual.screen import Screen
 
 from ..widgets.header import AppHeader
+from ..widgets.panel import CustomPanel
+from ..widgets.plot import TimeSeriesPlot
 from ..widgets.profile_panel import ProfilePanel
+from ._plots import PlotSpec
 
 if TYPE_CHECKING:
     from ..app import GpulensApp
@@ -57,6 +63,16 @@ class DataScreen(Screen[None]):
         """Redraw what changed in the store (override; call super for the header)."""
         self.update_header()
 
+    def compose_plots(self, specs: Sequence[PlotSpec]) -> ComposeResult:
+        """The screen's plot grid, then the user's custom panels from config.toml."""
+        with Grid(id="plots", classes="plots"):
+            for spec in specs:
+                yield TimeSeriesPlot(spec.title, spec.fmt, lo=spec.lo, hi=spec.hi, id=spec.id)
+        if self.gapp.cfg.panels:
+            with Grid(id="custom", classes="plots"):
+                for i, panel in enumerate(self.gapp.cfg.panels):
+                    yield CustomPanel(panel, id=f"panel-{i}")
+
     # ---- Profile slot (flame-graph helper's FlameScreen) ------------------
     def profile_pids(self) -> list[int]:
         """The pids the Profile action samples (override); local processes only."""
@@ -67,13 +83,19 @@ class DataScreen(Screen[None]):
         """True for this machine (py-spy and the trace service reach only local pids)."""
         return host == socket.gethostname()
 
-    def action_profile(self) -> None:
-        """Sample the processes' stacks with py-spy and open a flame graph."""
+    def _can_profile(self) -> bool:
+        """False, with a notice, when there is nothing real to sample or no flame graphs."""
         if self.gapp.source.simulated:
             self.notify("SIMULATED data: there are no real processes to profile", severity="warning")
-            return
+            return False
         if not (_has("gpulens.collectors.flame.pyspy") and _has("gpulens.tui.screens.flame")):
             self.notify("flame graphs not available", severity="warning")
+            return False
+        return True
+
+    def action_profile(self) -> None:
+        """Sample the processes' stacks with py-spy and open a flame graph."""
+        if not self._can_profile():
             return
         pids = self.profile_pids()
         if pids:
@@ -133,11 +155,7 @@ class DataScreen(Screen[None]):
 
     def action_quick_look(self) -> None:
         """One ``py-spy dump`` per local process, merged into a flame graph (no waiting)."""
-        if self.gapp.source.simulated:
-            self.notify("SIMULATED data: there are no real processes to profile", severity="warning")
-            return
-        if not (_has("gpulens.collectors.flame.pyspy") and _has("gpulens.tui.screens.flame")):
-            self.notify("flame graphs not available", severity="warning")
+        if not self._can_profile():
             return
         pids = self.profile_pids()
         if pids:

@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Grid, VerticalScroll
+from textual.containers import VerticalScroll
 from textual.widgets import Footer, Static
 
 from ..format import duration, window_name
@@ -47,13 +47,7 @@ class HostScreen(DataScreen):
         yield AppHeader()
         with VerticalScroll(id="body"):
             yield Static("", id="host-status")
-            with Grid(id="plots", classes="plots"):
-                for spec in HOST_PLOTS:
-                    yield TimeSeriesPlot(spec.title, spec.fmt, lo=spec.lo, hi=spec.hi, id=spec.id)
-            if self.gapp.cfg.panels:
-                with Grid(id="custom", classes="plots"):
-                    for i, panel in enumerate(self.gapp.cfg.panels):
-                        yield CustomPanel(panel, id=f"panel-{i}")
+            yield from self.compose_plots(HOST_PLOTS)
             yield Static("GPUs", classes="section")
             yield GpuTable(id="gpus")
             yield Static("Jobs on this host", classes="section")

@@ -11,7 +11,7 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Grid, VerticalScroll
+from textual.containers import VerticalScroll
 from textual.widgets import Footer, Static
 
 from ..format import duration, pct, size, window_name
@@ -57,13 +57,7 @@ class JobScreen(DataScreen):
         yield AppHeader()
         with VerticalScroll(id="body"):
             yield Static("", id="job-info")
-            with Grid(id="plots", classes="plots"):
-                for spec in JOB_PLOTS:
-                    yield TimeSeriesPlot(spec.title, spec.fmt, lo=spec.lo, hi=spec.hi, id=spec.id)
-            if self.gapp.cfg.panels:
-                with Grid(id="custom", classes="plots"):
-                    for i, panel in enumerate(self.gapp.cfg.panels):
-                        yield CustomPanel(panel, id=f"panel-{i}")
+            yield from self.compose_plots(JOB_PLOTS)
             yield Static("Processes", classes="section")
             yield ProcessTable(id="processes")
             yield Static("", id="profiler-action")
