@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
             _say(f"not traceable: {err}")
             return 1
         for pid, path in sorted(result.files.items()):
-            final = _copy(path, args.output, pid, len(result.files)) if args.output else path
+            final = trace_remote.copy_trace(path, args.output, pid, len(result.files)) if args.output else path
             print(f"{pid} {final}", flush=True)
         for pid, why in sorted(result.missing.items()):
             _say(f"process {pid}: {why}")
@@ -138,16 +138,3 @@ def _is_gpulens_agent(pid: int) -> bool:
     except OSError:
         return False
     return any(b"gpulens" in a for a in argv[:3]) and b"agent" in argv
-
-
-def _copy(src: str, dest: str, pid: int, count: int) -> str:
-    """Copy a trace to ``dest`` (``_<pid>`` inserted when several), gzip when it ends in .gz."""
-    from pathlib import Path
-
-    from gpulens.collectors.trace.export import export_trace
-
-    out = Path(dest)
-    if count > 1:
-        suffix = "".join(out.suffixes)
-        out = out.with_name(out.name[: len(out.name) - len(suffix)] + f"_{pid}" + suffix)
-    return str(export_trace(src, out))

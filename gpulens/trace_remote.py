@@ -94,7 +94,7 @@ def trace_via(agent: Requester, host: str, req: TraceRequest, output: str | None
         say(f"received {name} ({path.stat().st_size} bytes)")
         if output:
             say(f"writing {output}")
-            final = _copy(path, output, str(pid_s), len(names))
+            final = copy_trace(path, output, str(pid_s), len(names))
             path.unlink(missing_ok=True)  # the download was only a staging copy
         else:
             final = str(path)
@@ -136,7 +136,7 @@ def _wait_done(fut: Future[Any], seconds: float) -> None:
     done.wait(seconds)
 
 
-def _copy(src: Path, dest: str, pid: str, count: int) -> str:
+def copy_trace(src: str | Path, dest: str, pid: int | str, count: int) -> str:
     """Copy to ``dest`` (``_<pid>`` inserted when several), gzip when it ends in .gz."""
     from gpulens.collectors.trace.export import export_trace
 
