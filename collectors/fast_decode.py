@@ -11,9 +11,12 @@ faster, never more lenient (tests/test_stream_codec.py checks equality).
 
 Faster still, :func:`sample_from_msgpack` decodes a sample's packed bytes
 straight into the model with msgspec (types checked in C, unknown keys
-ignored). msgspec accepts NaN where the reference refuses it, so bytes that
-may hold a NaN float are declined, as is anything msgspec refuses: the
-caller then takes the path above, which gives the exact SchemaError.
+ignored); anything msgspec refuses is declined, and the caller then takes
+the path above, which gives the exact SchemaError.
+
+All three paths end in the same :func:`~gpulens.collectors.sanitize.check_sample`,
+so NaN, infinities, implausible numbers and control characters are handled
+identically whichever path decoded the sample.
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ from typing import Any, Union
 
 import msgspec
 
+from .errors import SchemaError
 from .model import HostSample
-from .serialize import MAX_SEQUENCE, from_dict
+from .sanitize import check_sample
+from .serialize import MAX_SEQUENCE, sample_from_dict
 
 
 class _Slow(Exception):
@@ -37,8 +42,6 @@ class _Slow(Exception):
 def _float(v: Any) -> float:
     t = type(v)
     if t is float:
-        if v != v:
-            raise _Slow
         return float(v)
     if t is int:
         return float(v)
@@ -116,8 +119,7 @@ def _inline(tp: Any, name: str, ns: dict[str, Any]) -> list[str]:
     if tp is float:
         return [
             "t = type(v)",
-            "if t is float:",
-            "    if v != v: raise _Slow",
+            "if t is float: pass",
             "elif t is int: v = float(v)",
             *(["elif v is not None: raise _Slow"] if optional else ["else: raise _Slow"]),
         ]
@@ -168,50 +170,29 @@ def fast_sample_from_dict(data: Any) -> HostSample:
     """
     try:
         result: HostSample = _decode_host(data)
-        return result
     except (_Slow, TypeError, ValueError, OverflowError):
-        return from_dict(HostSample, data)
+        return sample_from_dict(data)
+    return check_sample(result)
 
 
 _HOST_DECODER = msgspec.msgpack.Decoder(HostSample)
-# A msgpack float32 (0xca) or float64 (0xcb) whose exponent bits are all
-# ones is a NaN or an infinity: its first payload byte is 0x7f or 0xff, its
-# second at least 0x80 (float32) or 0xf0 (float64). Those two payload bytes
-# are rare elsewhere, so bytes.find (in C) on them is far cheaper than a
-# regex or a scan for the frequent 0xcb header. A false match (huge values,
-# coincidental bytes) only costs the slower path.
-_NAN_LOW = {0xCA: 0x80, 0xCB: 0xF0}
-
-
-def _may_hold_nan(raw: bytes) -> bool:
-    end = len(raw) - 1
-    for byte in (b"\x7f", b"\xff"):
-        i = raw.find(byte, 1)
-        while i >= 0:
-            low = _NAN_LOW.get(raw[i - 1])
-            if low is not None and (i >= end or raw[i + 1] >= low):
-                return True
-            i = raw.find(byte, i + 1)
-    return False
 
 
 def sample_from_msgpack(raw: bytes) -> HostSample | None:
-    """Decode one packed sample map straight into a :class:`HostSample`.
+    """Decode one packed sample map straight into a checked :class:`HostSample`.
 
     Returns None, never raises, when the bytes are not plainly valid (wrong
-    type, missing field, possible NaN, not msgpack, too deep): the caller
-    must then decode them with ``fast_sample_from_dict``, which raises the
-    reference SchemaError. The caller bounds the size of ``raw``; containers
-    are not length-checked here (ipc.stream only calls this for bodies
-    of at most ``MAX_CONTAINER_LEN`` = ``MAX_SEQUENCE`` bytes).
+    type, missing field, not msgpack, too deep, an implausible time): the
+    caller must then decode them with ``fast_sample_from_dict``, which raises
+    the reference SchemaError. The caller bounds the size of ``raw``;
+    containers are not length-checked here (ipc.stream only calls this for
+    bodies of at most ``MAX_CONTAINER_LEN`` = ``MAX_SEQUENCE`` bytes).
     """
-    if _may_hold_nan(raw):
-        return None
     try:
         sample: HostSample = _HOST_DECODER.decode(raw)
-    except (msgspec.DecodeError, RecursionError):
+        return check_sample(sample)
+    except (msgspec.DecodeError, RecursionError, SchemaError):
         return None
-    return sample
 
 
 __all__ = ["fast_sample_from_dict", "sample_from_msgpack"]

@@ -5,6 +5,9 @@ Input: for each :class:`~.prom_mapping.MetricMap` row, the list of
 applied in table order, so for one field of one host the first family with a
 value wins. NaN and infinite values (0/0 of a rate with no traffic, ...) are
 treated as missing. A field no family provided is None, with a reason.
+Answers naming more than :data:`MAX_HOSTS` hosts are refused as soon as the
+next host would be added (a :class:`PrometheusError` saying how to narrow
+the query), before any sample is built.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 
+from .errors import PrometheusError
 from .model import (
     CacheSample,
     CpuSample,
@@ -25,8 +29,11 @@ from .model import (
     StorageSample,
 )
 from .prom_mapping import MetricMap, gpu_of, host_of
+from .sanitize import check_sample, clean_text
 
 Answer = Iterable[tuple[Mapping[str, str], float]]
+MAX_HOSTS = 4096
+"""Hosts one poll may name: as many as the viewer's store keeps (collectors.store.MAX_HOSTS)."""
 
 MISSING = "no series in Prometheus (gpulens, dcgm-exporter or node_exporter names)"
 _HOST_FIELDS = (
@@ -69,6 +76,15 @@ class _Host:
     unavailable: dict[str, str] = field(default_factory=dict)
 
 
+def _new_host(hosts: dict[str, _Host], name: str) -> _Host:
+    if len(hosts) >= MAX_HOSTS:
+        raise PrometheusError(
+            "garbage", f"Prometheus answered with more than {MAX_HOSTS} hosts (the host limit, as many as "
+            "gpulens keeps); narrow it with --prom-selector, e.g. '{cluster=\"a\"}'")
+    h = hosts[name] = _Host()
+    return h
+
+
 def _apply(hosts: dict[str, _Host], row: MetricMap, scope: str, labels: Mapping[str, str], value: float) -> None:
     host = host_of(labels)
     if host is None or not math.isfinite(value):
@@ -78,7 +94,7 @@ def _apply(hosts: dict[str, _Host], row: MetricMap, scope: str, labels: Mapping[
         return  # dcgm samples without a gpu label cannot be placed
     h = hosts.get(host)
     if h is None:
-        h = hosts[host] = _Host()
+        h = _new_host(hosts, host)
     if row.field == "host.unavailable":
         gpu, key, reason = labels.get("gpu", ""), labels.get("field", ""), labels.get("reason", "")
         if gpu.isdigit() and len(gpu) <= 4:
@@ -138,7 +154,7 @@ def _apply_plain(
                 continue
             h = find(host)
             if h is None:
-                h = hosts[host] = _Host()
+                h = _new_host(hosts, host)
             h.values.setdefault(key, value)
         return
     key = row.field[4:]
@@ -156,7 +172,7 @@ def _apply_plain(
             continue
         h = find(host)
         if h is None:
-            h = hosts[host] = _Host()
+            h = _new_host(hosts, host)
         g = h.gpus.get(i)
         if g is None:
             g = h.gpus[i] = _Gpu()
@@ -194,7 +210,11 @@ class Digest:
 
 
 def digest(answers: Iterable[tuple[MetricMap, Answer]]) -> Digest:
-    """Pre-apply cached answers (rows in table order) for :func:`assemble`'s ``digests``."""
+    """Pre-apply cached answers (rows in table order) for :func:`assemble`'s ``digests``.
+
+    Raises:
+        PrometheusError: the answers name more than :data:`MAX_HOSTS` hosts.
+    """
     hosts: dict[str, _Host] = {}
     _apply_rows(hosts, answers)
     return Digest(hosts)
@@ -291,8 +311,9 @@ def _host_sample(name: str, t: float, h: _Host, skipped: Mapping[str, str]) -> H
         if key not in v:
             unavailable.setdefault(key, skipped.get(key, MISSING))
     jobs = [_job(pid, j) for pid, j in sorted(h.jobs.items())]
-    return HostSample(
-        host=name, time=t,
+    # Prometheus may answer +Inf/NaN or absurd values: n/a with the reason, like an agent's.
+    return check_sample(HostSample(
+        host=clean_text(name), time=t,
         cpu=CpuSample(total_percent=v.get("cpu.total_percent"), load_avg_1m=v.get("cpu.load_avg_1m"),
                       count=_opt_int(v.get("cpu.count"))),
         memory=MemorySample(total_bytes=_opt_int(v.get("memory.total_bytes")),
@@ -309,7 +330,7 @@ def _host_sample(name: str, t: float, h: _Host, skipped: Mapping[str, str]) -> H
         jobs=tuple(j for j in jobs if j is not None),
         unavailable=unavailable,
         simulated=bool(v.get("host.simulated")),
-    )
+    ))
 
 
 def assemble(
@@ -326,6 +347,9 @@ def assemble(
     hosts the ``answers`` found, so a host that vanished does not live on in a
     cache. ``skipped`` gives the reason for fields deliberately not queried
     (dotted field -> reason), instead of "no series in Prometheus".
+
+    Raises:
+        PrometheusError: the answers name more than :data:`MAX_HOSTS` hosts.
     """
     hosts: dict[str, _Host] = {}
     _apply_rows(hosts, answers)

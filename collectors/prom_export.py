@@ -7,14 +7,28 @@ conventions (base units: bytes, seconds, watts, hertz, celsius; ``_ratio``
 for 0-1 fractions; ``_total`` for counters); docs/metrics.md lists them all.
 A value that is ``None`` in the sample is *absent* from the exposition, never
 0; its reason is exported as ``gpulens_metric_unavailable_info``.
+
+``/metrics`` has no authentication: it binds loopback, and a non-loopback
+address is refused unless the caller says ``public=True``
+(``--metrics-public``). The server is bounded: at most
+``MAX_METRICS_CONNECTIONS`` connections are served at once (one more is
+answered ``503`` and closed without a thread), each socket operation times
+out after ``METRICS_IO_TIMEOUT_S`` and a connection still open after
+``METRICS_CONN_DEADLINE_S`` is shut down, so idle or trickling clients
+cannot hold threads.
 """
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from socketserver import ThreadingMixIn
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client.core import (
     CollectorRegistry,
@@ -22,13 +36,21 @@ from prometheus_client.core import (
     GaugeMetricFamily,
     Metric,
 )
-from prometheus_client.exposition import start_http_server
+from prometheus_client.exposition import make_wsgi_app
 from prometheus_client.registry import Collector
 
+from .errors import ConfigError
 from .model import GpuSample, HostSample, JobInfo
 
 MAX_LABEL_CHARS = 200
 """Longest label value exported (command lines, reasons): keeps scrapes bounded."""
+MAX_METRICS_CONNECTIONS = 16
+"""Connections served at once; one more gets 503 and is closed."""
+METRICS_IO_TIMEOUT_S = 5.0
+"""Each read or write on a /metrics connection."""
+METRICS_CONN_DEADLINE_S = 30.0
+"""A /metrics connection still open after this is shut down (a trickling client)."""
+_BUSY = b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
 Latest = Callable[[], HostSample | None]
 
@@ -196,6 +218,69 @@ class SampleCollector(Collector):
         return iter(families(sample))
 
 
+class _Handler(WSGIRequestHandler):
+    """One request per connection, every socket operation bounded, nothing logged."""
+
+    timeout = METRICS_IO_TIMEOUT_S  # StreamRequestHandler.setup() applies it to the connection
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Log nothing."""
+
+
+class _BoundedServer(ThreadingMixIn, WSGIServer):
+    """A thread per connection, at most ``MAX_METRICS_CONNECTIONS`` of them, each with a deadline."""
+
+    daemon_threads = True
+    block_on_close = False
+
+    def server_activate(self) -> None:
+        super().server_activate()
+        self._slots = threading.BoundedSemaphore(MAX_METRICS_CONNECTIONS)
+        self._open: dict[socket.socket, float] = {}
+        self._open_lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            with contextlib.suppress(OSError):
+                request.setblocking(False)
+                request.send(_BUSY)
+            self.shutdown_request(request)
+            return
+        with self._open_lock:
+            self._open[request] = time.monotonic() + METRICS_CONN_DEADLINE_S
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._finished(request)
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._finished(request)
+
+    def _finished(self, request: Any) -> None:
+        with self._open_lock:
+            if self._open.pop(request, None) is None:
+                return
+        self._slots.release()
+
+    def service_actions(self) -> None:
+        """Called by serve_forever about twice a second: shut connections past their deadline."""
+        now = time.monotonic()
+        with self._open_lock:
+            late = [r for r, deadline in self._open.items() if deadline < now]
+        for request in late:
+            with contextlib.suppress(OSError):
+                request.shutdown(socket.SHUT_RDWR)
+
+    def active_connections(self) -> int:
+        """Connections being served now."""
+        with self._open_lock:
+            return len(self._open)
+
+
 @dataclass
 class MetricsServer:
     """A running ``/metrics`` endpoint; ``close()`` stops it (idempotent)."""
@@ -214,18 +299,35 @@ class MetricsServer:
             self.thread.join(timeout=5)
 
 
-def serve_metrics(port: int, host: str, latest: Latest, addr: str = "127.0.0.1") -> MetricsServer:
-    """Serve ``/metrics`` on ``addr:port`` (``port=0`` picks a free one).
+def serve_metrics(
+    port: int, host: str, latest: Latest, addr: str = "127.0.0.1", *, public: bool = False
+) -> MetricsServer:
+    """Serve ``/metrics`` on ``addr:port`` (``port=0`` picks a free one) from a bounded server.
 
     ``host`` is the agent's host name; samples carry their own ``host`` label,
     so it is only used to name the serving thread. Binds loopback unless told
-    otherwise.
+    otherwise; a non-loopback ``addr`` needs ``public=True``.
 
     Raises:
+        ConfigError: a non-loopback ``addr`` without ``public``.
         OSError: the address cannot be bound (port in use, bad address).
     """
+    from gpulens.ipc.agent import is_loopback
+
+    if not public and not is_loopback(addr):
+        raise ConfigError(
+            f"--metrics-addr {addr}: /metrics has no authentication, so a non-loopback address needs --metrics-public"
+        )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SampleCollector(latest))
-    server, thread = start_http_server(port, addr=addr, registry=registry)
-    thread.name = f"gpulens-metrics-{host}"
+    infos = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, _, _, _, sockaddr = infos[0]
+
+    class _Server(_BoundedServer):
+        address_family = family
+
+    server = _Server((str(sockaddr[0]), port), _Handler)
+    server.set_app(make_wsgi_app(registry))
+    thread = threading.Thread(target=server.serve_forever, name=f"gpulens-metrics-{host}", daemon=True)
+    thread.start()
     return MetricsServer(server=server, thread=thread, port=int(server.server_address[1]), addr=addr)

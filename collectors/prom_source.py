@@ -80,8 +80,14 @@ class PrometheusSource:
         detail_every: int = 3,
         workers: int = 4,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
+        poll_timeout_s: float | None = None,
     ) -> None:
         """``cfg`` is a gpulens Config (``interval_s``, ``window`` are read).
+
+        ``timeout_s`` bounds each whole answer (connect to last byte);
+        ``poll_timeout_s`` (default ``2 * timeout_s``) bounds one poll, the
+        metric-name list and every field's query together, so a server that
+        drips its answers costs a poll at most that long.
 
         Defaults: ``step_s = max(cfg.interval_s, 5)``, ``rate_window_s =
         max(60, 4 * step_s)`` (a rate needs two scrapes inside it). Fields the
@@ -102,6 +108,7 @@ class PrometheusSource:
         self.rate_window_s = rate_window_s if rate_window_s is not None else max(60.0, 4 * self.step_s)
         self.window_s = float(_windows().get(str(getattr(cfg, "window", "5m")), 300))
         self.slow_s = slow_s
+        self.poll_timeout_s = poll_timeout_s if poll_timeout_s is not None else 2 * timeout_s
         self.detail_every = max(1, detail_every)
         self._backfill = backfill
         self._workers = workers
@@ -137,10 +144,10 @@ class PrometheusSource:
         return False
 
     # ---- queries -------------------------------------------------------
-    def _current_rows(self) -> tuple[MetricMap, ...]:
+    def _current_rows(self, deadline: float | None = None) -> tuple[MetricMap, ...]:
         now = time.monotonic()
         if self._rows is None or now - self._names_at > NAMES_REFRESH_S:
-            names = self._client.metric_names()
+            names = self._client.metric_names(deadline=deadline)
             self.queries_sent += 1
             self._rows = rows_for(names)
             self._names_at = now
@@ -159,12 +166,14 @@ class PrometheusSource:
         """One instant query per available field; host -> sample.
 
         ``quick`` skips host-screen details not fetched yet (they say
-        "loading" in ``unavailable``), for a fast first screen.
+        "loading" in ``unavailable``), for a fast first screen. All of it
+        shares one deadline, ``poll_timeout_s`` from now.
 
         Raises:
             PrometheusError: down, slow, garbage, or a rejected query.
         """
-        rows = self._current_rows()
+        deadline = time.monotonic() + self.poll_timeout_s
+        rows = self._current_rows(deadline)
         at = time.time()
         q = self._client.query_pairs
         now = time.monotonic()
@@ -181,7 +190,7 @@ class PrometheusSource:
         wanted = [r for r in rows if r.tier in due]
 
         def call(r: MetricMap) -> Callable[[], Vector]:
-            return lambda: q(r.query(self._sel, self.rate_window_s), at)
+            return lambda: q(r.query(self._sel, self.rate_window_s), at, deadline=deadline)
 
         answers: list[tuple[MetricMap, Answer]] = list(self._run_all((r, call(r)) for r in wanted))
         digests: list[Digest] = []

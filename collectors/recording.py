@@ -12,20 +12,25 @@ A recording is a sequence of msgpack objects: first a header map
 
 Reading is sans-IO friendly (:func:`decode_stream` takes chunks) and bounded:
 each object is at most :data:`MAX_RECORD_BYTES`, every string, list and map
-is capped by ``msgpack.Unpacker`` limits, and every sample is validated by
-``sample_from_dict``. Anything else raises :class:`RecordingError`, which
-carries the events read before the fault.
+is capped by ``msgpack.Unpacker`` limits (nesting too: msgpack's own depth
+limit), and every sample is validated by ``sample_from_dict``. Files are
+opened with :func:`open_recording`: only regular files, so a FIFO with no
+writer or a device is refused instead of blocking or never ending. Anything
+else raises :class:`RecordingError`, which carries the events read before
+the fault.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgpack
 
 from .errors import RecordingError, SchemaError
+from .limits import InputRefused, open_regular
 from .model import HostSample
 from .serialize import sample_from_dict
 from .source import HostStatusEvent, SampleEvent, SourceEvent, SourceStatusEvent
@@ -155,17 +160,32 @@ def decode_stream(chunks: Iterable[bytes]) -> Iterator[dict[str, Any] | SourceEv
         raise RecordingError(f"truncated after record {index - 1} (file ends inside a record)")
 
 
+def open_recording(path: str) -> BinaryIO:
+    """Open a recording for reading: a regular file only (never blocks on a FIFO).
+
+    Raises:
+        RecordingError: missing, unreadable, or not a regular file.
+    """
+    try:
+        fd, _size = open_regular(path, "recording")
+    except InputRefused as err:
+        raise RecordingError(str(err)) from None
+    return os.fdopen(fd, "rb")
+
+
 def read_recording(path: str, chunk_size: int = 1 << 16) -> tuple[dict[str, Any], list[SourceEvent]]:
     """Read a whole recording file.
 
     Raises:
-        RecordingError: the file is unreadable, not a recording, corrupt or
-            truncated; ``err.events`` holds the events read before the fault.
+        RecordingError: the file is unreadable, not a regular file, not a
+            recording, corrupt or truncated; ``err.events`` holds the events
+            read before the fault.
     """
     events: list[SourceEvent] = []
     head: dict[str, Any] = {}
+    fh = open_recording(path)
     try:
-        with open(path, "rb") as fh:
+        with fh:
             for item in decode_stream(iter(lambda: fh.read(chunk_size), b"")):
                 if isinstance(item, dict):
                     head = item

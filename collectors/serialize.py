@@ -4,7 +4,10 @@
 ``from_dict`` rebuilds it and checks every field's type, so bytes from a peer
 or a file can never produce a half-valid sample: a mismatch raises
 :class:`~gpulens.collectors.errors.SchemaError` naming the field path.
-Unknown keys are ignored (a newer agent may send more).
+Unknown keys are ignored (a newer agent may send more). ``sample_from_dict``
+then passes the sample through :func:`~gpulens.collectors.sanitize.check_sample`:
+NaN, infinities and implausible numbers become None (n/a) with a reason,
+control characters leave every string.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any, TypeVar, Union
 
 from .errors import SchemaError
 from .model import HostSample
+from .sanitize import check_sample
 
 T = TypeVar("T")
 
@@ -63,10 +67,10 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise SchemaError(path, "a number", value)
-        result = float(value)
-        if math.isnan(result):
-            raise SchemaError(path, "a number, not NaN", value)
-        return result
+        try:
+            return float(value)
+        except OverflowError:  # an integer beyond float (JSON allows it): check_sample refuses it
+            return math.inf if value > 0 else -math.inf
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise SchemaError(path, "an integer", value)
@@ -132,5 +136,9 @@ def sample_to_dict(sample: HostSample) -> dict[str, Any]:
 
 
 def sample_from_dict(data: Any) -> HostSample:
-    """Validate and rebuild a host sample; raises SchemaError."""
-    return from_dict(HostSample, data)
+    """Validate and rebuild a host sample, implausible values made n/a (``sanitize``).
+
+    Raises:
+        SchemaError: a field is missing or mistyped, or the sample's time is not plausible.
+    """
+    return check_sample(from_dict(HostSample, data))

@@ -13,7 +13,7 @@ from concurrent.futures import Future
 from typing import IO, Any
 
 from .errors import ConfigError, RecordingError
-from .recording import decode_stream, encode_event, header, read_recording
+from .recording import decode_stream, encode_event, header, open_recording, read_recording
 from .source import Emit, SampleEvent, Source, SourceEvent, SourceStatusEvent
 
 
@@ -101,8 +101,10 @@ class ReplaySource:
     """
 
     def __init__(self, path: str, speed: float = 0.0) -> None:
-        if not os.path.isfile(path):
+        if not os.path.lexists(path):
             raise ConfigError(f"--replay {path}: no such file")
+        if not os.path.isfile(path):
+            raise ConfigError(f"--replay {path}: not a regular file (a directory, FIFO or device)")
         self.path = path
         self.speed = speed
         self._stop = threading.Event()
@@ -141,7 +143,7 @@ class ReplaySource:
         last: float | None = None
         error: str | None = None
         try:
-            with open(self.path, "rb") as fh:
+            with open_recording(self.path) as fh:
                 for item in decode_stream(iter(lambda: fh.read(1 << 16), b"")):
                     if self._stop.is_set():
                         return

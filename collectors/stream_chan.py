@@ -1,7 +1,8 @@
 """Byte channels from a viewer to one agent: TCP (optionally TLS) or a command.
 
 A command channel runs e.g. ``ssh HOST gpulens agent --stdio`` and talks to
-its stdin/stdout; its stderr is kept (last lines) so a failure can say why
+its stdin/stdout; its stderr is kept (last lines, control characters
+removed: the remote end writes them) so a failure can say why
 ("ssh: Could not resolve hostname ..."). Both channels give ``recv`` with
 an idle timeout and a thread-safe ``send``.
 """
@@ -17,6 +18,8 @@ import subprocess
 import threading
 from collections import deque
 from collections.abc import Sequence
+
+from .sanitize import clean_text
 
 RECV_BYTES = 256 * 1024
 
@@ -96,8 +99,9 @@ class CommandChannel:
     def _drain_stderr(self) -> None:
         assert self.proc.stderr is not None
         with contextlib.suppress(OSError, ValueError):  # closed under us at shutdown
-            for line in iter(self.proc.stderr.readline, b""):
-                text = line.decode("utf-8", "replace").strip()
+            stderr = self.proc.stderr
+            for line in iter(lambda: stderr.readline(4096), b""):  # bounded: a line may never end
+                text = clean_text(line.decode("utf-8", "replace")).strip()
                 if text:
                     self._stderr.append(text[:300])
 

@@ -8,17 +8,25 @@ every kept sample newer than it (emitted with ``backfill=True``) before the
 live stream, so a reconnect loses nothing the agent kept. On any failure
 the link emits a down :class:`HostStatusEvent` with the reason and retries
 with capped exponential backoff.
+
+What the link trusts (docs/security.md): nothing the agent says until it is
+checked. With a token the agent must prove it holds it too (challenge,
+then an ``auth_ok`` whose MAC verifies) before its hello is accepted; its
+hello must name a host, and every sample (live or history) must carry that
+name, or the session ends with a ProtocolError. Samples are checked by
+``collectors.sanitize`` at decode; every string the agent sends that is
+shown (errors, results, ssh stderr) loses its control characters.
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import random
 import ssl
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -28,11 +36,12 @@ from typing import Any
 from gpulens.ipc import auth, stream
 from gpulens.ipc.errors import AuthError, ProtocolError, RequestFailed, StreamError, VersionMismatch
 
-from .downloads import PendingRequest
+from .downloads import PendingRequest, SaveFailed
 from .errors import SchemaError
 from .fast_decode import fast_sample_from_dict as sample_from_dict
 from .fast_decode import sample_from_msgpack
 from .model import HostSample
+from .sanitize import clean_data, clean_text
 from .source import Emit, HostStatusEvent, SampleEvent
 from .stream_chan import ChannelClosed, CommandChannel, TcpChannel
 from .stream_reactor import Reactor
@@ -158,7 +167,7 @@ class HostLink:
         with self._lock:
             pending, self._pending = self._pending, {}
         for p in pending.values():
-            _close_files(p)
+            p.abort()
             if not p.future.done():
                 p.future.set_exception(RequestFailed(f"connection lost: {reason}"))
 
@@ -172,27 +181,30 @@ class HostLink:
             chan.close()
 
     # -- session ----------------------------------------------------------------
-    def _frames(self, chan: TcpChannel | CommandChannel, decoder: stream.FrameDecoder, deadline: float | None):  # type: ignore[no-untyped-def]
-        while not self._stop.is_set():
-            timeout = self._idle_s if deadline is None else max(0.1, deadline - time.monotonic())
-            try:
-                data = chan.recv(timeout)
-            except TimeoutError:
-                if deadline is not None:
-                    raise StreamError(f"no answer from the agent within {HANDSHAKE_TIMEOUT_S:.0f} s") from None
-                raise StreamError(f"no data from the agent for {self._idle_s:.0f} s") from None
-            if not data:
-                raise ChannelClosed(chan.describe_eof())
-            if deadline is not None and len(self._first) < 48:
-                self._first += data[: 48 - len(self._first)]
-            yield from decoder.feed(data)
+    def _read(self, chan: TcpChannel | CommandChannel, decoder: stream.FrameDecoder, deadline: float | None) -> list[stream.Message]:
+        """The messages completed by one read (maybe none); raises when idle, closed or stopped."""
+        if self._stop.is_set():
+            raise StreamError("stopped")
+        timeout = self._idle_s if deadline is None else max(0.1, deadline - time.monotonic())
+        try:
+            data = chan.recv(timeout)
+        except TimeoutError:
+            if deadline is not None:
+                raise StreamError(f"no answer from the agent within {HANDSHAKE_TIMEOUT_S:.0f} s") from None
+            raise StreamError(f"no data from the agent for {self._idle_s:.0f} s") from None
+        if not data:
+            raise ChannelClosed(chan.describe_eof())
+        if deadline is not None and len(self._first) < 48:
+            self._first += data[: 48 - len(self._first)]
+        return decoder.feed(data)
 
     def _session(self, chan: TcpChannel | CommandChannel) -> None:
         decoder = stream.FrameDecoder(sample_hook=sample_hook)
         self._first = b""
-        frames = self._frames(chan, decoder, time.monotonic() + HANDSHAKE_TIMEOUT_S)
+        # Messages read with the hello but after it (a sample in the same read) wait here.
+        backlog: deque[stream.Message] = deque()
         try:
-            hello = self._handshake(chan, frames)
+            hello = self._handshake(chan, decoder, backlog, time.monotonic() + HANDSHAKE_TIMEOUT_S)
         except ProtocolError as err:
             if isinstance(err, VersionMismatch) or not isinstance(chan, CommandChannel):
                 raise
@@ -201,9 +213,9 @@ class HostLink:
                 f"{err}; the command's output began {self._first!r} (is something printing "
                 "to stdout on login, or is 'gpulens' not the agent there?)"
             ) from err
-        host = hello.host or self.target.address
+        host = hello.host
         self.host = host
-        if hello.interval_s:
+        if hello.interval_s and 0 < hello.interval_s < 86400:
             self._idle_s = max(self.opt.idle_timeout_s, 10 * hello.interval_s)
         since = self.last_time.get(host)
         if since is None and self.opt.initial_history_s > 0:
@@ -213,11 +225,14 @@ class HostLink:
         if self.on_host is not None:
             self.on_host(self)
         self.emit(HostStatusEvent(host=host, up=True, reason="connected", time=time.time(), address=self.target.address))
+        while backlog:
+            self._dispatch(host, backlog.popleft())
         if self.reactor is not None and isinstance(chan, TcpChannel) and not chan.tls:
             self._session_on_reactor(self.reactor, chan, decoder, host)
             return
-        for msg in self._frames(chan, decoder, None):
-            self._dispatch(host, msg)
+        while True:
+            for msg in self._read(chan, decoder, None):
+                self._dispatch(host, msg)
 
     def _session_on_reactor(self, reactor: Reactor, chan: TcpChannel, decoder: stream.FrameDecoder, host: str) -> None:
         ended = threading.Event()
@@ -244,32 +259,61 @@ class HostLink:
             raise err
         raise ChannelClosed(reason)
 
-    def _handshake(self, chan: TcpChannel | CommandChannel, frames: Any) -> stream.Hello:
-        cnonce = b""
-        snonce = b""
-        for msg in frames:
+    def _handshake(
+        self,
+        chan: TcpChannel | CommandChannel,
+        decoder: stream.FrameDecoder,
+        backlog: deque[stream.Message],
+        deadline: float,
+    ) -> stream.Hello:
+        """Authenticate (both ways when we hold a token) and return the agent's checked hello.
+
+        Messages after the hello that arrived in the same read are left in ``backlog``.
+        """
+        token = self.opt.token
+        cnonce = snonce = b""
+        proven = False
+        while True:
+            while not backlog:
+                backlog.extend(self._read(chan, decoder, deadline))
+            msg = backlog.popleft()
             if isinstance(msg, stream.ErrorMsg):
                 raise _refusal(msg)
             if isinstance(msg, stream.Challenge):
-                if self.opt.token is None:
+                if token is None:
                     raise AuthError("the agent requires a token: pass --token-file")
+                if cnonce:
+                    raise ProtocolError("the agent sent a second challenge")
                 snonce, cnonce = msg.nonce, auth.new_nonce()
-                mac = auth.viewer_proof(self.opt.token, snonce, cnonce)
+                mac = auth.viewer_proof(token, snonce, cnonce)
                 chan.send(stream.encode(stream.AuthResponse(cnonce=cnonce, mac=mac)))
                 continue
             if isinstance(msg, stream.AuthOk):
-                if self.opt.token is None or not cnonce:
-                    raise ProtocolError("auth_ok without a challenge")
-                auth.verify_agent(self.opt.token, snonce, cnonce, msg.mac)
+                if token is None:
+                    raise ProtocolError("the agent sent auth_ok, but no token was asked for")
+                if not cnonce:
+                    raise AuthError(
+                        "the agent did not prove it holds the token: it sent auth_ok without a challenge"
+                    )
+                try:
+                    auth.verify_agent(token, snonce, cnonce, msg.mac)
+                except AuthError:
+                    raise AuthError(
+                        "the agent did not prove it holds the token: its auth_ok MAC is wrong "
+                        "(an impostor, or an agent with another token)"
+                    ) from None
+                proven = True
                 continue
             if isinstance(msg, stream.Hello) and msg.role == "agent":
-                if cnonce and self.opt.token is not None and not snonce:
-                    raise ProtocolError("hello before authentication finished")
-                if len(msg.host) > 255:
-                    raise ProtocolError("agent's host name longer than 255 characters")
-                return msg
+                if token is not None and not proven:
+                    skipped = "auth_ok" if cnonce else "the challenge"
+                    raise AuthError(
+                        f"the agent did not prove it holds the token: it sent its hello without {skipped}; "
+                        "refusing it (an impostor, or an agent started without --token-file: then "
+                        "connect without --token-file)"
+                    )
+                return _checked_hello(msg)
             raise ProtocolError(f"expected the agent's hello, got '{stream.to_wire(msg)['t']}'")
-        raise StreamError("stopped")
 
     def _dispatch(self, host: str, msg: stream.Message) -> None:
         if isinstance(msg, stream.ParsedSample):
@@ -277,7 +321,7 @@ class HostLink:
         elif isinstance(msg, stream.SampleMsg):
             self._deliver(host, sample_from_dict(msg.sample), backfill=False)
         elif isinstance(msg, stream.History):
-            samples = [sample_from_dict(s) for s in msg.samples]
+            samples = [_own(host, sample_from_dict(s)) for s in msg.samples]
             if msg.id == 0:
                 for s in samples:
                     self._deliver(host, s, backfill=True)
@@ -292,21 +336,29 @@ class HostLink:
         elif isinstance(msg, stream.Response):
             with self._lock:
                 p = self._pending.pop(msg.id, None)
-            if p is not None:
-                _close_files(p)
-                if p.future.done():
-                    return
-                if msg.ok:
-                    files = {name: path for name, (path, _f) in p.files.items()}
-                    p.future.set_result(RequestResult(msg.result, files, tuple(p.samples)))
-                else:
-                    p.future.set_exception(RequestFailed(msg.error or "request failed"))
+            if p is None:
+                return
+            if not msg.ok:
+                p.abort()
+                if not p.future.done():
+                    p.future.set_exception(RequestFailed(clean_text(msg.error[:2000]) or "request failed"))
+                return
+            files = p.finish()
+            if p.future.done():
+                return
+            try:
+                result = clean_data(msg.result)
+            except SchemaError as err:
+                p.future.set_exception(RequestFailed(f"the agent's answer is malformed: {err}"))
+                return
+            p.future.set_result(RequestResult(result, files, tuple(p.samples)))
         elif isinstance(msg, stream.ErrorMsg):
             raise _refusal(msg)
         else:
             raise ProtocolError(f"unexpected message '{stream.to_wire(msg)['t']}' from the agent")
 
     def _deliver(self, host: str, sample: HostSample, backfill: bool) -> None:
+        _own(host, sample)
         last = self.last_time.get(sample.host)
         if last is not None and sample.time <= last:
             return  # already delivered (overlap between live and backfill)
@@ -318,7 +370,14 @@ class HostLink:
         if p is None:
             return
         base = self.opt.download_dir or Path.home() / ".cache" / "gpulens" / "downloads"
-        p.write_chunk(msg, base, self.host or "agent")
+        try:
+            p.write_chunk(msg, base, self.host or "agent")
+        except SaveFailed as err:  # our disk, not the agent: only this request fails
+            with self._lock:
+                self._pending.pop(msg.id, None)
+            p.abort()
+            if not p.future.done():
+                p.future.set_exception(err)
 
     # -- requests ---------------------------------------------------------------
     def request(self, kind: str, params: dict[str, Any], timeout_s: float) -> Future[RequestResult]:
@@ -342,9 +401,10 @@ class HostLink:
         def expire() -> None:
             with self._lock:
                 p = self._pending.pop(rid, None)
-            if p is not None and not p.future.done():
-                _close_files(p)
-                p.future.set_exception(TimeoutError(f"{kind} request timed out after {timeout_s:g} s"))
+            if p is not None:
+                p.abort()
+                if not p.future.done():
+                    p.future.set_exception(TimeoutError(f"{kind} request timed out after {timeout_s:g} s"))
 
         timer = threading.Timer(timeout_s, expire)
         timer.daemon = True
@@ -353,14 +413,39 @@ class HostLink:
         return fut
 
 
-def _close_files(p: PendingRequest) -> None:
-    for _path, f in p.files.values():
-        with contextlib.suppress(OSError):
-            f.close()
+MAX_HOST_NAME = 255
+
+
+def _checked_hello(msg: stream.Hello) -> stream.Hello:
+    """The agent's hello with its strings cleaned; it must name its host."""
+    if len(msg.host) > MAX_HOST_NAME:
+        raise ProtocolError(f"agent's host name longer than {MAX_HOST_NAME} characters")
+    host = clean_text(msg.host).strip()
+    if not host:
+        raise ProtocolError("the agent's hello names no host")
+    return stream.Hello(
+        proto=msg.proto,
+        role=msg.role,
+        host=host,
+        caps=tuple(clean_text(c)[:64] for c in msg.caps[:64]),
+        version=clean_text(msg.version)[:64],
+        interval_s=msg.interval_s,
+        since=msg.since,
+    )
+
+
+def _own(host: str, sample: HostSample) -> HostSample:
+    """``sample`` if it carries ``host`` (the hello's); else the session ends."""
+    if sample.host != host:
+        raise ProtocolError(
+            f"the agent sent a sample for host {sample.host[:80]!r} but its hello declared {host[:80]!r}; "
+            "an agent may publish only its own host's samples"
+        )
+    return sample
 
 
 def _refusal(msg: stream.ErrorMsg) -> StreamError:
-    text = f"agent refused: {msg.message[:300]}"
+    text = f"agent refused: {clean_text(msg.message[:300])}"
     if msg.code == "version":
         return VersionMismatch(text)
     if msg.code == "auth":
@@ -369,10 +454,13 @@ def _refusal(msg: stream.ErrorMsg) -> StreamError:
 
 
 def _describe(err: BaseException) -> str:
+    """The down reason shown for ``err`` (control characters removed: parts may come from the agent)."""
     if isinstance(err, StreamError | SchemaError):
-        return f"{err.title}: {err}"
-    if isinstance(err, ssl.SSLError):
-        return f"TLS: {err.reason or err}"
-    if isinstance(err, OSError):
-        return err.strerror or str(err) or type(err).__name__
-    return str(err)
+        text = f"{err.title}: {err}"
+    elif isinstance(err, ssl.SSLError):
+        text = f"TLS: {err.reason or err}"
+    elif isinstance(err, OSError):
+        text = err.strerror or str(err) or type(err).__name__
+    else:
+        text = str(err)
+    return clean_text(text)

@@ -5,6 +5,13 @@
 (docs/protocol.md) and offers the same ``request(host, kind, params,
 timeout_s) -> Future[RequestResult]`` as ``StreamSource``, so the trace
 command has one code path for both. Live samples are read and dropped.
+
+Squatting: anyone can bind an abstract name first. Before anything is sent,
+the kernel's ``SO_PEERCRED`` must show the pid holding the Kineto name and a
+uid that is the caller's own or root's; a root caller accepts only root (a
+user's process must never receive root's request or write root's ``-o``
+file). Errors, results and file names from the peer are checked and
+cleaned as on the stream (``collectors.downloads``, ``collectors.sanitize``).
 """
 
 from __future__ import annotations
@@ -18,13 +25,20 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from gpulens.collectors.downloads import PendingRequest
+from gpulens.collectors.downloads import PendingRequest, SaveFailed
+from gpulens.collectors.errors import SchemaError
+from gpulens.collectors.sanitize import clean_data, clean_text
 from gpulens.collectors.stream_link import RequestResult
 from gpulens.ipc import stream
-from gpulens.ipc.control import control_name, peer_allowed, peer_cred
+from gpulens.ipc.control import control_name, peer_cred
 from gpulens.ipc.errors import RequestFailed, StreamError
 
 HANDSHAKE_S = 15.0
+
+
+def trusted_peer(peer_uid: int, my_uid: int) -> bool:
+    """May a request of ``my_uid`` go to a process of ``peer_uid``? Only to oneself or root."""
+    return peer_uid in (my_uid, 0)
 
 
 class LocalAgentLink:
@@ -53,11 +67,17 @@ class LocalAgentLink:
             ) from err
         pid, uid = peer_cred(self._sock)
         me = os.geteuid()
-        if pid != agent_pid or not (peer_allowed(uid, me) or me == 0):
+        if pid != agent_pid:
             self._sock.close()
             raise StreamError(
                 f"the control socket belongs to pid {pid} (uid {uid}), not to the agent holding the "
                 f"Kineto name (pid {agent_pid}): refusing to use it"
+            )
+        if not trusted_peer(uid, me):
+            self._sock.close()
+            raise StreamError(
+                f"the Kineto name is held by pid {pid} of uid {uid}, not by a gpulens agent of yours or "
+                "root's: refusing to send it your request; it may be squatting"
             )
         self._dec = stream.FrameDecoder()
         self._ids = itertools.count(1)
@@ -74,11 +94,11 @@ class LocalAgentLink:
             for msg in self._recv():
                 if isinstance(msg, stream.ErrorMsg):
                     self.close()
-                    raise StreamError(f"agent refused: {msg.message[:300]}")
+                    raise StreamError(f"agent refused: {clean_text(msg.message[:300])}")
                 if isinstance(msg, stream.Challenge):
                     self.close()
                     raise StreamError("the agent asked for a token on its local control socket")
-                if isinstance(msg, stream.Hello):
+                if isinstance(msg, stream.Hello) and msg.role == "agent":
                     stream.check_version(msg.proto)
                     self._send(stream.Hello(proto=stream.PROTOCOL_VERSION, role="viewer"))
                     return msg
@@ -116,20 +136,26 @@ class LocalAgentLink:
         fut.add_done_callback(lambda _f: timer.cancel())
         return fut
 
-    def _finish(self, rid: int, outcome: RequestResult | BaseException) -> None:
+    def _finish(self, rid: int, outcome: Any) -> None:
+        """End request ``rid``: an exception fails it (its files deleted); else ``outcome`` is the result."""
         with self._lock:
             p = self._pending.pop(rid, None)
         if p is None:
             return
-        for _path, f in p.files.values():
-            with contextlib.suppress(OSError):
-                f.close()
+        if isinstance(outcome, BaseException):
+            p.abort()
+            if not p.future.done():
+                p.future.set_exception(outcome)
+            return
+        files = p.finish()
         if p.future.done():
             return
-        if isinstance(outcome, BaseException):
-            p.future.set_exception(outcome)
-        else:
-            p.future.set_result(outcome)
+        try:
+            result = clean_data(outcome)
+        except SchemaError as err:
+            p.future.set_exception(RequestFailed(f"the agent's answer is malformed: {err}"))
+            return
+        p.future.set_result(RequestResult(result, files))
 
     def _read(self) -> None:
         reason = "the local agent closed the connection"
@@ -138,7 +164,7 @@ class LocalAgentLink:
                 for msg in self._recv():
                     self._dispatch(msg)
         except (StreamError, OSError) as err:
-            reason = str(err)
+            reason = clean_text(str(err))
         self.close(reason)
 
     def _dispatch(self, msg: stream.Message) -> None:
@@ -150,12 +176,11 @@ class LocalAgentLink:
             if p is None:
                 return
             if msg.ok:
-                files = {name: path for name, (path, _f) in p.files.items()}
-                self._finish(msg.id, RequestResult(msg.result, files))
+                self._finish(msg.id, msg.result)
             else:
-                self._finish(msg.id, RequestFailed(msg.error or "request failed"))
+                self._finish(msg.id, RequestFailed(clean_text(msg.error[:2000]) or "request failed"))
         elif isinstance(msg, stream.ErrorMsg):
-            raise StreamError(f"agent refused: {msg.message[:300]}")
+            raise StreamError(f"agent refused: {clean_text(msg.message[:300])}")
         # samples and history are not needed here
 
     def _chunk(self, msg: stream.FileChunk) -> None:
@@ -163,7 +188,10 @@ class LocalAgentLink:
             p = self._pending.get(msg.id)
         if p is None:
             return
-        p.write_chunk(msg, self.download_dir, "local")
+        try:
+            p.write_chunk(msg, self.download_dir, "local")
+        except SaveFailed as err:  # our disk, not the agent: only this request fails
+            self._finish(msg.id, err)
 
     def close(self, reason: str = "closed") -> None:
         """Close the connection; pending requests fail with ``reason``. Idempotent."""

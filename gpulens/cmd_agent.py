@@ -1,4 +1,12 @@
-"""``gpulens agent``: sample this host and serve viewers over stdio or TCP."""
+"""``gpulens agent``: sample this host and serve viewers over stdio or TCP.
+
+What a viewer may do is decided by how it connected (``gpulens.ipc.principal``):
+``--stdio`` (ssh) and a TCP viewer that proved ``--token-file`` act with this
+agent's user's authority; a TCP viewer of an agent without a token gets
+samples and history only; the local control socket serves each local user
+for its own processes. ``/metrics`` has no authentication, so it binds
+loopback unless ``--metrics-public`` says otherwise.
+"""
 
 from __future__ import annotations
 
@@ -33,7 +41,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-key", metavar="PEM", help="private key for --tls-cert")
     parser.add_argument("--port-file", metavar="FILE", help="write the bound TCP port to FILE (for --listen HOST:0)")
     parser.add_argument("--metrics-port", type=int, metavar="PORT", help="also serve Prometheus /metrics on PORT")
-    parser.add_argument("--metrics-addr", default="127.0.0.1", metavar="ADDR", help="address for --metrics-port")
+    parser.add_argument(
+        "--metrics-addr", default="127.0.0.1", metavar="ADDR",
+        help="address for --metrics-port (a non-loopback one needs --metrics-public)",
+    )
+    parser.add_argument(
+        "--metrics-public", action="store_true",
+        help="allow a non-loopback --metrics-addr (anyone who reaches it can read every metric)",
+    )
     parser.add_argument(
         "--max-queue", type=int, default=128, metavar="N", help="frames queued per viewer before a slow one is dropped"
     )
@@ -114,6 +129,11 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--history-minutes: expected minutes in (0, 1440], got {args.history_minutes:g}")
     if args.metrics_port is not None and not 1 <= args.metrics_port <= 65535:
         raise ConfigError(f"--metrics-port: expected a port from 1 to 65535, got {args.metrics_port}")
+    if args.metrics_port is not None and not args.metrics_public and not is_loopback(args.metrics_addr):
+        raise ConfigError(
+            f"--metrics-addr {args.metrics_addr}: /metrics has no authentication, so a non-loopback "
+            "address needs --metrics-public"
+        )
     token = auth.load_token(args.token_file) if args.token_file else None
     host, port = ("", 0)
     if args.listen is not None:
@@ -191,11 +211,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write_port_file(path: str, port: int) -> None:
-    tmp = f"{path}.tmp"
+    from gpulens.ipc.safefs import write_new_file
+
     try:
-        with open(tmp, "w") as f:
-            f.write(f"{port}\n")
-        os.replace(tmp, path)
+        # A fresh unpredictable temporary name (O_EXCL | O_NOFOLLOW), renamed over PATH.
+        write_new_file(path, f"{port}\n".encode())
     except OSError as err:
         raise ConfigError(f"--port-file {path}: cannot write: {err.strerror or err}") from err
 
@@ -206,6 +226,8 @@ def _serve_metrics(args: argparse.Namespace, hostname: str, agent: Any) -> Any:
     except ImportError as err:
         raise ConfigError(f"--metrics-port: the Prometheus exporter is not installed ({err})") from err
     try:
-        return serve_metrics(args.metrics_port, hostname, agent.latest, addr=args.metrics_addr)
+        return serve_metrics(
+            args.metrics_port, hostname, agent.latest, addr=args.metrics_addr, public=args.metrics_public
+        )
     except OSError as err:
         raise ConfigError(f"--metrics-port {args.metrics_port}: cannot listen: {err.strerror or err}") from err

@@ -9,24 +9,32 @@ HELP = "summarise a PyTorch profiler trace: torch-style op table, GPU breakdown,
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``gpulens analyze``."""
+    from gpulens.collectors.limits import ANALYZE_MAX_MIB, add_limit_arguments
+
     parser.add_argument("trace", metavar="TRACE", help="Chrome-trace file (.json or .json.gz)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.add_argument("--top", type=int, default=30, metavar="N", help="rows in the op and kernel tables (default 30)")
-    parser.add_argument(
-        "--max-mib", type=int, default=4096, metavar="MIB", help="refuse traces larger than this uncompressed (default 4096)"
-    )
+    add_limit_arguments(parser, ANALYZE_MAX_MIB)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Analyse and print; TraceFileError becomes one clear line (exit 2)."""
+    """Analyse and print; TraceFileError becomes one clear line (exit 2), also for a trace
+    without a single CPU or GPU event (nothing to summarise is not a success)."""
     import json
     import sys
 
+    from gpulens.collectors.limits import limits_from_args
     from gpulens.collectors.trace.analyze import analyze_file
+    from gpulens.collectors.trace.errors import TraceFileError
     from gpulens.collectors.trace.report import summary_text
     from gpulens.collectors.trace.summary import to_dict
 
-    summary = analyze_file(args.trace, top=max(args.top, 1), max_bytes=args.max_mib << 20)
+    summary = analyze_file(args.trace, top=max(args.top, 1), limits=limits_from_args(args))
+    if not summary.processes:
+        raise TraceFileError(
+            f"{args.trace}: no CPU or GPU events in its {summary.events} events "
+            "(not a PyTorch profiler / Kineto trace?)"
+        )
     if args.json:
         json.dump(to_dict(summary), sys.stdout, indent=1)
         sys.stdout.write("\n")

@@ -11,6 +11,8 @@ HELP = "open a profile (folded, speedscope, Kineto trace, memory snapshot) as a 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``gpulens flame``."""
+    from gpulens.collectors.limits import FLAME_MAX_MIB, add_limit_arguments
+
     parser.add_argument("file", metavar="FILE", help="folded stacks, speedscope JSON, Kineto trace or memory snapshot pickle")
     parser.add_argument("--metric", default="auto", choices=["auto", "time", "memory", "live", "allocated"],
                         help="trace: time or memory; snapshot: live or allocated blocks (default: auto)")
@@ -18,6 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print {unit, total, frames: [{name, self, total}]} as JSON")
     parser.add_argument("--export-folded", metavar="OUT", help="write the profile as folded stacks")
     parser.add_argument("--export-speedscope", metavar="OUT", help="write the profile as speedscope JSON")
+    add_limit_arguments(parser, FLAME_MAX_MIB)
 
 
 def _number(value: float, unit: str) -> int | float:
@@ -50,13 +53,15 @@ def run(args: argparse.Namespace) -> int:
     from gpulens.collectors.errors import ConfigError
     from gpulens.collectors.flame.exporters import check_writable, export_folded, export_speedscope
     from gpulens.collectors.flame.importers import load_profile
+    from gpulens.collectors.limits import limits_from_args
 
     if args.top is not None and args.top < 1:
         raise ConfigError(f"--top: expected 1 or more functions, got {args.top}")
+    limits = limits_from_args(args)
     for flag, out in (("--export-folded", args.export_folded), ("--export-speedscope", args.export_speedscope)):
         if out:
             check_writable(out, flag)
-    profile = load_profile(args.file, args.metric)
+    profile = load_profile(args.file, args.metric, limits)
     wrote = False
     if args.export_folded:
         export_folded(profile, args.export_folded)

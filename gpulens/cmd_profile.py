@@ -65,6 +65,8 @@ def _remote_folded(args: argparse.Namespace) -> bytes:
 
     from gpulens.agent_connect import open_agent
     from gpulens.collectors.errors import CollectorError
+    from gpulens.collectors.flame.pyspy import MAX_OUTPUT_BYTES
+    from gpulens.collectors.limits import InputLimits, InputRefused, read_input
     from gpulens.ipc.errors import RequestFailed
 
     with tempfile.TemporaryDirectory(prefix="gpulens-profile-") as tmp:
@@ -87,6 +89,10 @@ def _remote_folded(args: argparse.Namespace) -> bytes:
             files = list(result.files.values())
             if len(files) != 1:
                 raise CollectorError(f"the agent at {address} sent {len(files)} files, expected 1")
-            return Path(files[0]).read_bytes()
+            try:  # bounded like every input: a regular file, at most py-spy's output limit
+                return bytes(read_input(str(files[0]), InputLimits(max_bytes=MAX_OUTPUT_BYTES),
+                                        what="folded profile"))
+            except InputRefused as err:
+                raise CollectorError(f"the profile from {address} was refused: {err}") from err
         finally:
             src.stop()

@@ -1,9 +1,15 @@
-"""``gpulens snapshot``: connect, wait for every host's first sample, print, exit."""
+"""``gpulens snapshot``: connect, wait for every host's first sample, print, exit.
+
+Output is safe whatever the agents sent: ``--json`` is strict JSON
+(non-finite numbers become null, never ``Infinity``), and text mode prints
+every agent-supplied string without control characters or escape sequences.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import queue
 import sys
 import time
@@ -193,20 +199,42 @@ def run(args: argparse.Namespace) -> int:
         doc: dict[str, Any] = {"hosts": hosts}
         if errors:
             doc["errors"] = errors
-        json.dump(doc, sys.stdout, indent=None, separators=(",", ":"))
-        sys.stdout.write("\n")
+        sys.stdout.write(to_json(doc) + "\n")
     else:
-        for e in errors:
-            print(f"source: {e}")
-        for h in hosts:
-            s = h["sample"]
-            if h["up"] and s is not None:
-                cpu = s["cpu"]["total_percent"]
-                cpu_s = "n/a" if cpu is None else f"{cpu:.0f}%"
-                print(f"{h['host']:<24} up    cpu {cpu_s:>5}  gpus {len(s['gpus'])}")
-            else:
-                print(f"{h['host']:<24} DOWN  {h['reason']}")
+        sys.stdout.write(to_text(hosts, errors))
     return 0 if hosts and all(h["up"] for h in hosts) else 1
+
+
+def to_json(doc: Any) -> str:
+    """Strict JSON for ``doc``: NaN and infinities become null (never ``Infinity``)."""
+    return json.dumps(_finite(doc), indent=None, separators=(",", ":"), allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def to_text(hosts: list[dict[str, Any]], errors: list[str]) -> str:
+    """The text-mode lines; every string from a source is cleaned of control characters."""
+    from gpulens.collectors.sanitize import clean_text
+
+    lines = [f"source: {clean_text(str(e))}" for e in errors]
+    for h in hosts:
+        s = h["sample"]
+        name = clean_text(str(h["host"]))
+        if h["up"] and s is not None:
+            cpu = s["cpu"]["total_percent"]
+            cpu_s = "n/a" if not isinstance(cpu, int | float) or not math.isfinite(cpu) else f"{cpu:.0f}%"
+            lines.append(f"{name:<24} up    cpu {cpu_s:>5}  gpus {len(s['gpus'])}")
+        else:
+            lines.append(f"{name:<24} DOWN  {clean_text(str(h['reason']))}")
+    return "".join(line + "\n" for line in lines)
 
 
 def _check_companions(args: argparse.Namespace) -> None:

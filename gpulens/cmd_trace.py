@@ -102,6 +102,10 @@ def run(args: argparse.Namespace) -> int:
         svc.start()
     except EndpointBusy:
         owner = who_binds(resolve_socket_dir(args.ipc_socket_dir))
+        squatter = _squatter(owner[0]) if owner is not None else None
+        if squatter is not None:
+            _say(squatter)
+            return 1
         if owner is None or not _is_gpulens_agent(owner[0]):
             raise  # dynolog without RPC, or someone else: one clear line from the CLI's error reporter
         return trace_remote.trace_local_agent(args, req, owner[0], _say)
@@ -121,13 +125,36 @@ def run(args: argparse.Namespace) -> int:
             _say(f"not traceable: {err}")
             return 1
         for pid, path in sorted(result.files.items()):
-            final = trace_remote.copy_trace(path, args.output, pid, len(result.files)) if args.output else path
+            final = (
+                trace_remote.copy_trace(path, args.output, pid, len(result.files), owner_uid=result.owners.get(pid))
+                if args.output
+                else path
+            )
             print(f"{pid} {final}", flush=True)
         for pid, why in sorted(result.missing.items()):
             _say(f"process {pid}: {why}")
         return 0 if not result.missing else 1
     finally:
         svc.stop()
+
+
+def _squatter(pid: int) -> str | None:
+    """Why the holder ``pid`` of the Kineto name must not get our request (another non-root user), or None.
+
+    Root's request goes to root's processes only; a user's to their own or root's.
+    """
+    import os
+
+    from gpulens.agent_client import trusted_peer
+    from gpulens.ipc.procinfo import proc_uid
+
+    uid = proc_uid(pid)
+    if uid is None or trusted_peer(uid, os.geteuid()):
+        return None
+    return (
+        f"the Kineto name is held by pid {pid} of uid {uid}, not by a gpulens agent of yours or root's: "
+        "refusing to send it your request; it may be squatting"
+    )
 
 
 def _is_gpulens_agent(pid: int) -> bool:

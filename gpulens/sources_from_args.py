@@ -32,8 +32,11 @@ def build_source(args: argparse.Namespace, cfg: Config) -> Source:
     if getattr(args, "prometheus", None):
         from gpulens.collectors.prom_source import PrometheusSource
 
+        # A one-shot command (snapshot --timeout S) bounds every poll by its own deadline.
+        limit = getattr(args, "timeout", None)
+        timing = {} if limit is None else {"timeout_s": min(5.0, limit), "poll_timeout_s": limit}
         sources.append(
-            PrometheusSource(args.prometheus, selector=getattr(args, "prom_selector", None) or "", cfg=cfg)
+            PrometheusSource(args.prometheus, selector=getattr(args, "prom_selector", None) or "", cfg=cfg, **timing)
         )
     if not sources:
         from gpulens.collectors.sources import LocalSource

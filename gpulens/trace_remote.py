@@ -7,12 +7,15 @@ trace request carries a random ``tag``; while it runs, ``trace_status``
 requests report its progress (waiting for poll, tracing, writing, done),
 printed on stderr as the local path does. The files come back in chunks;
 each is saved under the download directory, then copied to ``-o FILE``
-(gzip when FILE ends in .gz).
+(gzip when FILE ends in .gz) by :func:`copy_trace`: streamed through an
+exclusive temporary name, never through a link, with decompression bounded
+(200x the input, at most 4 GiB; ``GPULENS_MAX_TRACE_BYTES`` sets another limit).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import secrets
 import threading
 import time
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gpulens.collectors.errors import CollectorError
+from gpulens.collectors.trace.export import LIMIT_ENV as LIMIT_ENV  # re-exported for callers
 from gpulens.ipc.trace import TraceRequest
 
 STATUS_EVERY_S = 0.5
@@ -94,7 +98,7 @@ def trace_via(agent: Requester, host: str, req: TraceRequest, output: str | None
         say(f"received {name} ({path.stat().st_size} bytes)")
         if output:
             say(f"writing {output}")
-            final = copy_trace(path, output, str(pid_s), len(names))
+            final = copy_trace(path, output, str(pid_s), len(names), owner_uid=os.geteuid())
             path.unlink(missing_ok=True)  # the download was only a staging copy
         else:
             final = str(path)
@@ -136,15 +140,19 @@ def _wait_done(fut: Future[Any], seconds: float) -> None:
     done.wait(seconds)
 
 
-def copy_trace(src: str | Path, dest: str, pid: int | str, count: int) -> str:
-    """Copy to ``dest`` (``_<pid>`` inserted when several), gzip when it ends in .gz."""
+def copy_trace(src: str | Path, dest: str, pid: int | str, count: int, *, owner_uid: int | None = None) -> str:
+    """Copy to ``dest`` (``_<pid>`` inserted when several), gzip when it ends in .gz; the path written.
+
+    The copy itself is :func:`gpulens.collectors.trace.export.export_trace`
+    (regular source files only, an exclusive temporary name, bounded expansion).
+    """
     from gpulens.collectors.trace.export import export_trace
 
-    out = Path(dest)
+    out = Path(dest).expanduser()
     if count > 1:
         suffix = "".join(out.suffixes)
         out = out.with_name(out.name[: len(out.name) - len(suffix)] + f"_{pid}" + suffix)
-    return str(export_trace(src, out))
+    return export_trace(src, out, owner_uid=owner_uid)
 
 
 def trace_remote(args: argparse.Namespace, req: TraceRequest, say: Say) -> int:

@@ -1,11 +1,18 @@
-"""One viewer connected to the agent: transport, send queue and handshake.
+"""One viewer connected to the agent: transport, handshake, send queue.
 
-Each connection has a reader (the thread that calls :meth:`ViewerConnection.run`)
-and a writer thread draining a bounded queue. Live samples are *offered*:
-when the queue is full the viewer is too slow and is dropped, so a stalled
-viewer never holds memory or blocks the sampler. Anything a viewer sends
-that is not a valid message ends that connection only, after an error
-message telling the viewer why.
+A connection is *pending* from accept until the viewer's hello: it must
+finish (TLS, token proof when the agent has one, hello) within
+``HANDSHAKE_TIMEOUT_S`` in all, its frames may be at most
+``PREAUTH_FRAME_BYTES``, and its one thread (the reader) sends the
+challenge and the agent's hello itself. Admitted (``Agent.admit`` may say
+busy), it gets the full frame limit and a writer thread draining a bounded
+queue. Live samples are *offered*: when the queue is full the viewer is
+too slow and is dropped, so a stalled viewer never holds memory or blocks
+the sampler. What the viewer may ask for is its :class:`Principal`
+(``gpulens.ipc.principal``), fixed by how it proved who it is: a verified
+token grants the agent owner's authority, no token samples only. Anything
+a viewer sends that is not a valid message ends that connection only,
+after an error message telling the viewer why.
 """
 
 from __future__ import annotations
@@ -13,34 +20,46 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import socket
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from . import auth, stream
 from .errors import AuthError, ProtocolError, StreamError, VersionMismatch
+from .principal import SAMPLES_ONLY, Principal
 
 if TYPE_CHECKING:
     from .agent import Agent
 
 log = logging.getLogger("gpulens.agent")
 
-HANDSHAKE_TIMEOUT_S = 10.0
-"""A viewer must finish auth and hello within this time or is dropped."""
+HANDSHAKE_TIMEOUT_S = 5.0
+"""From accept to the viewer's hello (TLS and the token proof included)."""
+PREAUTH_FRAME_BYTES = 4096
+"""Largest frame a viewer may send before its hello (an auth response or a hello is ~100 bytes)."""
 RECV_BYTES = 256 * 1024
+PREAUTH_RECV_BYTES = 8192
+CLOSE_SEND_S = 1.0
+"""How long a last error message may take to go out before a pending connection is closed."""
 
 
 class Transport(Protocol):
     """A byte stream to one viewer (socket, TLS socket or stdin/stdout)."""
 
     def recv(self, n: int) -> bytes:
-        """Up to ``n`` bytes; ``b""`` at end of stream."""
+        """Up to ``n`` bytes; ``b""`` at end of stream; TimeoutError past the timeout."""
         ...
 
     def sendall(self, data: bytes) -> None:
-        """Write all of ``data`` or raise OSError."""
+        """Write all of ``data`` or raise OSError (TimeoutError past the timeout)."""
+        ...
+
+    def set_timeout(self, seconds: float | None) -> None:
+        """Bound each later recv/sendall (None: block)."""
         ...
 
     def close(self) -> None:
@@ -60,8 +79,12 @@ class SocketTransport:
         return self.sock.recv(n)
 
     def sendall(self, data: bytes) -> None:
-        """Write all of ``data`` (blocking)."""
+        """Write all of ``data``."""
         self.sock.sendall(data)
+
+    def set_timeout(self, seconds: float | None) -> None:
+        """The socket's timeout (None: blocking)."""
+        self.sock.settimeout(None if seconds is None else max(seconds, 0.001))
 
     def close(self) -> None:
         """Shut down and close the socket."""
@@ -80,10 +103,15 @@ class StdioTransport:
     def __init__(self, rfd: int, wfd: int) -> None:
         self.rfd = rfd
         self.wfd = wfd
+        self._timeout: float | None = None
         self._closed = False
 
     def recv(self, n: int) -> bytes:
         """Up to ``n`` bytes from stdin."""
+        if self._timeout is not None:
+            ready, _, _ = select.select([self.rfd], [], [], self._timeout)
+            if not ready:
+                raise TimeoutError("timed out")
         return os.read(self.rfd, n)
 
     def sendall(self, data: bytes) -> None:
@@ -92,6 +120,10 @@ class StdioTransport:
         while view:
             written = os.write(self.wfd, view)
             view = view[written:]
+
+    def set_timeout(self, seconds: float | None) -> None:
+        """Bound each later recv (writes to the ssh pipe are not bounded)."""
+        self._timeout = seconds
 
     def close(self) -> None:
         """Close stdout so the viewer sees end of stream."""
@@ -102,7 +134,13 @@ class StdioTransport:
 
 
 class ViewerConnection:
-    """Serve one viewer: auth (when a token is set), hello, samples, requests."""
+    """Serve one viewer: auth (when a token is set), hello, samples, requests.
+
+    ``principal`` is what the viewer may do once through the handshake; with
+    a ``token`` it is granted only after the viewer proves the token
+    (``self.principal`` is samples-only until then). ``kind`` (``tcp``,
+    ``control``, ``stdio``) says which viewer cap admits it.
+    """
 
     def __init__(
         self,
@@ -110,22 +148,32 @@ class ViewerConnection:
         transport: Transport,
         peer: str,
         *,
+        principal: Principal,
         token: bytes | None,
         max_queued_frames: int,
+        kind: str = "tcp",
+        deadline: float | None = None,
     ) -> None:
         self.agent = agent
         self.transport = transport
         self.peer = peer
+        self.kind = kind
+        self._granted = principal
+        self.principal = SAMPLES_ONLY if token is not None else principal
         self._token = token
         self._max = max_queued_frames
         self._queue: deque[bytes | None] = deque()
         self._cond = threading.Condition()
         self._closed = False
+        self.admitted = False
         self.reason = ""
         self._state = "auth" if token is not None else "hello"
         self._nonce = b""
-        self._decoder = stream.FrameDecoder()
-        self._handshake_timer: threading.Timer | None = None
+        self._deadline = time.monotonic() + HANDSHAKE_TIMEOUT_S if deadline is None else deadline
+        self._decoder = stream.FrameDecoder(max_frame_bytes=PREAUTH_FRAME_BYTES)
+        self._pre_header = bytearray()
+        self._pre_left = 0
+        self._writer_thread: threading.Thread | None = None
         self.on_close: Callable[[ViewerConnection], None] | None = None
 
     # -- sending ----------------------------------------------------------------
@@ -141,17 +189,25 @@ class ViewerConnection:
             return True
 
     def put(self, frame: bytes, timeout_s: float | None = None) -> bool:
-        """Queue a frame, waiting up to ``timeout_s`` for room (None: never wait)."""
+        """Queue a frame, waiting up to ``timeout_s`` for room (None: never wait).
+
+        False when the connection is closed (or not admitted yet) or stayed full.
+        """
         with self._cond:
             if timeout_s is not None:
                 self._cond.wait_for(lambda: self._closed or len(self._queue) < self._max, timeout_s)
                 if not self._closed and len(self._queue) >= self._max:
                     return False
-            if self._closed:
+            if self._closed or self._writer_thread is None:
                 return False
             self._queue.append(frame)
             self._cond.notify_all()
             return True
+
+    def _send_now(self, frame: bytes) -> None:
+        """Before admission there is no writer: the reader sends (within the handshake deadline)."""
+        self.transport.set_timeout(self._remaining())
+        self.transport.sendall(frame)
 
     def _writer(self) -> None:
         while True:
@@ -172,6 +228,14 @@ class ViewerConnection:
 
     def close_after(self, msg: stream.Message, reason: str) -> None:
         """Send ``msg`` (an error) after what is queued, then close."""
+        if self._writer_thread is None:
+            if not self._closed:
+                self.reason = reason
+                with contextlib.suppress(OSError):
+                    self.transport.set_timeout(CLOSE_SEND_S)
+                    self.transport.sendall(stream.encode(msg))
+                self.drop(reason)
+            return
         with self._cond:
             if self._closed:
                 return
@@ -189,8 +253,6 @@ class ViewerConnection:
             self.reason = self.reason or reason
             self._queue.clear()
             self._cond.notify_all()
-        if self._handshake_timer is not None:
-            self._handshake_timer.cancel()
         self.transport.close()
         log.info("viewer %s disconnected: %s", self.peer, self.reason)
         if self.on_close is not None:
@@ -204,20 +266,19 @@ class ViewerConnection:
     # -- receiving --------------------------------------------------------------
     def run(self) -> None:
         """Serve until the viewer leaves or misbehaves; never raises."""
-        writer = threading.Thread(target=self._writer, name=f"gpulens-send-{self.peer}", daemon=True)
-        writer.start()
-        self._handshake_timer = threading.Timer(
-            HANDSHAKE_TIMEOUT_S, self._handshake_expired
-        )
-        self._handshake_timer.daemon = True
-        self._handshake_timer.start()
-        if self._token is not None:
-            self._nonce = auth.new_nonce()
-            self.put(stream.encode(stream.Challenge(proto=stream.PROTOCOL_VERSION, nonce=self._nonce)))
-        else:
-            self.put(stream.encode(self.agent.hello()))
         try:
+            if self._token is not None:
+                self._nonce = auth.new_nonce()
+                self._send_now(stream.encode(stream.Challenge(proto=stream.PROTOCOL_VERSION, nonce=self._nonce)))
+            else:
+                self._send_now(stream.encode(self.agent.hello(self.principal)))
             self._read_loop()
+        except TimeoutError:
+            self.close_after(
+                stream.ErrorMsg("timeout", f"no hello within {HANDSHAKE_TIMEOUT_S:g} s"), "handshake timed out"
+            )
+        except _Busy as err:
+            self.close_after(stream.ErrorMsg("busy", str(err)), f"refused: {err}")
         except VersionMismatch as err:
             self.close_after(stream.ErrorMsg("version", str(err)), f"version mismatch: {err}")
         except AuthError as err:
@@ -229,19 +290,19 @@ class ViewerConnection:
         except Exception as err:
             log.exception("viewer %s: internal error", self.peer)
             self.close_after(stream.ErrorMsg("internal", f"agent error: {err}"), f"internal error: {err}")
-        writer.join(timeout=5)
+        if self._writer_thread is not None:
+            self._writer_thread.join(timeout=5)
         self.drop(self.reason or "closed")
 
-    def _handshake_expired(self) -> None:
-        if self._state != "active":
-            self.close_after(
-                stream.ErrorMsg("timeout", f"no hello within {HANDSHAKE_TIMEOUT_S:.0f} s"),
-                "handshake timed out",
-            )
+    def _remaining(self) -> float:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("handshake deadline passed")
+        return left
 
     def _read_loop(self) -> None:
         while not self._closed:
-            data = self.transport.recv(RECV_BYTES)
+            data = self.transport.recv(RECV_BYTES) if self.admitted else self._recv_preauth()
             if not data:
                 if self._decoder.buffered:
                     self.drop(f"disconnected mid-frame ({self._decoder.buffered} bytes pending)")
@@ -253,28 +314,61 @@ class ViewerConnection:
                 if self._closed:
                     return
 
+    def _recv_preauth(self) -> bytes:
+        """Before admission read exactly up to the end of the next frame, never beyond.
+
+        The viewer may send its hello and a (large) request in one write; the
+        request must stay in the kernel until the full frame limit applies.
+        The decoder still checks every declared size.
+        """
+        self.transport.set_timeout(self._remaining())
+        if self._pre_left == 0:
+            data = self.transport.recv(stream.HEADER.size - len(self._pre_header))
+            self._pre_header += data
+            if len(self._pre_header) == stream.HEADER.size:
+                (self._pre_left,) = stream.HEADER.unpack(self._pre_header)
+                self._pre_header.clear()
+            return data
+        data = self.transport.recv(min(self._pre_left, PREAUTH_RECV_BYTES))
+        self._pre_left -= len(data)
+        return data
+
     def _handle(self, msg: stream.Message) -> None:
         if self._state == "auth":
             if not isinstance(msg, stream.AuthResponse):
                 raise AuthError("authentication required: this agent needs a token (--token-file)")
             assert self._token is not None
             auth.verify_viewer(self._token, self._nonce, msg.cnonce, msg.mac, self.agent.replay_guard)
-            self.put(stream.encode(stream.AuthOk(mac=auth.agent_proof(self._token, self._nonce, msg.cnonce))))
-            self.put(stream.encode(self.agent.hello()))
+            self.principal = self._granted
+            self._send_now(stream.encode(stream.AuthOk(mac=auth.agent_proof(self._token, self._nonce, msg.cnonce))))
+            self._send_now(stream.encode(self.agent.hello(self.principal)))
             self._state = "hello"
             return
         if self._state == "hello":
             if not isinstance(msg, stream.Hello) or msg.role != "viewer":
                 raise ProtocolError(f"expected the viewer's hello, got '{stream.to_wire(msg)['t']}'")
-            self._state = "active"
-            if self._handshake_timer is not None:
-                self._handshake_timer.cancel()
+            refusal = self.agent.admit(self)
+            if refusal is not None:
+                raise _Busy(refusal)
+            self._admitted()
             self.agent.subscribe(self, msg.since)
             return
         if isinstance(msg, stream.Request):
             self.agent.requests.submit(self, msg)
             return
         raise ProtocolError(f"unexpected message '{stream.to_wire(msg)['t']}' from a viewer")
+
+    def _admitted(self) -> None:
+        self._state = "active"
+        self.admitted = True
+        self._decoder.max_frame_bytes = stream.MAX_FRAME_BYTES
+        self.transport.set_timeout(None)
+        self._writer_thread = threading.Thread(target=self._writer, name=f"gpulens-send-{self.peer}", daemon=True)
+        self._writer_thread.start()
+
+
+class _Busy(Exception):
+    """The agent has as many viewers of this kind as it serves."""
 
 
 def describe(err: BaseException) -> str:

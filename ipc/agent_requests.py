@@ -1,31 +1,43 @@
-"""Requests a viewer can send to the agent: history, profile, trace, trace_status.
+"""Requests a viewer can send to the agent: history, profile, trace, trace_status, trace_diagnose.
 
-``history`` is built in. ``profile`` (py-spy stack sampling, via
-``gpulens.collectors.flame.pyspy``) and ``trace`` (a PyTorch trace through
-``gpulens.ipc.service.LocalTraceService``) are imported lazily and listed in
-the agent's capabilities only when importable. ``trace_status`` reports the
-progress of a trace the same viewer started with a ``tag``; ``trace_diagnose``
-says per pid why it cannot be traced (null when it can). When the agent
-owns the Kineto endpoint it also serves the local control socket
-(``gpulens.ipc.control``) so ``gpulens trace`` on this host can reach it. Results that are files
-travel as ``chunk`` messages before the request's ``response``. A request
-for processes of another user is refused (root may profile anyone).
-Every failure is an error response naming what went wrong; none ends the
-connection.
+Who asks decides (``gpulens.ipc.principal``): a samples-only connection
+(TCP without a token) may send ``history`` only, anything else is refused
+with :data:`~gpulens.ipc.principal.NOT_AUTHENTICATED`; every other request
+names pids, and each pid's owner (read from /proc when the request is
+checked) must be one the principal may act for (``may_trace``: its own
+uid, or anyone for root) -- never the agent's uid. The owner captured then
+is the owner every result file must have: files are opened with
+``safefs.open_regular_at`` (no symlink, no FIFO or device, owned by the
+target, bounded size) and read from that descriptor. A job-id trace is
+resolved to the polling pids of that job the principal may trace.
+
+``history``, ``trace_status`` and ``trace_diagnose`` run inline on the
+connection's own thread, so they never wait behind anyone's traces.
+``profile`` (py-spy, ``gpulens.collectors.flame.pyspy``) and ``trace``
+(``gpulens.ipc.service.LocalTraceService``) each run on a daemon thread of
+their own, at most ``MAX_HEAVY`` at once on the agent, ``MAX_HEAVY_PER_UID``
+per principal uid and ``MAX_IN_FLIGHT`` per connection; one that cannot
+start is refused at once. Both are listed in a connection's capabilities
+only when importable and allowed. When the agent owns the Kineto endpoint
+it also serves the local control socket (``gpulens.ipc.control``). Results
+that are files travel as ``chunk`` messages before the request's
+``response``. Every failure is an error response naming what went wrong;
+none ends the connection.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
 import threading
 import time
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import stream
+from .principal import NOT_AUTHENTICATED, Principal
 
 if TYPE_CHECKING:
     from .agent import Agent
@@ -34,7 +46,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("gpulens.agent")
 
 MAX_IN_FLIGHT = 4
-"""Requests one viewer may have running at once."""
+"""Trace/profile requests one connection may have running at once."""
+MAX_HEAVY = 8
+"""Trace/profile requests running at once on the whole agent."""
+MAX_HEAVY_PER_UID = 2
+"""Trace/profile requests running at once for one principal uid (below MAX_HEAVY: no user fills the agent)."""
+INLINE_KINDS = frozenset({"history", "trace_status", "trace_diagnose"})
+"""Quick requests answered on the connection's own thread."""
 MAX_FILE_BYTES = 2 * 1024**3
 MAX_PIDS = 64
 MAX_PROFILE_S = 60.0
@@ -51,12 +69,14 @@ class RequestError(Exception):
 
 
 class RequestRunner:
-    """Runs viewers' requests on a small thread pool."""
+    """Checks each request against its connection's principal and runs it (inline or on its own thread)."""
 
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
-        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gpulens-request")
         self._in_flight: dict[int, int] = {}
+        self._per_uid: dict[int, int] = {}
+        self._heavy = 0
+        self._closing = False
         self._lock = threading.Lock()
         self.trace_service: Any = None
         self.trace_error = ""
@@ -64,14 +84,20 @@ class RequestRunner:
         # (viewer id, tag) -> latest progress of that viewer's tagged trace.
         self._progress: OrderedDict[tuple[int, str], _Progress] = OrderedDict()
 
-    def capabilities(self) -> tuple[str, ...]:
-        """The request kinds this agent can serve now."""
+    def served_kinds(self) -> tuple[str, ...]:
+        """Every request kind this agent can serve now, to someone."""
         caps = ["history"]
         if _profiler() is not None:
             caps.append("profile")
         if self.trace_service is not None:
             caps += ["trace", "trace_status", "trace_diagnose"]
         return tuple(caps)
+
+    def capabilities(self, principal: Principal) -> tuple[str, ...]:
+        """The request kinds ``principal`` may send (a samples-only peer: history)."""
+        if principal.samples_only:
+            return ("history",)
+        return self.served_kinds()
 
     def start_trace_service(self) -> None:
         """Own this host's Kineto endpoint when the trace service is installed."""
@@ -94,70 +120,108 @@ class RequestRunner:
 
     def _start_control(self, socket_dir: str) -> None:
         """Serve the local control socket so ``gpulens trace`` here can use this agent."""
-        from .control import ControlListener
+        from .control import ControlListener, describe_holder
 
         listener = ControlListener(
-            socket_dir, lambda transport, peer: self.agent.serve_connection(transport, peer, trusted=True)
+            socket_dir,
+            lambda transport, peer, principal: self.agent.serve_connection(
+                transport, peer, principal=principal, kind="control"
+            ),
         )
         try:
             listener.start()
         except OSError as err:
-            log.warning("local control socket %s not served: %s", listener.address, err)
+            held = describe_holder(listener.name) if err.errno == 98 else ""  # EADDRINUSE
+            log.warning("local control socket %s not served: %s%s", listener.address, err.strerror or err, held)
             return
         self.control = listener
         log.info("local control socket at %s", listener.address)
 
     def close(self) -> None:
-        """Stop the control socket, the trace service and the pool."""
+        """Stop the control socket and the trace service; refuse new requests (running ones are daemons)."""
+        with self._lock:
+            self._closing = True
         if self.control is not None:
             self.control.stop()
             self.control = None
         if self.trace_service is not None:
             self.trace_service.stop()
             self.trace_service = None
-        self._pool.shutdown(wait=False, cancel_futures=True)
 
     def submit(self, conn: ViewerConnection, req: stream.Request) -> None:
-        """Start ``req`` for ``conn``; answers at once if it cannot run."""
-        key = id(conn)
-        with self._lock:
-            n = self._in_flight.get(key, 0)
-            if n >= MAX_IN_FLIGHT:
-                conn.put(_error(req, f"too many requests in flight (at most {MAX_IN_FLIGHT})"))
-                return
-            self._in_flight[key] = n + 1
+        """Check ``req`` against ``conn``'s principal and run it; answers at once when it cannot run."""
+        principal = conn.principal
+        if req.kind not in self.served_kinds() or not hasattr(self, f"_do_{req.kind}"):
+            why = f" ({self.trace_error})" if req.kind == "trace" and self.trace_error else ""
+            conn.put(_error(req, f"unsupported request kind {req.kind[:40]!r}{why}; this agent serves: "
+                                 + ", ".join(self.capabilities(principal))), CHUNK_WAIT_S)
+            return
+        if req.kind not in self.capabilities(principal):
+            conn.put(_error(req, NOT_AUTHENTICATED), CHUNK_WAIT_S)
+            return
+        if req.kind in INLINE_KINDS:
+            self._run(conn, req)
+            return
+        assert principal.uid is not None
+        refusal = self._reserve(id(conn), principal.uid)
+        if refusal is not None:
+            conn.put(_error(req, refusal), CHUNK_WAIT_S)
+            return
         try:
-            self._pool.submit(self._run, conn, req)
-        except RuntimeError:  # pool shut down: the agent is stopping
-            conn.put(_error(req, "agent is stopping"))
-            self._done(key)
+            threading.Thread(
+                target=self._run_heavy, args=(conn, req, principal.uid),
+                name=f"gpulens-request-{req.kind}", daemon=True,
+            ).start()
+        except RuntimeError as err:  # cannot start a thread (interpreter shutting down, no memory)
+            self._release(id(conn), principal.uid)
+            conn.put(_error(req, f"agent cannot start the request: {err}"), CHUNK_WAIT_S)
 
-    def _done(self, key: int) -> None:
+    def _reserve(self, key: int, uid: int) -> str | None:
         with self._lock:
-            n = self._in_flight.get(key, 1) - 1
-            if n <= 0:
-                self._in_flight.pop(key, None)
-            else:
-                self._in_flight[key] = n
+            if self._closing:
+                return "agent is stopping"
+            if self._in_flight.get(key, 0) >= MAX_IN_FLIGHT:
+                return f"too many requests in flight on this connection (at most {MAX_IN_FLIGHT})"
+            if self._per_uid.get(uid, 0) >= MAX_HEAVY_PER_UID:
+                return (f"uid {uid} already has {MAX_HEAVY_PER_UID} trace/profile requests running "
+                        "(the limit per user); try again when one finishes")
+            if self._heavy >= MAX_HEAVY:
+                return f"agent is running {MAX_HEAVY} trace/profile requests (its limit); try again when one finishes"
+            self._in_flight[key] = self._in_flight.get(key, 0) + 1
+            self._per_uid[uid] = self._per_uid.get(uid, 0) + 1
+            self._heavy += 1
+            return None
+
+    def _release(self, key: int, uid: int) -> None:
+        with self._lock:
+            for table, k in ((self._in_flight, key), (self._per_uid, uid)):
+                n = table.get(k, 1) - 1
+                if n <= 0:
+                    table.pop(k, None)
+                else:
+                    table[k] = n
+            self._heavy = max(0, self._heavy - 1)
+
+    def running(self) -> int:
+        """Trace/profile requests running now."""
+        with self._lock:
+            return self._heavy
+
+    def _run_heavy(self, conn: ViewerConnection, req: stream.Request, uid: int) -> None:
+        try:
+            self._run(conn, req)
+        finally:
+            self._release(id(conn), uid)
 
     def _run(self, conn: ViewerConnection, req: stream.Request) -> None:
         try:
-            handler = getattr(self, f"_do_{req.kind}", None)
-            if handler is None or req.kind not in self.capabilities():
-                why = f" ({self.trace_error})" if req.kind == "trace" and self.trace_error else ""
-                raise RequestError(
-                    f"unsupported request kind {req.kind[:40]!r}{why}; this agent serves: "
-                    + ", ".join(self.capabilities())
-                )
-            result = handler(conn, req)
+            result = getattr(self, f"_do_{req.kind}")(conn, req)
             conn.put(stream.encode(stream.Response(id=req.id, ok=True, result=result)), CHUNK_WAIT_S)
         except RequestError as err:
             conn.put(_error(req, str(err)), CHUNK_WAIT_S)
         except Exception as err:
             log.exception("request %s (%s) failed", req.id, req.kind)
             conn.put(_error(req, f"{type(err).__name__}: {err}"), CHUNK_WAIT_S)
-        finally:
-            self._done(id(conn))
 
     # -- kinds ------------------------------------------------------------------
     def _do_history(self, conn: ViewerConnection, req: stream.Request) -> dict[str, Any]:
@@ -179,7 +243,7 @@ class RequestRunner:
         rate = _num(req.params, "rate_hz", 100.0)
         if rate is None or not 1 <= rate <= 1000:
             raise RequestError("rate_hz must be 1..1000")
-        _check_owner(pids)
+        _check_owner(conn.principal, pids)
         prof = _profiler()
         assert prof is not None
         result = prof.sample_pids(list(pids), duration, rate_hz=int(rate))
@@ -208,9 +272,13 @@ class RequestRunner:
             v = _num(p, key, None)
             if v is not None:
                 kwargs[key] = v
+        svc = self.trace_service
         if "pids" in p:
             kwargs["pids"] = _pids(p)
-            _check_owner(kwargs["pids"])
+        elif kwargs.get("job_id") is not None:
+            # Resolved here, not by the service: each pid's owner is checked and captured.
+            kwargs["pids"] = _job_pids(svc, conn.principal, kwargs.pop("job_id"))
+        owners = _check_owner(conn.principal, kwargs["pids"]) if kwargs.get("pids") else {}
         tag = p.get("tag")
         if tag is not None and (not isinstance(tag, str) or not _TAG.fullmatch(tag)):
             raise RequestError("tag must be 1..64 characters of [A-Za-z0-9._-]")
@@ -219,7 +287,6 @@ class RequestRunner:
             treq.validate()
         except (TypeError, ValueError) as err:
             raise RequestError(f"bad trace request: {err}") from err
-        svc = self.trace_service
         progress_key = (id(conn), tag or "")
 
         def on_job(job: Any) -> None:
@@ -243,8 +310,10 @@ class RequestRunner:
             self._set_progress(progress_key, {"state": "sending", "detail": "sending the trace files"})
         names: dict[str, str] = {}
         for pid, path in res.files.items():
+            if pid not in owners:
+                raise RequestError(f"the trace service returned a file for process {pid}, which was not asked for")
             name = f"{pid}-{Path(path).name}"
-            _send_file(conn, req.id, name, Path(path))
+            _send_file(conn, req.id, name, Path(path), owner=owners[pid])
             names[str(pid)] = name
         return {
             "request_id": res.request_id,
@@ -256,7 +325,7 @@ class RequestRunner:
     def _do_trace_diagnose(self, conn: ViewerConnection, req: stream.Request) -> dict[str, Any]:
         """Per pid: null when it can be traced now, else why not with the fix (read from the process)."""
         pids = _pids(req.params)
-        _check_owner(pids)
+        _check_owner(conn.principal, pids)
         return {"reasons": {str(pid): self.trace_service.diagnose(pid) for pid in pids}}
 
     def _do_trace_status(self, conn: ViewerConnection, req: stream.Request) -> dict[str, Any]:
@@ -320,16 +389,34 @@ def _pids(params: Any) -> tuple[int, ...]:
     return tuple(pids)
 
 
-def _check_owner(pids: tuple[int, ...]) -> None:
-    from .procinfo import current_uid, may_trace, proc_uid
+def _check_owner(principal: Principal, pids: tuple[int, ...]) -> dict[int, int]:
+    """Each pid's owner uid, read now; refuses a pid ``principal`` may not act for (never the agent's uid)."""
+    from .procinfo import proc_uid
 
-    me = current_uid()
+    owners: dict[int, int] = {}
     for pid in pids:
         uid = proc_uid(pid)
         if uid is None:
             raise RequestError(f"process {pid} does not exist")
-        if not may_trace(me, uid):
-            raise RequestError(f"process {pid} belongs to uid {uid}; this agent runs as uid {me}")
+        if not principal.may_act_for(uid):
+            raise RequestError(
+                f"process {pid} belongs to uid {uid}; {principal.describe()} may trace or profile "
+                "only its own processes"
+            )
+        owners[pid] = uid
+    return owners
+
+
+def _job_pids(svc: Any, principal: Principal, job_id: int) -> tuple[int, ...]:
+    """The polling pids of ``job_id`` that ``principal`` may trace (a job id is only a claim)."""
+    from .procinfo import proc_uid
+
+    pids = [int(p.pid) for p in svc.processes() if p.job_id == job_id]
+    mine = tuple(pid for pid in pids if principal.may_act_for(proc_uid(pid)))
+    if not mine:
+        whose = "" if principal.uid == 0 else f" of uid {principal.uid}"
+        raise RequestError(f"no process{whose} with job id {job_id} polls this agent's Kineto endpoint")
+    return mine[:MAX_PIDS]
 
 
 def _profiler() -> Any:
@@ -360,14 +447,19 @@ def _send_bytes(conn: ViewerConnection, rid: int, name: str, data: bytes) -> Non
             raise RequestError("viewer too slow to receive the file")
 
 
-def _send_file(conn: ViewerConnection, rid: int, name: str, path: Path) -> None:
-    total = path.stat().st_size
-    if total > MAX_FILE_BYTES:
-        raise RequestError(f"{path.name} is {total} bytes; the limit is {MAX_FILE_BYTES}")
-    off = 0
-    with path.open("rb") as f:
+def _send_file(conn: ViewerConnection, rid: int, name: str, path: Path, *, owner: int) -> None:
+    """Send ``path`` as chunks if it is a regular file owned by ``owner`` (no symlink, FIFO or device)."""
+    from .safefs import UnsafePath, open_regular_at
+
+    try:
+        fd = open_regular_at(None, path, owner=owner, max_bytes=MAX_FILE_BYTES)
+    except UnsafePath as err:
+        raise RequestError(f"trace file refused: {err}") from err
+    try:
+        total = os.fstat(fd).st_size
+        off = 0
         while True:
-            data = f.read(stream.FILE_CHUNK_BYTES)
+            data = os.read(fd, stream.FILE_CHUNK_BYTES)
             last = off + len(data) >= total or not data
             chunk = stream.FileChunk(id=rid, name=name, offset=off, data=data, last=last)
             if not conn.put(stream.encode(chunk), CHUNK_WAIT_S):
@@ -375,3 +467,5 @@ def _send_file(conn: ViewerConnection, rid: int, name: str, path: Path) -> None:
             off += len(data)
             if last:
                 return
+    finally:
+        os.close(fd)

@@ -12,6 +12,11 @@ The shared secret (the token file's contents) never crosses the wire:
 A response captured from one connection is useless on another (the agent's
 nonce differs), and a replay on a connection with the same server nonce is
 caught by the client-nonce memory.
+
+The token is the agent owner's 0600 secret, so a viewer that proves it acts
+with the owner's authority (``gpulens.ipc.principal``: a root agent's token
+holder may trace anyone); over TCP without a token only samples and
+history are served.
 """
 
 from __future__ import annotations

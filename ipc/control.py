@@ -8,13 +8,19 @@ address it serves::
     \\0gpulens-control-<uid>-<sha256(kineto address)[:16]>
 
 and speaks the ordinary stream protocol there (docs/protocol.md), without a
-token: the kernel tells each side who the other is (``SO_PEERCRED``). The
-agent accepts only peers of its own uid (or root); the client accepts only
-an agent of its own uid (or root) whose pid is the one holding the Kineto
-name. An abstract name needs no directory (so nothing to clean up after a
-crash, no ``$XDG_RUNTIME_DIR`` disagreements between a service and a
-shell); anyone could squat it, which the peer checks turn into a clear
-refusal, never into talking to the wrong process.
+token: the kernel tells each side who the other is (``SO_PEERCRED``), and
+each peer acts for its own uid only (a :class:`~gpulens.ipc.principal.Principal`
+``peercred``): it may trace or profile its own processes, root's anyone's.
+A root agent therefore accepts peers of any uid (that is how an ordinary
+user's ``gpulens trace`` reaches the node's root agent), at most
+``MAX_PER_UID`` connections per uid and ``MAX_CONTROL_CONNECTIONS`` in
+all; an agent of another user accepts only its own uid and root. The
+client accepts only an agent of its own uid (or root) whose pid is the one
+holding the Kineto name. An abstract name needs no directory (so nothing
+to clean up after a crash, no ``$XDG_RUNTIME_DIR`` disagreements between
+a service and a shell); anyone could squat it, which the peer checks turn
+into a clear refusal, never into talking to the wrong process, and the
+agent warns naming the squatter (:func:`describe_holder`).
 """
 
 from __future__ import annotations
@@ -27,14 +33,19 @@ import socket
 import struct
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 from .agent_conn import SocketTransport, Transport
 from .endpoint import resolve_socket_dir
+from .principal import Principal, peer
+from .procinfo import unix_socket_holder
 
 log = logging.getLogger("gpulens.agent")
 
 _UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
-MAX_CONTROL_CONNECTIONS = 16
+MAX_CONTROL_CONNECTIONS = 32
+MAX_PER_UID = 4
+"""Control connections one uid may hold at once, so no user locks the others out."""
 
 
 def kineto_key(socket_dir: str | None) -> str:
@@ -68,15 +79,36 @@ def peer_allowed(peer_uid: int, my_uid: int) -> bool:
     return peer_uid == my_uid or peer_uid == 0
 
 
-ServeFn = Callable[[Transport, str], None]
+def listener_accepts(peer_uid: int, my_uid: int) -> bool:
+    """Whom an agent of ``my_uid`` serves here: a root agent everyone (each for itself), others their user and root."""
+    return my_uid == 0 or peer_allowed(peer_uid, my_uid)
+
+
+def who_holds(name: bytes, proc: Path = Path("/proc")) -> tuple[int, int | None, str] | None:
+    """(pid, uid, comm) of a process holding the abstract Unix socket ``name``, when /proc tells us."""
+    return unix_socket_holder(name.decode(errors="replace").replace("\0", "@"), proc)
+
+
+def describe_holder(name: bytes) -> str:
+    """``"; held by pid P (uid U, comm)"`` for a bind warning, or a note that the holder is unknown."""
+    held = who_holds(name)
+    if held is None:
+        return "; another process holds the name (not found in /proc)"
+    pid, uid, comm = held
+    whose = f"uid {uid}" if uid is not None else "unknown uid"
+    return f"; held by pid {pid} ({whose}, {comm}): local 'gpulens trace' cannot reach this agent"
+
+
+ServeFn = Callable[[Transport, str, Principal], None]
 
 
 class ControlListener:
     """Accepts local viewers on the control socket and hands each to ``serve(transport, peer)``.
 
-    ``serve`` runs in a thread per connection (the agent's
-    ``serve_connection`` with no token). Peers of another uid are closed at
-    once and logged.
+    ``serve(transport, peer, principal)`` runs in a thread per connection
+    (the agent's ``serve_connection``, no token: the principal is the
+    peer's uid). Peers this agent does not serve, and a uid over its cap,
+    are closed at once and logged.
     """
 
     def __init__(self, socket_dir: str | None, serve: ServeFn) -> None:
@@ -85,7 +117,7 @@ class ControlListener:
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
-        self._active = 0
+        self._active: dict[int, int] = {}
         self._lock = threading.Lock()
 
     @property
@@ -141,23 +173,34 @@ class ControlListener:
             except OSError:
                 client.close()
                 continue
-            with self._lock:
-                full = self._active >= MAX_CONTROL_CONNECTIONS
-            if not peer_allowed(uid, me) or full:
-                why = "too many local viewers" if full else f"uid {uid} is not this agent's user (uid {me})"
+            why = self._reserve(uid, me)
+            if why is not None:
                 log.warning("control socket: refusing pid %d: %s", pid, why)
                 client.close()
                 continue
-            client.settimeout(None)
-            with self._lock:
-                self._active += 1
             threading.Thread(
-                target=self._run, args=(client, f"local pid {pid}"), name=f"gpulens-control-{pid}", daemon=True
+                target=self._run, args=(client, f"local pid {pid} (uid {uid})", uid),
+                name=f"gpulens-control-{pid}", daemon=True,
             ).start()
 
-    def _run(self, client: socket.socket, peer: str) -> None:
+    def _reserve(self, uid: int, me: int) -> str | None:
+        if not listener_accepts(uid, me):
+            return f"uid {uid} is not this agent's user (uid {me})"
+        with self._lock:
+            if sum(self._active.values()) >= MAX_CONTROL_CONNECTIONS:
+                return f"{MAX_CONTROL_CONNECTIONS} local viewers already connected"
+            if self._active.get(uid, 0) >= MAX_PER_UID:
+                return f"uid {uid} already has {MAX_PER_UID} local connections"
+            self._active[uid] = self._active.get(uid, 0) + 1
+        return None
+
+    def _run(self, client: socket.socket, peer_name: str, uid: int) -> None:
         try:
-            self._serve(SocketTransport(client), peer)
+            self._serve(SocketTransport(client), peer_name, peer(uid))
         finally:
             with self._lock:
-                self._active -= 1
+                n = self._active.get(uid, 1) - 1
+                if n <= 0:
+                    self._active.pop(uid, None)
+                else:
+                    self._active[uid] = n

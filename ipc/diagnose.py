@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 from .endpoint import SOCKET_DIR_ENV, describe_address
@@ -21,7 +23,9 @@ def diagnose_pid(
     ``serving_dir`` is the socket directory gpulens serves (None = abstract
     name). Checks, in order: the process exists, belongs to the requester
     (or the requester is root), sets ``KINETO_USE_DAEMON``, uses the same
-    ``KINETO_IPC_SOCKET_DIR``, has PyTorch loaded, and polls.
+    ``KINETO_IPC_SOCKET_DIR``, has PyTorch loaded, may create its client
+    socket in that directory (a program of another uid needs it writable and
+    searchable by others, e.g. 1733), and polls.
     """
     uid = proc_uid(pid, proc)
     if uid is None:
@@ -52,8 +56,30 @@ def diagnose_pid(
     torch = loads_torch(pid, proc)
     if torch is False:
         return "no PyTorch loaded in it (libtorch is not mapped): only PyTorch programs can be traced"
+    closed = _socket_dir_closed_to(serving_dir, uid)
+    if closed is not None:
+        return closed
     return (
         "it has not polled yet: PyTorch polls every ON_DEMAND_CONFIG_UPDATE_INTERVAL_SECS "
         "(5 s by default) once torch is imported; wait a few seconds (a program started "
         "before its KINETO_IPC_SOCKET_DIR existed never polls: restart it)"
+    )
+
+
+def _socket_dir_closed_to(serving_dir: str | None, uid: int) -> str | None:
+    """Why a program of ``uid`` cannot create its client socket in ``serving_dir`` (None: it can)."""
+    if serving_dir is None:
+        return None
+    try:
+        st = os.stat(serving_dir)
+    except OSError:
+        return None
+    if uid in (0, st.st_uid):
+        return None
+    others, group = stat.S_IWOTH | stat.S_IXOTH, stat.S_IWGRP | stat.S_IXGRP
+    if st.st_mode & others == others or st.st_mode & group == group:  # group: benefit of the doubt
+        return None
+    return (
+        f"the socket dir {serving_dir} has mode {stat.S_IMODE(st.st_mode):04o}: programs of uid {uid} "
+        f"cannot create their client sockets there, so they never poll: chmod 1733 {serving_dir}"
     )

@@ -3,6 +3,9 @@
 Used when dynolog already holds the Kineto daemon name: gpulens then asks
 dynolog to hand the config over instead of serving the name itself.
 Framing: native-endian int32 length, then that many bytes of JSON, both ways.
+Port 1778 is unprivileged: any local user can listen on it, so
+:func:`listener_uid` tells who does (from /proc/net/tcp) before a trace
+config is sent there.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import json
 import socket
 import struct
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .errors import DynologRpcError
@@ -86,6 +90,23 @@ class DynologClient:
                 return True
         except OSError:
             return False
+
+
+def listener_uid(port: int = DEFAULT_PORT, proc: Path = Path("/proc")) -> int | None:
+    """The uid owning the TCP socket listening on ``port`` (IPv4 or IPv6), or None when unknown."""
+    want = f":{port:04X}"
+    for table in ("tcp", "tcp6"):
+        try:
+            with open(proc / "net" / table, encoding="ascii", errors="replace") as fh:
+                next(fh, None)
+                for line in fh:
+                    parts = line.split()
+                    # local_address, state 0A = LISTEN, uid in the 8th column
+                    if len(parts) > 7 and parts[1].endswith(want) and parts[3] == "0A":
+                        return int(parts[7])
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 def _read_exact(conn: socket.socket, size: int) -> bytes:

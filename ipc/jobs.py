@@ -2,6 +2,8 @@
 
 Internal to :mod:`gpulens.ipc.service`; every method takes the table's lock,
 so the endpoint thread (hand_over) and the watch thread (tick) may race.
+Files are looked for outside the lock with :func:`~gpulens.ipc.trace.probe_trace_file`
+(no link followed, no FIFO opened blocking, only the target's regular files).
 """
 
 from __future__ import annotations
@@ -12,10 +14,17 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from .errors import NotTraceable, TraceTimeout
-from .trace import TraceJob, TraceRequest, TraceResult, TraceState, final_paths
+from .errors import NotTraceable, TraceError, TraceTimeout
+from .trace import (
+    FileProbe,
+    TraceJob,
+    TraceOutput,
+    TraceRequest,
+    TraceResult,
+    TraceState,
+    probe_trace_file,
+)
 
 log = logging.getLogger(__name__)
 MAX_JOBS_KEPT = 200
@@ -27,16 +36,23 @@ class PidTask:
 
     pid: int
     config: str
-    log: Path
+    output: TraceOutput | None = None
     poll_deadline_s: float = 0.0
     handed_s: float | None = None
     handed_wall: float = 0.0
     file: str | None = None
     error: str | None = None
+    refused: bool = False
+    note: str | None = None
 
     @property
     def finished(self) -> bool:
         return self.file is not None or self.error is not None
+
+    @property
+    def watched(self) -> str:
+        """The directory watched, for messages."""
+        return f"{self.output.directory}/" if self.output is not None else "nothing"
 
 
 @dataclass(slots=True)
@@ -136,23 +152,34 @@ class JobTable:
             self._pending.pop(pid, None)
             self._jobs[request_id].tasks[pid].error = reason
 
-    def tick(self, diagnose: Callable[[int], str]) -> list[TraceJob]:
+    def tick(
+        self,
+        diagnose: Callable[[int], str],
+        probe: Callable[[TraceOutput, int, float], FileProbe] = probe_trace_file,
+    ) -> list[TraceJob]:
         """Advance every open job: poll deadlines, files on disk, timeouts."""
         now = time.monotonic()
         changed: list[TraceJob] = []
         with self._lock:
             open_jobs = [j for j in self._jobs.values() if not j.future.done()]
+            handed = {
+                id(j): [(t, t.output, t.handed_wall) for t in j.tasks.values() if t.handed_s is not None and not t.finished]
+                for j in open_jobs
+            }
         for job in open_jobs:
             late = [t.pid for t in job.tasks.values() if not t.finished and t.handed_s is None and now > t.poll_deadline_s]
             reasons = {pid: diagnose(pid) for pid in late}  # reads /proc: outside the lock
+            # Looks at files the target controls: outside the lock too (it never blocks, but
+            # a slow filesystem must not hold up the endpoint thread's hand_over).
+            probes = {t.pid: probe(out, t.pid, wall) for t, out, wall in handed[id(job)] if out is not None}
             with self._lock:
                 before = (job.state, job.detail)
-                self._advance(job, now, reasons)
+                self._advance(job, now, reasons, probes)
                 if (job.state, job.detail) != before:
                     changed.append(job.snapshot())
         return changed
 
-    def _advance(self, job: _Job, now: float, reasons: dict[int, str]) -> None:
+    def _advance(self, job: _Job, now: float, reasons: dict[int, str], probes: dict[int, FileProbe]) -> None:
         req = job.request
         for task in job.tasks.values():
             if task.finished:
@@ -162,24 +189,22 @@ class JobTable:
                     self._pending.pop(task.pid, None)
                     task.error = reasons[task.pid]
                 continue
-            for path in final_paths(task.log, task.pid):
-                try:
-                    st = path.stat()
-                except OSError:
-                    continue
-                if st.st_mtime >= task.handed_wall - 1.0:
-                    task.file = str(path)
-                    job.files[task.pid] = task.file
-                    break
-            else:
-                if now - task.handed_s > req.timeout_s:
-                    task.error = (
-                        f"no trace file from process {task.pid} within {req.timeout_s:.0f} s "
-                        f"after the config was handed over (watched {task.log.parent}/)"
-                    )
-                elif req.duration_ms is not None and now - task.handed_s > req.warmup_s + req.duration_ms / 1000:
-                    job.state = TraceState.WRITING
-                    job.detail = f"waiting for process {task.pid} to write its trace"
+            found = probes.get(task.pid, FileProbe())
+            task.note = found.note or task.note
+            if found.refused is not None:
+                task.refused = True
+                task.error = f"trace file refused: {found.refused}"
+            elif found.path is not None:
+                task.file = found.path
+                job.files[task.pid] = task.file
+            elif now - task.handed_s > req.timeout_s:
+                task.error = (
+                    f"no trace file from process {task.pid} within {req.timeout_s:.0f} s "
+                    f"after the config was handed over (watched {task.watched})"
+                ) + (f"; {task.note}" if task.note else "")
+            elif req.duration_ms is not None and now - task.handed_s > req.warmup_s + req.duration_ms / 1000:
+                job.state = TraceState.WRITING
+                job.detail = f"waiting for process {task.pid} to write its trace"
         if all(t.finished for t in job.tasks.values()):
             self._finish(job, now)
 
@@ -188,12 +213,19 @@ class JobTable:
         if job.files:
             job.state = TraceState.DONE
             job.detail = ", ".join(job.files.values())
-            job.future.set_result(TraceResult(job.request_id, dict(job.files), missing, now - job.started_s))
+            owners = {
+                pid: t.output.owner_uid for pid, t in job.tasks.items() if pid in job.files and t.output is not None
+            }
+            job.future.set_result(
+                TraceResult(job.request_id, dict(job.files), missing, now - job.started_s, owners=owners)
+            )
             return
         job.state = TraceState.FAILED
         job.detail = "; ".join(f"{pid}: {why}" for pid, why in missing.items())
         timed_out = all(t.handed_s is not None for t in job.tasks.values())
-        err_cls = TraceTimeout if timed_out else NotTraceable
+        err_cls: type[TraceError] = TraceTimeout if timed_out else NotTraceable
+        if any(t.refused for t in job.tasks.values()):
+            err_cls = TraceError
         job.future.set_exception(err_cls(job.detail))
 
     def fail_all(self, reason: str) -> list[TraceJob]:

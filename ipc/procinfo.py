@@ -68,3 +68,35 @@ def may_trace(requester_uid: int, target_uid: int | None) -> bool:
 def current_uid() -> int:
     """The effective uid of this process (the requesting user for local requests)."""
     return os.geteuid()
+
+
+def unix_socket_holder(shown_name: str, proc: Path = PROC) -> tuple[int, int | None, str] | None:
+    """(pid, uid, comm) of a process holding the Unix socket named ``shown_name`` in /proc/net/unix.
+
+    ``shown_name`` is the path, or the abstract name with ``@`` for each NUL.
+    The socket's inode is looked up among every process's open descriptors
+    (only our own are visible unless we are root). None when not found.
+    """
+    inodes: set[str] = set()
+    try:
+        with open(proc / "net" / "unix", encoding="utf-8", errors="replace") as fh:
+            next(fh, None)
+            for line in fh:
+                parts = line.split()
+                if len(parts) >= 8 and parts[7] == shown_name:
+                    inodes.add(f"socket:[{parts[6]}]")
+    except OSError:
+        return None
+    if not inodes:
+        return None
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            for fd in (entry / "fd").iterdir():
+                if os.readlink(fd) in inodes:
+                    comm = (entry / "comm").read_text(errors="replace").strip()
+                    return int(entry.name), proc_uid(int(entry.name), proc), comm
+        except OSError:
+            continue
+    return None

@@ -5,6 +5,12 @@ a :class:`DynologClient`), hands trace configs to target processes on their
 next poll, watches for the finished files and resolves a Future per
 request. Progress is observable through ``jobs()`` and listeners.
 
+Where files go and how they are read back: :mod:`gpulens.ipc.trace` (fresh
+random directories, nothing followed, only the target's regular files; the
+target's uid is fixed when a request is accepted, ``TraceResult.owners``).
+The dynolog RPC is used only when root or we hold both the Kineto name and
+port 1778: never another user's process that may be squatting either.
+
 Usage::
 
     svc = LocalTraceService()          # follows $KINETO_IPC_SOCKET_DIR
@@ -17,28 +23,26 @@ Usage::
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from pathlib import Path
 
 from .diagnose import diagnose_pid
-from .dynolog_rpc import DynologClient
-from .endpoint import KinetoEndpoint
+from .dynolog_rpc import DynologClient, listener_uid
+from .endpoint import KinetoEndpoint, holder_of, is_possible_squatter
 from .errors import EndpointBusy, NotTraceable, TraceError
 from .jobs import JobTable, PidTask
 from .procinfo import current_uid, proc_environ, proc_uid
 from .registry import PollingProcess
+from .safefs import UnsafePath
 from .trace import (
+    OutputPlanner,
     TraceJob,
     TraceRequest,
     TraceResult,
     config_text,
-    log_file,
     new_request_id,
-    output_dir,
 )
 
 log = logging.getLogger(__name__)
@@ -99,6 +103,17 @@ class LocalTraceService:
             self.endpoint.start()
         except EndpointBusy:
             if not (self._use_dynolog and self._dynolog_client.reachable()):
+                raise
+            holder = holder_of(self.endpoint.socket_dir)
+            if holder is not None and is_possible_squatter(holder[2]):
+                raise  # another user's process: trace configs (and our paths) must not go to it
+            local = self._dynolog_client.host in ("127.0.0.1", "localhost", "::1")
+            rpc_uid = listener_uid(self._dynolog_client.port) if local else None
+            if is_possible_squatter(rpc_uid):
+                log.warning(
+                    "port %d listens as uid %s, neither root nor us: not sending trace configs there",
+                    self._dynolog_client.port, rpc_uid,
+                )
                 raise
             log.info("Kineto name taken; using dynolog RPC at port %d", self._dynolog_client.port)
             self.dynolog = self._dynolog_client
@@ -172,25 +187,9 @@ class LocalTraceService:
         tasks: dict[int, PidTask] = {}
         now = time.monotonic()
         live = {p.pid: p for p in self.endpoint.registry.live()}
-        for pid in pids:
-            reason = self.diagnose(pid)
-            if reason is not None and not reason.startswith("it has not polled yet"):
-                tasks[pid] = PidTask(pid=pid, config="", log=Path(), error=reason)
-                continue
-            try:
-                directory = self._make_dir(request_id, pid)
-            except OSError as err:
-                tasks[pid] = PidTask(pid=pid, config="", log=Path(), error=f"cannot create output dir: {err}")
-                continue
-            log_path = log_file(directory)
-            seen = live.get(pid)
-            interval = seen.interval_s if seen is not None and seen.interval_s else 5.0
-            tasks[pid] = PidTask(
-                pid=pid,
-                config=config_text(req, log_path, request_id),
-                log=log_path,
-                poll_deadline_s=now + max(3 * interval + 2, 12.0),
-            )
+        with OutputPlanner() as planner:
+            for pid in dict.fromkeys(pids):  # once each, in order
+                tasks[pid] = self._task(req, request_id, pid, planner, live.get(pid), now)
         job = self._table.add(request_id, req, tasks, fut)
         if self.dynolog is not None:
             self._send_via_dynolog(job.request_id)
@@ -200,17 +199,33 @@ class LocalTraceService:
     def _pids_of_job(self, job_id: int | None) -> tuple[int, ...]:
         return tuple(p.pid for p in self.endpoint.registry.live() if p.job_id == job_id)
 
-    def _make_dir(self, request_id: str, pid: int) -> Path:
-        directory = output_dir(request_id, pid, proc_environ(pid))
-        root_run = self.requester_uid == 0
-        # Root's dirs must be traversable by the target user who writes into the leaf.
-        directory.parent.parent.mkdir(mode=0o711 if root_run else 0o700, exist_ok=True)
-        directory.parent.mkdir(mode=0o711 if root_run else 0o700, exist_ok=True)
-        directory.mkdir(mode=0o700, exist_ok=True)
+    def _task(
+        self,
+        req: TraceRequest,
+        request_id: str,
+        pid: int,
+        planner: OutputPlanner,
+        seen: PollingProcess | None,
+        now: float,
+    ) -> PidTask:
+        reason = self.diagnose(pid)
+        if reason is not None and not reason.startswith("it has not polled yet"):
+            return PidTask(pid=pid, config="", error=reason)
+        # The owner is captured now: the file read back later must be this uid's.
         target_uid = proc_uid(pid)
-        if root_run and target_uid not in (None, 0):
-            os.chown(directory, target_uid, -1)
-        return directory
+        if target_uid is None:
+            return PidTask(pid=pid, config="", error=f"process {pid} is gone")
+        try:
+            out = planner.place(pid, target_uid, proc_environ(pid))
+        except (UnsafePath, OSError) as err:
+            return PidTask(pid=pid, config="", error=f"cannot prepare the trace directory: {err}")
+        interval = seen.interval_s if seen is not None and seen.interval_s else 5.0
+        return PidTask(
+            pid=pid,
+            config=config_text(req, out.log, request_id),
+            output=out,
+            poll_deadline_s=now + max(3 * interval + 2, 12.0),
+        )
 
     def _send_via_dynolog(self, request_id: str) -> None:
         assert self.dynolog is not None
@@ -227,11 +242,12 @@ class LocalTraceService:
 
     # -- threads --------------------------------------------------------------
     def _config_for(self, msg: object, sender_uid: int | None) -> str:
-        """Config provider called by the endpoint thread for every poll."""
+        """Config provider called by the endpoint thread for every poll it recorded.
+
+        The endpoint only records (and asks about) polls whose kernel credentials
+        show the sender is root or the polling process itself.
+        """
         pid = getattr(msg, "pid", 0)
-        if sender_uid is not None and sender_uid != 0 and sender_uid != proc_uid(pid):
-            log.warning("poll claims pid %d but comes from uid %d: ignored", pid, sender_uid)
-            return ""
         handed = self._table.hand_over(pid)
         if handed is None:
             return ""

@@ -1,4 +1,5 @@
-"""Helpers for the agent/stream tests: real agent subprocesses, an event log, a cuttable proxy."""
+"""Helpers for the agent/stream tests: real agent subprocesses, an event log, a cuttable proxy,
+and an in-memory transport for in-process agents."""
 
 from __future__ import annotations
 
@@ -33,13 +34,23 @@ class AgentProc:
         *,
         trace: bool = False,
         env: dict[str, str] | None = None,
+        token: bool = False,
     ) -> None:
         self.name = name
         self.port_file = workdir / f"{name}.{time.monotonic_ns()}.port"
         self.log = workdir / f"{name}.log"
+        # Trace, profile and files need a token over TCP (samples only without one).
+        self.token_file: Path | None = None
+        self.token: bytes | None = None
+        if token:
+            from gpulens.ipc import auth
+
+            self.token_file = auth.make_token_file(workdir / f"{name}.{time.monotonic_ns()}.token")
+            self.token = auth.load_token(self.token_file)
         argv = [
             exe, "agent", "--listen", f"127.0.0.1:{port}", "--port-file", str(self.port_file),
-            "--hostname", name, *([] if trace else ["--no-trace"]), *extra,
+            "--hostname", name, *([] if trace else ["--no-trace"]),
+            *(["--token-file", str(self.token_file)] if self.token_file else []), *extra,
         ]
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
@@ -230,3 +241,92 @@ def env_without_kineto() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("KINETO_USE_DAEMON", None)
     return env
+
+
+class MemTransport:
+    """An in-memory :class:`gpulens.ipc.agent_conn.Transport`: the test plays the viewer.
+
+    ``feed`` gives the agent bytes, ``end`` closes the viewer's side,
+    ``next_msg`` decodes what the agent sent.
+    """
+
+    def __init__(self) -> None:
+        self._in = bytearray()
+        self._out = bytearray()
+        self._cond = threading.Condition()
+        self._eof = False
+        self.closed = False
+        self._timeout: float | None = None
+        self._dec = stream.FrameDecoder()
+        self._msgs: list[stream.Message] = []
+
+    # agent side
+    def recv(self, n: int) -> bytes:
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._in or self._eof or self.closed, self._timeout):
+                raise TimeoutError("timed out")
+            if self.closed or not self._in:
+                return b""
+            data = bytes(self._in[:n])
+            del self._in[:n]
+            return data
+
+    def sendall(self, data: bytes) -> None:
+        with self._cond:
+            if self.closed:
+                raise BrokenPipeError(32, "closed")
+            self._out += data
+            self._cond.notify_all()
+
+    def set_timeout(self, seconds: float | None) -> None:
+        self._timeout = seconds
+
+    def close(self) -> None:
+        with self._cond:
+            self.closed = True
+            self._cond.notify_all()
+
+    # viewer side
+    def feed(self, data: bytes) -> None:
+        with self._cond:
+            self._in += data
+            self._cond.notify_all()
+
+    def send(self, msg: stream.Message) -> None:
+        self.feed(stream.encode(msg))
+
+    def end(self) -> None:
+        with self._cond:
+            self._eof = True
+            self._cond.notify_all()
+
+    def next_msg(self, timeout: float = WAIT_S) -> stream.Message | None:
+        """The agent's next message; None once it closed and everything was read."""
+        deadline = time.monotonic() + timeout
+        while not self._msgs:
+            with self._cond:
+                self._cond.wait_for(lambda: self._out or self.closed, max(0.0, deadline - time.monotonic()))
+                data = bytes(self._out)
+                self._out.clear()
+                if not data and self.closed:
+                    return None
+            if not data and time.monotonic() > deadline:
+                raise AssertionError("no message from the agent in time")
+            self._msgs.extend(self._dec.feed(data))
+        return self._msgs.pop(0)
+
+    def until(self, kind: type, limit: int = 10_000) -> Any:
+        for _ in range(limit):
+            msg = self.next_msg()
+            if msg is None:
+                raise AssertionError(f"connection closed before a {kind.__name__}")
+            if isinstance(msg, kind):
+                return msg
+        raise AssertionError(f"no {kind.__name__} in {limit} messages")
+
+    def response(self, request_id: int) -> stream.Response:
+        """The response to ``request_id`` (chunks and samples before it are skipped)."""
+        while True:
+            msg = self.until(stream.Response)
+            if msg.id == request_id:
+                return msg

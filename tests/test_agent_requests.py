@@ -1,4 +1,7 @@
-"""Remote trace and profile requests through a real agent; results come back as files."""
+"""Remote trace and profile requests through a real agent; results come back as files.
+
+Over TCP these need the agent's token: without one a connection gets samples and history only.
+"""
 
 from __future__ import annotations
 
@@ -44,7 +47,7 @@ def test_remote_trace_comes_back_as_a_file(gpulens_exe: str, tmp_path: Path, sho
     sock_dir = short_dir / "s"
     sock_dir.mkdir()
     agent = AgentProc(gpulens_exe, tmp_path, "tracer", extra=["--interval", "0.5", "--simulated-gpus", "0"],
-                      trace=True, env=_env(sock_dir))
+                      trace=True, env=_env(sock_dir), token=True)
     cfg = tmp_path / "kineto.conf"
     cfg.write_text("ON_DEMAND_CONFIG_UPDATE_INTERVAL_SECS=1\n")
     work = subprocess.Popen(
@@ -52,7 +55,7 @@ def test_remote_trace_comes_back_as_a_file(gpulens_exe: str, tmp_path: Path, sho
         env=_env(sock_dir, {"KINETO_USE_DAEMON": "1", "KINETO_CONFIG": str(cfg)}),
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
-    src = StreamSource([tcp_target(agent.address)], LinkOptions(download_dir=tmp_path / "dl"))
+    src = StreamSource([tcp_target(agent.address)], LinkOptions(download_dir=tmp_path / "dl", token=agent.token))
     log = EventLog()
     try:
         assert work.stdout is not None and work.stdout.readline().strip() == "READY"
@@ -83,6 +86,9 @@ def test_trace_and_profile_refused_with_reason_when_unavailable(gpulens_exe: str
         log.wait_for(lambda evs: count_samples("plain")(evs) >= 1, what="agent up")
         with pytest.raises(RequestFailed, match="unsupported request kind 'trace'"):
             src.request("plain", "trace", {"pids": [os.getpid()]}, 30).result(timeout=WAIT_S)
+        # Served, but not to a connection without the token.
+        with pytest.raises(RequestFailed, match="not authenticated: requests other than history need --token-file"):
+            src.request("plain", "profile", {"pids": [os.getpid()]}, 30).result(timeout=WAIT_S)
     finally:
         src.stop()
         agent.stop()
@@ -94,8 +100,8 @@ def test_remote_profile_folded_file(gpulens_exe: str, tmp_path: Path) -> None:
     except ImportError:
         pytest.skip("gpulens.collectors.flame.pyspy is not in this tree yet (flame helper)")
     busy = subprocess.Popen([sys.executable, "-c", "import time\nwhile True:\n    sum(range(10000)); time.sleep(0.001)"])
-    agent = AgentProc(gpulens_exe, tmp_path, "prof", extra=["--interval", "0.5", "--simulated-gpus", "0"])
-    src = StreamSource([tcp_target(agent.address)], LinkOptions(download_dir=tmp_path / "dl"))
+    agent = AgentProc(gpulens_exe, tmp_path, "prof", extra=["--interval", "0.5", "--simulated-gpus", "0"], token=True)
+    src = StreamSource([tcp_target(agent.address)], LinkOptions(download_dir=tmp_path / "dl", token=agent.token))
     log = EventLog()
     src.start(log)
     try:

@@ -194,7 +194,7 @@ def test_broken_gzip_and_missing_file(tmp_path: Path) -> None:
     bad.write_bytes(gzip.compress(b'{"traceEvents": []}')[:-12])
     with pytest.raises(FlameFormatError, match="gzip"):
         load_profile(str(bad))
-    with pytest.raises(FlameError, match="cannot read"):
+    with pytest.raises(FlameError, match="cannot open"):
         load_profile(str(tmp_path / "missing.txt"))
 
 

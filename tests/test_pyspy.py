@@ -116,10 +116,11 @@ def test_cli_profile_through_an_agent(target: int, tmp_path: Path, gpulens_exe: 
     """``gpulens profile --host`` asks a real agent (loopback TCP) to sample; folded stacks come back."""
     from .agent_helpers import AgentProc
 
-    agent = AgentProc(gpulens_exe, tmp_path, "profhost", extra=["--interval", "0.5", "--simulated-gpus", "0"])
+    agent = AgentProc(gpulens_exe, tmp_path, "profhost", token=True, extra=["--interval", "0.5", "--simulated-gpus", "0"])
     out = tmp_path / "remote.folded"
     try:
-        code = main(["profile", "--host", agent.address, "--pid", str(target), "--duration", "1", "-o", str(out)])
+        code = main(["profile", "--host", agent.address, "--token-file", str(agent.token_file), "--pid", str(target),
+                     "--duration", "1", "-o", str(out)])
     except Exception as err:
         if "permission" in str(err).lower() or "ptrace" in str(err).lower():
             pytest.skip(f"py-spy cannot attach here: {err}")

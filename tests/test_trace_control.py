@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from gpulens.ipc import stream
-from gpulens.ipc.control import control_name, kineto_key, peer_allowed
+from gpulens.ipc.control import control_name, kineto_key, listener_accepts, peer_allowed
 from gpulens.ipc.errors import RequestFailed, StreamError
 
 from gpulens.agent_client import LocalAgentLink
@@ -33,6 +33,13 @@ def test_control_name_follows_the_kineto_address(tmp_path: Path, monkeypatch: py
 def test_peer_allowed_is_same_user_or_root() -> None:
     assert peer_allowed(1000, 1000) and peer_allowed(0, 1000) and peer_allowed(0, 0)
     assert not peer_allowed(1001, 1000) and not peer_allowed(1000, 0)
+
+
+def test_root_agent_serves_every_local_user_each_for_itself() -> None:
+    # A root agent's control socket takes any uid (the principal is that uid);
+    # another user's agent only its own user and root.
+    assert listener_accepts(1001, 0) and listener_accepts(0, 0)
+    assert listener_accepts(1000, 1000) and listener_accepts(0, 1000) and not listener_accepts(1001, 1000)
 
 
 FakeAgent = Callable[[Callable[[socket.socket], None]], None]

@@ -2,8 +2,9 @@
 
 One real PyTorch training loop (``kineto_workload.py``, KINETO_USE_DAEMON=1,
 a per-module KINETO_IPC_SOCKET_DIR, 1 s polls) and one real ``gpulens
-agent --listen 127.0.0.1:0`` serving that socket dir are shared by the
-tests of this module (torch takes seconds to start on a shared machine).
+agent --listen 127.0.0.1:0 --token-file F`` serving that socket dir are
+shared by the tests of this module (torch takes seconds to start on a shared
+machine). Over TCP a trace needs the token (docs/security.md).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     sock_dir.mkdir()
     env = _env(sock_dir, tmp)
     agent = AgentProc(str(exe), tmp, "tracer", extra=["--interval", "0.5", "--simulated-gpus", "0"],
-                      trace=True, env=env)
+                      trace=True, env=env, token=True)
     cfg = tmp / "kineto.conf"
     cfg.write_text("ON_DEMAND_CONFIG_UPDATE_INTERVAL_SECS=1\n")
     work = subprocess.Popen(
@@ -79,8 +80,10 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
 
 
 def _trace(s: Setup, *args: str) -> subprocess.CompletedProcess[str]:
+    tcp = "--host" in args and not args[args.index("--host") + 1].startswith("ssh:")
+    token = ["--token-file", str(s.agent.token_file)] if tcp else []
     return subprocess.run(
-        [s.exe, "trace", "--pid", str(s.work.pid), "--duration-ms", "500", "--timeout", "60", *args],
+        [s.exe, "trace", "--pid", str(s.work.pid), "--duration-ms", "500", "--timeout", "60", *token, *args],
         env=s.env, capture_output=True, text=True, timeout=180,
     )
 
@@ -143,10 +146,11 @@ def test_local_control_socket_checks_who_answers(setup: Setup, tmp_path: Path) -
 
 
 def test_bad_trace_params_are_refused_by_the_agent(setup: Setup) -> None:
+    from gpulens.collectors.stream_link import LinkOptions
     from gpulens.collectors.stream_source import StreamSource, tcp_target
     from gpulens.ipc.errors import RequestFailed
 
-    src = StreamSource([tcp_target(setup.agent.address)])
+    src = StreamSource([tcp_target(setup.agent.address)], LinkOptions(token=setup.agent.token))
     src.start(lambda _ev: None)
     try:
         deadline = time.monotonic() + 60

@@ -224,13 +224,13 @@ async def test_real_agent_and_pytorch_over_the_stream(tmp_path: Path) -> None:
     conf = short / "k.conf"
     conf.write_text("ON_DEMAND_CONFIG_UPDATE_INTERVAL_SECS=1\n")
     job_key = f"rtui{os.getpid()}"
-    agent = AgentProc(str(exe), tmp_path, "remotebox", trace=True, env=env,
+    agent = AgentProc(str(exe), tmp_path, "remotebox", trace=True, token=True, env=env,
                       extra=["--interval", "0.5", "--pattern", r"python[0-9.]*$"])
     work = subprocess.Popen(
         [sys.executable, str(WORKLOAD), "--seconds", "100"],
         env={**env, "KINETO_USE_DAEMON": "1", "KINETO_CONFIG": str(conf), "SLURM_JOB_ID": job_key},
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    source = StreamSource(parse_connect(agent.address), LinkOptions(download_dir=tmp_path / "dl"))
+    source = StreamSource(parse_connect(agent.address), LinkOptions(download_dir=tmp_path / "dl", token=agent.token))
     app = GpulensApp(source=source)
     try:
         assert work.stdout is not None and work.stdout.readline().strip() == "READY"

@@ -1,4 +1,8 @@
-"""Number formatting shared by the widgets: one place decides how n/a looks."""
+"""Number formatting shared by the widgets: one place decides how n/a looks.
+
+NaN and infinities are n/a here too (defence in depth: decoding already
+turns them into None), and nothing raises on a huge value.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +12,8 @@ NA = "n/a"
 
 
 def known(v: float | None) -> bool:
-    """True for a real number (not None, not NaN)."""
-    return v is not None and not math.isnan(v)
+    """True for a real, finite number (not None, NaN or an infinity)."""
+    return v is not None and math.isfinite(v)
 
 
 def pct(v: float | None, digits: int = 0) -> str:
@@ -47,7 +51,9 @@ def rate(v: float | None) -> str:
 
 
 def duration(seconds: float) -> str:
-    """``3h12m``, ``4m05s``, ``12s``."""
+    """``3h12m``, ``4m05s``, ``12s``; n/a when not finite or beyond any real uptime (1e11 s)."""
+    if not math.isfinite(seconds) or seconds > 1e11:
+        return NA
     s = int(max(0, seconds))
     if s >= 86400:
         return f"{s // 86400}d{s % 86400 // 3600:02d}h"
@@ -60,4 +66,6 @@ def duration(seconds: float) -> str:
 
 def window_name(window_s: float) -> str:
     """``5m`` for 300."""
+    if not math.isfinite(window_s):
+        return NA
     return f"{int(window_s // 3600)}h" if window_s >= 3600 else f"{int(window_s // 60)}m"

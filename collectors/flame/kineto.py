@@ -15,20 +15,21 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..limits import DEFAULT_MAX_EVENTS, too_many
 from .errors import FlameFormatError
 from .model import Profile, build_from_stacks
 
-MAX_EVENTS = 20_000_000
+MAX_EVENTS = DEFAULT_MAX_EVENTS
 _STACK_CATS = ("python_function", "cpu_op", "Operator", "user_annotation", "gpu_user_annotation")
 _DEVICE_NAMES = {0: "CPU", 1: "CUDA"}
 
 
-def _events(doc: Any, source: str) -> list[Any]:
+def _events(doc: Any, source: str, max_events: int) -> list[Any]:
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc
     if not isinstance(events, list):
         raise FlameFormatError(f"{source}: traceEvents: expected a list of events")
-    if len(events) > MAX_EVENTS:
-        raise FlameFormatError(f"{source}: traceEvents: more than {MAX_EVENTS} events")
+    if len(events) > max_events:
+        raise FlameFormatError(too_many(f"{source}: traceEvents", "events", max_events))
     return events
 
 
@@ -56,9 +57,9 @@ def _root_path(name: str, call_stack: str) -> list[str]:
     return frames
 
 
-def kineto_time(doc: Any, source: str = "input") -> Profile:
+def kineto_time(doc: Any, source: str = "input", *, max_events: int = MAX_EVENTS) -> Profile:
     """Self time per stack of nested ``python_function`` (else CPU op) events, in seconds."""
-    events = _events(doc, source)
+    events = _events(doc, source, max_events)
     threads = _intervals(events, ("python_function",), source)
     title = "Python time"
     if not threads:
@@ -87,9 +88,11 @@ def kineto_time(doc: Any, source: str = "input") -> Profile:
     return build_from_stacks(((p, max(w, 0.0)) for p, w in stacks), "seconds", title)
 
 
-def kineto_memory(doc: Any, source: str = "input", device_type: int | None = None) -> Profile:
+def kineto_memory(
+    doc: Any, source: str = "input", device_type: int | None = None, *, max_events: int = MAX_EVENTS
+) -> Profile:
     """Bytes allocated per enclosing stack from ``[memory]`` events (CUDA first, else CPU)."""
-    events = _events(doc, source)
+    events = _events(doc, source, max_events)
     allocs: dict[int, dict[tuple[str, str], list[tuple[float, float]]]] = {}
     for k, ev in enumerate(events):
         if not isinstance(ev, dict) or ev.get("name") != "[memory]":
@@ -129,12 +132,12 @@ def kineto_memory(doc: Any, source: str = "input", device_type: int | None = Non
     return build_from_stacks(stacks, "bytes", f"{device} memory allocated")
 
 
-def kineto_auto(doc: Any, source: str = "input") -> Profile:
+def kineto_auto(doc: Any, source: str = "input", *, max_events: int = MAX_EVENTS) -> Profile:
     """Time when the trace has Python or CPU operator events, else memory."""
-    events = _events(doc, source)
+    events = _events(doc, source, max_events)
     timed = ("python_function", "cpu_op", "Operator")
     if any(isinstance(ev, dict) and ev.get("ph") == "X" and ev.get("cat") in timed for ev in events):
-        return kineto_time(doc, source)
+        return kineto_time(doc, source, max_events=max_events)
     if any(isinstance(ev, dict) and ev.get("name") == "[memory]" for ev in events):
-        return kineto_memory(doc, source)
+        return kineto_memory(doc, source, max_events=max_events)
     raise FlameFormatError(f"{source}: no python_function, CPU operator or [memory] events in this trace")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..limits import InputLimits
 from .compact import CompactTrace, CpuEvent, load_compact
 from .events import Event
 from .findings import findings_for
@@ -53,14 +54,16 @@ def analyze_file(
     *,
     top: int = 30,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    limits: InputLimits | None = None,
     progress: Progress | None = None,
 ) -> TraceSummary:
-    """Load and analyse a trace file (``.json`` / ``.json.gz``).
+    """Load and analyse a trace file (``.json`` / ``.json.gz``); ``limits`` bound the read.
 
     Raises:
-        TraceFileError: missing, too large, truncated, not JSON, or not a trace.
+        TraceFileError: missing, over a limit, truncated, not JSON, or not a trace.
     """
-    return analyze(load_compact(path, max_bytes=max_bytes, progress=progress), top=top, progress=progress)
+    trace = load_compact(path, max_bytes=max_bytes, limits=limits, progress=progress)
+    return analyze(trace, top=top, progress=progress)
 
 
 def analyze(trace: CompactTrace, *, top: int = 30, progress: Progress | None = None) -> TraceSummary:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..limits import InputLimits
 from .events import Event, RawEvent, with_args
 from .load import DEFAULT_MAX_BYTES, Progress, TraceMeta, stream_events
 
@@ -96,16 +97,20 @@ class CompactTrace:
 
 
 def load_compact(
-    path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES, progress: Progress | None = None
+    path: str | Path,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    limits: InputLimits | None = None,
+    progress: Progress | None = None,
 ) -> CompactTrace:
-    """Read a trace file into a CompactTrace.
+    """Read a trace file into a CompactTrace (``limits`` as for :func:`~.load.stream_events`).
 
     Raises:
-        TraceFileError: missing, too large, truncated, not JSON, or not a trace.
+        TraceFileError: missing, over a limit, truncated, not JSON, or not a trace.
     """
     out = CompactTrace()
     sink: Callable[[list[Any]], None] = out.add_batch
-    out.meta = stream_events(path, sink, max_bytes=max_bytes, progress=progress)
+    out.meta = stream_events(path, sink, max_bytes=max_bytes, limits=limits, progress=progress)
     out._names.clear()
     out._open.clear()
     return out

@@ -1,7 +1,12 @@
 """Read a Chrome-trace JSON file (``.json`` or ``.json.gz``) into typed events.
 
-Bounded: the uncompressed size may not exceed ``max_bytes`` (checked while
-reading, so a gzip bomb stops early). A truncated or invalid file raises
+Bounded (:mod:`gpulens.collectors.limits`): only regular files; the
+uncompressed size may not exceed ``max_bytes`` (``--max-mib``) nor
+``max_ratio`` times the file (``--max-ratio``), both checked while
+decompressing, so a gzip bomb stops early; the events may not number more
+than ``max_events`` (``--max-events``), checked after the fast C scan that
+splits them and before any is decoded; JSON nested deeper than Python's
+recursion limit is refused. A truncated or invalid file raises
 :class:`TraceFileError` naming the file and what is wrong. ``progress`` is
 called with a fraction in [0, 1] while reading; parsing itself is one fast
 C call (msgspec), reported as a final step.
@@ -9,9 +14,6 @@ C call (msgspec), reported as a final step.
 
 from __future__ import annotations
 
-import gzip
-import stat
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,11 +21,21 @@ from typing import Any
 
 import msgspec
 
+from ..limits import (
+    ANALYZE_MAX_MIB,
+    DEFAULT_MAX_EVENTS,
+    DEFAULT_MAX_RATIO,
+    InputLimits,
+    InputRefused,
+    MiB,
+    read_input,
+    too_many,
+)
 from .errors import TraceFileError
 from .events import FullEvent, RawEvent
 
-DEFAULT_MAX_BYTES = 4 << 30
-CHUNK = 4 << 20
+DEFAULT_MAX_BYTES = ANALYZE_MAX_MIB * MiB
+"""Default ``--max-mib`` of ``gpulens analyze``: 4 GiB uncompressed."""
 Progress = Callable[[float, str], None]
 
 
@@ -38,39 +50,30 @@ class Trace:
     size_bytes: int
 
 
-def read_bytes(path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES, progress: Progress | None = None) -> bytearray:
-    """The uncompressed file contents; raises TraceFileError when missing, bad gzip or too large."""
-    p = Path(path)
+def trace_limits(
+    max_bytes: int = DEFAULT_MAX_BYTES, max_ratio: float = DEFAULT_MAX_RATIO, max_events: int = DEFAULT_MAX_EVENTS
+) -> InputLimits:
+    """The limits for one trace (defaults: those of ``gpulens analyze`` without flags)."""
+    return InputLimits(max_bytes=max_bytes, max_ratio=max_ratio, max_events=max_events)
+
+
+def read_bytes(
+    path: str | Path,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    limits: InputLimits | None = None,
+    progress: Progress | None = None,
+) -> bytearray:
+    """The uncompressed file contents (``limits`` wins over ``max_bytes`` when given).
+
+    Raises:
+        TraceFileError: missing, not a regular file, bad gzip, or over a limit.
+    """
     try:
-        st = p.stat()
-        if not stat.S_ISREG(st.st_mode):
-            # A device such as /dev/zero would be read to the size limit before failing.
-            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-            raise TraceFileError(f"{p}: {kind}; give a trace file (.json or .json.gz)")
-        total = st.st_size
-        raw = p.open("rb")
-    except OSError as err:
-        raise TraceFileError(f"{p}: cannot open: {err.strerror}") from err
-    buf = bytearray()
-    with raw:
-        gz = raw.read(2) == b"\x1f\x8b"
-        raw.seek(0)
-        stream: Any = gzip.GzipFile(fileobj=raw) if gz else raw
-        try:
-            while True:
-                chunk = stream.read(CHUNK)
-                if not chunk:
-                    break
-                buf += chunk
-                if len(buf) > max_bytes:
-                    raise TraceFileError(
-                        f"{p}: more than {max_bytes >> 20} MiB uncompressed; raise the limit to read it"
-                    )
-                if progress is not None and total:
-                    progress(min(raw.tell() / total, 1.0) * 0.8, "reading")
-        except (OSError, EOFError, zlib.error) as err:
-            raise TraceFileError(f"{p}: damaged or truncated gzip data: {err}") from err
-    return buf
+        return read_input(str(path), limits or trace_limits(max_bytes), what="trace file (.json or .json.gz)",
+                          progress=progress)
+    except InputRefused as err:
+        raise TraceFileError(str(err)) from None
 
 
 class _RawDoc(msgspec.Struct):
@@ -99,19 +102,23 @@ def stream_events(
     *,
     keep_args: bool = False,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    limits: InputLimits | None = None,
     progress: Progress | None = None,
 ) -> TraceMeta:
     """Decode a trace in batches of typed events handed to ``sink``; returns its metadata.
 
     The file is first split into raw event slices (a fast C scan), then
     decoded a batch at a time, so only one batch of full event objects is
-    alive at once: the sink keeps what it needs in compact form.
+    alive at once: the sink keeps what it needs in compact form. ``limits``
+    (default :func:`trace_limits` with ``max_bytes``) bound the read and the
+    number of events.
 
     Raises:
-        TraceFileError: missing, too large, truncated, not JSON, or not a trace.
+        TraceFileError: missing, over a limit, truncated, not JSON, or not a trace.
     """
     name = str(path)
-    buf = read_bytes(path, max_bytes=max_bytes, progress=progress)
+    limits = limits or trace_limits(max_bytes)
+    buf = read_bytes(path, limits=limits, progress=progress)
     size = len(buf)
     head = bytes(buf[:64]).lstrip()[:1]
     if not head:
@@ -125,17 +132,26 @@ def stream_events(
         raise TraceFileError(f"{name}: not a Chrome trace: {err}") from err
     except msgspec.DecodeError as err:
         raise TraceFileError(_explain(name, str(err), size)) from err
+    except RecursionError:
+        raise TraceFileError(
+            f"{name}: JSON nested deeper than Python's recursion limit (about 1000 levels); "
+            "no Chrome trace nests this deep"
+        ) from None
     event_type: Any = FullEvent if keep_args else RawEvent
     decoder = msgspec.json.Decoder(list[event_type])
     raws = doc.traceEvents
     doc.traceEvents = []
     del buf  # the raw slices keep what they need of it
     count = len(raws)
+    if count > limits.max_events:
+        raise TraceFileError(too_many(name, "events", limits.max_events))
     for i in range(0, count, BATCH):
         chunk = raws[i : i + BATCH]
         try:
             batch = decoder.decode(b"[" + b",".join(chunk) + b"]")
         except msgspec.ValidationError:
+            batch = _lenient(chunk, event_type)
+        except RecursionError:  # msgspec.Raw skips nesting that decoding then meets
             batch = _lenient(chunk, event_type)
         sink(batch)
         if progress is not None:
@@ -161,7 +177,7 @@ def _lenient(chunk: list[msgspec.Raw], event_type: Any) -> list[Any]:
             elif isinstance(args, dict):
                 ev.args = args
             out.append(ev)
-        except (msgspec.ValidationError, msgspec.DecodeError):
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
             continue  # one odd event must not make the whole trace unreadable
     return out
 
@@ -175,15 +191,17 @@ def load_trace(
     *,
     keep_args: bool = False,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    limits: InputLimits | None = None,
     progress: Progress | None = None,
 ) -> Trace:
     """Load every event (FullEvent with ``keep_args``, else RawEvent); analysis uses compact loading.
 
     Raises:
-        TraceFileError: missing, too large, truncated, not JSON, or not a trace.
+        TraceFileError: missing, over a limit, truncated, not JSON, or not a trace.
     """
     events: list[Any] = []
-    meta = stream_events(path, events.extend, keep_args=keep_args, max_bytes=max_bytes, progress=progress)
+    meta = stream_events(path, events.extend, keep_args=keep_args, max_bytes=max_bytes, limits=limits,
+                         progress=progress)
     return Trace(meta.path, events, meta.device_properties, meta.distributed_info, meta.size_bytes)
 
 

@@ -122,9 +122,10 @@ class DataScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="profile")
     def _profile_remote(self, host: str, pids: list[int]) -> None:
-        from pathlib import Path
 
         from gpulens.collectors.flame.folded import parse_folded
+        from gpulens.collectors.flame.pyspy import MAX_OUTPUT_BYTES
+        from gpulens.collectors.limits import InputLimits, read_input
 
         panel = self.query_one(ProfilePanel)
         params = {"pids": pids, "duration_s": PROFILE_S, "rate_hz": 100}
@@ -134,7 +135,8 @@ class DataScreen(Screen[None]):
             files = list(result.files.values())
             if len(files) != 1:
                 raise RuntimeError(f"the agent sent {len(files)} files, expected 1")
-            profile = parse_folded(Path(files[0]).read_bytes(), source=str(files[0]),
+            data = read_input(str(files[0]), InputLimits(max_bytes=MAX_OUTPUT_BYTES), what="folded profile")
+            profile = parse_folded(bytes(data), source=str(files[0]),
                                    title=f"py-spy on {host}: {', '.join(map(str, pids))}")
         except Exception as err:  # shown in the panel: no agent, permission, py-spy missing...
             self.app.call_from_thread(panel.set_state, f"profile on {host} failed: {err}")

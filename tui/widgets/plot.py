@@ -17,11 +17,24 @@ _LEFT = (0x40, 0x04, 0x02, 0x01)   # dots of the left column, bottom to top
 _RIGHT = (0x80, 0x20, 0x10, 0x08)
 
 
+def _dots(v: float, lo: float, span: float, dots: int) -> int:
+    """How many of ``dots`` a value fills: 0 for NaN, clamped for anything huge or infinite."""
+    x = (v - lo) / span * dots  # inf - inf and inf / inf are NaN; nothing here raises
+    if x != x or x <= 0:
+        return 0
+    return dots if x >= dots else round(x)
+
+
 def braille_area(values: Sequence[float], rows: int, lo: float, hi: float) -> list[str]:
-    """Rows (top first) of an area chart of ``values`` (two values per character)."""
-    span = (hi - lo) or 1.0
+    """Rows (top first) of an area chart of ``values`` (two values per character).
+
+    Never raises on inf, 1e308 or NaN (values or bounds): they clamp or leave a gap.
+    """
+    span = hi - lo
+    if not span or span != span:
+        span = 1.0
     dots = rows * 4
-    filled = [0 if math.isnan(v) else max(0, min(dots, round((v - lo) / span * dots))) for v in values]
+    filled = [_dots(v, lo, span, dots) for v in values]
     if len(filled) % 2:
         filled.append(0)
     lines = []
@@ -82,12 +95,12 @@ class TimeSeriesPlot(Widget):
     def render(self) -> Text:
         """Summary line, then the chart with a y-axis label."""
         width, height = self.content_size.width, self.content_size.height
-        known = [v for v in self.values if not math.isnan(v)]
+        known = [v for v in self.values if math.isfinite(v)]
         title = self.get_component_rich_style("plot--title")
         axis = self.get_component_rich_style("plot--axis")
         if not known:
             return Text.assemble(na_text(self.reason), style=axis)
-        now = next(v for v in reversed(self.values) if not math.isnan(v))
+        now = next(v for v in reversed(self.values) if math.isfinite(v))
         hi = self.hi if self.hi is not None else max(known) * 1.1 or 1.0
         text = Text(no_wrap=True, overflow="crop")
         text.append(f"now {self.fmt(now)}  avg {self.fmt(sum(known) / len(known))}  "

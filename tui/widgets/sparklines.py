@@ -17,14 +17,20 @@ BARS = "▁▂▃▄▅▆▇█"
 
 
 def spark(values: Sequence[float], lo: float = 0.0, hi: float = 100.0) -> str:
-    """One character per value; a gap (space) where the value is unknown."""
-    span = (hi - lo) or 1.0
+    """One character per value; a gap (space) where the value is unknown.
+
+    Never raises on inf or 1e308 (values or bounds): they clamp to the lowest or highest bar.
+    """
+    span = hi - lo
+    if not span or span != span:
+        span = 1.0
     out = []
     for v in values:
-        if math.isnan(v):
+        x = (v - lo) / span * 7.999  # NaN for NaN (or inf - inf): never int() of inf
+        if x != x:
             out.append(" ")
         else:
-            out.append(BARS[max(0, min(7, int((v - lo) / span * 7.999)))])
+            out.append(BARS[0 if x <= 0 else 7 if x >= 7 else int(x)])
     return "".join(out)
 
 
@@ -75,7 +81,7 @@ class HostSparklines(LazyLines):
 
     def _one(self, host: str, metric: str, cols: int, st: Style, na: Style) -> list[Segment]:
         values = self.store.series(host, metric, self.window_s, cols)
-        if all(math.isnan(v) for v in values):
+        if not any(math.isfinite(v) for v in values):
             return [Segment(f"{'n/a':<{cols}} {'':>4}", na)]
-        now = next((v for v in reversed(values) if not math.isnan(v)), math.nan)
+        now = next((v for v in reversed(values) if math.isfinite(v)), math.nan)
         return [Segment(spark(values), st), Segment(f" {pct(now):>4}", st)]
