@@ -12,7 +12,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(VENV)/.installed: $(BIN)/python pyproject.toml
+$(VENV)/.installed: $(BIN)/python pyproject.toml setup.py
 	$(BIN)/pip install -q -e .
 	touch $@
 
@@ -28,7 +28,7 @@ test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed-test
-	$(BIN)/ruff check gpulens collectors ipc tui tests benchmarks
+	$(BIN)/ruff check gpulens core collectors ipc agent sources store analysis tui tests benchmarks
 	scripts/typecheck.sh
 
 screenshots: $(VENV)/.installed-test

@@ -27,7 +27,7 @@ DF = ROOT.parent / "shared" / "fixtures" / "traces" / "hta" / "df_index_resolver
 
 OURS = r"""
 import json, resource, sys, time
-from gpulens.collectors.trace.analyze import analyze_file
+from gpulens.analysis.trace.analyze import analyze_file
 t = time.perf_counter()
 s = analyze_file(sys.argv[1])
 dt = time.perf_counter() - t

@@ -38,10 +38,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.fake_nvml
 
 import psutil
-from gpulens.collectors import jobs as jobs_mod
-from gpulens.collectors.nvml import NvmlCollector
-from gpulens.collectors.sampler import Sampler
 
+from gpulens.collectors import jobs as jobs_mod
+from gpulens.collectors.nvml.collector import NvmlCollector
+from gpulens.collectors.sampler import Sampler
 from tests.fake_nvml import make_fake_nvml
 
 CROWD = 1000

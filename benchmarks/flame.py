@@ -38,7 +38,7 @@ CHILD_GPULENS = r"""
 import asyncio, json, resource, statistics, sys, time
 t0 = time.perf_counter()
 c0 = time.process_time()
-from gpulens.collectors.flame.importers import load_profile
+from gpulens.analysis.flame.importers import load_profile
 from gpulens.tui.screens.flame import FlameApp
 from gpulens.tui.widgets.flamegraph import FlameGraph
 path = sys.argv[1]
@@ -97,8 +97,8 @@ print(json.dumps(out))
 
 CHILD_STAGES = r"""
 import json, sys, time
-from gpulens.collectors.flame.folded import _parse_lines
-from gpulens.collectors.flame.model import build_profile
+from gpulens.analysis.flame.folded import _parse_lines
+from gpulens.analysis.flame.model import build_profile
 c = time.process_time
 t0 = c()
 with open(sys.argv[1], "rb") as fh:

@@ -37,11 +37,12 @@ import timeit
 from typing import Any
 
 import msgpack
-from gpulens.collectors.fast_decode import fast_sample_from_dict, sample_from_msgpack
-from gpulens.collectors.serialize import sample_from_dict, sample_to_dict
+
+from gpulens.collectors.synthetic import SyntheticSampler
 from gpulens.ipc import stream
-from gpulens.ipc.agent import sample_frame
-from gpulens.ipc.synthetic import SyntheticSampler
+from gpulens.ipc.fast_decode import fast_sample_from_dict, sample_from_msgpack
+from gpulens.ipc.serialize import sample_from_dict, sample_to_dict
+from gpulens.ipc.stream_frames import sample_frame
 
 
 def _raise_nofile() -> None:
@@ -102,17 +103,17 @@ def simulate(hosts: int, gpus: int, port_file: str) -> None:
 def measure_viewer(
     ports: list[str], seconds: float, reference: bool, use_store: bool = True, msgspec_path: bool = True
 ) -> dict[str, float]:
-    from gpulens.collectors import stream_link
-    from gpulens.collectors.fast_decode import sample_from_msgpack
-    from gpulens.collectors.source import SampleEvent
-    from gpulens.collectors.store import Store
-    from gpulens.collectors.stream_source import LinkOptions, StreamSource, tcp_target
+    from gpulens.core.events import SampleEvent
+    from gpulens.ipc.fast_decode import sample_from_msgpack
+    from gpulens.sources.stream import link as stream_link
+    from gpulens.sources.stream.source import LinkOptions, StreamSource, tcp_target
+    from gpulens.store.store import Store
 
     stream_link.sample_hook = sample_from_msgpack if msgspec_path and not reference else None
     if reference:
         stream_link.sample_from_dict = sample_from_dict  # type: ignore[attr-defined]
     else:
-        from gpulens.collectors.fast_decode import fast_sample_from_dict
+        from gpulens.ipc.fast_decode import fast_sample_from_dict
 
         stream_link.sample_from_dict = fast_sample_from_dict  # type: ignore[attr-defined]
     store = Store(resolution_s=1.0)

@@ -40,9 +40,9 @@ sys.path.insert(0, str(ROOT))
 
 def render_all(hosts: int, gpus: int) -> list[bytes]:
     """Exposition text for each simulated host (gpulens names, no jobs)."""
-    from gpulens.collectors.prom_export import families
     from prometheus_client.exposition import generate_latest
 
+    from gpulens.agent.metrics import families
     from tests.prom_fixtures import synthetic_sample
 
     base = synthetic_sample("h", 1, jobs=False)
@@ -99,7 +99,7 @@ def serve(hosts: int, gpus: int, port_file: str) -> None:
 
 def naive_fetch(url: str, hosts: list[str], workers: int) -> int:
     """The peer: one query per host for all its gpulens series."""
-    from gpulens.collectors.prom_client import PromClient
+    from gpulens.sources.prometheus.client import PromClient
 
     client = PromClient(url, timeout_s=30)
     with ThreadPoolExecutor(workers) as pool:
@@ -109,7 +109,7 @@ def naive_fetch(url: str, hosts: list[str], workers: int) -> int:
 
 def probe_prometheus(url: str) -> None:
     """Prometheus' own share: wall time of single queries (the viewer barely works)."""
-    from gpulens.collectors.prom_client import PromClient
+    from gpulens.sources.prometheus.client import PromClient
 
     probe = PromClient(url, timeout_s=30)
     for q in ("gpulens_gpu_utilization_ratio", "max by (host, gpu) (gpulens_gpu_utilization_ratio * 100)"):
@@ -122,9 +122,9 @@ def probe_prometheus(url: str) -> None:
 def offline_cost(src: object, profile: bool = False) -> float:
     """CPU of decoding + assembling one core poll from bodies already received,
     with the other tiers' cached digests, as PrometheusSource does it."""
-    from gpulens.collectors.prom_assemble import assemble
-    from gpulens.collectors.prom_client import parse_vector
-    from gpulens.collectors.prom_source import _gc_paused
+    from gpulens.sources.prometheus.assemble import assemble
+    from gpulens.sources.prometheus.client import parse_vector
+    from gpulens.sources.prometheus.source import _gc_paused
 
     rows = [r for r in src._current_rows() if r.tier == "core"]  # type: ignore[attr-defined]
     client = src._client  # type: ignore[attr-defined]
@@ -164,7 +164,7 @@ def first_screen(url: str, hosts: int, workers: int) -> tuple[float, float, floa
     Returns (first screen s, its viewer CPU s, details s)."""
     import threading
 
-    from gpulens.collectors.prom_source import PrometheusSource
+    from gpulens.sources.prometheus.source import PrometheusSource
 
     marks: list[tuple[float, float]] = []
     seen = [0]
@@ -188,7 +188,7 @@ def first_screen(url: str, hosts: int, workers: int) -> tuple[float, float, floa
 
 
 def measure(url: str, hosts: int, gpus: int, workers: int, cpu_seconds: float, profile: bool) -> None:
-    from gpulens.collectors.prom_source import PrometheusSource
+    from gpulens.sources.prometheus.source import PrometheusSource
 
     first_s, first_cpu, details_s = first_screen(url, hosts, workers)
     src = PrometheusSource(url, step_s=5.0, backfill=False, workers=workers)

@@ -37,9 +37,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from gpulens.collectors.source import HostStatusEvent, SampleEvent
-from gpulens.collectors.stream_source import LinkOptions, StreamSource, tcp_target
-from gpulens.ipc import auth, kineto_codec
+from gpulens.core.events import HostStatusEvent, SampleEvent
+from gpulens.ipc import auth
+from gpulens.ipc.kineto import codec as kineto_codec
+from gpulens.sources.stream.source import LinkOptions, StreamSource, tcp_target
 
 EXE = str(Path(sys.executable).parent / "gpulens")
 

@@ -32,9 +32,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from gpulens.collectors.source import HostStatusEvent, SampleEvent
-from gpulens.collectors.stream_source import LinkOptions, StreamSource, tcp_target
+from gpulens.core.events import HostStatusEvent, SampleEvent
 from gpulens.ipc import stream
+from gpulens.sources.stream.source import LinkOptions, StreamSource, tcp_target
 
 EXE = str(Path(sys.executable).parent / "gpulens")
 

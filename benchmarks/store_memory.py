@@ -14,9 +14,9 @@ import argparse
 import sys
 import tracemalloc
 
-from gpulens.collectors.demo import DemoSource
-from gpulens.collectors.source import SampleEvent
-from gpulens.collectors.store import Store, memory_estimate_bytes
+from gpulens.core.events import SampleEvent
+from gpulens.sources.demo import DemoSource
+from gpulens.store.store import Store, memory_estimate_bytes
 
 T0 = 1_700_000_000.0
 

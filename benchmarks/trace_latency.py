@@ -29,8 +29,8 @@ WORKLOAD = ROOT / "tests" / "kineto_workload.py"
 
 def measure(poll_s: int, warmup_s: float, runs: int) -> list[float]:
     """Latencies (s) of ``runs`` 500 ms traces of one fresh workload."""
-    from gpulens.ipc.service import LocalTraceService
-    from gpulens.ipc.trace import TraceRequest
+    from gpulens.ipc.kineto.requests import TraceRequest
+    from gpulens.ipc.kineto.service import LocalTraceService
 
     d = Path(tempfile.mkdtemp(prefix="gkb", dir="/tmp"))
     cfg = d / "kineto.conf"

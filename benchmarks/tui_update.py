@@ -19,12 +19,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpulens.collectors.demo import DemoSource
-from gpulens.collectors.source import SampleEvent
-from gpulens.collectors.store import Store
-from gpulens.tui.app import GpulensApp
 from textual.app import App, ComposeResult
 from textual.widgets import DataTable
+
+from gpulens.core.events import SampleEvent
+from gpulens.sources.demo import DemoSource
+from gpulens.store.store import Store
+from gpulens.tui.app import GpulensApp
 
 T0 = 1_700_000_000.0
 HOSTS = 256

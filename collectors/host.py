@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .model import (
+from gpulens.core.model import (
     CpuSample,
     DiskIo,
     MemorySample,

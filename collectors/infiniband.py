@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .model import IbPort
+from gpulens.core.model import IbPort
 
 DEFAULT_ROOT = Path("/sys/class/infiniband")
 WORD_BYTES = 4

@@ -28,8 +28,8 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .jobs_pattern import DEFAULT_JOB_KEY_ENV, DEFAULT_JOB_PATTERN
-from .model import JobInfo
+from gpulens.core.jobs_pattern import DEFAULT_JOB_KEY_ENV, DEFAULT_JOB_PATTERN
+from gpulens.core.model import JobInfo
 
 FULL_EVERY = 30
 """With no pid allocated, /proc is still listed every this many ticks to drop dead pids."""

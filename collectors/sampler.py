@@ -1,4 +1,4 @@
-"""One call, one :class:`~gpulens.collectors.model.HostSample` of this machine.
+"""One call, one :class:`~gpulens.core.model.HostSample` of this machine.
 
 :class:`Sampler` owns the host, InfiniBand, perf, job and GPU collectors.
 Every collector is primed when the sampler is built, so the first sample
@@ -14,16 +14,16 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, cast
 
-from .host import HostCollector
-from .infiniband import InfinibandCollector
-from .jobs import JobScanner
-from .jobs_pattern import DEFAULT_JOB_KEY_ENV, DEFAULT_JOB_PATTERN
-from .model import CacheSample, GpuSample, HostSample
-from .perf import PerfCollector
+from gpulens.collectors.host import HostCollector
+from gpulens.collectors.infiniband import InfinibandCollector
+from gpulens.collectors.jobs import JobScanner
+from gpulens.collectors.perf.counters import PerfCollector
+from gpulens.core.jobs_pattern import DEFAULT_JOB_KEY_ENV, DEFAULT_JOB_PATTERN
+from gpulens.core.model import CacheSample, GpuSample, HostSample
 
 
 class GpuReader(Protocol):
-    """What the sampler needs of ``gpulens.collectors.nvml.NvmlCollector``."""
+    """What the sampler needs of ``gpulens.collectors.nvml.collector.NvmlCollector``."""
 
     def read(self) -> Any: ...
 
@@ -51,7 +51,9 @@ def _open_gpus(nvml: object | None, unavailable: dict[str, str]) -> GpuReader | 
     if nvml != "auto" and hasattr(nvml, "read") and hasattr(nvml, "close"):
         return cast(GpuReader, nvml)
     try:
-        from .nvml import NvmlCollector  # written alongside; imported lazily (pynvml is heavy)
+        from gpulens.collectors.nvml.collector import (
+            NvmlCollector,  # written alongside; imported lazily (pynvml is heavy)
+        )
     except ImportError as err:
         unavailable["gpus"] = f"gpus unavailable: nvml collector missing ({err})"
         return None
@@ -74,7 +76,7 @@ class Sampler:
         job_key_env: Sequence[str] = DEFAULT_JOB_KEY_ENV,
         nvml: object | None = "auto",
     ) -> None:
-        """Raises re.error for a bad job pattern (check it first: gpulens.config)."""
+        """Raises re.error for a bad job pattern (check it first: gpulens.core.config)."""
         self.host = hostname or socket.gethostname()
         self._static: dict[str, str] = {}
         self._jobs = JobScanner(job_pattern, job_key_env)

@@ -1,6 +1,6 @@
 """The ``gpulens`` command line.
 
-Each sub-command lives in its own module ``gpulens.cmd_<name>`` exposing
+Each sub-command lives in its own module ``gpulens.commands.<name>`` exposing
 ``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> int``.
 Modules import only light things at top level; heavy imports (textual,
 pynvml, torch) happen inside ``run`` so ``gpulens sample`` stays fast.
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import TextIO, cast
 
-from . import __version__
+from gpulens import __version__
 
 COMMANDS: tuple[str, ...] = (
     "sample",
@@ -38,17 +38,16 @@ COMMANDS: tuple[str, ...] = (
 
 def _load(name: str) -> ModuleType | None:
     try:
-        return importlib.import_module(f"gpulens.cmd_{name}")
+        return importlib.import_module(f"gpulens.commands.{name}")
     except ModuleNotFoundError as err:
-        if err.name == f"gpulens.cmd_{name}":
+        if err.name == f"gpulens.commands.{name}":
             return None
         raise
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The full parser: TUI options at top level, one sub-parser per command."""
-    from . import cmd_tui
-
+    from gpulens.commands import tui as cmd_tui
     parser = argparse.ArgumentParser(
         prog="gpulens",
         description="A terminal UI for the performance of GPU machines. "
@@ -96,16 +95,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace, module: ModuleType | None) -> int:
-    from .config import load_config
-    from .errors import report
+    from gpulens.core.config import load_config
+    from gpulens.errors import report
 
     if sys.stdout is None:  # started with fd 1 closed (``>&-``): writing must fail with one line
         sys.stdout = cast(TextIO, _ClosedStdout())
     try:
         args.cfg = load_config(args.config, args)
         if module is None:
-            from . import cmd_tui
-
+            from gpulens.commands import tui as cmd_tui
             return cmd_tui.run(args)
         result: int = module.run(args)
         if sys.stdout is not None:
@@ -182,8 +180,7 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
 
 def _reject_tui_flags(parser: argparse.ArgumentParser, argv: list[str], command: str) -> None:
     """TUI flags given before a command would be silently ignored: refuse them."""
-    from . import cmd_tui
-
+    from gpulens.commands import tui as cmd_tui
     top = argparse.ArgumentParser(add_help=False)
     top.add_argument("--config")
     cmd_tui.add_arguments(top)

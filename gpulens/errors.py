@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from gpulens.collectors.errors import GpulensError
+from gpulens.core.errors import GpulensError
 
 
 def report(err: BaseException) -> int | None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from gpulens.collectors.errors import ConfigError
-from gpulens.collectors.source import Source
-from gpulens.config import Config
+from gpulens.core.config import Config
+from gpulens.core.errors import ConfigError
+from gpulens.core.events import Source
 
 
 def build_source(args: argparse.Namespace, cfg: Config) -> Source:
@@ -17,20 +17,20 @@ def build_source(args: argparse.Namespace, cfg: Config) -> Source:
     """
     sources: list[Source] = []
     if getattr(args, "demo", False):
-        from gpulens.collectors.demo import DemoSource
+        from gpulens.sources.demo import DemoSource
 
         sources.append(DemoSource(interval_s=cfg.interval_s))
     if getattr(args, "replay", None):
-        from gpulens.collectors.sources import ReplaySource
+        from gpulens.sources.local import ReplaySource
 
         sources.append(ReplaySource(args.replay))
     stream_flags = [getattr(args, n, None) for n in ("connect", "ssh", "slurm_job")]
     if any(f is not None for f in stream_flags):
-        from gpulens.collectors.stream_source import stream_source_from_args
+        from gpulens.sources.stream.source import stream_source_from_args
 
         sources.append(stream_source_from_args(args, cfg))
     if getattr(args, "prometheus", None):
-        from gpulens.collectors.prom_source import PrometheusSource
+        from gpulens.sources.prometheus.source import PrometheusSource
 
         # A one-shot command (snapshot --timeout S) bounds every poll by its own deadline.
         limit = getattr(args, "timeout", None)
@@ -39,13 +39,14 @@ def build_source(args: argparse.Namespace, cfg: Config) -> Source:
             PrometheusSource(args.prometheus, selector=getattr(args, "prom_selector", None) or "", cfg=cfg, **timing)
         )
     if not sources:
-        from gpulens.collectors.sources import LocalSource
+        from gpulens.collectors.sampler import Sampler
+        from gpulens.sources.local import LocalSource
 
-        sources.append(LocalSource(cfg))
+        sources.append(LocalSource(cfg, lambda: Sampler(job_pattern=cfg.job_pattern, job_key_env=cfg.job_key_env)))
     if getattr(args, "demo", False) and len(sources) > 1:
         raise ConfigError("--demo cannot be mixed with real sources (SIMULATED data must stay apart)")
     if len(sources) == 1:
         return sources[0]
-    from gpulens.collectors.sources import MultiSource
+    from gpulens.sources.local import MultiSource
 
     return MultiSource(sources)

@@ -1,1 +1,1 @@
-"""IPC: the Kineto on-demand endpoint and the agent stream codec. Never imports textual."""
+"""Every wire format and socket, sans-IO codecs first: stream and sample codecs, recording format, auth, channels, control socket, Prometheus names, kineto/."""

@@ -30,7 +30,7 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
-from .errors import AuthError
+from gpulens.ipc.errors import AuthError
 
 NONCE_BYTES = 32
 MIN_TOKEN_BYTES = 16

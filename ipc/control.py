@@ -35,10 +35,10 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from .agent_conn import SocketTransport, Transport
-from .endpoint import resolve_socket_dir
-from .principal import Principal, peer
-from .procinfo import unix_socket_holder
+from gpulens.core.procfs import unix_socket_holder
+from gpulens.ipc.kineto.endpoint import resolve_socket_dir
+from gpulens.ipc.principal import Principal, peer
+from gpulens.ipc.transport import SocketTransport, Transport
 
 log = logging.getLogger("gpulens.agent")
 
@@ -51,7 +51,7 @@ MAX_PER_UID = 4
 def kineto_key(socket_dir: str | None) -> str:
     """The Kineto address both sides agree on: ``abstract`` or the real path of ``DIR/dynolog``.
 
-    ``socket_dir`` follows :func:`~gpulens.ipc.endpoint.resolve_socket_dir`
+    ``socket_dir`` follows :func:`~gpulens.ipc.kineto.endpoint.resolve_socket_dir`
     (None: ``$KINETO_IPC_SOCKET_DIR``, "" or unset: the abstract name).
     """
     resolved = resolve_socket_dir(socket_dir)

@@ -2,7 +2,7 @@
 
 Exception tree::
 
-    GpulensError                  (gpulens.collectors.errors)
+    GpulensError                  (gpulens.core.errors)
     └── IpcError                  base for everything in gpulens.ipc
         ├── MalformedDatagram     a Kineto datagram that breaks the wire format;
         │                         the endpoint logs and drops it, never fatal
@@ -26,7 +26,7 @@ Every error has a short ``title`` and a message a user can act on.
 
 from __future__ import annotations
 
-from gpulens.collectors.errors import GpulensError
+from gpulens.core.errors import GpulensError
 
 
 class IpcError(GpulensError):

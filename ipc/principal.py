@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .procinfo import may_trace
+from gpulens.core.procfs import may_trace
 
 HOW = ("token", "peercred", "stdio", "none")
 

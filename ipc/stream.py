@@ -23,7 +23,7 @@ from typing import Any
 import msgpack
 import msgspec
 
-from .errors import ProtocolError, VersionMismatch
+from gpulens.ipc.errors import ProtocolError, VersionMismatch
 
 PROTOCOL_VERSION = 1
 """Bumped on any incompatible change; peers refuse another version."""

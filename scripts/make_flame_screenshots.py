@@ -15,10 +15,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gpulens.collectors.flame.importers import load_profile  # noqa: E402
-from gpulens.collectors.flame.model import Profile  # noqa: E402
+from gpulens.analysis.flame.importers import load_profile  # noqa: E402
+from gpulens.analysis.flame.model import Profile  # noqa: E402
 from gpulens.tui.screens.flame import FlameApp  # noqa: E402
-
 from tests.test_flame_tui import training_profile  # noqa: E402
 
 SIZE = (120, 34)

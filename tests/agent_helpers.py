@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpulens.collectors.source import HostStatusEvent, SampleEvent
+from gpulens.core.events import HostStatusEvent, SampleEvent
 from gpulens.ipc import stream
 
 WAIT_S = 60.0
@@ -244,7 +244,7 @@ def env_without_kineto() -> dict[str, str]:
 
 
 class MemTransport:
-    """An in-memory :class:`gpulens.ipc.agent_conn.Transport`: the test plays the viewer.
+    """An in-memory :class:`gpulens.agent.sessions.Transport`: the test plays the viewer.
 
     ``feed`` gives the agent bytes, ``end`` closes the viewer's side,
     ``next_msg`` decodes what the agent sent.

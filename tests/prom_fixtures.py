@@ -122,7 +122,7 @@ def start_prometheus(tmp: Path, jobs: dict[str, list[str]], extra: str = "", int
 def synthetic_sample(host: str, k: int = 1, jobs: bool = True) -> Any:
     """A HostSample with exact, distinct values (k varies them per host); some
     fields None with reasons so absence can be checked."""
-    from gpulens.collectors.model import (
+    from gpulens.core.model import (
         CacheSample,
         CpuSample,
         GpuProcess,

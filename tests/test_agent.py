@@ -14,9 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from gpulens.collectors.source import HostStatusEvent, SampleEvent
-from gpulens.collectors.stream_source import LinkOptions, StreamSource, tcp_target
+
+from gpulens.core.events import HostStatusEvent, SampleEvent
 from gpulens.ipc.errors import RequestFailed
+from gpulens.sources.stream.source import LinkOptions, StreamSource, tcp_target
 
 from .agent_helpers import AgentProc, EventLog, Proxy, count_samples, ring_times
 

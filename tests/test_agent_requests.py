@@ -17,8 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from gpulens.collectors.stream_source import LinkOptions, StreamSource, tcp_target
+
 from gpulens.ipc.errors import RequestFailed
+from gpulens.sources.stream.source import LinkOptions, StreamSource, tcp_target
 
 from .agent_helpers import WAIT_S, AgentProc, EventLog, count_samples
 
@@ -96,9 +97,9 @@ def test_trace_and_profile_refused_with_reason_when_unavailable(gpulens_exe: str
 
 def test_remote_profile_folded_file(gpulens_exe: str, tmp_path: Path) -> None:
     try:
-        from gpulens.collectors.flame import pyspy  # noqa: F401
+        from gpulens.analysis.flame import pyspy  # noqa: F401
     except ImportError:
-        pytest.skip("gpulens.collectors.flame.pyspy is not in this tree yet (flame helper)")
+        pytest.skip("gpulens.analysis.flame.pyspy is not in this tree yet (flame helper)")
     busy = subprocess.Popen([sys.executable, "-c", "import time\nwhile True:\n    sum(range(10000)); time.sleep(0.001)"])
     agent = AgentProc(gpulens_exe, tmp_path, "prof", extra=["--interval", "0.5", "--simulated-gpus", "0"], token=True)
     src = StreamSource([tcp_target(agent.address)], LinkOptions(download_dir=tmp_path / "dl", token=agent.token))

@@ -9,11 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from gpulens.collectors.trace.analyze import analyze_file
-from gpulens.collectors.trace.errors import TraceFileError
-from gpulens.collectors.trace.load import load_trace
-from gpulens.collectors.trace.report import summary_text
-from gpulens.collectors.trace.summary import to_dict
+
+from gpulens.analysis.trace.analyze import analyze_file
+from gpulens.analysis.trace.errors import TraceFileError
+from gpulens.analysis.trace.load import load_trace
+from gpulens.analysis.trace.report import summary_text
+from gpulens.analysis.trace.summary import to_dict
 
 TRACES = Path(__file__).parent / "data" / "traces"
 
@@ -190,7 +191,7 @@ def test_cli_json_and_text(tmp_path: Path) -> None:
 
 
 def test_timeline_lanes_depths_and_painting() -> None:
-    from gpulens.collectors.trace.timeline import build_timeline, paint_row
+    from gpulens.analysis.trace.timeline import build_timeline, paint_row
 
     t = load_trace(TRACES / "multiprocess.json", keep_args=True)
     tl = build_timeline(t.events)

@@ -239,10 +239,9 @@ def test_agent_bad_flags_are_one_line(gpulens_exe: str, args: tuple[str, ...], e
 
 
 def test_agent_listen_host_alone_uses_the_viewers_default_port() -> None:
-    from gpulens.collectors.errors import ConfigError
-    from gpulens.collectors.stream_source import DEFAULT_PORT, tcp_target
-
-    from gpulens.cmd_agent import parse_listen
+    from gpulens.commands.agent import parse_listen
+    from gpulens.core.errors import ConfigError
+    from gpulens.sources.stream.source import DEFAULT_PORT, tcp_target
 
     assert parse_listen("node1") == ("node1", DEFAULT_PORT) == (tcp_target("node1").host, tcp_target("node1").port)
     assert parse_listen("[::1]") == ("::1", DEFAULT_PORT)
@@ -350,7 +349,7 @@ def test_flame_refuses_devices_at_once(gpulens_exe: str) -> None:
 def test_flame_refuses_an_endless_pipe() -> None:
     """A pipe could feed the reader forever: it is refused at once, saying what to do."""
     code = (
-        "import gpulens.collectors.flame.importers as m\n"
+        "import gpulens.analysis.flame.importers as m\n"
         "try:\n    m.load_profile('/dev/stdin')\n"
         "except m.FlameFormatError as e:\n    print(e)\n"
     )

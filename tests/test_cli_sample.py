@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from gpulens.collectors.serialize import sample_from_dict
+
+from gpulens.ipc.serialize import sample_from_dict
 
 REQUIRED = ("host", "time", "cpu", "memory", "network", "storage", "gpus", "jobs", "unavailable")
 

@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from gpulens.collectors.errors import ConfigError
-from gpulens.collectors.jobs_pattern import DEFAULT_JOB_PATTERN
 
-from gpulens.config import Config, default_path, load_config
+from gpulens.core.config import Config, default_path, load_config
+from gpulens.core.errors import ConfigError
+from gpulens.core.jobs_pattern import DEFAULT_JOB_PATTERN
 
 
 def write(tmp_path: Path, text: str) -> str:

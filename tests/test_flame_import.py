@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from gpulens.collectors.flame.errors import FlameError, FlameFormatError
-from gpulens.collectors.flame.importers import load_profile, profile_from_bytes
-from gpulens.collectors.flame.kineto import kineto_memory, kineto_time
-from gpulens.collectors.flame.query import function_table
 
+from gpulens.analysis.flame.errors import FlameError, FlameFormatError
+from gpulens.analysis.flame.importers import load_profile, profile_from_bytes
+from gpulens.analysis.flame.kineto import kineto_memory, kineto_time
+from gpulens.analysis.flame.query import function_table
 from gpulens.cli import main
 
 DATA = Path(__file__).parent / "data"
@@ -241,8 +241,8 @@ def test_cli_bad_file_is_one_clear_line(tmp_path: Path, capsys: pytest.CaptureFi
 
 def test_flame_collectors_do_not_import_textual() -> None:
     code = (
-        "import sys, gpulens.collectors.flame.importers, gpulens.collectors.flame.pyspy, "
-        "gpulens.collectors.flame.query, gpulens.collectors.flame.exporters; "
+        "import sys, gpulens.analysis.flame.importers, gpulens.analysis.flame.pyspy, "
+        "gpulens.analysis.flame.query, gpulens.analysis.flame.exporters; "
         "print(any(m.split('.')[0] in ('textual', 'rich') for m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -12,22 +12,23 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
-from gpulens.collectors.flame.folded import parse_folded, to_folded
-from gpulens.collectors.flame.importers import load_profile
-from gpulens.collectors.flame.labels import TRAMPOLINE, parse_frame
-from gpulens.collectors.flame.model import Profile, build_from_stacks, build_profile
-from gpulens.collectors.flame.query import (
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpulens.analysis.flame.folded import parse_folded, to_folded
+from gpulens.analysis.flame.importers import load_profile
+from gpulens.analysis.flame.labels import TRAMPOLINE, parse_frame
+from gpulens.analysis.flame.model import Profile, build_from_stacks, build_profile
+from gpulens.analysis.flame.query import (
     chain_end,
     function_table,
     sandwich,
     search,
     top_functions,
 )
-from gpulens.collectors.flame.query import focus as focus_of
-from gpulens.collectors.flame.speedscope import parse_speedscope, to_speedscope
+from gpulens.analysis.flame.query import focus as focus_of
+from gpulens.analysis.flame.speedscope import parse_speedscope, to_speedscope
 from gpulens.tui.widgets.flame_layout import compute_layout
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 DATA = Path(__file__).parent / "data"
 FOLDED = sorted((DATA / "stacks").glob("*.txt"))
@@ -328,8 +329,7 @@ def test_first_frame_reads_match_the_derived_arrays(stacks: dict[tuple[bytes, ..
 @given(st.dictionaries(st.lists(st.sampled_from(_ALPHABET), min_size=1, max_size=6).map(tuple), st.integers(1, 50), max_size=25))
 def test_chunk_boundaries_do_not_change_the_tree(stacks: dict[tuple[bytes, ...], int]) -> None:
     """The build works in chunks of stacks; tiny chunks put a boundary between every pair."""
-    from gpulens.collectors.flame import build
-
+    from gpulens.analysis.flame import build
     keys = {b"\x00".join(frames): float(w) for frames, w in stacks.items()}
 
     def shape(profile: Profile) -> tuple[object, ...]:

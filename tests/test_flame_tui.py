@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpulens.collectors.flame.importers import load_profile
-from gpulens.collectors.flame.model import Profile, build_from_stacks
-from gpulens.collectors.flame.query import function_table
+from textual.app import App
+
+from gpulens.analysis.flame.importers import load_profile
+from gpulens.analysis.flame.model import Profile, build_from_stacks
+from gpulens.analysis.flame.query import function_table
 from gpulens.tui.screens.flame import FlameApp, FlameScreen
 from gpulens.tui.screens.flame_views import FlameHelpScreen, FunctionTableScreen, SandwichScreen
 from gpulens.tui.widgets.flamegraph import FlameGraph
-from textual.app import App
 
 DATA = Path(__file__).parent / "data"
 SIZE = (100, 30)

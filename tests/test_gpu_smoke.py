@@ -10,9 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpulens.collectors.nvml import NvmlCollector
-from gpulens.collectors.serialize import to_dict
-
+from gpulens.collectors.nvml.collector import NvmlCollector
+from gpulens.ipc.serialize import to_dict
 from tests.fake_nvml import make_fake_nvml
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "gpu_smoke.sh"

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+
 from gpulens.collectors import host
 from gpulens.collectors.host import (
     HostCollector,

@@ -18,8 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from gpulens.collectors.stream_source import LinkOptions, StreamSource, tcp_target
+
 from gpulens.ipc import auth, stream
+from gpulens.sources.stream.source import LinkOptions, StreamSource, tcp_target
 
 from .agent_helpers import WAIT_S, AgentProc, EventLog, RawViewer, count_samples
 

@@ -6,9 +6,10 @@ import os
 from pathlib import Path
 
 import pytest
-from gpulens.collectors.errors import ConfigError
-from gpulens.collectors.hostlist import expand
-from gpulens.collectors.stream_source import parse_connect, slurm_hosts, ssh_target, tcp_target
+
+from gpulens.core.errors import ConfigError
+from gpulens.core.hostlist import expand
+from gpulens.sources.stream.source import parse_connect, slurm_hosts, ssh_target, tcp_target
 
 
 @pytest.mark.parametrize(

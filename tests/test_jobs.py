@@ -18,6 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+
 from gpulens.collectors import jobs as jobs_mod
 from gpulens.collectors.jobs import JobScanner, parse_stat
 

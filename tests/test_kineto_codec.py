@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from gpulens.ipc import kineto_codec as codec
-from gpulens.ipc.dynolog_rpc import DynologClient
-from gpulens.ipc.endpoint import KinetoEndpoint
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gpulens.ipc.errors import (
     DynologRpcError,
     EndpointBusy,
@@ -25,9 +25,11 @@ from gpulens.ipc.errors import (
     NotTraceable,
     TraceTimeout,
 )
-from gpulens.ipc.registry import Registry
-from gpulens.ipc.service import LocalTraceService
-from gpulens.ipc.trace import (
+from gpulens.ipc.kineto import codec
+from gpulens.ipc.kineto.dynolog_rpc import DynologClient
+from gpulens.ipc.kineto.endpoint import KinetoEndpoint
+from gpulens.ipc.kineto.registry import Registry
+from gpulens.ipc.kineto.requests import (
     TraceRequest,
     TraceState,
     config_text,
@@ -35,8 +37,7 @@ from gpulens.ipc.trace import (
     request_from_dict,
     request_to_dict,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from gpulens.ipc.kineto.service import LocalTraceService
 
 
 def _req_bytes(pids: list[int], job: int = 0, ctype: int = 3) -> bytes:

@@ -14,10 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from gpulens.ipc.endpoint import KinetoEndpoint
+
 from gpulens.ipc.errors import EndpointBusy, NotTraceable
-from gpulens.ipc.service import LocalTraceService
-from gpulens.ipc.trace import TraceRequest, TraceState
+from gpulens.ipc.kineto.endpoint import KinetoEndpoint
+from gpulens.ipc.kineto.requests import TraceRequest, TraceState
+from gpulens.ipc.kineto.service import LocalTraceService
 
 pytest.importorskip("torch", reason="needs the PyTorch CPU build (pip install torch==2.13.0)")
 pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(120)]

@@ -25,7 +25,7 @@ def _tool(name: str) -> str:
 
 def test_ruff_clean() -> None:
     out = subprocess.run(
-        [_tool("ruff"), "check", "gpulens", "collectors", "ipc", "tui", "tests", "benchmarks", "scripts"],
+        [_tool("ruff"), "check", "gpulens", "core", "collectors", "ipc", "agent", "sources", "store", "analysis", "tui", "tests", "benchmarks", "scripts", "setup.py"],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]

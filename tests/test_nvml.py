@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pynvml
 import pytest
-from gpulens.collectors.model import GpuSample
-from gpulens.collectors.nvml import GpuReading, NvmlCollector
-from gpulens.collectors.nvml_query import NOT_SUPPORTED
-from gpulens.collectors.serialize import from_dict, to_dict
 
+from gpulens.collectors.nvml.collector import GpuReading, NvmlCollector
+from gpulens.collectors.nvml.query import NOT_SUPPORTED
+from gpulens.core.model import GpuSample
+from gpulens.ipc.serialize import from_dict, to_dict
 from tests.fake_nvml import FakeNvml, make_fake_nvml
 from tests.fake_nvml_types import constants, error_classes
 

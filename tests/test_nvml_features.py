@@ -7,10 +7,10 @@ import os
 
 import pynvml
 import pytest
-from gpulens.collectors.nvml import GpuReading, NvmlCollector
-from gpulens.collectors.nvml_gpm import GPM_FIELDS, NO_GPM
-from gpulens.collectors.nvml_query import NOT_SUPPORTED, decode_clock_reasons
 
+from gpulens.collectors.nvml.collector import GpuReading, NvmlCollector
+from gpulens.collectors.nvml.gpm import GPM_FIELDS, NO_GPM
+from gpulens.collectors.nvml.query import NOT_SUPPORTED, decode_clock_reasons
 from tests.fake_nvml import FakeNvml, make_fake_nvml
 
 

@@ -15,8 +15,9 @@ import re
 from pathlib import Path
 
 import pytest
-from gpulens.collectors import perf_syscall as sc
-from gpulens.collectors.perf import (
+
+from gpulens.collectors.perf import syscall as sc
+from gpulens.collectors.perf.counters import (
     PerfCollector,
     Reading,
     bandwidth_bytes_per_s,

@@ -10,10 +10,10 @@ import json
 import math
 import random
 
-from gpulens.collectors.prom_assemble import Answer, assemble, digest
-from gpulens.collectors.prom_client import parse_answer, parse_vector
-from gpulens.collectors.prom_mapping import TABLE, MetricMap
-from gpulens.collectors.prom_source import _gc_paused
+from gpulens.ipc.prom_names import TABLE, MetricMap
+from gpulens.sources.prometheus.assemble import Answer, assemble, digest
+from gpulens.sources.prometheus.client import parse_answer, parse_vector
+from gpulens.sources.prometheus.source import _gc_paused
 
 Answers = list[tuple[MetricMap, Answer]]
 

@@ -6,16 +6,16 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from gpulens.collectors.model import (
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpulens.agent.metrics import MAX_LABEL_CHARS, MetricsServer, serve_metrics
+from gpulens.core.model import (
     CpuSample,
     HostSample,
     MemorySample,
     NetworkSample,
     StorageSample,
 )
-from gpulens.collectors.prom_export import MAX_LABEL_CHARS, MetricsServer, serve_metrics
-from prometheus_client.parser import text_string_to_metric_families
-
 from tests.prom_fixtures import synthetic_sample
 
 

@@ -11,10 +11,9 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from gpulens.collectors.errors import ConfigError, PrometheusError
-from gpulens.collectors.prom_client import PromClient, parse_answer, parse_vector
-from gpulens.collectors.prom_source import PrometheusSource
-from gpulens.collectors.source import (
+
+from gpulens.core.errors import ConfigError, PrometheusError
+from gpulens.core.events import (
     HostStatusEvent,
     PanelProvider,
     SampleEvent,
@@ -22,7 +21,8 @@ from gpulens.collectors.source import (
     SourceEvent,
     SourceStatusEvent,
 )
-
+from gpulens.sources.prometheus.client import PromClient, parse_answer, parse_vector
+from gpulens.sources.prometheus.source import PrometheusSource
 from tests.prom_fixtures import free_port
 
 NAMES = json.dumps({"status": "success", "data": ["gpulens_cpu_utilization_ratio"]}).encode()

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from gpulens.collectors.prom_assemble import MISSING
-from gpulens.collectors.prom_mapping import (
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpulens.ipc.prom_names import (
     FAMILIES,
     MIB,
     TABLE,
@@ -25,9 +26,8 @@ from gpulens.collectors.prom_mapping import (
     parse_selector,
     rows_for,
 )
-from gpulens.collectors.prom_source import PrometheusSource
-from prometheus_client.parser import text_string_to_metric_families
-
+from gpulens.sources.prometheus.assemble import MISSING
+from gpulens.sources.prometheus.source import PrometheusSource
 from tests.prom_fixtures import MISSING_REASON, prometheus_binary, start_prometheus
 
 DATA = Path(__file__).parent / "data" / "prometheus"

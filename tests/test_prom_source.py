@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from gpulens.collectors.model import HostSample
-from gpulens.collectors.prom_export import MetricsServer, serve_metrics
-from gpulens.collectors.prom_source import DETAIL_PENDING, NOT_BACKFILLED, PrometheusSource
-from gpulens.collectors.source import HostStatusEvent, SampleEvent, SourceEvent, SourceStatusEvent
 
+from gpulens.agent.metrics import MetricsServer, serve_metrics
+from gpulens.core.events import HostStatusEvent, SampleEvent, SourceEvent, SourceStatusEvent
+from gpulens.core.model import HostSample
+from gpulens.sources.prometheus.source import DETAIL_PENDING, NOT_BACKFILLED, PrometheusSource
 from tests.prom_fixtures import (
     MISSING_REASON,
     PromServer,

@@ -9,11 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from gpulens.collectors.flame.errors import ProfilerError, ProfilerPermissionError
-from gpulens.collectors.flame.importers import load_profile
-from gpulens.collectors.flame.pyspy import PERMISSION_FIX, classify_failure, dump, sample_pids
-from gpulens.collectors.flame.query import function_table
 
+from gpulens.analysis.flame.errors import ProfilerError, ProfilerPermissionError
+from gpulens.analysis.flame.importers import load_profile
+from gpulens.analysis.flame.pyspy import PERMISSION_FIX, classify_failure, dump, sample_pids
+from gpulens.analysis.flame.query import function_table
 from gpulens.cli import main
 
 PROGRAM = """
@@ -63,7 +63,7 @@ def _sample_or_skip(pid: int) -> object:
 
 def test_hot_function_holds_most_samples(target: int) -> None:
     profile = _sample_or_skip(target)
-    from gpulens.collectors.flame.model import Profile
+    from gpulens.analysis.flame.model import Profile
 
     assert isinstance(profile, Profile)
     assert profile.unit == "samples" and profile.total >= 20
@@ -134,8 +134,7 @@ def test_cli_profile_through_an_agent(target: int, tmp_path: Path, gpulens_exe: 
 def test_profile_host_without_agent_is_a_clear_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from gpulens import cmd_profile
-
+    from gpulens.commands import profile as cmd_profile
     monkeypatch.setattr(cmd_profile, "AGENT_WAIT_S", 1.0)
     assert main(["profile", "--pid", "1", "--host", "127.0.0.1:9", "-o", str(tmp_path / "x")]) == 2
     assert "no gpulens agent answered at 127.0.0.1:9" in capsys.readouterr().err

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import msgpack
 import pytest
-from gpulens.collectors.demo import DemoSource
-from gpulens.collectors.errors import ConfigError, RecordingError
-from gpulens.collectors.recording import header, read_recording
-from gpulens.collectors.source import HostStatusEvent, SampleEvent, SourceEvent, SourceStatusEvent
-from gpulens.collectors.sources import Recorder, ReplaySource
-from gpulens.collectors.store import Store
+
+from gpulens.core.errors import ConfigError, RecordingError
+from gpulens.core.events import HostStatusEvent, SampleEvent, SourceEvent, SourceStatusEvent
+from gpulens.ipc.recording import header, read_recording
+from gpulens.sources.demo import DemoSource
+from gpulens.sources.local import Recorder, ReplaySource
+from gpulens.store.store import Store
 
 T0 = 1_700_000_000.0
 
@@ -136,9 +137,8 @@ class FakeSampler:
 
 
 def test_local_source_ticks_reports_errors_and_stops() -> None:
-    from gpulens.collectors.sources import LocalSource, MultiSource
-
-    from gpulens.config import Config
+    from gpulens.core.config import Config
+    from gpulens.sources.local import LocalSource, MultiSource
 
     fake = FakeSampler()
     got: list[SourceEvent] = []
@@ -162,9 +162,8 @@ def test_local_source_ticks_reports_errors_and_stops() -> None:
 
 
 def test_local_source_sampler_that_cannot_start() -> None:
-    from gpulens.collectors.sources import LocalSource
-
-    from gpulens.config import Config
+    from gpulens.core.config import Config
+    from gpulens.sources.local import LocalSource
 
     got: list[SourceEvent] = []
     done = threading.Event()

@@ -7,10 +7,9 @@ import os
 import re
 from pathlib import Path
 
-from gpulens.collectors.model import GpuProcess, GpuSample
 from gpulens.collectors.sampler import Sampler, gpu_memory_by_pid
-from gpulens.collectors.serialize import sample_from_dict, sample_to_dict
-
+from gpulens.core.model import GpuProcess, GpuSample
+from gpulens.ipc.serialize import sample_from_dict, sample_to_dict
 from tests.fake_nvml import make_fake_nvml
 
 

@@ -25,14 +25,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpulens.ipc import agent_requests, auth, stream
-from gpulens.ipc.agent import MAX_PENDING, Agent
-from gpulens.ipc.agent_conn import PREAUTH_FRAME_BYTES
-from gpulens.ipc.agent_requests import MAX_HEAVY_PER_UID, RequestError, _send_file
+
+from gpulens.agent import requests as agent_requests
+from gpulens.agent.agent import MAX_PENDING, Agent
+from gpulens.agent.requests import MAX_HEAVY_PER_UID, RequestError, _send_file
+from gpulens.agent.sessions import PREAUTH_FRAME_BYTES
+from gpulens.collectors.synthetic import SyntheticSampler
+from gpulens.ipc import auth, stream
 from gpulens.ipc.control import ControlListener, control_name, describe_holder, who_holds
+from gpulens.ipc.kineto.requests import TraceResult
 from gpulens.ipc.principal import NOT_AUTHENTICATED, Principal, owner, peer
-from gpulens.ipc.synthetic import SyntheticSampler
-from gpulens.ipc.trace import TraceResult
 
 from . import security_helpers
 from .agent_helpers import WAIT_S, AgentProc, MemTransport, RawViewer
@@ -166,8 +168,7 @@ def test_preauth_frames_are_small_and_the_limit_grows_after_hello(agent: Agent) 
 
 
 def test_handshake_deadline_closes_a_silent_connection(agent: Agent, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpulens.ipc import agent_conn
-
+    from gpulens.agent import sessions as agent_conn
     monkeypatch.setattr(agent_conn, "HANDSHAKE_TIMEOUT_S", 0.3)
     t = _connect(agent)
     t.until(stream.Challenge)
@@ -628,8 +629,8 @@ def test_metrics_refuses_a_public_address_without_the_flag(gpulens_exe: str) -> 
     )
     assert out.returncode == 2
     assert "--metrics-addr 0.0.0.0" in out.stderr and "--metrics-public" in out.stderr
-    from gpulens.collectors.errors import ConfigError
-    from gpulens.collectors.prom_export import serve_metrics
+    from gpulens.agent.metrics import serve_metrics
+    from gpulens.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="needs --metrics-public"):
         serve_metrics(0, "x", lambda: None, addr="0.0.0.0")
@@ -640,7 +641,7 @@ def test_idle_metrics_connections_hold_at_most_the_cap(gpulens_exe: str, tmp_pat
     import select
     import urllib.request
 
-    from gpulens.collectors.prom_export import MAX_METRICS_CONNECTIONS
+    from gpulens.agent.metrics import MAX_METRICS_CONNECTIONS
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -689,7 +690,7 @@ def test_idle_metrics_connections_hold_at_most_the_cap(gpulens_exe: str, tmp_pat
 
 
 def test_port_file_never_follows_a_planted_link(tmp_path: Path) -> None:
-    from gpulens.cmd_agent import _write_port_file
+    from gpulens.commands.agent import _write_port_file
 
     victim = tmp_path / "victim"
     victim.write_text("precious\n")

@@ -25,16 +25,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpulens.collectors.errors import PrometheusError, RecordingError
-from gpulens.collectors.flame.errors import FlameFormatError
-from gpulens.collectors.flame.importers import load_profile, profile_from_bytes
-from gpulens.collectors.flame.snapshot import load_snapshot_bytes, scan_pickle
-from gpulens.collectors.limits import InputLimits, InputRefused, open_regular, read_input
-from gpulens.collectors.prom_client import PromClient, parse_vector
-from gpulens.collectors.prom_source import PrometheusSource
-from gpulens.collectors.recording import read_recording
-from gpulens.collectors.trace.analyze import analyze_file
-from gpulens.collectors.trace.errors import TraceFileError
+
+from gpulens.analysis.flame.errors import FlameFormatError
+from gpulens.analysis.flame.importers import load_profile, profile_from_bytes
+from gpulens.analysis.flame.snapshot import load_snapshot_bytes, scan_pickle
+from gpulens.analysis.trace.analyze import analyze_file
+from gpulens.analysis.trace.errors import TraceFileError
+from gpulens.core.errors import PrometheusError, RecordingError
+from gpulens.core.limits import InputLimits, InputRefused, open_regular, read_input
+from gpulens.ipc.recording import read_recording
+from gpulens.sources.prometheus.client import PromClient, parse_vector
+from gpulens.sources.prometheus.source import PrometheusSource
 
 MiB = 1 << 20
 CHILD_AS_LIMIT = 3 << 30
@@ -444,7 +445,7 @@ def test_answer_with_too_many_hosts_is_refused_before_samples_are_built(servers:
 
 
 def test_series_cap_is_checked_before_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
-    import gpulens.collectors.prom_client as pc
+    import gpulens.sources.prometheus.client as pc
 
     monkeypatch.setattr(pc, "MAX_SERIES", 1000)
     body = hosts_answer(20_000)

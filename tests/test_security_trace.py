@@ -27,19 +27,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpulens.collectors.trace.errors import TraceFileError
-from gpulens.ipc import kineto_codec as codec
-from gpulens.ipc import trace
-from gpulens.ipc.diagnose import diagnose_pid
-from gpulens.ipc.dynolog_rpc import DynologClient, listener_uid
-from gpulens.ipc.endpoint import KinetoEndpoint
-from gpulens.ipc.errors import EndpointBusy, TraceError
-from gpulens.ipc.registry import MAX_ANCESTORS, Registry
-from gpulens.ipc.safefs import UnsafePath
-from gpulens.ipc.service import LocalTraceService
-from gpulens.ipc.trace import OutputPlanner, TraceRequest, open_trace_file, probe_trace_file
 
-from gpulens import trace_remote
+from gpulens.analysis.trace.errors import TraceFileError
+from gpulens.core.safefs import UnsafePath
+from gpulens.ipc.errors import EndpointBusy, TraceError
+from gpulens.ipc.kineto import codec
+from gpulens.ipc.kineto import requests as trace
+from gpulens.ipc.kineto.diagnose import diagnose_pid
+from gpulens.ipc.kineto.dynolog_rpc import DynologClient, listener_uid
+from gpulens.ipc.kineto.endpoint import KinetoEndpoint
+from gpulens.ipc.kineto.registry import MAX_ANCESTORS, Registry
+from gpulens.ipc.kineto.requests import (
+    OutputPlanner,
+    TraceRequest,
+    open_trace_file,
+    probe_trace_file,
+)
+from gpulens.ipc.kineto.service import LocalTraceService
+from gpulens.sources import tracing as trace_remote
 
 from . import security_helpers
 from .security_helpers import User, call_as, demote, popen_as
@@ -607,8 +612,7 @@ def test_output_is_never_written_through_a_link(tmp_path: Path, monkeypatch: pyt
     assert precious.read_text() == "keep" and not out.is_symlink()
     assert gzip.decompress(out.read_bytes()) == src.read_bytes()
     # A link planted at the temporary name (made predictable here): refused, nothing followed.
-    from gpulens.collectors.trace import export
-
+    from gpulens.analysis.trace import export
     monkeypatch.setattr(export.secrets, "token_hex", lambda n: "f" * (2 * n))
     os.symlink(precious, tmp_path / f".again.json.{'f' * 16}.tmp")
     with pytest.raises(TraceFileError, match="exists"):

@@ -26,14 +26,15 @@ from typing import Any
 
 import msgpack
 import pytest
-from gpulens.collectors.downloads import MAX_FILES_PER_REQUEST, PendingRequest
-from gpulens.collectors.serialize import sample_to_dict
-from gpulens.collectors.source import HostStatusEvent, SampleEvent
-from gpulens.collectors.stream_link import HostLink, LinkOptions, Target
-from gpulens.collectors.stream_source import StreamSource, tcp_target
+
+from gpulens.collectors.synthetic import SyntheticSampler
+from gpulens.core.events import HostStatusEvent, SampleEvent
 from gpulens.ipc import auth, stream
-from gpulens.ipc.agent import sample_frame
-from gpulens.ipc.synthetic import SyntheticSampler
+from gpulens.ipc.serialize import sample_to_dict
+from gpulens.ipc.stream_frames import sample_frame
+from gpulens.sources.stream.downloads import MAX_FILES_PER_REQUEST, PendingRequest
+from gpulens.sources.stream.link import HostLink, LinkOptions, Target
+from gpulens.sources.stream.source import StreamSource, tcp_target
 
 from .agent_helpers import WAIT_S, EventLog
 from .security_helpers import User, two_users  # noqa: F401  (fixture)
@@ -277,8 +278,8 @@ def test_nan_inf_and_1e308_reach_the_store_as_none_with_reasons() -> None:
     assert new.network.rx_bytes_per_s is None and "implausible" in new.unavailable["network.rx_bytes_per_s"]
     assert new.memory.used_bytes is None and "memory.used_bytes" in new.unavailable
 
-    from gpulens.collectors.store import Store
-    from gpulens.collectors.store_views import unavailable_reason
+    from gpulens.store.store import Store
+    from gpulens.store.views import unavailable_reason
 
     assert "gpus[3].power_w" in (unavailable_reason(new, "gpu.power_w") or "")
     store = Store()
@@ -289,8 +290,8 @@ def test_nan_inf_and_1e308_reach_the_store_as_none_with_reasons() -> None:
 
 
 def test_required_number_out_of_range_drops_its_entry_or_the_sample() -> None:
-    from gpulens.collectors.errors import SchemaError
-    from gpulens.collectors.serialize import sample_from_dict
+    from gpulens.core.errors import SchemaError
+    from gpulens.ipc.serialize import sample_from_dict
 
     d = _sample("fake")
     d["network"]["interfaces"] = [{"name": "eth0", "rx_bytes_per_s": float("inf"), "tx_bytes_per_s": 1.0},
@@ -309,8 +310,7 @@ def test_required_number_out_of_range_drops_its_entry_or_the_sample() -> None:
 
 
 def test_every_numeric_field_has_a_deliberate_bound() -> None:
-    from gpulens.collectors import sanitize
-
+    from gpulens.core import sanitize
     unbounded = [f"{cls.__name__}.{f.name}" for cls, spec in sanitize._SPECS.items() for f in spec
                  if f.kind in ("num", "nums", "nummap") and (f.lo, f.hi) == sanitize.ANY]
     assert unbounded == []
@@ -318,7 +318,7 @@ def test_every_numeric_field_has_a_deliberate_bound() -> None:
 
 @pytest.mark.parametrize("bad", [float("inf"), -float("inf"), 1e308, -1e308, float("nan")])
 def test_widgets_never_raise_on_inf_or_1e308(bad: float) -> None:
-    from gpulens.tui import format as fmt
+    from gpulens.core import units as fmt
     from gpulens.tui.widgets.plot import braille_area
     from gpulens.tui.widgets.sparklines import spark
 
@@ -339,7 +339,7 @@ ESC_HOST = "node\x1b]0;pwned\x07-1\x1b[31m\x9b2J\u202e"
 
 
 def test_strings_from_the_agent_lose_their_control_characters() -> None:
-    from gpulens.collectors.sanitize import clean_text
+    from gpulens.core.sanitize import clean_text
 
     d = _sample("node-1")
     d["gpus"][0]["name"] = "H100\x1b[2J\x1b[H"
@@ -367,7 +367,7 @@ def test_strings_from_the_agent_lose_their_control_characters() -> None:
 
 
 def test_snapshot_text_output_is_free_of_control_characters() -> None:
-    from gpulens.cmd_snapshot import to_text
+    from gpulens.commands.snapshot import to_text
 
     sample = sample_to_dict(SyntheticSampler(hostname="ok", gpus=1).sample())
     sample["cpu"]["total_percent"] = float("inf")  # another source's value: still printed safely
@@ -389,7 +389,7 @@ def _strict(text: str) -> Any:
 
 
 def test_snapshot_json_is_strict_even_with_infinities() -> None:
-    from gpulens.cmd_snapshot import collect, to_json
+    from gpulens.commands.snapshot import collect, to_json
 
     doc = {"hosts": [{"host": "x", "sample": {"a": float("inf"), "b": [float("nan"), -float("inf"), 1.5]}}]}
     parsed = _strict(to_json(doc))
@@ -456,7 +456,7 @@ class OneReadChannel:
 
 
 def test_sample_in_the_same_read_as_the_hello_is_delivered() -> None:
-    from gpulens.collectors.stream_chan import ChannelClosed
+    from gpulens.ipc.channels import ChannelClosed
 
     log = EventLog()
     link = HostLink(Target(address="fake:1", kind="tcp"), log, LinkOptions(), threading.Event())
@@ -545,7 +545,7 @@ try:
         r = subprocess.run([gpulens, "trace", "--pid", str(os.getpid()), "--duration-ms", "100",
                             "--timeout", "5", "-o", out], capture_output=True, text=True, timeout=120)
         report.update(rc=r.returncode, stdout=r.stdout, stderr=r.stderr, written=os.path.exists(out))
-        from gpulens.agent_client import LocalAgentLink
+        from gpulens.sources.stream.local_agent import LocalAgentLink
         from gpulens.ipc.errors import StreamError
         try:
             LocalAgentLink(None, squat.pid, uid, __import__("pathlib").Path(workdir) / "dl").close()
@@ -590,7 +590,7 @@ def test_squatter_of_another_user_gets_no_request_and_writes_no_file(
 
 
 def test_root_accepts_only_root_and_a_user_accepts_self_or_root() -> None:
-    from gpulens.agent_client import trusted_peer
+    from gpulens.sources.stream.local_agent import trusted_peer
 
     assert trusted_peer(0, 0) and not trusted_peer(1000, 0)
     assert trusted_peer(1000, 1000) and trusted_peer(0, 1000) and not trusted_peer(1001, 1000)

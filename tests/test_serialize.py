@@ -7,8 +7,11 @@ import json
 
 import msgpack
 import pytest
-from gpulens.collectors.errors import SchemaError
-from gpulens.collectors.model import (
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpulens.core.errors import SchemaError
+from gpulens.core.model import (
     CacheSample,
     CpuSample,
     GpuProcess,
@@ -20,9 +23,7 @@ from gpulens.collectors.model import (
     NetworkSample,
     StorageSample,
 )
-from gpulens.collectors.serialize import sample_from_dict, sample_to_dict
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from gpulens.ipc.serialize import sample_from_dict, sample_to_dict
 
 
 def make_sample() -> HostSample:

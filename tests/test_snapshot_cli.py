@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpulens.collectors.source import Emit, HostStatusEvent, SampleEvent, SourceStatusEvent
-from gpulens.ipc.synthetic import SyntheticSampler
 
-from gpulens.cmd_snapshot import collect
+from gpulens.collectors.synthetic import SyntheticSampler
+from gpulens.commands.snapshot import collect
+from gpulens.core.events import Emit, HostStatusEvent, SampleEvent, SourceStatusEvent
 
 from .agent_helpers import AgentProc
 

@@ -14,10 +14,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from gpulens.collectors.source import HostStatusEvent
-from gpulens.collectors.stream_source import stream_source_from_args
 
-from gpulens.config import Config
+from gpulens.core.config import Config
+from gpulens.core.events import HostStatusEvent
+from gpulens.sources.stream.source import stream_source_from_args
 
 from .agent_helpers import WAIT_S, EventLog, count_samples
 

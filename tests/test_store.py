@@ -7,8 +7,8 @@ import subprocess
 import sys
 from dataclasses import replace
 
-from gpulens.collectors.demo import DemoSource
-from gpulens.collectors.model import (
+from gpulens.core.events import HostStatusEvent, SampleEvent, SourceStatusEvent
+from gpulens.core.model import (
     CpuSample,
     GpuSample,
     HostSample,
@@ -17,9 +17,9 @@ from gpulens.collectors.model import (
     NetworkSample,
     StorageSample,
 )
-from gpulens.collectors.ring import Ring, resample
-from gpulens.collectors.source import HostStatusEvent, SampleEvent, SourceStatusEvent
-from gpulens.collectors.store import Store, memory_estimate_bytes
+from gpulens.sources.demo import DemoSource
+from gpulens.store.ring import Ring, resample
+from gpulens.store.store import Store, memory_estimate_bytes
 
 T0 = 1_700_000_000.0
 
@@ -135,8 +135,8 @@ def test_ring_wraps_and_resample() -> None:
 
 
 def test_collectors_do_not_import_textual() -> None:
-    code = ("import sys, gpulens.collectors.store, gpulens.collectors.sources, "
-            "gpulens.collectors.demo, gpulens.collectors.recording; "
+    code = ("import sys, gpulens.store.store, gpulens.sources.local, "
+            "gpulens.sources.demo, gpulens.ipc.recording; "
             "assert 'textual' not in sys.modules and 'rich' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
 

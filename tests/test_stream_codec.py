@@ -7,13 +7,14 @@ import struct
 
 import msgpack
 import pytest
-from gpulens.collectors.serialize import sample_from_dict, sample_to_dict
-from gpulens.ipc import auth, stream
-from gpulens.ipc.agent import history_frames, sample_frame
-from gpulens.ipc.errors import AuthError, ProtocolError, VersionMismatch
-from gpulens.ipc.synthetic import SyntheticSampler
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from gpulens.collectors.synthetic import SyntheticSampler
+from gpulens.ipc import auth, stream
+from gpulens.ipc.errors import AuthError, ProtocolError, VersionMismatch
+from gpulens.ipc.serialize import sample_from_dict, sample_to_dict
+from gpulens.ipc.stream_frames import history_frames, sample_frame
 
 MESSAGES: list[stream.Message] = [
     stream.Hello(proto=1, role="agent", host="n1", caps=("history", "trace"), version="0.1.0", interval_s=1.0),
@@ -244,8 +245,8 @@ _ALL_PATHS = _paths(_BASE)
 def test_fast_decoder_equals_reference(path: tuple[object, ...], value: object, delete: bool) -> None:
     import copy
 
-    from gpulens.collectors.errors import SchemaError
-    from gpulens.collectors.fast_decode import fast_sample_from_dict
+    from gpulens.core.errors import SchemaError
+    from gpulens.ipc.fast_decode import fast_sample_from_dict
 
     data: object = copy.deepcopy(_BASE)
     if path:
@@ -269,7 +270,7 @@ def test_fast_decoder_equals_reference(path: tuple[object, ...], value: object, 
 
 
 def test_fast_decoder_fills_defaults_like_the_constructor() -> None:
-    from gpulens.collectors.fast_decode import fast_sample_from_dict
+    from gpulens.ipc.fast_decode import fast_sample_from_dict
 
     minimal = {k: _BASE[k] for k in ("host", "time", "cpu", "memory", "network", "storage")}
     got = fast_sample_from_dict(minimal)
@@ -280,14 +281,14 @@ def test_fast_decoder_fills_defaults_like_the_constructor() -> None:
 
 
 def _hooked() -> stream.FrameDecoder:
-    from gpulens.collectors.fast_decode import sample_from_msgpack
+    from gpulens.ipc.fast_decode import sample_from_msgpack
 
     return stream.FrameDecoder(sample_hook=sample_from_msgpack)
 
 
 def _viewer_decode(frame: bytes) -> tuple[bool, object]:
     """What the viewer's link does with one sample frame: (typed path taken, sample)."""
-    from gpulens.collectors.fast_decode import fast_sample_from_dict
+    from gpulens.ipc.fast_decode import fast_sample_from_dict
 
     (msg,) = _hooked().feed(frame)
     if isinstance(msg, stream.ParsedSample):
@@ -298,7 +299,7 @@ def _viewer_decode(frame: bytes) -> tuple[bool, object]:
 
 def _same_outcome(data: object) -> bool:
     """Assert the typed path and the reference agree on ``data``; True if the typed path took it."""
-    from gpulens.collectors.errors import SchemaError
+    from gpulens.core.errors import SchemaError
 
     try:
         raw = msgpack.packb(data, use_bin_type=True)
@@ -378,7 +379,7 @@ def test_every_path_turns_non_finite_and_absurd_values_into_na_with_a_reason(val
     """NaN, infinities and 1e308 become None plus the GPU's reason, on the typed path and the dict paths alike."""
     import copy
 
-    from gpulens.collectors.fast_decode import fast_sample_from_dict
+    from gpulens.ipc.fast_decode import fast_sample_from_dict
 
     data = copy.deepcopy(_BASE)
     data["gpus"][1]["power_w"] = 3e38 if single and value == 1e308 else value  # float32 tops out at 3.4e38
@@ -429,7 +430,7 @@ def test_typed_path_gives_the_plain_paths_errors_for_hostile_frames() -> None:
 def test_typed_path_keeps_the_sequence_limits() -> None:
     import copy
 
-    from gpulens.collectors.serialize import MAX_SEQUENCE
+    from gpulens.ipc.serialize import MAX_SEQUENCE
 
     data = copy.deepcopy(_BASE)
     data["cpu"]["per_core_percent"] = [1.0] * (MAX_SEQUENCE + 1)

@@ -8,11 +8,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from gpulens.collectors.source import HostStatusEvent
-from gpulens.collectors.stream_source import stream_source_from_args
-from gpulens.ipc import auth
 
-from gpulens.config import Config
+from gpulens.core.config import Config
+from gpulens.core.events import HostStatusEvent
+from gpulens.ipc import auth
+from gpulens.sources.stream.source import stream_source_from_args
 
 from .agent_helpers import AgentProc, EventLog, count_samples
 
@@ -67,7 +67,7 @@ def test_tls_with_token_streams_and_unknown_ca_is_refused(
 
 
 def test_viewer_refuses_unsafe_token_file(tmp_path: Path) -> None:
-    from gpulens.collectors.errors import ConfigError
+    from gpulens.core.errors import ConfigError
 
     tok = auth.make_token_file(tmp_path / "tok")
     tok.chmod(0o640)

@@ -9,11 +9,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
 from gpulens.ipc import stream
 from gpulens.ipc.control import control_name, kineto_key, listener_accepts, peer_allowed
 from gpulens.ipc.errors import RequestFailed, StreamError
-
-from gpulens.agent_client import LocalAgentLink
+from gpulens.sources.stream.local_agent import LocalAgentLink
 
 
 def test_control_name_follows_the_kineto_address(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from gpulens.ipc.errors import StreamError
 
 from .agent_helpers import AgentProc
@@ -124,7 +125,7 @@ def test_trace_uses_the_local_agent_holding_the_kineto_name(setup: Setup) -> Non
 
 
 def test_local_control_socket_checks_who_answers(setup: Setup, tmp_path: Path) -> None:
-    from gpulens.agent_client import LocalAgentLink
+    from gpulens.sources.stream.local_agent import LocalAgentLink
 
     uid = os.geteuid()
     # The right agent pid: the handshake succeeds and trace is served.
@@ -146,9 +147,9 @@ def test_local_control_socket_checks_who_answers(setup: Setup, tmp_path: Path) -
 
 
 def test_bad_trace_params_are_refused_by_the_agent(setup: Setup) -> None:
-    from gpulens.collectors.stream_link import LinkOptions
-    from gpulens.collectors.stream_source import StreamSource, tcp_target
     from gpulens.ipc.errors import RequestFailed
+    from gpulens.sources.stream.link import LinkOptions
+    from gpulens.sources.stream.source import StreamSource, tcp_target
 
     src = StreamSource([tcp_target(setup.agent.address)], LinkOptions(token=setup.agent.token))
     src.start(lambda _ev: None)

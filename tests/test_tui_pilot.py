@@ -8,6 +8,9 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
+from textual.widgets import Input
+
+from gpulens.core.config import Panel
 from gpulens.tui.app import GpulensApp
 from gpulens.tui.screens.help import HelpScreen
 from gpulens.tui.screens.host import HostScreen
@@ -22,9 +25,6 @@ from gpulens.tui.widgets.panel import CustomPanel
 from gpulens.tui.widgets.plot import TimeSeriesPlot
 from gpulens.tui.widgets.process_table import ProcessTable
 from gpulens.tui.widgets.stats import StatsBar
-from textual.widgets import Input
-
-from gpulens.config import Panel
 
 from .tui_fakes import (
     FakeTraceService,
@@ -272,14 +272,14 @@ async def test_profile_without_flame_modules_says_so(monkeypatch: pytest.MonkeyP
 
 @sync
 async def test_host_without_gpus_says_why_in_no_color(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpulens.collectors.model import (
+    from gpulens.core.events import SampleEvent
+    from gpulens.core.model import (
         CpuSample,
         HostSample,
         MemorySample,
         NetworkSample,
         StorageSample,
     )
-    from gpulens.collectors.source import SampleEvent
 
     from .tui_fakes import FROZEN, StaticSource, frozen_clock
 

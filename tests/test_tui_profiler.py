@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpulens.ipc.trace import TraceJob, TraceRequest, TraceResult, TraceState
+from textual.app import App
+from textual.widgets import DataTable, Static
+
+from gpulens.ipc.kineto.requests import TraceJob, TraceRequest, TraceResult, TraceState
 from gpulens.tui.screens.profiler import ProfilerScreen
 from gpulens.tui.screens.profiler_views import AnalyzeScreen, TimelineScreen
 from gpulens.tui.widgets.timeline import TraceTimeline
-from textual.app import App
-from textual.widgets import DataTable, Static
 
 TRACES = Path(__file__).parent / "data" / "traces"
 SIZE = (120, 36)
@@ -152,7 +153,7 @@ async def test_untraceable_process_shows_reason_and_bad_trace_notifies(tmp_path:
 @sync
 async def test_real_service_and_pytorch(tmp_path: Path) -> None:
     pytest.importorskip("torch", reason="needs the PyTorch CPU build")
-    from gpulens.ipc.service import LocalTraceService
+    from gpulens.ipc.kineto.service import LocalTraceService
 
     d = Path(tempfile.mkdtemp(prefix="gk", dir="/tmp"))
     (d / "k.conf").write_text("ON_DEMAND_CONFIG_UPDATE_INTERVAL_SECS=1\n")

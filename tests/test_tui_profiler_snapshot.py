@@ -17,13 +17,14 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from gpulens.ipc.trace import TraceJob, TraceRequest, TraceState
-from gpulens.tui.screens import profiler
-from gpulens.tui.screens.profiler import ProfilerScreen
-from gpulens.tui.screens.profiler_views import AnalyzeScreen, TimelineScreen
 from textual.app import App
 from textual.screen import Screen
 from textual.widgets import DataTable
+
+from gpulens.ipc.kineto.requests import TraceJob, TraceRequest, TraceState
+from gpulens.tui.screens import profiler
+from gpulens.tui.screens.profiler import ProfilerScreen
+from gpulens.tui.screens.profiler_views import AnalyzeScreen, TimelineScreen
 
 from .tui_fakes import (
     utc,  # noqa: F401 - a fixture, used by name below
@@ -78,15 +79,15 @@ def frozen_monotonic() -> Iterator[None]:
 
 
 def analyze_screen() -> Screen[None]:
-    from gpulens.collectors.trace.analyze import analyze_file
+    from gpulens.analysis.trace.analyze import analyze_file
 
     screen: Screen[None] = AnalyzeScreen(analyze_file(str(GPU_TRACE)), GPU_TRACE.name)
     return screen
 
 
 def timeline_screen() -> Screen[None]:
-    from gpulens.collectors.trace.load import load_trace
-    from gpulens.collectors.trace.timeline import build_timeline
+    from gpulens.analysis.trace.load import load_trace
+    from gpulens.analysis.trace.timeline import build_timeline
 
     timeline = build_timeline(load_trace(str(GPU_TRACE), keep_args=True).events)
     screen: Screen[None] = TimelineScreen(timeline, GPU_TRACE.name)

@@ -21,7 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpulens.collectors.model import (
+from textual.widgets import DataTable
+
+from gpulens.core.events import SampleEvent
+from gpulens.core.model import (
     CpuSample,
     HostSample,
     JobInfo,
@@ -29,14 +32,12 @@ from gpulens.collectors.model import (
     NetworkSample,
     StorageSample,
 )
-from gpulens.collectors.serialize import from_dict, to_dict
-from gpulens.collectors.source import SampleEvent
+from gpulens.ipc.serialize import from_dict, to_dict
+from gpulens.sources.remote_trace import RemoteTraceService
 from gpulens.tui.app import GpulensApp
-from gpulens.tui.remote_trace import RemoteTraceService
 from gpulens.tui.screens.job import JobScreen
 from gpulens.tui.screens.profiler import ProfilerScreen
 from gpulens.tui.screens.profiler_views import AnalyzeScreen
-from textual.widgets import DataTable
 
 from .tui_fakes import FROZEN, FakeRequestSource, frozen_clock
 
@@ -193,7 +194,7 @@ def test_diagnose_and_failure_reason_without_ui() -> None:
                              "remotebox", lambda: polling)
     assert svc.diagnose(7) is None and svc.address == "the agent on remotebox"
     assert "KINETO_USE_DAEMON=1" in (svc.diagnose(8) or "")
-    from gpulens.ipc.trace import TraceRequest
+    from gpulens.ipc.kineto.requests import TraceRequest
 
     fut = svc.request_trace(TraceRequest(pids=(8,)))
     with pytest.raises(Exception, match="does not exist"):
@@ -208,7 +209,7 @@ def test_diagnose_and_failure_reason_without_ui() -> None:
 @sync
 async def test_real_agent_and_pytorch_over_the_stream(tmp_path: Path) -> None:
     pytest.importorskip("torch", reason="needs the PyTorch CPU build")
-    from gpulens.collectors.stream_source import LinkOptions, StreamSource, parse_connect
+    from gpulens.sources.stream.source import LinkOptions, StreamSource, parse_connect
 
     from .agent_helpers import AgentProc
 

@@ -12,16 +12,19 @@ import argparse
 from typing import Any
 
 import pytest
-from gpulens.collectors.model import (
+from textual import events
+from textual.widgets import Input, Static
+
+from gpulens.core import units as fmt
+from gpulens.core.events import HostStatusEvent, SampleEvent
+from gpulens.core.model import (
     CpuSample,
     HostSample,
     MemorySample,
     NetworkSample,
     StorageSample,
 )
-from gpulens.collectors.source import HostStatusEvent, SampleEvent
-from gpulens.collectors.sources import MultiSource
-from gpulens.tui import format as fmt
+from gpulens.sources.local import MultiSource
 from gpulens.tui.app import GpulensApp
 from gpulens.tui.screens.host import HostScreen
 from gpulens.tui.screens.job import JobScreen
@@ -32,8 +35,6 @@ from gpulens.tui.widgets.host_table import HostTable
 from gpulens.tui.widgets.job_table import JobTable
 from gpulens.tui.widgets.plot import TimeSeriesPlot, axis_label
 from gpulens.tui.widgets.sparklines import HostSparklines
-from textual import events
-from textual.widgets import Input, Static
 
 from .test_tui_pilot import settle, sync
 from .tui_fakes import (
@@ -236,8 +237,9 @@ async def test_job_screen_says_why_it_cannot_be_profiled(monkeypatch: pytest.Mon
 
 @sync
 async def test_profiler_options_readable_without_colour() -> None:
-    from gpulens.tui.screens.profiler import OptionBox
     from textual.app import App, ComposeResult
+
+    from gpulens.tui.screens.profiler import OptionBox
 
     class Boxes(App[None]):
         def compose(self) -> ComposeResult:
@@ -265,8 +267,7 @@ def test_multisource_passes_expected_hosts_through() -> None:
 
 
 def test_tui_accepts_tls_ca() -> None:
-    from gpulens import cmd_tui
-
+    from gpulens.commands import tui as cmd_tui
     parser = argparse.ArgumentParser()
     cmd_tui.add_arguments(parser)
     args = parser.parse_args(["--connect", "tls://node1:7070", "--tls-ca", "/etc/ca.pem"])
@@ -286,9 +287,10 @@ def test_help_lists_each_key_once_and_groups_families() -> None:
 
 @sync
 async def test_profiler_trace_button_stays_on_screen_at_80_columns() -> None:
-    from gpulens.tui.screens.profiler import ProfilerScreen
     from textual.app import App
     from textual.widgets import Button
+
+    from gpulens.tui.screens.profiler import ProfilerScreen
 
     class Host(App[None]):
         def on_mount(self) -> None:
@@ -309,8 +311,8 @@ async def test_f_on_a_remote_host_asks_its_agent_for_the_profile(tmp_path: Any) 
     """py-spy reaches local pids only: on another host, ``f`` goes through the agent."""
     from concurrent.futures import Future
 
-    from gpulens.collectors.model import JobInfo
-    from gpulens.collectors.stream_link import RequestResult
+    from gpulens.core.model import JobInfo
+    from gpulens.sources.stream.link import RequestResult
     from gpulens.tui.screens.flame import FlameScreen
 
     folded = tmp_path / "profile-far.folded"
@@ -347,9 +349,9 @@ async def test_f_on_a_remote_host_asks_its_agent_for_the_profile(tmp_path: Any) 
 @sync
 async def test_d_dumps_each_local_process_and_opens_one_flame_graph(monkeypatch: pytest.MonkeyPatch) -> None:
     """``d``: one py-spy dump per local pid, merged under ``process PID`` frames; remote: a notice."""
-    from gpulens.collectors.flame import pyspy
-    from gpulens.collectors.flame.model import build_from_stacks
-    from gpulens.collectors.model import JobInfo
+    from gpulens.analysis.flame import pyspy
+    from gpulens.analysis.flame.model import build_from_stacks
+    from gpulens.core.model import JobInfo
     from gpulens.tui.screens.base import DataScreen
     from gpulens.tui.screens.flame import FlameScreen
 
@@ -396,8 +398,8 @@ async def test_d_dumps_each_local_process_and_opens_one_flame_graph(monkeypatch:
 def test_recording_and_multi_sources_pass_requests_through() -> None:
     from concurrent.futures import Future
 
-    from gpulens.collectors.sources import RecordingSource
     from gpulens.ipc.errors import RequestFailed
+    from gpulens.sources.local import RecordingSource
 
     class Agents(StaticSource):
         def request(self, host: str, kind: str, params: Any, timeout_s: float) -> Future[Any]:

@@ -8,10 +8,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from gpulens.collectors.demo import DemoSource
-from gpulens.tui.app import GpulensApp
 
-from gpulens.config import Config, Panel
+from gpulens.core.config import Config, Panel
+from gpulens.sources.demo import DemoSource
+from gpulens.tui.app import GpulensApp
 
 FROZEN = 1_700_000_000.0
 
@@ -102,8 +102,8 @@ class FakeRequestSource(StaticSource):
     def request(self, host: str, kind: str, params: Any, timeout_s: float) -> Any:
         from concurrent.futures import Future
 
-        from gpulens.collectors.stream_link import RequestResult
         from gpulens.ipc.errors import RequestFailed
+        from gpulens.sources.stream.link import RequestResult
 
         self.requests.append((host, kind, dict(params)))
         fut: Future[Any] = Future()

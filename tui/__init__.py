@@ -1,1 +1,1 @@
-"""The Textual user interface. Reads the store; never reads /proc or NVML itself."""
+"""The Textual user interface: app, screens and widgets. Reads the store and sends requests through the source."""

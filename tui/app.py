@@ -12,15 +12,6 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
-from gpulens.collectors.source import (
-    HostStatusEvent,
-    PanelData,
-    PanelProvider,
-    Source,
-    SourceEvent,
-    SourceStatusEvent,
-)
-from gpulens.collectors.store import Store
 from textual.actions import SkipAction
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
@@ -29,15 +20,23 @@ from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
 from textual.widgets import Input
 
-from gpulens.config import WINDOWS, Config, Panel
-
-from .screens.base import DataScreen
-from .screens.help import HelpScreen
-from .screens.host import HostScreen
-from .screens.job import JobScreen
-from .screens.jump import JumpScreen, parse_jump
-from .screens.overview import OverviewScreen
-from .widgets.heatmap import HEAT_METRICS
+from gpulens.core.config import WINDOWS, Config, Panel
+from gpulens.core.events import (
+    HostStatusEvent,
+    PanelData,
+    PanelProvider,
+    Source,
+    SourceEvent,
+    SourceStatusEvent,
+)
+from gpulens.store.store import Store
+from gpulens.tui.screens.base import DataScreen
+from gpulens.tui.screens.help import HelpScreen
+from gpulens.tui.screens.host import HostScreen
+from gpulens.tui.screens.job import JobScreen
+from gpulens.tui.screens.jump import JumpScreen, parse_jump
+from gpulens.tui.screens.overview import OverviewScreen
+from gpulens.tui.widgets.heatmap import HEAT_METRICS
 
 MIN_REFRESH_S = 0.25
 

@@ -6,7 +6,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..format import pct, rate, size
+from gpulens.core.units import pct, rate, size
 
 
 def ratio(v: float | None) -> str:

@@ -12,14 +12,14 @@ from textual.app import ComposeResult
 from textual.containers import Grid
 from textual.screen import Screen
 
-from ..widgets.header import AppHeader
-from ..widgets.panel import CustomPanel
-from ..widgets.plot import TimeSeriesPlot
-from ..widgets.profile_panel import ProfilePanel
-from ._plots import PlotSpec
+from gpulens.tui.screens._plots import PlotSpec
+from gpulens.tui.widgets.header import AppHeader
+from gpulens.tui.widgets.panel import CustomPanel
+from gpulens.tui.widgets.plot import TimeSeriesPlot
+from gpulens.tui.widgets.profile_panel import ProfilePanel
 
 if TYPE_CHECKING:
-    from ..app import GpulensApp
+    from gpulens.tui.app import GpulensApp
 
 NARROW_WIDTH = 100
 PROFILE_S = 5.0
@@ -88,7 +88,7 @@ class DataScreen(Screen[None]):
         if self.gapp.source.simulated:
             self.notify("SIMULATED data: there are no real processes to profile", severity="warning")
             return False
-        if not (_has("gpulens.collectors.flame.pyspy") and _has("gpulens.tui.screens.flame")):
+        if not (_has("gpulens.analysis.flame.pyspy") and _has("gpulens.tui.screens.flame")):
             self.notify("flame graphs not available", severity="warning")
             return False
         return True
@@ -123,9 +123,9 @@ class DataScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="profile")
     def _profile_remote(self, host: str, pids: list[int]) -> None:
 
-        from gpulens.collectors.flame.folded import parse_folded
-        from gpulens.collectors.flame.pyspy import MAX_OUTPUT_BYTES
-        from gpulens.collectors.limits import InputLimits, read_input
+        from gpulens.analysis.flame.folded import parse_folded
+        from gpulens.analysis.flame.pyspy import MAX_OUTPUT_BYTES
+        from gpulens.core.limits import InputLimits, read_input
 
         panel = self.query_one(ProfilePanel)
         params = {"pids": pids, "duration_s": PROFILE_S, "rate_hz": 100}
@@ -145,7 +145,7 @@ class DataScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="profile")
     def _profile(self, pids: list[int]) -> None:
-        from gpulens.collectors.flame.pyspy import sample_pids
+        from gpulens.analysis.flame.pyspy import sample_pids
 
         panel = self.query_one(ProfilePanel)
         try:
@@ -172,8 +172,8 @@ class DataScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="profile")
     def _quick_look(self, pids: list[int]) -> None:
-        from gpulens.collectors.flame.model import build_from_stacks
-        from gpulens.collectors.flame.pyspy import dump
+        from gpulens.analysis.flame.model import build_from_stacks
+        from gpulens.analysis.flame.pyspy import dump
 
         panel = self.query_one(ProfilePanel)
         stacks: list[tuple[list[str], float]] = []

@@ -6,16 +6,16 @@ import re
 from functools import partial
 from typing import ClassVar
 
-from gpulens.collectors.flame.labels import format_value
-from gpulens.collectors.flame.model import Profile
-from gpulens.collectors.flame.query import frame_nodes, sandwich
-from gpulens.tui.widgets.flamegraph import FlameGraph
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
-from .flame_views import FlameHelpScreen, FunctionTableScreen, SandwichScreen
+from gpulens.analysis.flame.labels import format_value
+from gpulens.analysis.flame.model import Profile
+from gpulens.analysis.flame.query import frame_nodes, sandwich
+from gpulens.tui.screens.flame_views import FlameHelpScreen, FunctionTableScreen, SandwichScreen
+from gpulens.tui.widgets.flamegraph import FlameGraph
 
 WARM_INDEX_NODES = 50_000
 WARM_INDEX_DELAY_S = 0.5

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from gpulens.collectors.flame.labels import format_value
-from gpulens.collectors.flame.model import Profile
-from gpulens.collectors.flame.query import FunctionRow, Sandwich, function_table
-from gpulens.tui.widgets.flamegraph import FlameGraph
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Static
+
+from gpulens.analysis.flame.labels import format_value
+from gpulens.analysis.flame.model import Profile
+from gpulens.analysis.flame.query import FunctionRow, Sandwich, function_table
+from gpulens.tui.widgets.flamegraph import FlameGraph
 
 READING_GUIDE = """\
 [b]How to read a flame graph[/b]
@@ -79,7 +80,7 @@ class SandwichScreen(Screen[None]):
         yield Footer()
 
     def on_flame_graph_sandwich_requested(self, message: FlameGraph.SandwichRequested) -> None:
-        from gpulens.collectors.flame.query import sandwich
+        from gpulens.analysis.flame.query import sandwich
 
         self.app.push_screen(SandwichScreen(sandwich(message.control.profile, message.node)))
 

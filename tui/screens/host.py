@@ -9,15 +9,15 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.widgets import Footer, Static
 
-from ..format import duration, window_name
-from ..widgets.gpu_table import GpuTable
-from ..widgets.header import AppHeader
-from ..widgets.job_table import JobTable
-from ..widgets.panel import CustomPanel
-from ..widgets.plot import TimeSeriesPlot
-from ..widgets.profile_panel import ProfilePanel
-from ._plots import HOST_PLOTS, add_series
-from .base import DataScreen
+from gpulens.core.units import duration, window_name
+from gpulens.tui.screens._plots import HOST_PLOTS, add_series
+from gpulens.tui.screens.base import DataScreen
+from gpulens.tui.widgets.gpu_table import GpuTable
+from gpulens.tui.widgets.header import AppHeader
+from gpulens.tui.widgets.job_table import JobTable
+from gpulens.tui.widgets.panel import CustomPanel
+from gpulens.tui.widgets.plot import TimeSeriesPlot
+from gpulens.tui.widgets.profile_panel import ProfilePanel
 
 
 class HostScreen(DataScreen):

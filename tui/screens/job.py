@@ -6,7 +6,6 @@ import importlib.util
 import time
 from typing import ClassVar
 
-from gpulens.collectors.store_views import JobView
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -14,14 +13,15 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.widgets import Footer, Static
 
-from ..format import duration, pct, size, window_name
-from ..widgets.header import AppHeader
-from ..widgets.panel import CustomPanel
-from ..widgets.plot import TimeSeriesPlot
-from ..widgets.process_table import ProcessTable
-from ..widgets.profile_panel import ProfilePanel
-from ._plots import JOB_PLOTS, add_series, mean_series
-from .base import DataScreen
+from gpulens.core.units import duration, pct, size, window_name
+from gpulens.store.views import JobView
+from gpulens.tui.screens._plots import JOB_PLOTS, add_series, mean_series
+from gpulens.tui.screens.base import DataScreen
+from gpulens.tui.widgets.header import AppHeader
+from gpulens.tui.widgets.panel import CustomPanel
+from gpulens.tui.widgets.plot import TimeSeriesPlot
+from gpulens.tui.widgets.process_table import ProcessTable
+from gpulens.tui.widgets.profile_panel import ProfilePanel
 
 
 class JobScreen(DataScreen):
@@ -275,7 +275,7 @@ class JobScreen(DataScreen):
 
     def _remote_service(self, host: str) -> object:
         """A trace service that reaches ``host``'s processes through its agent (one per app and host)."""
-        from gpulens.tui.remote_trace import service_for
+        from gpulens.sources.remote_trace import service_for
 
         store = self.gapp.store
 

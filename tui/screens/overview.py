@@ -11,13 +11,13 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Input
 
-from ..widgets.header import AppHeader
-from ..widgets.heatmap import HEAT_METRICS, GpuHeatmap
-from ..widgets.host_table import HostTable
-from ..widgets.job_table import JobTable
-from ..widgets.sparklines import HostSparklines
-from ..widgets.stats import StatsBar
-from .base import DataScreen
+from gpulens.tui.screens.base import DataScreen
+from gpulens.tui.widgets.header import AppHeader
+from gpulens.tui.widgets.heatmap import HEAT_METRICS, GpuHeatmap
+from gpulens.tui.widgets.host_table import HostTable
+from gpulens.tui.widgets.job_table import JobTable
+from gpulens.tui.widgets.sparklines import HostSparklines
+from gpulens.tui.widgets.stats import StatsBar
 
 
 class FilterInput(Input):

@@ -23,7 +23,6 @@ import contextlib
 import time
 from typing import Any, ClassVar
 
-from gpulens.ipc.trace import TraceJob, TraceRequest, TraceState
 from rich.text import Text
 from textual import events, on, work
 from textual.app import ComposeResult
@@ -33,7 +32,8 @@ from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Button, Checkbox, DataTable, Footer, Input, Label, ProgressBar, Static
 
-from .profiler_views import AnalyzeScreen, TimelineScreen
+from gpulens.ipc.kineto.requests import TraceJob, TraceRequest, TraceState
+from gpulens.tui.screens.profiler_views import AnalyzeScreen, TimelineScreen
 
 NARROW_WIDTH = 140
 
@@ -313,8 +313,8 @@ class ProfilerScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="trace-load")
     def _load_timeline(self, path: str) -> None:
-        from gpulens.collectors.trace.load import load_trace
-        from gpulens.collectors.trace.timeline import build_timeline
+        from gpulens.analysis.trace.load import load_trace
+        from gpulens.analysis.trace.timeline import build_timeline
 
         try:
             trace = load_trace(path, keep_args=True, progress=self._progress)
@@ -328,7 +328,7 @@ class ProfilerScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="trace-load")
     def _analyze(self, path: str) -> None:
-        from gpulens.collectors.trace.analyze import analyze_file
+        from gpulens.analysis.trace.analyze import analyze_file
 
         try:
             summary = analyze_file(path, progress=self._progress)
@@ -340,7 +340,7 @@ class ProfilerScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="trace-export")
     def _export(self, src: str, dest: str) -> None:
-        from gpulens.collectors.trace.export import export_trace
+        from gpulens.analysis.trace.export import export_trace
 
         try:
             out = export_trace(src, dest)

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from gpulens.collectors.trace.report import fmt_bytes, fmt_us
-from gpulens.collectors.trace.summary import ProcessSummary, TraceSummary
-from gpulens.collectors.trace.timeline import Timeline
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -14,7 +11,10 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from ..widgets.timeline import TraceTimeline
+from gpulens.analysis.trace.report import fmt_bytes, fmt_us
+from gpulens.analysis.trace.summary import ProcessSummary, TraceSummary
+from gpulens.analysis.trace.timeline import Timeline
+from gpulens.tui.widgets.timeline import TraceTimeline
 
 
 class TimelineScreen(Screen[None]):

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpulens.collectors.flame.model import Profile
-from gpulens.collectors.flame.query import chain_end
+from gpulens.analysis.flame.model import Profile
+from gpulens.analysis.flame.query import chain_end
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,10 +20,6 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from gpulens.collectors.flame.errors import FlameError
-from gpulens.collectors.flame.labels import colour_index, format_value
-from gpulens.collectors.flame.model import Profile
-from gpulens.collectors.flame.query import SearchResult, find_path, path_of, search
 from rich.segment import Segment
 from rich.style import Style
 from textual.actions import SkipAction
@@ -35,7 +31,11 @@ from textual.reactive import reactive
 from textual.strip import Strip
 from textual.widget import Widget
 
-from .flame_layout import Layout, Span, compute_layout
+from gpulens.analysis.flame.errors import FlameError
+from gpulens.analysis.flame.labels import colour_index, format_value
+from gpulens.analysis.flame.model import Profile
+from gpulens.analysis.flame.query import SearchResult, find_path, path_of, search
+from gpulens.tui.widgets.flame_layout import Layout, Span, compute_layout
 
 
 class _FlameMessage(Message):

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpulens.collectors.model import GpuSample, HostSample
-from gpulens.collectors.store_views import gpu_mem_percent
-
-from ..format import NA, num, pct, rate, size
-from ._table import IncrementalTable
+from gpulens.core.model import GpuSample, HostSample
+from gpulens.core.units import NA, num, pct, rate, size
+from gpulens.store.views import gpu_mem_percent
+from gpulens.tui.widgets._table import IncrementalTable
 
 
 def _ecc(g: GpuSample) -> str:

@@ -7,13 +7,13 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import ClassVar, cast
 
-from gpulens.collectors.store import Store
 from rich.color import Color
 from rich.segment import Segment
 from rich.style import Style
 from textual.strip import Strip
 
-from ._lines import LazyLines
+from gpulens.store.store import Store
+from gpulens.tui.widgets._lines import LazyLines
 
 GLYPHS = " ░▒▓█"
 PALETTE = ("#30123b", "#4662d7", "#1ae4b6", "#a2fc3c", "#fabb39", "#e4460a")

@@ -6,10 +6,9 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from gpulens.collectors.store_views import HostRow
-
-from ..format import num, pct, rate
-from ._table import IncrementalTable
+from gpulens.core.units import num, pct, rate
+from gpulens.store.views import HostRow
+from gpulens.tui.widgets._table import IncrementalTable
 
 
 class HostTable(IncrementalTable):

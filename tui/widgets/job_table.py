@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gpulens.collectors.store_views import JobView
-
-from ..format import duration, pct, size
-from ._table import IncrementalTable
+from gpulens.core.units import duration, pct, size
+from gpulens.store.views import JobView
+from gpulens.tui.widgets._table import IncrementalTable
 
 
 class JobTable(IncrementalTable):

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import math
 
-from gpulens.collectors.source import PanelData
-
-from gpulens.config import Panel
-
-from ..format import num
-from .plot import TimeSeriesPlot
+from gpulens.core.config import Panel
+from gpulens.core.events import PanelData
+from gpulens.core.units import num
+from gpulens.tui.widgets.plot import TimeSeriesPlot
 
 
 class CustomPanel(TimeSeriesPlot):
-    """Plots a :class:`~gpulens.collectors.source.PanelData`; its error shows in place."""
+    """Plots a :class:`~gpulens.core.events.PanelData`; its error shows in place."""
 
     def __init__(self, panel: Panel, *, name: str | None = None, id: str | None = None,
                  classes: str | None = None) -> None:

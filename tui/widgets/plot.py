@@ -7,11 +7,11 @@ import re
 from collections.abc import Callable, Sequence
 from typing import ClassVar
 
-from gpulens.collectors.ring import resample
 from rich.text import Text
 from textual.widget import Widget
 
-from .na import na_text
+from gpulens.store.ring import resample
+from gpulens.tui.widgets.na import na_text
 
 _LEFT = (0x40, 0x04, 0x02, 0x01)   # dots of the left column, bottom to top
 _RIGHT = (0x80, 0x20, 0x10, 0x08)

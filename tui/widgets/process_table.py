@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from gpulens.collectors.model import JobInfo
-
-from ..format import pct, size
-from ._table import IncrementalTable
+from gpulens.core.model import JobInfo
+from gpulens.core.units import pct, size
+from gpulens.tui.widgets._table import IncrementalTable
 
 
 class ProcessTable(IncrementalTable):

@@ -6,12 +6,12 @@ import math
 from collections.abc import Hashable, Sequence
 from typing import ClassVar
 
-from gpulens.collectors.store import Store
 from rich.segment import Segment
 from rich.style import Style
 
-from ..format import pct
-from ._lines import LazyLines
+from gpulens.core.units import pct
+from gpulens.store.store import Store
+from gpulens.tui.widgets._lines import LazyLines
 
 BARS = "▁▂▃▄▅▆▇█"
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from gpulens.collectors.store_views import FleetStats
 from rich.text import Text
 from textual.widget import Widget
 
-from ..format import pct, window_name
+from gpulens.core.units import pct, window_name
+from gpulens.store.views import FleetStats
 
 
 class StatsBar(Widget):

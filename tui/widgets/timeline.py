@@ -18,8 +18,6 @@ from __future__ import annotations
 import zlib
 from typing import Any, ClassVar
 
-from gpulens.collectors.trace.report import fmt_us
-from gpulens.collectors.trace.timeline import Row, Span, Timeline, paint_row
 from rich.segment import Segment
 from rich.style import Style
 from textual.binding import Binding, BindingType
@@ -27,6 +25,9 @@ from textual.color import Color
 from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
+
+from gpulens.analysis.trace.report import fmt_us
+from gpulens.analysis.trace.timeline import Row, Span, Timeline, paint_row
 
 GUTTER = 22
 

@@ -1,0 +1,150 @@
+"""Sample Python processes with py-spy (out of process, no restart needed).
+
+``sample_pids`` runs ``py-spy record --format raw`` for a duration and
+returns the merged folded stacks as a :class:`~.model.Profile` in samples;
+``dump`` takes one stack per thread now (``py-spy dump --json``). py-spy
+needs ptrace permission on the target: without it a
+:class:`ProfilerPermissionError` says how to grant it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from gpulens.analysis.flame.errors import ProfilerError, ProfilerPermissionError
+from gpulens.analysis.flame.folded import parse_folded
+from gpulens.analysis.flame.model import Profile, build_from_stacks
+
+PERMISSION_FIX = (
+    "py-spy needs ptrace permission on the target. Fixes: run as the process owner with "
+    "kernel.yama.ptrace_scope <= 1 ('sudo sysctl kernel.yama.ptrace_scope=1', or 0 to allow "
+    "attaching to non-children), run gpulens as root, or give py-spy CAP_SYS_PTRACE "
+    "('sudo setcap cap_sys_ptrace+ep $(which py-spy)'; in a container: --cap-add SYS_PTRACE)."
+)
+MAX_OUTPUT_BYTES = 256 << 20
+
+
+def pyspy_binary() -> str:
+    """Path of py-spy: the one next to this Python (its venv), else on PATH.
+
+    Raises ProfilerError when neither exists.
+    """
+    here = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if os.access(here, os.X_OK):
+        return here
+    found = shutil.which("py-spy")
+    if found is None:
+        raise ProfilerError("py-spy not found next to this Python or on PATH; install it: pip install py-spy")
+    return found
+
+
+def classify_failure(pid: int, returncode: int, stderr: str) -> ProfilerError:
+    """Turn py-spy's exit status and stderr into an error a user can act on."""
+    text = stderr.strip()
+    low = text.lower()
+    if "permission" in low or "operation not permitted" in low or "os error 1)" in low or "ptrace" in low:
+        return ProfilerPermissionError(f"cannot attach to process {pid}: {PERMISSION_FIX}")
+    if "no such file" in low or "no such process" in low or "check that the process is running" in low:
+        return ProfilerError(f"process {pid} does not exist (or exited)")
+    if "python" in low and ("version" in low or "interpreter" in low):
+        return ProfilerError(f"process {pid} is not a Python process py-spy can read: {_first_line(text)}")
+    return ProfilerError(f"py-spy failed on process {pid} (exit {returncode}): {_first_line(text)}")
+
+
+def _first_line(text: str) -> str:
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("py-spy>")]
+    return lines[0][:200] if lines else "no message"
+
+
+def sample_pids(pids: list[int], duration_s: float, rate_hz: int = 100) -> Profile:
+    """Sample each process for ``duration_s`` seconds at ``rate_hz``; one profile (samples).
+
+    py-spy takes whole seconds, so the duration is rounded up (minimum 1 s).
+    Stacks of several processes sit under a ``process PID`` frame each.
+    Frames are aggregated by function (``-F``), shown as ``name (file:line)``.
+    Raises ProfilerPermissionError without ptrace permission, ProfilerError
+    when py-spy is missing, the process is gone or sampling fails.
+    """
+    if not pids:
+        raise ProfilerError("no process to sample")
+    if rate_hz <= 0 or duration_s <= 0:
+        raise ProfilerError("duration and rate must be positive")
+    seconds = max(1, math.ceil(duration_s))
+    exe = pyspy_binary()
+    with tempfile.TemporaryDirectory(prefix="gpulens-pyspy-") as tmp:
+        procs = []
+        for pid in pids:
+            out = os.path.join(tmp, f"{pid}.txt")
+            cmd = [exe, "record", "--format", "raw", "-F", "--nonblocking", "-d", str(seconds),
+                   "-r", str(rate_hz), "-p", str(pid), "-o", out]
+            procs.append((pid, out, subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)))
+        stacks: list[tuple[list[str], float]] = []
+        errors: list[ProfilerError] = []
+        for pid, out, proc in procs:
+            try:
+                _, err = proc.communicate(timeout=seconds + 60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                _, err = proc.communicate()
+                errors.append(ProfilerError(f"py-spy did not finish sampling process {pid}"))
+                continue
+            except BaseException:  # Ctrl-C / SIGTERM: detach py-spy from every target now
+                _kill_all([q for _, _, q in procs])
+                raise
+            if proc.returncode != 0 or not os.path.exists(out):
+                errors.append(classify_failure(pid, proc.returncode, err.decode("utf-8", "replace")))
+                continue
+            if os.path.getsize(out) > MAX_OUTPUT_BYTES:
+                errors.append(ProfilerError(f"py-spy output for {pid} is over {MAX_OUTPUT_BYTES} bytes"))
+                continue
+            with open(out, "rb") as fh:
+                part = parse_folded(fh.read(), "samples", source=f"py-spy output for {pid}")
+            prefix = [f"process {pid}"] if len(pids) > 1 else []
+            stacks.extend((prefix + frames, value) for frames, value in part.stacks())
+    if errors and not stacks:
+        raise errors[0]
+    title = f"py-spy {rate_hz} Hz x {seconds} s: " + ", ".join(str(p) for p in pids)
+    return build_from_stacks(stacks, "samples", title)
+
+
+def _kill_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def dump(pid: int) -> Profile:
+    """One stack per thread of ``pid`` right now (``py-spy dump --json``), 1 sample each.
+
+    Raises ProfilerPermissionError / ProfilerError as :func:`sample_pids`.
+    """
+    exe = pyspy_binary()
+    try:
+        proc = subprocess.run([exe, "dump", "--json", "--nonblocking", "-p", str(pid)],
+                              capture_output=True, timeout=60, check=False)
+    except subprocess.TimeoutExpired as err:
+        raise ProfilerError(f"py-spy dump of process {pid} timed out") from err
+    if proc.returncode != 0:
+        raise classify_failure(pid, proc.returncode, proc.stderr.decode("utf-8", "replace"))
+    try:
+        threads = json.loads(proc.stdout[:MAX_OUTPUT_BYTES])
+    except json.JSONDecodeError as err:
+        raise ProfilerError(f"py-spy dump gave unreadable JSON: {err}") from None
+    stacks: list[tuple[list[str], float]] = []
+    for th in threads if isinstance(threads, list) else []:
+        frames = [
+            f"{f.get('name')} ({f.get('short_filename') or f.get('filename')}:{f.get('line')})"
+            for f in th.get("frames", []) if isinstance(f, dict)
+        ]
+        frames.reverse()
+        tid = th.get("os_thread_id") or th.get("thread_id")
+        name = th.get("thread_name")
+        stacks.append(([f"thread {tid}" + (f" ({name})" if name else ""), *frames], 1))
+    return build_from_stacks(stacks, "samples", f"py-spy dump of {pid}")

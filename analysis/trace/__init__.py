@@ -1,0 +1,1 @@
+"""PyTorch trace analysis: load, analyze (key_averages), GPU split, timeline, findings, export."""

@@ -1,0 +1,143 @@
+"""GPUs through NVML (``nvidia-ml-py``, module ``pynvml``).
+
+:class:`NvmlCollector` initialises NVML once, opens every GPU and, on each
+:meth:`~NvmlCollector.read`, returns a :class:`GpuReading`: one
+:class:`~.model.GpuSample` per GPU (what ``nvidia-smi -q`` shows, plus GPM
+figures on Hopper and newer). It never raises: no NVML library, no driver or
+no GPU gives an empty GPU list and the reason under ``unavailable["gpus"]``;
+a field one GPU cannot report is None with a reason in that GPU's
+``unavailable``; a lost GPU is reported with the reason under
+``unavailable["gpu"]`` while the others are still read.
+
+Rates (NVLink bytes/s, GPM percentages, per-process utilization, XID events)
+cover the time since the previous read; the collector takes its first
+counters when it opens, so the first read is already a real rate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import ModuleType
+
+from gpulens.collectors.nvml.device import GpuDevice
+from gpulens.collectors.nvml.query import describe
+from gpulens.core.model import GpuSample
+
+MAX_GPUS = 64
+"""More than any one machine holds; bounds what a broken driver could claim."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReading:
+    """What one read of NVML found: the GPUs, and why GPUs are missing if they are.
+
+    ``unavailable`` is empty or ``{"gpus": reason}`` (no library, no driver,
+    no GPU, NVML closed); per-field reasons live in each GpuSample.
+    """
+
+    gpus: tuple[GpuSample, ...]
+    unavailable: Mapping[str, str] = field(default_factory=dict)
+
+
+def _import_pynvml() -> ModuleType | str:
+    try:
+        return importlib.import_module("pynvml")
+    except ImportError as err:
+        return f"pynvml is not importable ({err}); install nvidia-ml-py"
+
+
+class NvmlCollector:
+    """Reads every NVIDIA GPU of this machine through NVML.
+
+    Args:
+        module: the NVML binding; None imports ``pynvml``. Tests pass a test
+            double with the same functions, constants and errors.
+        clock: monotonic seconds, for rates between reads.
+
+    NVML is initialised here, once, and shut down by :meth:`close`. Nothing
+    here raises: every failure becomes a reason.
+    """
+
+    def __init__(
+        self,
+        module: ModuleType | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._devices: list[GpuDevice] = []
+        self._initialised = False
+        self._why: str | None = None
+        """Why there are no GPUs at all (None when NVML opened)."""
+        loaded = _import_pynvml() if module is None else module
+        if isinstance(loaded, str):
+            self._nvml: ModuleType | None = None
+            self._why = loaded
+            return
+        self._nvml = loaded
+        self._open(loaded, clock)
+
+    def _open(self, nvml: ModuleType, clock: Callable[[], float]) -> None:
+        try:
+            nvml.nvmlInit()
+        except nvml.NVMLError as err:
+            self._why = f"NVML init failed: {describe(err)}"
+            return
+        except OSError as err:  # a broken libnvidia-ml.so can fail inside ctypes
+            self._why = f"NVML init failed: {err}"
+            return
+        self._initialised = True
+        try:
+            count = int(nvml.nvmlDeviceGetCount())
+        except nvml.NVMLError as err:
+            self._why = f"cannot count GPUs: {describe(err)}"
+            return
+        if count <= 0:
+            self._why = "NVML found no NVIDIA GPU on this machine"
+            return
+        self._devices = [GpuDevice(nvml, i, clock) for i in range(min(count, MAX_GPUS))]
+
+    @property
+    def gpu_count(self) -> int:
+        """How many GPUs NVML reported when the collector opened."""
+        return len(self._devices)
+
+    def read(self) -> GpuReading:
+        """Read all GPUs now (``nvidia-smi -q`` for each, plus GPM).
+
+        Units are in GpuSample's field names. Never raises: an unexpected
+        error while reading one GPU is reported as that GPU's reason.
+        """
+        if self._why is not None:
+            return GpuReading((), {"gpus": self._why})
+        samples = []
+        for device in self._devices:
+            try:
+                samples.append(device.read())
+            except Exception as err:  # a bug must not take the other GPUs down
+                reason = f"internal error reading GPU: {type(err).__name__}: {err}"
+                samples.append(GpuSample(device.index, device.name, device.uuid,
+                                         unavailable={"gpu": reason}))
+        return GpuReading(tuple(samples))
+
+    def close(self) -> None:
+        """Free event sets and GPM buffers and shut NVML down; safe to call twice."""
+        for device in self._devices:
+            device.close()
+        self._devices = []
+        if self._initialised and self._nvml is not None:
+            self._initialised = False
+            # Shutting down: a failure here has nobody left to report to.
+            with contextlib.suppress(Exception):
+                self._nvml.nvmlShutdown()
+        if self._why is None:
+            self._why = "NVML collector closed"
+
+    def __enter__(self) -> NvmlCollector:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

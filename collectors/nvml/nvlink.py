@@ -1,0 +1,106 @@
+"""NVLink receive/transmit rates of one GPU from NVML's cumulative counters.
+
+``nvmlDeviceGetFieldValues`` with ``NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX`` /
+``_TX`` and a link number as scope gives each link's data bytes (KiB, without
+protocol overhead) since the driver loaded; the same figures as
+``nvidia-smi nvlink -gt d``. The rate is the sum over links of the counter
+difference between two reads divided by the time between them. The first
+counters are read when the counter is made, so the first read is a real rate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from gpulens.collectors.nvml.query import Query, describe_code
+
+NVLINK_FIELDS = ("nvlink_rx_bytes_per_s", "nvlink_tx_bytes_per_s")
+MAX_LINKS = 64
+"""Upper bound on the link count NVML may report (NVML_NVLINK_MAX_LINKS is 36 today)."""
+_FI_LINK_COUNT = 91
+_FI_DATA_TX = 138
+_FI_DATA_RX = 139
+
+
+class NvLinkCounter:
+    """Turns one GPU's NVLink byte counters into bytes/s between reads."""
+
+    __slots__ = ("_clock", "_handle", "_ids", "_links", "_prev", "_prev_t", "_q", "_why")
+
+    def __init__(self, q: Query, handle: Any, clock: Callable[[], float]) -> None:
+        self._q = q
+        self._handle = handle
+        self._clock = clock
+        self._links = 0
+        self._ids: list[tuple[int, int]] = []
+        self._prev: tuple[int | None, int | None] = (None, None)
+        self._prev_t = 0.0
+        self._why: str | None = None
+        nvml = q.nvml
+        count_id = getattr(nvml, "NVML_FI_DEV_NVLINK_LINK_COUNT", _FI_LINK_COUNT)
+        values = q(NVLINK_FIELDS, "nvmlDeviceGetFieldValues", handle, [count_id])
+        if values is None:
+            self._why = q.reasons.get(NVLINK_FIELDS[0], "NVLink link count unreadable")
+            return
+        code = int(values[0].nvmlReturn)
+        if code != 0:
+            self._why = f"NVLink link count: {describe_code(nvml, code)}"
+            return
+        self._links = min(int(values[0].value.uiVal), MAX_LINKS)
+        if self._links == 0:
+            self._why = "this GPU has no NVLink links"
+            return
+        rx_id = getattr(nvml, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", _FI_DATA_RX)
+        tx_id = getattr(nvml, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", _FI_DATA_TX)
+        links = range(self._links)
+        self._ids = [(rx_id, link) for link in links] + [(tx_id, link) for link in links]
+        self._prev = self._totals()
+        self._prev_t = clock()
+
+    def _totals(self) -> tuple[int | None, int | None]:
+        """Summed (rx, tx) KiB over links; a direction with no readable link is None."""
+        q = self._q
+        values = q(NVLINK_FIELDS, "nvmlDeviceGetFieldValues", self._handle, self._ids)
+        if values is None:
+            return None, None
+        out: list[int | None] = []
+        for half, name in enumerate(NVLINK_FIELDS):
+            total: int | None = None
+            first_error = 0
+            for value in values[half * self._links : (half + 1) * self._links]:
+                code = int(value.nvmlReturn)
+                if code == 0:
+                    total = (total or 0) + int(value.value.ullVal)
+                elif not first_error:
+                    first_error = code
+            if total is None:
+                q.note(name, describe_code(q.nvml, first_error or 999))
+            out.append(total)
+        return out[0], out[1]
+
+    def read(self) -> tuple[float | None, float | None]:
+        """(rx, tx) in bytes/s since the last read, each None with a reason if unknown.
+
+        Raises:
+            GpuLost: NVML reports the GPU as lost.
+        """
+        if self._why is not None:
+            self._q.note(NVLINK_FIELDS, self._why)
+            return None, None
+        now = self._clock()
+        cur = self._totals()
+        dt = now - self._prev_t
+        rates: list[float | None] = []
+        for name, before, after in zip(NVLINK_FIELDS, self._prev, cur, strict=True):
+            if before is None or after is None:
+                if after is not None:
+                    self._q.note(name, "rate needs two readings; the previous one failed")
+                rates.append(None)
+            elif after < before or dt <= 0:
+                self._q.note(name, "NVLink counter went backwards (reset); rate from next read")
+                rates.append(None)
+            else:
+                rates.append((after - before) * 1024.0 / dt)
+        self._prev, self._prev_t = cur, now
+        return rates[0], rates[1]

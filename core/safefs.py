@@ -1,0 +1,214 @@
+"""Files and directories a (possibly root) gpulens touches on behalf of other users.
+
+The rule (docs/security.md): never follow a symlink, never reuse a directory
+another user could have made, never act on a path twice. Everything here
+works on file descriptors: a directory is opened component by component
+with ``O_NOFOLLOW | O_DIRECTORY``, new entries are made relative to that
+descriptor (``dir_fd=``), and every check is an ``fstat`` of the object
+actually opened, so a name swapped between check and use changes nothing.
+
+Errors are :class:`UnsafePath` (a ``GpulensError``) naming the path and what was
+wrong with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+from gpulens.core.errors import GpulensError
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class UnsafePath(GpulensError):
+    """A path gpulens refuses to use: a symlink, a FIFO, another user's, too open."""
+
+    title = "unsafe path"
+
+
+def _describe_open_error(path: str, err: OSError) -> UnsafePath:
+    if err.errno == 40:  # ELOOP: O_NOFOLLOW met a symlink
+        return UnsafePath(f"{path} is a symbolic link; gpulens does not follow links here")
+    if err.errno == 20:  # ENOTDIR (also what O_DIRECTORY | O_NOFOLLOW gives for a symlink)
+        if os.path.islink(path):
+            return UnsafePath(f"{path} is a symbolic link; gpulens does not follow links here")
+        return UnsafePath(f"{path} is not a directory")
+    return UnsafePath(f"{path}: {err.strerror or err}")
+
+
+def open_dir(path: str | Path) -> int:
+    """Open an absolute directory path without following a symlink in any component.
+
+    Returns a directory file descriptor (the caller closes it).
+
+    Raises:
+        UnsafePath: a component is a symlink or not a directory, or cannot be opened.
+    """
+    text = os.fspath(path)
+    if not text.startswith("/"):
+        raise UnsafePath(f"{text}: expected an absolute path")
+    fd = os.open("/", _DIR_FLAGS)
+    walked = ""
+    try:
+        for part in [p for p in text.split("/") if p and p != "."]:
+            if part == "..":
+                raise UnsafePath(f"{text}: '..' is not allowed here")
+            walked += "/" + part
+            try:
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as err:
+                raise _describe_open_error(walked, err) from err
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+@contextlib.contextmanager
+def opened_dir(path: str | Path) -> Iterator[int]:
+    """``open_dir`` as a context manager."""
+    fd = open_dir(path)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def check_dir(fd: int, path: str, *, owners: tuple[int, ...], shared_ok: bool) -> os.stat_result:
+    """Check an opened directory: owned by one of ``owners``; group/other-writable only if sticky
+    and ``shared_ok`` (like /tmp). Returns its stat.
+
+    Raises:
+        UnsafePath: wrong owner or mode.
+    """
+    st = os.fstat(fd)
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafePath(f"{path} is not a directory")
+    if st.st_uid not in owners:
+        raise UnsafePath(
+            f"{path} belongs to uid {st.st_uid}, not to uid {' or '.join(map(str, owners))}; "
+            "gpulens will not use a directory another user made"
+        )
+    writable_by_others = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    if writable_by_others and not (shared_ok and st.st_mode & stat.S_ISVTX):
+        raise UnsafePath(
+            f"{path} has mode {stat.S_IMODE(st.st_mode):04o}: writable by other users; "
+            "gpulens needs a directory only its owner can change"
+        )
+    return st
+
+
+def ensure_dir_at(parent_fd: int, name: str, mode: int, *, parent_path: str = "") -> int:
+    """Open ``name`` under ``parent_fd`` as our own directory with exactly ``mode``, creating it.
+
+    An existing entry is accepted only when it is a real directory owned by
+    this process's euid; its mode is then set to ``mode`` with ``fchmod``
+    (whatever the umask was at creation). Returns the directory's fd.
+
+    Raises:
+        UnsafePath: a symlink, not a directory, or another user's.
+    """
+    shown = f"{parent_path.rstrip('/')}/{name}"
+    if "/" in name or name in ("", ".", ".."):
+        raise UnsafePath(f"{shown}: not a plain name")
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(name, 0o700, dir_fd=parent_fd)
+    try:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+    except OSError as err:
+        raise _describe_open_error(shown, err) from err
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid():
+            raise UnsafePath(
+                f"{shown} belongs to uid {st.st_uid}, not to this process (uid {os.geteuid()}); "
+                "remove it or choose another directory"
+            )
+        os.fchmod(fd, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def make_unique_dir(parent_fd: int, prefix: str, mode: int) -> tuple[str, int]:
+    """Create a fresh directory ``PREFIX<random>`` under ``parent_fd``; returns (name, fd).
+
+    The name carries 128 random bits, so no other user can plant anything at
+    it in advance; ``mkdir`` fails rather than reuses an existing entry.
+    """
+    for _ in range(8):
+        name = f"{prefix}{secrets.token_hex(16)}"
+        try:
+            os.mkdir(name, 0o700, dir_fd=parent_fd)
+        except FileExistsError:
+            continue
+        fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+        try:
+            st = os.fstat(fd)
+            if st.st_uid != os.geteuid():  # swapped between mkdir and open
+                raise UnsafePath(f"{name}: replaced by uid {st.st_uid} while being created")
+            os.fchmod(fd, mode)
+        except BaseException:
+            os.close(fd)
+            raise
+        return name, fd
+    raise UnsafePath("could not create a fresh directory (8 random names taken)")
+
+
+def open_regular_at(dir_fd: int | None, path: str | Path, *, owner: int | None, max_bytes: int) -> int:
+    """Open a file for reading only if it is a regular file (owned by ``owner``, when given).
+
+    ``O_NOFOLLOW`` refuses a symlink as the last component, ``O_NONBLOCK``
+    makes a FIFO or device fail the check instead of blocking the open, and
+    ``fstat`` of the opened descriptor decides. ``dir_fd`` None: ``path`` is
+    relative to the working directory or absolute. Returns a blocking fd.
+
+    Raises:
+        UnsafePath: a symlink, not a regular file, another user's, or over ``max_bytes``.
+    """
+    shown = os.fspath(path)
+    try:
+        fd = os.open(path, _FILE_FLAGS, dir_fd=dir_fd)
+    except OSError as err:
+        raise _describe_open_error(shown, err) from err
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafePath(f"{shown} is not a regular file (a FIFO, device, socket or directory)")
+        if owner is not None and st.st_uid != owner:
+            raise UnsafePath(f"{shown} belongs to uid {st.st_uid}, not to uid {owner}; not read")
+        if st.st_size > max_bytes:
+            raise UnsafePath(f"{shown} is {st.st_size} bytes; the limit is {max_bytes}")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def write_new_file(path: str | Path, data: bytes, mode: int = 0o644) -> None:
+    """Write ``data`` to ``path`` atomically through a fresh, unpredictable temporary name.
+
+    The temporary file is created with ``O_EXCL | O_NOFOLLOW`` (never an
+    existing file or link another user planted), then renamed over ``path``.
+    """
+    p = Path(path)
+    tmp = p.with_name(f".{p.name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, p)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

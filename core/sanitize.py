@@ -1,0 +1,387 @@
+"""What a viewer accepts from an agent or a file: plausible numbers and printable text.
+
+Every decoded :class:`~gpulens.core.model.HostSample` passes
+:func:`check_sample` (``serialize.sample_from_dict`` and both fast paths in
+``fast_decode`` call it), so no widget ever sees what a hostile or broken
+agent made up:
+
+- A number that is NaN, ±inf, or outside its field's plausible range
+  (:func:`bound_of`: percentages -1..110, ratios -0.01..1.1, bytes and
+  byte rates 0..1e18, watts 0..1e6, °C -274..1000, MHz 0..1e6, counters
+  0..1e18, unix times 0..1e11, pids 0..2^22) becomes None (n/a), with the
+  reason in the owner's ``unavailable`` map: the GPU's for a GPU field
+  (keyed by the field's path inside the GPU, e.g. ``power_w``), the host's
+  otherwise (keyed by the dotted path, e.g. ``cpu.total_percent``).
+- Where the field cannot be None (an interface's rate, a job's start time or
+  pid, a GPU's index), the list entry holding it is dropped, with the reason
+  under the entry's path (``network.interfaces[2]``); a bad item of a list of
+  numbers (per-core %, XID events, ancestors) drops that list or item the
+  same way. A bad sample ``time`` rejects the whole sample (SchemaError):
+  a sample cannot be placed without it.
+- Every string (host, GPU and interface names, job command lines, users,
+  reasons) loses its control characters: C0, DEL, C1, whole ESC sequences
+  (CSI, OSC, DCS...) and bidirectional overrides (:func:`clean_text`).
+
+At most :data:`MAX_NOTES` reasons are added per owner; the rest are counted
+in one more. Checking a clean sample allocates nothing (generated
+straight-line code, like ``fast_decode``); only a sample with something to
+fix takes the slower reflective repair.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, Union
+
+from gpulens.core.errors import SchemaError
+from gpulens.core.model import CpuSample, GpuProcess, GpuSample, HostSample, IbPort, JobInfo
+
+MAX_NOTES = 16
+"""Reasons added to one ``unavailable`` map per sample; more are summarised in one."""
+
+PERCENT = (-1.0, 110.0)
+RATIO = (-0.01, 1.1)
+BYTES = (0.0, 1e18)
+COUNT = (0.0, 1e18)
+WATTS = (0.0, 1e6)
+CELSIUS = (-274.0, 1000.0)
+MHZ = (0.0, 1e6)
+UNIX_TIME = (0.0, 1e11)
+PID = (0.0, float(1 << 22))
+ANY = (-1e18, 1e18)
+
+_EXPLICIT: dict[tuple[type, str], tuple[float, float]] = {
+    (HostSample, "time"): UNIX_TIME,
+    (JobInfo, "start_time"): UNIX_TIME,
+    (JobInfo, "pid"): PID,
+    (JobInfo, "ancestors"): PID,
+    (JobInfo, "cpu_percent"): (0.0, 1e7),  # top's %CPU: up to 100 per core
+    (GpuProcess, "pid"): PID,
+    (GpuSample, "index"): (0.0, 65535.0),
+    (GpuSample, "xid_events"): (0.0, float(1 << 32)),
+    (IbPort, "port"): (0.0, 65535.0),
+    (CpuSample, "load_avg_1m"): (0.0, 1e7),
+    (CpuSample, "count"): (0.0, 1e7),
+}
+_SUFFIXES: tuple[tuple[str, tuple[float, float]], ...] = (
+    ("_percent", PERCENT),
+    ("_ratio", RATIO),
+    ("_bytes_per_s", BYTES),
+    ("_bytes", BYTES),
+    ("_w", WATTS),
+    ("_c", CELSIUS),
+    ("_mhz", MHZ),
+    ("ecc_corrected", COUNT),
+    ("ecc_uncorrected", COUNT),
+    ("symbol_errors", COUNT),
+    ("link_downed", COUNT),
+)
+
+
+def bound_of(cls: type, name: str) -> tuple[float, float]:
+    """The plausible (low, high) of numeric field ``name`` of model class ``cls``, inclusive."""
+    explicit = _EXPLICIT.get((cls, name))
+    if explicit is not None:
+        return explicit
+    for suffix, bound in _SUFFIXES:
+        if name.endswith(suffix):
+            return bound
+    return ANY
+
+
+# -- text ---------------------------------------------------------------------
+
+_ESC_SEQ = (
+    r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?"  # CSI (7- or 8-bit): params, intermediates, final
+    r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"  # OSC, DCS, SOS, PM,
+    # APC up to BEL or ST
+    r"|\x1b[ -/]*[0-~]?"  # any other escape (and a lone ESC)
+)
+_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+# Tab (09) and line feed (0a) are left to the caller's choice; everything else below 0x20 goes.
+_STRIP = re.compile(f"{_ESC_SEQ}|[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_BIDI}]")
+_SPACE = re.compile(r"[\t\n\r]")
+
+
+def clean_text(text: str, *, keep_newlines: bool = False) -> str:
+    """``text`` without terminal control: ESC sequences, C0, DEL, C1 and bidi overrides removed.
+
+    Tabs and line breaks become spaces, or stay (``\\n`` and ``\\t`` only;
+    ``\\r`` is removed) with ``keep_newlines`` for multi-line text such as
+    a stack dump. Printable text is returned as is (the same object).
+    """
+    if text.isprintable():
+        return text
+    if keep_newlines:
+        return _STRIP.sub("", text)
+    return _STRIP.sub("", _SPACE.sub(" ", text))
+
+
+def clean_data(value: Any, *, depth: int = 0, max_depth: int = 64) -> Any:
+    """A copy of plain data (a request's result) with every string cleaned, newlines kept.
+
+    Raises:
+        SchemaError: nested deeper than ``max_depth``.
+    """
+    if isinstance(value, str):
+        return clean_text(value, keep_newlines=True)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if depth >= max_depth and isinstance(value, dict | list | tuple):
+        raise SchemaError("result", f"at most {max_depth} levels of nesting", "deeper data")
+    if isinstance(value, dict):
+        return {clean_data(k, depth=depth + 1): clean_data(v, depth=depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [clean_data(v, depth=depth + 1) for v in value]
+    return value
+
+
+# -- the field specs (from the model's own type hints) -------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Field:
+    name: str
+    kind: str
+    """num, str, bool, any, obj, objs, nums, strs, strmap, nummap"""
+    optional: bool
+    lo: float
+    hi: float
+    cls: type | None = None
+
+
+def _fields(cls: type) -> tuple[_Field, ...]:
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        tp, optional = hints[f.name], False
+        if typing.get_origin(tp) in (Union, types.UnionType):
+            members = [a for a in typing.get_args(tp) if a is not type(None)]
+            optional, tp = True, members[0]
+            if len(members) != 1:
+                raise TypeError(f"sanitize: {cls.__name__}.{f.name} has a union it does not know")
+        lo, hi = bound_of(cls, f.name)
+        origin, args = typing.get_origin(tp), typing.get_args(tp)
+        if tp is bool:
+            kind, sub = "bool", None
+        elif tp in (int, float):
+            kind, sub = "num", None
+        elif tp is str:
+            kind, sub = "str", None
+        elif isinstance(tp, type) and dataclasses.is_dataclass(tp):
+            kind, sub = "obj", tp
+        elif origin is tuple and isinstance(args[0], type) and dataclasses.is_dataclass(args[0]):
+            kind, sub = "objs", args[0]
+        elif origin is tuple and args[0] in (int, float):
+            kind, sub = "nums", None
+        elif origin is tuple and args[0] is str:
+            kind, sub = "strs", None
+        elif origin in (Mapping, dict) and args == (str, str):
+            kind, sub = "strmap", None
+        elif origin in (Mapping, dict) and args[0] is str and args[1] in (int, float):
+            kind, sub = "nummap", None
+        else:
+            raise TypeError(f"sanitize: {cls.__name__}.{f.name}: no rule for {tp!r}")
+        out.append(_Field(f.name, kind, optional, lo, hi, sub))
+    return tuple(out)
+
+
+_SPECS: dict[type, tuple[_Field, ...]] = {}
+
+
+def _spec(cls: type) -> tuple[_Field, ...]:
+    spec = _SPECS.get(cls)
+    if spec is None:
+        spec = _SPECS[cls] = _fields(cls)
+        for f in spec:
+            if f.cls is not None:
+                _spec(f.cls)
+    return spec
+
+
+# -- fast check: generated, allocation-free ------------------------------------
+
+_CHECKS: dict[type, Callable[[Any], bool]] = {}
+
+
+def _checker(cls: type) -> Callable[[Any], bool]:
+    """``ok(obj)``: True when nothing in ``obj`` needs fixing (straight-line code per class)."""
+    fn = _CHECKS.get(cls)
+    if fn is not None:
+        return fn
+    ns: dict[str, Any] = {}
+    lines = ["def ok(o):"]
+    for f in _spec(cls):
+        a = f"o.{f.name}"
+        lo, hi = repr(f.lo), repr(f.hi)
+        if f.kind == "num":
+            none_ok = "v is not None and " if f.optional else ""
+            lines += [f"    v = {a}", f"    if {none_ok}not ({lo} <= v <= {hi}): return False"]
+        elif f.kind == "str":
+            none_ok = f"{a} is not None and " if f.optional else ""
+            lines.append(f"    if {none_ok}not {a}.isprintable(): return False")
+        elif f.kind == "obj":
+            ns[f"c_{f.name}"] = _checker(f.cls)  # type: ignore[arg-type]
+            lines.append(f"    if not c_{f.name}({a}): return False")
+        elif f.kind == "objs":
+            ns[f"c_{f.name}"] = _checker(f.cls)  # type: ignore[arg-type]
+            lines += [f"    for x in {a}:", f"        if not c_{f.name}(x): return False"]
+        elif f.kind == "nums":
+            lines += [f"    for x in {a}:", f"        if not ({lo} <= x <= {hi}): return False"]
+        elif f.kind == "strs":
+            lines += [f"    for x in {a}:", "        if not x.isprintable(): return False"]
+        elif f.kind == "strmap":
+            lines += [f"    for k, x in {a}.items():", "        if not (k.isprintable() and x.isprintable()): return False"]
+        elif f.kind == "nummap":
+            lines += [
+                f"    for k, x in {a}.items():",
+                f"        if not (k.isprintable() and {lo} <= x <= {hi}): return False",
+            ]
+    lines.append("    return True")
+    # ``cls`` comes from the model module; the code is built from its own type hints only.
+    exec("\n".join(lines), ns)
+    made: Callable[[Any], bool] = ns["ok"]
+    _CHECKS[cls] = made
+    return made
+
+
+# -- repair: only for a sample with something to fix ----------------------------
+
+
+class _Drop(Exception):
+    """A required number of this object is bad: drop the object from its list."""
+
+    def __init__(self, value: Any, path: str, lo: float, hi: float) -> None:
+        self.value, self.path, self.lo, self.hi = value, path, lo, hi
+        self.why = _why(value, path, lo, hi).replace("; shown as n/a", "")
+
+
+class _Notes:
+    """Reasons for one ``unavailable`` map, capped at MAX_NOTES."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, str] = {}
+        self.more = 0
+
+    def add(self, key: str, why: str) -> None:
+        if len(self.items) < MAX_NOTES:
+            self.items[key] = why
+        else:
+            self.more += 1
+
+    def merged(self, existing: Mapping[str, str]) -> dict[str, str]:
+        out = {clean_text(k): clean_text(v) for k, v in existing.items()}
+        out.update(self.items)
+        if self.more:
+            out["implausible values"] = f"{self.more} more implausible values received; shown as n/a"
+        return out
+
+
+def _why(value: Any, path: str, lo: float, hi: float) -> str:
+    shown = repr(value)[:40]
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"received a non-finite value ({shown}) for {path}; shown as n/a"
+    return f"received an implausible value ({shown}) for {path} (expected {lo:g} to {hi:g}); shown as n/a"
+
+
+def _plausible(v: Any, lo: float, hi: float) -> bool:
+    return bool(lo <= v <= hi)
+
+
+def _repair(obj: Any, cls: type, path: str, rel: str, notes: _Notes) -> Any:
+    """``obj`` with every bad value fixed; raises _Drop when a required number is bad."""
+    own = notes
+    if cls is GpuSample:  # a GPU's reasons go in its own map, keyed inside the GPU
+        own, rel = _Notes(), ""
+    changes: dict[str, Any] = {}
+    for f in _SPECS[cls]:
+        v = getattr(obj, f.name)
+        full = f"{path}.{f.name}" if path else f.name
+        key = f"{rel}.{f.name}" if rel else f.name
+        if f.kind == "num":
+            if v is None or _plausible(v, f.lo, f.hi):
+                continue
+            if not f.optional:
+                raise _Drop(v, full, f.lo, f.hi)
+            changes[f.name] = None
+            own.add(key, _why(v, full, f.lo, f.hi))
+        elif f.kind == "str":
+            s = v if v is None else clean_text(v)
+            if s is not v:
+                changes[f.name] = s
+        elif f.kind == "obj":
+            new = _repair(v, f.cls, full, key, own)  # type: ignore[arg-type]
+            if new is not v:
+                changes[f.name] = new
+        elif f.kind == "objs":
+            items = []
+            for i, x in enumerate(v):
+                item_full, item_key = f"{full}[{i}]", f"{key}[{i}]"
+                try:
+                    items.append(_repair(x, f.cls, item_full, item_key, own))  # type: ignore[arg-type]
+                except _Drop as drop:
+                    own.add(item_key, f"{item_full} dropped: {drop.why}")
+            if len(items) != len(v) or any(a is not b for a, b in zip(items, v, strict=False)):
+                changes[f.name] = tuple(items)
+        elif f.kind == "nums":
+            bad = [x for x in v if not _plausible(x, f.lo, f.hi)]
+            if not bad:
+                continue
+            if cls is CpuSample:  # per-core values are positional: one bad core voids the list
+                changes[f.name] = ()
+                own.add(key, _why(bad[0], full, f.lo, f.hi).replace("shown as n/a", "per-core values dropped"))
+            else:
+                changes[f.name] = tuple(x for x in v if _plausible(x, f.lo, f.hi))
+                own.add(key, _why(bad[0], full, f.lo, f.hi).replace("shown as n/a", "dropped"))
+        elif f.kind == "strs":
+            cleaned = tuple(clean_text(x) for x in v)
+            if any(a is not b for a, b in zip(cleaned, v, strict=True)):
+                changes[f.name] = cleaned
+        elif f.kind == "strmap":
+            if f.name == "unavailable":
+                continue  # merged below, with this object's own reasons
+            changes[f.name] = {clean_text(k): clean_text(x) for k, x in v.items()}
+        elif f.kind == "nummap":
+            kept = {}
+            for k, x in v.items():
+                if _plausible(x, f.lo, f.hi):
+                    kept[clean_text(k)] = x
+                else:
+                    own.add(f"{key}.{clean_text(k)}", _why(x, f"{full}.{clean_text(k)}", f.lo, f.hi)
+                            .replace("shown as n/a", "dropped"))
+            if kept != v:
+                changes[f.name] = kept
+    if cls in (GpuSample, HostSample) and (own.items or own.more or not _checker_strmap(obj.unavailable)):
+        changes["unavailable"] = own.merged(obj.unavailable)
+    return dataclasses.replace(obj, **changes) if changes else obj
+
+
+def _checker_strmap(m: Mapping[str, str]) -> bool:
+    return all(k.isprintable() and v.isprintable() for k, v in m.items())
+
+
+_spec(HostSample)
+_host_ok = _checker(HostSample)
+
+
+def check_sample(sample: HostSample) -> HostSample:
+    """``sample`` as is when everything in it is plausible; else a fixed copy (see the module doc).
+
+    Raises:
+        SchemaError: the sample's ``time`` is not a plausible unix time.
+    """
+    if _host_ok(sample):
+        return sample
+    try:
+        fixed: HostSample = _repair(sample, HostSample, "", "", _Notes())
+    except _Drop as drop:  # a required number outside any list (the sample's time)
+        raise SchemaError(drop.path, f"a finite number from {drop.lo:g} to {drop.hi:g}", drop.value) from None
+    return fixed
+
+
+__all__ = ["bound_of", "check_sample", "clean_data", "clean_text"]

@@ -1,0 +1,1 @@
+"""One module per sub-command (gpulens <name>), each with add_arguments() and run()."""

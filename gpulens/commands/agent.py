@@ -1,0 +1,233 @@
+"""``gpulens agent``: sample this host and serve viewers over stdio or TCP.
+
+What a viewer may do is decided by how it connected (``gpulens.ipc.principal``):
+``--stdio`` (ssh) and a TCP viewer that proved ``--token-file`` act with this
+agent's user's authority; a TCP viewer of an agent without a token gets
+samples and history only; the local control socket serves each local user
+for its own processes. ``/metrics`` has no authentication, so it binds
+loopback unless ``--metrics-public`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+from gpulens.core.errors import ConfigError
+
+HELP = "sample this host and serve viewers (--stdio for ssh, --listen HOST:PORT for TCP)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Agent flags."""
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--stdio", action="store_true", help="serve one viewer on stdin/stdout (what --ssh runs)")
+    mode.add_argument(
+        "--listen",
+        metavar="[HOST:]PORT",
+        help="serve viewers on TCP (PORT 0: any free port; HOST alone: port 7789, what --connect HOST "
+        "uses); HOST defaults to 127.0.0.1; a non-loopback HOST needs --token-file",
+    )
+    parser.add_argument("--hostname", metavar="NAME", help="host name to report (default: this machine's)")
+    parser.add_argument("--interval", type=float, metavar="S", help="sampling interval in seconds (default: config interval_s, 1)")
+    parser.add_argument("--history-minutes", type=float, metavar="M", help="minutes of history kept for backfill (default: config history_minutes, 15)")
+    parser.add_argument("--pattern", metavar="RE", help="job pattern, a regex on the process-tree ID (default: config job_pattern)")
+    parser.add_argument("--token-file", metavar="FILE", help="shared token (mode 0600) viewers must prove they hold")
+    parser.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate chain")
+    parser.add_argument("--tls-key", metavar="PEM", help="private key for --tls-cert")
+    parser.add_argument("--port-file", metavar="FILE", help="write the bound TCP port to FILE (for --listen HOST:0)")
+    parser.add_argument("--metrics-port", type=int, metavar="PORT", help="also serve Prometheus /metrics on PORT")
+    parser.add_argument(
+        "--metrics-addr", default="127.0.0.1", metavar="ADDR",
+        help="address for --metrics-port (a non-loopback one needs --metrics-public)",
+    )
+    parser.add_argument(
+        "--metrics-public", action="store_true",
+        help="allow a non-loopback --metrics-addr (anyone who reaches it can read every metric)",
+    )
+    parser.add_argument(
+        "--max-queue", type=int, default=128, metavar="N", help="frames queued per viewer before a slow one is dropped"
+    )
+    parser.add_argument("--no-trace", action="store_true", help="do not own this host's Kineto trace endpoint")
+    parser.add_argument("--quiet", action="store_true", help="log warnings only")
+    # SIMULATED samples for tests and benchmarks of many agents on one machine.
+    parser.add_argument("--simulated-gpus", type=int, default=None, help=argparse.SUPPRESS)
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``PORT``, ``HOST``, ``HOST:PORT``, ``[V6]`` or ``[V6]:PORT`` -> (host, port); raises ConfigError.
+
+    A HOST alone listens on the viewer's default port (7789), so ``gpulens
+    agent --listen node1`` pairs with ``gpulens --connect node1``.
+    """
+    from gpulens.sources.stream.source import DEFAULT_PORT
+
+    text = value.strip()
+    if not text:
+        raise ConfigError("--listen: expected [HOST:]PORT, got an empty string")
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        if rest and not rest.startswith(":"):
+            raise ConfigError(f"--listen: expected [HOST:]PORT, got {value!r}")
+        port_s = rest[1:] if rest else str(DEFAULT_PORT)
+    elif text.isdigit():
+        host, port_s = "", text
+    else:
+        host, sep, port_s = text.rpartition(":")
+        if not sep:
+            host, port_s = text, str(DEFAULT_PORT)
+    host = host or "127.0.0.1"
+    try:
+        port = int(port_s)
+    except ValueError:
+        raise ConfigError(f"--listen: expected [HOST:]PORT, got {value!r}") from None
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--listen: port must be 0..65535, got {port}")
+    return host, port
+
+
+def _make_sampler(args: argparse.Namespace, hostname: str) -> Any:
+    cfg = args.cfg
+    if args.simulated_gpus is not None:
+        from gpulens.collectors.synthetic import SyntheticSampler
+
+        return SyntheticSampler(hostname=hostname, gpus=args.simulated_gpus, interval_s=cfg.interval_s)
+    from gpulens.collectors.sampler import Sampler
+
+    return Sampler(hostname=hostname, job_pattern=cfg.job_pattern, job_key_env=cfg.job_key_env)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the agent until the viewer leaves (--stdio) or a signal arrives."""
+    import logging
+    import socket
+
+    from gpulens import __version__
+    from gpulens.agent.agent import Agent, is_loopback, listen
+    from gpulens.ipc import auth
+
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.WARNING if args.quiet else logging.INFO,
+        format="gpulens agent: %(message)s",
+    )
+    cfg = args.cfg
+    if args.stdio:
+        tcp_only = [flag for flag, v in (("--port-file", args.port_file), ("--tls-cert", args.tls_cert),
+                                         ("--tls-key", args.tls_key)) if v]
+        if tcp_only:
+            raise ConfigError(f"{', '.join(tcp_only)}: only with --listen (--stdio has no port; ssh encrypts)")
+    if args.hostname is not None and not args.hostname.strip():
+        raise ConfigError("--hostname: expected a name, got an empty string")
+    if args.max_queue < 1:
+        raise ConfigError("--max-queue: expected at least 1")
+    if args.history_minutes is not None and not 0 < args.history_minutes <= 24 * 60:
+        raise ConfigError(f"--history-minutes: expected minutes in (0, 1440], got {args.history_minutes:g}")
+    if args.metrics_port is not None and not 1 <= args.metrics_port <= 65535:
+        raise ConfigError(f"--metrics-port: expected a port from 1 to 65535, got {args.metrics_port}")
+    if args.metrics_port is not None and not args.metrics_public and not is_loopback(args.metrics_addr):
+        raise ConfigError(
+            f"--metrics-addr {args.metrics_addr}: /metrics has no authentication, so a non-loopback "
+            "address needs --metrics-public"
+        )
+    token = auth.load_token(args.token_file) if args.token_file else None
+    host, port = ("", 0)
+    if args.listen is not None:
+        host, port = parse_listen(args.listen)
+        if not is_loopback(host) and token is None:
+            raise ConfigError(
+                f"--listen {args.listen}: a non-loopback address needs --token-file "
+                "(or use --ssh from the viewer, which opens no port)"
+            )
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise ConfigError("--tls-cert and --tls-key go together")
+    ssl_context = None
+    if args.tls_cert:
+        import ssl
+
+        ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        for flag, path in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)):
+            if not os.path.isfile(path) or not os.access(path, os.R_OK):
+                raise ConfigError(f"{flag} {path}: not a readable file")
+        try:
+            ssl_context.load_cert_chain(args.tls_cert, args.tls_key)
+        except (OSError, ssl.SSLError) as err:
+            raise ConfigError(f"--tls-cert/--tls-key: cannot load a PEM certificate chain and its key: {err}") from err
+
+    hostname = args.hostname or socket.gethostname()
+    history_s = 60.0 * (args.history_minutes if args.history_minutes is not None else cfg.history_minutes)
+    sock = None
+    if args.listen is not None:
+        # Bind before starting anything, so a port in use fails at once with one line.
+        try:
+            sock = listen(host, port)
+        except OSError as err:
+            raise ConfigError(f"--listen {args.listen}: cannot listen: {err.strerror or err}") from err
+    agent = Agent(
+        _make_sampler(args, hostname),
+        hostname=hostname,
+        interval_s=cfg.interval_s,
+        history_s=history_s,
+        token=token,
+        max_queued_frames=args.max_queue,
+        version=__version__,
+    )
+    stop = threading.Event()
+    metrics = None
+    try:
+        if args.metrics_port is not None:
+            metrics = _serve_metrics(args, hostname, agent)
+        if not args.no_trace:
+            agent.requests.start_trace_service()
+        if args.stdio:
+            # The protocol owns the real stdout; anything a library prints goes to stderr.
+            rfd, wfd = os.dup(0), os.dup(1)
+            os.dup2(2, 1)
+            agent.start()
+            agent.serve_stdio(rfd, wfd)
+            return 0
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        assert sock is not None
+        bound = sock.getsockname()[1]
+        if args.port_file:
+            _write_port_file(args.port_file, bound)
+        auth_note = "token" if token else "no token"
+        tls_note = ", TLS" if ssl_context else ""
+        shown = f"[{host}]" if ":" in host else host
+        print(f"gpulens agent: listening on {shown}:{bound} as {hostname} ({auth_note}{tls_note})", file=sys.stderr, flush=True)
+        agent.start()
+        agent.serve_tcp(sock, ssl_context, stop)
+        return 0
+    finally:
+        if sock is not None:
+            sock.close()
+        agent.stop()
+        if metrics is not None:
+            metrics.close()
+
+
+def _write_port_file(path: str, port: int) -> None:
+    from gpulens.core.safefs import write_new_file
+
+    try:
+        # A fresh unpredictable temporary name (O_EXCL | O_NOFOLLOW), renamed over PATH.
+        write_new_file(path, f"{port}\n".encode())
+    except OSError as err:
+        raise ConfigError(f"--port-file {path}: cannot write: {err.strerror or err}") from err
+
+
+def _serve_metrics(args: argparse.Namespace, hostname: str, agent: Any) -> Any:
+    try:
+        from gpulens.agent.metrics import serve_metrics
+    except ImportError as err:
+        raise ConfigError(f"--metrics-port: the Prometheus exporter is not installed ({err})") from err
+    try:
+        return serve_metrics(
+            args.metrics_port, hostname, agent.latest, addr=args.metrics_addr, public=args.metrics_public
+        )
+    except OSError as err:
+        raise ConfigError(f"--metrics-port {args.metrics_port}: cannot listen: {err.strerror or err}") from err

@@ -1,0 +1,90 @@
+"""``gpulens flame FILE``: open a profile as an interactive flame graph, or summarise it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+HELP = "open a profile (folded, speedscope, Kineto trace, memory snapshot) as a flame graph"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``gpulens flame``."""
+    from gpulens.core.limits import FLAME_MAX_MIB, add_limit_arguments
+
+    parser.add_argument("file", metavar="FILE", help="folded stacks, speedscope JSON, Kineto trace or memory snapshot pickle")
+    parser.add_argument("--metric", default="auto", choices=["auto", "time", "memory", "live", "allocated"],
+                        help="trace: time or memory; snapshot: live or allocated blocks (default: auto)")
+    parser.add_argument("--top", type=int, metavar="N", help="print the N functions with the highest self value")
+    parser.add_argument("--json", action="store_true", help="print {unit, total, frames: [{name, self, total}]} as JSON")
+    parser.add_argument("--export-folded", metavar="OUT", help="write the profile as folded stacks")
+    parser.add_argument("--export-speedscope", metavar="OUT", help="write the profile as speedscope JSON")
+    add_limit_arguments(parser, FLAME_MAX_MIB)
+
+
+def _number(value: float, unit: str) -> int | float:
+    return int(value) if unit != "seconds" and value == int(value) else value
+
+
+def summary(profile: object, top: int | None) -> dict[str, object]:
+    """The ``--json`` document: functions merged across the tree, highest self first."""
+    from gpulens.analysis.flame.model import Profile
+    from gpulens.analysis.flame.query import function_table
+
+    assert isinstance(profile, Profile)
+    rows = function_table(profile)
+    if top is not None:
+        rows = rows[: max(top, 0)]
+    unit = profile.unit
+    return {
+        "unit": unit,
+        "total": _number(profile.total, unit),
+        "title": profile.title,
+        "frames": [
+            {"name": r.name, "file": r.file, "self": _number(r.self_value, unit), "total": _number(r.total_value, unit)}
+            for r in rows
+        ],
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load FILE; export, print the summary, or open the flame graph screen."""
+    from gpulens.analysis.flame.exporters import check_writable, export_folded, export_speedscope
+    from gpulens.analysis.flame.importers import load_profile
+    from gpulens.core.errors import ConfigError
+    from gpulens.core.limits import limits_from_args
+
+    if args.top is not None and args.top < 1:
+        raise ConfigError(f"--top: expected 1 or more functions, got {args.top}")
+    limits = limits_from_args(args)
+    for flag, out in (("--export-folded", args.export_folded), ("--export-speedscope", args.export_speedscope)):
+        if out:
+            check_writable(out, flag)
+    profile = load_profile(args.file, args.metric, limits)
+    wrote = False
+    if args.export_folded:
+        export_folded(profile, args.export_folded)
+        wrote = True
+    if args.export_speedscope:
+        export_speedscope(profile, args.export_speedscope)
+        wrote = True
+    if args.json or args.top is not None:
+        doc = summary(profile, args.top)
+        if args.json:
+            json.dump(doc, sys.stdout, indent=1)
+            sys.stdout.write("\n")
+        else:
+            from gpulens.analysis.flame.labels import format_value
+
+            print(f"{profile.title}  total {format_value(profile.total, profile.unit)}")
+            print(f"{'self':>12} {'total':>12}  function")
+            for row in doc["frames"]:  # type: ignore[attr-defined]
+                print(f"{format_value(row['self'], profile.unit):>12} {format_value(row['total'], profile.unit):>12}  {row['name']}")
+        return 0
+    if wrote:
+        return 0
+    from gpulens.tui.screens.flame import run_flame_app
+
+    run_flame_app(profile)
+    return 0

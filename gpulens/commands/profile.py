@@ -1,0 +1,98 @@
+"""``gpulens profile --pid P``: sample a running Python process with py-spy into folded stacks.
+
+Locally py-spy runs here; with ``--host`` the request goes to that host's
+agent over the gpulens stream (``HOST:PORT`` as for ``--connect``, or
+``ssh:NODE`` to start ``gpulens agent --stdio`` there), which samples its
+own processes and sends the folded stacks back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+HELP = "sample a running Python process with py-spy and write folded stacks"
+AGENT_WAIT_S = 30.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``gpulens profile``."""
+    parser.add_argument("--pid", type=int, action="append", required=True, metavar="P",
+                        help="process to sample (repeat for several)")
+    parser.add_argument("--duration", type=float, default=10.0, metavar="S", help="seconds to sample (default 10)")
+    parser.add_argument("--rate", type=int, default=100, metavar="HZ", help="samples per second (default 100)")
+    parser.add_argument("-o", "--output", required=True, metavar="FILE",
+                        help="output file: folded stacks (speedscope JSON if it ends in .json)")
+    parser.add_argument("--host", metavar="HOST:PORT|ssh:NODE",
+                        help="sample on that host through its gpulens agent (TCP as for --connect, or ssh)")
+    parser.add_argument("--token-file", metavar="FILE", help="token for a non-loopback TCP agent")
+    parser.add_argument("--ssh-command", metavar="CMD", help="command run instead of ssh for ssh:NODE ({host} is replaced)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Sample (here or through an agent), write the file, print a one-line summary."""
+    from gpulens.analysis.flame.exporters import check_writable, export_folded, export_speedscope
+    from gpulens.core.errors import ConfigError
+
+    bad_pids = [p for p in args.pid if p <= 0]
+    if bad_pids:
+        raise ConfigError(f"--pid: expected a process id above 0, got {bad_pids[0]}")
+    if not 0 < args.duration <= 24 * 3600:
+        raise ConfigError(f"--duration: expected seconds in (0, 86400], got {args.duration:g}")
+    if not 1 <= args.rate <= 10_000:
+        raise ConfigError(f"--rate: expected 1 to 10000 samples per second, got {args.rate}")
+    check_writable(args.output, "-o/--output")
+    if args.host:
+        from gpulens.analysis.flame.folded import parse_folded
+
+        profile = parse_folded(_remote_folded(args), source=f"profile from {args.host}")
+    else:
+        from gpulens.analysis.flame.pyspy import sample_pids
+
+        profile = sample_pids(args.pid, args.duration, args.rate)
+    if args.output.endswith(".json"):
+        export_speedscope(profile, args.output)
+    else:
+        export_folded(profile, args.output)
+    print(f"wrote {args.output}: {int(profile.total)} samples, {len(profile.frames)} frames", file=sys.stderr)
+    return 0
+
+
+def _remote_folded(args: argparse.Namespace) -> bytes:
+    """Ask the agent on ``args.host`` for a profile; the folded bytes it sent back."""
+    import tempfile
+    from pathlib import Path
+
+    from gpulens.analysis.flame.pyspy import MAX_OUTPUT_BYTES
+    from gpulens.core.errors import CollectorError
+    from gpulens.core.limits import InputLimits, InputRefused, read_input
+    from gpulens.ipc.errors import RequestFailed
+    from gpulens.sources.stream.connect import open_agent
+
+    with tempfile.TemporaryDirectory(prefix="gpulens-profile-") as tmp:
+        src, address = open_agent(
+            args.host,
+            token_file=args.token_file,
+            ssh_command=args.ssh_command,
+            download_dir=Path(tmp),
+            wait_s=AGENT_WAIT_S,
+        )
+        try:
+            params = {"pids": list(args.pid), "duration_s": args.duration, "rate_hz": args.rate}
+            timeout = args.duration + 60.0
+            try:
+                result = src.request(address, "profile", params, timeout).result(timeout=timeout + 30)
+            except RequestFailed as err:
+                raise CollectorError(f"the agent at {address} could not profile: {err}") from err
+            except TimeoutError as err:
+                raise CollectorError(f"the agent at {address} sent no profile within {timeout:.0f} s") from err
+            files = list(result.files.values())
+            if len(files) != 1:
+                raise CollectorError(f"the agent at {address} sent {len(files)} files, expected 1")
+            try:  # bounded like every input: a regular file, at most py-spy's output limit
+                return bytes(read_input(str(files[0]), InputLimits(max_bytes=MAX_OUTPUT_BYTES),
+                                        what="folded profile"))
+            except InputRefused as err:
+                raise CollectorError(f"the profile from {address} was refused: {err}") from err
+        finally:
+            src.stop()

@@ -1,0 +1,169 @@
+"""Sans-IO codec for Kineto's on-demand IPC datagrams (the dynolog protocol).
+
+Wire format (native little-endian, x86-64), one datagram per message::
+
+    header (40 bytes): uint64 size   body length in bytes
+                       char[32] type NUL-terminated ("req", "ctxt")
+    req  body (client): int32 config_type, int32 n, int64 job_id, n x int32 pids
+    req  body (daemon): config text, UTF-8, no NUL (empty = nothing to do)
+    ctxt body (client): int32 gpu, int32 pid, int64 job_id
+    ctxt body (daemon): int32 number of processes registered
+
+This module only turns bytes into frozen objects and back; sockets live in
+:mod:`gpulens.ipc.kineto.endpoint`. Every decoder bounds sizes and raises
+:class:`~gpulens.ipc.errors.MalformedDatagram` naming what was wrong.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from gpulens.ipc.errors import MalformedDatagram
+
+HEADER = struct.Struct("<Q32s")
+HEADER_BYTES = HEADER.size  # 40
+REQ_FIXED = struct.Struct("<iiq")
+CTXT_BODY = struct.Struct("<iiq")
+CTXT_REPLY = struct.Struct("<i")
+# A real request carries the pid and its ancestors (a few dozen at most);
+# a Linux pid chain cannot exceed the pid limit, but 4096 is plenty and bounds work.
+MAX_PIDS = 4096
+MAX_DATAGRAM_BYTES = 64 * 1024
+MAX_CONFIG_BYTES = MAX_DATAGRAM_BYTES - HEADER_BYTES
+TYPE_REQ = "req"
+TYPE_CTXT = "ctxt"
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigRequest:
+    """A client's poll for on-demand config: ``pids[0]`` is the requester, then ancestors."""
+
+    config_type: int
+    job_id: int
+    pids: tuple[int, ...]
+
+    @property
+    def pid(self) -> int:
+        """The polling process (first pid); 0 when the client sent none."""
+        return self.pids[0] if self.pids else 0
+
+
+@dataclass(frozen=True, slots=True)
+class ContextRegistration:
+    """A client's registration at GPU init (CUDA builds only)."""
+
+    gpu: int
+    pid: int
+    job_id: int
+
+
+Message = ConfigRequest | ContextRegistration
+
+
+def encode_header(msg_type: str, body_size: int) -> bytes:
+    """Build a 40-byte header; raises ValueError for a type longer than 31 bytes."""
+    raw = msg_type.encode("ascii")
+    if len(raw) > 31:
+        raise ValueError(f"message type {msg_type!r} longer than 31 bytes")
+    if body_size < 0:
+        raise ValueError("negative body size")
+    return HEADER.pack(body_size, raw)
+
+
+def decode_header(data: bytes) -> tuple[str, int]:
+    """Return ``(type, body_size)``; raises MalformedDatagram when short or inconsistent."""
+    if len(data) < HEADER_BYTES:
+        raise MalformedDatagram(f"datagram of {len(data)} bytes is shorter than the 40-byte header")
+    size, raw_type = HEADER.unpack_from(data)
+    nul = raw_type.find(b"\0")
+    if nul < 0:
+        raise MalformedDatagram("message type is not NUL-terminated")
+    try:
+        msg_type = raw_type[:nul].decode("ascii")
+    except UnicodeDecodeError as err:
+        raise MalformedDatagram("message type is not ASCII") from err
+    if size != len(data) - HEADER_BYTES:
+        raise MalformedDatagram(
+            f"header says {size} body bytes but the datagram carries {len(data) - HEADER_BYTES}"
+        )
+    return msg_type, size
+
+
+def decode(data: bytes) -> Message:
+    """Parse one client datagram (``req`` or ``ctxt``).
+
+    Raises:
+        MalformedDatagram: short header, a size field that disagrees with the
+            datagram length, a pid count that overruns the body or exceeds
+            MAX_PIDS, trailing bytes, or an unknown type.
+    """
+    if len(data) > MAX_DATAGRAM_BYTES:
+        raise MalformedDatagram(f"datagram of {len(data)} bytes exceeds {MAX_DATAGRAM_BYTES}")
+    msg_type, size = decode_header(data)
+    body = memoryview(data)[HEADER_BYTES:]
+    if msg_type == TYPE_REQ:
+        if size < REQ_FIXED.size:
+            raise MalformedDatagram(f"req body of {size} bytes is shorter than {REQ_FIXED.size}")
+        config_type, n, job_id = REQ_FIXED.unpack_from(body)
+        if n < 0 or n > MAX_PIDS:
+            raise MalformedDatagram(f"req pid count {n} outside 0..{MAX_PIDS}")
+        if REQ_FIXED.size + 4 * n != size:
+            raise MalformedDatagram(
+                f"req pid count {n} needs {REQ_FIXED.size + 4 * n} body bytes, got {size}"
+            )
+        pids = struct.unpack_from(f"<{n}i", body, REQ_FIXED.size)
+        return ConfigRequest(config_type=config_type, job_id=job_id, pids=tuple(pids))
+    if msg_type == TYPE_CTXT:
+        if size != CTXT_BODY.size:
+            raise MalformedDatagram(f"ctxt body must be {CTXT_BODY.size} bytes, got {size}")
+        gpu, pid, job_id = CTXT_BODY.unpack_from(body)
+        return ContextRegistration(gpu=gpu, pid=pid, job_id=job_id)
+    raise MalformedDatagram(f"unknown message type {msg_type!r}")
+
+
+def encode_request(req: ConfigRequest) -> bytes:
+    """Build a client ``req`` datagram (what libkineto sends); used by tests and tools."""
+    body = REQ_FIXED.pack(req.config_type, len(req.pids), req.job_id)
+    body += struct.pack(f"<{len(req.pids)}i", *req.pids)
+    return encode_header(TYPE_REQ, len(body)) + body
+
+
+def encode_context(reg: ContextRegistration) -> bytes:
+    """Build a client ``ctxt`` datagram."""
+    body = CTXT_BODY.pack(reg.gpu, reg.pid, reg.job_id)
+    return encode_header(TYPE_CTXT, len(body)) + body
+
+
+def encode_config_reply(config: str) -> bytes:
+    """The daemon's answer to ``req``: config text (empty = nothing to do).
+
+    Raises:
+        ValueError: config text larger than MAX_CONFIG_BYTES or containing NUL.
+    """
+    body = config.encode("utf-8")
+    if len(body) > MAX_CONFIG_BYTES:
+        raise ValueError(f"config of {len(body)} bytes exceeds {MAX_CONFIG_BYTES}")
+    if b"\0" in body:
+        raise ValueError("config text contains NUL")
+    return encode_header(TYPE_REQ, len(body)) + body
+
+
+def encode_context_reply(count: int) -> bytes:
+    """The daemon's answer to ``ctxt``: the number of processes registered."""
+    return encode_header(TYPE_CTXT, CTXT_REPLY.size) + CTXT_REPLY.pack(count)
+
+
+def decode_config_reply(data: bytes) -> str:
+    """Parse a daemon ``req`` reply into config text (client side; tests and tools).
+
+    Raises:
+        MalformedDatagram: wrong type, bad size, or text that is not UTF-8.
+    """
+    msg_type, _ = decode_header(data)
+    if msg_type != TYPE_REQ:
+        raise MalformedDatagram(f"expected a req reply, got {msg_type!r}")
+    try:
+        return bytes(data[HEADER_BYTES:]).decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise MalformedDatagram("config reply is not UTF-8") from err

@@ -1,0 +1,459 @@
+"""Trace requests: what to trace, the Kineto config text, where the file lands.
+
+A :class:`TraceRequest` is plain data (it may come from a remote viewer);
+output paths are never part of it. libkineto inserts ``_<pid>`` before
+``.json`` and renames the finished file into place, so the final name
+appearing means the trace is complete.
+
+Where files land (a root agent writes nothing another user chose, and reads
+nothing it did not check; docs/security.md):
+
+- By default under ``/tmp/gpulens-<euid>/<random>/<pid>/`` (Kineto refuses
+  on-demand log files outside /tmp). /tmp must be root's (or ours) and
+  sticky, with no symlink on the way; the base ``gpulens-<euid>`` is used
+  only when it is a real directory of ours (else a fresh
+  ``gpulens-<euid>-<random>`` is made); modes are set with ``fchmod``
+  (0711 for root, so the target can reach its leaf; 0700 otherwise), whatever
+  the umask. Each request gets a fresh directory of 128 random bits; each pid
+  a leaf made with ``mkdir`` at that directory's descriptor and handed to the
+  target with ``fchown`` on its descriptor, mode 0700.
+- When the target sets ``KINETO_ONDEMAND_TRACE_DIR`` (newer Kineto writes
+  only there): that directory must be the target's or root's, with no
+  symlink on its path, not writable by others unless sticky. The target's
+  own: gpulens creates nothing there, Kineto writes ``gpulens-<random>_<pid>.json``
+  into it. Root's: a fresh ``gpulens-<random>`` leaf as above.
+- Reading back: the watcher and the sender open the file with ``O_NOFOLLOW``
+  and ``O_NONBLOCK`` and keep it only if ``fstat`` shows a regular file owned
+  by the target's uid (recorded when the request was accepted,
+  ``TraceResult.owners``); the leaf must still be the directory prepared.
+  Kineto's default path ``/tmp/libkineto_activities_<pid>.json`` gets the
+  same checks; another user's entry there is ignored, not read.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import logging
+import os
+import secrets
+import stat
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from gpulens.core import safefs
+from gpulens.core.safefs import UnsafePath
+
+log = logging.getLogger(__name__)
+MAX_DURATION_MS = 10 * 60 * 1000
+MAX_ITERATIONS = 100_000
+TRACE_ROOT = Path("/tmp")
+KINETO_DEFAULT_DIR = Path("/tmp")  # libkineto's fallback: /tmp/libkineto_activities_<pid>.json
+TRACE_DIR_ENV = "KINETO_ONDEMAND_TRACE_DIR"
+# A trace the watcher accepts (and the sender may read): GPU traces reach a few GiB.
+MAX_TRACE_FILE_BYTES = 16 << 30
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_ids = itertools.count(1)
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRequest:
+    """What to trace: pids or a job id, for a duration or N iterations, and options.
+
+    Exactly one of ``pids`` / ``job_id`` and one of ``duration_ms`` /
+    ``iterations``. ``warmup_s`` is Kineto's ``ACTIVITIES_WARMUP_PERIOD_SECS``
+    (its default is 5 s; 0 suits CPU-only programs, GPU programs may want 1-2 s
+    for CUPTI). ``timeout_s`` bounds the wait after the config is handed over.
+    """
+
+    pids: tuple[int, ...] = ()
+    job_id: int | None = None
+    duration_ms: int | None = 500
+    iterations: int | None = None
+    record_shapes: bool = False
+    with_stack: bool = False
+    with_flops: bool = False
+    with_modules: bool = False
+    profile_memory: bool = False
+    warmup_s: float = 0.0
+    timeout_s: float = 60.0
+
+    def validate(self) -> None:
+        """Raises ValueError naming the field that is out of range."""
+        if bool(self.pids) == (self.job_id is not None):
+            raise ValueError("give either pids or a job id")
+        if any(p <= 0 for p in self.pids) or len(self.pids) > 1024:
+            raise ValueError("pids must be 1..1024 positive process ids")
+        if (self.duration_ms is None) == (self.iterations is None):
+            raise ValueError("give either duration_ms or iterations")
+        if self.duration_ms is not None and not 1 <= self.duration_ms <= MAX_DURATION_MS:
+            raise ValueError(f"duration_ms must be 1..{MAX_DURATION_MS}")
+        if self.iterations is not None and not 1 <= self.iterations <= MAX_ITERATIONS:
+            raise ValueError(f"iterations must be 1..{MAX_ITERATIONS}")
+        if not 0 <= self.warmup_s <= 300:
+            raise ValueError("warmup_s must be 0..300")
+        if not 0 < self.timeout_s <= 3600:
+            raise ValueError("timeout_s must be in (0, 3600]")
+
+    def describe(self) -> str:
+        """Short human form, e.g. ``500 ms`` or ``3 iterations``."""
+        if self.iterations is not None:
+            return f"{self.iterations} iteration{'s' if self.iterations != 1 else ''}"
+        return f"{self.duration_ms} ms"
+
+
+class TraceState(enum.Enum):
+    """Life of one trace job, in order; FAILED can follow any state."""
+
+    WAITING_FOR_POLL = "waiting for poll"
+    TRACING = "tracing"
+    WRITING = "writing"
+    DONE = "done"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class TraceResult:
+    """Where each traced pid's file landed (absolute paths), and how long it took.
+
+    ``owners`` maps each pid of ``files`` to the uid its file must belong to
+    (the target's, captured when the request was accepted): open the file
+    with :func:`open_trace_file` and that owner.
+    """
+
+    request_id: str
+    files: dict[int, str]
+    missing: dict[int, str] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+    owners: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    """A snapshot of one trace job's progress, for UIs (immutable; a new one per change)."""
+
+    request_id: str
+    request: TraceRequest
+    pids: tuple[int, ...]
+    state: TraceState
+    detail: str = ""
+    started_s: float = 0.0
+    files: dict[int, str] = field(default_factory=dict)
+
+
+def new_request_id() -> str:
+    """A request id unique on this host: ``<pid>-<counter>-<time>`` (REQUEST_TRACE_ID only:
+    it never shapes a path, so knowing it tells nobody where a trace goes)."""
+    return f"{os.getpid()}-{next(_ids)}-{int(time.time())}"
+
+
+# -- where files land (see the module docstring) ------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TraceOutput:
+    """Where one pid's trace goes, as prepared for it.
+
+    ``directory`` holds the file and ``dir_key`` is its ``(st_dev, st_ino)``
+    when prepared: a directory found at that path later with another identity
+    was swapped in and is refused. ``log`` is the ACTIVITIES_LOG_FILE handed to
+    Kineto. ``owner_uid`` is the target's uid, captured when the request was
+    accepted: the only uid whose file gpulens reads back.
+    """
+
+    directory: Path
+    dir_key: tuple[int, int]
+    log: Path
+    owner_uid: int
+
+
+@dataclass(frozen=True, slots=True)
+class FileProbe:
+    """What the watcher saw for one pid: the finished file, a refusal, or nothing yet.
+
+    ``note`` is something seen but not taken (another user's entry at Kineto's
+    default path), worth saying if the trace never comes.
+    """
+
+    path: str | None = None
+    refused: str | None = None
+    note: str | None = None
+
+
+class OutputPlanner:
+    """Prepares the output places of one request; use as a context manager.
+
+    The request's fresh directory under the agent's base is made on first use
+    and shared by its pids (one leaf each). Raises UnsafePath (or OSError)
+    naming the path that cannot be used.
+    """
+
+    def __init__(self) -> None:
+        self._run: tuple[Path, int] | None = None
+
+    def __enter__(self) -> OutputPlanner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the request directory's descriptor."""
+        if self._run is not None:
+            os.close(self._run[1])
+            self._run = None
+
+    def place(self, pid: int, target_uid: int, target_env: Mapping[str, str] | None) -> TraceOutput:
+        """Prepare the place of ``pid``'s trace; the target (``target_uid``) will write it."""
+        chosen = (target_env or {}).get(TRACE_DIR_ENV, "")
+        if chosen:
+            return _in_target_dir(chosen, target_uid)
+        run_path, run_fd = self._run_dir()
+        # The run dir is fresh (128 random bits), ours, mode 0711/0700, under a base only we
+        # can change: nobody else can create, rename or remove entries in it, so the leaf
+        # made by mkdir is the one opened; the fstat check is defence in depth.
+        os.mkdir(str(pid), 0o700, dir_fd=run_fd)
+        return _adopt(run_fd, run_path, str(pid), target_uid)
+
+    def _run_dir(self) -> tuple[Path, int]:
+        if self._run is None:
+            euid = os.geteuid()
+            mode = 0o711 if euid == 0 else 0o700  # root's: traversable by the target writing the leaf
+            with safefs.opened_dir(TRACE_ROOT) as root_fd:
+                safefs.check_dir(root_fd, str(TRACE_ROOT), owners=tuple({0, euid}), shared_ok=True)
+                base, base_fd = _own_base(root_fd, euid, mode)
+            try:
+                name, fd = safefs.make_unique_dir(base_fd, "", mode)
+            finally:
+                os.close(base_fd)
+            self._run = (TRACE_ROOT / base / name, fd)
+        return self._run
+
+
+_base_lock = threading.Lock()
+_fallback_base: str | None = None
+
+
+def _own_base(root_fd: int, euid: int, mode: int) -> tuple[str, int]:
+    """Open (creating) ``/tmp/gpulens-<euid>``: ours, exactly ``mode``, no link; a fresh one if squatted."""
+    global _fallback_base
+    with _base_lock:
+        name = _fallback_base or f"gpulens-{euid}"
+        try:
+            return name, safefs.ensure_dir_at(root_fd, name, mode, parent_path=str(TRACE_ROOT))
+        except UnsafePath as err:
+            # Someone else made (or linked) the name first: a random one they cannot guess
+            # keeps tracing working, and this process keeps using it.
+            fresh, fd = safefs.make_unique_dir(root_fd, f"gpulens-{euid}-", mode)
+            log.warning("%s; traces go to %s/%s instead", err, TRACE_ROOT, fresh)
+            _fallback_base = fresh
+            return fresh, fd
+
+
+def _in_target_dir(chosen: str, target_uid: int) -> TraceOutput:
+    """A place under the target's own ``KINETO_ONDEMAND_TRACE_DIR`` (newer Kineto writes only there)."""
+    path = Path(chosen)
+    if not path.is_absolute():
+        raise UnsafePath(f"{TRACE_DIR_ENV}={chosen} is not an absolute path; gpulens does not use it")
+    with safefs.opened_dir(path) as dfd:  # no symlink anywhere on the path
+        st = safefs.check_dir(dfd, str(path), owners=tuple({target_uid, 0}), shared_ok=True)
+        if st.st_uid == target_uid:
+            # The target's own directory: it can rename anything in it at any time (even
+            # between our mkdir and open, putting some other root-owned directory there for
+            # us to chown), so root creates nothing here: Kineto writes a file of a random
+            # name directly into it, and only a regular file of the target's is read back.
+            name = f"gpulens-{secrets.token_hex(16)}.json"
+            return TraceOutput(path, (st.st_dev, st.st_ino), path / name, target_uid)
+        # Root's directory (and the target is not root): only root may add entries, or it
+        # is sticky and only root may rename or remove root's entries. Either way the fresh
+        # directory mkdir made stays ours until it is chowned through its descriptor.
+        name, fd = safefs.make_unique_dir(dfd, "gpulens-", 0o700)
+        os.close(fd)
+        return _adopt(dfd, path, name, target_uid)
+
+
+def _adopt(parent_fd: int, parent: Path, name: str, target_uid: int) -> TraceOutput:
+    """Open the directory we just made, check it is ours, hand it to the target, mode 0700."""
+    fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            raise UnsafePath(f"{parent / name} was replaced while gpulens created it")
+        if target_uid != st.st_uid:
+            os.fchown(fd, target_uid, -1)  # through the descriptor: never a path
+        os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
+    directory = parent / name
+    return TraceOutput(directory, (st.st_dev, st.st_ino), directory / "trace.json", target_uid)
+
+
+def final_paths(log: Path, pid: int) -> list[Path]:
+    """Where libkineto may write the finished trace for ``pid``, preferred first.
+
+    The asked path with ``_<pid>`` inserted before ``.json``, then Kineto's
+    default path (used when it refuses ours), with and without a second pid.
+    """
+    asked = log.with_name(f"{log.stem}_{pid}{log.suffix}")
+    default = KINETO_DEFAULT_DIR / f"libkineto_activities_{pid}.json"
+    return [asked, default, default.with_name(f"libkineto_activities_{pid}_{pid}.json")]
+
+
+def probe_trace_file(out: TraceOutput, pid: int, since_wall: float) -> FileProbe:
+    """Look for ``pid``'s finished trace (written after ``since_wall``) without following or blocking.
+
+    The asked path: anything there that is not a regular file of the target's
+    (a link, a FIFO, another uid's file) is refused at once. Kineto's default
+    path in /tmp: entries of other users are noted, not taken (anyone may make
+    names there); the target's own unsafe entries are refused.
+    """
+    asked, *defaults = final_paths(out.log, pid)
+    try:
+        with safefs.opened_dir(out.directory) as dfd:
+            st = os.fstat(dfd)
+            if (st.st_dev, st.st_ino) != out.dir_key:
+                return FileProbe(refused=f"{out.directory} was replaced after gpulens prepared it; nothing read")
+            found, _ = _check_entry(dfd, asked, out.owner_uid, since_wall, shared=False)
+            if found:
+                return FileProbe(path=found)
+        note = None
+        with safefs.opened_dir(KINETO_DEFAULT_DIR) as tfd:
+            safefs.check_dir(tfd, str(KINETO_DEFAULT_DIR), owners=(0,), shared_ok=True)
+            for path in defaults:
+                found, seen = _check_entry(tfd, path, out.owner_uid, since_wall, shared=True)
+                if found:
+                    return FileProbe(path=found)
+                note = note or seen
+    except UnsafePath as err:
+        return FileProbe(refused=str(err))
+    return FileProbe(note=note)
+
+
+def _check_entry(
+    dfd: int, path: Path, owner: int, since_wall: float, *, shared: bool
+) -> tuple[str | None, str | None]:
+    """(the path when it holds a finished trace, a note); raises UnsafePath to refuse it."""
+    try:
+        lst = os.stat(path.name, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None, None
+    if shared and lst.st_uid != owner:
+        return None, f"{path} belongs to uid {lst.st_uid}, not to the traced process's uid {owner}; not read"
+    if shared and lst.st_mtime < since_wall - 1.0:
+        return None, None  # left over from before this request
+    fd = _open_checked(dfd, path, owner, MAX_TRACE_FILE_BYTES)
+    if fd is None:
+        return None, None
+    try:
+        fresh = os.fstat(fd).st_mtime >= since_wall - 1.0
+    finally:
+        os.close(fd)
+    return (str(path) if fresh else None), None
+
+
+def _open_checked(dfd: int, path: Path, owner: int | None, max_bytes: int) -> int | None:
+    try:
+        return safefs.open_regular_at(dfd, path.name, owner=owner, max_bytes=max_bytes)
+    except UnsafePath as err:
+        if isinstance(err.__cause__, FileNotFoundError):
+            return None
+        text = str(err)  # safefs names what it opened: the bare name here; show the whole path
+        raise UnsafePath(str(path) + text[len(path.name) :] if text.startswith(path.name) else text) from err
+
+
+def open_trace_file(path: str | Path, owner_uid: int | None, max_bytes: int = MAX_TRACE_FILE_BYTES) -> int:
+    """Open a finished trace for reading (the sender's side of ``TraceResult.files``).
+
+    No symlink anywhere on the path, a regular file (never a FIFO: the open
+    does not block), owned by ``owner_uid`` (``TraceResult.owners[pid]``) when
+    given, at most ``max_bytes``. Returns a blocking fd the caller closes.
+
+    Raises:
+        UnsafePath: naming the path and what is wrong with it.
+    """
+    p = Path(os.path.abspath(path))
+    with safefs.opened_dir(p.parent) as dfd:
+        fd = _open_checked(dfd, p, owner_uid, max_bytes)
+    if fd is None:
+        raise UnsafePath(f"{p} does not exist")
+    return fd
+
+
+def config_text(req: TraceRequest, log: Path, request_id: str) -> str:
+    """The Kineto on-demand config for ``req`` (the same keys as ``dyno gputrace``)."""
+    lines = [f"ACTIVITIES_LOG_FILE={log}"]
+    if req.iterations is not None:
+        lines += [
+            "PROFILE_START_ITERATION=0",
+            "PROFILE_START_ITERATION_ROUNDUP=1",
+            f"ACTIVITIES_ITERATIONS={req.iterations}",
+        ]
+    else:
+        lines += ["PROFILE_START_TIME=0", f"ACTIVITIES_DURATION_MSECS={req.duration_ms}"]
+    lines.append(f"ACTIVITIES_WARMUP_PERIOD_SECS={round(req.warmup_s)}")
+
+    def flag(v: bool) -> str:
+        return "true" if v else "false"
+
+    lines += [
+        f"PROFILE_REPORT_INPUT_SHAPES={flag(req.record_shapes)}",
+        f"PROFILE_PROFILE_MEMORY={flag(req.profile_memory)}",
+        f"PROFILE_WITH_STACK={flag(req.with_stack)}",
+        f"PROFILE_WITH_FLOPS={flag(req.with_flops)}",
+        f"PROFILE_WITH_MODULES={flag(req.with_modules)}",
+    ]
+    if req.profile_memory:
+        lines += ["PROFILE_MEMORY=true", f"PROFILE_MEMORY_DURATION_MSECS={req.duration_ms or 1000}"]
+    lines.append(f"REQUEST_TRACE_ID={request_id}")
+    return "\n".join(lines)
+
+
+_BOOL_FIELDS = ("record_shapes", "with_stack", "with_flops", "with_modules", "profile_memory")
+
+
+def request_to_dict(req: TraceRequest) -> dict[str, Any]:
+    """Plain data for the agent stream (pids as a list)."""
+    d = {f.name: getattr(req, f.name) for f in fields(req)}
+    d["pids"] = list(req.pids)
+    return d
+
+
+def request_from_dict(d: Mapping[str, Any]) -> TraceRequest:
+    """Build and validate a TraceRequest from plain data (e.g. a remote viewer's request).
+
+    Unknown keys (an output path, say) are refused: gpulens chooses where
+    traces go. Raises ValueError naming the offending field.
+    """
+    known = {f.name for f in fields(TraceRequest)}
+    extra = set(d) - known
+    if extra:
+        raise ValueError(f"unknown trace request field(s): {', '.join(sorted(map(str, extra)))}")
+    kw: dict[str, Any] = {}
+    pids = d.get("pids", ())
+    if not isinstance(pids, (list, tuple)) or not all(isinstance(p, int) and not isinstance(p, bool) for p in pids):
+        raise ValueError("pids: expected a list of integers")
+    kw["pids"] = tuple(pids)
+    for key in ("job_id", "duration_ms", "iterations"):
+        if key in d:
+            v = d[key]
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+                raise ValueError(f"{key}: expected an integer or null, got {v!r}")
+            kw[key] = v
+    for key in ("warmup_s", "timeout_s"):
+        if key in d:
+            v = d[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ValueError(f"{key}: expected a number, got {v!r}")
+            kw[key] = float(v)
+    for key in _BOOL_FIELDS:
+        if key in d:
+            if not isinstance(d[key], bool):
+                raise ValueError(f"{key}: expected true or false, got {d[key]!r}")
+            kw[key] = d[key]
+    req = TraceRequest(**kw)
+    req.validate()
+    return req

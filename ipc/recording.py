@@ -1,0 +1,200 @@
+"""The ``--record`` file format: msgpack, streaming, compact.
+
+A recording is a sequence of msgpack objects: first a header map
+``{"format": "gpulens-recording", "version": 1, "created": <unix s>,
+"source": <name>, "simulated": <bool>}``, then one map per event:
+
+- ``{"k": "s", "b": <backfill>, "d": <sample>}`` a host sample, in the
+  form of :func:`~gpulens.ipc.serialize.sample_to_dict` less every
+  field equal to its default (that is what keeps it compact);
+- ``{"k": "h", "host", "up", "reason", "time", "address"}`` host status;
+- ``{"k": "m", "message", "ok", "time"}`` source status.
+
+Reading is sans-IO friendly (:func:`decode_stream` takes chunks) and bounded:
+each object is at most :data:`MAX_RECORD_BYTES`, every string, list and map
+is capped by ``msgpack.Unpacker`` limits (nesting too: msgpack's own depth
+limit), and every sample is validated by ``sample_from_dict``. Files are
+opened with :func:`open_recording`: only regular files, so a FIFO with no
+writer or a device is refused instead of blocking or never ending. Anything
+else raises :class:`RecordingError`, which carries the events read before
+the fault.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterable, Iterator
+from typing import Any, BinaryIO
+
+import msgpack
+
+from gpulens.core.errors import RecordingError, SchemaError
+from gpulens.core.events import HostStatusEvent, SampleEvent, SourceEvent, SourceStatusEvent
+from gpulens.core.limits import InputRefused, open_regular
+from gpulens.core.model import HostSample
+from gpulens.ipc.serialize import sample_from_dict
+
+FORMAT = "gpulens-recording"
+VERSION = 1
+MAX_RECORD_BYTES = 16 * 1024 * 1024
+_LIMITS: dict[str, int] = {
+    "max_buffer_size": MAX_RECORD_BYTES,
+    "max_str_len": 1024 * 1024,
+    "max_bin_len": 1024 * 1024,
+    "max_array_len": 100_000,
+    "max_map_len": 100_000,
+    "max_ext_len": 0,
+}
+
+
+def compact(obj: Any) -> Any:
+    """Plain data for ``obj`` without dataclass fields that equal their default."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(obj):
+            v = getattr(obj, f.name)
+            if f.default is not dataclasses.MISSING and v == f.default:
+                continue
+            if f.default_factory is not dataclasses.MISSING and v == f.default_factory():
+                continue
+            out[f.name] = compact(v)
+        return out
+    if isinstance(obj, (tuple, list)):
+        return [compact(v) for v in obj]
+    if isinstance(obj, dict) or hasattr(obj, "items"):
+        return {str(k): compact(v) for k, v in obj.items()}
+    return obj
+
+
+def header(source: str, simulated: bool, created: float) -> bytes:
+    """The first object of a recording."""
+    data: bytes = msgpack.packb({"format": FORMAT, "version": VERSION, "created": created,
+                                 "source": source, "simulated": simulated})
+    return data
+
+
+def encode_event(event: SourceEvent) -> bytes:
+    """One event as one msgpack object."""
+    if isinstance(event, SampleEvent):
+        rec: dict[str, Any] = {"k": "s", "b": event.backfill, "d": compact(event.sample)}
+    elif isinstance(event, HostStatusEvent):
+        rec = {"k": "h", "host": event.host, "up": event.up, "reason": event.reason,
+               "time": event.time, "address": event.address}
+    else:
+        rec = {"k": "m", "message": event.message, "ok": event.ok, "time": event.time}
+    data: bytes = msgpack.packb(rec)
+    return data
+
+
+def _field(rec: dict[Any, Any], name: str, kind: type | tuple[type, ...], where: str) -> Any:
+    v = rec.get(name)
+    if not isinstance(v, kind) or (isinstance(v, bool) and kind in (float, (int, float))):
+        raise RecordingError(f"{where}: field '{name}' has the wrong type ({type(v).__name__})")
+    return v
+
+
+def decode_record(obj: Any, where: str) -> SourceEvent:
+    """Validate one decoded object as an event; raises RecordingError."""
+    if not isinstance(obj, dict):
+        raise RecordingError(f"{where}: expected a map, got {type(obj).__name__}")
+    kind = obj.get("k")
+    try:
+        if kind == "s":
+            sample: HostSample = sample_from_dict(obj.get("d"))
+            return SampleEvent(sample=sample, backfill=bool(obj.get("b", False)))
+        if kind == "h":
+            return HostStatusEvent(
+                host=_field(obj, "host", str, where), up=_field(obj, "up", bool, where),
+                reason=_field(obj, "reason", str, where),
+                time=float(_field(obj, "time", (int, float), where)),
+                address=str(obj.get("address", "")))
+        if kind == "m":
+            return SourceStatusEvent(
+                message=_field(obj, "message", str, where), ok=_field(obj, "ok", bool, where),
+                time=float(_field(obj, "time", (int, float), where)))
+    except SchemaError as err:
+        raise RecordingError(f"{where}: {err}") from err
+    raise RecordingError(f"{where}: unknown record kind {kind!r}")
+
+
+def check_header(obj: Any) -> dict[str, Any]:
+    """Validate the header object; raises RecordingError."""
+    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+        raise RecordingError("not a gpulens recording (no 'gpulens-recording' header)")
+    if obj.get("version") != VERSION:
+        raise RecordingError(f"recording version {obj.get('version')!r} is not supported (expected {VERSION})")
+    return obj
+
+
+def decode_stream(chunks: Iterable[bytes]) -> Iterator[dict[str, Any] | SourceEvent]:
+    """Yield the header, then each event; raises RecordingError at the first fault.
+
+    A file that ends inside a record (truncated) raises too, after yielding
+    every complete record before it.
+    """
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=True, use_list=True, **_LIMITS)
+    index = 0
+    offset = 0
+    for chunk in chunks:
+        offset += len(chunk)
+        try:
+            unpacker.feed(chunk)
+        except msgpack.BufferFull as err:
+            raise RecordingError(f"record {index}: larger than {MAX_RECORD_BYTES} bytes") from err
+        while True:
+            try:
+                obj = unpacker.unpack()
+            except msgpack.OutOfData:
+                break
+            except (ValueError, msgpack.UnpackException, TypeError) as err:
+                raise RecordingError(f"record {index} (before byte {offset}): corrupt data: {err}") from err
+            if index == 0:
+                yield check_header(obj)
+            else:
+                yield decode_record(obj, f"record {index}")
+            index += 1
+    if index == 0:
+        raise RecordingError("empty file: not a gpulens recording")
+    if unpacker.tell() < offset:
+        raise RecordingError(f"truncated after record {index - 1} (file ends inside a record)")
+
+
+def open_recording(path: str) -> BinaryIO:
+    """Open a recording for reading: a regular file only (never blocks on a FIFO).
+
+    Raises:
+        RecordingError: missing, unreadable, or not a regular file.
+    """
+    try:
+        fd, _size = open_regular(path, "recording")
+    except InputRefused as err:
+        raise RecordingError(str(err)) from None
+    return os.fdopen(fd, "rb")
+
+
+def read_recording(path: str, chunk_size: int = 1 << 16) -> tuple[dict[str, Any], list[SourceEvent]]:
+    """Read a whole recording file.
+
+    Raises:
+        RecordingError: the file is unreadable, not a regular file, not a
+            recording, corrupt or truncated; ``err.events`` holds the events
+            read before the fault.
+    """
+    events: list[SourceEvent] = []
+    head: dict[str, Any] = {}
+    fh = open_recording(path)
+    try:
+        with fh:
+            for item in decode_stream(iter(lambda: fh.read(chunk_size), b"")):
+                if isinstance(item, dict):
+                    head = item
+                else:
+                    events.append(item)
+    except OSError as err:
+        raise RecordingError(f"{path}: cannot read: {err.strerror}") from err
+    except RecordingError as err:
+        err.events = events
+        err.args = (f"{path}: {err}",)
+        raise
+    return head, events

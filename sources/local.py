@@ -1,0 +1,332 @@
+"""Sources: this machine in-process, a replayed recording, several at once; the recorder.
+
+Each runs its work in one daemon thread and hands events to ``emit``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from typing import IO, Any
+
+from gpulens.core.errors import ConfigError, RecordingError
+from gpulens.core.events import (
+    Emit,
+    HostSampler,
+    SampleEvent,
+    Source,
+    SourceEvent,
+    SourceStatusEvent,
+)
+from gpulens.ipc.recording import (
+    decode_stream,
+    encode_event,
+    header,
+    open_recording,
+    read_recording,
+)
+
+
+class LocalSource:
+    """This machine, sampled in-process every ``cfg.interval_s`` seconds.
+
+    The next sample is scheduled when the last one finishes, so samples
+    never overlap however slow a collector is.
+    """
+
+    def __init__(self, cfg: Any, sampler_factory: Callable[[], HostSampler]) -> None:
+        """``sampler_factory`` builds the sampler in the sampling thread (the command line
+        passes ``collectors.sampler.Sampler``: sources never import collectors)."""
+        self._cfg = cfg
+        self._factory = sampler_factory
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def name(self) -> str:
+        """``local``."""
+        return "local"
+
+    @property
+    def simulated(self) -> bool:
+        """Never: this is real data."""
+        return False
+
+    def _make_sampler(self) -> HostSampler:
+        return self._factory()
+
+    def start(self, emit: Emit) -> None:
+        """Start the sampling thread; returns at once."""
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, args=(emit,), name="gpulens-local",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, emit: Emit) -> None:
+        try:
+            sampler = self._make_sampler()
+        except Exception as err:  # shown in the header, not a crash
+            emit(SourceStatusEvent(message=f"local sampler failed: {err}", ok=False, time=time.time()))
+            return
+        failing = False
+        try:
+            while not self._stop.is_set():
+                began = time.monotonic()
+                try:
+                    emit(SampleEvent(sampler.sample()))
+                    if failing:
+                        emit(SourceStatusEvent(message="local sampling resumed", ok=True, time=time.time()))
+                    failing = False
+                except Exception as err:  # one bad tick must not end sampling
+                    failing = True
+                    emit(SourceStatusEvent(message=f"sampling failed: {err}", ok=False, time=time.time()))
+                spent = time.monotonic() - began
+                self._stop.wait(max(0.0, self._cfg.interval_s - spent))
+        finally:
+            close = getattr(sampler, "close", None)
+            if close is not None:
+                close()
+
+    def stop(self) -> None:
+        """Stop sampling and wait (up to 2 s) for the thread; idempotent."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+            self._thread = None
+
+
+class ReplaySource:
+    """Replays a recording made with ``--record``.
+
+    ``speed=0`` (default) hands every event over at once, as backfill, so the
+    screens show the recorded history; ``speed=1`` replays in real time.
+    A corrupt or truncated file shows what was read plus an error in the header.
+
+    Raises:
+        ConfigError: the file does not exist (at construction, before the UI).
+    """
+
+    def __init__(self, path: str, speed: float = 0.0) -> None:
+        if not os.path.lexists(path):
+            raise ConfigError(f"--replay {path}: no such file")
+        if not os.path.isfile(path):
+            raise ConfigError(f"--replay {path}: not a regular file (a directory, FIFO or device)")
+        self.path = path
+        self.speed = speed
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._simulated = False
+
+    @property
+    def name(self) -> str:
+        """``replay FILE``."""
+        return f"replay {os.path.basename(self.path)}"
+
+    @property
+    def simulated(self) -> bool:
+        """True when the recording was made from the demo fleet."""
+        return self._simulated
+
+    def load(self) -> tuple[list[SourceEvent], str | None]:
+        """Every event in the file and an error message (None when the file is whole)."""
+        try:
+            head, events = read_recording(self.path)
+        except RecordingError as err:
+            return list(err.events), str(err)
+        self._simulated = bool(head.get("simulated", False))
+        return events, None
+
+    def start(self, emit: Emit) -> None:
+        """Start replaying in a thread; returns at once."""
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, args=(emit,), name="gpulens-replay",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, emit: Emit) -> None:
+        # Streamed: a recording of any length replays in bounded memory.
+        n = 0
+        last: float | None = None
+        error: str | None = None
+        try:
+            with open_recording(self.path) as fh:
+                for item in decode_stream(iter(lambda: fh.read(1 << 16), b"")):
+                    if self._stop.is_set():
+                        return
+                    if isinstance(item, dict):
+                        self._simulated = bool(item.get("simulated", False))
+                        continue
+                    if isinstance(item, SampleEvent):
+                        n += 1
+                        if self.speed > 0:
+                            if last is not None and item.sample.time > last:
+                                self._stop.wait((item.sample.time - last) / self.speed)
+                            last = item.sample.time
+                        else:
+                            item = SampleEvent(item.sample, backfill=True)
+                    emit(item)
+        except OSError as err:
+            error = f"{self.path}: cannot read: {err.strerror}"
+        except RecordingError as err:
+            error = f"{self.path}: {err}"
+        if error is not None:
+            emit(SourceStatusEvent(message=f"{error} (showing the {n} samples read)", ok=False,
+                                   time=time.time()))
+        else:
+            emit(SourceStatusEvent(message=f"replayed {n} samples", ok=True, time=time.time()))
+
+    def stop(self) -> None:
+        """Stop replaying; idempotent."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+            self._thread = None
+
+
+class MultiSource:
+    """Several sources shown together (``--replay A --prometheus URL``, ...)."""
+
+    def __init__(self, sources: Sequence[Source]) -> None:
+        self.sources = list(sources)
+
+    @property
+    def name(self) -> str:
+        """The parts' names joined with ``+``."""
+        return " + ".join(s.name for s in self.sources)
+
+    @property
+    def simulated(self) -> bool:
+        """True if any part is simulated."""
+        return any(s.simulated for s in self.sources)
+
+    def expected_hosts(self) -> list[str]:
+        """Every part's expected hosts (``host:port`` or names), for those that know them.
+
+        Parts without ``expected_hosts`` (local, replay, demo) add none.
+        """
+        out: list[str] = []
+        for s in self.sources:
+            fn = getattr(s, "expected_hosts", None)
+            if callable(fn):
+                out.extend(h for h in fn() if h not in out)
+        return out
+
+    def request(self, host: str, kind: str, params: Mapping[str, Any], timeout_s: float) -> Future[Any]:
+        """Send a request (profile, trace, history) to ``host`` through the part that serves it.
+
+        Parts without ``request`` are skipped; a part that fails at once with
+        "unknown host" hands over to the next. The future fails with
+        RequestFailed when no part serves ``host``.
+        """
+        last: Future[Any] | None = None
+        for s in self.sources:
+            fn = getattr(s, "request", None)
+            if not callable(fn):
+                continue
+            last = fn(host, kind, params, timeout_s)
+            if not (last.done() and last.exception() is not None and "unknown host" in str(last.exception())):
+                return last
+        if last is not None:
+            return last
+        from gpulens.ipc.errors import RequestFailed
+
+        fut: Future[Any] = Future()
+        fut.set_exception(RequestFailed(f"no source can send requests to {host!r} (connect to its agent)"))
+        return fut
+
+    def start(self, emit: Emit) -> None:
+        """Start every part with the same ``emit``."""
+        for s in self.sources:
+            s.start(emit)
+
+    def stop(self) -> None:
+        """Stop every part (each is idempotent)."""
+        for s in self.sources:
+            s.stop()
+
+
+class Recorder:
+    """Writes every event to a recording file (``--record FILE``); thread-safe.
+
+    Raises:
+        ConfigError: the file cannot be created.
+    """
+
+    def __init__(self, path: str, source_name: str = "", simulated: bool = False) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self.count = 0
+        try:
+            self._fh: IO[bytes] | None = open(path, "wb")  # noqa: SIM115 - held until close()
+        except OSError as err:
+            raise ConfigError(f"--record {path}: cannot create: {err.strerror}") from err
+        self._fh.write(header(source_name, simulated, time.time()))
+        self._last_flush = time.monotonic()
+
+    def write(self, event: SourceEvent) -> None:
+        """Append one event (flushed at least every second)."""
+        data = encode_event(event)
+        with self._lock:
+            if self._fh is None:
+                return
+            self._fh.write(data)
+            self.count += 1
+            if time.monotonic() - self._last_flush > 1.0:
+                self._fh.flush()
+                self._last_flush = time.monotonic()
+
+    def wrap(self, emit: Emit) -> Emit:
+        """An ``emit`` that records each event, then passes it on."""
+
+        def recording_emit(event: SourceEvent) -> None:
+            self.write(event)
+            emit(event)
+
+        return recording_emit
+
+    def close(self) -> None:
+        """Flush and close the file; idempotent."""
+        with self._lock:
+            if self._fh is not None:
+                self._fh.close()
+                self._fh = None
+
+
+class RecordingSource:
+    """Wraps a source so that every event it emits is also written by a :class:`Recorder`."""
+
+    def __init__(self, inner: Source, recorder: Recorder) -> None:
+        self.inner = inner
+        self.recorder = recorder
+
+    @property
+    def name(self) -> str:
+        """The inner source's name."""
+        return self.inner.name
+
+    @property
+    def simulated(self) -> bool:
+        """The inner source's flag."""
+        return self.inner.simulated
+
+    def request(self, host: str, kind: str, params: Mapping[str, Any], timeout_s: float) -> Future[Any]:
+        """The inner source's ``request`` (profile, trace, history); RequestFailed if it has none."""
+        fn = getattr(self.inner, "request", None)
+        if callable(fn):
+            fut: Future[Any] = fn(host, kind, params, timeout_s)
+            return fut
+        return MultiSource([self.inner]).request(host, kind, params, timeout_s)
+
+    def start(self, emit: Emit) -> None:
+        """Start the inner source with a recording ``emit``."""
+        self.inner.start(self.recorder.wrap(emit))
+
+    def stop(self) -> None:
+        """Stop the inner source, then close the file."""
+        self.inner.stop()
+        self.recorder.close()

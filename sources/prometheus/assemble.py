@@ -1,0 +1,364 @@
+"""Turn per-field PromQL answers into :class:`HostSample` objects (pure, no I/O).
+
+Input: for each :class:`~.prom_mapping.MetricMap` row, the list of
+``(labels, value)`` pairs Prometheus returned at one evaluation time. Rows are
+applied in table order, so for one field of one host the first family with a
+value wins. NaN and infinite values (0/0 of a rate with no traffic, ...) are
+treated as missing. A field no family provided is None, with a reason.
+Answers naming more than :data:`MAX_HOSTS` hosts are refused as soon as the
+next host would be added (a :class:`PrometheusError` saying how to narrow
+the query), before any sample is built.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
+
+from gpulens.core.errors import PrometheusError
+from gpulens.core.model import (
+    CacheSample,
+    CpuSample,
+    GpuProcess,
+    GpuSample,
+    HostSample,
+    JobInfo,
+    MemorySample,
+    NetworkSample,
+    StorageSample,
+)
+from gpulens.core.sanitize import check_sample, clean_text
+from gpulens.ipc.prom_names import MetricMap, gpu_of, host_of
+
+Answer = Iterable[tuple[Mapping[str, str], float]]
+MAX_HOSTS = 4096
+"""Hosts one poll may name: as many as the viewer's store keeps (collectors.store.MAX_HOSTS)."""
+
+MISSING = "no series in Prometheus (gpulens, dcgm-exporter or node_exporter names)"
+_HOST_FIELDS = (
+    "cpu.total_percent", "memory.total_bytes", "memory.used_bytes", "network.rx_bytes_per_s",
+    "network.tx_bytes_per_s", "storage.read_bytes_per_s", "storage.write_bytes_per_s",
+)
+_GPU_FIELDS = (
+    "utilization_percent", "memory_utilization_percent", "mem_used_bytes", "mem_total_bytes",
+    "power_w", "temperature_c", "sm_clock_mhz", "mem_clock_mhz", "power_limit_w",
+    "pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s", "nvlink_rx_bytes_per_s",
+    "nvlink_tx_bytes_per_s", "ecc_corrected", "ecc_uncorrected", "sm_activity_percent",
+    "sm_occupancy_percent", "dram_bw_util_percent",
+)
+_GPU_SET = frozenset(_GPU_FIELDS)
+_DOTTED = {name: f"gpu.{name}" for name in _GPU_FIELDS}
+
+
+@dataclass
+class _Gpu:
+    uuid: str = ""
+    name: str = ""
+    values: dict[str, float] = field(default_factory=dict)
+    unavailable: dict[str, str] = field(default_factory=dict)
+    throttle: set[str] = field(default_factory=set)
+    processes: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
+class _Job:
+    labels: Mapping[str, str] = field(default_factory=dict)
+    values: dict[str, float] = field(default_factory=dict)
+    gpu_mem: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class _Host:
+    values: dict[str, float] = field(default_factory=dict)
+    gpus: dict[int, _Gpu] = field(default_factory=dict)
+    jobs: dict[int, _Job] = field(default_factory=dict)
+    unavailable: dict[str, str] = field(default_factory=dict)
+
+
+def _new_host(hosts: dict[str, _Host], name: str) -> _Host:
+    if len(hosts) >= MAX_HOSTS:
+        raise PrometheusError(
+            "garbage", f"Prometheus answered with more than {MAX_HOSTS} hosts (the host limit, as many as "
+            "gpulens keeps); narrow it with --prom-selector, e.g. '{cluster=\"a\"}'")
+    h = hosts[name] = _Host()
+    return h
+
+
+def _apply(hosts: dict[str, _Host], row: MetricMap, scope: str, labels: Mapping[str, str], value: float) -> None:
+    host = host_of(labels)
+    if host is None or not math.isfinite(value):
+        return
+    ident = gpu_of(labels) if scope == "gpu" else None
+    if scope == "gpu" and ident is None:
+        return  # dcgm samples without a gpu label cannot be placed
+    h = hosts.get(host)
+    if h is None:
+        h = _new_host(hosts, host)
+    if row.field == "host.unavailable":
+        gpu, key, reason = labels.get("gpu", ""), labels.get("field", ""), labels.get("reason", "")
+        if gpu.isdigit() and len(gpu) <= 4:
+            h.gpus.setdefault(int(gpu), _Gpu()).unavailable[key] = reason
+        elif key:
+            h.unavailable[key] = reason
+    elif scope == "host":
+        h.values.setdefault(row.field, value)
+    elif scope == "gpu":
+        assert ident is not None
+        g = h.gpus.get(ident[0])
+        if g is None:
+            g = h.gpus[ident[0]] = _Gpu()
+        g.uuid = g.uuid or ident[1]
+        g.name = g.name or labels.get("name") or labels.get("modelName") or ""
+        if row.field == "gpu.throttle_reasons":
+            g.throttle.add(labels.get("reason", "?"))
+        elif row.field == "gpu.processes":
+            pid = labels.get("pid", "")
+            if pid.isdigit() and len(pid) <= 10:
+                g.processes.setdefault(int(pid), int(value))
+        else:
+            g.values.setdefault(row.field[4:], value)
+    else:
+        pid_text = labels.get("pid", "")
+        if not pid_text.isdigit() or len(pid_text) > 10:
+            return
+        j = h.jobs.setdefault(int(pid_text), _Job())
+        if row.field == "job.info":
+            j.labels = labels
+        elif row.field == "job.gpu_mem_bytes":
+            j.gpu_mem[labels.get("gpu", "?")] = int(value)
+        else:
+            j.values.setdefault(row.field[4:], value)
+
+
+_SPECIAL = {"host.unavailable", "gpu.throttle_reasons", "gpu.processes"}
+
+
+_INDEX = {str(i): i for i in range(256)}
+"""GPU index label -> int, for the usual indexes (saves a parse per series)."""
+
+
+def _apply_plain(
+    hosts: dict[str, _Host], row: MetricMap, answer: Answer, only: set[str] | None = None
+) -> None:
+    """The hot path (tens of thousands of series per poll): plain host or GPU
+    values, without the per-series branching of :func:`_apply`. With ``only``,
+    series of other hosts are skipped."""
+    isfinite = math.isfinite
+    find = hosts.get
+    if row.scope == "host":
+        key = row.field
+        for labels, value in answer:
+            host = labels.get("host") or host_of(labels)
+            if host is None or not isfinite(value) or (only is not None and host not in only):
+                continue
+            h = find(host)
+            if h is None:
+                h = _new_host(hosts, host)
+            h.values.setdefault(key, value)
+        return
+    key = row.field[4:]
+    ids = row.family != "gpulens" or row.field == "gpu.info"  # gpulens: ids only on gpu_info
+    index = _INDEX.get
+    for labels, value in answer:
+        host = labels.get("host") or host_of(labels)
+        idx = labels.get("gpu", "")
+        i = index(idx)
+        if i is None:
+            if not idx.isdigit() or len(idx) > 4:
+                continue
+            i = int(idx)
+        if host is None or (only is not None and host not in only):
+            continue
+        h = find(host)
+        if h is None:
+            h = _new_host(hosts, host)
+        g = h.gpus.get(i)
+        if g is None:
+            g = h.gpus[i] = _Gpu()
+        if ids:
+            g.uuid = g.uuid or labels.get("uuid") or labels.get("UUID") or ""
+            g.name = g.name or labels.get("name") or labels.get("modelName") or ""
+        if isfinite(value):
+            g.values.setdefault(key, value)
+
+
+def _apply_rows(hosts: dict[str, _Host], answers: Iterable[tuple[MetricMap, Answer]],
+                only: set[str] | None = None) -> None:
+    for row, answer in answers:
+        scope = row.scope
+        if scope != "job" and row.field not in _SPECIAL:
+            _apply_plain(hosts, row, answer, only)
+        elif only is None:
+            for labels, value in answer:
+                _apply(hosts, row, scope, labels, value)
+        else:
+            for labels, value in answer:
+                if host_of(labels) in only:
+                    _apply(hosts, row, scope, labels, value)
+
+
+class Digest:
+    """Answers of rarely re-read fields, applied once and kept per host, so
+    that the polls in between merge ~10,000 small maps instead of re-reading
+    ~100,000 series (see :func:`digest`)."""
+
+    __slots__ = ("hosts",)
+
+    def __init__(self, hosts: dict[str, _Host]) -> None:
+        self.hosts = hosts
+
+
+def digest(answers: Iterable[tuple[MetricMap, Answer]]) -> Digest:
+    """Pre-apply cached answers (rows in table order) for :func:`assemble`'s ``digests``.
+
+    Raises:
+        PrometheusError: the answers name more than :data:`MAX_HOSTS` hosts.
+    """
+    hosts: dict[str, _Host] = {}
+    _apply_rows(hosts, answers)
+    return Digest(hosts)
+
+
+def _merge(h: _Host, c: _Host) -> None:
+    """Add a digest's host ``c`` to ``h`` as if its series were applied after
+    ``h``'s own: plain values only where ``h`` has none, ids only where empty,
+    reasons and job labels overwritten (as :func:`_apply` does). ``c`` is not
+    changed: it serves every poll until the next re-read."""
+    if c.values:
+        h.values = {**c.values, **h.values}
+    if c.unavailable:
+        h.unavailable.update(c.unavailable)
+    for i, cg in c.gpus.items():
+        g = h.gpus.get(i)
+        if g is None:
+            g = h.gpus[i] = _Gpu()
+        g.uuid = g.uuid or cg.uuid
+        g.name = g.name or cg.name
+        if cg.values:
+            g.values = {**cg.values, **g.values}
+        if cg.unavailable:
+            g.unavailable.update(cg.unavailable)
+        if cg.throttle:
+            g.throttle |= cg.throttle
+        if cg.processes:
+            g.processes = {**cg.processes, **g.processes}
+    for pid, cj in c.jobs.items():
+        j = h.jobs.get(pid)
+        if j is None:
+            j = h.jobs[pid] = _Job()
+        if cj.labels:
+            j.labels = cj.labels
+        j.gpu_mem.update(cj.gpu_mem)
+        j.values = {**cj.values, **j.values}
+
+
+def _opt_int(v: float | None) -> int | None:
+    return None if v is None else round(v)
+
+
+_POSITIONAL = (
+    "index", "name", "uuid", "utilization_percent", "memory_utilization_percent", "mem_used_bytes",
+    "mem_total_bytes", "power_w", "power_limit_w", "temperature_c", "sm_clock_mhz", "mem_clock_mhz",
+    "pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s", "nvlink_rx_bytes_per_s", "nvlink_tx_bytes_per_s",
+    "ecc_corrected", "ecc_uncorrected", "xid_events", "throttle_reasons", "sm_activity_percent",
+    "sm_occupancy_percent", "dram_bw_util_percent", "processes", "unavailable",
+)
+if tuple(f.name for f in fields(GpuSample))[:len(_POSITIONAL)] != _POSITIONAL:
+    # _gpu_sample passes arguments by position (8,000 GPUs a poll): a reordered model must fail loudly
+    raise ImportError("collectors.model.GpuSample fields changed order; update prom_assemble._gpu_sample")
+
+
+def _gpu_sample(index: int, g: _Gpu, skipped: Mapping[str, str]) -> GpuSample:
+    got = g.values
+    get = got.get
+    unavailable = dict(g.unavailable)
+    for name in _GPU_SET - got.keys():
+        if name not in unavailable:
+            unavailable[name] = skipped.get(_DOTTED[name], MISSING) if skipped else MISSING
+    xid = get("xid_last")
+    return GpuSample(
+        index, g.name, g.uuid, get("utilization_percent"), get("memory_utilization_percent"),
+        _opt_int(get("mem_used_bytes")), _opt_int(get("mem_total_bytes")), get("power_w"),
+        get("power_limit_w"), get("temperature_c"), _opt_int(get("sm_clock_mhz")),
+        _opt_int(get("mem_clock_mhz")), get("pcie_rx_bytes_per_s"), get("pcie_tx_bytes_per_s"),
+        get("nvlink_rx_bytes_per_s"), get("nvlink_tx_bytes_per_s"), _opt_int(get("ecc_corrected")),
+        _opt_int(get("ecc_uncorrected")), (round(xid),) if xid else (),
+        tuple(sorted(g.throttle)) if g.throttle else (), get("sm_activity_percent"),
+        get("sm_occupancy_percent"), get("dram_bw_util_percent"),
+        tuple(GpuProcess(pid, used) for pid, used in sorted(g.processes.items())) if g.processes else (),
+        unavailable,
+    )
+
+
+def _job(pid: int, j: _Job) -> JobInfo | None:
+    start = j.values.get("start_time")
+    if not j.labels or start is None:
+        return None  # a job needs its info labels and start time; partial rows are dropped
+    rss = j.values.get("rss_bytes")
+    return JobInfo(
+        pid=pid, tree_id=j.labels.get("tree_id", ""), cmdline=j.labels.get("cmdline", ""),
+        user=j.labels.get("user", ""), start_time=start, cpu_percent=j.values.get("cpu_percent"),
+        rss_bytes=_opt_int(rss), gpu_mem_bytes=dict(j.gpu_mem),
+        job_key=j.labels.get("job_key") or None,
+    )
+
+
+def _host_sample(name: str, t: float, h: _Host, skipped: Mapping[str, str]) -> HostSample:
+    v = h.values
+    unavailable = dict(h.unavailable)
+    for key in _HOST_FIELDS:
+        if key not in v:
+            unavailable.setdefault(key, skipped.get(key, MISSING))
+    jobs = [_job(pid, j) for pid, j in sorted(h.jobs.items())]
+    # Prometheus may answer +Inf/NaN or absurd values: n/a with the reason, like an agent's.
+    return check_sample(HostSample(
+        host=clean_text(name), time=t,
+        cpu=CpuSample(total_percent=v.get("cpu.total_percent"), load_avg_1m=v.get("cpu.load_avg_1m"),
+                      count=_opt_int(v.get("cpu.count"))),
+        memory=MemorySample(total_bytes=_opt_int(v.get("memory.total_bytes")),
+                            used_bytes=_opt_int(v.get("memory.used_bytes")),
+                            available_bytes=_opt_int(v.get("memory.available_bytes")),
+                            swap_used_bytes=_opt_int(v.get("memory.swap_used_bytes"))),
+        network=NetworkSample(rx_bytes_per_s=v.get("network.rx_bytes_per_s"),
+                              tx_bytes_per_s=v.get("network.tx_bytes_per_s")),
+        storage=StorageSample(read_bytes_per_s=v.get("storage.read_bytes_per_s"),
+                              write_bytes_per_s=v.get("storage.write_bytes_per_s")),
+        cache=CacheSample(l2_hit_ratio=v.get("cache.l2_hit_ratio"), l3_hit_ratio=v.get("cache.l3_hit_ratio"),
+                          mem_bandwidth_bytes_per_s=v.get("cache.mem_bandwidth_bytes_per_s")),
+        gpus=tuple(_gpu_sample(i, g, skipped) for i, g in sorted(h.gpus.items())),
+        jobs=tuple(j for j in jobs if j is not None),
+        unavailable=unavailable,
+        simulated=bool(v.get("host.simulated")),
+    ))
+
+
+def assemble(
+    answers: Iterable[tuple[MetricMap, Answer]],
+    t: float,
+    extra: Iterable[tuple[MetricMap, Answer]] = (),
+    skipped: Mapping[str, str] | None = None,
+    digests: Iterable[Digest] = (),
+) -> dict[str, HostSample]:
+    """Host name -> sample at time ``t`` (unix seconds) from rows' answers, in table order.
+
+    ``extra`` (cached answers of rarely changing fields) and ``digests`` (the
+    same, pre-applied by :func:`digest`; merged after ``extra``) only add to
+    hosts the ``answers`` found, so a host that vanished does not live on in a
+    cache. ``skipped`` gives the reason for fields deliberately not queried
+    (dotted field -> reason), instead of "no series in Prometheus".
+
+    Raises:
+        PrometheusError: the answers name more than :data:`MAX_HOSTS` hosts.
+    """
+    hosts: dict[str, _Host] = {}
+    _apply_rows(hosts, answers)
+    seen = set(hosts)
+    _apply_rows(hosts, extra, only=seen)
+    for d in digests:
+        for name, c in d.hosts.items():
+            h = hosts.get(name)
+            if h is not None:
+                _merge(h, c)
+    why = skipped or {}
+    return {name: _host_sample(name, t, h, why) for name, h in sorted(hosts.items())}

@@ -1,0 +1,1 @@
+"""The viewer's store: bounded rings per host, GPU and job, window statistics and read-only views."""

@@ -1,0 +1,362 @@
+"""Time-bucketed ring buffers: the storage under :mod:`gpulens.store.store`.
+
+A :class:`Ring` holds several metrics (columns) of one entity (a host, the
+GPUs of a host, a job on a host) in two tiers, both indexed by *time bucket*
+rather than by arrival:
+
+- **fine**: one float32 per column per ``resolution_s`` bucket (default 1 s)
+  for the last ``fine_slots`` buckets (default 300 = 5 min): sparklines,
+  heatmap and plots of short windows;
+- **coarse**: a float32 sum and a uint8 count per column per bucket of
+  ``COARSE_FACTOR`` fine buckets (10 s), for ``coarse_slots`` buckets
+  (default 360 = 1 h): window statistics (one ``sum()`` over a slice) and
+  plots of long windows.
+
+Indexing by bucket makes an out-of-order (backfilled) insert O(1) and lets a
+16-bit mask per coarse bucket tell whether a fine bucket was already filled,
+which is how duplicates are dropped. Slots a ring moves past are cleared, so
+any slot inside the valid range holds either its own bucket or nothing.
+Missing values are NaN in the fine tier and absent (count 0) in the coarse.
+
+Why the layout: each tier is one flat array, bucket-major (the ``n`` values
+of a bucket are adjacent), so storing a sample is a few slice operations done
+in C over three short runs of memory; one column's history is a strided
+slice (``arr[m::n]``), also done in C. A coarse count is the bucket's
+samples (``cfull``) less the column's missing values (``cmiss``), so a
+sample bumps one counter plus one per missing value, not ``n``.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Sequence
+from itertools import compress
+from operator import add, ne, sub
+from typing import TypeVar
+
+NAN = float("nan")
+COARSE_FACTOR = 10
+"""Fine buckets per coarse bucket (at most 16: the duplicate mask is 16 bits)."""
+_FRESH = -(2**62)
+_Arr = TypeVar("_Arr", "array[float]", "array[int]")
+
+
+class Ring:
+    """Two-tier, bucket-indexed ring buffer of ``n_metrics`` float series."""
+
+    __slots__ = (
+        "_cols",
+        "_means",
+        "_mkey",
+        "_nan_row",
+        "_past",
+        "_pcache",
+        "_stamp",
+        "_wcache",
+        "cbuf",
+        "cfull",
+        "cmiss",
+        "cnewest",
+        "coarse_slots",
+        "fbuf",
+        "fine_slots",
+        "fnewest",
+        "mask",
+        "n",
+    )
+
+    def __init__(self, n_metrics: int, fine_slots: int, coarse_slots: int) -> None:
+        self.n = n_metrics
+        self.fine_slots = fine_slots
+        self.coarse_slots = coarse_slots
+        self.fbuf = array("f", [NAN]) * (fine_slots * n_metrics)
+        self.cbuf = array("f", [0.0]) * (coarse_slots * n_metrics)
+        self.cmiss = array("B", [0]) * (coarse_slots * n_metrics)
+        self.cfull = array("B", [0]) * coarse_slots
+        self.mask = array("H", [0]) * coarse_slots
+        self.fnewest = _FRESH
+        self.cnewest = _FRESH
+        self._nan_row = array("f", [NAN]) * n_metrics
+        self._cols = range(n_metrics)
+        # Sums of complete (past) coarse buckets per (metric, lo, hi, _past): a
+        # window mean then costs one lookup plus the current bucket.
+        self._wcache: dict[tuple[int, int, int, int], tuple[float, float]] = {}
+        self._past = 0
+        # The same for every column at once (:meth:`window_means`), and the
+        # answers of window_means, valid while ``_mkey`` (with ``_stamp``, bumped
+        # per put) holds.
+        self._pcache: dict[tuple[int, ...], tuple[array[float], array[float]]] = {}
+        self._mkey: tuple[int, int, int] | None = None
+        self._means: dict[tuple[int, int, int], list[float]] = {}
+        self._stamp = 0
+
+    @staticmethod
+    def nbytes(n_metrics: int, fine_slots: int, coarse_slots: int) -> int:
+        """Bytes of array storage for one ring (object overheads excluded)."""
+        return n_metrics * (fine_slots * 4 + coarse_slots * 5) + coarse_slots * 3
+
+    # Per-metric copies of the tiers, for inspection (tests, debugging).
+    @property
+    def fine(self) -> list[array[float]]:
+        """Fine tier as one array per metric (copies, in slot order)."""
+        return [self.fbuf[m :: self.n] for m in range(self.n)]
+
+    @property
+    def csum(self) -> list[array[float]]:
+        """Coarse sums as one array per metric (copies, in slot order)."""
+        return [self.cbuf[m :: self.n] for m in range(self.n)]
+
+    @property
+    def ccnt(self) -> list[list[int]]:
+        """Coarse counts (samples less missing values) as one list per metric (copies)."""
+        return [list(map(sub, self.cfull, self.cmiss[m :: self.n])) for m in range(self.n)]
+
+    def seen(self, fb: int) -> bool:
+        """True if fine bucket ``fb`` already holds a sample (or is too old to keep)."""
+        cb = fb // COARSE_FACTOR
+        if cb <= self.cnewest - self.coarse_slots:
+            return True
+        if cb > self.cnewest:
+            return False
+        return bool(self.mask[cb % self.coarse_slots] & (1 << (fb % COARSE_FACTOR)))
+
+    def put(self, fb: int, values: Sequence[float]) -> None:
+        """Store ``values`` (one per metric, NaN = missing) at fine bucket ``fb``."""
+        n = self.n
+        if len(values) != n:
+            values = (list(values) + [NAN] * n)[:n]
+        self._stamp += 1
+        cb = fb // COARSE_FACTOR
+        if cb > self.cnewest:
+            self._advance_coarse(cb)
+        elif cb <= self.cnewest - self.coarse_slots:
+            return
+        elif cb < self.cnewest:
+            self._past += 1  # a backfilled bucket: cached past sums are stale
+        ci = cb % self.coarse_slots
+        bit = 1 << (fb % COARSE_FACTOR)
+        lo = ci * n
+        hi = lo + n
+        csum = self.cbuf
+        missing = list(compress(self._cols, map(ne, values, values)))  # v != v: NaN
+        if self.mask[ci] & bit:
+            self._add_checked(ci, values, missing)  # the same bucket twice: counts may saturate
+        elif not missing:
+            csum[lo:hi] = array("f", list(map(add, csum[lo:hi], values)))
+            self.cfull[ci] += 1
+        else:
+            # Add every column, then put back the sums of the missing ones (NaN + x = NaN).
+            old = [csum[lo + i] for i in missing]
+            csum[lo:hi] = array("f", list(map(add, csum[lo:hi], values)))
+            miss = self.cmiss
+            for i, v in zip(missing, old, strict=True):
+                csum[lo + i] = v
+                miss[lo + i] += 1
+            self.cfull[ci] += 1
+        self.mask[ci] |= bit
+        if fb > self.fnewest:
+            # Clear the buckets skipped over (none in the steady state); bucket fb is written below.
+            if fb > self.fnewest + 1 and self.fnewest != _FRESH:
+                _fill(self.fbuf, n, self.fine_slots, max(self.fnewest + 1, fb - self.fine_slots + 1), fb - 1,
+                      self._nan_row)
+            self.fnewest = fb
+        elif fb <= self.fnewest - self.fine_slots:
+            return
+        fi = (fb % self.fine_slots) * n
+        self.fbuf[fi : fi + n] = array("f", values)
+
+    def _add_checked(self, ci: int, values: Sequence[float], missing: list[int]) -> None:
+        if self.cfull[ci] >= 255:
+            return
+        lo = ci * self.n
+        for i in missing:
+            self.cmiss[lo + i] += 1
+        csum = self.cbuf
+        for i, v in enumerate(values, lo):
+            if v == v:
+                csum[i] += v
+        self.cfull[ci] += 1
+
+    def _advance_coarse(self, cb: int) -> None:
+        if self.cnewest != _FRESH:  # a fresh ring is already clear
+            start = max(self.cnewest + 1, cb - self.coarse_slots + 1)
+            n, slots = self.n, self.coarse_slots
+            _fill(self.mask, 1, slots, start, cb, array("H", [0]))
+            _fill(self.cfull, 1, slots, start, cb, array("B", [0]))
+            _fill(self.cbuf, n, slots, start, cb, array("f", [0.0]) * n)
+            _fill(self.cmiss, n, slots, start, cb, array("B", [0]) * n)
+        self.cnewest = cb
+
+    def widened(self, n_metrics: int) -> Ring:
+        """A copy of this ring with ``n_metrics`` (>= n) columns; the new ones are empty."""
+        new = Ring(n_metrics, self.fine_slots, self.coarse_slots)
+        n, m2 = self.n, n_metrics
+        for m in range(n):
+            new.fbuf[m::m2] = self.fbuf[m::n]
+            new.cbuf[m::m2] = self.cbuf[m::n]
+            new.cmiss[m::m2] = self.cmiss[m::n]
+        for m in range(n, m2):
+            new.cmiss[m::m2] = self.cfull  # the new columns missed every sample so far
+        new.cfull = array("B", self.cfull)
+        new.mask = array("H", self.mask)
+        new.fnewest, new.cnewest, new._past = self.fnewest, self.cnewest, self._past
+        return new
+
+    def _range(self, newest: int, slots: int, now: int, n: int) -> tuple[int, int]:
+        return max(now - n + 1, newest - slots + 1), min(now, newest)
+
+    def window_mean(self, m: int, now_cb: int, n: int) -> float:
+        """Mean of metric ``m`` over the ``n`` coarse buckets ending at ``now_cb``."""
+        lo, hi = self._range(self.cnewest, self.coarse_slots, now_cb, n)
+        if lo > hi:
+            return NAN
+        slot = hi % self.coarse_slots
+        i = slot * self.n + m
+        if lo == hi:
+            cnt = self.cfull[slot] - self.cmiss[i]
+            return self.cbuf[i] / cnt if cnt else NAN
+        key = (m, lo, hi - 1, self._past)
+        past = self._wcache.get(key)
+        if past is None:
+            if len(self._wcache) > 64:
+                self._wcache.clear()
+            past = self._wcache[key] = (
+                _column_sum(self.cbuf, self.n, m, lo, hi - 1),
+                _column_sum(self.cfull, 1, 0, lo, hi - 1) - _column_sum(self.cmiss, self.n, m, lo, hi - 1))
+        s, c = past[0] + self.cbuf[i], past[1] + self.cfull[slot] - self.cmiss[i]
+        return s / c if c else NAN
+
+    def window_means(self, now_cb: int, n: int, start: int = 0, stop: int | None = None,
+                     step: int = 1) -> list[float]:
+        """:meth:`window_mean` of columns ``start:stop:step`` at once (the same values, in order)."""
+        valid = (now_cb, n, self._stamp)
+        if valid != self._mkey:
+            self._mkey = valid
+            self._means.clear()
+        cols = self.n
+        stop = cols if stop is None else min(stop, cols)
+        key = (start, stop, step)
+        hit = self._means.get(key)
+        if hit is not None:
+            return hit
+        lo, hi = self._range(self.cnewest, self.coarse_slots, now_cb, n)
+        if lo > hi:
+            means = [NAN] * len(range(start, stop, step))
+        else:
+            slot = hi % self.coarse_slots
+            a = slot * cols
+            sums: list[float] = list(self.cbuf[a + start : a + stop : step])
+            full = self.cfull[slot]
+            counts: list[float] = [full - c for c in self.cmiss[a + start : a + stop : step]]
+            if lo < hi:
+                pkey = (lo, hi - 1, self._past, start, stop, step)
+                past = self._pcache.get(pkey)
+                if past is None:
+                    if len(self._pcache) > 8:
+                        self._pcache.clear()
+                    past = self._pcache[pkey] = self._past_sums(lo, hi - 1, range(start, stop, step))
+                sums = list(map(add, past[0], sums))
+                counts = list(map(add, past[1], counts))
+            means = [s / c if c else NAN for s, c in zip(sums, counts, strict=True)]
+        self._means[key] = means
+        return means
+
+    def _past_sums(self, lo: int, hi: int, cols: range) -> tuple[array[float], array[float]]:
+        """Per column of ``cols``: sum and count over buckets lo..hi, added as window_mean adds."""
+        full = _column_sum(self.cfull, 1, 0, lo, hi)
+        return (array("d", [_column_sum(self.cbuf, self.n, m, lo, hi) for m in cols]),
+                array("d", [full - _column_sum(self.cmiss, self.n, m, lo, hi) for m in cols]))
+
+    def fine_series(self, m: int, now_fb: int, n: int) -> list[float]:
+        """The last ``n`` fine values of metric ``m`` up to ``now_fb``, oldest first."""
+        lo, hi = self._range(self.fnewest, self.fine_slots, now_fb, n)
+        if lo > hi:
+            return [NAN] * n
+        body = _column(self.fbuf, self.n, m, lo, hi)
+        return [NAN] * (lo - (now_fb - n + 1)) + body + [NAN] * (now_fb - hi)
+
+    def coarse_series(self, m: int, now_cb: int, n: int) -> list[float]:
+        """Means per coarse bucket of metric ``m``, the last ``n`` up to ``now_cb``."""
+        lo, hi = self._range(self.cnewest, self.coarse_slots, now_cb, n)
+        if lo > hi:
+            return [NAN] * n
+        sums = _column(self.cbuf, self.n, m, lo, hi)
+        counts = map(sub, _column(self.cfull, 1, 0, lo, hi), _column(self.cmiss, self.n, m, lo, hi))
+        body = [s / c if c else NAN for s, c in zip(sums, counts, strict=True)]
+        return [NAN] * (lo - (now_cb - n + 1)) + body + [NAN] * (now_cb - hi)
+
+
+class Columns:
+    """``width`` adjacent columns of a ring starting at ``base``, read like a ring of their own.
+
+    The store keeps all GPUs of a host in one ring (one store per sample, not
+    one per GPU); each GPU's series are read through one of these.
+    """
+
+    __slots__ = ("base", "ring")
+
+    def __init__(self, ring: Ring, base: int) -> None:
+        self.ring = ring
+        self.base = base
+
+    def window_mean(self, m: int, now_cb: int, n: int) -> float:
+        """:meth:`Ring.window_mean` of column ``m`` of this group."""
+        return self.ring.window_mean(self.base + m, now_cb, n)
+
+    def fine_series(self, m: int, now_fb: int, n: int) -> list[float]:
+        """:meth:`Ring.fine_series` of column ``m`` of this group."""
+        return self.ring.fine_series(self.base + m, now_fb, n)
+
+    def coarse_series(self, m: int, now_cb: int, n: int) -> list[float]:
+        """:meth:`Ring.coarse_series` of column ``m`` of this group."""
+        return self.ring.coarse_series(self.base + m, now_cb, n)
+
+
+def _column(arr: array[float] | array[int], n: int, m: int, lo: int, hi: int) -> list[float]:
+    """Column ``m`` of buckets ``lo..hi`` (inclusive, at most one lap) of a bucket-major array."""
+    slots = len(arr) // n
+    i0, i1 = lo % slots, hi % slots
+    if i0 <= i1 and hi - lo < slots:
+        return list(arr[i0 * n + m : i1 * n + m + 1 : n])
+    return list(arr[i0 * n + m :: n]) + list(arr[m : i1 * n + m + 1 : n])
+
+
+def _column_sum(arr: array[float] | array[int], n: int, m: int, lo: int, hi: int) -> float:
+    """Sum of :func:`_column`, added up per lap in slot order."""
+    slots = len(arr) // n
+    i0, i1 = lo % slots, hi % slots
+    if i0 <= i1 and hi - lo < slots:
+        return float(sum(arr[i0 * n + m : i1 * n + m + 1 : n]))
+    return float(sum(arr[i0 * n + m :: n]) + sum(arr[m : i1 * n + m + 1 : n]))
+
+
+def _fill(arr: _Arr, n: int, slots: int, lo: int, hi: int, row: _Arr) -> None:
+    """Set buckets ``lo..hi`` (inclusive) of a bucket-major array to ``row`` (``n`` values)."""
+    count = hi - lo + 1
+    if count <= 0:
+        return
+    if count >= slots:
+        arr[:] = row * slots
+        return
+    i0, i1 = lo % slots, hi % slots
+    if i0 <= i1:
+        arr[i0 * n : (i1 + 1) * n] = row * count
+    else:
+        arr[i0 * n :] = row * (slots - i0)
+        arr[: (i1 + 1) * n] = row * (i1 + 1)
+
+
+def resample(values: Sequence[float], n: int) -> list[float]:
+    """Average ``values`` into ``n`` columns, ignoring NaN (NaN where a column is empty)."""
+    size = len(values)
+    if n <= 0:
+        return []
+    if size == n:
+        return list(values)
+    out: list[float] = []
+    for c in range(n):
+        a, b = c * size // n, max((c + 1) * size // n, c * size // n + 1)
+        part = [v for v in values[a:b] if not math.isnan(v)]
+        out.append(sum(part) / len(part) if part else NAN)
+    return out

@@ -1,0 +1,491 @@
+"""The store: bounded history of every host, GPU and job, and window statistics.
+
+Sources hand it events (:meth:`Store.apply`); the TUI reads views from it.
+Samples are kept in :class:`~gpulens.store.ring.Ring` buffers indexed by
+time bucket (``resolution_s``, default 1 s), so live and backfilled samples
+may arrive in any order; at most one sample per host per bucket is kept and
+later ones for a filled bucket (duplicates) are ignored. ``now`` is the
+newest sample time seen, so replayed data reads the same as live data.
+
+Every accepted sample bumps the host's ``version`` and the store's
+``version``; the UI redraws only what changed. Views are cached per version.
+
+Memory is bounded: per series ``300 x 4 B`` (fine, 5 min at 1 s) plus
+``361 x 5 B`` (coarse, 1 h at 10 s), about 3,000 B. A host has one ring of
+13 series followed by 5 per GPU, so 1,000 hosts
+x 8 GPUs x 1 h costs ``1000 x (13 + 8 x 5) x 3,000 B`` = 160 MB of arrays
+(:func:`memory_estimate_bytes`); benchmarks/store_memory.py measured 183 MB
+in all with the demo's jobs, Python objects and caches. It does not grow
+with run time: rings are allocated full-size up front (a host's ring grows,
+by copy, only when a GPU index is first seen). Hosts (4,096), GPUs per host
+(64) and jobs per host (256; idle ones expire after the history) are capped
+too.
+
+Ingest cost is what the 1,000-host target is about, so a sample is stored
+with one ring write (host and GPU series) of a few C-level slice operations;
+window statistics are computed when read, for all columns of a ring at once,
+and cached until the ring next changes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from gpulens.core.events import (
+    HostStatusEvent,
+    PanelData,
+    SampleEvent,
+    SourceEvent,
+    SourceStatusEvent,
+)
+from gpulens.core.model import HostSample, JobInfo
+from gpulens.store.ring import COARSE_FACTOR, NAN, Columns, Ring, resample
+from gpulens.store.views import (
+    BUSY_UTIL_PERCENT,
+    GPU_METRICS,
+    HOST_METRICS,
+    IDLE_UTIL_PERCENT,
+    JOB_METRICS,
+    SUMMED,
+    FleetStats,
+    HostRow,
+    JobView,
+    gpu_block_values,
+    host_values_flat,
+    job_key,
+    job_values,
+)
+
+_HOST_INDEX = {m: i for i, m in enumerate(HOST_METRICS)}
+MAX_HOSTS = 4096
+MAX_GPUS_PER_HOST = 64
+MAX_JOBS_PER_HOST = 256
+BENIGN_THROTTLE = frozenset({"gpu_idle", "idle", "none", "applications_clocks_setting"})
+
+
+_GPU_WIDTH = len(GPU_METRICS)
+_NAN_GPU = [NAN] * _GPU_WIDTH
+_HOST_WIDTH = len(HOST_METRICS)
+
+
+@dataclass(slots=True)
+class _Host:
+    # The host's series, then its GPUs' (``gorder``: their indices in column
+    # order, by first appearance): a sample is one ring write, not one per GPU.
+    # ``gpus`` reads each GPU's columns like a ring of its own.
+    ring: Ring
+    gorder: tuple[int, ...] = ()
+    gpus: dict[int, Columns] = field(default_factory=dict)
+    jobs: dict[str, Ring] = field(default_factory=dict)
+    job_seen: dict[str, float] = field(default_factory=dict)
+    xid_last: dict[int, tuple[float, int]] = field(default_factory=dict)
+    latest: HostSample | None = None
+    up: bool = True
+    reason: str = ""
+    version: int = 0
+
+
+def memory_estimate_bytes(hosts: int, gpus_per_host: int, jobs_per_host: int = 0,
+                          resolution_s: float = 1.0, fine_history_s: float = 300,
+                          history_s: float = 3600) -> int:
+    """Array bytes the store holds for a fleet of this size (bounded, time-independent)."""
+    fine, coarse = _slots(resolution_s, fine_history_s, history_s)
+    per_host = Ring.nbytes(len(HOST_METRICS) + gpus_per_host * len(GPU_METRICS), fine, coarse)
+    per_host += jobs_per_host * Ring.nbytes(len(JOB_METRICS), fine, coarse)
+    return hosts * per_host
+
+
+def _slots(resolution_s: float, fine_history_s: float, history_s: float) -> tuple[int, int]:
+    fine = max(2, math.ceil(fine_history_s / resolution_s))
+    coarse = max(2, math.ceil(history_s / (resolution_s * COARSE_FACTOR)) + 1)
+    return fine, coarse
+
+
+class Store:
+    """Bounded per-host/GPU/job history fed by source events; also a PanelProvider."""
+
+    def __init__(self, resolution_s: float = 1.0, fine_history_s: float = 300,
+                 history_s: float = 3600) -> None:
+        self.resolution_s = max(0.05, float(resolution_s))
+        self.fine_slots, self.coarse_slots = _slots(self.resolution_s, fine_history_s, history_s)
+        self.history_s = history_s
+        self.now = 0.0
+        self.version = 0
+        self.dropped = 0
+        self.source_status: SourceStatusEvent | None = None
+        self._hosts: dict[str, _Host] = {}
+        self._cache: dict[tuple[object, ...], object] = {}
+
+    # ---- ingestion -------------------------------------------------------
+    def apply(self, event: SourceEvent) -> bool:
+        """Take one source event; True if anything visible changed."""
+        if isinstance(event, SampleEvent):
+            return self._add_sample(event.sample)
+        if isinstance(event, HostStatusEvent):
+            h = self._host(event.host)
+            if h is None or (h.up == event.up and h.reason == event.reason):
+                return False
+            h.up, h.reason = event.up, event.reason
+            self._bump(h)
+            return True
+        if isinstance(event, SourceStatusEvent):
+            self.source_status = event
+            self.version += 1
+            return True
+        return False
+
+    def apply_many(self, events: list[SourceEvent]) -> bool:
+        """Take a burst of events; True if any changed something."""
+        changed = False
+        for e in events:
+            changed = self.apply(e) or changed
+        return changed
+
+    def _host(self, name: str) -> _Host | None:
+        h = self._hosts.get(name)
+        if h is None:
+            if len(self._hosts) >= MAX_HOSTS:
+                self.dropped += 1
+                return None
+            h = self._hosts[name] = _Host(ring=self._ring(len(HOST_METRICS)))
+        return h
+
+    def _ring(self, n: int) -> Ring:
+        return Ring(n, self.fine_slots, self.coarse_slots)
+
+    def _bump(self, h: _Host) -> None:
+        h.version += 1
+        self.version += 1
+
+    def _add_sample(self, s: HostSample) -> bool:
+        h = self._host(s.host)
+        if h is None or not math.isfinite(s.time):
+            return False
+        fb = math.floor(s.time / self.resolution_s)
+        if h.ring.seen(fb):
+            return False
+        gpus = s.gpus if len(s.gpus) <= MAX_GPUS_PER_HOST else s.gpus[:MAX_GPUS_PER_HOST]
+        block = gpu_block_values(gpus)
+        values = host_values_flat(s, block)
+        if gpus:
+            order = tuple(g.index for g in gpus)
+            values += block if order == h.gorder else self._regroup(h, order, block)
+            for g in gpus:
+                if g.xid_events and g.index in h.gpus and s.time >= h.xid_last.get(g.index, (-1.0, 0))[0]:
+                    h.xid_last[g.index] = (s.time, g.xid_events[-1])
+        elif h.gorder:
+            values += _NAN_GPU * len(h.gorder)
+        h.ring.put(fb, values)
+        if s.jobs:
+            self._add_jobs(h, s, fb)
+        elif h.job_seen:
+            self._evict_jobs(h, s.time, force=False)
+        if h.latest is None or s.time >= h.latest.time:
+            h.latest = s
+            h.up, h.reason = True, ""
+        self.now = max(self.now, s.time)
+        self._bump(h)
+        return True
+
+    def _regroup(self, h: _Host, order: tuple[int, ...], block: list[float]) -> list[float]:
+        """``block`` (GPUs in ``order``) laid out in the host's column order, new GPUs added."""
+        new = [i for i in dict.fromkeys(order) if i not in h.gpus][: MAX_GPUS_PER_HOST - len(h.gpus)]
+        if new:
+            ring = h.ring.widened(_HOST_WIDTH + (len(h.gorder) + len(new)) * _GPU_WIDTH)
+            for view in h.gpus.values():
+                view.ring = ring
+            for k, i in enumerate(new, len(h.gorder)):
+                h.gpus[i] = Columns(ring, _HOST_WIDTH + k * _GPU_WIDTH)
+            h.ring, h.gorder = ring, h.gorder + tuple(new)
+            if order == h.gorder:
+                return block
+        pos = {i: k * _GPU_WIDTH for k, i in enumerate(order)}  # a repeated index: the last wins
+        out: list[float] = []
+        for i in h.gorder:
+            at = pos.get(i)
+            out += _NAN_GPU if at is None else block[at : at + _GPU_WIDTH]
+        return out
+
+    def _add_jobs(self, h: _Host, s: HostSample, fb: int) -> None:
+        groups: dict[str, list[JobInfo]] = {}
+        for j in s.jobs:
+            groups.setdefault(job_key(s.host, j), []).append(j)
+        gpus = {str(g.index): g for g in s.gpus}
+        for key, procs in groups.items():
+            ring = h.jobs.get(key)
+            if ring is None:
+                if len(h.jobs) >= MAX_JOBS_PER_HOST:
+                    self._evict_jobs(h, s.time, force=True)
+                ring = h.jobs[key] = self._ring(len(JOB_METRICS))
+            ring.put(fb, job_values(procs, gpus))
+            h.job_seen[key] = max(h.job_seen.get(key, s.time), s.time)
+        self._evict_jobs(h, s.time, force=False)
+
+    def _evict_jobs(self, h: _Host, now: float, force: bool) -> None:
+        old = [k for k, t in h.job_seen.items() if now - t > self.history_s]
+        if force and not old:
+            old = [min(h.job_seen, key=h.job_seen.__getitem__)]
+        for k in old:
+            h.jobs.pop(k, None)
+            h.job_seen.pop(k, None)
+
+    # ---- simple reads ----------------------------------------------------
+    def hosts(self) -> list[str]:
+        """Every host seen, sorted by name."""
+        return sorted(self._hosts)
+
+    def latest(self, host: str) -> HostSample | None:
+        """The newest sample of ``host`` (None if it never sent one)."""
+        h = self._hosts.get(host)
+        return h.latest if h else None
+
+    def host_status(self, host: str) -> tuple[bool, str]:
+        """(up, reason) of ``host``."""
+        h = self._hosts.get(host)
+        return (h.up, h.reason) if h else (False, "unknown host")
+
+    def host_version(self, host: str) -> int:
+        """Counter bumped on every change to ``host``."""
+        h = self._hosts.get(host)
+        return h.version if h else -1
+
+    def gpu_indices(self, host: str) -> list[int]:
+        """GPU indices recorded for ``host``."""
+        h = self._hosts.get(host)
+        return sorted(h.gpus) if h else []
+
+    def _buckets(self, window_s: float) -> tuple[int, int, int]:
+        now_fb = math.floor(self.now / self.resolution_s)
+        k = max(1, math.ceil(window_s / (self.resolution_s * COARSE_FACTOR)))
+        return now_fb, now_fb // COARSE_FACTOR, k
+
+    def _rings(self, host: str, metric: str, gpu: int | None,
+               job: str | None) -> tuple[list[Ring | Columns], int]:
+        h = self._hosts.get(host)
+        if h is None:
+            return [], -1
+        if job is not None:
+            r = h.jobs.get(job)
+            idx = JOB_METRICS.index(metric) if metric in JOB_METRICS else -1
+            return ([r] if r else []), idx
+        if gpu is not None or (metric in GPU_METRICS and metric not in HOST_METRICS):
+            idx = GPU_METRICS.index(metric) if metric in GPU_METRICS else -1
+            rings: list[Ring | Columns] = (
+                [h.gpus[gpu]] if gpu in h.gpus else [] if gpu is not None else list(h.gpus.values()))
+            return rings, idx
+        return [h.ring], HOST_METRICS.index(metric) if metric in HOST_METRICS else -1
+
+    def window_mean(self, host: str, metric: str, window_s: float,
+                    gpu: int | None = None, job: str | None = None) -> float:
+        """Mean of ``metric`` over the window ending now (NaN if no data)."""
+        rings, idx = self._rings(host, metric, gpu, job)
+        if idx < 0 or not rings:
+            return NAN
+        _, now_cb, k = self._buckets(window_s)
+        vals = [v for r in rings if (v := r.window_mean(idx, now_cb, k)) == v]
+        if not vals:
+            return NAN
+        return sum(vals) if metric in SUMMED else sum(vals) / len(vals)
+
+    def series(self, host: str, metric: str, window_s: float, points: int,
+               gpu: int | None = None, job: str | None = None) -> list[float]:
+        """``points`` values of ``metric`` spanning the window, oldest first (NaN gaps)."""
+        rings, idx = self._rings(host, metric, gpu, job)
+        if idx < 0 or not rings:
+            return [NAN] * points
+        now_fb, now_cb, k = self._buckets(window_s)
+        n_fine = max(1, math.ceil(window_s / self.resolution_s))
+        cols = []
+        for r in rings:
+            raw = (r.fine_series(idx, now_fb, n_fine) if n_fine <= self.fine_slots
+                   else r.coarse_series(idx, now_cb, k))
+            cols.append(resample(raw, points))
+        if len(cols) == 1:
+            return cols[0]
+        return [_combine([c[i] for c in cols], metric in SUMMED) for i in range(points)]
+
+    def unavailable(self, host: str, metric: str) -> str | None:
+        """The reason ``metric`` is n/a on ``host`` per its newest sample."""
+        from gpulens.store.views import unavailable_reason
+
+        s = self.latest(host)
+        return unavailable_reason(s, metric) if s else None
+
+    # ---- aggregate views (cached per version) ------------------------------
+    def _cached(self, key: tuple[object, ...], make: object) -> object:
+        hit = self._cache.get(key)
+        if hit is None:
+            if len(self._cache) > 4096:
+                self._cache.clear()
+            hit = self._cache[key] = make() if callable(make) else make
+        return hit
+
+    def host_row(self, host: str, window_s: float) -> HostRow:
+        """The host-table line of ``host`` (cached until the host changes)."""
+        key = ("row", host, self.host_version(host), window_s, self.now // self.resolution_s)
+        return self._cached(key, lambda: self._host_row(host, window_s))  # type: ignore[return-value]
+
+    def _host_row(self, host: str, window_s: float) -> HostRow:
+        h = self._hosts[host]
+        _, now_cb, k = self._buckets(window_s)
+
+        means = h.ring.window_means(now_cb, k, 0, _HOST_WIDTH)  # fleet() asks the same
+
+        def w(metric: str) -> float:
+            return means[_HOST_INDEX[metric]]
+
+        return HostRow(
+            host=host, up=h.up, gpus=len(h.gpus),
+            util_percent=w("gpu.utilization_percent"), sm_percent=w("gpu.sm_activity_percent"),
+            gpu_mem_percent=w("gpu.mem_used_percent"), power_w=w("gpu.power_w"),
+            cpu_percent=w("cpu.total_percent"),
+            net_bytes_per_s=w("network.rx_bytes_per_s") + w("network.tx_bytes_per_s"),
+            alerts=self._alerts(h, window_s, now_cb, k),
+        )
+
+    def _alerts(self, h: _Host, window_s: float, now_cb: int, k: int) -> tuple[str, ...]:
+        alerts: list[str] = []
+        if not h.up:
+            alerts.append("DOWN")
+        xids = sorted({x for t, x in h.xid_last.values() if self.now - t <= window_s})
+        alerts.extend(f"XID {x}" for x in xids)
+        s = h.latest
+        if s is None:
+            return tuple(alerts)
+        if any(r not in BENIGN_THROTTLE for g in s.gpus for r in g.throttle_reasons):
+            alerts.append("THROTTLE")
+        held = {int(i) for j in s.jobs for i in j.gpu_mem_bytes if i.isdigit()}
+        held |= {g.index for g in s.gpus if g.processes}
+        held &= h.gpus.keys()
+        if held:
+            # Utilization of every GPU in one pass (column 0 of each; fleet() asks the same).
+            util = h.ring.window_means(now_cb, k, _HOST_WIDTH, None, _GPU_WIDTH)
+            idle = [i for i in held if util[(h.gpus[i].base - _HOST_WIDTH) // _GPU_WIDTH] < IDLE_UTIL_PERCENT]
+            if idle:
+                alerts.append(f"IDLE-HELD {len(idle)}")
+        return tuple(alerts)
+
+    def fleet(self, window_s: float) -> FleetStats:
+        """Headline statistics of every host over the window."""
+        return self._cached(("fleet", self.version, window_s),  # type: ignore[return-value]
+                            lambda: self._fleet(window_s))
+
+    def _fleet(self, window_s: float) -> FleetStats:
+        # Means come from the per-host GPU means weighted by GPU count (equal to
+        # the per-GPU mean when every GPU reports); busy GPUs need each GPU.
+        _, now_cb, k = self._buckets(window_s)
+        util, sm, mem = _HOST_INDEX["gpu.utilization_percent"], _HOST_INDEX["gpu.sm_activity_percent"], \
+            _HOST_INDEX["gpu.mem_used_percent"]
+        sums = [0.0, 0.0, 0.0]
+        weights = [0, 0, 0]
+        busy = total = up = 0
+        for h in self._hosts.values():
+            up += h.up
+            n = len(h.gpus)
+            total += n
+            hm = h.ring.window_means(now_cb, k, 0, _HOST_WIDTH)
+            for j, idx in enumerate((util, sm, mem)):
+                v = hm[idx]
+                if v == v and n:
+                    sums[j] += v * n
+                    weights[j] += n
+            if n:
+                gutil = h.ring.window_means(now_cb, k, _HOST_WIDTH, None, _GPU_WIDTH)
+                busy += sum(v >= BUSY_UTIL_PERCENT for v in gutil)
+        means = [s / w if w else NAN for s, w in zip(sums, weights, strict=True)]
+        return FleetStats(
+            window_s=window_s, gpu_util_percent=means[0], sm_activity_percent=means[1],
+            gpu_mem_used_percent=means[2], busy_gpus=busy, total_gpus=total,
+            hosts=len(self._hosts), hosts_up=up, jobs=len(self.jobs(window_s)),
+        )
+
+    def jobs(self, window_s: float) -> list[JobView]:
+        """Jobs in the hosts' newest samples, joined by job key, sorted by key."""
+        return self._cached(("jobs", self.version, window_s),  # type: ignore[return-value]
+                            lambda: self._jobs(window_s))
+
+    def _jobs(self, window_s: float) -> list[JobView]:
+        groups: dict[str, list[tuple[str, JobInfo]]] = {}
+        for host, h in self._hosts.items():
+            if h.latest is None:
+                continue
+            for j in h.latest.jobs:
+                groups.setdefault(job_key(host, j), []).append((host, j))
+        return [self._job_view(k, procs, window_s) for k, procs in sorted(groups.items())]
+
+    def _job_view(self, key: str, procs: list[tuple[str, JobInfo]], window_s: float) -> JobView:
+        procs.sort(key=lambda hp: (hp[0], hp[1].pid))
+        hosts = tuple(sorted({h for h, _ in procs}))
+        gpus = tuple(sorted({(h, i) for h, p in procs for i in p.gpu_mem_bytes}))
+        utils = [self.window_mean(h, "job.gpu_utilization_percent", window_s, job=key) for h in hosts]
+        cpu = [p.cpu_percent for _, p in procs if p.cpu_percent is not None]
+        first = min(procs, key=lambda hp: hp[1].start_time)[1]
+        return JobView(
+            key=key, tree_id=first.tree_id, user=first.user, cmdline=first.cmdline, hosts=hosts,
+            gpus=gpus, util_percent=_combine(utils, False),
+            gpu_mem_bytes=self._job_gpu_mem(hosts, procs),
+            cpu_percent=sum(cpu) if cpu else NAN, start_time=first.start_time,
+            runtime_s=max(0.0, self.now - first.start_time), processes=tuple(procs),
+        )
+
+    def _job_gpu_mem(self, hosts: tuple[str, ...], procs: list[tuple[str, JobInfo]]) -> float:
+        """Bytes of GPU memory the job holds; NaN (n/a) when none of its hosts reads GPUs."""
+        if not any((h := self._hosts.get(name)) is not None and h.latest is not None and h.latest.gpus
+                   for name in hosts):
+            return NAN
+        return float(sum(sum(p.gpu_mem_bytes.values()) for _, p in procs))
+
+    def job(self, key: str, window_s: float) -> JobView | None:
+        """One job by key (None when it is not running)."""
+        return next((j for j in self.jobs(window_s) if j.key == key), None)
+
+    def find_job(self, text: str, window_s: float) -> JobView | None:
+        """A job by key or by the pid of any of its processes."""
+        for j in self.jobs(window_s):
+            if j.key == text or (text.isdigit() and int(text) in j.pids):
+                return j
+        return None
+
+    def job_series(self, key: str, metric: str, window_s: float, points: int) -> list[float]:
+        """A job's series combined over its hosts (memory and CPU summed, util averaged)."""
+        job = self.job(key, window_s)
+        if job is None:
+            return [NAN] * points
+        cols = [self.series(h, metric, window_s, points, job=key) for h in job.hosts]
+        return [_combine([c[i] for c in cols], metric in SUMMED) for i in range(points)]
+
+    # ---- PanelProvider -----------------------------------------------------
+    def panel_series(self, expr: str, host: str | None, job: str | None,
+                     window_s: float) -> PanelData:
+        """A custom panel naming a gpulens metric (``gpu.power_w``, ``cpu.total_percent``)."""
+        known = set(HOST_METRICS) | set(GPU_METRICS) | set(JOB_METRICS)
+        if expr not in known:
+            return PanelData(error=f"unknown metric '{expr}' (known: {', '.join(sorted(known))})")
+        points = min(120, max(2, math.ceil(window_s / self.resolution_s)))
+        if job is not None:
+            view = self.job(job, window_s)
+            if view is None:
+                return PanelData(error=f"job {job} is not running")
+            if expr in JOB_METRICS:
+                values = self.job_series(job, expr, window_s, points)
+            else:
+                cols = [self.series(h, expr, window_s, points) for h in view.hosts]
+                values = [_combine([c[i] for c in cols], expr in SUMMED) for i in range(points)]
+        elif host is not None:
+            if expr in JOB_METRICS:
+                return PanelData(error=f"'{expr}' needs a job")
+            values = self.series(host, expr, window_s, points)
+        else:
+            return PanelData(error="a panel needs a host or a job")
+        step = window_s / points
+        start = self.now - window_s + step
+        pts = tuple((start + i * step, v) for i, v in enumerate(values) if v == v)
+        return PanelData(points=pts)
+
+
+def _combine(vals: list[float], summed: bool) -> float:
+    known = [v for v in vals if v == v]
+    if not known:
+        return NAN
+    return sum(known) if summed else sum(known) / len(known)

@@ -1,0 +1,242 @@
+"""Read-only views the store computes for the UI (pure data, no behaviour).
+
+Also the metric names the store records, and how each is read from a sample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from operator import eq
+
+from gpulens.core.model import GpuSample, HostSample, JobInfo
+
+NAN = float("nan")
+
+HOST_METRICS: tuple[str, ...] = (
+    "cpu.total_percent",
+    "memory.used_percent",
+    "network.rx_bytes_per_s",
+    "network.tx_bytes_per_s",
+    "storage.read_bytes_per_s",
+    "storage.write_bytes_per_s",
+    "cache.l2_hit_ratio",
+    "cache.l3_hit_ratio",
+    "cache.mem_bandwidth_bytes_per_s",
+    "gpu.utilization_percent",
+    "gpu.sm_activity_percent",
+    "gpu.mem_used_percent",
+    "gpu.power_w",
+)
+"""Per-host series; the ``gpu.*`` ones are the host's mean (power: sum) over its GPUs."""
+
+GPU_METRICS: tuple[str, ...] = (
+    "gpu.utilization_percent",
+    "gpu.sm_activity_percent",
+    "gpu.mem_used_percent",
+    "gpu.power_w",
+    "gpu.temperature_c",
+)
+"""Per-GPU series."""
+
+JOB_METRICS: tuple[str, ...] = (
+    "job.gpu_utilization_percent",
+    "job.gpu_mem_bytes",
+    "job.cpu_percent",
+)
+"""Per (host, job) series: mean utilization of the job's GPUs, their memory, CPU %."""
+
+SUMMED = frozenset({"gpu.power_w", "job.gpu_mem_bytes", "job.cpu_percent"})
+"""Metrics added (not averaged) when several GPUs or hosts are combined."""
+
+IDLE_UTIL_PERCENT = 1.0
+"""A GPU held by a job whose window-mean utilization is below this is 'idle-held'."""
+BUSY_UTIL_PERCENT = 10.0
+"""A GPU whose window-mean utilization is at least this counts as busy."""
+
+
+def _f(v: float | int | None) -> float:
+    return NAN if v is None else float(v)
+
+
+def gpu_mem_percent(g: GpuSample) -> float | None:
+    """Used / total GPU memory in %, or None when either is unknown."""
+    if g.mem_used_bytes is None or not g.mem_total_bytes:
+        return None
+    return 100.0 * g.mem_used_bytes / g.mem_total_bytes
+
+
+def gpu_values(g: GpuSample) -> list[float]:
+    """One GPU's values in :data:`GPU_METRICS` order (NaN = unavailable)."""
+    return gpu_block_values((g,))
+
+
+def gpu_block_values(gpus: Sequence[GpuSample]) -> list[float]:
+    """The GPUs' values in :data:`GPU_METRICS` order, GPU after GPU (NaN = unavailable)."""
+    # Inlined rather than one call per value: this runs for every GPU of every sample.
+    out: list[float] = []
+    for g in gpus:
+        u, sm, used, total = g.utilization_percent, g.sm_activity_percent, g.mem_used_bytes, g.mem_total_bytes
+        p, t = g.power_w, g.temperature_c
+        out += (
+            NAN if u is None else float(u),
+            NAN if sm is None else float(sm),
+            100.0 * used / total if used is not None and total else NAN,
+            NAN if p is None else float(p),
+            NAN if t is None else float(t),
+        )
+    return out
+
+
+def _mean(vals: list[float]) -> float:
+    known = [v for v in vals if v == v]  # v == v: not NaN
+    return sum(known) / len(known) if known else NAN
+
+
+def host_values(s: HostSample, per_gpu: list[list[float]]) -> list[float]:
+    """The host's values in :data:`HOST_METRICS` order (NaN = unavailable)."""
+    return host_values_flat(s, [v for g in per_gpu for v in g])
+
+
+def host_values_flat(s: HostSample, gpu_block: list[float]) -> list[float]:
+    """:func:`host_values` from the GPUs' values as :func:`gpu_block_values` gives them."""
+    mem, cpu, net, sto, cache = s.memory, s.cpu, s.network, s.storage, s.cache
+    used, total = mem.used_bytes, mem.total_bytes
+    w = len(GPU_METRICS)
+    if gpu_block and all(map(eq, gpu_block, gpu_block)):  # every GPU value known (v == v)
+        n = len(gpu_block) // w
+        util, sm, gmem = sum(gpu_block[0::w]) / n, sum(gpu_block[1::w]) / n, sum(gpu_block[2::w]) / n
+        power = sum(gpu_block[3::w])
+    else:
+        util, sm, gmem = _mean(gpu_block[0::w]), _mean(gpu_block[1::w]), _mean(gpu_block[2::w])
+        known = [v for v in gpu_block[3::w] if v == v]
+        power = sum(known) if known else NAN
+    # Inlined _f: this runs for every sample.
+    return [
+        NAN if (v := cpu.total_percent) is None else float(v),
+        100.0 * used / total if used is not None and total else NAN,
+        NAN if (v := net.rx_bytes_per_s) is None else float(v),
+        NAN if (v := net.tx_bytes_per_s) is None else float(v),
+        NAN if (v := sto.read_bytes_per_s) is None else float(v),
+        NAN if (v := sto.write_bytes_per_s) is None else float(v),
+        NAN if (v := cache.l2_hit_ratio) is None else float(v),
+        NAN if (v := cache.l3_hit_ratio) is None else float(v),
+        NAN if (v := cache.mem_bandwidth_bytes_per_s) is None else float(v),
+        util,
+        sm,
+        gmem,
+        power,
+    ]
+
+
+def job_key(host: str, job: JobInfo) -> str:
+    """The key that joins a job's processes: its job key, else ``host:pid``."""
+    return job.job_key or f"{host}:{job.pid}"
+
+
+def job_values(procs: list[JobInfo], gpus: dict[str, GpuSample]) -> list[float]:
+    """One job's values on one host in :data:`JOB_METRICS` order."""
+    used: set[str] = set()
+    mem = 0
+    cpu: list[float] = []
+    for p in procs:
+        used.update(p.gpu_mem_bytes)
+        mem += sum(p.gpu_mem_bytes.values())
+        if p.cpu_percent is not None:
+            cpu.append(p.cpu_percent)
+    utils = [_f(gpus[i].utilization_percent) for i in used if i in gpus]
+    return [_mean(utils), float(mem) if used else NAN, sum(cpu) if cpu else NAN]
+
+
+# Where a metric's "unavailable" reason is looked up: (host key, GPU key).
+UNAVAILABLE_KEYS: dict[str, tuple[str, ...]] = {
+    "cpu.total_percent": ("cpu.total_percent", "cpu"),
+    "memory.used_percent": ("memory.used_bytes", "memory"),
+    "network.rx_bytes_per_s": ("network.rx_bytes_per_s", "network"),
+    "network.tx_bytes_per_s": ("network.tx_bytes_per_s", "network"),
+    "storage.read_bytes_per_s": ("storage.read_bytes_per_s", "storage"),
+    "storage.write_bytes_per_s": ("storage.write_bytes_per_s", "storage"),
+    "cache.l2_hit_ratio": ("cache.l2_hit_ratio", "cache"),
+    "cache.l3_hit_ratio": ("cache.l3_hit_ratio", "cache"),
+    "cache.mem_bandwidth_bytes_per_s": ("cache.mem_bandwidth_bytes_per_s", "cache"),
+    "gpu.utilization_percent": ("utilization_percent", "gpus"),
+    "gpu.sm_activity_percent": ("sm_activity_percent", "gpus"),
+    "gpu.mem_used_percent": ("mem_used_bytes", "gpus"),
+    "gpu.power_w": ("power_w", "gpus"),
+    "gpu.temperature_c": ("temperature_c", "gpus"),
+}
+
+
+def unavailable_reason(s: HostSample, metric: str) -> str | None:
+    """Why ``metric`` has no value in ``s`` (None when the sample gives no reason)."""
+    keys = UNAVAILABLE_KEYS.get(metric, (metric,))
+    for k in keys:
+        if k in s.unavailable:
+            return s.unavailable[k]
+    if metric.startswith("gpu."):
+        if not s.gpus:
+            return s.unavailable.get("gpus", "no GPUs reported")
+        for g in s.gpus:
+            for k in keys:
+                if k in g.unavailable:
+                    return g.unavailable[k]
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class FleetStats:
+    """Headline statistics over a window; percentages are NaN when unknown."""
+
+    window_s: float
+    gpu_util_percent: float
+    sm_activity_percent: float
+    gpu_mem_used_percent: float
+    busy_gpus: int
+    total_gpus: int
+    hosts: int
+    hosts_up: int
+    jobs: int
+
+
+@dataclass(frozen=True, slots=True)
+class HostRow:
+    """One line of the host table (window means; NaN when unknown)."""
+
+    host: str
+    up: bool
+    gpus: int
+    util_percent: float
+    sm_percent: float
+    gpu_mem_percent: float
+    power_w: float
+    cpu_percent: float
+    net_bytes_per_s: float
+    alerts: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """A job joined over hosts: its processes and window figures."""
+
+    key: str
+    tree_id: str
+    user: str
+    cmdline: str
+    hosts: tuple[str, ...]
+    gpus: tuple[tuple[str, str], ...]
+    """(host, GPU index) pairs the job's processes hold memory on."""
+    util_percent: float
+    gpu_mem_bytes: float
+    """NaN when none of the job's hosts can read its GPUs (shown as n/a)."""
+    cpu_percent: float
+    start_time: float
+    runtime_s: float
+    processes: tuple[tuple[str, JobInfo], ...]
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        """The job's process ids (on every host)."""
+        return tuple(p.pid for _, p in self.processes)
+
+
+Reducer = Callable[[list[float]], float]
