@@ -54,7 +54,7 @@ def test_fake_constants_and_errors_match_installed_pynvml() -> None:
 
 
 def test_collector_calls_only_functions_pynvml_has() -> None:
-    source = "".join(p.read_text() for p in (ROOT / "collectors").glob("nvml*.py"))
+    source = "".join(p.read_text() for p in (ROOT / "collectors" / "nvml").glob("*.py"))
     # Every name the collector looks up: quoted (Query calls, getattr) or nvml.<attr>.
     names = set(re.findall(r'"((?:nvml|NVML_|c_nvml)\w+)"', source))
     names |= set(re.findall(r"\bnvml\.((?:nvml|NVML|c_nvml)\w+)", source))
