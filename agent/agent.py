@@ -20,6 +20,15 @@ admitted TCP viewers. Every thread is a daemon, so SIGTERM exits at once.
 
 Nothing a viewer does can stop the agent: each connection's failures are
 caught in :class:`~gpulens.agent.sessions.ViewerConnection`.
+
+The agent is assembled from parts that do not know it: each
+:class:`~gpulens.agent.sessions.ViewerConnection` sees it as a
+:class:`~gpulens.agent.sessions.SessionHost`; the
+:class:`~gpulens.agent.requests.RequestRunner` is handed the history
+function, the host name, the trace service and the profiler; the
+:class:`~gpulens.agent.listener.TcpListener` gets a serve function and a
+busy check. The agent owns the sampling loop, the history ring, the viewer
+registry and the trace service's lifetime (with the control socket).
 """
 
 from __future__ import annotations
@@ -32,25 +41,29 @@ import socket
 import ssl
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
+from gpulens.agent.listener import PendingSlot, TcpListener
+from gpulens.agent.request_kinds import ProfilerFn, find_profiler
 from gpulens.agent.requests import RequestRunner
-from gpulens.agent.sessions import HANDSHAKE_TIMEOUT_S, ViewerConnection
+from gpulens.agent.sessions import ViewerConnection
 from gpulens.core.events import HostSampler
 from gpulens.core.model import HostSample
 from gpulens.ipc import auth, stream
 from gpulens.ipc.principal import SAMPLES_ONLY, Principal, owner
 from gpulens.ipc.serialize import sample_to_dict
 from gpulens.ipc.stream_frames import history_frames, pack_sample, sample_frame
-from gpulens.ipc.transport import SocketTransport, StdioTransport, Transport
+from gpulens.ipc.transport import StdioTransport, Transport
+
+if TYPE_CHECKING:
+    from gpulens.ipc.control import ControlListener
 
 log = logging.getLogger("gpulens.agent")
 
 MAX_VIEWERS = 64
 """Admitted TCP viewers (past the token and hello) served at once."""
-MAX_PENDING = 16
-"""TCP connections not yet through TLS, token and hello; a new one drops the oldest."""
 STDIO_HANDSHAKE_S = 30.0
 """The ssh viewer's hello may take longer (a slow link); it is the only stdio viewer anyway."""
 STOP_JOIN_S = 1.0
@@ -61,7 +74,10 @@ Sampler = HostSampler
 
 
 class Agent:
-    """Sampling loop, history ring and viewer registry of one host."""
+    """Sampling loop, history ring and viewer registry of one host; the :class:`SessionHost` of its viewers.
+
+    ``profiler`` finds the py-spy sampler (tests hand in a fake).
+    """
 
     def __init__(
         self,
@@ -73,6 +89,7 @@ class Agent:
         token: bytes | None = None,
         max_queued_frames: int = 128,
         version: str = "",
+        profiler: ProfilerFn = find_profiler,
     ) -> None:
         self.sampler = sampler
         self.hostname = hostname
@@ -87,12 +104,13 @@ class Agent:
         self._lock = threading.Lock()
         self._viewers: set[ViewerConnection] = set()
         self._conns: set[ViewerConnection] = set()
-        self._pending: OrderedDict[_Gate, None] = OrderedDict()
-        self._gates: dict[int, _Gate] = {}
+        self._slots: dict[int, PendingSlot] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_error = ""
-        self.requests = RequestRunner(self)
+        self._control: ControlListener | None = None
+        self.requests = RequestRunner(history=self.history_since, hostname=hostname, profiler=profiler)
+        self._listener = TcpListener(self._serve_tcp, busy=self._busy)
 
     # -- sampling ---------------------------------------------------------------
     def start(self) -> None:
@@ -105,14 +123,16 @@ class Agent:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=STOP_JOIN_S)  # a daemon: a wedged sampler cannot hold the exit
-        with self._lock:
-            gates = list(self._pending)
-            self._pending.clear()
-        for gate in gates:
-            gate.shut()
+        self._listener.shut_all()
         for conn in list(self._conns):
             conn.drop("agent stopping")
-        self.requests.close()
+        self.requests.close()  # running requests are daemons: not waited for
+        if self._control is not None:
+            self._control.stop()
+            self._control = None
+        svc, self.requests.trace_service = self.requests.trace_service, None
+        if svc is not None:
+            svc.stop()
         with contextlib.suppress(Exception):
             self.sampler.close()
 
@@ -173,7 +193,44 @@ class Agent:
         jobs = tuple(dataclasses.replace(j, kineto_polling=True) if j.pid in polling else j for j in s.jobs)
         return dataclasses.replace(s, jobs=jobs)
 
-    # -- viewers ----------------------------------------------------------------
+    # -- the trace service --------------------------------------------------------
+    def start_trace_service(self) -> None:
+        """Own this host's Kineto endpoint when the trace service is installed (and the control socket)."""
+        try:
+            from gpulens.ipc.kineto.service import LocalTraceService
+        except ImportError as err:
+            self.requests.trace_error = f"trace service not installed: {err}"
+            return
+        svc = LocalTraceService()
+        try:
+            svc.start()
+        except Exception as err:
+            self.requests.trace_error = f"Kineto endpoint not started: {err}"
+            log.warning("%s", self.requests.trace_error)
+            return
+        self.requests.trace_service = svc
+        log.info("Kineto endpoint serving at %s", svc.address)
+        if svc.dynolog is None:
+            self._start_control(svc.socket_dir or "")
+
+    def _start_control(self, socket_dir: str) -> None:
+        """Serve the local control socket so ``gpulens trace`` here can use this agent."""
+        from gpulens.ipc.control import ControlListener, describe_holder
+
+        listener = ControlListener(
+            socket_dir,
+            lambda transport, peer, principal: self.serve_connection(transport, peer, principal=principal, kind="control"),
+        )
+        try:
+            listener.start()
+        except OSError as err:
+            held = describe_holder(listener.name) if err.errno == 98 else ""  # EADDRINUSE
+            log.warning("local control socket %s not served: %s%s", listener.address, err.strerror or err, held)
+            return
+        self._control = listener
+        log.info("local control socket at %s", listener.address)
+
+    # -- SessionHost: what each viewer connection asks of the agent -----------------
     def hello(self, principal: Principal) -> stream.Hello:
         """The agent's hello to a viewer; ``caps`` lists what THIS viewer may request."""
         return stream.Hello(
@@ -185,6 +242,38 @@ class Agent:
             interval_s=self.interval_s,
         )
 
+    def admit(self, conn: ViewerConnection) -> str | None:
+        """Admit a viewer that finished its handshake; the reason when it cannot be (busy)."""
+        with self._lock:
+            if conn.kind == "tcp" and self._admitted_tcp() >= MAX_VIEWERS:
+                return f"agent has {MAX_VIEWERS} viewers"
+            conn.admitted = True
+            slot = self._slots.pop(id(conn), None)
+        if slot is not None:
+            slot.release()
+        return None
+
+    def subscribe(self, conn: ViewerConnection, since: float | None) -> None:
+        """Send history newer than ``since`` (if given), then live samples."""
+        with self._lock:
+            if since is not None:
+                for frame in history_frames(0, self._history_locked(since, None)):
+                    conn.put(frame)
+            self._viewers.add(conn)
+
+    def submit(self, conn: ViewerConnection, req: stream.Request) -> None:
+        """Hand the viewer's request to the request runner."""
+        self.requests.submit(conn, req)
+
+    def forget(self, conn: ViewerConnection) -> None:
+        """A viewer closed: no more samples for it; its pending slot (if any) is freed."""
+        with self._lock:
+            self._viewers.discard(conn)
+            self._conns.discard(conn)
+            slot = self._slots.pop(id(conn), None)
+        if slot is not None:
+            slot.release()
+
     def history_since(self, since: float | None, until: float | None = None) -> list[bytes]:
         """Packed samples with ``since < time <= until``, oldest first."""
         with self._lock:
@@ -195,40 +284,15 @@ class Agent:
         hi = math.inf if until is None else until
         return [raw for t, raw in self._ring if lo < t <= hi]
 
-    def subscribe(self, conn: ViewerConnection, since: float | None) -> None:
-        """Send history newer than ``since`` (if given), then live samples."""
-        with self._lock:
-            if since is not None:
-                for frame in history_frames(0, self._history_locked(since, None)):
-                    conn.put(frame)
-            self._viewers.add(conn)
-
-    def _forget(self, conn: ViewerConnection) -> None:
-        with self._lock:
-            self._viewers.discard(conn)
-            self._conns.discard(conn)
-            gate = self._gates.pop(id(conn), None)
-            if gate is not None:
-                self._pending.pop(gate, None)
-        if gate is not None:
-            gate.close()
-
-    def admit(self, conn: ViewerConnection) -> str | None:
-        """Admit a viewer that finished its handshake; the reason when it cannot be (busy)."""
-        with self._lock:
-            if conn.kind == "tcp" and self._admitted_tcp() >= MAX_VIEWERS:
-                return f"agent has {MAX_VIEWERS} viewers"
-            conn.admitted = True
-            gate = self._gates.pop(id(conn), None)
-            if gate is not None:
-                self._pending.pop(gate, None)
-        if gate is not None:
-            gate.close()
-        return None
-
     def _admitted_tcp(self) -> int:
         return sum(1 for c in self._conns if c.admitted and c.kind == "tcp")
 
+    def _busy(self) -> str | None:
+        with self._lock:
+            full = self._admitted_tcp() >= MAX_VIEWERS
+        return f"agent has {MAX_VIEWERS} viewers" if full else None
+
+    # -- serving ------------------------------------------------------------------
     def serve_connection(
         self,
         transport: Transport,
@@ -245,7 +309,10 @@ class Agent:
         agent has none). The control socket and stdio pass the principal the
         transport already proved (no token challenge then).
         """
-        self._serve(transport, peer, principal=principal, kind=kind, deadline=deadline, gate=None)
+        self._serve(transport, peer, principal=principal, kind=kind, deadline=deadline, slot=None)
+
+    def _serve_tcp(self, transport: Transport, peer: str, deadline: float, slot: PendingSlot) -> None:
+        self._serve(transport, peer, principal=None, kind="tcp", deadline=deadline, slot=slot)
 
     def _serve(
         self,
@@ -255,22 +322,21 @@ class Agent:
         principal: Principal | None,
         kind: str,
         deadline: float | None,
-        gate: _Gate | None,
+        slot: PendingSlot | None,
     ) -> None:
         token = None
         if principal is None:
             token = self.token
             principal = owner("token") if token is not None else SAMPLES_ONLY
         conn = ViewerConnection(
-            self, transport, peer, principal=principal, token=token,
+            self, transport, peer, principal=principal, token=token, replay_guard=self.replay_guard,
             max_queued_frames=self.max_queued_frames, kind=kind, deadline=deadline,
         )
-        conn.on_close = self._forget
         with self._lock:
             self._conns.add(conn)
-            if gate is not None:
-                self._gates[id(conn)] = gate
-                gate.conn = conn
+            if slot is not None:
+                self._slots[id(conn)] = slot
+                slot.conn = conn
         log.info("viewer %s connected", peer)
         conn.run()
 
@@ -287,154 +353,17 @@ class Agent:
         ssl_context: ssl.SSLContext | None = None,
         stop: threading.Event | None = None,
     ) -> None:
-        """Accept viewers on a listening socket until ``stop`` is set (blocking)."""
-        stop = stop or self._stop
-        sock.settimeout(0.5)
-        while not stop.is_set():
-            try:
-                client, addr = sock.accept()
-            except TimeoutError:
-                continue
-            except OSError as err:
-                log.warning("accept failed: %s", err)
-                time.sleep(0.1)
-                continue
-            self._accept_tcp(client, f"{addr[0]}:{addr[1]}", ssl_context)
-
-    def _accept_tcp(self, client: socket.socket, peer: str, ssl_context: ssl.SSLContext | None) -> None:
-        """Give a new TCP connection a pending slot (dropping the oldest pending one if full) and a thread."""
-        with self._lock:
-            full = self._admitted_tcp() >= MAX_VIEWERS
-        if full:
-            log.warning("refusing viewer %s: %d viewers already connected", peer, MAX_VIEWERS)
-            with contextlib.suppress(OSError):
-                client.setblocking(False)
-                client.send(stream.encode(stream.ErrorMsg("busy", f"agent has {MAX_VIEWERS} viewers")))
-            client.close()
-            return
-        try:
-            gate = _Gate(client, peer)
-        except OSError as err:  # out of file descriptors
-            log.warning("refusing viewer %s: %s", peer, err.strerror or err)
-            client.close()
-            return
-        evicted = None
-        with self._lock:
-            if len(self._pending) >= MAX_PENDING:
-                evicted, _ = self._pending.popitem(last=False)
-            self._pending[gate] = None
-        if evicted is not None:
-            why = f"dropped: {MAX_PENDING} newer connections are still unauthenticated"
-            log.info("viewer %s %s", evicted.peer, why)
-            evicted.shut(why)
-        threading.Thread(
-            target=self._serve_socket, args=(client, peer, ssl_context, gate), name=f"gpulens-viewer-{peer}", daemon=True
-        ).start()
-
-    def _serve_socket(
-        self, client: socket.socket, peer: str, ssl_context: ssl.SSLContext | None, gate: _Gate
-    ) -> None:
-        deadline = time.monotonic() + HANDSHAKE_TIMEOUT_S
-        try:
-            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            # A fixed send buffer turns off kernel autotuning, so a stalled viewer
-            # fills it quickly and the bounded queue (not megabytes of kernel
-            # memory) decides when it is dropped.
-            client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 256 * 1024)
-            if ssl_context is not None:
-                # The whole handshake is bounded (CPython applies one deadline per call).
-                client.settimeout(max(deadline - time.monotonic(), 0.001))
-                try:
-                    client = ssl_context.wrap_socket(client, server_side=True)
-                except (OSError, ssl.SSLError) as err:
-                    log.info("viewer %s: TLS handshake failed: %s", peer, err)
-                    client.close()
-                    return
-            self._serve(SocketTransport(client), peer, principal=None, kind="tcp", deadline=deadline, gate=gate)
-        except OSError as err:
-            log.info("viewer %s: %s", peer, err.strerror or err)
-            with contextlib.suppress(OSError):
-                client.close()
-        finally:
-            with self._lock:
-                self._pending.pop(gate, None)
-            gate.close()
+        """Accept viewers on a listening socket until ``stop`` (default: ``stop()``) is set (blocking)."""
+        self._listener.run(sock, ssl_context, stop or self._stop)
 
     def pending_count(self) -> int:
         """TCP connections not yet admitted (for tests and the soak benchmark)."""
-        with self._lock:
-            return len(self._pending)
+        return self._listener.pending_count()
 
     def viewer_count(self) -> int:
         """Viewers subscribed to live samples now."""
         with self._lock:
             return len(self._viewers)
-
-
-def listen(host: str, port: int) -> socket.socket:
-    """A listening TCP socket (SO_REUSEADDR so a restarted agent gets its port back).
-
-    Raises:
-        OSError: the name does not resolve, or the port is taken / not allowed.
-    """
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    family, _, _, _, addr = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(addr)
-        sock.listen(128)
-    except OSError:
-        sock.close()
-        raise
-    return sock
-
-
-def is_loopback(host: str) -> bool:
-    """True when every address ``host`` resolves to is a loopback address."""
-    import ipaddress
-
-    try:
-        infos = socket.getaddrinfo(host, None)
-    except OSError:
-        return False
-    try:
-        return all(ipaddress.ip_address(str(i[4][0]).split("%")[0]).is_loopback for i in infos)
-    except ValueError:
-        return False
-
-
-class _Gate:
-    """A pending TCP connection's slot: a duplicate of its socket, to shut it down from the accept thread.
-
-    ``shutdown`` acts on the socket, not the descriptor, so it wakes the
-    connection's thread wherever it blocks (TLS handshake included) without
-    closing a descriptor that thread still uses.
-    """
-
-    def __init__(self, client: socket.socket, peer: str) -> None:
-        self.peer = peer
-        self.conn: ViewerConnection | None = None
-        self._dup: socket.socket | None = client.dup()
-        self._lock = threading.Lock()
-
-    def shut(self, reason: str = "agent stopping") -> None:
-        """Wake and end the connection (idempotent)."""
-        with self._lock:
-            if self.conn is not None and not self.conn.reason:
-                self.conn.reason = reason
-            if self._dup is not None:
-                with contextlib.suppress(OSError):
-                    self._dup.shutdown(socket.SHUT_RDWR)
-        self.close()
-
-    def close(self) -> None:
-        """Release the duplicate descriptor (the connection itself goes on)."""
-        with self._lock:
-            dup, self._dup = self._dup, None
-        if dup is not None:
-            with contextlib.suppress(OSError):
-                dup.close()
 
 
 SamplerFactory = Callable[..., Sampler]

@@ -312,7 +312,7 @@ def serve_metrics(
         ConfigError: a non-loopback ``addr`` without ``public``.
         OSError: the address cannot be bound (port in use, bad address).
     """
-    from gpulens.agent.agent import is_loopback
+    from gpulens.agent.listener import is_loopback
 
     if not public and not is_loopback(addr):
         raise ConfigError(

@@ -4,8 +4,8 @@ A connection is *pending* from accept until the viewer's hello: it must
 finish (TLS, token proof when the agent has one, hello) within
 ``HANDSHAKE_TIMEOUT_S`` in all, its frames may be at most
 ``PREAUTH_FRAME_BYTES``, and its one thread (the reader) sends the
-challenge and the agent's hello itself. Admitted (``Agent.admit`` may say
-busy), it gets the full frame limit and a writer thread draining a bounded
+challenge and the agent's hello itself. Admitted (the host's ``admit`` may
+say busy), it gets the full frame limit and a writer thread draining a bounded
 queue. Live samples are *offered*: when the queue is full the viewer is
 too slow and is dropped, so a stalled viewer never holds memory or blocks
 the sampler. What the viewer may ask for is its :class:`Principal`
@@ -13,6 +13,10 @@ the sampler. What the viewer may ask for is its :class:`Principal`
 token grants the agent owner's authority, no token samples only. Anything
 a viewer sends that is not a valid message ends that connection only,
 after an error message telling the viewer why.
+
+A connection knows the agent only as a :class:`SessionHost` (hello, admit,
+subscribe, submit, forget), so it can be built and tested alone over any
+:class:`~gpulens.ipc.transport.Transport`.
 """
 
 from __future__ import annotations
@@ -22,16 +26,12 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from gpulens.ipc import auth, stream
 from gpulens.ipc.errors import AuthError, ProtocolError, StreamError, VersionMismatch
 from gpulens.ipc.principal import SAMPLES_ONLY, Principal
 from gpulens.ipc.transport import Transport
-
-if TYPE_CHECKING:
-    from gpulens.agent.agent import Agent
 
 log = logging.getLogger("gpulens.agent")
 
@@ -45,28 +45,63 @@ CLOSE_SEND_S = 1.0
 """How long a last error message may take to go out before a pending connection is closed."""
 
 
+class SessionHost(Protocol):
+    """What a viewer connection asks of whoever serves it (the agent; a fake in tests).
+
+    Called from the connection's own thread, in this order: ``hello`` (once
+    the principal is known), ``admit`` (after the viewer's hello),
+    ``subscribe`` (admitted: history newer than ``since``, then live
+    samples), ``submit`` per request, and ``forget`` once, when it closes.
+    """
+
+    def hello(self, principal: Principal) -> stream.Hello:
+        """The agent's hello for a viewer with ``principal`` (its caps: what that viewer may request)."""
+        ...
+
+    def admit(self, conn: ViewerConnection) -> str | None:
+        """Admit a viewer through its handshake; the refusal (busy) when it cannot be."""
+        ...
+
+    def subscribe(self, conn: ViewerConnection, since: float | None) -> None:
+        """Queue history newer than ``since`` (None: none) on ``conn``, then offer it live samples."""
+        ...
+
+    def submit(self, conn: ViewerConnection, req: stream.Request) -> None:
+        """Run the viewer's request (the answer goes back through ``conn.put``)."""
+        ...
+
+    def forget(self, conn: ViewerConnection) -> None:
+        """``conn`` closed: stop offering it samples and release what it held."""
+        ...
+
+
 class ViewerConnection:
     """Serve one viewer: auth (when a token is set), hello, samples, requests.
 
     ``principal`` is what the viewer may do once through the handshake; with
     a ``token`` it is granted only after the viewer proves the token
-    (``self.principal`` is samples-only until then). ``kind`` (``tcp``,
-    ``control``, ``stdio``) says which viewer cap admits it.
+    (``self.principal`` is samples-only until then; ``replay_guard``
+    remembers the nonces every connection of the agent has seen). ``kind``
+    (``tcp``, ``control``, ``stdio``) says which viewer cap admits it.
     """
 
     def __init__(
         self,
-        agent: Agent,
+        host: SessionHost,
         transport: Transport,
         peer: str,
         *,
         principal: Principal,
         token: bytes | None,
         max_queued_frames: int,
+        replay_guard: auth.ReplayGuard | None = None,
         kind: str = "tcp",
         deadline: float | None = None,
     ) -> None:
-        self.agent = agent
+        if token is not None and replay_guard is None:
+            raise ValueError("a token needs the agent's replay guard")
+        self.host = host
+        self._replay_guard = replay_guard
         self.transport = transport
         self.peer = peer
         self.kind = kind
@@ -86,7 +121,6 @@ class ViewerConnection:
         self._pre_header = bytearray()
         self._pre_left = 0
         self._writer_thread: threading.Thread | None = None
-        self.on_close: Callable[[ViewerConnection], None] | None = None
 
     # -- sending ----------------------------------------------------------------
     def offer(self, frame: bytes) -> bool:
@@ -157,7 +191,7 @@ class ViewerConnection:
             self._cond.notify_all()
 
     def drop(self, reason: str) -> None:
-        """Close this connection now (idempotent); the agent forgets it."""
+        """Close this connection now (idempotent); the host forgets it."""
         with self._cond:
             if self._closed:
                 return
@@ -167,8 +201,7 @@ class ViewerConnection:
             self._cond.notify_all()
         self.transport.close()
         log.info("viewer %s disconnected: %s", self.peer, self.reason)
-        if self.on_close is not None:
-            self.on_close(self)
+        self.host.forget(self)
 
     @property
     def closed(self) -> bool:
@@ -183,7 +216,7 @@ class ViewerConnection:
                 self._nonce = auth.new_nonce()
                 self._send_now(stream.encode(stream.Challenge(proto=stream.PROTOCOL_VERSION, nonce=self._nonce)))
             else:
-                self._send_now(stream.encode(self.agent.hello(self.principal)))
+                self._send_now(stream.encode(self.host.hello(self.principal)))
             self._read_loop()
         except TimeoutError:
             self.close_after(
@@ -249,24 +282,24 @@ class ViewerConnection:
         if self._state == "auth":
             if not isinstance(msg, stream.AuthResponse):
                 raise AuthError("authentication required: this agent needs a token (--token-file)")
-            assert self._token is not None
-            auth.verify_viewer(self._token, self._nonce, msg.cnonce, msg.mac, self.agent.replay_guard)
+            assert self._token is not None and self._replay_guard is not None
+            auth.verify_viewer(self._token, self._nonce, msg.cnonce, msg.mac, self._replay_guard)
             self.principal = self._granted
             self._send_now(stream.encode(stream.AuthOk(mac=auth.agent_proof(self._token, self._nonce, msg.cnonce))))
-            self._send_now(stream.encode(self.agent.hello(self.principal)))
+            self._send_now(stream.encode(self.host.hello(self.principal)))
             self._state = "hello"
             return
         if self._state == "hello":
             if not isinstance(msg, stream.Hello) or msg.role != "viewer":
                 raise ProtocolError(f"expected the viewer's hello, got '{stream.to_wire(msg)['t']}'")
-            refusal = self.agent.admit(self)
+            refusal = self.host.admit(self)
             if refusal is not None:
                 raise _Busy(refusal)
             self._admitted()
-            self.agent.subscribe(self, msg.since)
+            self.host.subscribe(self, msg.since)
             return
         if isinstance(msg, stream.Request):
-            self.agent.requests.submit(self, msg)
+            self.host.submit(self, msg)
             return
         raise ProtocolError(f"unexpected message '{stream.to_wire(msg)['t']}' from a viewer")
 

@@ -7,16 +7,18 @@ thread per host: socket, framing, msgpack, validation) feeding the real
 Store (collectors/store.py). Its CPU time over a measured window, divided by
 wall time, is the viewer's CPU % of one core.
 
-The viewer decodes each live sample frame straight into HostSample with
-msgspec (ipc.stream FrameDecoder's sample_hook = fast_decode.sample_from_msgpack).
+The viewer decodes each sample frame with the one sample decoder: msgspec
+straight into the frozen HostSample dataclasses, then core.sanitize's
+check_sample (ipc.stream.FrameDecoder -> ipc.serialize.sample_from_msgpack).
 
 Peer figures measured in the same run:
-- the previous path: msgpack to plain maps, then the generated dict fast path
-  (fast_decode.fast_sample_from_dict), no store;
-- the same pipeline with the reference validating decoder
-  (serialize.sample_from_dict) instead of the generated fast path;
+- the same pipeline without the store;
+- a bare receive of the same bytes (one selector thread, no decoding);
 - bytes per host-sample on the wire, msgpack frame vs JSON text;
-- decode cost per sample: msgpack vs json.loads.
+- cost per sample: the decoder (decode + validate + check) vs merely parsing
+  the frame to plain maps with msgpack or the JSON text with json.loads, and
+  the plain-data door (serialize.sample_from_dict, msgspec.convert) that
+  recordings and --json input use.
 
 Usage: python benchmarks/ingest.py [--hosts 1000] [--gpus 8] [--seconds 20]
 """
@@ -40,7 +42,6 @@ import msgpack
 
 from gpulens.collectors.synthetic import SyntheticSampler
 from gpulens.ipc import stream
-from gpulens.ipc.fast_decode import fast_sample_from_dict, sample_from_msgpack
 from gpulens.ipc.serialize import sample_from_dict, sample_to_dict
 from gpulens.ipc.stream_frames import sample_frame
 
@@ -100,22 +101,11 @@ def simulate(hosts: int, gpus: int, port_file: str) -> None:
 # -- viewer (this process) ----------------------------------------------------
 
 
-def measure_viewer(
-    ports: list[str], seconds: float, reference: bool, use_store: bool = True, msgspec_path: bool = True
-) -> dict[str, float]:
+def measure_viewer(ports: list[str], seconds: float, use_store: bool = True) -> dict[str, float]:
     from gpulens.core.events import SampleEvent
-    from gpulens.ipc.fast_decode import sample_from_msgpack
-    from gpulens.sources.stream import link as stream_link
     from gpulens.sources.stream.source import LinkOptions, StreamSource, tcp_target
     from gpulens.store.store import Store
 
-    stream_link.sample_hook = sample_from_msgpack if msgspec_path and not reference else None
-    if reference:
-        stream_link.sample_from_dict = sample_from_dict  # type: ignore[attr-defined]
-    else:
-        from gpulens.ipc.fast_decode import fast_sample_from_dict
-
-        stream_link.sample_from_dict = fast_sample_from_dict  # type: ignore[attr-defined]
     store = Store(resolution_s=1.0)
     lock = threading.Lock()
     counts = {"samples": 0}
@@ -186,21 +176,21 @@ def measure_floor(ports: list[str], seconds: float) -> dict[str, float]:
 def wire_figures(gpus: int) -> dict[str, float]:
     d = sample_to_dict(SyntheticSampler(hostname="node0001", gpus=gpus).sample())
     frame = sample_frame(msgpack.packb(d, use_bin_type=True))
+    body = frame[stream.HEADER.size :]
     text = json.dumps({"t": "sample", "sample": d}, separators=(",", ":")).encode()
     n = 2000
-    t_mp = min(timeit.repeat(lambda: stream.FrameDecoder().feed(frame), number=n, repeat=5)) / n
-    t_js = min(timeit.repeat(lambda: json.loads(text), number=n, repeat=5)) / n
-    hooked = stream.FrameDecoder(sample_hook=sample_from_msgpack)
-    t_typed = min(timeit.repeat(lambda: hooked.feed(frame), number=n, repeat=5)) / n
-    plain = stream.FrameDecoder()
-    t_dict = min(timeit.repeat(lambda: fast_sample_from_dict(plain.feed(frame)[0].sample), number=n, repeat=5)) / n
+
+    def best(fn: Any) -> float:
+        return min(timeit.repeat(fn, number=n, repeat=5)) / n * 1e6
+
+    decoder = stream.FrameDecoder()
     return {
         "msgpack_bytes": len(frame),
         "json_bytes": len(text),
-        "msgpack_us": t_mp * 1e6,
-        "json_us": t_js * 1e6,
-        "typed_us": t_typed * 1e6,
-        "dict_us": t_dict * 1e6,
+        "decoder_us": best(lambda: decoder.feed(frame)),
+        "msgpack_us": best(lambda: msgpack.unpackb(body, raw=False)),
+        "json_us": best(lambda: json.loads(text)),
+        "dict_door_us": best(lambda: sample_from_dict(d)),
     }
 
 
@@ -225,10 +215,8 @@ def main() -> int:
         with open(port_file) as f:
             ports = f.read().split(",")
         wire = wire_figures(args.gpus)
-        fast = measure_viewer(ports, args.seconds, reference=False)
-        nostore = measure_viewer(ports, args.seconds, reference=False, use_store=False)
-        dictpath = measure_viewer(ports, args.seconds, reference=False, use_store=False, msgspec_path=False)
-        ref = measure_viewer(ports, args.seconds, reference=True, use_store=False)
+        fast = measure_viewer(ports, args.seconds)
+        nostore = measure_viewer(ports, args.seconds, use_store=False)
         floor = measure_floor(ports, args.seconds)
     finally:
         sim.terminate()
@@ -242,17 +230,11 @@ def main() -> int:
     print(f"  without the store: {nostore['cpu_percent']:.1f}%  -> store.apply share {fast['cpu_percent'] - nostore['cpu_percent']:.1f}%")
     print(f"  peer, bare receive of the same bytes (one selector thread, no decoding): {floor['cpu_percent']:.1f}% "
           f"at {floor['bytes_per_s'] / 1e6:.1f} MB/s  -> decode + validate + link threads {nostore['cpu_percent'] - floor['cpu_percent']:.1f}%")
-    print(f"  peer, previous path: msgpack to maps + generated dict fast path (no store): {dictpath['cpu_percent']:.1f}% "
-          f"-> the msgspec typed path costs {nostore['cpu_percent'] / max(dictpath['cpu_percent'], 1e-9):.2f}x")
-    print(f"  peer, reference decoder serialize.sample_from_dict (no store): {ref['cpu_percent']:.1f}% "
-          f"-> msgspec path {nostore['cpu_percent'] / max(ref['cpu_percent'], 1e-9):.2f}x, "
-          f"dict fast path {dictpath['cpu_percent'] / max(ref['cpu_percent'], 1e-9):.2f}x")
     print(f"wire bytes per host-sample: msgpack {wire['msgpack_bytes']:.0f}, JSON {wire['json_bytes']:.0f}  "
           f"(msgpack/JSON = {wire['msgpack_bytes'] / wire['json_bytes']:.2f})")
-    print(f"decode per sample (best of 5): msgpack frame {wire['msgpack_us']:.1f} us, json.loads {wire['json_us']:.1f} us  "
-          f"(ratio {wire['msgpack_us'] / wire['json_us']:.2f})")
-    print(f"decode + validate per sample frame (best of 5): msgspec typed {wire['typed_us']:.1f} us, "
-          f"msgpack + dict fast path {wire['dict_us']:.1f} us  (ratio {wire['typed_us'] / wire['dict_us']:.2f})")
+    print(f"per sample frame (best of 5): the decoder (msgspec typed + check_sample) {wire['decoder_us']:.1f} us; "
+          f"peers, parse only: msgpack.unpackb {wire['msgpack_us']:.1f} us, json.loads {wire['json_us']:.1f} us; "
+          f"plain-data door sample_from_dict {wire['dict_door_us']:.1f} us")
     return 0
 
 

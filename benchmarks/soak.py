@@ -78,7 +78,7 @@ def ring_times(port: int) -> list[float]:
                 msgs += dec.feed(data)
             m = msgs.pop(0)
             if isinstance(m, stream.History):
-                times += [float(x["time"]) for x in m.samples]
+                times += [x.time for x in m.samples]
                 if m.last:
                     return times
     finally:

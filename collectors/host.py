@@ -1,21 +1,33 @@
-"""Host CPU, memory, network and storage, read straight from procfs.
+"""Host CPU, memory, network and storage, read through psutil.
 
-psutil would do, but one read of ``/proc/stat``, ``/proc/meminfo``,
-``/proc/net/dev`` and ``/proc/diskstats`` per tick is several times cheaper
-than its per-call object churn, and the sampler runs every second.
+Per tick: ``psutil.cpu_times()`` and ``cpu_times(percpu=True)`` (deltas
+taken here, so no state is shared with other psutil callers),
+``virtual_memory()``, ``swap_memory()``, ``net_io_counters(pernic=True)``
+and ``disk_io_counters(perdisk=True)`` (both ``nowrap=False``, so a reset is
+seen), and ``os.getloadavg()``; about 0.2 ms CPU together. The process tree stays on the
+hand-written /proc scanner in :mod:`gpulens.collectors.jobs`, where psutil
+measured 3.9x dearer. Which interfaces are loopback and which block devices
+are whole disks is read from sysfs once per name, as psutil has no cheap
+equivalent.
 
 Rates need two readings: :class:`HostCollector` takes the first one when it
 is constructed, so the first :meth:`HostCollector.sample` is already a rate
 over a real interval (it waits out :data:`MIN_INTERVAL_S` if called sooner).
+
+Missing is not zero: a counter psutil cannot read is ``None`` in the sample
+and its reason is in :attr:`HostReading.unavailable`.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
+
+import psutil
 
 from gpulens.core.model import (
     CpuSample,
@@ -29,10 +41,18 @@ from gpulens.core.model import (
 MIN_INTERVAL_S = 0.2
 """Shortest interval a rate is computed over: /proc/stat counts in 10 ms jiffies."""
 
-SECTOR_BYTES = 512
-"""/proc/diskstats counts 512-byte sectors whatever the device's block size."""
-
 ARPHRD_LOOPBACK = "772"
+
+_READ_ERRORS = (OSError, ValueError, KeyError, NotImplementedError)
+"""What psutil raises for a counter it cannot read on Linux: OSError (a /proc
+file missing or unreadable), ValueError (a /proc/diskstats line it cannot
+parse), KeyError (MemTotal or MemFree missing from /proc/meminfo),
+NotImplementedError (neither /proc/diskstats nor /sys/block)."""
+
+_T = TypeVar("_T")
+_Pair = tuple[float, float]
+_CpuTimes = tuple[_Pair, tuple[_Pair, ...]]
+"""(busy s, total s) for the whole machine, then for each core in order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,59 +66,37 @@ class HostReading:
     unavailable: Mapping[str, str]
 
 
-def _read(path: Path) -> str:
-    with open(path, encoding="ascii", errors="replace") as f:
-        return f.read()
+def _attempt(read: Callable[[], _T], what: str) -> _T | str:
+    """``read()``, or why it failed (a str: the reason for ``unavailable``)."""
+    try:
+        return read()
+    except _READ_ERRORS as err:
+        return f"{what} failed: {err!r}"
 
 
-def parse_proc_stat(text: str) -> dict[str, tuple[int, int]]:
-    """``/proc/stat`` cpu lines -> name -> (busy jiffies, total jiffies).
+def busy_total(times: Any) -> _Pair:
+    """A psutil cpu-times record -> (busy seconds, total seconds), as ``top`` counts.
 
     Total leaves out guest and guest_nice (already counted in user and nice);
-    idle time is idle + iowait, as in ``top``.
+    idle time is idle + iowait.
     """
-    result: dict[str, tuple[int, int]] = {}
-    for line in text.splitlines():
-        if not line.startswith("cpu"):
-            break
-        parts = line.split()
-        values = [int(v) for v in parts[1:9]]
-        total = sum(values)
-        idle = values[3] + (values[4] if len(values) > 4 else 0)
-        result[parts[0]] = (total - idle, total)
-    return result
+    total = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
+    idle = times.idle + getattr(times, "iowait", 0.0)
+    return total - idle, total
 
 
-def parse_meminfo(text: str) -> dict[str, int]:
-    """``/proc/meminfo`` -> field -> bytes (values are given in kB)."""
-    result: dict[str, int] = {}
-    for line in text.splitlines():
-        name, _, rest = line.partition(":")
-        fields = rest.split()
-        if fields:
-            result[name] = int(fields[0]) * (1024 if len(fields) > 1 else 1)
-    return result
+def _read_cpu() -> _CpuTimes:
+    return busy_total(psutil.cpu_times()), tuple(busy_total(t) for t in psutil.cpu_times(percpu=True))
 
 
-def parse_net_dev(text: str) -> dict[str, tuple[int, int]]:
-    """``/proc/net/dev`` -> interface -> (rx bytes, tx bytes)."""
-    result: dict[str, tuple[int, int]] = {}
-    for line in text.splitlines()[2:]:
-        name, _, rest = line.partition(":")
-        fields = rest.split()
-        if len(fields) >= 9:
-            result[name.strip()] = (int(fields[0]), int(fields[8]))
-    return result
+def _no_previous(reason: str) -> str:
+    return f"no previous reading ({reason}); rates resume next tick"
 
 
-def parse_diskstats(text: str, disks: frozenset[str]) -> dict[str, tuple[int, int]]:
-    """``/proc/diskstats`` -> disk -> (read bytes, written bytes), for ``disks`` only."""
-    result: dict[str, tuple[int, int]] = {}
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) >= 10 and fields[2] in disks:
-            result[fields[2]] = (int(fields[5]) * SECTOR_BYTES, int(fields[9]) * SECTOR_BYTES)
-    return result
+def _percent(new: _Pair, old: _Pair) -> float:
+    d_total = new[1] - old[1]
+    # A core that saw no jiffy tick at all (just onlined) shows idle, not a guess.
+    return 0.0 if d_total <= 0 else min(100.0, max(0.0, 100.0 * (new[0] - old[0]) / d_total))
 
 
 def whole_disks(sys_block: Path = Path("/sys/block")) -> frozenset[str]:
@@ -124,109 +122,128 @@ def _rates(new: tuple[int, int], old: tuple[int, int] | None, dt: float) -> tupl
     return (new[0] - old[0]) / dt, (new[1] - old[1]) / dt
 
 
+def _memory_sample(unavailable: dict[str, str]) -> MemorySample:
+    swap = _attempt(psutil.swap_memory, "psutil.swap_memory()")
+    swap_used: int | None = None
+    if isinstance(swap, str):
+        unavailable["memory.swap_used_bytes"] = swap
+    else:
+        swap_used = swap.used
+    vm = _attempt(psutil.virtual_memory, "psutil.virtual_memory()")
+    if isinstance(vm, str):
+        unavailable["memory.total_bytes"] = vm
+        unavailable["memory.available_bytes"] = vm
+        unavailable["memory.used_bytes"] = "needs total and available memory"
+        return MemorySample(None, None, None, swap_used)
+    available: int | None = vm.available
+    if not available:  # psutil sets 0 (and warns) when it cannot determine it
+        unavailable["memory.available_bytes"] = "psutil could not determine available memory (MemAvailable)"
+        unavailable["memory.used_bytes"] = "needs available memory"
+        available = None
+    return MemorySample(
+        total_bytes=vm.total,
+        # "used" as procps-ng 4 `free` prints it: total - available.
+        used_bytes=None if available is None else vm.total - available,
+        available_bytes=available,
+        swap_used_bytes=swap_used,
+    )
+
+
 class HostCollector:
     """CPU, memory, network and storage rates between consecutive calls."""
 
-    def __init__(self, proc: Path = Path("/proc"), sys_root: Path = Path("/sys")) -> None:
-        self._proc = proc
+    def __init__(self, *, sys_root: Path = Path("/sys")) -> None:
         self._sys = sys_root
         self._disks = whole_disks(sys_root / "block")
         self._loopback: dict[str, bool] = {}
         self._last_time = time.monotonic()
-        self._cpu = self._read_cpu()
-        self._net = self._read_net()
-        self._disk = self._read_disk()
-
-    def _read_cpu(self) -> dict[str, tuple[int, int]]:
-        return parse_proc_stat(_read(self._proc / "stat"))
+        self._cpu = _attempt(_read_cpu, "psutil.cpu_times()")
+        self._net = _attempt(self._read_net, "psutil.net_io_counters()")
+        self._disk = _attempt(self._read_disk, "psutil.disk_io_counters()")
 
     def _is_loopback(self, name: str) -> bool:
         known = self._loopback.get(name)
         if known is None:
             try:
-                known = _read(self._sys / "class/net" / name / "type").strip() == ARPHRD_LOOPBACK
+                kind = (self._sys / "class/net" / name / "type").read_text("ascii", "replace")
+                known = kind.strip() == ARPHRD_LOOPBACK
             except OSError:
                 known = name == "lo"
             self._loopback[name] = known
         return known
 
     def _read_net(self) -> dict[str, tuple[int, int]]:
-        counters = parse_net_dev(_read(self._proc / "net/dev"))
-        return {k: v for k, v in counters.items() if not self._is_loopback(k)}
+        # nowrap=False: psutil would otherwise hide a counter reset as a wrap.
+        counters = psutil.net_io_counters(pernic=True, nowrap=False)
+        return {k: (c.bytes_recv, c.bytes_sent) for k, c in counters.items() if not self._is_loopback(k)}
 
     def _read_disk(self) -> dict[str, tuple[int, int]]:
-        return parse_diskstats(_read(self._proc / "diskstats"), self._disks)
+        counters = psutil.disk_io_counters(perdisk=True, nowrap=False) or {}
+        return {k: (c.read_bytes, c.write_bytes) for k, c in counters.items() if k in self._disks}
 
     def sample(self) -> HostReading:
         """Rates since the previous call (or construction); waits out MIN_INTERVAL_S.
 
-        Raises:
-            OSError: /proc itself cannot be read (not Linux).
+        Never raises for a counter that cannot be read: that part of the
+        reading is None and ``unavailable`` says why.
         """
         wait = self._last_time + MIN_INTERVAL_S - time.monotonic()
         if wait > 0:
             time.sleep(wait)
         now = time.monotonic()
         dt = now - self._last_time
-        cpu, net, disk = self._read_cpu(), self._read_net(), self._read_disk()
+        cpu = _attempt(_read_cpu, "psutil.cpu_times()")
+        net = _attempt(self._read_net, "psutil.net_io_counters()")
+        disk = _attempt(self._read_disk, "psutil.disk_io_counters()")
         unavailable: dict[str, str] = {}
         result = HostReading(
-            cpu=self._cpu_sample(cpu),
-            memory=self._memory_sample(unavailable),
+            cpu=self._cpu_sample(cpu, unavailable),
+            memory=_memory_sample(unavailable),
             network=self._network_sample(net, dt, unavailable),
             storage=self._storage_sample(disk, dt, unavailable),
             unavailable=unavailable,
         )
-        if result.cpu.load_avg_1m is None:
-            unavailable["cpu.load_avg_1m"] = "/proc/loadavg unreadable"
-        if result.memory.total_bytes is None:
-            unavailable["memory.total_bytes"] = "MemTotal missing in /proc/meminfo"
         self._last_time, self._cpu, self._net, self._disk = now, cpu, net, disk
         return result
 
-    def _cpu_sample(self, cpu: dict[str, tuple[int, int]]) -> CpuSample:
-        def percent(name: str) -> float:
-            busy, total = cpu[name]
-            old_busy, old_total = self._cpu.get(name, (busy, total))
-            d_total = total - old_total
-            # A core that saw no jiffy tick at all (just onlined) shows idle, not a guess.
-            return 0.0 if d_total <= 0 else min(100.0, max(0.0, 100.0 * (busy - old_busy) / d_total))
-
-        cores = sorted((k for k in cpu if k != "cpu"), key=lambda k: int(k[3:]))
+    def _cpu_sample(self, cpu: _CpuTimes | str, unavailable: dict[str, str]) -> CpuSample:
         try:
-            load: float | None = float(_read(self._proc / "loadavg").split()[0])
-        except (OSError, ValueError, IndexError):
+            load: float | None = os.getloadavg()[0]
+        except OSError as err:
             load = None
+            unavailable["cpu.load_avg_1m"] = f"os.getloadavg() failed: {err!r}"
+        if isinstance(cpu, str):
+            unavailable["cpu"] = cpu
+            return CpuSample(None, load_avg_1m=load)
+        (total, cores), old = cpu, self._cpu
+        if isinstance(old, str):
+            unavailable["cpu"] = _no_previous(old)
+            return CpuSample(None, load_avg_1m=load, count=len(cores))
+        per_core: tuple[float, ...] = ()
+        if len(cores) == len(old[1]):
+            per_core = tuple(_percent(n, o) for n, o in zip(cores, old[1], strict=True))
+        else:  # psutil lists cores by position, so a hotplug breaks the pairing
+            unavailable["cpu.per_core_percent"] = "number of cores changed during the interval (CPU hotplug)"
         return CpuSample(
-            total_percent=percent("cpu"),
-            per_core_percent=tuple(percent(c) for c in cores),
+            total_percent=_percent(total, old[0]),
+            per_core_percent=per_core,
             load_avg_1m=load,
             count=len(cores),
         )
 
-    def _memory_sample(self, unavailable: dict[str, str]) -> MemorySample:
-        info = parse_meminfo(_read(self._proc / "meminfo"))
-        total = info.get("MemTotal")
-        available = info.get("MemAvailable")
-        if available is None:
-            unavailable["memory.available_bytes"] = "MemAvailable missing in /proc/meminfo (kernel < 3.14)"
-            unavailable["memory.used_bytes"] = "needs MemAvailable"
-        swap_total, swap_free = info.get("SwapTotal"), info.get("SwapFree")
-        swap_used = None if swap_total is None or swap_free is None else swap_total - swap_free
-        return MemorySample(
-            total_bytes=total,
-            # "used" as procps-ng 4 `free` prints it: total - available.
-            used_bytes=None if total is None or available is None else total - available,
-            available_bytes=available,
-            swap_used_bytes=swap_used,
-        )
-
     def _network_sample(
-        self, net: dict[str, tuple[int, int]], dt: float, unavailable: dict[str, str]
+        self, net: dict[str, tuple[int, int]] | str, dt: float, unavailable: dict[str, str]
     ) -> NetworkSample:
+        old = self._net
+        if isinstance(net, str):
+            unavailable["network"] = net
+            return NetworkSample(None, None)
+        if isinstance(old, str):
+            unavailable["network"] = _no_previous(old)
+            return NetworkSample(None, None)
         ifaces = []
         for name in sorted(net):
-            rates = _rates(net[name], self._net.get(name), dt)
+            rates = _rates(net[name], old.get(name), dt)
             if isinstance(rates, str):  # left out of the totals, with the reason
                 unavailable[f"network.{name}"] = rates
                 continue
@@ -238,18 +255,25 @@ class HostCollector:
         )
 
     def _storage_sample(
-        self, disk: dict[str, tuple[int, int]], dt: float, unavailable: dict[str, str]
+        self, disk: dict[str, tuple[int, int]] | str, dt: float, unavailable: dict[str, str]
     ) -> StorageSample:
+        if not self._disks:
+            unavailable["storage"] = "no whole disks under /sys/block (container without devices?)"
+            return StorageSample(None, None)
+        old = self._disk
+        if isinstance(disk, str):
+            unavailable["storage"] = disk
+            return StorageSample(None, None)
+        if isinstance(old, str):
+            unavailable["storage"] = _no_previous(old)
+            return StorageSample(None, None)
         disks = []
         for name in sorted(disk):
-            rates = _rates(disk[name], self._disk.get(name), dt)
+            rates = _rates(disk[name], old.get(name), dt)
             if isinstance(rates, str):
                 unavailable[f"storage.{name}"] = rates
                 continue
             disks.append(DiskIo(name, *rates))
-        if not self._disks:
-            unavailable["storage"] = "no whole disks under /sys/block (container without devices?)"
-            return StorageSample(None, None)
         return StorageSample(
             read_bytes_per_s=sum(d.read_bytes_per_s for d in disks),
             write_bytes_per_s=sum(d.write_bytes_per_s for d in disks),

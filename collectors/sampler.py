@@ -94,7 +94,8 @@ class Sampler:
         """Read everything once; rates are over the time since the last call.
 
         Raises:
-            OSError: only if /proc itself is unreadable (not Linux).
+            OSError: only if /proc itself is unreadable for the process-tree scan (not Linux);
+                host counters (psutil) never raise: they are n/a with the reason.
         """
         unavailable: dict[str, str] = dict(self._static)
         host = self._host.sample()

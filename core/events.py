@@ -90,14 +90,23 @@ class Source(Protocol):
 
 
 @runtime_checkable
-class RequestSource(Source, Protocol):
-    """A source that can run requests on a host (trace, profile, file)."""
+class Requester(Protocol):
+    """Anything that can run requests on a host's agent: the one way to say "can send requests".
+
+    A ``StreamSource`` (and the sources wrapping one) and the local control-socket
+    client (``LocalAgentLink``, not a Source) both are.
+    """
 
     def request(
         self, host: str, kind: str, params: Mapping[str, Any], timeout_s: float
     ) -> Future[Any]:
-        """Send a request to ``host``'s agent; the future holds the result."""
+        """Send ``kind`` to ``host``'s agent; the Future fails with RequestFailed or TimeoutError."""
         ...
+
+
+@runtime_checkable
+class RequestSource(Source, Requester, Protocol):
+    """A source that can run requests on a host (trace, profile, file)."""
 
 
 @dataclass(frozen=True, slots=True)

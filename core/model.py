@@ -7,12 +7,35 @@ recorded in the ``unavailable`` map of the object that owns it
 one GPU's fields), keyed by the field's dotted name, e.g.
 ``"cache.l2_hit_ratio" -> "perf_event_open: ENOENT (no hardware counters)"``.
 Never 0 for "unknown".
+
+The ``Text``, ``Items``, ``Keyed`` and ``Notes`` annotations are plain ``str``, ``tuple``
+and ``Mapping`` to Python and to mypy; they carry the bounds that the sample
+decoder (``ipc.serialize``, msgspec) enforces from a declared length before
+it builds anything.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Annotated, TypeVar
+
+import msgspec
+
+MAX_ITEMS = 100_000
+"""Most items a decoder accepts in any one list or map of a sample (cores, GPUs, jobs, reasons)."""
+MAX_TEXT_LEN = 1024 * 1024
+"""Longest string a decoder accepts anywhere in a sample, in characters."""
+
+_T = TypeVar("_T")
+Text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT_LEN)]
+"""A string of at most MAX_TEXT_LEN characters."""
+Items = Annotated[tuple[_T, ...], msgspec.Meta(max_length=MAX_ITEMS)]
+"""An immutable list of at most MAX_ITEMS items."""
+Keyed = Annotated[Mapping[Text, _T], msgspec.Meta(max_length=MAX_ITEMS)]
+"""A map from strings, of at most MAX_ITEMS entries."""
+Notes = Keyed[Text]
+"""Dotted field name -> why its value is unavailable."""
 
 EMPTY: Mapping[str, str] = {}
 
@@ -22,7 +45,7 @@ class CpuSample:
     """CPU utilization over the last interval, 0-100 (``top``'s %Cpu(s))."""
 
     total_percent: float | None
-    per_core_percent: tuple[float, ...] = ()
+    per_core_percent: Items[float] = ()
     load_avg_1m: float | None = None
     count: int | None = None
 
@@ -41,7 +64,7 @@ class MemorySample:
 class NetInterface:
     """One network interface's throughput over the last interval."""
 
-    name: str
+    name: Text
     rx_bytes_per_s: float
     tx_bytes_per_s: float
 
@@ -52,14 +75,14 @@ class NetworkSample:
 
     rx_bytes_per_s: float | None
     tx_bytes_per_s: float | None
-    interfaces: tuple[NetInterface, ...] = ()
+    interfaces: Items[NetInterface] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class DiskIo:
     """One block device's throughput over the last interval."""
 
-    name: str
+    name: Text
     read_bytes_per_s: float
     write_bytes_per_s: float
 
@@ -70,19 +93,19 @@ class StorageSample:
 
     read_bytes_per_s: float | None
     write_bytes_per_s: float | None
-    disks: tuple[DiskIo, ...] = ()
+    disks: Items[DiskIo] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class IbPort:
     """One InfiniBand port (``/sys/class/infiniband/DEV/ports/N/counters``)."""
 
-    device: str
+    device: Text
     port: int
     rx_bytes_per_s: float | None
     tx_bytes_per_s: float | None
-    state: str = ""
-    rate: str = ""
+    state: Text = ""
+    rate: Text = ""
     symbol_errors: int | None = None
     link_downed: int | None = None
 
@@ -111,8 +134,8 @@ class GpuSample:
     """One GPU, read through NVML (GPM fields on Hopper and newer)."""
 
     index: int
-    name: str
-    uuid: str
+    name: Text
+    uuid: Text
     utilization_percent: float | None = None
     memory_utilization_percent: float | None = None
     mem_used_bytes: int | None = None
@@ -128,13 +151,13 @@ class GpuSample:
     nvlink_tx_bytes_per_s: float | None = None
     ecc_corrected: int | None = None
     ecc_uncorrected: int | None = None
-    xid_events: tuple[int, ...] = ()
-    throttle_reasons: tuple[str, ...] = ()
+    xid_events: Items[int] = ()
+    throttle_reasons: Items[Text] = ()
     sm_activity_percent: float | None = None
     sm_occupancy_percent: float | None = None
     dram_bw_util_percent: float | None = None
-    processes: tuple[GpuProcess, ...] = ()
-    unavailable: Mapping[str, str] = field(default_factory=dict)
+    processes: Items[GpuProcess] = ()
+    unavailable: Notes = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,16 +165,16 @@ class JobInfo:
     """A process whose process-tree ID matches the job pattern."""
 
     pid: int
-    tree_id: str
-    cmdline: str
-    user: str
+    tree_id: Text
+    cmdline: Text
+    user: Text
     start_time: float
     cpu_percent: float | None = None
     rss_bytes: int | None = None
-    gpu_mem_bytes: Mapping[str, int] = field(default_factory=dict)
+    gpu_mem_bytes: Keyed[int] = field(default_factory=dict)
     """GPU index (as a string, so the map survives JSON) -> bytes used."""
-    job_key: str | None = None
-    ancestors: tuple[int, ...] = ()
+    job_key: Text | None = None
+    ancestors: Items[int] = ()
     kineto_polling: bool = False
     """True when the process polls this host's gpulens Kineto endpoint (it can be traced)."""
 
@@ -160,15 +183,15 @@ class JobInfo:
 class HostSample:
     """Everything read on one host at one time."""
 
-    host: str
+    host: Text
     time: float
     cpu: CpuSample
     memory: MemorySample
     network: NetworkSample
     storage: StorageSample
     cache: CacheSample = CacheSample()
-    infiniband: tuple[IbPort, ...] = ()
-    gpus: tuple[GpuSample, ...] = ()
-    jobs: tuple[JobInfo, ...] = ()
-    unavailable: Mapping[str, str] = field(default_factory=dict)
+    infiniband: Items[IbPort] = ()
+    gpus: Items[GpuSample] = ()
+    jobs: Items[JobInfo] = ()
+    unavailable: Notes = field(default_factory=dict)
     simulated: bool = False

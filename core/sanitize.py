@@ -1,9 +1,9 @@
 """What a viewer accepts from an agent or a file: plausible numbers and printable text.
 
 Every decoded :class:`~gpulens.core.model.HostSample` passes
-:func:`check_sample` (``serialize.sample_from_dict`` and both fast paths in
-``fast_decode`` call it), so no widget ever sees what a hostile or broken
-agent made up:
+:func:`check_sample` (both doors of the one sample decoder in ``ipc.serialize``,
+``sample_from_msgpack`` and ``sample_from_dict``, end in it), so no widget
+ever sees what a hostile or broken agent made up:
 
 - A number that is NaN, ±inf, or outside its field's plausible range
   (:func:`bound_of`: percentages -1..110, ratios -0.01..1.1, bytes and
@@ -24,7 +24,7 @@ agent made up:
 
 At most :data:`MAX_NOTES` reasons are added per owner; the rest are counted
 in one more. Checking a clean sample allocates nothing (generated
-straight-line code, like ``fast_decode``); only a sample with something to
+straight-line code); only a sample with something to
 fix takes the slower reflective repair.
 """
 

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpulens.core.events import Source
+    from gpulens.ipc.kineto.protocol import TraceService
 
 
-def _trace_service(source: Any) -> tuple[Any, str | None]:
+def _trace_service(source: Source) -> tuple[TraceService | None, str | None]:
     """The local Kineto trace service (when watching this machine), or why there is none."""
     from gpulens.sources.local import LocalSource
 

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpulens.core.procfs import unix_socket_holder
+from gpulens.core.threads import start_thread, stop_thread
 from gpulens.ipc.kineto.endpoint import resolve_socket_dir
 from gpulens.ipc.principal import Principal, peer
 from gpulens.ipc.transport import SocketTransport, Transport
@@ -140,15 +141,12 @@ class ControlListener:
             raise
         sock.settimeout(0.5)
         self._sock = sock
-        self._thread = threading.Thread(target=self._accept, name="gpulens-control", daemon=True)
-        self._thread.start()
+        self._thread = start_thread(self._accept, "gpulens-control")
 
     def stop(self) -> None:
         """Stop accepting (connections being served end with the agent)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2)
-            self._thread = None
+        stop_thread(self._stop, self._thread)
+        self._thread = None
         if self._sock is not None:
             with contextlib.suppress(OSError):
                 self._sock.close()

@@ -1,33 +1,46 @@
-"""Plain-data conversion of the sample model, with validation on the way in.
+"""The sample codec: one typed decoder for a HostSample, plain data on the way out.
 
-``to_dict`` turns a model object into JSON/msgpack-ready builtins.
-``from_dict`` rebuilds it and checks every field's type, so bytes from a peer
-or a file can never produce a half-valid sample: a mismatch raises
-:class:`~gpulens.core.errors.SchemaError` naming the field path.
-Unknown keys are ignored (a newer agent may send more). ``sample_from_dict``
-then passes the sample through :func:`~gpulens.core.sanitize.check_sample`:
-NaN, infinities and implausible numbers become None (n/a) with a reason,
-control characters leave every string.
+``to_dict`` / ``sample_to_dict`` turn model objects into JSON/msgpack-ready
+builtins (docs/sample-schema.md). There is one way in, with two doors:
+
+- :func:`sample_from_msgpack` decodes a packed sample map (a stream frame's
+  ``sample``, each of a history frame's ``samples``) straight into the
+  frozen dataclasses with msgspec;
+- :func:`sample_from_dict` converts plain data (``gpulens sample --json``,
+  a recording's records) with ``msgspec.convert``, the same typed
+  validation from Python objects instead of bytes.
+
+Both check every field's type against the model, ignore unknown keys (a
+newer agent may send more), apply the model's size bounds (``MAX_ITEMS``
+items per list or map, ``MAX_TEXT_LEN`` characters per string, refused
+from the declared length before anything is built) and end in
+:func:`~gpulens.core.sanitize.check_sample`: NaN, infinities and
+implausible numbers become None (n/a) with a reason, control characters
+leave every string. A mismatch raises :class:`~gpulens.core.errors.SchemaError`
+whose ``path`` is msgspec's (``$.gpus[3].power_w`` is reported as
+``gpus[3].power_w``, the form check_sample's reasons use).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-import types
-import typing
+import re
 from collections.abc import Mapping
-from functools import cache
-from typing import Any, TypeVar, Union
+from typing import Any, TypeVar
+
+import msgspec
 
 from gpulens.core.errors import SchemaError
 from gpulens.core.model import HostSample
 from gpulens.core.sanitize import check_sample
+from gpulens.ipc.errors import ProtocolError
 
 T = TypeVar("T")
 
-MAX_SEQUENCE = 100_000
-"""Longest list accepted for any one field (processes, jobs, cores...)."""
+_DECODER = msgspec.msgpack.Decoder(HostSample)
+
+
+# -- out ------------------------------------------------------------------------
 
 
 def to_dict(obj: Any) -> Any:
@@ -41,104 +54,117 @@ def to_dict(obj: Any) -> Any:
     return obj
 
 
-@cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _convert(tp: Any, value: Any, path: str) -> Any:
-    origin = typing.get_origin(tp)
-    if origin in (Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None:
-            if type(None) in args:
-                return None
-            raise SchemaError(path, "a value", value)
-        non_none = [a for a in args if a is not type(None)]
-        errors: list[SchemaError] = []
-        for arg in non_none:
-            try:
-                return _convert(arg, value, path)
-            except SchemaError as err:
-                errors.append(err)
-        raise errors[0]
-    if tp is Any:
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise SchemaError(path, "a number", value)
-        try:
-            return float(value)
-        except OverflowError:  # an integer beyond float (JSON allows it): check_sample refuses it
-            return math.inf if value > 0 else -math.inf
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise SchemaError(path, "an integer", value)
-        return value
-    if tp is str:
-        if not isinstance(value, str):
-            raise SchemaError(path, "a string", value)
-        return value
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise SchemaError(path, "true or false", value)
-        return value
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)):
-            raise SchemaError(path, "a list", value)
-        if len(value) > MAX_SEQUENCE:
-            raise SchemaError(path, f"at most {MAX_SEQUENCE} items", f"{len(value)} items")
-        (item_tp, _ellipsis) = typing.get_args(tp)
-        return tuple(_convert(item_tp, v, f"{path}[{i}]") for i, v in enumerate(value))
-    if origin in (Mapping, dict, typing.Mapping, typing.Dict):  # noqa: UP006
-        if not isinstance(value, Mapping):
-            raise SchemaError(path, "a map", value)
-        if len(value) > MAX_SEQUENCE:
-            raise SchemaError(path, f"at most {MAX_SEQUENCE} entries", f"{len(value)} entries")
-        key_tp, val_tp = typing.get_args(tp)
-        return {
-            _convert(key_tp, k, f"{path}.<key>"): _convert(val_tp, v, f"{path}.{k}")
-            for k, v in value.items()
-        }
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        return _from_dict(tp, value, path)
-    raise SchemaError(path, f"a supported type ({tp!r})", value)
-
-
-def _from_dict(cls: type[T], data: Any, path: str) -> T:
-    if not isinstance(data, Mapping):
-        raise SchemaError(path or cls.__name__, "a map", data)
-    hints = _hints(cls)  # type: ignore[arg-type]
-    kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        sub = f"{path}.{f.name}" if path else f.name
-        if f.name in data:
-            kwargs[f.name] = _convert(hints[f.name], data[f.name], sub)
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise SchemaError(sub, "a value (required field missing)", None)
-    return cls(**kwargs)
-
-
-def from_dict(cls: type[T], data: Any) -> T:
-    """Rebuild a model object of type ``cls`` from plain data.
-
-    Raises:
-        SchemaError: a field is missing or has the wrong type; the message
-            names the dotted path of the field.
-    """
-    return _from_dict(cls, data, "")
-
-
 def sample_to_dict(sample: HostSample) -> dict[str, Any]:
     """The documented JSON/msgpack form of a host sample (docs/sample-schema.md)."""
     result: dict[str, Any] = to_dict(sample)
     return result
 
 
+# -- in -------------------------------------------------------------------------
+
+
+def sample_from_msgpack(raw: bytes | memoryview | msgspec.Raw) -> HostSample:
+    """Decode one packed sample map into a checked :class:`HostSample`.
+
+    Raises:
+        SchemaError: the map does not fit the model (the path names the field),
+            a list, map or string is over the model's bounds, or the sample's
+            time is not plausible.
+        ProtocolError: the bytes are not msgpack, or nest too deeply.
+    """
+    try:
+        sample: HostSample = _DECODER.decode(raw)
+    except msgspec.ValidationError as err:
+        raise schema_error(err, "sample") from None
+    except msgspec.DecodeError as err:
+        raise ProtocolError(f"frame is not valid msgpack: {err}") from None
+    except RecursionError:
+        raise ProtocolError("frame is not valid msgpack: nested too deeply") from None
+    return check_sample(sample)
+
+
 def sample_from_dict(data: Any) -> HostSample:
-    """Validate and rebuild a host sample, implausible values made n/a (``sanitize``).
+    """Validate plain data as a host sample, implausible values made n/a (``sanitize``).
 
     Raises:
         SchemaError: a field is missing or mistyped, or the sample's time is not plausible.
     """
     return check_sample(from_dict(HostSample, data))
+
+
+def from_dict(cls: type[T], data: Any) -> T:
+    """Rebuild a model object of type ``cls`` from plain data (no plausibility check).
+
+    Raises:
+        SchemaError: a field is missing or has the wrong type; ``path`` names it.
+    """
+    try:
+        return msgspec.convert(data, cls)
+    except msgspec.ValidationError as err:
+        raise schema_error(err, cls.__name__) from None
+
+
+# -- msgspec's errors in the words of SchemaError ----------------------------------
+
+_WHERE = re.compile(r"^(?P<what>.*?)(?: - at `key` in `(?P<key_in>[^`]*)`| - at `(?P<at>[^`]*)`)?$", re.DOTALL)
+_EXPECTED = re.compile(r"^Expected `(?P<types>[^`]*)`(?:, got `(?P<got>[^`]*)`| of length (?P<op>[<>]=) (?P<n>\d+))?$")
+_MISSING = re.compile(r"^Object missing required field `(?P<field>[^`]*)`$")
+_WORDS = {
+    "float": "a number",
+    "int": "an integer",
+    "str": "a string",
+    "bool": "true or false",
+    "array": "a list",
+    "object": "a map",
+    "bytes": "bytes",
+    "null": "null",
+    "None": "null",
+    "ext": "an extension type",
+}
+_GOT = {**_WORDS, "bool": "a boolean"}
+_UNITS = {"array": "items", "object": "entries", "str": "characters"}
+
+
+class _Shown(str):
+    """What was received, described (msgspec names the type, not the value)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def _path(where: str, root: str) -> str:
+    """msgspec's ``$.gpus[3].power_w`` as ``gpus[3].power_w`` (``$`` alone is ``root``)."""
+    if where in ("", "$"):
+        return root
+    return where[2:] if where.startswith("$.") else where.removeprefix("$")
+
+
+def schema_error(err: msgspec.ValidationError, root: str) -> SchemaError:
+    """The SchemaError for a msgspec validation error; its path is msgspec's, without ``$.``."""
+    m = _WHERE.match(str(err))
+    assert m is not None  # the pattern matches any text
+    what = m["what"]
+    if m["key_in"] is not None:
+        path = _path(m["key_in"], root) + ".<key>"
+    else:
+        path = _path(m["at"] or "", root)
+    missing = _MISSING.match(what)
+    if missing is not None:
+        name = missing["field"]
+        return SchemaError(name if path == root else f"{path}.{name}", "a value (required field missing)", None)
+    expected = _EXPECTED.match(what)
+    if expected is not None:
+        types = [t for t in expected["types"].split(" | ") if t != "null"]
+        if expected["n"] is not None:
+            unit = _UNITS.get(types[0] if types else "", "items")
+            bound = "at most" if expected["op"] == "<=" else "at least"
+            return SchemaError(path, f"{bound} {expected['n']} {unit}", _Shown("more" if bound == "at most" else "fewer"))
+        words = " or ".join(_WORDS.get(t, f"`{t}`") for t in types) or "null"
+        got = expected["got"] or ""
+        return SchemaError(path, words, _Shown(_GOT.get(got, got or "something else")))
+    return SchemaError(path, "valid data", _Shown(what[:1].lower() + what[1:]))
+
+
+__all__ = ["from_dict", "sample_from_dict", "sample_from_msgpack", "sample_to_dict", "schema_error", "to_dict"]

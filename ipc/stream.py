@@ -6,24 +6,36 @@ other keys are listed on each message class below and in docs/protocol.md.
 Nothing here touches a socket: :class:`FrameDecoder` turns bytes into
 messages, :func:`encode` turns a message into one frame's bytes.
 
+Samples are decoded once, by the sample codec: the ``sample`` of a sample
+frame and each of a history frame's ``samples`` go from their packed bytes
+straight into a checked :class:`~gpulens.core.model.HostSample`
+(:func:`~gpulens.ipc.serialize.sample_from_msgpack`, msgspec); every other
+message is read with msgpack and validated field by field (:func:`from_wire`).
+
 Bounds: a declared length above ``max_frame_bytes`` is refused before any
-body byte is buffered, and msgpack is told the largest string, binary,
-array and map it may build, so hostile bytes cost at most one frame of
-memory. Any malformed input raises :class:`ProtocolError`; after that the
-decoder is poisoned and the connection must be closed.
+body byte is buffered; msgpack is told the largest string, binary, array
+and map it may build, and the sample model declares the same bounds to
+msgspec (``core.model.MAX_ITEMS``, ``MAX_TEXT_LEN``), which refuses a
+declared length over them before building anything. So hostile bytes cost
+at most one frame of memory. Any malformed input raises
+:class:`ProtocolError`; after that the decoder is poisoned and the
+connection must be closed.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import msgpack
 import msgspec
 
+from gpulens.core.errors import SchemaError
+from gpulens.core.model import MAX_ITEMS, MAX_TEXT_LEN, HostSample
 from gpulens.ipc.errors import ProtocolError, VersionMismatch
+from gpulens.ipc.serialize import sample_from_msgpack, schema_error, to_dict
 
 PROTOCOL_VERSION = 1
 """Bumped on any incompatible change; peers refuse another version."""
@@ -33,9 +45,9 @@ SUPPORTED_VERSIONS: frozenset[int] = frozenset({1})
 HEADER = struct.Struct(">I")
 MAX_FRAME_BYTES = 16 * 1024 * 1024
 """Largest frame body accepted (a history chunk or file chunk fits easily)."""
-MAX_STR_LEN = 1024 * 1024
+MAX_STR_LEN = MAX_TEXT_LEN
 MAX_BIN_LEN = 4 * 1024 * 1024
-MAX_CONTAINER_LEN = 100_000
+MAX_CONTAINER_LEN = MAX_ITEMS
 FILE_CHUNK_BYTES = 256 * 1024
 """Size of the data in one file chunk sent by the agent."""
 
@@ -87,25 +99,9 @@ class AuthOk:
 
 @dataclass(frozen=True, slots=True)
 class SampleMsg:
-    """One live host sample in the form of ``collectors.serialize.sample_to_dict``."""
+    """One live host sample, sent in the form of ``serialize.sample_to_dict``."""
 
-    sample: Mapping[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class ParsedSample:
-    """A ``sample`` frame already decoded by the FrameDecoder's ``sample_hook``.
-
-    Only a decoder makes it (never sent); ``sample`` is whatever the hook
-    returned (the viewer's hook returns a validated HostSample).
-    """
-
-    sample: Any
-
-
-SampleHook = Callable[[bytes], Any]
-"""Turns the packed ``sample`` map of a sample frame into a checked sample,
-or returns None to leave that frame to the plain path (msgpack + SampleMsg)."""
+    sample: HostSample
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +109,7 @@ class History:
     """Kept samples, oldest first; ``id`` 0 answers a hello's ``since``."""
 
     id: int
-    samples: tuple[Mapping[str, Any], ...]
+    samples: tuple[HostSample, ...]
     last: bool = True
 
 
@@ -161,7 +157,6 @@ Message = (
     | AuthResponse
     | AuthOk
     | SampleMsg
-    | ParsedSample
     | History
     | Request
     | Response
@@ -175,7 +170,6 @@ _TAGS: dict[type, str] = {
     AuthResponse: "auth",
     AuthOk: "auth_ok",
     SampleMsg: "sample",
-    ParsedSample: "sample",
     History: "history",
     Request: "request",
     Response: "response",
@@ -188,10 +182,12 @@ _TAGS: dict[type, str] = {
 
 
 def to_wire(msg: Message) -> dict[str, Any]:
-    """The plain map sent for ``msg`` (tuples become lists)."""
+    """The plain map sent for ``msg`` (tuples become lists, samples plain maps)."""
     body: dict[str, Any] = {"t": _TAGS[type(msg)]}
     for name in msg.__slots__:
         value = getattr(msg, name)
+        if name in ("sample", "samples"):
+            value = to_dict(value)
         body[name] = list(value) if isinstance(value, tuple) else value
     return body
 
@@ -222,13 +218,10 @@ class FrameDecoder:
     ``max_frame_bytes`` bounds one frame's body; the buffer never holds more
     than one header plus one body. After a :class:`ProtocolError` every
     further ``feed`` raises again: the stream cannot be resynchronised.
-    With a ``sample_hook`` (the viewer's), live ``sample`` frames the hook
-    accepts come out as :class:`ParsedSample` instead of :class:`SampleMsg`.
     """
 
-    def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES, sample_hook: SampleHook | None = None) -> None:
+    def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
         self.max_frame_bytes = max_frame_bytes
-        self._sample_hook = sample_hook
         self._buf = bytearray()
         self._need: int | None = None
         self._error: ProtocolError | None = None
@@ -266,39 +259,59 @@ class FrameDecoder:
                 body = bytes(self._buf[: self._need])
                 del self._buf[: self._need]
                 self._need = None
-                out.append(self._decode(body))
+                out.append(decode_body(body))
         except ProtocolError as err:
             self._error = err
             self._buf.clear()
             raise
         return out
 
-    def _decode(self, body: bytes) -> Message:
-        hook = self._sample_hook
-        # A body no longer than the container limit cannot hold a string, list
-        # or map over decode_body's msgpack limits, so msgspec (which has no
-        # such limits) may read it. Anything it or the hook declines goes to
-        # decode_body, which gives the same message or the exact error.
-        if hook is not None and len(body) <= MAX_CONTAINER_LEN:
-            try:
-                env = _ENVELOPE.decode(body)
-            except (msgspec.DecodeError, RecursionError):
-                return decode_body(body)
-            if env.t == "sample" and len(env.sample):
-                sample = hook(bytes(env.sample))
-                if sample is not None:
-                    return ParsedSample(sample)
-        return decode_body(body)
 
-
-class _Envelope(msgspec.Struct):
-    """The message type and the still-packed ``sample`` field of a frame body."""
+class _Head(msgspec.Struct):
+    """A frame body's message type and, for a sample frame, the still-packed sample."""
 
     t: str
     sample: msgspec.Raw = msgspec.Raw()
 
 
-_ENVELOPE = msgspec.msgpack.Decoder(_Envelope)
+class _HistoryBody(msgspec.Struct):
+    """A history frame with its samples still packed."""
+
+    id: int
+    samples: Annotated[tuple[msgspec.Raw, ...], msgspec.Meta(max_length=MAX_CONTAINER_LEN)]
+    last: bool = True
+
+
+_HEAD = msgspec.msgpack.Decoder(_Head)
+_HISTORY = msgspec.msgpack.Decoder(_HistoryBody)
+
+
+def _sample_msg(packed: msgspec.Raw) -> SampleMsg:
+    if not packed:
+        raise ProtocolError("message 'sample': missing field 'sample'")
+    try:
+        return SampleMsg(sample=sample_from_msgpack(packed))
+    except SchemaError as err:
+        raise ProtocolError(f"message 'sample': {err}") from err
+
+
+def _history_msg(body: bytes) -> History:
+    try:
+        packed = _HISTORY.decode(body)
+    except msgspec.ValidationError as err:
+        raise ProtocolError(f"message 'history': {schema_error(err, 'history')}") from None
+    except msgspec.DecodeError as err:
+        raise ProtocolError(f"frame is not valid msgpack: {err}") from None
+    except RecursionError:
+        raise ProtocolError("frame is not valid msgpack: nested too deeply") from None
+    samples = []
+    for i, raw in enumerate(packed.samples):
+        try:
+            samples.append(sample_from_msgpack(raw))
+        except SchemaError as err:  # name the sample: samples[3].gpus[0].power_w
+            inner = str(err)[len(err.path) :] if err.path == "sample" else f".{err}"
+            raise ProtocolError(f"message 'history': samples[{i}]{inner}") from err
+    return History(id=packed.id, samples=tuple(samples), last=packed.last)
 
 
 def decode_body(body: bytes) -> Message:
@@ -307,6 +320,14 @@ def decode_body(body: bytes) -> Message:
     Raises:
         ProtocolError: not msgpack, over a size limit, or not a known message.
     """
+    try:
+        head: _Head | None = _HEAD.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        head = None  # not a map with a string "t": msgpack below says what is wrong
+    if head is not None and head.t == "sample":
+        return _sample_msg(head.sample)
+    if head is not None and head.t == "history":
+        return _history_msg(body)
     try:
         obj = msgpack.unpackb(
             body,
@@ -350,14 +371,6 @@ def _opt_num(d: Mapping[str, Any], key: str) -> float | None:
     return None if value is None else float(value)
 
 
-def _maps(d: Mapping[str, Any], key: str) -> tuple[Mapping[str, Any], ...]:
-    items = _get(d, key, list, "a list of maps")
-    for item in items:
-        if not isinstance(item, dict):
-            raise ProtocolError(f"message '{d.get('t')}': field '{key}' must hold maps only")
-    return tuple(items)
-
-
 def from_wire(obj: Any) -> Message:
     """Validate a decoded msgpack object as a message; raises ProtocolError."""
     if not isinstance(obj, dict):
@@ -390,14 +403,8 @@ def from_wire(obj: Any) -> Message:
         return AuthResponse(cnonce=_get(d, "cnonce", bytes, "bytes"), mac=_get(d, "mac", bytes, "bytes"))
     if tag == "auth_ok":
         return AuthOk(mac=_get(d, "mac", bytes, "bytes"))
-    if tag == "sample":
-        return SampleMsg(sample=_get(d, "sample", dict, "a map"))
-    if tag == "history":
-        return History(
-            id=_get(d, "id", int, "an integer"),
-            samples=_maps(d, "samples"),
-            last=_get(d, "last", bool, "true or false", True),
-        )
+    if tag in ("sample", "history"):  # decoded from their bytes by decode_body; here only if unreadable there
+        raise ProtocolError(f"message '{tag}': the frame's envelope cannot be read (a repeated key, or nested too deeply)")
     if tag == "request":
         return Request(
             id=_get(d, "id", int, "an integer"),

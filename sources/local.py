@@ -12,10 +12,12 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import IO, Any
 
+from gpulens.core.config import Config
 from gpulens.core.errors import ConfigError, RecordingError
 from gpulens.core.events import (
     Emit,
     HostSampler,
+    RequestSource,
     SampleEvent,
     Source,
     SourceEvent,
@@ -37,7 +39,7 @@ class LocalSource:
     never overlap however slow a collector is.
     """
 
-    def __init__(self, cfg: Any, sampler_factory: Callable[[], HostSampler]) -> None:
+    def __init__(self, cfg: Config, sampler_factory: Callable[[], HostSampler]) -> None:
         """``sampler_factory`` builds the sampler in the sampling thread (the command line
         passes ``collectors.sampler.Sampler``: sources never import collectors)."""
         self._cfg = cfg
@@ -219,16 +221,15 @@ class MultiSource:
     def request(self, host: str, kind: str, params: Mapping[str, Any], timeout_s: float) -> Future[Any]:
         """Send a request (profile, trace, history) to ``host`` through the part that serves it.
 
-        Parts without ``request`` are skipped; a part that fails at once with
+        Parts that are not a :class:`RequestSource` are skipped; a part that fails at once with
         "unknown host" hands over to the next. The future fails with
         RequestFailed when no part serves ``host``.
         """
         last: Future[Any] | None = None
         for s in self.sources:
-            fn = getattr(s, "request", None)
-            if not callable(fn):
+            if not isinstance(s, RequestSource):
                 continue
-            last = fn(host, kind, params, timeout_s)
+            last = s.request(host, kind, params, timeout_s)
             if not (last.done() and last.exception() is not None and "unknown host" in str(last.exception())):
                 return last
         if last is not None:
@@ -316,10 +317,8 @@ class RecordingSource:
 
     def request(self, host: str, kind: str, params: Mapping[str, Any], timeout_s: float) -> Future[Any]:
         """The inner source's ``request`` (profile, trace, history); RequestFailed if it has none."""
-        fn = getattr(self.inner, "request", None)
-        if callable(fn):
-            fut: Future[Any] = fn(host, kind, params, timeout_s)
-            return fut
+        if isinstance(self.inner, RequestSource):
+            return self.inner.request(host, kind, params, timeout_s)
         return MultiSource([self.inner]).request(host, kind, params, timeout_s)
 
     def start(self, emit: Emit) -> None:

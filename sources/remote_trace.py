@@ -2,54 +2,76 @@
 
 The host's agent owns the Kineto endpoint there; this service speaks to it
 through the source's ``request(host, kind, params, timeout_s)`` (a
-StreamSource, possibly inside MultiSource / RecordingSource). It offers the
-methods :class:`~gpulens.tui.screens.profiler.ProfilerScreen` calls on
-``LocalTraceService``: ``polling_pids``, ``diagnose``, ``request_trace``,
-``jobs`` and ``add_listener`` / ``remove_listener``.
+StreamSource, possibly inside MultiSource / RecordingSource). It is the
+remote form of :class:`gpulens.ipc.kineto.protocol.TraceService`, the
+protocol :class:`~gpulens.ipc.kineto.service.LocalTraceService` implements
+for this host.
 
-A trace is one ``trace`` request with a random tag; a worker thread follows
-its progress with ``trace_status`` (``gpulens.sources.tracing``, the code
-``gpulens trace --host`` uses) and turns each reported state into a
-:class:`TraceJob` for the listeners. The agent sends the file back in chunks;
-the source saves it under its download directory, and the job's ``files``
-point there, so View / Analyze / Export work on the local copy.
+A trace is :func:`gpulens.sources.tracing.fetch_trace` (the flow ``gpulens
+trace --host`` uses) on a worker thread: each state the agent reports
+becomes a :class:`TraceJob` for the listeners. The agent sends the file back
+in chunks; the source saves it under its download directory, and the job's
+``files`` point there, so View / Analyze / Export work on the local copy.
 """
 
 from __future__ import annotations
 
-import secrets
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import replace
-from typing import Any
+from typing import Protocol
 
+from gpulens.ipc.kineto.protocol import JobListener
+from gpulens.ipc.kineto.registry import PollingProcess
 from gpulens.ipc.kineto.requests import TraceJob, TraceRequest, TraceResult, TraceState
-from gpulens.sources.tracing import _follow, trace_params
+from gpulens.sources.tracing import (
+    Received,
+    Requester,
+    fetch_trace,
+    is_pid_text,
+    new_tag,
+    trace_wait_s,
+)
 
-JobListener = Callable[[TraceJob], None]
 STATE_BY_VALUE = {s.value: s for s in TraceState}
 # The agent's own progress states that are not TraceStates.
 EXTRA_STATES = {"requested": TraceState.WAITING_FOR_POLL, "sending": TraceState.WRITING}
 
 
-_services: weakref.WeakKeyDictionary[Any, dict[str, RemoteTraceService]] = weakref.WeakKeyDictionary()
+class HasSource(Protocol):
+    """What :func:`service_for` needs of the app (``sources`` may not import ``tui``)."""
+
+    @property
+    def source(self) -> object:
+        """The app's source; one that can send requests to agents."""
+        ...
 
 
-def service_for(app: Any, host: str, polling: Callable[[], Iterable[int]]) -> RemoteTraceService:
-    """``app``'s service for ``host`` (kept, so its trace list survives leaving the profiler)."""
+_services: weakref.WeakKeyDictionary[HasSource, dict[str, RemoteTraceService]] = weakref.WeakKeyDictionary()
+
+
+def service_for(app: HasSource, host: str, polling: Callable[[], Iterable[int]]) -> RemoteTraceService:
+    """``app``'s service for ``host`` (kept, so its trace list survives leaving the profiler).
+
+    Raises:
+        TypeError: the app's source cannot send requests to agents.
+    """
     per_app = _services.setdefault(app, {})
     if host not in per_app:
-        per_app[host] = RemoteTraceService(app.source, host, polling)
+        source = app.source
+        if not isinstance(source, Requester):
+            raise TypeError(f"{type(source).__name__} cannot send requests to agents")
+        per_app[host] = RemoteTraceService(source, host, polling)
     return per_app[host]
 
 
 class RemoteTraceService:
     """Trace processes on ``host`` through its agent; ``polling`` reads which pids poll there."""
 
-    def __init__(self, source: Any, host: str, polling: Callable[[], Iterable[int]]) -> None:
+    def __init__(self, source: Requester, host: str, polling: Callable[[], Iterable[int]]) -> None:
         self.source = source
         self.host = host
         self._polling = polling
@@ -67,7 +89,11 @@ class RemoteTraceService:
         """Pids the agent's latest sample marks as polling its Kineto endpoint."""
         return set(self._polling())
 
-    def diagnose(self, pid: int) -> str | None:
+    def processes(self) -> list[PollingProcess]:
+        """Empty: the registry is the agent's, which resolves a job id itself."""
+        return []
+
+    def diagnose(self, pid: int, /) -> str | None:
         """None while ``pid`` polls the agent's endpoint, else why it cannot be traced."""
         if pid in self.polling_pids():
             return None
@@ -83,30 +109,33 @@ class RemoteTraceService:
         with self._lock:
             return list(self._jobs.values())
 
-    def add_listener(self, fn: JobListener) -> None:
+    def add_listener(self, fn: JobListener, /) -> None:
         """Call ``fn(job)`` on every state change (from a worker thread, or the caller's)."""
         with self._lock:
             self._listeners.append(fn)
 
-    def remove_listener(self, fn: JobListener) -> None:
+    def remove_listener(self, fn: JobListener, /) -> None:
         """Stop calling ``fn``."""
         with self._lock:
             if fn in self._listeners:
                 self._listeners.remove(fn)
 
-    def request_trace(self, req: TraceRequest) -> Future[TraceResult]:
+    def request_trace(self, req: TraceRequest, /) -> Future[TraceResult]:
         """Ask the agent for a trace of ``req``; the Future holds the local copies' paths.
 
         The Future fails with the agent's reason (RequestFailed), or a
         TimeoutError when the agent sends nothing in time.
         """
-        tag = secrets.token_hex(8)
+        tag = new_tag()
         out: Future[TraceResult] = Future()
         self._publish(TraceJob(tag, req, req.pids, TraceState.WAITING_FOR_POLL,
                                f"sent to the agent on {self.host}", time.monotonic()))
         threading.Thread(target=self._run, args=(tag, req, out), name="gpulens-remote-trace",
                          daemon=True).start()
         return out
+
+    def stop(self) -> None:
+        """Nothing to release: the source owns the connection; running traces end on their own."""
 
     # -- worker ----------------------------------------------------------------
     def _publish(self, job: TraceJob) -> None:
@@ -123,29 +152,24 @@ class RemoteTraceService:
             return
         self._publish(replace(job, state=state, detail=detail[:300], files=files if files is not None else job.files))
 
-    def _say(self, tag: str) -> Callable[[str], None]:
-        """A ``_follow`` callback: its lines are ``state: detail``."""
+    def _on_state(self, tag: str) -> Callable[[str, str], None]:
+        """A :func:`fetch_trace` callback: the agent's states as this job's."""
 
-        def say(line: str) -> None:
-            state_s, sep, detail = line.partition(": ")
+        def on_state(state_s: str, detail: str) -> None:
             state = STATE_BY_VALUE.get(state_s) or EXTRA_STATES.get(state_s)
-            if sep and state is not None and state not in (TraceState.DONE, TraceState.FAILED):
+            if state is not None and state not in (TraceState.DONE, TraceState.FAILED):
                 self._update(tag, state, detail)  # done / failed come from the response itself
 
-        return say
+        return on_state
 
     def _run(self, tag: str, req: TraceRequest, out: Future[TraceResult]) -> None:
         started = time.monotonic()
-        timeout = req.timeout_s + 60.0
         try:
-            fut = self.source.request(self.host, "trace", trace_params(req, tag), timeout)
-            _follow(self.source, self.host, tag, fut, self._say(tag))
-            res = fut.result(timeout=timeout + 30)
-            result = self._files(res, req)
+            result = _result(fetch_trace(self.source, self.host, req, tag, self._on_state(tag)))
         except Exception as err:  # every failure becomes the job's reason
             why = str(err) or type(err).__name__
             if isinstance(err, TimeoutError):
-                why = f"the agent on {self.host} sent no trace within {timeout:.0f} s"
+                why = f"the agent on {self.host} sent no trace within {trace_wait_s(req):.0f} s"
             with self._lock:
                 for pid in req.pids:
                     self._failures[pid] = why
@@ -164,24 +188,11 @@ class RemoteTraceService:
             self._update(tag, TraceState.FAILED, why)
         out.set_result(result)
 
-    def _files(self, res: Any, req: TraceRequest) -> TraceResult:
-        """Map the response's ``{pid: name}`` onto the files the source downloaded."""
-        body = res.result if isinstance(res.result, dict) else {}
-        raw_names, raw_missing = body.get("files"), body.get("missing")
-        names: dict[Any, Any] = raw_names if isinstance(raw_names, dict) else {}
-        if not isinstance(raw_missing, dict):
-            raw_missing = {}
-        files: dict[int, str] = {}
-        missing: dict[int, str] = {}
-        for pid_s, why in raw_missing.items():
-            if isinstance(pid_s, str) and pid_s.isdigit() and len(pid_s) <= 10:
-                missing[int(pid_s)] = str(why)[:300]
-        for pid_s, name in names.items():
-            if not (isinstance(pid_s, str) and pid_s.isdigit() and len(pid_s) <= 10):
-                continue
-            path = res.files.get(name) if isinstance(name, str) else None
-            if path is None:
-                missing[int(pid_s)] = f"the agent named {str(name)[:80]!r} but sent no such file"
-            else:
-                files[int(pid_s)] = str(path)
-        return TraceResult(request_id="", files=files, missing=missing)
+
+def _result(got: Received) -> TraceResult:
+    """The agent's answer as a TraceResult: pids as numbers, malformed ones left out."""
+    return TraceResult(
+        request_id="",
+        files={int(pid_s): str(path) for pid_s, (_name, path) in got.files.items()},
+        missing={int(pid_s): why[:300] for pid_s, why in got.missing.items() if is_pid_text(pid_s)},
+    )

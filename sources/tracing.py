@@ -1,46 +1,77 @@
-"""``gpulens trace`` through an agent: remote (``--host``) or the local agent holding the Kineto name.
+"""One trace through an agent: the flow ``gpulens trace --host``, the local agent path and the TUI share.
 
-Both go through the same ``request(host, kind, params, timeout_s) ->
-Future[RequestResult]`` (``StreamSource`` for ``--host``,
-:class:`gpulens.sources.stream.local_agent.LocalAgentLink` for the local agent). The
-trace request carries a random ``tag``; while it runs, ``trace_status``
-requests report its progress (waiting for poll, tracing, writing, done),
-printed on stderr as the local path does. The files come back in chunks;
-each is saved under the download directory, then copied to ``-o FILE``
-(gzip when FILE ends in .gz) by :func:`copy_trace`: streamed through an
+:func:`fetch_trace` sends one ``trace`` request with a random ``tag``
+through anything with ``request(host, kind, params, timeout_s) ->
+Future[RequestResult]`` (:class:`Requester`: a ``StreamSource`` for
+``--host`` and the TUI, :class:`gpulens.sources.stream.local_agent.LocalAgentLink`
+for the local agent). While it runs, ``trace_status`` requests report its
+progress (waiting for poll, tracing, writing, done), each state handed to
+the caller in order. The agent sends the files back in chunks; the requester
+saves each under its download directory, and :class:`Received` maps the
+agent's ``{pid: name}`` onto those local copies (a malformed pid or a named
+file never sent becomes a missing process with its reason).
+
+Its users: :class:`gpulens.sources.remote_trace.RemoteTraceService` (the
+profiler screen's service for another host) and ``gpulens trace``
+(``gpulens.commands.trace``, which prints). :func:`copy_trace` copies a
+trace to ``-o FILE`` (gzip when FILE ends in .gz): streamed through an
 exclusive temporary name, never through a link, with decompression bounded
 (200x the input, at most 4 GiB; ``GPULENS_MAX_TRACE_BYTES`` sets another limit).
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import secrets
 import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from gpulens.analysis.trace.export import LIMIT_ENV as LIMIT_ENV  # re-exported for callers
-from gpulens.core.errors import CollectorError
+from gpulens.core.events import Requester as Requester  # re-exported: the one spelling
 from gpulens.ipc.kineto.requests import TraceRequest
 
 STATUS_EVERY_S = 0.5
-Say = Callable[[str], None]
+OnState = Callable[[str, str], None]
+"""``(state, detail)`` for each progress state the agent reports, in order (e.g. ``tracing``)."""
+OnSilent = Callable[[str], None]
+"""Called once, with the reason, when the agent answers no ``trace_status`` (an older agent)."""
 
 
-class Requester(Protocol):
-    """What both StreamSource and LocalAgentLink offer."""
+@dataclass(frozen=True, slots=True)
+class Received:
+    """What the agent sent back for one trace, keyed by the pid as the agent wrote it (decimal).
 
-    def request(self, host: str, kind: str, params: Mapping[str, Any], timeout_s: float) -> Future[Any]: ...
+    ``files``: pid -> (the agent's name for the file, the local copy).
+    ``missing``: pid (or a malformed key's repr) -> why there is no trace.
+    ``named``: how many files the agent's answer named (malformed ones too).
+    """
+
+    files: dict[str, tuple[str, Path]]
+    missing: dict[str, str]
+    named: int
 
 
 def default_download_dir() -> Path:
     """Where agent-sent traces land when no ``-o`` is given."""
     return Path.home() / ".cache" / "gpulens" / "traces"
+
+
+def new_tag() -> str:
+    """A random tag naming one trace in ``trace_status`` requests."""
+    return secrets.token_hex(8)
+
+
+def trace_wait_s(req: TraceRequest) -> float:
+    """How long the agent may take to answer ``req`` (its own timeout plus a minute)."""
+    return req.timeout_s + 60.0
+
+
+def is_pid_text(value: object) -> bool:
+    """True for a pid as the agent writes it: 1-10 ASCII digits."""
+    return isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 10
 
 
 def trace_params(req: TraceRequest, tag: str) -> dict[str, Any]:
@@ -66,59 +97,53 @@ def trace_params(req: TraceRequest, tag: str) -> dict[str, Any]:
     return params
 
 
-def trace_via(agent: Requester, host: str, req: TraceRequest, output: str | None, say: Say) -> int:
-    """Request the trace from ``host``'s agent, report progress, save the files; the exit code."""
-    from gpulens.ipc.errors import RequestFailed
+def fetch_trace(
+    agent: Requester, host: str, req: TraceRequest, tag: str, on_state: OnState, on_silent: OnSilent | None = None
+) -> Received:
+    """Ask ``host``'s agent to trace ``req``, report its progress, and map the files it sent.
 
-    tag = secrets.token_hex(8)
-    timeout = req.timeout_s + 60.0
+    Raises:
+        RequestFailed: the agent refused or the trace failed there (its own sentence).
+        TimeoutError: no answer within :func:`trace_wait_s`.
+    """
+    timeout = trace_wait_s(req)
     fut = agent.request(host, "trace", trace_params(req, tag), timeout)
-    _follow(agent, host, tag, fut, say)
-    try:
-        res = fut.result(timeout=timeout + 30)
-    except RequestFailed as err:
-        say(str(err))  # the agent's own sentence, e.g. "trace failed: 123: socket-dir mismatch: ..."
-        return 1
-    except TimeoutError:
-        say(f"failed: the agent at {host} sent no trace within {timeout:.0f} s")
-        return 1
-    result = res.result if isinstance(res.result, dict) else {}
-    raw_names = result.get("files")
+    _follow(agent, host, tag, fut, on_state, on_silent)
+    return received(fut.result(timeout=timeout + 30))
+
+
+def received(res: Any) -> Received:
+    """Map a ``trace`` response's ``{pid: name}`` and ``missing`` onto the files the requester saved."""
+    body = res.result if isinstance(res.result, dict) else {}
+    raw_names, raw_missing = body.get("files"), body.get("missing")
     names: dict[Any, Any] = raw_names if isinstance(raw_names, dict) else {}
-    raw_missing = result.get("missing")
-    missing: dict[str, Any] = dict(raw_missing) if isinstance(raw_missing, dict) else {}
-    for pid_s, name in sorted(names.items(), key=lambda kv: str(kv[0])):
-        if not (isinstance(pid_s, str) and pid_s.isdigit() and len(pid_s) <= 10):
+    missing = {str(k): str(v) for k, v in raw_missing.items()} if isinstance(raw_missing, dict) else {}
+    files: dict[str, tuple[str, Path]] = {}
+    for pid_s, name in names.items():
+        if not is_pid_text(pid_s):
             missing[repr(pid_s)[:40]] = "the agent sent a malformed process id"
             continue
         path = res.files.get(name) if isinstance(name, str) else None
         if path is None:
             missing[pid_s] = f"the agent named {str(name)[:80]!r} but sent no such file"
-            continue
-        say(f"received {name} ({path.stat().st_size} bytes)")
-        if output:
-            say(f"writing {output}")
-            final = copy_trace(path, output, str(pid_s), len(names), owner_uid=os.geteuid())
-            path.unlink(missing_ok=True)  # the download was only a staging copy
         else:
-            final = str(path)
-        print(f"{pid_s} {final}", flush=True)
-    for pid_s, why in sorted(missing.items(), key=lambda kv: str(kv[0])):
-        say(f"process {pid_s}: {why}")
-    say("done" if not missing else "done, with processes missing")
-    return 0 if names and not missing else 1
+            files[pid_s] = (name, path)
+    return Received(files=files, missing=missing, named=len(names))
 
 
-def _follow(agent: Requester, host: str, tag: str, fut: Future[Any], say: Say) -> None:
-    """Print every state change of the tagged trace, in order, until ``fut`` is done."""
-    seen = 0  # index of the next event to print
+def _follow(
+    agent: Requester, host: str, tag: str, fut: Future[Any], on_state: OnState, on_silent: OnSilent | None
+) -> None:
+    """Report every state change of the tagged trace, in order, until ``fut`` is done."""
+    seen = 0  # index of the next event to report
     while True:
         finished = fut.done()
         try:
             status = agent.request(host, "trace_status", {"tag": tag}, 10.0).result(timeout=15)
         except Exception as err:  # an older agent: no progress, the trace still comes
             if not finished:
-                say(f"no progress reports from this agent ({err}); waiting for the trace")
+                if on_silent is not None:
+                    on_silent(str(err))
                 fut.exception()  # block until done
             return
         st = status.result if isinstance(status.result, dict) else {}
@@ -127,7 +152,7 @@ def _follow(agent: Requester, host: str, tag: str, fut: Future[Any], say: Say) -
         first = raw_first if isinstance(raw_first, int) else 0
         for ev in events[max(seen - first, 0) :]:
             if isinstance(ev, dict):
-                say(f"{ev.get('state', '?')}: {ev.get('detail', '')}")
+                on_state(str(ev.get("state", "?")), str(ev.get("detail", "")))
         seen = max(seen, first + len(events))
         if finished:
             return
@@ -153,44 +178,3 @@ def copy_trace(src: str | Path, dest: str, pid: int | str, count: int, *, owner_
         suffix = "".join(out.suffixes)
         out = out.with_name(out.name[: len(out.name) - len(suffix)] + f"_{pid}" + suffix)
     return export_trace(src, out, owner_uid=owner_uid)
-
-
-def trace_remote(args: argparse.Namespace, req: TraceRequest, say: Say) -> int:
-    """``gpulens trace --host HOST:PORT|ssh:NODE``: through that host's agent stream."""
-    from gpulens.sources.stream.connect import open_agent
-
-    say(f"connecting to the agent at {args.host}")
-    src, address = open_agent(
-        args.host, token_file=args.token_file, ssh_command=args.ssh_command, download_dir=default_download_dir()
-    )
-    try:
-        return trace_via(src, address, req, args.output, say)
-    finally:
-        src.stop()
-
-
-def trace_local_agent(args: argparse.Namespace, req: TraceRequest, owner_pid: int, say: Say) -> int:
-    """The Kineto name here is held by a gpulens agent: send the request to it."""
-    from gpulens.core.procfs import proc_uid
-    from gpulens.sources.stream.local_agent import LocalAgentLink
-
-    uid = proc_uid(owner_pid)
-    if uid is None:
-        raise CollectorError(f"the gpulens process {owner_pid} holding the Kineto name is gone; try again")
-    link = LocalAgentLink(args.ipc_socket_dir, owner_pid, uid, default_download_dir())
-    try:
-        if "trace" not in link.hello.caps:
-            raise CollectorError(f"the local agent (pid {owner_pid}) does not serve traces")
-        say(f"the Kineto name is held by gpulens agent pid {owner_pid}; tracing through it")
-        return trace_via(link, link.address, req, args.output, say)
-    finally:
-        link.close()
-
-
-def wait_for_job(svc: Any, job_id: int, say: Say) -> None:
-    """Give the processes of ``job_id`` up to 15 s to poll (local path)."""
-    say(f"waiting up to 15 s for processes of job {job_id} to poll")
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and not any(p.job_id == job_id for p in svc.processes()):
-        time.sleep(0.1)
-    time.sleep(1.0)  # let the other ranks of the job poll too

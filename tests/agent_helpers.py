@@ -1,5 +1,5 @@
 """Helpers for the agent/stream tests: real agent subprocesses, an event log, a cuttable proxy,
-and an in-memory transport for in-process agents."""
+an in-memory transport for in-process agents and their parts, a fake trace service and profiler."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -165,7 +166,7 @@ def ring_times(port: int) -> list[float]:
         times: list[float] = []
         while True:
             h = v.until(stream.History)
-            times.extend(float(s["time"]) for s in h.samples)
+            times.extend(s.time for s in h.samples)
             if h.last:
                 return times
     finally:
@@ -330,3 +331,94 @@ class MemTransport:
             msg = self.until(stream.Response)
             if msg.id == request_id:
                 return msg
+
+
+class FakeTraceService:
+    """Enough of LocalTraceService for the request checks: traces come back as the given files."""
+
+    dynolog = None
+    address = "fake trace service"
+
+    def __init__(self, files: dict[int, str] | None = None, jobs: dict[int, int] | None = None) -> None:
+        self.files = files or {}
+        self.job_ids = jobs or {}  # pid -> job id of polling processes
+        self.asked: list[Any] = []
+        self.stopped = False
+
+    def polling_pids(self) -> set[int]:
+        return set(self.job_ids)
+
+    def processes(self) -> list[Any]:
+        from types import SimpleNamespace
+
+        return [SimpleNamespace(pid=p, job_id=j) for p, j in self.job_ids.items()]
+
+    def diagnose(self, pid: int) -> str | None:
+        return None
+
+    def jobs(self) -> list[Any]:
+        return []
+
+    def add_listener(self, listener: Any) -> None:
+        pass
+
+    def remove_listener(self, listener: Any) -> None:
+        pass
+
+    def request_trace(self, req: Any) -> Future[Any]:
+        from gpulens.ipc.kineto.requests import TraceResult
+
+        self.asked.append(req)
+        fut: Future[Any] = Future()
+        fut.set_result(TraceResult(request_id="r1", files={p: self.files[p] for p in req.pids if p in self.files}))
+        return fut
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+class BlockingProfiler:
+    """A py-spy stand-in whose ``sample_pids`` blocks until ``release`` is set (``started`` counts callers)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.started = threading.Semaphore(0)
+
+    def sample_pids(self, pids: list[int], duration: float, /, rate_hz: int = 100) -> str:
+        self.started.release()
+        self.release.wait(WAIT_S)
+        return "main 1\n"
+
+
+class RecordingConn:
+    """What the request runner needs of a connection (a principal and ``put``), recording every frame."""
+
+    def __init__(self, principal: Any = None) -> None:
+        self.principal = principal
+        self.frames: list[bytes] = []
+        self._cond = threading.Condition()
+
+    def put(self, frame: bytes, timeout_s: float | None = None) -> bool:
+        with self._cond:
+            self.frames.append(frame)
+            self._cond.notify_all()
+        return True
+
+    def messages(self) -> list[stream.Message]:
+        """Every message put so far, decoded."""
+        with self._cond:
+            frames = list(self.frames)
+        dec = stream.FrameDecoder(max_frame_bytes=stream.MAX_FRAME_BYTES)
+        return [m for f in frames for m in dec.feed(f)]
+
+    def response(self, request_id: int, timeout: float = WAIT_S) -> stream.Response:
+        """The response to ``request_id``, waiting for it (requests on threads answer later)."""
+        def found() -> stream.Response | None:
+            return next((m for m in self.messages() if isinstance(m, stream.Response) and m.id == request_id), None)
+
+        with self._cond:
+            if not self._cond.wait_for(lambda: found() is not None, timeout):
+                raise AssertionError(f"no response to request {request_id}")
+        res = found()
+        assert res is not None
+        return res

@@ -163,10 +163,14 @@ def test_no_import_cycles() -> None:
             if len(comp) > 1:
                 cycles.append(sorted(comp))
 
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
-    for v in graph:
-        if v not in index:
-            strongconnect(v)
+    old_limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old_limit, 10_000))
+    try:
+        for v in graph:
+            if v not in index:
+                strongconnect(v)
+    finally:
+        sys.setrecursionlimit(old_limit)  # other tests depend on the default depth
     assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
 
 

@@ -87,6 +87,12 @@ def test_truncated_file_keeps_what_was_read(tmp_path: Path) -> None:
         (msgpack.packb({"format": "gpulens-recording", "version": 99}), "version 99"),
         (header("x", False, T0) + msgpack.packb([1, 2, 3]), "expected a map"),
         (header("x", False, T0) + msgpack.packb({"k": "s", "d": {"host": 5}}), "host"),
+        # the path of a mistyped field deep in a recorded sample is named (the one sample decoder)
+        (header("x", False, T0) + msgpack.packb({"k": "s", "d": {
+            "host": "a", "time": T0, "cpu": {"total_percent": 1}, "memory": {"total_bytes": 1, "used_bytes": 1},
+            "network": {"rx_bytes_per_s": 1, "tx_bytes_per_s": 1}, "storage": {"read_bytes_per_s": 1, "write_bytes_per_s": 1},
+            "gpus": [{"index": 0, "name": "g", "uuid": "u", "power_w": "hot"}]}}),
+         r"gpus\[0\]\.power_w: expected a number, got a string"),
         (header("x", False, T0) + msgpack.packb({"k": "zz"}), "unknown record kind"),
         (header("x", False, T0) + msgpack.packb({"k": "h", "host": "a", "up": "yes"}), "wrong type"),
         (header("x", False, T0) + b"\xc1" * 10, "corrupt"),

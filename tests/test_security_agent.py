@@ -20,24 +20,31 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpulens.agent import requests as agent_requests
-from gpulens.agent.agent import MAX_PENDING, Agent
-from gpulens.agent.requests import MAX_HEAVY_PER_UID, RequestError, _send_file
+from gpulens.agent.agent import Agent
+from gpulens.agent.listener import MAX_PENDING
+from gpulens.agent.request_kinds import RequestError, send_file
+from gpulens.agent.requests import MAX_HEAVY_PER_UID
 from gpulens.agent.sessions import PREAUTH_FRAME_BYTES
 from gpulens.collectors.synthetic import SyntheticSampler
 from gpulens.ipc import auth, stream
 from gpulens.ipc.control import ControlListener, control_name, describe_holder, who_holds
-from gpulens.ipc.kineto.requests import TraceResult
 from gpulens.ipc.principal import NOT_AUTHENTICATED, Principal, owner, peer
 
 from . import security_helpers
-from .agent_helpers import WAIT_S, AgentProc, MemTransport, RawViewer
+from .agent_helpers import (
+    WAIT_S,
+    AgentProc,
+    BlockingProfiler,
+    FakeTraceService,
+    MemTransport,
+    RawViewer,
+    RecordingConn,
+)
 from .security_helpers import User, popen_as, run_as
 
 two_users = security_helpers.two_users  # the fixture, visible to pytest in this module
@@ -46,43 +53,6 @@ pytestmark = pytest.mark.timeout(120)
 
 
 # -- in-process agent -----------------------------------------------------------
-class FakeTraceService:
-    """Enough of LocalTraceService for the request checks: traces come back as the given files."""
-
-    dynolog = None
-
-    def __init__(self, files: dict[int, str] | None = None, jobs: dict[int, int] | None = None) -> None:
-        self.files = files or {}
-        self.jobs = jobs or {}  # pid -> job id of polling processes
-        self.asked: list[Any] = []
-
-    def polling_pids(self) -> set[int]:
-        return set(self.jobs)
-
-    def processes(self) -> list[Any]:
-        from types import SimpleNamespace
-
-        return [SimpleNamespace(pid=p, job_id=j) for p, j in self.jobs.items()]
-
-    def diagnose(self, pid: int) -> str | None:
-        return None
-
-    def add_listener(self, listener: Any) -> None:
-        pass
-
-    def remove_listener(self, listener: Any) -> None:
-        pass
-
-    def request_trace(self, req: Any) -> Future[TraceResult]:
-        self.asked.append(req)
-        fut: Future[TraceResult] = Future()
-        fut.set_result(TraceResult(request_id="r1", files={p: self.files[p] for p in req.pids if p in self.files}))
-        return fut
-
-    def stop(self) -> None:
-        pass
-
-
 @pytest.fixture
 def agent() -> Iterator[Agent]:
     a = Agent(SyntheticSampler(hostname="sec", gpus=0, interval_s=0.1), hostname="sec", interval_s=0.1,
@@ -178,22 +148,13 @@ def test_handshake_deadline_closes_a_silent_connection(agent: Agent, monkeypatch
 
 
 # -- files ---------------------------------------------------------------------------
-class _FakeConn:
-    def __init__(self) -> None:
-        self.frames: list[bytes] = []
-
-    def put(self, frame: bytes, timeout_s: float | None = None) -> bool:
-        self.frames.append(frame)
-        return True
-
-
-def _send_in_thread(path: Path, owner_uid: int) -> tuple[_FakeConn, BaseException | None]:
-    conn = _FakeConn()
+def _send_in_thread(path: Path, owner_uid: int) -> tuple[RecordingConn, BaseException | None]:
+    conn = RecordingConn()
     box: list[BaseException | None] = [None]
 
     def go() -> None:
         try:
-            _send_file(conn, 1, "t.json", path, owner=owner_uid)
+            send_file(conn, 1, "t.json", path, owner=owner_uid)
         except BaseException as err:
             box[0] = err
 
@@ -239,20 +200,9 @@ def test_trace_answer_with_a_planted_symlink_is_refused(agent: Agent, tmp_path: 
 
 
 # -- pool --------------------------------------------------------------------------------
-class _BlockingProfiler:
-    def __init__(self) -> None:
-        self.release = threading.Event()
-        self.started = threading.Semaphore(0)
-
-    def sample_pids(self, pids: list[int], duration: float, rate_hz: int = 100) -> str:
-        self.started.release()
-        self.release.wait(60)
-        return "main 1\n"
-
-
-def test_per_uid_limit_history_inline_and_stop_while_blocked(agent: Agent, monkeypatch: pytest.MonkeyPatch) -> None:
-    prof = _BlockingProfiler()
-    monkeypatch.setattr(agent_requests, "_profiler", lambda: prof)
+def test_per_uid_limit_history_inline_and_stop_while_blocked(agent: Agent) -> None:
+    prof = BlockingProfiler()
+    agent.requests.profiler = lambda: prof
     try:
         me = _connect(agent, peer(os.geteuid()), kind="control")
         _handshake(me)

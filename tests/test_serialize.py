@@ -70,6 +70,10 @@ def test_round_trip_json_and_msgpack() -> None:
         (("jobs", 0, "gpu_mem_bytes"), [1], "jobs[0].gpu_mem_bytes"),
         (("time",), True, "time"),
         (("time",), float("nan"), "time"),
+        (("gpus", 0, "processes", 0, "pid"), "42", "gpus[0].processes[0].pid"),
+        (("jobs", 0, "gpu_mem_bytes", "0"), "1 GiB", "jobs[0].gpu_mem_bytes[...]"),
+        (("unavailable",), {"cache.l2_hit_ratio": 7}, "unavailable[...]"),
+        (("network", "interfaces"), {"eth0": 1}, "network.interfaces"),
     ],
 )
 def test_wrong_type_names_the_field(path: tuple[object, ...], value: object, expected_path: str) -> None:

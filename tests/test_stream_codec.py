@@ -11,10 +11,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpulens.collectors.synthetic import SyntheticSampler
+from gpulens.core.errors import SchemaError
+from gpulens.core.model import MAX_ITEMS, MAX_TEXT_LEN
 from gpulens.ipc import auth, stream
 from gpulens.ipc.errors import AuthError, ProtocolError, VersionMismatch
-from gpulens.ipc.serialize import sample_from_dict, sample_to_dict
+from gpulens.ipc.serialize import sample_from_dict, sample_from_msgpack, sample_to_dict
 from gpulens.ipc.stream_frames import history_frames, sample_frame
+
+_SAMPLE = SyntheticSampler(hostname="n1", gpus=1, interval_s=1.0).sample()
+_LATER = SyntheticSampler(hostname="n1", gpus=0, interval_s=1.0).sample()
 
 MESSAGES: list[stream.Message] = [
     stream.Hello(proto=1, role="agent", host="n1", caps=("history", "trace"), version="0.1.0", interval_s=1.0),
@@ -22,8 +27,8 @@ MESSAGES: list[stream.Message] = [
     stream.Challenge(proto=1, nonce=b"\x01" * 32),
     stream.AuthResponse(cnonce=b"\x02" * 32, mac=b"\x03" * 32),
     stream.AuthOk(mac=b"\x04" * 32),
-    stream.SampleMsg(sample={"host": "n1"}),
-    stream.History(id=3, samples=({"a": 1}, {"b": 2}), last=False),
+    stream.SampleMsg(sample=_SAMPLE),
+    stream.History(id=3, samples=(_SAMPLE, _LATER), last=False),
     stream.Request(id=7, kind="profile", params={"pids": [1, 2], "duration_s": 2.5}),
     stream.Response(id=7, ok=False, error="no"),
     stream.Response(id=8, ok=True, result={"files": ["x"]}),
@@ -53,10 +58,12 @@ def test_pre_encoded_sample_and_history_frames_decode_to_the_sample() -> None:
     raw = msgpack.packb(sample_to_dict(s), use_bin_type=True)
     (msg,) = stream.FrameDecoder().feed(sample_frame(raw))
     assert isinstance(msg, stream.SampleMsg)
-    assert sample_from_dict(msg.sample) == s
+    assert msg.sample == s
+    assert stream.encode(stream.SampleMsg(s)) == sample_frame(raw)  # byte for byte what the agent sends
     frames = history_frames(5, [raw] * 250)
     msgs = [m for f in frames for m in stream.FrameDecoder().feed(f)]
     assert [len(m.samples) for m in msgs if isinstance(m, stream.History)] == [100, 100, 50]
+    assert all(x == s for m in msgs if isinstance(m, stream.History) for x in m.samples)
     assert [m.last for m in msgs if isinstance(m, stream.History)] == [False, False, True]
     (empty,) = stream.FrameDecoder().feed(history_frames(1, [])[0])
     assert isinstance(empty, stream.History) and empty.samples == () and empty.last
@@ -105,8 +112,12 @@ def test_truncated_frame_waits_then_completes() -> None:
         ({"t": "hello", "proto": 1, "role": "agent", "caps": [1]}, "caps"),
         ({"t": "request", "id": True, "kind": "x"}, "field 'id' must be an integer"),
         ({"t": "request", "id": 1}, "missing field 'kind'"),
-        ({"t": "sample", "sample": [1]}, "field 'sample' must be a map"),
-        ({"t": "history", "id": 1, "samples": [1]}, "maps only"),
+        ({"t": "sample", "sample": [1]}, "message 'sample': sample: expected a map, got a list"),
+        ({"t": "sample"}, "message 'sample': missing field 'sample'"),
+        ({"t": "sample", "sample": {"host": "h", "time": "now"}}, "message 'sample': time: expected a number, got a string"),
+        ({"t": "history", "id": 1, "samples": [1]}, r"message 'history': samples\[0\]: expected a map, got an integer"),
+        ({"t": "history", "id": "1", "samples": []}, "message 'history': id: expected an integer, got a string"),
+        ({"t": "history", "id": 1}, r"message 'history': samples: expected a value \(required field missing\)"),
         ({"t": "chunk", "id": 1, "name": "a", "offset": -1, "data": b"", "last": True}, "negative offset"),
         ({"t": "chunk", "id": 1, "name": "a", "offset": 0, "data": "text", "last": True}, "must be bytes"),
         ({"t": "response", "id": 1, "ok": 1}, "true or false"),
@@ -221,7 +232,7 @@ def test_challenge_response_and_replay() -> None:
         auth.verify_agent(token, s, c, auth.viewer_proof(token, s, c))
 
 
-# -- the viewer's fast sample decoder matches the reference ----------------------
+# -- the one sample decoder: typed, bounded, checked, naming the failing path ----
 
 _BASE = sample_to_dict(SyntheticSampler(hostname="h", gpus=2, interval_s=1.0).sample())
 
@@ -240,203 +251,171 @@ def _paths(obj: object, prefix: tuple[object, ...] = ()) -> list[tuple[object, .
 _ALL_PATHS = _paths(_BASE)
 
 
-@settings(max_examples=400, deadline=None)
-@given(st.sampled_from(_ALL_PATHS), _wire_values | st.just(float("nan")) | st.just(True), st.booleans())
-def test_fast_decoder_equals_reference(path: tuple[object, ...], value: object, delete: bool) -> None:
-    import copy
+def _dotted(path: tuple[object, ...]) -> str:
+    """``("gpus", 1, "power_w")`` as the decoder names it: ``gpus[1].power_w``.
 
-    from gpulens.core.errors import SchemaError
-    from gpulens.ipc.fast_decode import fast_sample_from_dict
-
-    data: object = copy.deepcopy(_BASE)
-    if path:
-        parent: object = data
-        for key in path[:-1]:
-            parent = parent[key]  # type: ignore[index]
-        if delete and isinstance(parent, dict):
-            del parent[path[-1]]
+    Inside a map of strings (``unavailable``, ``gpu_mem_bytes``) the decoder
+    names the map, not the key, so the path stops there.
+    """
+    out = ""
+    for key in path:
+        if isinstance(key, int):
+            out += f"[{key}]"
         else:
-            parent[path[-1]] = value  # type: ignore[index]
-    else:
-        data = value
-    try:
-        expected = sample_from_dict(data)
-    except SchemaError as err:
-        with pytest.raises(SchemaError) as got:
-            fast_sample_from_dict(data)
-        assert str(got.value) == str(err)
-        return
-    assert fast_sample_from_dict(data) == expected
+            out += f".{key}" if out else str(key)
+            if key in ("unavailable", "gpu_mem_bytes"):
+                break
+    return out
 
 
-def test_fast_decoder_fills_defaults_like_the_constructor() -> None:
-    from gpulens.ipc.fast_decode import fast_sample_from_dict
-
-    minimal = {k: _BASE[k] for k in ("host", "time", "cpu", "memory", "network", "storage")}
-    got = fast_sample_from_dict(minimal)
-    assert got == sample_from_dict(minimal) and got.gpus == () and got.unavailable == {} and not got.simulated
-
-
-# -- the msgspec typed path (FrameDecoder sample_hook) matches the reference -------
-
-
-def _hooked() -> stream.FrameDecoder:
-    from gpulens.ipc.fast_decode import sample_from_msgpack
-
-    return stream.FrameDecoder(sample_hook=sample_from_msgpack)
-
-
-def _viewer_decode(frame: bytes) -> tuple[bool, object]:
-    """What the viewer's link does with one sample frame: (typed path taken, sample)."""
-    from gpulens.ipc.fast_decode import fast_sample_from_dict
-
-    (msg,) = _hooked().feed(frame)
-    if isinstance(msg, stream.ParsedSample):
-        return True, msg.sample
+def _decode_frame(data: object) -> stream.SampleMsg:
+    (msg,) = stream.FrameDecoder().feed(sample_frame(msgpack.packb(data, use_bin_type=True)))
     assert isinstance(msg, stream.SampleMsg)
-    return False, fast_sample_from_dict(msg.sample)
+    return msg
 
 
-def _same_outcome(data: object) -> bool:
-    """Assert the typed path and the reference agree on ``data``; True if the typed path took it."""
-    from gpulens.core.errors import SchemaError
-
-    try:
-        raw = msgpack.packb(data, use_bin_type=True)
-    except (OverflowError, ValueError, TypeError):
-        return False  # not representable in msgpack: never on the wire
-    frame = sample_frame(raw)
-    if not isinstance(data, dict):  # not a map: the envelope check refuses it on both paths
-        with pytest.raises(ProtocolError) as plain:
-            stream.FrameDecoder().feed(frame)
-        with pytest.raises(ProtocolError) as hooked:
-            _hooked().feed(frame)
-        assert str(hooked.value) == str(plain.value)
-        return False
-    try:
-        expected = sample_from_dict(msgpack.unpackb(raw, raw=False))
-    except SchemaError as err:
-        with pytest.raises(SchemaError) as got:
-            _viewer_decode(frame)
-        assert str(got.value) == str(err)
-        return False
-    typed, sample = _viewer_decode(frame)
-    assert sample == expected
-    assert repr(sample) == repr(expected)  # same value types too (1.0, not 1)
-    return typed
-
-
-def test_typed_path_takes_a_valid_sample_and_equals_the_reference() -> None:
+def test_valid_samples_decode_to_equal_frozen_dataclasses() -> None:
     for gpus in (0, 1, 8):
         s = SyntheticSampler(hostname="h", gpus=gpus, interval_s=1.0).sample()
-        (msg,) = _hooked().feed(sample_frame(msgpack.packb(sample_to_dict(s), use_bin_type=True)))
-        assert isinstance(msg, stream.ParsedSample) and msg.sample == s
-    assert _same_outcome(_BASE)
+        got = _decode_frame(sample_to_dict(s)).sample
+        assert got == s and repr(got) == repr(s)  # same value types too (1.0, not 1)
+        assert sample_from_msgpack(msgpack.packb(sample_to_dict(s))) == s
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_missing_optional_fields_take_the_model_defaults() -> None:
+    minimal = {k: _BASE[k] for k in ("host", "time", "cpu", "memory", "network", "storage")}
+    for got in (_decode_frame(minimal).sample, sample_from_dict(minimal)):
+        assert got.gpus == () and got.unavailable == {} and not got.simulated and got.cache == type(got.cache)()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    st.sampled_from(_ALL_PATHS),
-    _wire_values | st.just(float("nan")) | st.just(float("-inf")) | st.just(1e308) | st.just(True) | st.just(7)
-    | st.just("a\x1b[31mb\x07"),
-    st.sampled_from(["set", "delete", "add_key"]),
+    st.sampled_from([p for p in _ALL_PATHS if p]),
+    st.text(max_size=4) | st.binary(max_size=4) | st.lists(st.integers(-5, 300), max_size=2) | st.just({"x": 1})
+    | st.just(True),
 )
-def test_typed_path_agrees_with_reference_on_mutations(path: tuple[object, ...], value: object, how: str) -> None:
+def test_a_wrongly_typed_field_is_refused_naming_its_path(path: tuple[object, ...], value: object) -> None:
     import copy
 
-    data: object = copy.deepcopy(_BASE)
-    if not path:
-        data = value
-    else:
-        parent: object = data
-        for key in path[:-1]:
-            parent = parent[key]  # type: ignore[index]
-        if how == "delete" and isinstance(parent, dict):
-            del parent[path[-1]]
-        elif how == "add_key" and isinstance(parent, dict):
-            parent["zz_unknown_" + str(path[-1])] = value  # forward compatibility: ignored
-        else:
-            parent[path[-1]] = value  # type: ignore[index]
-    _same_outcome(data)
+    data = copy.deepcopy(_BASE)
+    parent: object = data
+    for key in path[:-1]:
+        parent = parent[key]  # type: ignore[index]
+    old = parent[path[-1]]  # type: ignore[index]
+    if type(old) is type(value) or (isinstance(old, list) and isinstance(value, list) and not value):
+        return  # not a type change
+    parent[path[-1]] = value  # type: ignore[index]
+    try:
+        _decode_frame(data)
+    except ProtocolError as err:
+        assert isinstance(err.__cause__, SchemaError)
+        assert str(err).startswith(f"message 'sample': {_dotted(path)}"), (path, str(err))
+        with pytest.raises(SchemaError) as plain:  # a recording or --json file says the same
+            sample_from_dict(data)
+        assert plain.value.path == err.__cause__.path
+        return
+    # Accepted only where the new value fits the field's type: numbers for a list of numbers, a string for str | None.
+    assert (isinstance(old, list) and isinstance(value, list)) or (old is None and isinstance(value, str)), (path, value)
 
 
-def test_typed_path_ignores_unknown_keys_at_every_level() -> None:
+def test_unknown_keys_are_ignored_at_every_level() -> None:
     import copy
 
     data = copy.deepcopy(_BASE)
     data["new_top"] = {"x": [1, 2, {"y": None}]}
     data["cpu"]["new_cpu"] = "later"
     data["gpus"][0]["new_gpu"] = 1.5
-    assert _same_outcome(data)
+    assert _decode_frame(data).sample == sample_from_dict(_BASE)
     body = msgpack.packb({"t": "sample", "sample": _BASE, "extra": [1, 2, 3]}, use_bin_type=True)
-    (msg,) = _hooked().feed(struct.pack(">I", len(body)) + body)
-    assert isinstance(msg, stream.ParsedSample)
+    (msg,) = stream.FrameDecoder().feed(struct.pack(">I", len(body)) + body)
+    assert isinstance(msg, stream.SampleMsg) and msg.sample.host == "h"
 
 
 @pytest.mark.parametrize("single", [False, True])
 @pytest.mark.parametrize("value", [float("nan"), -float("nan"), float("inf"), float("-inf"), 1e308])
-def test_every_path_turns_non_finite_and_absurd_values_into_na_with_a_reason(value: float, single: bool) -> None:
-    """NaN, infinities and 1e308 become None plus the GPU's reason, on the typed path and the dict paths alike."""
+def test_both_doors_turn_non_finite_and_absurd_values_into_na_with_a_reason(value: float, single: bool) -> None:
+    """NaN, infinities and 1e308 become None plus the GPU's reason, off the wire and from plain data alike."""
     import copy
-
-    from gpulens.ipc.fast_decode import fast_sample_from_dict
 
     data = copy.deepcopy(_BASE)
     data["gpus"][1]["power_w"] = 3e38 if single and value == 1e308 else value  # float32 tops out at 3.4e38
-    frame = sample_frame(msgpack.packb(data, use_bin_type=True, use_single_float=single))
-    (msg,) = _hooked().feed(frame)
-    assert isinstance(msg, stream.ParsedSample)  # the typed path takes it and checks it
-    unpacked = msgpack.unpackb(msgpack.packb(data, use_single_float=single), raw=False)
-    for got in (msg.sample, fast_sample_from_dict(unpacked), sample_from_dict(unpacked)):
+    packed = msgpack.packb(data, use_bin_type=True, use_single_float=single)
+    (msg,) = stream.FrameDecoder().feed(sample_frame(packed))
+    assert isinstance(msg, stream.SampleMsg)
+    (hist,) = stream.FrameDecoder().feed(history_frames(0, [packed])[0])
+    assert isinstance(hist, stream.History)
+    for got in (msg.sample, hist.samples[0], sample_from_dict(msgpack.unpackb(packed, raw=False))):
         assert got.gpus[1].power_w is None
         assert "gpus[1].power_w" in got.gpus[1].unavailable["power_w"]
         assert got == msg.sample
 
 
-def test_typed_path_gives_the_plain_paths_errors_for_hostile_frames() -> None:
-    def both(body: bytes) -> tuple[str, str]:
-        frame = struct.pack(">I", len(body)) + body
-        out = []
-        for dec in (stream.FrameDecoder(), _hooked()):
-            try:
-                (msg,) = dec.feed(frame)
-                out.append(type(msg).__name__)
-            except ProtocolError as err:
-                out.append(f"ProtocolError: {err}")
-        return out[0], out[1]
-
-    head = b"\x83\xa1t\xa6sample\xa6sample"
-    deep = b"\x82\xa1t\xa6sample\xa5extra" + b"\x91" * 60_000 + b"\xc0"
-    cases = [
-        deep,  # nesting deeper than either decoder's recursion limit
-        b"\x82\xa1t\xa6sample\xa6sample\xc4\x02ab",  # sample is bytes
-        b"\x82\xa1t\xa6sample\xa6sample\x93\x01\x02\x03",  # sample is a list
-        b"\x81\xa1t\xa6sample",  # no sample
-        b"\x82\xa1t\xa6sample\xa6sample\xd4\x01\x00",  # ext type
-        b"\x82\xa1t\xa6sample\xa6sample\x81\xa4host\xa3\xff\xfe\xfd",  # invalid UTF-8
-        b"\x82\xa1t\xa6sample\xa6sample\xde\xff\xff",  # truncated map
-        head + b"\x01" + b"\xa6sample" + msgpack.packb(_BASE),  # duplicate key: last wins in both
-        b"\x82\xa1t\xc4\x06sample\xa6sample" + msgpack.packb(_BASE),  # tag as bytes
-    ]
-    for body in cases:
-        plain, hooked = both(body)
-        if plain == "SampleMsg":
-            assert hooked in ("SampleMsg", "ParsedSample")
-        else:
-            assert hooked == plain
-    assert both(head + b"\x01" + b"\xa6sample" + msgpack.packb(_BASE)) == ("SampleMsg", "ParsedSample")
+def test_an_implausible_time_refuses_the_frame_naming_the_sample() -> None:
+    data = dict(_BASE, time=float("inf"))
+    with pytest.raises(ProtocolError, match=r"^message 'sample': time: expected a finite number"):
+        _decode_frame(data)
+    raws = [msgpack.packb(_BASE), msgpack.packb(data)]
+    with pytest.raises(ProtocolError, match=r"^message 'history': samples\[1\]\.time: expected a finite number"):
+        stream.FrameDecoder().feed(history_frames(0, raws)[0])
+    bad = dict(_BASE, cpu={"total_percent": "hot"})
+    with pytest.raises(ProtocolError, match=r"^message 'history': samples\[0\]\.cpu\.total_percent: expected a number"):
+        stream.FrameDecoder().feed(history_frames(0, [msgpack.packb(bad)])[0])
 
 
-def test_typed_path_keeps_the_sequence_limits() -> None:
+def test_hostile_sample_frames_are_protocol_errors() -> None:
+    def decode(body: bytes) -> str:
+        try:
+            (msg,) = stream.FrameDecoder().feed(struct.pack(">I", len(body)) + body)
+        except ProtocolError as err:
+            return f"ProtocolError: {err}"
+        return type(msg).__name__
+
+    base = msgpack.packb(_BASE)
+    head = b"\x82\xa1t\xa6sample\xa6sample"
+    deep = b"\x91" * 60_000 + b"\xc0"
+    cases = {
+        b"\x82\xa1t\xa6sample\xa5extra" + deep: "not valid msgpack",  # nesting deeper than any decoder's limit
+        head + deep: "not valid msgpack",
+        head + b"\xc4\x02ab": "sample: expected a map, got bytes",
+        head + b"\x93\x01\x02\x03": "sample: expected a map, got a list",
+        head + b"\xd4\x01\x00": "sample: expected a map, got an extension type",
+        head + b"\x81\xa4host\xa3\xff\xfe\xfd": "not valid msgpack",  # invalid UTF-8
+        head + b"\xde\xff\xff": "not valid msgpack",  # truncated map
+        head + base + b"\xc0": "not valid msgpack",  # trailing bytes
+        b"\x82\xa1t\xc4\x06sample\xa6sample" + base: "no message type",  # tag as bytes
+        b"\x82\xa1t\xa6sample\xa5extra" + b"\x91" * 1010 + b"\xc0": "envelope cannot be read",  # msgpack reads it, msgspec not
+    }
+    for body, match in cases.items():
+        assert match in decode(body), (body[:40], decode(body))
+    assert decode(b"\x83\xa1t\xa6sample\xa6sample\x01\xa6sample" + base) == "SampleMsg"  # repeated key: the last wins
+
+
+def test_the_sample_bounds_apply_before_anything_is_built() -> None:
     import copy
 
-    from gpulens.ipc.serialize import MAX_SEQUENCE
-
     data = copy.deepcopy(_BASE)
-    data["cpu"]["per_core_percent"] = [1.0] * (MAX_SEQUENCE + 1)
-    frame = sample_frame(msgpack.packb(data, use_bin_type=True))
-    with pytest.raises(ProtocolError, match="not valid msgpack"):
-        _hooked().feed(frame)  # as on the plain path: msgpack's container limit
-    data["cpu"]["per_core_percent"] = [1.0] * 20_000  # a valid body over the typed path's size bound
-    typed, sample = _viewer_decode(sample_frame(msgpack.packb(data, use_bin_type=True)))
-    assert not typed and sample == sample_from_dict(data)
+    data["cpu"]["per_core_percent"] = [1.0] * (MAX_ITEMS + 1)
+    with pytest.raises(ProtocolError, match=rf"cpu\.per_core_percent: expected at most {MAX_ITEMS} items"):
+        _decode_frame(data)
+    with pytest.raises(SchemaError, match=rf"^cpu\.per_core_percent: expected at most {MAX_ITEMS} items"):
+        sample_from_dict(data)
+    data["cpu"]["per_core_percent"] = [1.0] * 20_000  # a valid body of 180 kB: the same single path
+    assert len(_decode_frame(data).sample.cpu.per_core_percent) == 20_000
+    data = dict(_BASE, host="x" * (MAX_TEXT_LEN + 1))
+    with pytest.raises(ProtocolError, match=rf"host: expected at most {MAX_TEXT_LEN} characters"):
+        _decode_frame(data)
+    data = dict(_BASE, unavailable={str(i): "" for i in range(MAX_ITEMS + 1)})
+    with pytest.raises(ProtocolError, match=rf"unavailable: expected at most {MAX_ITEMS} entries"):
+        _decode_frame(data)
+    # A declared length of 4 billion GPUs, or history samples, in a small frame: refused, nothing allocated.
+    raw = msgpack.packb(dict(_BASE, gpus=[]))
+    gpus = raw.index(b"\xa4gpus\x90")
+    hostile = raw[: gpus + 5] + b"\xdd\xff\xff\xff\xff" + raw[gpus + 6 :]
+    history = b"\x83\xa1t\xa7history\xa2id\x01\xa7samples\xdd\xff\xff\xff\xff"
+    for frame in (sample_frame(hostile), struct.pack(">I", len(history)) + history):
+        with pytest.raises(ProtocolError, match=rf"not valid msgpack: .*4294967295 exceeds max_array_len\({MAX_ITEMS}\)"):
+            stream.FrameDecoder().feed(frame)
+    # As many real packed samples as the bound allows, plus one, in one history frame.
+    body = b"\x83\xa1t\xa7history\xa2id\x01\xa7samples\xdd" + struct.pack(">I", MAX_ITEMS + 1) + b"\xc0" * (MAX_ITEMS + 1)
+    with pytest.raises(ProtocolError, match=rf"^message 'history': samples: expected at most {MAX_ITEMS} items"):
+        stream.FrameDecoder().feed(struct.pack(">I", len(body)) + body)

@@ -134,3 +134,63 @@ def test_chunks_are_saved_and_out_of_order_is_refused(fake_agent: FakeAgent, tmp
             link.request("", "trace", {}, 10).result(timeout=15)
     finally:
         link.close()
+
+
+# -- the local client is the stream client's session on another transport ---------
+
+
+def _sample_frame() -> bytes:
+    from gpulens.collectors.synthetic import SyntheticSampler
+    from gpulens.ipc.serialize import sample_to_dict
+
+    return stream.encode(stream.SampleMsg(sample=sample_to_dict(SyntheticSampler(hostname="x", gpus=1).sample())))
+
+
+def test_live_samples_are_read_and_dropped_while_a_request_runs(fake_agent: FakeAgent, tmp_path: Path) -> None:
+    def script(conn: socket.socket) -> None:
+        conn.sendall(_hello() + _sample_frame())
+        req = _read_request(conn)
+        conn.sendall(_sample_frame() + stream.encode(stream.Response(id=req.id, ok=True, result={"state": "done"})))
+        conn.recv(1)
+
+    fake_agent(script)
+    link = LocalAgentLink(str(tmp_path), os.getpid(), os.geteuid(), tmp_path / "dl")
+    try:
+        assert link.hello.caps == ("trace",) and link.hello.host == "x"
+        assert link.request("", "trace_status", {}, 10).result(timeout=15).result == {"state": "done"}
+    finally:
+        link.close()
+
+
+def test_close_fails_the_pending_request_and_refuses_new_ones(fake_agent: FakeAgent, tmp_path: Path) -> None:
+    got = threading.Event()
+
+    def script(conn: socket.socket) -> None:
+        conn.sendall(_hello())
+        _read_request(conn)
+        got.set()
+        conn.recv(1)
+
+    fake_agent(script)
+    link = LocalAgentLink(str(tmp_path), os.getpid(), os.geteuid(), tmp_path / "dl")
+    fut = link.request("", "trace", {}, 60)
+    assert got.wait(15)
+    link.close("interrupted")
+    with pytest.raises(RequestFailed, match="connection lost: interrupted"):
+        fut.result(timeout=15)
+    with pytest.raises(RequestFailed, match="connection is closed"):
+        link.request("", "trace", {}, 10).result(timeout=15)
+
+
+def test_agent_gone_before_its_hello_or_nameless_is_refused(fake_agent: FakeAgent, tmp_path: Path) -> None:
+    fake_agent(lambda conn: None)  # accepts, then hangs up
+    with pytest.raises(StreamError, match="the local agent closed the connection"):
+        LocalAgentLink(str(tmp_path), os.getpid(), os.geteuid(), tmp_path)
+
+    def nameless(conn: socket.socket) -> None:
+        conn.sendall(stream.encode(stream.Hello(proto=stream.PROTOCOL_VERSION, role="agent", host=" \x1b ")))
+        conn.recv(1)
+
+    fake_agent(nameless)
+    with pytest.raises(StreamError, match="names no host"):
+        LocalAgentLink(str(tmp_path), os.getpid(), os.geteuid(), tmp_path)

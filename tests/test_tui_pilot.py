@@ -113,12 +113,9 @@ async def test_na_with_reason_on_host_without_counters() -> None:
 
 
 @sync
-async def test_job_screen_processes_and_profiler_action(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpulens.tui.screens.base import DataScreen
-
+async def test_job_screen_processes_and_profiler_action() -> None:
     # gpu-node01 stands for this machine: the trace service reaches local pids only
-    monkeypatch.setattr(DataScreen, "is_local", staticmethod(lambda host: host == "gpu-node01"))
-    app = demo_app(backfill_s=60, trace_service=FakeTraceService({10_000, 10_100}))
+    app = demo_app(backfill_s=60, trace_service=FakeTraceService({10_000, 10_100}), hostname="gpu-node01")
     async with app.run_test(size=SIZE) as pilot:
         await settle(app, pilot)
         await pilot.press("tab", "enter")
@@ -256,11 +253,11 @@ async def test_no_color_keeps_heatmap_readable(monkeypatch: pytest.MonkeyPatch) 
 
 @sync
 async def test_profile_without_flame_modules_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    import gpulens.tui.screens.base as base
+    import gpulens.tui.profiling as profiling
 
     app = demo_app(backfill_s=60)
     monkeypatch.setattr(type(app.source), "simulated", property(lambda self: False))
-    monkeypatch.setattr(base, "_has", lambda module: False)
+    monkeypatch.setattr(profiling, "_has", lambda module: False)
     async with app.run_test(size=SIZE) as pilot:
         await settle(app, pilot)
         app.jump("host gpu-node01")
@@ -318,3 +315,97 @@ async def test_mouse_click_on_heatmap_and_table_rows() -> None:
         await pilot.click("#hosts", offset=(3, 3))  # the cursor row again: open it
         await settle(app, pilot)
         assert isinstance(app.screen, HostScreen) and app.screen.host == "gpu-node03"
+
+
+@sync
+async def test_a_failed_worker_is_shown_and_the_app_stays_up() -> None:
+    app = demo_app(backfill_s=60)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+        screen = app.screen
+        assert isinstance(screen, OverviewScreen)
+
+        def broken() -> None:
+            raise RuntimeError("disk on fire")
+
+        screen.background.start(broken, name="test work", group="test")
+        for _ in range(100):
+            if app._notifications:
+                break
+            await pilot.pause(0.05)
+        [notice] = list(app._notifications)
+        assert notice.message == "test work failed: disk on fire" and notice.severity == "error"
+        assert app.is_running and app.screen is screen
+
+
+@sync
+async def test_leaving_a_host_drops_the_profile_its_agent_is_still_taking(monkeypatch: pytest.MonkeyPatch) -> None:
+    from concurrent.futures import Future
+
+    from gpulens.core.events import SampleEvent
+    from gpulens.core.model import (
+        CpuSample,
+        HostSample,
+        JobInfo,
+        MemorySample,
+        NetworkSample,
+        StorageSample,
+    )
+    from gpulens.tui import profiling
+
+    from .tui_fakes import FROZEN, StaticSource, frozen_clock
+
+    pending: Future[Any] = Future()  # the agent never answers
+    returned: list[object] = []
+    real_wait = profiling.wait
+
+    def spy(fut: Future[Any], timeout_s: float) -> object:
+        returned.append(real_wait(fut, timeout_s))
+        return returned[-1]
+
+    monkeypatch.setattr(profiling, "wait", spy)
+
+    class SlowAgent(StaticSource):
+        def request(self, host: str, kind: str, params: Any, timeout_s: float) -> Future[Any]:
+            return pending
+
+    job = JobInfo(pid=777, tree_id="slurmstepd/python", cmdline="python train.py", user="u",
+                  start_time=FROZEN - 100, cpu_percent=99.0)
+    sample = HostSample(host="far-host", time=FROZEN, cpu=CpuSample(total_percent=1.0),
+                        memory=MemorySample(total_bytes=100, used_bytes=50),
+                        network=NetworkSample(rx_bytes_per_s=1.0, tx_bytes_per_s=1.0),
+                        storage=StorageSample(read_bytes_per_s=1.0, write_bytes_per_s=1.0), jobs=(job,))
+    app = GpulensApp(source=SlowAgent([SampleEvent(sample)]), clock=frozen_clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+        app.jump("host far-host")
+        await settle(app, pilot)
+        await pilot.press("f")
+        await pilot.pause()
+        [worker] = [w for w in app.workers if w.group == "profile"]
+        assert not returned  # waiting for the agent
+        await pilot.press("escape")
+        for _ in range(200):
+            if returned:
+                break
+            await pilot.pause(0.05)
+        assert returned == [None] and worker.is_cancelled  # the thread stopped waiting
+        assert isinstance(app.screen, OverviewScreen) and not pending.done()
+
+
+@sync
+async def test_palette_heatmap_and_back_commands_act_on_the_screen() -> None:
+    app = demo_app(backfill_s=60)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+        power = next(c for c in app.get_system_commands(app.screen) if c.title == "Heatmap: power")
+        await power.callback()
+        assert app.screen.query_one(GpuHeatmap).metric.metric == "gpu.power_w"
+        app.jump("host gpu-node01")
+        await settle(app, pilot)
+        await next(c for c in app.get_system_commands(app.screen) if c.title == "Heatmap: power").callback()
+        assert isinstance(app.screen, HostScreen)  # elsewhere: nothing happens
+        back = next(c for c in app.get_system_commands(app.screen) if c.title == "Back")
+        back.callback()
+        await pilot.pause()
+        assert isinstance(app.screen, OverviewScreen)

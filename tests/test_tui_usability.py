@@ -216,14 +216,11 @@ class DiagnosingService(FakeTraceService):
 
 @sync
 async def test_job_screen_says_why_it_cannot_be_profiled(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpulens.tui.screens.base import DataScreen
-
-    monkeypatch.setattr(DataScreen, "is_local", staticmethod(lambda host: host == "gpu-node12"))
     for kw, expected in (
         ({"trace_service": DiagnosingService(set())}, "pid 11100: KINETO_USE_DAEMON is not set"),
         ({"trace_error": "trace service not started: name taken"}, "trace service not started: name taken"),
     ):
-        app = demo_app(backfill_s=60, **kw)
+        app = demo_app(backfill_s=60, hostname="gpu-node12", **kw)
         monkeypatch.setattr(type(app.source), "simulated", property(lambda self: False))
         async with app.run_test(size=(160, 45)) as pilot:
             await settle(app, pilot)
@@ -352,7 +349,6 @@ async def test_d_dumps_each_local_process_and_opens_one_flame_graph(monkeypatch:
     from gpulens.analysis.flame import pyspy
     from gpulens.analysis.flame.model import build_from_stacks
     from gpulens.core.model import JobInfo
-    from gpulens.tui.screens.base import DataScreen
     from gpulens.tui.screens.flame import FlameScreen
 
     dumped: list[int] = []
@@ -362,7 +358,6 @@ async def test_d_dumps_each_local_process_and_opens_one_flame_graph(monkeypatch:
         return build_from_stacks([([f"thread {pid}", "main", "step"], 1)], "samples", f"dump {pid}")
 
     monkeypatch.setattr(pyspy, "dump", fake_dump)
-    monkeypatch.setattr(DataScreen, "is_local", staticmethod(lambda host: host == "near-host"))
     jobs = tuple(JobInfo(pid=pid, tree_id="slurmstepd/python", cmdline="python train.py", user="u",
                          start_time=FROZEN - 100, cpu_percent=50.0) for pid in (501, 502))
     events_ = []
@@ -370,7 +365,7 @@ async def test_d_dumps_each_local_process_and_opens_one_flame_graph(monkeypatch:
         base = _cpu_sample(host, FROZEN).sample
         events_.append(SampleEvent(HostSample(host=base.host, time=base.time, cpu=base.cpu, memory=base.memory,
                                               network=base.network, storage=base.storage, jobs=jobs)))
-    app = GpulensApp(source=StaticSource(events_), clock=frozen_clock)
+    app = GpulensApp(source=StaticSource(events_), clock=frozen_clock, hostname="near-host")
     async with app.run_test(size=(160, 45)) as pilot:
         await settle(app, pilot)
         app.jump("host near-host")

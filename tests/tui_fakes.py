@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
-from gpulens.core.config import Config, Panel
+from gpulens.core.config import WINDOWS, Config, Panel
+from gpulens.core.events import PanelData, Source
 from gpulens.sources.demo import DemoSource
+from gpulens.store.store import Store
 from gpulens.tui.app import GpulensApp
 
 FROZEN = 1_700_000_000.0
@@ -123,3 +125,41 @@ class FakeRequestSource(StaticSource):
         else:
             fut.set_exception(RequestFailed(f"unsupported request kind {kind!r}"))
         return fut
+
+
+class FakeContext:
+    """A ScreenContext without the app: a store fed with ``events``, a frozen clock, window 5m.
+
+    Lets a screen run in a plain ``App`` (``HostScreen(host, context=FakeContext(...))``).
+    """
+
+    def __init__(self, source: Source, events: list[Any], *, hostname: str = "this-host",
+                 trace_service: Any = None) -> None:
+        self.store = Store()
+        self.store.apply_many(events)
+        self.source = source
+        self.cfg = Config()
+        self.window = "5m"
+        self.paused = False
+        self.hostname = hostname
+        self.trace_service = trace_service
+        self.trace_error: str | None = None
+
+    @property
+    def window_s(self) -> float:
+        return float(WINDOWS[self.window])
+
+    def clock(self) -> float:
+        return FROZEN
+
+    def clock_text(self, t: float | None = None) -> str:
+        return time.strftime("%H:%M:%S", time.gmtime(FROZEN if t is None else t))
+
+    def down_since(self, host: str) -> float | None:
+        return None
+
+    def down_hosts(self) -> dict[str, float]:
+        return {}
+
+    def panel_data(self, panel: Panel, host: str | None, job: str | None) -> PanelData:
+        return PanelData(error="no custom panels here")

@@ -3,10 +3,17 @@
 Sources call ``emit`` from their threads; events queue under a lock and one
 ``SourceEvents`` message at a time drains them, so a burst of 256 host
 samples costs one store update and one redraw (at most every 0.25 s).
+
+The app is the screens' :class:`~gpulens.tui.context.ScreenContext` and routes
+the navigation messages they post (:mod:`gpulens.tui.messages`); screens never
+import it. Its one ``Worker.StateChanged`` handler shows any background
+worker's failure.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -19,6 +26,7 @@ from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
 from textual.widgets import Input
+from textual.worker import Worker
 
 from gpulens.core.config import WINDOWS, Config, Panel
 from gpulens.core.events import (
@@ -29,7 +37,9 @@ from gpulens.core.events import (
     SourceEvent,
     SourceStatusEvent,
 )
+from gpulens.ipc.kineto.protocol import TraceService
 from gpulens.store.store import Store
+from gpulens.tui.messages import OpenFlame, OpenHost, OpenJob, OpenProfiler
 from gpulens.tui.screens.base import DataScreen
 from gpulens.tui.screens.help import HelpScreen
 from gpulens.tui.screens.host import HostScreen
@@ -37,6 +47,7 @@ from gpulens.tui.screens.job import JobScreen
 from gpulens.tui.screens.jump import JumpScreen, parse_jump
 from gpulens.tui.screens.overview import OverviewScreen
 from gpulens.tui.widgets.heatmap import HEAT_METRICS
+from gpulens.tui.workers import notify_failure
 
 MIN_REFRESH_S = 0.25
 
@@ -74,8 +85,9 @@ class GpulensApp(App[int]):
         """New events are queued (one such message at a time)."""
 
     def __init__(self, source: Source, cfg: Config | None = None, *,
-                 clock: Callable[[], float] = time.time, trace_service: Any = None,
-                 store: Store | None = None, trace_error: str | None = None) -> None:
+                 clock: Callable[[], float] = time.time, trace_service: TraceService | None = None,
+                 store: Store | None = None, trace_error: str | None = None,
+                 hostname: str | None = None) -> None:
         super().__init__()
         self.source = source
         self.cfg = cfg or Config()
@@ -87,6 +99,8 @@ class GpulensApp(App[int]):
                                     history_s=max(3600.0, self.cfg.history_minutes * 60.0))
         self.window = self.cfg.window
         self.paused = False
+        self.hostname = hostname or socket.gethostname()
+        """This machine: py-spy and the local trace service reach its processes only."""
         self._lock = threading.Lock()
         self._pending: list[SourceEvent] = []
         self._posted = False
@@ -110,9 +124,13 @@ class GpulensApp(App[int]):
         change = self.host_changes.get(host)
         return change[1] if change is not None and not change[0] else None
 
+    def down_hosts(self) -> dict[str, float]:
+        """Every host that is down now, with when it went down."""
+        return {h: t for h, (up, t) in self.host_changes.items() if not up}
+
     def on_mount(self) -> None:
         """Open the overview, then start the source."""
-        self.push_screen(OverviewScreen())
+        self.push_screen(OverviewScreen(context=self))
         try:
             self.source.start(self.emit)
         except Exception as err:  # shown in the header; the UI stays up to say so
@@ -188,20 +206,61 @@ class GpulensApp(App[int]):
         except Exception as err:  # a bad panel must not take the screen down
             return PanelData(error=str(err))
 
-    # ---- navigation --------------------------------------------------------
+    # ---- navigation: the screens' messages ---------------------------------
     def open_host(self, host: str) -> None:
         """Push the host screen."""
-        self.push_screen(HostScreen(host))
+        self.push_screen(HostScreen(host, context=self))
 
     def open_job(self, key: str) -> None:
         """Push the job screen."""
-        self.push_screen(JobScreen(key))
+        self.push_screen(JobScreen(key, context=self))
+
+    def on_open_host(self, message: OpenHost) -> None:
+        """A screen asked for a host."""
+        self.open_host(message.host)
+
+    def on_open_job(self, message: OpenJob) -> None:
+        """A screen asked for a job."""
+        self.open_job(message.key)
+
+    def on_open_flame(self, message: OpenFlame) -> None:
+        """A profile is ready: show it full screen."""
+        from gpulens.tui.screens.flame import FlameScreen
+
+        self.push_screen(FlameScreen(message.profile, title=message.title))
+
+    def on_open_profiler(self, message: OpenProfiler) -> None:
+        """The profiler for processes here (the trace service) or on another host (its agent)."""
+        if importlib.util.find_spec("gpulens.tui.screens.profiler") is None:
+            self.notify("the profiler screen is not available", severity="warning")
+            return
+        from gpulens.tui.screens.profiler import ProfilerScreen
+
+        service = self._agent_trace_service(message.host) if message.through_agent else self.trace_service
+        self.push_screen(ProfilerScreen(service=service, host=message.host, pids=list(message.pids)))
+
+    def _agent_trace_service(self, host: str) -> TraceService:
+        """A trace service that reaches ``host``'s processes through its agent (one per app and host)."""
+        from gpulens.sources.remote_trace import service_for
+
+        store = self.store
+
+        def polling() -> set[int]:
+            sample = store.latest(host)
+            return {j.pid for j in sample.jobs if j.kineto_polling} if sample is not None else set()
+
+        return service_for(self, host, polling)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """A background worker failed: say so (the screen stays up)."""
+        notify_failure(self, event)
 
     def action_go_back(self) -> None:
-        """Esc: pop a screen, or clear the overview's filter."""
-        if isinstance(self.screen, OverviewScreen):
-            self.screen.clear_filter()
-        elif len(self.screen_stack) > 2:
+        """Esc: the screen's own undo first (the overview's filter), else pop a screen."""
+        screen = self.screen
+        if isinstance(screen, DataScreen) and screen.go_back():
+            return
+        if len(self.screen_stack) > 2:
             self.pop_screen()
 
     def action_help(self) -> None:
@@ -248,27 +307,16 @@ class GpulensApp(App[int]):
         self.paused = not self.paused
         self.refresh_data(force=True)
 
-    def action_heatmap(self, key: str) -> None:
-        """Heatmap metric, from the command palette."""
-        if isinstance(self.screen, OverviewScreen):
-            self.screen.action_heat(key)
+    async def action_heatmap(self, key: str) -> None:
+        """Heatmap metric, from the command palette (the overview's ``heat``; elsewhere nothing)."""
+        await self.screen.run_action(f"heat({key!r})")
 
     def _screen_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         """The keys of the screen the palette was opened on, as commands."""
         if len(self.screen_stack) > 2:
             yield SystemCommand("Back", "esc: the previous screen", self.action_go_back)
-        if isinstance(screen, OverviewScreen):
-            yield SystemCommand("Filter", "/: filter hosts and jobs", screen.action_filter)
-            yield SystemCommand("Sort", "s: sort the focused table by its next column", screen.action_sort)
-            yield SystemCommand("Reverse sort", "r: reverse the focused table", screen.action_reverse)
-        if isinstance(screen, (HostScreen, JobScreen)):
-            yield SystemCommand("Profile", "f: py-spy the job processes for 5 s, open a flame graph",
-                                screen.action_profile)
-            yield SystemCommand("Quick look", "d: one py-spy dump of each local job process, as a flame graph",
-                                screen.action_quick_look)
-        if isinstance(screen, JobScreen) and screen.check_action("open_profiler", ()):
-            yield SystemCommand("Open Profiler", "o: PyTorch traces of this job (Kineto)",
-                                screen.action_open_profiler)
+        if isinstance(screen, DataScreen):
+            yield from screen.commands()
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         """The command palette lists every gpulens action."""

@@ -32,8 +32,8 @@ class Args(msgspec.Struct, gc=False):
     rank: Any = None
 
 
-class Event(msgspec.Struct, gc=False):
-    """One trace event; times in microseconds as in the Chrome trace format."""
+class _EventHead(msgspec.Struct, gc=False):
+    """The fields every trace event has; times in microseconds as in the Chrome trace format."""
 
     ph: str = ""
     cat: str = ""
@@ -42,19 +42,17 @@ class Event(msgspec.Struct, gc=False):
     tid: int | str = 0
     ts: float = 0.0
     dur: float = 0.0
+
+
+class Event(_EventHead, gc=False):
+    """One trace event with its args decoded."""
+
     args: Args | None = None
 
 
-class RawEvent(msgspec.Struct, gc=False):
+class RawEvent(_EventHead, gc=False):
     """An event whose args are left undecoded: most events (CPU ops) never need them."""
 
-    ph: str = ""
-    cat: str = ""
-    name: str = ""
-    pid: int | str = 0
-    tid: int | str = 0
-    ts: float = 0.0
-    dur: float = 0.0
     args: msgspec.Raw = msgspec.Raw(b"")  # b"" when absent
 
 
@@ -72,16 +70,9 @@ def with_args(ev: RawEvent) -> Event:
     return Event(ev.ph, ev.cat, ev.name, ev.pid, ev.tid, ev.ts, ev.dur, args)
 
 
-class FullEvent(msgspec.Struct, gc=False):
+class FullEvent(_EventHead, gc=False):
     """An event with every argument kept (for the timeline's detail view)."""
 
-    ph: str = ""
-    cat: str = ""
-    name: str = ""
-    pid: int | str = 0
-    tid: int | str = 0
-    ts: float = 0.0
-    dur: float = 0.0
     args: dict[str, Any] | None = None
 
 

@@ -107,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
     import socket
 
     from gpulens import __version__
-    from gpulens.agent.agent import Agent, is_loopback, listen
+    from gpulens.agent.agent import Agent
+    from gpulens.agent.listener import is_loopback, listen
     from gpulens.ipc import auth
 
     logging.basicConfig(
@@ -182,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
         if args.metrics_port is not None:
             metrics = _serve_metrics(args, hostname, agent)
         if not args.no_trace:
-            agent.requests.start_trace_service()
+            agent.start_trace_service()
         if args.stdio:
             # The protocol owns the real stdout; anything a library prints goes to stderr.
             rfd, wfd = os.dup(0), os.dup(1)

@@ -5,7 +5,9 @@ waits. When a ``gpulens agent`` on this host already holds the Kineto name,
 the request goes to that agent over its local control socket
 (``gpulens.ipc.control``). ``--host HOST:PORT`` or ``--host ssh:NODE``
 traces on another host through its agent; the file comes back over the
-stream (``gpulens.sources.tracing``). The target must run with
+stream. Both agent paths run ``gpulens.sources.tracing.fetch_trace``, the
+flow the TUI's remote profiler uses; this module only prints (progress on
+stderr, ``PID PATH`` on stdout) and copies to ``-o``. The target must run with
 ``KINETO_USE_DAEMON=1`` (and, if it sets ``KINETO_IPC_SOCKET_DIR``, the
 same directory here via ``--ipc-socket-dir``, or in the agent's environment).
 """
@@ -13,6 +15,14 @@ same directory here via ``--ipc-socket-dir``, or in the agent's environment).
 from __future__ import annotations
 
 import argparse
+import os
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpulens.ipc.kineto.requests import TraceRequest
+    from gpulens.ipc.kineto.service import LocalTraceService
+    from gpulens.sources.tracing import Requester
 
 HELP = "take an on-demand PyTorch profiler trace of running processes (Kineto, no restart)"
 
@@ -75,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     from gpulens.ipc.kineto.endpoint import resolve_socket_dir, who_binds
     from gpulens.ipc.kineto.requests import TraceJob, TraceRequest
     from gpulens.ipc.kineto.service import LocalTraceService
-    from gpulens.sources import tracing as trace_remote
+    from gpulens.sources.tracing import copy_trace
 
     req = TraceRequest(
         pids=args.pid or (),
@@ -96,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         _say(str(err))
         return 2
     if args.host:
-        return trace_remote.trace_remote(args, req, _say)
+        return _trace_remote(args, req)
     svc = LocalTraceService(socket_dir=args.ipc_socket_dir)
     try:
         svc.start()
@@ -108,11 +118,11 @@ def run(args: argparse.Namespace) -> int:
             return 1
         if owner is None or not _is_gpulens_agent(owner[0]):
             raise  # dynolog without RPC, or someone else: one clear line from the CLI's error reporter
-        return trace_remote.trace_local_agent(args, req, owner[0], _say)
+        return _trace_local_agent(args, req, owner[0])
     try:
         _say(f"serving the Kineto endpoint at {svc.address}")
         if req.job_id is not None:
-            trace_remote.wait_for_job(svc, req.job_id, _say)
+            _wait_for_job(svc, req.job_id)
 
         def show(job: TraceJob) -> None:
             _say(f"{job.state.value}: {job.detail}")
@@ -126,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
             return 1
         for pid, path in sorted(result.files.items()):
             final = (
-                trace_remote.copy_trace(path, args.output, pid, len(result.files), owner_uid=result.owners.get(pid))
+                copy_trace(path, args.output, pid, len(result.files), owner_uid=result.owners.get(pid))
                 if args.output
                 else path
             )
@@ -138,13 +148,89 @@ def run(args: argparse.Namespace) -> int:
         svc.stop()
 
 
+def _trace_remote(args: argparse.Namespace, req: TraceRequest) -> int:
+    """``--host HOST:PORT|ssh:NODE``: through that host's agent stream."""
+    from gpulens.sources.stream.connect import open_agent
+    from gpulens.sources.tracing import default_download_dir
+
+    _say(f"connecting to the agent at {args.host}")
+    src, address = open_agent(
+        args.host, token_file=args.token_file, ssh_command=args.ssh_command, download_dir=default_download_dir()
+    )
+    try:
+        return _trace_via(src, address, req, args.output)
+    finally:
+        src.stop()
+
+
+def _trace_local_agent(args: argparse.Namespace, req: TraceRequest, owner_pid: int) -> int:
+    """The Kineto name here is held by a gpulens agent: send the request to it."""
+    from gpulens.core.errors import CollectorError
+    from gpulens.core.procfs import proc_uid
+    from gpulens.sources.stream.local_agent import LocalAgentLink
+    from gpulens.sources.tracing import default_download_dir
+
+    uid = proc_uid(owner_pid)
+    if uid is None:
+        raise CollectorError(f"the gpulens process {owner_pid} holding the Kineto name is gone; try again")
+    link = LocalAgentLink(args.ipc_socket_dir, owner_pid, uid, default_download_dir())
+    try:
+        if "trace" not in link.hello.caps:
+            raise CollectorError(f"the local agent (pid {owner_pid}) does not serve traces")
+        _say(f"the Kineto name is held by gpulens agent pid {owner_pid}; tracing through it")
+        return _trace_via(link, link.address, req, args.output)
+    finally:
+        link.close()
+
+
+def _trace_via(agent: Requester, host: str, req: TraceRequest, output: str | None) -> int:
+    """Trace through ``host``'s agent, print its progress and the files (copied to ``output``); the exit code."""
+    from gpulens.ipc.errors import RequestFailed
+    from gpulens.sources.tracing import copy_trace, fetch_trace, new_tag, trace_wait_s
+
+    def on_state(state: str, detail: str) -> None:
+        _say(f"{state}: {detail}")
+
+    def on_silent(why: str) -> None:
+        _say(f"no progress reports from this agent ({why}); waiting for the trace")
+
+    try:
+        got = fetch_trace(agent, host, req, new_tag(), on_state, on_silent)
+    except RequestFailed as err:
+        _say(str(err))  # the agent's own sentence, e.g. "trace failed: 123: socket-dir mismatch: ..."
+        return 1
+    except TimeoutError:
+        _say(f"failed: the agent at {host} sent no trace within {trace_wait_s(req):.0f} s")
+        return 1
+    for pid_s, (name, path) in sorted(got.files.items()):
+        _say(f"received {name} ({path.stat().st_size} bytes)")
+        if output:
+            _say(f"writing {output}")
+            final = copy_trace(path, output, pid_s, got.named, owner_uid=os.geteuid())
+            path.unlink(missing_ok=True)  # the download was only a staging copy
+        else:
+            final = str(path)
+        print(f"{pid_s} {final}", flush=True)
+    for pid_s, why in sorted(got.missing.items()):
+        _say(f"process {pid_s}: {why}")
+    _say("done" if not got.missing else "done, with processes missing")
+    return 0 if got.named and not got.missing else 1
+
+
+def _wait_for_job(svc: LocalTraceService, job_id: int) -> None:
+    """Give the processes of ``job_id`` up to 15 s to poll (local path)."""
+    _say(f"waiting up to 15 s for processes of job {job_id} to poll")
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and not any(p.job_id == job_id for p in svc.processes()):
+        time.sleep(0.1)
+    time.sleep(1.0)  # let the other ranks of the job poll too
+
+
 def _squatter(pid: int) -> str | None:
     """Why the holder ``pid`` of the Kineto name must not get our request (another non-root user), or None.
 
     Root's request goes to root's processes only; a user's to their own or root's.
     """
-    import os
-
     from gpulens.core.procfs import proc_uid
     from gpulens.sources.stream.local_agent import trusted_peer
 

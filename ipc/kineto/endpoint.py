@@ -42,6 +42,7 @@ from pathlib import Path
 
 from gpulens.core.procfs import proc_uid, unix_socket_holder
 from gpulens.core.safefs import UnsafePath, check_dir
+from gpulens.core.threads import start_thread, stop_thread
 from gpulens.ipc.errors import EndpointBusy, IpcError, MalformedDatagram
 from gpulens.ipc.kineto import codec
 from gpulens.ipc.kineto.registry import PollingProcess, Registry
@@ -219,8 +220,7 @@ class KinetoEndpoint:
         sock.setblocking(False)  # the thread polls; replies never wait for a slow reader
         self._sock = sock
         self._stop.clear()
-        self._thread = threading.Thread(target=self._serve, name="gpulens-kineto", daemon=True)
-        self._thread.start()
+        self._thread = start_thread(self._serve, "gpulens-kineto")
 
     def _bind(self, sock: socket.socket) -> None:
         if self.socket_dir is None:
@@ -347,9 +347,7 @@ class KinetoEndpoint:
 
     def stop(self) -> None:
         """Stop serving, close the socket and remove our filesystem socket file."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2)
+        stop_thread(self._stop, self._thread)
         self._thread = None
         if self._sock is not None:
             self._sock.close()

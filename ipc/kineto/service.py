@@ -25,16 +25,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import Future
 
 from gpulens.core.procfs import current_uid, proc_environ, proc_uid
 from gpulens.core.safefs import UnsafePath
+from gpulens.core.threads import start_thread, stop_thread
 from gpulens.ipc.errors import EndpointBusy, NotTraceable, TraceError
 from gpulens.ipc.kineto.diagnose import diagnose_pid
 from gpulens.ipc.kineto.dynolog_rpc import DynologClient, listener_uid
 from gpulens.ipc.kineto.endpoint import KinetoEndpoint, holder_of, is_possible_squatter
 from gpulens.ipc.kineto.jobs import JobTable, PidTask
+from gpulens.ipc.kineto.protocol import JobListener
 from gpulens.ipc.kineto.registry import PollingProcess
 from gpulens.ipc.kineto.requests import (
     OutputPlanner,
@@ -46,11 +47,10 @@ from gpulens.ipc.kineto.requests import (
 )
 
 log = logging.getLogger(__name__)
-JobListener = Callable[[TraceJob], None]
 
 
 class LocalTraceService:
-    """Trace PyTorch programs on this host through the Kineto on-demand protocol.
+    """Trace PyTorch programs on this host through the Kineto on-demand protocol (a ``TraceService``).
 
     ``socket_dir``: None follows ``$KINETO_IPC_SOCKET_DIR`` (abstract name when
     unset), "" forces the abstract name, a path serves ``PATH/dynolog``.
@@ -118,14 +118,11 @@ class LocalTraceService:
             log.info("Kineto name taken; using dynolog RPC at port %d", self._dynolog_client.port)
             self.dynolog = self._dynolog_client
         self._stop.clear()
-        self._thread = threading.Thread(target=self._watch, name="gpulens-trace-watch", daemon=True)
-        self._thread.start()
+        self._thread = start_thread(self._watch, "gpulens-trace-watch")
 
     def stop(self) -> None:
         """Stop serving; pending requests fail with 'service stopped'."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2)
+        stop_thread(self._stop, self._thread)
         self._thread = None
         self.endpoint.stop()
         for listener_job in self._table.fail_all("the trace service stopped"):

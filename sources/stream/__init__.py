@@ -1,1 +1,1 @@
-"""The viewer side of the agent stream: one client link, downloads, and the local control-socket client."""
+"""The viewer side of the agent stream: one client link, its request table and downloads, transports."""

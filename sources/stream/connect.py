@@ -35,9 +35,13 @@ def open_agent(
         CollectorError: the agent did not answer within ``wait_s`` or refused (the reason is given).
     """
     from gpulens.core.events import HostStatusEvent, SampleEvent, SourceEvent
-    from gpulens.ipc.auth import load_token
-    from gpulens.ipc.errors import AuthError
-    from gpulens.sources.stream.source import LinkOptions, StreamSource, ssh_target, tcp_target
+    from gpulens.sources.stream.source import (
+        LinkOptions,
+        StreamSource,
+        ssh_target,
+        tcp_target,
+        token_from_file,
+    )
 
     if host.startswith("ssh:"):
         if not host[4:]:
@@ -45,12 +49,7 @@ def open_agent(
         target = ssh_target(host[4:], ssh_command)
     else:
         target = tcp_target(host)
-    token = None
-    if token_file:
-        try:
-            token = load_token(token_file)
-        except AuthError as err:
-            raise ConfigError(f"--token-file: {err}") from err
+    token = token_from_file(token_file)
     ssl_context = None
     if target.tls:
         import ssl

@@ -1,8 +1,8 @@
 """Files a request's result brings back from an agent, written chunk by chunk.
 
-Shared by the viewer's links (collectors/stream_link.py) and the local
-control-socket client (gpulens/agent_client.py). What an agent may make us
-write (docs/security.md):
+Each pending request of a :class:`~gpulens.sources.stream.requests.RequestTable`
+(the one table every viewer link uses, sources/stream/requests.py) writes
+its files here. What an agent may make us write (docs/security.md):
 
 - names match :data:`SAFE_NAME` (no path, no ``..``), and the peer's host
   name only ever becomes a sanitised prefix;

@@ -9,48 +9,48 @@ live stream, so a reconnect loses nothing the agent kept. On any failure
 the link emits a down :class:`HostStatusEvent` with the reason and retries
 with capped exponential backoff.
 
+This is the one stream client: ``StreamSource`` (the TUI, ``gpulens
+trace/profile --host``) runs one HostLink per agent, and the local
+control-socket client (``local_agent.py``) runs one :meth:`HostLink.serve`
+session on its own channel. Requests of a session live in its
+:class:`~gpulens.sources.stream.requests.RequestTable`.
+
 What the link trusts (docs/security.md): nothing the agent says until it is
 checked. With a token the agent must prove it holds it too (challenge,
 then an ``auth_ok`` whose MAC verifies) before its hello is accepted; its
 hello must name a host, and every sample (live or history) must carry that
 name, or the session ends with a ProtocolError. Samples are checked by
-``collectors.sanitize`` at decode; every string the agent sends that is
+``core.sanitize`` at decode; every string the agent sends that is
 shown (errors, results, ssh stderr) loses its control characters.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import random
 import ssl
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from gpulens.core.errors import SchemaError
 from gpulens.core.events import Emit, HostStatusEvent, SampleEvent
 from gpulens.core.model import HostSample
-from gpulens.core.sanitize import clean_data, clean_text
+from gpulens.core.sanitize import clean_text
 from gpulens.ipc import auth, stream
 from gpulens.ipc.channels import ChannelClosed, CommandChannel, TcpChannel
 from gpulens.ipc.errors import AuthError, ProtocolError, RequestFailed, StreamError, VersionMismatch
-from gpulens.ipc.fast_decode import fast_sample_from_dict as sample_from_dict
-from gpulens.ipc.fast_decode import sample_from_msgpack
 from gpulens.ipc.reactor import Reactor
-from gpulens.sources.stream.downloads import PendingRequest, SaveFailed
+from gpulens.sources.stream.requests import RequestResult, RequestTable
 
 log = logging.getLogger("gpulens.stream")
 
 HANDSHAKE_TIMEOUT_S = 15.0
-MAX_REQUEST_SAMPLES = 1_000_000
-sample_hook: stream.SampleHook | None = sample_from_msgpack
-"""Decodes live sample frames straight to HostSample (None: via plain maps)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,13 +65,28 @@ class Target:
     argv: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class RequestResult:
-    """What a request returned: the agent's result, files saved, samples (history)."""
+class Channel(Protocol):
+    """A byte channel to one agent (``ipc.channels``, or the local control socket)."""
 
-    result: Any
-    files: dict[str, Path] = field(default_factory=dict)
-    samples: tuple[HostSample, ...] = ()
+    def recv(self, timeout_s: float) -> bytes:
+        """Up to one buffer; ``b""`` at end of stream; TimeoutError when idle."""
+        ...
+
+    def send(self, data: bytes) -> None:
+        """Send all of ``data`` (thread-safe)."""
+        ...
+
+    def describe_eof(self) -> str:
+        """Why the stream ended."""
+        ...
+
+    def close(self) -> None:
+        """Close; idempotent."""
+        ...
+
+
+class TokenRequired(AuthError):
+    """The agent asks for a token and the viewer holds none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,12 +99,21 @@ class LinkOptions:
     backoff_min_s: float = 0.5
     backoff_max_s: float = 30.0
     idle_timeout_s: float = 20.0
+    """Silence after which an agent is taken for gone (at least 10 of its intervals)."""
     initial_history_s: float = 0.0
     download_dir: Path | None = None
+    """Where files that requests bring back are saved (None: ``~/.cache/gpulens/downloads``)."""
+    download_prefix: str | None = None
+    """The saved files' name prefix (None: the agent's host name)."""
 
 
 class HostLink:
-    """The connection thread for one agent."""
+    """The connection thread for one agent.
+
+    :meth:`serve` runs one session on a channel the caller opened (the
+    local control socket): the handshake on the calling thread, the rest on
+    the link's thread, no reconnect.
+    """
 
     def __init__(
         self, target: Target, emit: Emit, options: LinkOptions, stop: threading.Event, reactor: Reactor | None = None
@@ -103,10 +127,8 @@ class HostLink:
         self.host: str | None = None
         self.up = False
         self.last_time: dict[str, float] = {}
-        self._chan: TcpChannel | CommandChannel | None = None
-        self._pending: dict[int, PendingRequest] = {}
-        self._lock = threading.Lock()
-        self._ids = itertools.count(1)
+        self._chan: Channel | None = None
+        self._requests: RequestTable | None = None
         self._idle_s = options.idle_timeout_s
         self._first = b""
         self.thread = threading.Thread(target=self._run, name=f"gpulens-link-{target.address}", daemon=True)
@@ -117,17 +139,8 @@ class HostLink:
         backoff = self.opt.backoff_min_s
         last_reason = None
         while not self._stop.is_set():
-            reason = ""
-            try:
-                self._chan = self._open()
-                self._session(self._chan)
-            except (StreamError, SchemaError, ChannelClosed, ssl.SSLError, OSError) as err:
-                reason = _describe(err)
-            except Exception as err:
-                log.exception("link %s", self.target.address)
-                reason = f"internal error: {type(err).__name__}: {err}"
-            finally:
-                self._close_chan(reason or "disconnected")
+            reason = self._guarded(self._connect)
+            self.hang_up(reason or "disconnected")
             if self._stop.is_set():
                 break
             was_up = self.up
@@ -148,7 +161,22 @@ class HostLink:
             self._stop.wait(backoff * random.uniform(0.8, 1.2))
             backoff = min(backoff * 2, self.opt.backoff_max_s)
 
-    def _open(self) -> TcpChannel | CommandChannel:
+    def _connect(self) -> None:
+        self._chan = self._open()
+        self._session(self._chan)
+
+    def _guarded(self, body: Callable[[], None]) -> str:
+        """Run ``body`` (a session); the reason it ended, as shown to the user ("" when it returned)."""
+        try:
+            body()
+        except (StreamError, SchemaError, ChannelClosed, ssl.SSLError, OSError) as err:
+            return _describe(err)
+        except Exception as err:
+            log.exception("link %s", self.target.address)
+            return f"internal error: {type(err).__name__}: {err}"
+        return ""
+
+    def _open(self) -> Channel:
         t = self.target
         if t.kind == "tcp":
             return TcpChannel(
@@ -159,16 +187,36 @@ class HostLink:
             )
         return CommandChannel(t.argv)
 
-    def _close_chan(self, reason: str) -> None:
+    def serve(self, chan: Channel) -> stream.Hello:
+        """Handshake on ``chan`` now, then serve it on :attr:`thread` until it ends; the agent's hello.
+
+        For a channel opened by the caller; there is no reconnect, and when
+        the session ends (or the handshake fails, which raises why) the
+        channel is closed and pending requests fail.
+        """
+        self._chan = chan
+        try:
+            hello, decoder, backlog = self._begin(chan)
+        except BaseException:
+            self.hang_up("handshake failed")
+            raise
+
+        def session() -> None:
+            self.hang_up(self._guarded(lambda: self._serve(chan, decoder, hello.host, backlog)) or "disconnected")
+            self.up = False
+
+        self.thread = threading.Thread(target=session, name=f"gpulens-link-{self.target.address}", daemon=True)
+        self.thread.start()
+        return hello
+
+    def hang_up(self, reason: str) -> None:
+        """End the session now: pending requests fail with ``connection lost: reason``; close the channel."""
+        table = self._requests
+        if table is not None:  # first: the reader, woken by the close, must not give its own reason
+            table.close(reason)
         chan, self._chan = self._chan, None
         if chan is not None:
             chan.close()
-        with self._lock:
-            pending, self._pending = self._pending, {}
-        for p in pending.values():
-            p.abort()
-            if not p.future.done():
-                p.future.set_exception(RequestFailed(f"connection lost: {reason}"))
 
     def close(self) -> None:
         """Wake the thread (the source's stop event must be set first)."""
@@ -180,7 +228,7 @@ class HostLink:
             chan.close()
 
     # -- session ----------------------------------------------------------------
-    def _read(self, chan: TcpChannel | CommandChannel, decoder: stream.FrameDecoder, deadline: float | None) -> list[stream.Message]:
+    def _read(self, chan: Channel, decoder: stream.FrameDecoder, deadline: float | None) -> list[stream.Message]:
         """The messages completed by one read (maybe none); raises when idle, closed or stopped."""
         if self._stop.is_set():
             raise StreamError("stopped")
@@ -197,8 +245,13 @@ class HostLink:
             self._first += data[: 48 - len(self._first)]
         return decoder.feed(data)
 
-    def _session(self, chan: TcpChannel | CommandChannel) -> None:
-        decoder = stream.FrameDecoder(sample_hook=sample_hook)
+    def _session(self, chan: Channel) -> None:
+        hello, decoder, backlog = self._begin(chan)
+        self._serve(chan, decoder, hello.host, backlog)
+
+    def _begin(self, chan: Channel) -> tuple[stream.Hello, stream.FrameDecoder, deque[stream.Message]]:
+        """Handshake, send our hello, open the request table; the hello, decoder and messages read past it."""
+        decoder = stream.FrameDecoder()
         self._first = b""
         # Messages read with the hello but after it (a sample in the same read) wait here.
         backlog: deque[stream.Message] = deque()
@@ -220,10 +273,16 @@ class HostLink:
         if since is None and self.opt.initial_history_s > 0:
             since = time.time() - self.opt.initial_history_s
         chan.send(stream.encode(stream.Hello(proto=stream.PROTOCOL_VERSION, role="viewer", since=since)))
+        download_dir = self.opt.download_dir or Path.home() / ".cache" / "gpulens" / "downloads"
+        self._requests = RequestTable(chan.send, download_dir, self.opt.download_prefix or host)
         self.up = True
         if self.on_host is not None:
             self.on_host(self)
         self.emit(HostStatusEvent(host=host, up=True, reason="connected", time=time.time(), address=self.target.address))
+        return hello, decoder, backlog
+
+    def _serve(self, chan: Channel, decoder: stream.FrameDecoder, host: str, backlog: deque[stream.Message]) -> None:
+        """Dispatch what the agent sends until the session ends (raises why)."""
         while backlog:
             self._dispatch(host, backlog.popleft())
         if self.reactor is not None and isinstance(chan, TcpChannel) and not chan.tls:
@@ -260,7 +319,7 @@ class HostLink:
 
     def _handshake(
         self,
-        chan: TcpChannel | CommandChannel,
+        chan: Channel,
         decoder: stream.FrameDecoder,
         backlog: deque[stream.Message],
         deadline: float,
@@ -280,7 +339,7 @@ class HostLink:
                 raise _refusal(msg)
             if isinstance(msg, stream.Challenge):
                 if token is None:
-                    raise AuthError("the agent requires a token: pass --token-file")
+                    raise TokenRequired("the agent requires a token: pass --token-file")
                 if cnonce:
                     raise ProtocolError("the agent sent a second challenge")
                 snonce, cnonce = msg.nonce, auth.new_nonce()
@@ -315,42 +374,19 @@ class HostLink:
             raise ProtocolError(f"expected the agent's hello, got '{stream.to_wire(msg)['t']}'")
 
     def _dispatch(self, host: str, msg: stream.Message) -> None:
-        if isinstance(msg, stream.ParsedSample):
+        if isinstance(msg, stream.SampleMsg):
             self._deliver(host, msg.sample, backfill=False)
-        elif isinstance(msg, stream.SampleMsg):
-            self._deliver(host, sample_from_dict(msg.sample), backfill=False)
         elif isinstance(msg, stream.History):
-            samples = [_own(host, sample_from_dict(s)) for s in msg.samples]
+            samples = [_own(host, s) for s in msg.samples]
             if msg.id == 0:
                 for s in samples:
                     self._deliver(host, s, backfill=True)
             else:
-                p = self._pending.get(msg.id)
-                if p is not None:
-                    if len(p.samples) + len(samples) > MAX_REQUEST_SAMPLES:
-                        raise ProtocolError("history answer larger than the viewer accepts")
-                    p.samples.extend(samples)
+                self._table().add_samples(msg.id, samples)
         elif isinstance(msg, stream.FileChunk):
-            self._chunk(msg)
+            self._table().chunk(msg)
         elif isinstance(msg, stream.Response):
-            with self._lock:
-                p = self._pending.pop(msg.id, None)
-            if p is None:
-                return
-            if not msg.ok:
-                p.abort()
-                if not p.future.done():
-                    p.future.set_exception(RequestFailed(clean_text(msg.error[:2000]) or "request failed"))
-                return
-            files = p.finish()
-            if p.future.done():
-                return
-            try:
-                result = clean_data(msg.result)
-            except SchemaError as err:
-                p.future.set_exception(RequestFailed(f"the agent's answer is malformed: {err}"))
-                return
-            p.future.set_result(RequestResult(result, files, tuple(p.samples)))
+            self._table().respond(msg)
         elif isinstance(msg, stream.ErrorMsg):
             raise _refusal(msg)
         else:
@@ -364,52 +400,21 @@ class HostLink:
         self.last_time[sample.host] = sample.time
         self.emit(SampleEvent(sample, backfill=backfill))
 
-    def _chunk(self, msg: stream.FileChunk) -> None:
-        p = self._pending.get(msg.id)
-        if p is None:
-            return
-        base = self.opt.download_dir or Path.home() / ".cache" / "gpulens" / "downloads"
-        try:
-            p.write_chunk(msg, base, self.host or "agent")
-        except SaveFailed as err:  # our disk, not the agent: only this request fails
-            with self._lock:
-                self._pending.pop(msg.id, None)
-            p.abort()
-            if not p.future.done():
-                p.future.set_exception(err)
+    def _table(self) -> RequestTable:
+        table = self._requests
+        if table is None:  # only before the first hello, when nothing is dispatched
+            raise StreamError("no session")
+        return table
 
     # -- requests ---------------------------------------------------------------
-    def request(self, kind: str, params: dict[str, Any], timeout_s: float) -> Future[RequestResult]:
+    def request(self, kind: str, params: Mapping[str, Any], timeout_s: float) -> Future[RequestResult]:
         """Send a request; the future fails with RequestFailed or TimeoutError."""
-        fut: Future[RequestResult] = Future()
-        chan = self._chan
-        if chan is None or not self.up:
+        table = self._requests
+        if table is None or self._chan is None or not self.up:
+            fut: Future[RequestResult] = Future()
             fut.set_exception(RequestFailed(f"{self.host or self.target.address} is not connected"))
             return fut
-        rid = next(self._ids)
-        with self._lock:
-            self._pending[rid] = PendingRequest(fut)
-        try:
-            chan.send(stream.encode(stream.Request(id=rid, kind=kind, params=params)))
-        except (OSError, ProtocolError) as err:
-            with self._lock:
-                self._pending.pop(rid, None)
-            fut.set_exception(RequestFailed(f"cannot send the request: {err}"))
-            return fut
-
-        def expire() -> None:
-            with self._lock:
-                p = self._pending.pop(rid, None)
-            if p is not None:
-                p.abort()
-                if not p.future.done():
-                    p.future.set_exception(TimeoutError(f"{kind} request timed out after {timeout_s:g} s"))
-
-        timer = threading.Timer(timeout_s, expire)
-        timer.daemon = True
-        timer.start()
-        fut.add_done_callback(lambda _f: timer.cancel())
-        return fut
+        return table.submit(kind, params, timeout_s)
 
 
 MAX_HOST_NAME = 255

@@ -31,7 +31,8 @@ from gpulens.core.events import Emit
 from gpulens.core.hostlist import expand
 from gpulens.ipc.errors import RequestFailed
 from gpulens.ipc.reactor import Reactor
-from gpulens.sources.stream.link import HostLink, LinkOptions, RequestResult, Target
+from gpulens.sources.stream.link import HostLink, LinkOptions, Target
+from gpulens.sources.stream.requests import RequestResult
 
 __all__ = [
     "LinkOptions",
@@ -44,6 +45,7 @@ __all__ = [
     "ssh_target",
     "stream_source_from_args",
     "tcp_target",
+    "token_from_file",
 ]
 
 DEFAULT_PORT = 7789
@@ -216,6 +218,19 @@ class StreamSource:
         return link.request(kind, dict(params), timeout_s)
 
 
+def token_from_file(path: str | None) -> bytes | None:
+    """The token in ``--token-file PATH`` (None without one); ConfigError when the file is unsafe or bad."""
+    from gpulens.ipc.auth import load_token
+    from gpulens.ipc.errors import AuthError
+
+    if not path:
+        return None
+    try:
+        return load_token(path)
+    except AuthError as err:
+        raise ConfigError(f"--token-file: {err}") from err
+
+
 def stream_source_from_args(args: argparse.Namespace, cfg: Any) -> StreamSource:
     """Build a StreamSource from ``--connect``, ``--ssh``, ``--slurm-job`` (any mix).
 
@@ -224,9 +239,6 @@ def stream_source_from_args(args: argparse.Namespace, cfg: Any) -> StreamSource:
     Raises:
         ConfigError: a malformed flag, unsafe token file, or Slurm missing.
     """
-    from gpulens.ipc.auth import load_token
-    from gpulens.ipc.errors import AuthError
-
     targets: list[Target] = []
     # An empty value (``--connect "$HOSTS"`` with HOSTS unset) is an error, never "no flag".
     if getattr(args, "connect", None) is not None:
@@ -243,12 +255,7 @@ def stream_source_from_args(args: argparse.Namespace, cfg: Any) -> StreamSource:
         targets.extend(ssh_target(h, ssh_command) for h in names)
     if getattr(args, "slurm_job", None) is not None:
         targets.extend(ssh_target(h, ssh_command) for h in slurm_hosts(str(args.slurm_job)))
-    token = None
-    if getattr(args, "token_file", None):
-        try:
-            token = load_token(args.token_file)
-        except AuthError as err:
-            raise ConfigError(f"--token-file: {err}") from err
+    token = token_from_file(getattr(args, "token_file", None))
     ssl_context = None
     if any(t.tls for t in targets):
         import ssl

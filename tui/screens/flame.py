@@ -10,12 +10,14 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
+from textual.worker import Worker
 
 from gpulens.analysis.flame.labels import format_value
 from gpulens.analysis.flame.model import Profile
 from gpulens.analysis.flame.query import frame_nodes, sandwich
 from gpulens.tui.screens.flame_views import FlameHelpScreen, FunctionTableScreen, SandwichScreen
 from gpulens.tui.widgets.flamegraph import FlameGraph
+from gpulens.tui.workers import Background, notify_failure
 
 WARM_INDEX_NODES = 50_000
 WARM_INDEX_DELAY_S = 0.5
@@ -42,6 +44,8 @@ class FlameScreen(Screen[None]):
         super().__init__()
         self.profile = profile
         self.title_text = title or profile.title or "flame graph"
+        self.background = Background(self)
+        """The index warm-up worker, cancelled when the screen goes."""
 
     def compose(self) -> ComposeResult:
         p = self.profile
@@ -65,7 +69,10 @@ class FlameScreen(Screen[None]):
             self.call_after_refresh(self.set_timer, WARM_INDEX_DELAY_S, self._warm_index)
 
     def _warm_index(self) -> None:
-        self.run_worker(partial(_warm, self.profile), thread=True, group="flame-index")
+        self.background.start(partial(_warm, self.profile), name="indexing the flame graph", group="flame-index")
+
+    def on_unmount(self) -> None:
+        self.background.cancel()
 
     def update_profile(self, profile: Profile) -> None:
         """Live refresh: the widget keeps focus, search and expansion."""
@@ -125,6 +132,10 @@ class FlameApp(App[None]):
 
     def on_mount(self) -> None:
         self.push_screen(FlameScreen(self.profile, self.flame_title), lambda _: self.exit())
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """A background worker failed: say so."""
+        notify_failure(self, event)
 
 
 def run_flame_app(profile: Profile, title: str = "") -> None:

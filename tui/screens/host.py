@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import ClassVar
 
-from textual.app import ComposeResult
+from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.widgets import Footer, Static
 
 from gpulens.core.units import duration, window_name
+from gpulens.tui.context import ScreenContext
+from gpulens.tui.messages import OpenJob
+from gpulens.tui.profiling import Profiling
 from gpulens.tui.screens._plots import HOST_PLOTS, add_series
 from gpulens.tui.screens.base import DataScreen
 from gpulens.tui.widgets.gpu_table import GpuTable
@@ -36,11 +40,12 @@ class HostScreen(DataScreen):
         Binding("d", "quick_look", "Quick look", tooltip="one py-spy dump of each local process"),
     ]
 
-    def __init__(self, host: str) -> None:
-        super().__init__()
+    def __init__(self, host: str, *, context: ScreenContext | None = None) -> None:
+        super().__init__(context=context)
         self.host = host
         self.crumb = host
         self._seen: tuple[object, ...] = ()
+        self.profiling = Profiling(self, self.profile_pids, self.remote_profile_pids)
 
     def compose(self) -> ComposeResult:
         """Header, plots, custom panels, GPU table, jobs, Profile slot."""
@@ -52,7 +57,7 @@ class HostScreen(DataScreen):
             yield GpuTable(id="gpus")
             yield Static("Jobs on this host", classes="section")
             yield JobTable(id="host-jobs")
-            yield ProfilePanel(self.profile_count(), id="profile")
+            yield ProfilePanel(self.profiling.count(), id="profile")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -62,33 +67,46 @@ class HostScreen(DataScreen):
 
     def profile_pids(self) -> list[int]:
         """The pids of every job process on this host, when it is this machine."""
-        sample = self.gapp.store.latest(self.host)
+        sample = self.ctx.store.latest(self.host)
         if sample is None or not self.is_local(self.host):
             return []
         return sorted(j.pid for j in sample.jobs)
 
     def remote_profile_pids(self) -> dict[str, list[int]]:
         """This host's job pids, when it is another machine (its agent samples them)."""
-        sample = self.gapp.store.latest(self.host)
+        sample = self.ctx.store.latest(self.host)
         if sample is None or self.is_local(self.host) or not sample.jobs:
             return {}
         return {self.host: sorted(j.pid for j in sample.jobs)}
 
+    def action_profile(self) -> None:
+        """Sample the host's job processes with py-spy and open a flame graph."""
+        self.profiling.profile()
+
+    def action_quick_look(self) -> None:
+        """One py-spy dump of each local job process, as a flame graph."""
+        self.profiling.quick_look()
+
+    def commands(self) -> Iterable[SystemCommand]:
+        """Profile and quick look."""
+        return self.profiling.commands()
+
     def refresh_data(self, force: bool = False) -> None:
         """Redraw when this host's data (or the window) changed."""
         super().refresh_data(force)
-        store, w = self.gapp.store, self.gapp.window_s
+        ctx = self.ctx
+        store, w = ctx.store, ctx.window_s
         seen = (store.host_version(self.host), w, int(store.now // store.resolution_s),
-                int(self.gapp.clock()) if self.gapp.down_since(self.host) is not None else 0)
+                int(ctx.clock()) if ctx.down_since(self.host) is not None else 0)
         if seen == self._seen and not force:
             return
         self._seen = seen
         up, reason = store.host_status(self.host)
         status = self.query_one("#host-status", Static)
         status.display = not up
-        since = self.gapp.down_since(self.host)
+        since = ctx.down_since(self.host)
         when = "" if since is None else (
-            f" since {self.gapp.clock_text(since)} ({duration(self.gapp.clock() - since)} ago)")
+            f" since {ctx.clock_text(since)} ({duration(ctx.clock() - since)} ago)")
         status.update(f"host down{when}: {reason} — figures below are the last received" if not up else "")
         for spec in HOST_PLOTS:
             plot = self.query_one(f"#{spec.id}", TimeSeriesPlot)
@@ -96,9 +114,9 @@ class HostScreen(DataScreen):
             for m in spec.metrics[1:]:
                 values = add_series(values, store.series(self.host, m, w, plot.points))
             plot.set_data(values, store.unavailable(self.host, spec.metrics[0]), window_name(w))
-        for i, panel in enumerate(self.gapp.cfg.panels):
+        for i, panel in enumerate(ctx.cfg.panels):
             self.query_one(f"#panel-{i}", CustomPanel).show(
-                self.gapp.panel_data(panel, host=self.host, job=None), window_name(w))
+                ctx.panel_data(panel, host=self.host, job=None), window_name(w))
         gpus = self.query_one(GpuTable)
         gpus.placeholder = f"no GPUs: {store.unavailable(self.host, 'gpu.utilization_percent') or 'none reported'}"
         gpus.show(store.latest(self.host))
@@ -110,4 +128,4 @@ class HostScreen(DataScreen):
         """Enter on a job opens it."""
         event.stop()
         if isinstance(event.table, JobTable):
-            self.gapp.open_job(event.key)
+            self.post_message(OpenJob(event.key))

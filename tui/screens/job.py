@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-import importlib.util
 import time
+from collections.abc import Iterable
 from typing import ClassVar
 
 from rich.text import Text
-from textual import work
-from textual.app import ComposeResult
+from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.widgets import Footer, Static
 
+from gpulens.core.events import RequestSource
 from gpulens.core.units import duration, pct, size, window_name
 from gpulens.store.views import JobView
+from gpulens.tui.context import ScreenContext, requester
+from gpulens.tui.messages import OpenProfiler
+from gpulens.tui.profiling import Profiling
 from gpulens.tui.screens._plots import JOB_PLOTS, add_series, mean_series
 from gpulens.tui.screens.base import DataScreen
 from gpulens.tui.widgets.header import AppHeader
@@ -22,6 +25,7 @@ from gpulens.tui.widgets.panel import CustomPanel
 from gpulens.tui.widgets.plot import TimeSeriesPlot
 from gpulens.tui.widgets.process_table import ProcessTable
 from gpulens.tui.widgets.profile_panel import ProfilePanel
+from gpulens.tui.workers import call_in_app, wait
 
 
 class JobScreen(DataScreen):
@@ -41,8 +45,8 @@ class JobScreen(DataScreen):
         Binding("o", "open_profiler", "Open Profiler"),
     ]
 
-    def __init__(self, key: str) -> None:
-        super().__init__()
+    def __init__(self, key: str, *, context: ScreenContext | None = None) -> None:
+        super().__init__(context=context)
         self.key = key
         self.crumb = f"job {key}"
         self.view: JobView | None = None
@@ -51,6 +55,7 @@ class JobScreen(DataScreen):
         self._polling_host: str | None = None  # set when the polling processes run on another host
         self._why: tuple[float, str | None] | None = None
         self._remote_why: tuple[float, str | None] | None = None  # (asked at, the agent's reason)
+        self.profiling = Profiling(self, self.profile_pids, self.remote_profile_pids)
 
     def compose(self) -> ComposeResult:
         """Header, job line, plots, custom panels, processes, Profile slot."""
@@ -83,9 +88,23 @@ class JobScreen(DataScreen):
                 out.setdefault(h, []).append(p.pid)
         return out
 
+    def action_profile(self) -> None:
+        """Sample the job's processes with py-spy and open a flame graph."""
+        self.profiling.profile()
+
+    def action_quick_look(self) -> None:
+        """One py-spy dump of each of the job's local processes, as a flame graph."""
+        self.profiling.quick_look()
+
+    def commands(self) -> Iterable[SystemCommand]:
+        """Profile, quick look and, while offered, Open Profiler."""
+        yield from self.profiling.commands()
+        if self.check_action("open_profiler", ()):
+            yield SystemCommand("Open Profiler", "o: PyTorch traces of this job (Kineto)", self.action_open_profiler)
+
     def polling_pids(self) -> tuple[int, ...]:
         """The job's processes that poll the Kineto endpoint (empty without a service)."""
-        service = self.gapp.trace_service
+        service = self.ctx.trace_service
         if service is None or self.view is None:
             return ()
         try:
@@ -99,7 +118,7 @@ class JobScreen(DataScreen):
 
         None when the source cannot send requests to agents (replay, demo, Prometheus).
         """
-        if self.view is None or not callable(getattr(self.gapp.source, "request", None)):
+        if self.view is None or requester(self.ctx) is None:
             return None
         by_host: dict[str, list[int]] = {}
         for h, p in self.view.processes:
@@ -119,8 +138,9 @@ class JobScreen(DataScreen):
     def refresh_data(self, force: bool = False) -> None:
         """Redraw when the job's data changed."""
         super().refresh_data(force)
-        store = self.gapp.store
-        view = store.job(self.key, self.gapp.window_s)
+        ctx = self.ctx
+        store = ctx.store
+        view = store.job(self.key, ctx.window_s)
         if view is None:
             info = self.query_one("#job-info", Static)
             info.update(Text(f"job {self.key} is not running (last seen data kept below)", style="bold"))
@@ -128,7 +148,7 @@ class JobScreen(DataScreen):
         first = self.view is None
         self.view = view
         if first:
-            self.query_one(ProfilePanel).set_state(ProfilePanel.idle_text(self.profile_count()))
+            self.query_one(ProfilePanel).set_state(ProfilePanel.idle_text(self.profiling.count()))
         w = min(3600.0, max(60.0, view.runtime_s))
         seen = (tuple(store.host_version(h) for h in view.hosts), w)
         polling, polling_host = self.polling_pids(), None
@@ -151,9 +171,9 @@ class JobScreen(DataScreen):
             if reason is None:
                 reason = store.unavailable(view.hosts[0], spec.metrics[0])
             plot.set_data(values, reason, f"lifetime {duration(view.runtime_s)}, last {window_name(w)}")
-        for i, panel in enumerate(self.gapp.cfg.panels):
+        for i, panel in enumerate(ctx.cfg.panels):
             self.query_one(f"#panel-{i}", CustomPanel).show(
-                self.gapp.panel_data(panel, host=None, job=self.key), window_name(w))
+                ctx.panel_data(panel, host=None, job=self.key), window_name(w))
         self.query_one(ProcessTable).show(view.processes)
 
     def _show_profiler_line(self, polling: tuple[int, ...]) -> None:
@@ -165,9 +185,10 @@ class JobScreen(DataScreen):
             where = f"of the agent on {self._polling_host}" if self._polling_host else ""
             action.update(f"o: Open Profiler — {len(polling)} process(es) poll the Kineto endpoint {where}".rstrip())
             return
-        pids = [] if self.gapp.source.simulated else self.profile_pids()
+        simulated = self.ctx.source.simulated
+        pids = [] if simulated else self.profile_pids()
         why = self._why_not_traceable(pids) if pids else None
-        if not pids and not self.gapp.source.simulated:
+        if not pids and not simulated:
             why = self._why_not_traceable_remote()
         action.display = why is not None
         if why is not None:
@@ -179,10 +200,10 @@ class JobScreen(DataScreen):
         now = time.monotonic()
         if self._why is not None and now - self._why[0] < 5.0:
             return self._why[1]
-        service = self.gapp.trace_service
+        service = self.ctx.trace_service
         why: str | None
         if service is None:
-            why = self.gapp.trace_error or "no trace service (it serves processes of this machine only)"
+            why = self.ctx.trace_error or "no trace service (it serves processes of this machine only)"
         elif not hasattr(service, "diagnose"):
             why = None
         else:
@@ -203,27 +224,33 @@ class JobScreen(DataScreen):
     def _why_not_traceable_remote(self) -> str | None:
         """The agent's diagnosis of the job's processes on another host (asked every 5 s at most)."""
         remote = self.remote_profile_pids()
-        if not remote or not callable(getattr(self.gapp.source, "request", None)):
+        source = requester(self.ctx)
+        if not remote or source is None:
             return None
         now = time.monotonic()
         if self._remote_why is None or now - self._remote_why[0] >= 5.0:
             self._remote_why = (now, self._remote_why[1] if self._remote_why else None)
             host = min(remote)
-            self._ask_remote_why(host, sorted(set(remote[host]))[:8])
+            pids = sorted(set(remote[host]))[:8]
+            agents: RequestSource = source
+            self.background.start(lambda: self._ask_remote_why(agents, host, pids),
+                                  name=f"trace diagnosis on {host}", group="trace-diagnose")
         return self._remote_why[1]
 
-    @work(thread=True, exclusive=True, group="trace-diagnose")
-    def _ask_remote_why(self, host: str, pids: list[int]) -> None:
+    def _ask_remote_why(self, source: RequestSource, host: str, pids: list[int]) -> None:
+        """In a worker: the agent's reasons why the job's processes there cannot be traced."""
         try:
-            fut = self.gapp.source.request(host, "trace_diagnose", {"pids": pids}, 10.0)  # type: ignore[attr-defined]
-            reasons = fut.result(timeout=15).result.get("reasons", {})
+            answer = wait(source.request(host, "trace_diagnose", {"pids": pids}, 10.0), 15)
+            if answer is None:  # the screen closed meanwhile
+                return
+            reasons = answer.result.get("reasons", {})
             found = [(int(p), str(r)[:300]) for p, r in reasons.items() if r and str(p).isdigit()]
         except Exception:  # an older agent, or one without tracing: no line rather than noise
             found = []
         # A job's shell or launcher never loads torch: say why its Python cannot be traced.
         best = sorted(found, key=lambda r: r[1].startswith(("no PyTorch", "process ")))
         why = f"{host} pid {best[0][0]}: {best[0][1]}" if best else None
-        self.app.call_from_thread(self._set_remote_why, why)
+        call_in_app(self._set_remote_why, why)
 
     def _set_remote_why(self, why: str | None) -> None:
         asked = self._remote_why[0] if self._remote_why else time.monotonic()
@@ -232,7 +259,7 @@ class JobScreen(DataScreen):
             self._show_profiler_line(())
 
     def _series(self, metric: str, w: float, n: int, view: JobView) -> list[float]:
-        store = self.gapp.store
+        store = self.ctx.store
         if metric.startswith("job."):
             series: list[float] = store.job_series(self.key, metric, w, n)
             return series
@@ -260,27 +287,8 @@ class JobScreen(DataScreen):
         """Open the PyTorch profiler screen for the polling processes."""
         if not self._polling or self.view is None:
             return
-        if importlib.util.find_spec("gpulens.tui.screens.profiler") is None:
-            self.notify("the profiler screen is not available", severity="warning")
-            return
-        from gpulens.tui.screens.profiler import ProfilerScreen
-
         if self._polling_host is not None:
-            self.app.push_screen(ProfilerScreen(service=self._remote_service(self._polling_host),
-                                                host=self._polling_host, pids=list(self._polling)))
+            self.post_message(OpenProfiler(self._polling_host, self._polling, through_agent=True))
             return
         host = next(h for h, p in self.view.processes if p.pid in self._polling and self.is_local(h))
-        self.app.push_screen(ProfilerScreen(service=self.gapp.trace_service, host=host,
-                                            pids=list(self._polling)))
-
-    def _remote_service(self, host: str) -> object:
-        """A trace service that reaches ``host``'s processes through its agent (one per app and host)."""
-        from gpulens.sources.remote_trace import service_for
-
-        store = self.gapp.store
-
-        def polling() -> set[int]:
-            sample = store.latest(host)
-            return {j.pid for j in sample.jobs if j.kineto_polling} if sample is not None else set()
-
-        return service_for(self.gapp, host, polling)
+        self.post_message(OpenProfiler(host, self._polling, through_agent=False))

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import ClassVar
 
 from textual import events
 from textual.actions import SkipAction
-from textual.app import ComposeResult
+from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Input
 
+from gpulens.tui.messages import OpenHost, OpenJob
 from gpulens.tui.screens.base import DataScreen
 from gpulens.tui.widgets.header import AppHeader
 from gpulens.tui.widgets.heatmap import HEAT_METRICS, GpuHeatmap
@@ -68,7 +70,7 @@ class OverviewScreen(DataScreen):
 
     def compose(self) -> ComposeResult:
         """Header, stats, charts, tables, filter, footer."""
-        store = self.gapp.store
+        store = self.ctx.store
         yield AppHeader()
         yield StatsBar(id="stats")
         with Horizontal(id="charts"):
@@ -95,8 +97,8 @@ class OverviewScreen(DataScreen):
     def refresh_data(self, force: bool = False) -> None:
         """Push the store's views into the widgets; each redraws only what changed."""
         super().refresh_data(force)
-        app = self.gapp
-        store, w = app.store, app.window_s
+        ctx = self.ctx
+        store, w = ctx.store, ctx.window_s
         hosts = store.hosts()
         now_fb = int(store.now // store.resolution_s)
         versions = {h: (store.host_version(h), now_fb, w) for h in hosts}
@@ -114,8 +116,7 @@ class OverviewScreen(DataScreen):
             heat.placeholder = f"no GPUs: {reason}"
             heat.refresh()
         host_table = self.query_one(HostTable)
-        host_table.down_at = {h: app.clock_text(t) for h in app.host_changes
-                              if (t := app.down_since(h)) is not None}
+        host_table.down_at = {h: ctx.clock_text(t) for h, t in ctx.down_hosts().items()}
         host_table.placeholder = f"no host matches the filter '{host_table.filter_text}'" if hosts else ""
         host_table.show(hosts, lambda h: store.host_row(h, w))
         jobs = self.query_one(JobTable)
@@ -157,13 +158,10 @@ class OverviewScreen(DataScreen):
     def on_lazy_lines_row_clicked(self, event: GpuHeatmap.RowClicked) -> None:
         """A click on a sparkline or heatmap row opens its host."""
         key = event.key
-        self.gapp.open_host(str(key[0] if isinstance(key, tuple) else key))
+        self.post_message(OpenHost(str(key[0] if isinstance(key, tuple) else key)))
 
     def _open(self, table: HostTable | JobTable, key: str) -> None:
-        if isinstance(table, JobTable):
-            self.gapp.open_job(key)
-        else:
-            self.gapp.open_host(key)
+        self.post_message(OpenJob(key) if isinstance(table, JobTable) else OpenHost(key))
 
     def action_filter(self) -> None:
         """Show the filter line."""
@@ -185,6 +183,17 @@ class OverviewScreen(DataScreen):
         """Enter in the filter line: keep the filter; back to the host table."""
         event.input.display = False
         self.set_focus(self.query_one(HostTable))  # at once: the next keys are for the table
+
+    def go_back(self) -> bool:
+        """Esc on the overview clears the filter (there is nothing to go back to)."""
+        self.clear_filter()
+        return True
+
+    def commands(self) -> Iterable[SystemCommand]:
+        """Filter, sort, reverse."""
+        yield SystemCommand("Filter", "/: filter hosts and jobs", self.action_filter)
+        yield SystemCommand("Sort", "s: sort the focused table by its next column", self.action_sort)
+        yield SystemCommand("Reverse sort", "r: reverse the focused table", self.action_reverse)
 
     def clear_filter(self) -> bool:
         """Esc on the overview: drop the filter; True if there was one."""

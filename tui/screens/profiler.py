@@ -11,9 +11,10 @@ r          re-check which processes can be traced
 escape     back
 =========  =====================================================
 
-The screen is handed a trace service (``LocalTraceService`` or anything with
-the same methods); loading and analysing run in worker threads with a
-progress bar, so the UI never freezes.
+The screen is handed a trace service (a ``TraceService``: the local one, the
+remote one of another host's agent, or None where there is none); loading
+and analysing run in worker threads with a progress bar, so the UI never
+freezes.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any, ClassVar
+from functools import partial
+from typing import ClassVar
 
 from rich.text import Text
-from textual import events, on, work
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
@@ -32,8 +34,10 @@ from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Button, Checkbox, DataTable, Footer, Input, Label, ProgressBar, Static
 
+from gpulens.ipc.kineto.protocol import TraceService
 from gpulens.ipc.kineto.requests import TraceJob, TraceRequest, TraceState
 from gpulens.tui.screens.profiler_views import AnalyzeScreen, TimelineScreen
+from gpulens.tui.workers import Background, Cancelled, call_in_app, check_cancelled
 
 NARROW_WIDTH = 140
 
@@ -84,12 +88,14 @@ class ProfilerScreen(Screen[None]):
         Binding("r", "recheck", "Re-check"),
     ]
 
-    def __init__(self, service: Any, host: str, pids: list[int]) -> None:
+    def __init__(self, service: TraceService | None, host: str, pids: list[int]) -> None:
         super().__init__()
         self.service = service
         self.host = host
         self.pids = list(pids)
         self._rows: dict[str, TraceJob] = {}
+        self.background = Background(self)
+        """Loading, analysing and exporting traces: thread workers, cancelled when the screen goes."""
 
     # ---- layout --------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -137,6 +143,7 @@ class ProfilerScreen(Screen[None]):
         table.focus()
 
     def on_unmount(self) -> None:
+        self.background.cancel()
         if self.service is not None and hasattr(self.service, "remove_listener"):
             self.service.remove_listener(self._listener)
 
@@ -259,13 +266,13 @@ class ProfilerScreen(Screen[None]):
         """Open the selected trace as a timeline (loaded in a worker)."""
         path = self._selected_file()
         if path is not None:
-            self._load_timeline(path)
+            self.background.start(partial(self._load_timeline, path), name="loading the trace", group="trace-load")
 
     def action_analyze(self) -> None:
         """Analyze the selected trace (in a worker)."""
         path = self._selected_file()
         if path is not None:
-            self._analyze(path)
+            self.background.start(partial(self._analyze, path), name="analysing the trace", group="trace-load")
 
     def action_export(self) -> None:
         """Ask for a path and copy the selected trace there."""
@@ -281,7 +288,8 @@ class ProfilerScreen(Screen[None]):
         event.input.remove_class("-open")
         self.query_one("#pf-jobs", DataTable).focus()
         if path is not None and event.value.strip():
-            self._export(path, event.value.strip())
+            self.background.start(partial(self._export, path, event.value.strip()), name="exporting the trace",
+                                  group="trace-export")
 
     def action_leave(self) -> None:
         """Close the export box, else leave the screen."""
@@ -294,8 +302,9 @@ class ProfilerScreen(Screen[None]):
 
     # ---- workers ---------------------------------------------------------------
     def _progress(self, fraction: float, what: str) -> None:
-        """Worker-side progress callback."""
-        self.app.call_from_thread(self._set_progress, fraction, what)
+        """Worker-side progress callback; stops the work once nobody waits for it."""
+        check_cancelled()
+        call_in_app(self._set_progress, fraction, what)
 
     def _set_progress(self, fraction: float | None, what: str) -> None:
         row = self.query_one("#pf-progress-row")
@@ -311,7 +320,6 @@ class ProfilerScreen(Screen[None]):
         self._done()
         self.notify(f"{getattr(err, 'title', 'error')}: {err}", severity="error", timeout=10)
 
-    @work(thread=True, exclusive=True, group="trace-load")
     def _load_timeline(self, path: str) -> None:
         from gpulens.analysis.trace.load import load_trace
         from gpulens.analysis.trace.timeline import build_timeline
@@ -320,31 +328,35 @@ class ProfilerScreen(Screen[None]):
             trace = load_trace(path, keep_args=True, progress=self._progress)
             self._progress(1.0, "building timeline")
             timeline = build_timeline(trace.events)
-        except Exception as err:  # shown to the user, never kills the UI
-            self.app.call_from_thread(self._failed, err)
+        except Cancelled:  # the screen went away
             return
-        self.app.call_from_thread(self._done)
-        self.app.call_from_thread(self.app.push_screen, TimelineScreen(timeline, path))
+        except Exception as err:  # shown to the user, never kills the UI
+            call_in_app(self._failed, err)
+            return
+        call_in_app(self._done)
+        call_in_app(self.app.push_screen, TimelineScreen(timeline, path))
 
-    @work(thread=True, exclusive=True, group="trace-load")
     def _analyze(self, path: str) -> None:
         from gpulens.analysis.trace.analyze import analyze_file
 
         try:
             summary = analyze_file(path, progress=self._progress)
-        except Exception as err:
-            self.app.call_from_thread(self._failed, err)
+        except Cancelled:
             return
-        self.app.call_from_thread(self._done)
-        self.app.call_from_thread(self.app.push_screen, AnalyzeScreen(summary, path))
+        except Exception as err:
+            call_in_app(self._failed, err)
+            return
+        call_in_app(self._done)
+        call_in_app(self.app.push_screen, AnalyzeScreen(summary, path))
 
-    @work(thread=True, exclusive=True, group="trace-export")
     def _export(self, src: str, dest: str) -> None:
         from gpulens.analysis.trace.export import export_trace
 
         try:
             out = export_trace(src, dest)
-        except Exception as err:
-            self.app.call_from_thread(self._failed, err)
+        except Cancelled:
             return
-        self.app.call_from_thread(self.notify, f"trace written to {out}")
+        except Exception as err:
+            call_in_app(self._failed, err)
+            return
+        call_in_app(self.notify, f"trace written to {out}")
