@@ -2,7 +2,7 @@
 
 A tick is one ``Sampler.sample()``: host CPU/memory/network/storage,
 InfiniBand, perf counters, the job scan, and 8 GPUs read through NVML. No
-GPU here, so NVML is the fake 8-GPU test double (tests/fake_nvml.py) behind
+GPU here, so NVML is the fake 8-GPU test double (tests/fakes/fake_nvml.py) behind
 the real NvmlCollector. Eight Python sleepers are the jobs (one per GPU,
 each with GPU memory on the fake GPUs); 1,000 ``sleep`` processes are the
 crowd. CPU time is ``time.process_time()`` around ``sample()`` (user + sys
@@ -35,14 +35,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.fake_nvml
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.fakes.fake_nvml
 
 import psutil
 
 from gpulens.collectors import jobs as jobs_mod
 from gpulens.collectors.nvml.collector import NvmlCollector
 from gpulens.collectors.sampler import Sampler
-from tests.fake_nvml import make_fake_nvml
+from tests.fakes.fake_nvml import make_fake_nvml
 
 CROWD = 1000
 JOBS = 8

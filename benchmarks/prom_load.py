@@ -43,7 +43,7 @@ def render_all(hosts: int, gpus: int) -> list[bytes]:
     from prometheus_client.exposition import generate_latest
 
     from gpulens.agent.metrics import families
-    from tests.prom_fixtures import synthetic_sample
+    from tests.fakes.prom_fixtures import synthetic_sample
 
     base = synthetic_sample("h", 1, jobs=False)
     out = []
@@ -262,7 +262,7 @@ def main() -> int:
         serve(args.hosts, args.gpus, args.serve)
         return 0
 
-    from tests.prom_fixtures import start_prometheus
+    from tests.fakes.prom_fixtures import start_prometheus
 
     tmp = Path(tempfile.mkdtemp(prefix="gpulens-prom-bench-"))
     port_file = tmp / "port"

@@ -204,6 +204,15 @@ def main() -> int:
             src = StreamSource([tcp_target(f"127.0.0.1:{port}")], LinkOptions(token=secret))
             src.start(emit)
             sources.append(src)
+    # The flood starts once every viewer is up, so "down events" counts lockouts caused by it.
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        with lock:
+            if all(per_viewer[(n, i)] > 0 for n in agents for i in range(args.viewers)):
+                break
+        time.sleep(0.2)
+    with lock:
+        downs.clear()
     flood = ConnectionFlood(agents["flooded"][1], args.flood)
     reg = RegistryFlood(agents["flooded"][2])
     flood.start()

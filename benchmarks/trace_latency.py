@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-WORKLOAD = ROOT / "tests" / "kineto_workload.py"
+WORKLOAD = ROOT / "tests" / "fakes" / "kineto_workload.py"
 
 
 def measure(poll_s: int, warmup_s: float, runs: int) -> list[float]:

@@ -14,8 +14,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.fakes.tui_fakes import pin_timezone  # noqa: E402
 from tests.test_tui_profiler_snapshot import SHOTS, SIZES, ProfilerHost, frozen_monotonic, settle  # noqa: E402
-from tests.tui_fakes import pin_timezone  # noqa: E402
 
 
 async def render(shot: str, size: tuple[int, int]) -> str:

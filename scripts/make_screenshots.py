@@ -12,8 +12,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.fakes.tui_fakes import demo_app, pin_timezone  # noqa: E402
 from tests.test_tui_snapshot import SCREENS, SIZES, _open  # noqa: E402
-from tests.tui_fakes import demo_app, pin_timezone  # noqa: E402
 
 
 async def render(screen: str, size: tuple[int, int]) -> str:

@@ -24,18 +24,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from gpulens.core import model as m
 from gpulens.core.events import Emit, SampleEvent
-from gpulens.core.model import (
-    CacheSample,
-    CpuSample,
-    GpuProcess,
-    GpuSample,
-    HostSample,
-    JobInfo,
-    MemorySample,
-    NetworkSample,
-    StorageSample,
-)
 
 GIB = 1024**3
 GPU_MEM = 80 * GIB
@@ -133,12 +123,12 @@ class DemoSource:
             self._thread.join(timeout=2.0)
             self._thread = None
 
-    def sample(self, h: int, t: float) -> HostSample:
+    def sample(self, h: int, t: float) -> m.HostSample:
         """The sample of host ``h`` at time ``t`` (a pure function of seed, h, t)."""
         rng = random.Random(f"{self.seed}:{h}:{self._tick(t)}")
         role = _ROLES.get(h % 16)
-        gpus: list[GpuSample] = []
-        jobs: list[JobInfo] = []
+        gpus: list[m.GpuSample] = []
+        jobs: list[m.JobInfo] = []
         for g in range(self.gpus_per_host):
             util, held = self._util(h, g, t, rng, role)
             pid = 10_000 + h * 100 + g
@@ -147,20 +137,20 @@ class DemoSource:
             if role and held and (role[0] or g == 0):
                 jobs.append(self._job(h, g, role, pid, mem_used, rng))
         busy = sum(g.utilization_percent or 0 for g in gpus) / max(1, len(gpus))
-        cache = (CacheSample() if h % 16 == 8 else
-                 CacheSample(l2_hit_ratio=0.62 + rng.random() * 0.1, l3_hit_ratio=0.41 + rng.random() * 0.1,
+        cache = (m.CacheSample() if h % 16 == 8 else
+                 m.CacheSample(l2_hit_ratio=0.62 + rng.random() * 0.1, l3_hit_ratio=0.41 + rng.random() * 0.1,
                              mem_bandwidth_bytes_per_s=(20 + busy) * 1e9 * (0.9 + rng.random() * 0.2)))
         unavailable = ({"cache.l2_hit_ratio": NO_COUNTERS, "cache.l3_hit_ratio": NO_COUNTERS,
                         "cache.mem_bandwidth_bytes_per_s": NO_COUNTERS} if h % 16 == 8 else {})
         net = (busy * 0.08 + rng.random() * 0.5) * 1e9
-        return HostSample(
+        return m.HostSample(
             host=self.host_name(h), time=t,
-            cpu=CpuSample(total_percent=min(100.0, 3 + busy * 0.35 + rng.random() * 4), count=128,
+            cpu=m.CpuSample(total_percent=min(100.0, 3 + busy * 0.35 + rng.random() * 4), count=128,
                           load_avg_1m=2 + busy * 0.4),
-            memory=MemorySample(total_bytes=2048 * GIB, used_bytes=int((180 + busy * 9) * GIB),
+            memory=m.MemorySample(total_bytes=2048 * GIB, used_bytes=int((180 + busy * 9) * GIB),
                                 available_bytes=int((1868 - busy * 9) * GIB)),
-            network=NetworkSample(rx_bytes_per_s=net, tx_bytes_per_s=net * 0.97),
-            storage=StorageSample(read_bytes_per_s=(5 + rng.random() * 40) * 1e6 * (1 + busy / 20),
+            network=m.NetworkSample(rx_bytes_per_s=net, tx_bytes_per_s=net * 0.97),
+            storage=m.StorageSample(read_bytes_per_s=(5 + rng.random() * 40) * 1e6 * (1 + busy / 20),
                                   write_bytes_per_s=(2 + rng.random() * 8) * 1e6),
             cache=cache, gpus=tuple(gpus), jobs=tuple(jobs), unavailable=unavailable, simulated=True)
 
@@ -183,20 +173,20 @@ class DemoSource:
         return max(0.0, min(100.0, u + rng.gauss(0, noise))), 1.0
 
     def _gpu(self, h: int, g: int, util: float, mem_used: int, pid: int | None,
-             rng: random.Random) -> GpuSample:
+             rng: random.Random) -> m.GpuSample:
         throttled = h % 16 == 4 and g == 2
         lost = h % 16 == 10 and g == 3
         if lost:
             why = "GPU is lost (XID 79: fallen off the bus)"
             xid = (79,) if rng.random() < 0.05 else ()
-            return GpuSample(index=g, name="NVIDIA H100 80GB HBM3", uuid=f"GPU-de000000-{h:04d}-{g:04d}",
+            return m.GpuSample(index=g, name="NVIDIA H100 80GB HBM3", uuid=f"GPU-de000000-{h:04d}-{g:04d}",
                              xid_events=xid, unavailable={k: why for k in (
                                  "utilization_percent", "mem_used_bytes", "power_w", "temperature_c",
                                  "sm_activity_percent")})
         if throttled:
             util *= 0.7
         sm = util * (0.78 + rng.random() * 0.08)
-        return GpuSample(
+        return m.GpuSample(
             index=g, name="NVIDIA H100 80GB HBM3", uuid=f"GPU-de000000-{h:04d}-{g:04d}",
             utilization_percent=round(util, 1), memory_utilization_percent=round(util * 0.45, 1),
             mem_used_bytes=mem_used, mem_total_bytes=GPU_MEM,
@@ -209,14 +199,14 @@ class DemoSource:
             throttle_reasons=("sw_thermal_slowdown", "hw_thermal_slowdown") if throttled else (),
             sm_activity_percent=round(sm, 1), sm_occupancy_percent=round(sm * 0.55, 1),
             dram_bw_util_percent=round(util * 0.5, 1),
-            processes=(GpuProcess(pid=pid, used_memory_bytes=mem_used - 500 * 1024**2),) if pid else (),
+            processes=(m.GpuProcess(pid=pid, used_memory_bytes=mem_used - 500 * 1024**2),) if pid else (),
         )
 
     def _job(self, h: int, g: int, role: tuple[str, str, str, float, float, int], pid: int,
-             mem_used: int, rng: random.Random) -> JobInfo:
+             mem_used: int, rng: random.Random) -> m.JobInfo:
         key, user, cmd, *_ = role
         launcher = "torchrun/" if key and key != "4720" else ""
-        return JobInfo(
+        return m.JobInfo(
             pid=pid, tree_id=f"systemd/slurmstepd/bash/{launcher}python3.11",
             cmdline=f"python3.11 {cmd}" + (f" --local-rank {g}" if launcher else ""),
             user=user, start_time=self._epoch + (h % 16) * 600.0,

@@ -25,8 +25,7 @@ from gpulens.ipc.kineto.requests import TraceJob, TraceRequest, TraceState
 from gpulens.tui.screens import profiler
 from gpulens.tui.screens.profiler import ProfilerScreen
 from gpulens.tui.screens.profiler_views import AnalyzeScreen, TimelineScreen
-
-from .tui_fakes import (
+from tests.fakes.tui_fakes import (
     utc,  # noqa: F401 - a fixture, used by name below
 )
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from .tui_fakes import (
+from tests.fakes.tui_fakes import (
     demo_app,
     utc,  # noqa: F401 - a fixture, used by name below
 )

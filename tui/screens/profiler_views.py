@@ -14,6 +14,7 @@ from textual.widgets import DataTable, Footer, Static
 from gpulens.analysis.trace.report import fmt_bytes, fmt_us
 from gpulens.analysis.trace.summary import ProcessSummary, TraceSummary
 from gpulens.analysis.trace.timeline import Timeline
+from gpulens.tui.widgets.step_chart import StepChart
 from gpulens.tui.widgets.timeline import TraceTimeline
 
 
@@ -85,11 +86,12 @@ def summary_lines(p: ProcessSummary) -> Text:
 
 
 class AnalyzeScreen(Screen[None]):
-    """Summary of an analysed trace: the torch-style op table plus findings; p cycles processes."""
+    """Summary of an analysed trace: findings, step-time chart and the torch-style op table; p cycles processes."""
 
     DEFAULT_CSS = """
     AnalyzeScreen VerticalScroll { height: auto; max-height: 50%; }
     AnalyzeScreen #an-summary { height: auto; padding: 0 1; }
+    AnalyzeScreen #an-steps { padding: 0 1; }
     AnalyzeScreen DataTable { height: 1fr; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -106,6 +108,7 @@ class AnalyzeScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll():
             yield Static(id="an-summary")
+            yield StepChart(id="an-steps")
         yield DataTable(id="an-ops", zebra_stripes=True, cursor_type="row")
         yield Footer()
 
@@ -118,11 +121,16 @@ class AnalyzeScreen(Screen[None]):
     def _show(self) -> None:
         summary = self.query_one("#an-summary", Static)
         table = self.query_one(DataTable)
+        chart = self.query_one(StepChart)
         table.clear()
         if not self.summary.processes:
             summary.update("no CPU or GPU events in this trace")
+            chart.display = False
             return
         p = self.summary.processes[self.process_index]
+        # Without step markers the summary already says so: no chart.
+        chart.steps_ms = tuple(s.dur_us / 1000 for s in p.steps)
+        chart.display = bool(p.steps)
         head = Text(f"{self.title_text}  ({self.process_index + 1}/{len(self.summary.processes)} processes)\n", style="dim")
         summary.update(head + summary_lines(p))
         total = p.self_cpu_total_us

@@ -1,0 +1,1 @@
+"""Whole-tree checks: layering rules, lint and types."""

@@ -1,0 +1,1 @@
+"""Test doubles and shared helpers (no tests here)."""

@@ -1,0 +1,185 @@
+"""Deterministic app factories and Pilot helpers shared by the TUI tests and scripts/make_screenshots.py."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any
+
+import pytest
+
+from gpulens.core.config import WINDOWS, Config, Panel
+from gpulens.core.events import PanelData, Source
+from gpulens.sources.demo import DemoSource
+from gpulens.store.store import Store
+from gpulens.tui.app import GpulensApp
+
+FROZEN = 1_700_000_000.0
+
+
+def sync(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """Run an async test with asyncio (no async pytest plugin is installed)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        asyncio.run(fn(*args, **kwargs))
+
+    return wrapper
+
+
+async def settle(app: GpulensApp, pilot: object) -> None:
+    """Let the app mount and draw, then refresh its data from the store once more."""
+    for _ in range(3):
+        await pilot.pause()  # type: ignore[attr-defined]
+    app.refresh_data(force=True)
+    await pilot.pause()  # type: ignore[attr-defined]
+
+
+def frozen_clock() -> float:
+    """The one instant every deterministic render uses."""
+    return FROZEN
+
+
+def pin_timezone() -> None:
+    """UTC, so the header clock reads the same everywhere (for scripts; tests use ``utc``)."""
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+
+
+@pytest.fixture
+def utc() -> Iterator[None]:
+    """UTC for one test, then the previous time zone again."""
+    old = os.environ.get("TZ")
+    pin_timezone()
+    yield
+    if old is None:
+        os.environ.pop("TZ", None)
+    else:
+        os.environ["TZ"] = old
+    time.tzset()
+
+
+class FakeTraceService:
+    """A test double of gpulens.ipc's trace service: which pids poll the endpoint."""
+
+    def __init__(self, pids: set[int]) -> None:
+        self.pids = pids
+
+    def polling_pids(self) -> set[int]:
+        return set(self.pids)
+
+
+def demo_app(backfill_s: float = 300, panels: tuple[Panel, ...] = (), **kw: Any) -> GpulensApp:
+    """The demo fleet (seed 7) at a frozen clock, history loaded synchronously."""
+    source = DemoSource(seed=7, clock=frozen_clock, live=False, backfill_s=backfill_s)
+    return GpulensApp(source=source, cfg=Config(panels=panels), clock=frozen_clock, **kw)
+
+
+class StaticSource:
+    """A test double of a Source: hands over fixed events when started."""
+
+    def __init__(self, events: list[Any], name: str = "static") -> None:
+        self.events = events
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def simulated(self) -> bool:
+        return False
+
+    def start(self, emit: Any) -> None:
+        for e in self.events:
+            emit(e)
+
+    def stop(self) -> None:
+        pass
+
+
+class FakeRequestSource(StaticSource):
+    """A StaticSource that also answers agent requests the way a tracing agent does.
+
+    ``trace`` writes ``trace_json`` under ``download_dir`` (as a StreamSource
+    saves the chunks) and answers with its name; ``trace_status`` reports the
+    progress events given; ``fail`` makes every trace fail with that reason;
+    ``trace_diagnose`` answers from ``reasons`` (pid -> why, None: traceable).
+    """
+
+    def __init__(self, events: list[Any], download_dir: Any, trace_json: str,
+                 status: tuple[tuple[str, str], ...] = (("waiting for poll", "config handed over"),),
+                 fail: str | None = None, reasons: dict[int, str | None] | None = None) -> None:
+        super().__init__(events, name="fake agents")
+        self.download_dir = download_dir
+        self.trace_json = trace_json
+        self.status = status
+        self.fail = fail
+        self.reasons = reasons or {}
+        self.requests: list[tuple[str, str, dict[str, Any]]] = []
+
+    def request(self, host: str, kind: str, params: Any, timeout_s: float) -> Any:
+        from concurrent.futures import Future
+
+        from gpulens.ipc.errors import RequestFailed
+        from gpulens.sources.stream.link import RequestResult
+
+        self.requests.append((host, kind, dict(params)))
+        fut: Future[Any] = Future()
+        if kind == "trace_status":
+            events = [{"state": s, "detail": d} for s, d in self.status]
+            fut.set_result(RequestResult({"state": events[-1]["state"], "first": 0, "events": events}))
+        elif kind == "trace_diagnose":
+            fut.set_result(RequestResult({"reasons": {str(p): self.reasons.get(p) for p in params["pids"]}}))
+        elif kind == "trace" and self.fail:
+            fut.set_exception(RequestFailed(self.fail))
+        elif kind == "trace":
+            pid = params["pids"][0]
+            name = f"{pid}-trace_{pid}.json"
+            path = self.download_dir / name
+            path.write_text(self.trace_json)
+            fut.set_result(RequestResult({"files": {str(pid): name}, "missing": {}}, {name: path}))
+        else:
+            fut.set_exception(RequestFailed(f"unsupported request kind {kind!r}"))
+        return fut
+
+
+class FakeContext:
+    """A ScreenContext without the app: a store fed with ``events``, a frozen clock, window 5m.
+
+    Lets a screen run in a plain ``App`` (``HostScreen(host, context=FakeContext(...))``).
+    """
+
+    def __init__(self, source: Source, events: list[Any], *, hostname: str = "this-host",
+                 trace_service: Any = None) -> None:
+        self.store = Store()
+        self.store.apply_many(events)
+        self.source = source
+        self.cfg = Config()
+        self.window = "5m"
+        self.paused = False
+        self.hostname = hostname
+        self.trace_service = trace_service
+        self.trace_error: str | None = None
+
+    @property
+    def window_s(self) -> float:
+        return float(WINDOWS[self.window])
+
+    def clock(self) -> float:
+        return FROZEN
+
+    def clock_text(self, t: float | None = None) -> str:
+        return time.strftime("%H:%M:%S", time.gmtime(FROZEN if t is None else t))
+
+    def down_since(self, host: str) -> float | None:
+        return None
+
+    def down_hosts(self) -> dict[str, float]:
+        return {}
+
+    def panel_data(self, panel: Panel, host: str | None, job: str | None) -> PanelData:
+        return PanelData(error="no custom panels here")

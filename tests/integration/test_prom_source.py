@@ -1,0 +1,244 @@
+"""PrometheusSource end to end: gpulens exporters on loopback, scraped by the
+real Prometheus, read back (directly, through ``gpulens snapshot --prometheus``
+and through a real ``gpulens agent --metrics-port``); custom panels."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from gpulens.agent.metrics import MetricsServer, serve_metrics
+from gpulens.core.events import HostStatusEvent, SampleEvent, SourceEvent, SourceStatusEvent
+from gpulens.core.model import HostSample
+from gpulens.sources.prometheus.source import DETAIL_PENDING, NOT_BACKFILLED, PrometheusSource
+from tests.fakes.prom_fixtures import (
+    MISSING_REASON,
+    PromServer,
+    free_port,
+    prometheus_binary,
+    start_prometheus,
+    synthetic_sample,
+)
+
+pytestmark = pytest.mark.prometheus
+HOSTS = {"h1": 1, "h2": 2, "h3": 3}
+
+
+@dataclass
+class Cluster:
+    prom: PromServer
+    exporters: dict[str, MetricsServer]
+    boxes: dict[str, list[HostSample | None]]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    if prometheus_binary() is None:
+        pytest.skip(MISSING_REASON)
+    boxes: dict[str, list[HostSample | None]] = {h: [synthetic_sample(h, k)] for h, k in HOSTS.items()}
+    exporters = {h: serve_metrics(0, h, (lambda b=box: b[0])) for h, box in boxes.items()}
+    prom = start_prometheus(tmp_path_factory.mktemp("prom"),
+                            {"gpulens": [f"127.0.0.1:{e.port}" for e in exporters.values()]})
+    try:
+        prom.wait_targets_up(len(HOSTS))
+        prom.wait_query("gpulens_gpu_info", 2 * len(HOSTS))
+        yield Cluster(prom, exporters, boxes)
+    finally:
+        prom.close()
+        for e in exporters.values():
+            e.close()
+
+
+def test_values_read_back_equal_values_exported(cluster: Cluster) -> None:
+    src = PrometheusSource(cluster.prom.url, step_s=1, backfill=False)
+    try:
+        got = src.fetch_latest()
+        assert src.expected_hosts() == ("h1", "h2", "h3")
+    finally:
+        src.stop()
+    assert set(got) == set(HOSTS)
+    for host, k in HOSTS.items():
+        want, s = synthetic_sample(host, k), got[host]
+        assert s.cpu.total_percent == pytest.approx(want.cpu.total_percent)
+        assert (s.cpu.load_avg_1m, s.cpu.count) == (want.cpu.load_avg_1m, want.cpu.count)
+        assert s.memory == want.memory  # swap None stays None (absent, not 0)
+        assert (s.network.rx_bytes_per_s, s.network.tx_bytes_per_s) == (1000.0 * k, 2000.0 * k)
+        assert (s.storage.read_bytes_per_s, s.storage.write_bytes_per_s) == (4096.0, 8192.0 * k)
+        assert s.cache.l2_hit_ratio is None
+        assert s.unavailable["cache.l2_hit_ratio"] == want.unavailable["cache.l2_hit_ratio"]
+        assert len(s.gpus) == 2
+        for g, w in zip(s.gpus, want.gpus, strict=True):
+            for name in ("index", "name", "uuid", "mem_used_bytes", "mem_total_bytes", "power_w",
+                         "power_limit_w", "temperature_c", "sm_clock_mhz", "mem_clock_mhz",
+                         "pcie_rx_bytes_per_s", "ecc_corrected", "ecc_uncorrected", "xid_events",
+                         "throttle_reasons", "processes", "sm_occupancy_percent", "pcie_tx_bytes_per_s"):
+                assert getattr(g, name) == getattr(w, name), (host, g.index, name)
+            for name in ("utilization_percent", "memory_utilization_percent", "sm_activity_percent",
+                         "dram_bw_util_percent"):
+                assert getattr(g, name) == pytest.approx(getattr(w, name)), (host, g.index, name)
+            assert g.unavailable["pcie_tx_bytes_per_s"] == "NVML: not supported"
+        (job,) = s.jobs
+        wj = want.jobs[0]
+        assert (job.pid, job.user, job.tree_id, job.cmdline, job.job_key, job.start_time) == (
+            wj.pid, wj.user, wj.tree_id, wj.cmdline, wj.job_key, wj.start_time)
+        assert job.cpu_percent == pytest.approx(150.0)
+        assert (job.rss_bytes, dict(job.gpu_mem_bytes)) == (wj.rss_bytes, dict(wj.gpu_mem_bytes))
+
+
+def test_snapshot_command_shows_exported_values(cluster: Cluster) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "gpulens", "snapshot", "--prometheus", cluster.prom.url, "--json", "--timeout", "20"],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "XDG_CONFIG_HOME": "/nonexistent"},
+    )
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    hosts = {h["host"]: h for h in doc["hosts"]}
+    assert set(hosts) == set(HOSTS)
+    for host, k in HOSTS.items():
+        s = hosts[host]["sample"]
+        assert hosts[host]["up"] is True
+        assert s["cpu"]["total_percent"] == pytest.approx(12.5 * k)
+        assert s["memory"]["used_bytes"] == (8 + k) * 1024**3
+        assert [g["utilization_percent"] for g in s["gpus"]] == pytest.approx([10.0 * k, 10.0 * k + 1])
+        assert [g["mem_used_bytes"] for g in s["gpus"]] == [(1000 + 10 * k) * 1048576, (1001 + 10 * k) * 1048576]
+        assert s["jobs"][0]["job_key"] == "slurm-77"
+
+
+def collect(src: PrometheusSource) -> tuple[list[SourceEvent], Callable[[Callable[[list[SourceEvent]], bool]], None]]:
+    events: list[SourceEvent] = []
+    lock = threading.Lock()
+
+    def emit(ev: SourceEvent) -> None:
+        with lock:
+            events.append(ev)
+
+    def wait(pred: Callable[[list[SourceEvent]], bool], timeout_s: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with lock:
+                if pred(list(events)):
+                    return
+            time.sleep(0.05)
+        raise AssertionError(f"condition not met; events: {events[-10:]}")
+
+    src.start(emit)
+    return events, wait
+
+
+def test_polling_backfill_and_host_that_disappears(cluster: Cluster, tmp_path: Path) -> None:
+    # a fourth exporter with its own Prometheus, so the shared cluster stays intact
+    box: list[HostSample | None] = [synthetic_sample("gone", 4)]
+    exp = serve_metrics(0, "gone", lambda: box[0])
+    keep = cluster.exporters["h1"]
+    prom = start_prometheus(tmp_path, {"g": [f"127.0.0.1:{exp.port}", f"127.0.0.1:{keep.port}"]})
+    src = PrometheusSource(prom.url, step_s=0.5, slow_s=30)
+    try:
+        prom.wait_targets_up(2)
+        prom.wait_query("gpulens_gpu_info", 4)
+        time.sleep(1.5)  # a little history to backfill
+        events, wait = collect(src)
+        wait(lambda ev: any(isinstance(e, SampleEvent) and e.backfill for e in ev))
+        wait(lambda ev: any(isinstance(e, SourceStatusEvent) and e.ok for e in ev))
+        live = [e for e in events if isinstance(e, SampleEvent) and not e.backfill]
+        assert {e.sample.host for e in live} >= {"gone", "h1"}
+        back = [e.sample for e in events if isinstance(e, SampleEvent) and e.backfill]
+        assert all(s.time < min(e.sample.time for e in live) for s in back)
+        assert any(s.host == "gone" and s.cpu.total_percent == pytest.approx(50.0) for s in back)
+        old = next(s for s in back if s.host == "gone")
+        # history holds the overview fields; names come along; details say why they are missing
+        assert old.gpus[1].uuid == "GPU-0004-0001" and old.gpus[1].utilization_percent == pytest.approx(41.0)
+        assert old.gpus[1].sm_clock_mhz is None and old.gpus[1].unavailable["sm_clock_mhz"] == NOT_BACKFILLED
+        exp.close()  # the target goes down: Prometheus marks its series stale at the next scrape
+        wait(lambda ev: any(isinstance(e, HostStatusEvent) and e.host == "gone" and not e.up for e in ev))
+        assert src.expected_hosts() == ("h1",)
+        assert not any(isinstance(e, SourceStatusEvent) and not e.ok for e in events)
+    finally:
+        src.stop()
+        prom.close()
+        exp.close()
+
+
+def test_panel_with_host_substituted_and_bad_expression(cluster: Cluster) -> None:
+    src = PrometheusSource(cluster.prom.url, step_s=1, backfill=False)
+    try:
+        data = src.panel_series('sum(gpulens_gpu_power_watts{host="$host"})', "h2", None, 30)
+        assert data.error is None and data.points
+        assert data.points[-1][1] == pytest.approx(102.5 + 103.5)  # GPUs 0 and 1 of h2
+        job = src.panel_series('gpulens_job_resident_memory_bytes{host="$host",exported_job="$job"}', "h1", "slurm-77", 30)
+        assert job.error is None and job.points[-1][1] == 2 * 1024**3
+        bad = src.panel_series("sum(rate(gpulens_gpu_power_watts[1m])", "h1", None, 30)
+        assert bad.error is not None and "parse error" in bad.error and not bad.points
+        # a hostile host name stays inside its string: no injection, just no data
+        evil = src.panel_series('gpulens_cpu_load1{host="$host"}', 'h1"} or vector(1) or up{x="', None, 30)
+        assert evil.error is not None and "no data" in evil.error
+    finally:
+        src.stop()
+
+
+def test_real_agent_metrics_port_through_prometheus(tmp_path: Path) -> None:
+    if prometheus_binary() is None:
+        pytest.skip(MISSING_REASON)
+    port = free_port()
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "gpulens", "agent", "--listen", "127.0.0.1:0", "--hostname", "agent-a",
+         "--simulated-gpus", "2", "--metrics-port", str(port), "--no-trace", "--quiet", "--interval", "3600"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "XDG_CONFIG_HOME": "/nonexistent"},
+    )
+    prom = start_prometheus(tmp_path, {"agents": [f"127.0.0.1:{port}"]})
+    src = PrometheusSource(prom.url, step_s=1, backfill=False)
+    try:
+        prom.wait_query("gpulens_gpu_utilization_ratio", 2)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+        exported = {
+            line.split("{")[0] + line.split("gpu=")[1][:3]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines() if line.startswith("gpulens_gpu_utilization_ratio{")
+        }
+        sample = src.fetch_latest()["agent-a"]
+        assert sample.simulated is True  # the agent's SIMULATED flag survives the trip
+        got = {f'gpulens_gpu_utilization_ratio"{g.index}"': (g.utilization_percent or 0) / 100 for g in sample.gpus}
+        assert got == pytest.approx(exported)
+    finally:
+        src.stop()
+        prom.close()
+        agent.terminate()
+        agent.wait(timeout=10)
+
+
+def test_detail_fields_are_read_every_few_polls_and_kept_between(cluster: Cluster) -> None:
+    src = PrometheusSource(cluster.prom.url, step_s=1, backfill=False, detail_every=1000)
+    try:
+        first = src.fetch_latest()
+        before = src.queries_sent
+        second = src.fetch_latest()
+        core = src.queries_sent - before
+        rows = src._current_rows()
+        assert core == sum(1 for r in rows if r.tier == "core") < len(rows)
+        g1, g2 = first["h2"].gpus[1], second["h2"].gpus[1]
+        assert (g2.sm_clock_mhz, g2.xid_events, g2.mem_total_bytes, g2.uuid) == (1980, (79,), g1.mem_total_bytes, g1.uuid)
+        assert g2.utilization_percent == pytest.approx(21.0)
+    finally:
+        src.stop()
+
+
+def test_quick_first_screen_then_details_at_once(cluster: Cluster) -> None:
+    src = PrometheusSource(cluster.prom.url, step_s=60, backfill=False)  # no second poll for a minute
+    try:
+        events, wait = collect(src)
+        wait(lambda ev: any(isinstance(e, SampleEvent) and e.sample.gpus[0].sm_clock_mhz == 1980 for e in ev))
+        samples = [e.sample for e in events if isinstance(e, SampleEvent) and e.sample.host == "h1"]
+        first = samples[0].gpus[0]
+        assert first.sm_clock_mhz is None and first.unavailable["sm_clock_mhz"] == DETAIL_PENDING
+        assert first.utilization_percent == pytest.approx(10.0) and first.uuid == "GPU-0001-0000"
+    finally:
+        src.stop()

@@ -1,0 +1,1 @@
+"""Unit tests, one folder per product package (the package the test mainly exercises)."""
