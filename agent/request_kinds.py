@@ -320,11 +320,16 @@ def send_bytes(conn: RequestConn, rid: int, name: str, data: bytes) -> None:
 
 
 def send_file(conn: RequestConn, rid: int, name: str, path: Path, *, owner: int) -> None:
-    """Send ``path`` as chunks if it is a regular file owned by ``owner`` (no symlink, FIFO or device)."""
-    from gpulens.core.safefs import UnsafePath, open_regular_at
+    """Send ``path`` as chunks if it is a regular file owned by ``owner``.
+
+    Opened by the trace service's own check (no symlink anywhere on the path, which
+    runs through the target user's directory; no FIFO or device), never by name twice.
+    """
+    from gpulens.core.safefs import UnsafePath
+    from gpulens.ipc.kineto.requests import open_trace_file
 
     try:
-        fd = open_regular_at(None, path, owner=owner, max_bytes=MAX_FILE_BYTES)
+        fd = open_trace_file(path, owner, max_bytes=MAX_FILE_BYTES)
     except UnsafePath as err:
         raise RequestError(f"trace file refused: {err}") from err
     try:
