@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 TORCH := torch==2.13.0
 
-.PHONY: run test lint screenshots bench clean
+.PHONY: run test test-floor lint screenshots bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,18 @@ run: $(VENV)/.installed
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# The oldest Textual pyproject.toml allows, installed for real, with the TUI tests
+# that do not compare pixels (snapshots are pinned to the current Textual).
+FLOOR_VENV := .venv-floor
+TEXTUAL_FLOOR = $(shell sed -n 's/.*"textual>=\([0-9.]*\)".*/\1/p' pyproject.toml)
+
+test-floor:
+	test -x $(FLOOR_VENV)/bin/python || $(PYTHON) -m venv $(FLOOR_VENV)
+	$(FLOOR_VENV)/bin/pip install -q --upgrade pip
+	$(FLOOR_VENV)/bin/pip install -q -e . "textual==$(TEXTUAL_FLOOR)" "pytest>=7,<9" pytest-timeout hypothesis
+	$(FLOOR_VENV)/bin/python -c 'import textual; assert textual.__version__ == "$(TEXTUAL_FLOOR)", textual.__version__; print("textual", textual.__version__)'
+	$(FLOOR_VENV)/bin/python -m pytest -q -p no:cacheprovider -m "not torch" tests/unit/tui
+
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check gpulens core collectors ipc agent sources store analysis tui tests benchmarks
 	scripts/typecheck.sh
@@ -35,4 +47,4 @@ screenshots: $(VENV)/.installed-test
 	$(BIN)/python scripts/make_screenshots.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(FLOOR_VENV) build *.egg-info

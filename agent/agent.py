@@ -194,17 +194,26 @@ class Agent:
         return dataclasses.replace(s, jobs=jobs)
 
     # -- the trace service --------------------------------------------------------
-    def start_trace_service(self) -> None:
-        """Own this host's Kineto endpoint when the trace service is installed (and the control socket)."""
+    def start_trace_service(self, socket_dir: str | None = None, *, strict: bool = False) -> None:
+        """Own this host's Kineto endpoint when the trace service is installed (and the control socket).
+
+        ``socket_dir`` as for :class:`~gpulens.ipc.kineto.service.LocalTraceService`.
+        ``strict``: raise why the endpoint could not be bound (EndpointBusy, ...)
+        instead of logging it and serving without traces.
+        """
         try:
             from gpulens.ipc.kineto.service import LocalTraceService
         except ImportError as err:
             self.requests.trace_error = f"trace service not installed: {err}"
+            if strict:
+                raise
             return
-        svc = LocalTraceService()
+        svc = LocalTraceService(socket_dir)
         try:
             svc.start()
         except Exception as err:
+            if strict:
+                raise
             self.requests.trace_error = f"Kineto endpoint not started: {err}"
             log.warning("%s", self.requests.trace_error)
             return
@@ -367,3 +376,31 @@ class Agent:
 
 
 SamplerFactory = Callable[..., Sampler]
+
+
+class _NoSampler:
+    """The sampler of an in-process endpoint owner: it serves traces, never samples."""
+
+    def sample(self) -> HostSample:
+        raise RuntimeError("an in-process endpoint owner does not sample")
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def endpoint_owner(hostname: str, socket_dir: str | None = None, *, version: str = "") -> Agent:
+    """An in-process agent that owns this host's Kineto endpoint and serves its control socket.
+
+    What a TUI watching this machine, or a ``gpulens trace`` that found the
+    name free, runs: every other gpulens on the host then traces through its
+    control socket (same ``SO_PEERCRED`` rule as a real agent: each peer for
+    its own processes; a non-root owner serves only its user and root). It
+    never samples (no history, no live samples on the control socket).
+
+    Raises:
+        EndpointBusy: the Kineto name is taken (by an agent, another gpulens, dynolog, ...).
+        UnsafePath, IpcError, OSError: the socket directory cannot be used.
+    """
+    agent = Agent(_NoSampler(), hostname=hostname, version=version)
+    agent.start_trace_service(socket_dir, strict=True)
+    return agent

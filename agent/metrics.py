@@ -1,12 +1,12 @@
-"""Serve the latest :class:`HostSample` as Prometheus ``/metrics``.
+"""Serve the agent's samples as Prometheus ``/metrics``.
 
-``gpulens agent --metrics-port PORT`` calls :func:`serve_metrics`. A custom
-collector reads ``latest()`` at scrape time, so a scrape always shows the
-newest sample and costs nothing between scrapes. Names follow Prometheus
-conventions (base units: bytes, seconds, watts, hertz, celsius; ``_ratio``
-for 0-1 fractions; ``_total`` for counters); docs/metrics.md lists them all.
-A value that is ``None`` in the sample is *absent* from the exposition, never
-0; its reason is exported as ``gpulens_metric_unavailable_info``.
+``gpulens agent --metrics-port [PORT]`` (default :data:`DEFAULT_METRICS_PORT`,
+7790) calls :func:`serve_metrics`. A custom collector works at scrape time
+only: it adds the samples taken since the previous scrape to the running
+totals (:mod:`.metrics_counters`) and exports the newest sample's levels
+with them (:mod:`.metrics_families`; docs/metrics.md lists every name).
+Everything that accumulates is a counter, so ``rate()`` over any window is
+the true average whatever the scrape interval.
 
 ``/metrics`` has no authentication: it binds loopback, and a non-loopback
 address is refused unless the caller says ``public=True``
@@ -21,29 +21,31 @@ cannot hold threads.
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
-from prometheus_client.core import (
-    CollectorRegistry,
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    Metric,
-)
+from prometheus_client.core import CollectorRegistry, Metric
 from prometheus_client.exposition import make_wsgi_app
 from prometheus_client.registry import Collector
 
+from gpulens.agent.metrics_counters import Counters, job_label
+from gpulens.agent.metrics_families import MAX_LABEL_CHARS, families
 from gpulens.core.errors import ConfigError
-from gpulens.core.model import GpuSample, HostSample, JobInfo
+from gpulens.core.model import CpuTimes, HostSample
+from gpulens.ipc.prom_names import DEFAULT_METRICS_PORT
 
-MAX_LABEL_CHARS = 200
-"""Longest label value exported (command lines, reasons): keeps scrapes bounded."""
+__all__ = [
+    "DEFAULT_METRICS_PORT", "MAX_LABEL_CHARS", "MAX_METRICS_CONNECTIONS", "MetricsServer",
+    "SampleCollector", "families", "job_label", "serve_metrics",
+]
+log = logging.getLogger(__name__)
 MAX_METRICS_CONNECTIONS = 16
 """Connections served at once; one more gets 503 and is closed."""
 METRICS_IO_TIMEOUT_S = 5.0
@@ -53,169 +55,64 @@ METRICS_CONN_DEADLINE_S = 30.0
 _BUSY = b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
 Latest = Callable[[], HostSample | None]
-
-
-def _label(value: object) -> str:
-    text = str(value)
-    return text if len(text) <= MAX_LABEL_CHARS else text[: MAX_LABEL_CHARS - 3] + "..."
-
-
-class _Families:
-    """Metric families built for one scrape, created on first use."""
-
-    def __init__(self) -> None:
-        self._fams: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
-
-    def add(
-        self,
-        name: str,
-        doc: str,
-        labels: dict[str, str],
-        value: float | None,
-        counter: bool = False,
-    ) -> None:
-        if value is None:
-            return  # absent, not 0: the reason is in gpulens_metric_unavailable_info
-        fam = self._fams.get(name)
-        if fam is None:
-            fam = (CounterMetricFamily if counter else GaugeMetricFamily)(name, doc, labels=list(labels))
-            self._fams[name] = fam
-        fam.add_metric([_label(v) for v in labels.values()], float(value))
-
-    def metrics(self) -> Iterator[Metric]:
-        return iter(self._fams.values())
-
-
-def _host_metrics(f: _Families, s: HostSample) -> None:
-    h = {"host": s.host}
-    f.add("gpulens_sample_timestamp_seconds", "Unix time the sample was taken.", h, s.time)
-    f.add("gpulens_host_simulated", "1 when the data is simulated (demo).", h, float(s.simulated))
-    ratio = None if s.cpu.total_percent is None else s.cpu.total_percent / 100.0
-    f.add("gpulens_cpu_utilization_ratio", "CPU busy fraction over the last interval, 0-1.", h, ratio)
-    for core, pct in enumerate(s.cpu.per_core_percent):
-        f.add("gpulens_cpu_core_utilization_ratio", "One core's busy fraction, 0-1.",
-              {**h, "core": str(core)}, pct / 100.0)
-    f.add("gpulens_cpu_load1", "1-minute load average.", h, s.cpu.load_avg_1m)
-    f.add("gpulens_cpu_count", "Logical CPUs.", h, s.cpu.count)
-    m = s.memory
-    f.add("gpulens_memory_total_bytes", "Host memory size.", h, m.total_bytes)
-    f.add("gpulens_memory_used_bytes", "Host memory in use.", h, m.used_bytes)
-    f.add("gpulens_memory_available_bytes", "Host memory available.", h, m.available_bytes)
-    f.add("gpulens_swap_used_bytes", "Swap in use.", h, m.swap_used_bytes)
-    n = s.network
-    f.add("gpulens_network_receive_bytes_per_second", "Received, all interfaces but lo.", h, n.rx_bytes_per_s)
-    f.add("gpulens_network_transmit_bytes_per_second", "Sent, all interfaces but lo.", h, n.tx_bytes_per_s)
-    for nic in n.interfaces:
-        lab = {**h, "interface": nic.name}
-        f.add("gpulens_network_interface_receive_bytes_per_second", "Received on one interface.", lab, nic.rx_bytes_per_s)
-        f.add("gpulens_network_interface_transmit_bytes_per_second", "Sent on one interface.", lab, nic.tx_bytes_per_s)
-    st = s.storage
-    f.add("gpulens_storage_read_bytes_per_second", "Read, all whole disks.", h, st.read_bytes_per_s)
-    f.add("gpulens_storage_write_bytes_per_second", "Written, all whole disks.", h, st.write_bytes_per_s)
-    for disk in st.disks:
-        lab = {**h, "disk": disk.name}
-        f.add("gpulens_disk_read_bytes_per_second", "Read from one disk.", lab, disk.read_bytes_per_s)
-        f.add("gpulens_disk_write_bytes_per_second", "Written to one disk.", lab, disk.write_bytes_per_s)
-    c = s.cache
-    f.add("gpulens_cache_l2_hit_ratio", "L2 cache hit ratio, 0-1.", h, c.l2_hit_ratio)
-    f.add("gpulens_cache_l3_hit_ratio", "L3 cache hit ratio, 0-1.", h, c.l3_hit_ratio)
-    f.add("gpulens_memory_bandwidth_bytes_per_second", "DRAM bandwidth.", h, c.mem_bandwidth_bytes_per_s)
-    for ib in s.infiniband:
-        lab = {**h, "device": ib.device, "port": str(ib.port)}
-        f.add("gpulens_infiniband_receive_bytes_per_second", "InfiniBand port received.", lab, ib.rx_bytes_per_s)
-        f.add("gpulens_infiniband_transmit_bytes_per_second", "InfiniBand port sent.", lab, ib.tx_bytes_per_s)
-        f.add("gpulens_infiniband_symbol_errors", "Symbol errors (port counter).", lab, ib.symbol_errors, counter=True)
-        f.add("gpulens_infiniband_link_downed", "Link-downed events (port counter).", lab, ib.link_downed, counter=True)
-    for key, reason in s.unavailable.items():
-        f.add("gpulens_metric_unavailable_info", "A metric that could not be read, with why.",
-              {**h, "gpu": "", "field": key, "reason": reason}, 1.0)
-
-
-def _pct(v: float | None) -> float | None:
-    return None if v is None else v / 100.0
-
-
-def _mhz(v: int | None) -> float | None:
-    return None if v is None else v * 1e6
-
-
-def _gpu_metrics(f: _Families, host: str, g: GpuSample) -> None:
-    lab = {"host": host, "gpu": str(g.index), "uuid": g.uuid}
-    f.add("gpulens_gpu_info", "Static GPU facts (value 1).", {**lab, "name": g.name}, 1.0)
-    rows: Iterable[tuple[str, str, float | None]] = (
-        ("gpulens_gpu_utilization_ratio", "Time a kernel ran, 0-1 (NVML utilization.gpu).", _pct(g.utilization_percent)),
-        ("gpulens_gpu_memory_utilization_ratio", "Time memory was read or written, 0-1.", _pct(g.memory_utilization_percent)),
-        ("gpulens_gpu_memory_used_bytes", "GPU memory in use.", g.mem_used_bytes),
-        ("gpulens_gpu_memory_total_bytes", "GPU memory size.", g.mem_total_bytes),
-        ("gpulens_gpu_power_watts", "Power draw.", g.power_w),
-        ("gpulens_gpu_power_limit_watts", "Power limit.", g.power_limit_w),
-        ("gpulens_gpu_temperature_celsius", "GPU temperature.", g.temperature_c),
-        ("gpulens_gpu_sm_clock_hertz", "SM clock.", _mhz(g.sm_clock_mhz)),
-        ("gpulens_gpu_memory_clock_hertz", "Memory clock.", _mhz(g.mem_clock_mhz)),
-        ("gpulens_gpu_pcie_receive_bytes_per_second", "PCIe received.", g.pcie_rx_bytes_per_s),
-        ("gpulens_gpu_pcie_transmit_bytes_per_second", "PCIe sent.", g.pcie_tx_bytes_per_s),
-        ("gpulens_gpu_nvlink_receive_bytes_per_second", "NVLink received.", g.nvlink_rx_bytes_per_s),
-        ("gpulens_gpu_nvlink_transmit_bytes_per_second", "NVLink sent.", g.nvlink_tx_bytes_per_s),
-        ("gpulens_gpu_sm_active_ratio", "SM activity, 0-1 (GPM / DCGM PROF_SM_ACTIVE).", _pct(g.sm_activity_percent)),
-        ("gpulens_gpu_sm_occupancy_ratio", "SM occupancy, 0-1.", _pct(g.sm_occupancy_percent)),
-        ("gpulens_gpu_dram_active_ratio", "DRAM interface active, 0-1.", _pct(g.dram_bw_util_percent)),
-    )
-    for name, doc, value in rows:
-        f.add(name, doc, lab, value)
-    f.add("gpulens_gpu_ecc_corrected_errors", "Corrected ECC errors.", lab, g.ecc_corrected, counter=True)
-    f.add("gpulens_gpu_ecc_uncorrected_errors", "Uncorrected ECC errors.", lab, g.ecc_uncorrected, counter=True)
-    f.add("gpulens_gpu_xid_events", "XID events seen in the last interval.", lab, float(len(g.xid_events)))
-    if g.xid_events:
-        f.add("gpulens_gpu_xid_last_code", "Code of the last XID event.", lab, g.xid_events[-1])
-    for reason in g.throttle_reasons:
-        f.add("gpulens_gpu_throttle_reason", "Active clock throttle reason (value 1).", {**lab, "reason": reason}, 1.0)
-    for p in g.processes:
-        plab = {**lab, "pid": str(p.pid)}
-        f.add("gpulens_gpu_process_memory_used_bytes", "GPU memory of one process.", plab, p.used_memory_bytes)
-        f.add("gpulens_gpu_process_sm_utilization_ratio", "SM share of one process, 0-1.", plab, _pct(p.sm_util_percent))
-    for key, reason in g.unavailable.items():
-        f.add("gpulens_metric_unavailable_info", "A metric that could not be read, with why.",
-              {"host": host, "gpu": str(g.index), "field": key, "reason": reason}, 1.0)
-
-
-def job_label(j: JobInfo) -> str:
-    """The ``job`` label of a job: its cross-host key, else ``pid-<pid>``."""
-    return j.job_key or f"pid-{j.pid}"
-
-
-def _job_metrics(f: _Families, host: str, j: JobInfo) -> None:
-    lab = {"host": host, "job": job_label(j), "pid": str(j.pid)}
-    info = {**lab, "user": j.user, "tree_id": j.tree_id, "cmdline": j.cmdline, "job_key": j.job_key or ""}
-    f.add("gpulens_job_info", "A job process (value 1); facts in labels.", info, 1.0)
-    f.add("gpulens_job_start_time_seconds", "Unix time the process started.", lab, j.start_time)
-    f.add("gpulens_job_cpu_utilization_ratio", "CPU used, in cores (1.0 = one core busy).", lab, _pct(j.cpu_percent))
-    f.add("gpulens_job_resident_memory_bytes", "Resident set size.", lab, j.rss_bytes)
-    for gpu, used in j.gpu_mem_bytes.items():
-        f.add("gpulens_job_gpu_memory_used_bytes", "GPU memory of the job on one GPU.", {**lab, "gpu": gpu}, used)
-
-
-def families(sample: HostSample) -> list[Metric]:
-    """Every metric family for one sample (pure; used by the collector and tests)."""
-    f = _Families()
-    _host_metrics(f, sample)
-    for g in sample.gpus:
-        _gpu_metrics(f, sample.host, g)
-    for j in sample.jobs:
-        _job_metrics(f, sample.host, j)
-    return list(f.metrics())
+History = Callable[[float | None], list[bytes]]
+"""``history(since)``: packed samples newer than ``since`` (all when None), oldest first."""
+CpuTimesFn = Callable[[], Sequence[CpuTimes]]
+"""The kernel's per-CPU time counters now (``collectors.host.read_cpu_times``)."""
 
 
 class SampleCollector(Collector):
-    """A prometheus-client collector reading ``latest()`` at each scrape."""
+    """A prometheus-client collector: the newest sample's levels and the running totals.
 
-    def __init__(self, latest: Latest) -> None:
+    At each scrape every sample since the previous scrape is added to the
+    totals: the agent's history (``history(since)``, packed samples oldest
+    first) when given, else ``latest()`` alone (then samples between two
+    scrapes are missed by the integrated totals; kernel counters are exact
+    either way). The history ring holds ``--history-minutes`` of samples, so
+    scrapes further apart than that lose the samples that fell out of it.
+    """
+
+    def __init__(self, latest: Latest, history: History | None = None, cpu_times: CpuTimesFn | None = None) -> None:
         self._latest = latest
+        self._history = history
+        self._cpu_times = cpu_times
+        self._counters = Counters()
+        self._lock = threading.Lock()
+
+    def _catch_up(self) -> HostSample | None:
+        if self._history is not None:
+            from gpulens.ipc.serialize import sample_from_msgpack
+
+            for raw in self._history(self._counters.last_time):
+                try:  # our own ring: a bad entry must not stop scrapes
+                    s = sample_from_msgpack(raw)
+                except Exception as err:
+                    log.debug("history sample skipped: %s", err)
+                    continue
+                self._counters.observe(s, cpu=self._integrate_cpu(s))
+        sample = self._latest()
+        if sample is not None:  # a no-op when the history already had it
+            self._counters.observe(sample, cpu=self._integrate_cpu(sample))
+        return sample
+
+    def _integrate_cpu(self, s: HostSample) -> bool:
+        return self._cpu_times is None or s.simulated
+
+    def _kernel_cpu(self, s: HostSample) -> Sequence[CpuTimes]:
+        if self._cpu_times is None or s.simulated:
+            return ()
+        try:
+            return self._cpu_times()
+        except OSError as err:  # absent this scrape, never 0
+            log.debug("CPU counters unreadable: %s", err)
+            return ()
 
     def collect(self) -> Iterator[Metric]:
-        sample = self._latest()
-        if sample is None:
-            return iter(())
-        return iter(families(sample))
+        with self._lock:  # concurrent scrapes must not integrate one interval twice
+            sample = self._catch_up()
+            if sample is None:
+                return iter(())
+            return iter(families(sample, self._counters, self._kernel_cpu(sample)))
 
 
 class _Handler(WSGIRequestHandler):
@@ -300,9 +197,16 @@ class MetricsServer:
 
 
 def serve_metrics(
-    port: int, host: str, latest: Latest, addr: str = "127.0.0.1", *, public: bool = False
+    port: int, host: str, latest: Latest, addr: str = "127.0.0.1", *, public: bool = False,
+    history: History | None = None, cpu_times: CpuTimesFn | None = None,
 ) -> MetricsServer:
     """Serve ``/metrics`` on ``addr:port`` (``port=0`` picks a free one) from a bounded server.
+
+    ``history`` (the agent's ``history_since``) lets the totals see every
+    sample, not only the one current at each scrape (see :class:`SampleCollector`).
+    ``cpu_times`` (``collectors.host.read_cpu_times``) gives the kernel's CPU
+    counters at scrape time for samples of this machine (not SIMULATED ones);
+    without it CPU seconds are integrated from the samples' percentages.
 
     ``host`` is the agent's host name; samples carry their own ``host`` label,
     so it is only used to name the serving thread. Binds loopback unless told
@@ -319,7 +223,7 @@ def serve_metrics(
             f"--metrics-addr {addr}: /metrics has no authentication, so a non-loopback address needs --metrics-public"
         )
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SampleCollector(latest))
+    registry.register(SampleCollector(latest, history, cpu_times))
     infos = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, _, _, _, sockaddr = infos[0]
 

@@ -1,4 +1,4 @@
-"""The request kinds an agent serves: history, profile, trace, trace_status, trace_diagnose.
+"""The request kinds an agent serves: history, profile, trace, trace_status, trace_diagnose, trace_processes.
 
 Each kind is one function that gets the connection that asked (a
 :class:`RequestConn`: its principal and a bounded ``put``), the request,
@@ -123,7 +123,7 @@ def trace(conn: RequestConn, req: stream.Request, svc: TraceService, progress: T
 
     p = req.params
     kwargs: dict[str, Any] = {}
-    for key in ("duration_ms", "iterations", "job_id"):
+    for key in ("duration_ms", "iterations", "job_id", "start_time_ms"):
         if key in p:
             v = p[key]
             if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
@@ -138,8 +138,13 @@ def trace(conn: RequestConn, req: stream.Request, svc: TraceService, progress: T
         v = _num(p, key, None)
         if v is not None:
             kwargs[key] = v
+    job_key = p.get("job_key")
     if "pids" in p:
         kwargs["pids"] = parse_pids(p)
+    elif job_key is not None:
+        if not isinstance(job_key, str) or not _TAG.fullmatch(job_key):
+            raise RequestError("job_key must be 1..64 characters of [A-Za-z0-9._-]")
+        kwargs["pids"] = job_key_pids(svc, conn.principal, job_key)
     elif kwargs.get("job_id") is not None:
         # Resolved here, not by the service: each pid's owner is checked and captured.
         kwargs["pids"] = job_pids(svc, conn.principal, kwargs.pop("job_id"))
@@ -184,6 +189,7 @@ def trace(conn: RequestConn, req: stream.Request, svc: TraceService, progress: T
         "request_id": res.request_id,
         "files": names,
         "missing": {str(k): v for k, v in res.missing.items()},
+        "notes": {str(k): v for k, v in res.notes.items()},
         "elapsed_s": res.elapsed_s,
     }
 
@@ -193,6 +199,55 @@ def trace_diagnose(conn: RequestConn, req: stream.Request, svc: TraceService) ->
     pids = parse_pids(req.params)
     check_owner(conn.principal, pids)
     return {"reasons": {str(pid): svc.diagnose(pid) for pid in pids}}
+
+
+MAX_PROCESSES = 1024
+"""Entries one ``trace_processes`` answer carries."""
+JOB_KEY_ENVS = ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID")
+"""Environment variables whose value names a process's job (a Slurm job id, a torchrun run id)."""
+
+
+def trace_processes(conn: RequestConn, req: stream.Request, svc: TraceService) -> dict[str, Any]:
+    """The polling processes the principal may trace: pid, ancestors, job keys, rank, poll timing, busy."""
+    from gpulens.core.procfs import proc_environ, proc_uid
+
+    out: list[dict[str, Any]] = []
+    for p in svc.processes():
+        if len(out) >= MAX_PROCESSES:
+            break
+        if not conn.principal.may_act_for(proc_uid(p.pid)):
+            continue
+        env = proc_environ(p.pid) or {}
+        rank = env.get("RANK", "")
+        out.append({
+            "pid": p.pid,
+            "ancestors": list(p.ancestors[:16]),
+            "job_id": p.job_id,
+            "job_keys": [env[k] for k in JOB_KEY_ENVS if env.get(k)][:4],
+            "rank": int(rank) if rank.isdigit() and len(rank) < 8 else None,
+            "interval_s": p.interval_s,
+            "busy": p.busy,
+        })
+    return {"processes": out}
+
+
+def job_key_pids(svc: TraceService, principal: Principal, key: str) -> tuple[int, ...]:
+    """Polling pids of the principal whose Slurm job id or torchrun run id is ``key``."""
+    from gpulens.core.procfs import proc_environ, proc_uid
+
+    pids = []
+    for p in svc.processes():
+        if not principal.may_act_for(proc_uid(p.pid)):
+            continue
+        env = proc_environ(p.pid) or {}
+        if any(env.get(k) == key for k in JOB_KEY_ENVS) or (key.isdigit() and p.job_id == int(key)):
+            pids.append(p.pid)
+    if not pids:
+        raise RequestError(
+            f"no process with job key {key!r} (SLURM_JOB_ID or TORCHELASTIC_RUN_ID) polls this agent's "
+            "Kineto endpoint"
+        )
+    return tuple(pids[:MAX_PIDS])
 
 
 def trace_status(conn: RequestConn, req: stream.Request, progress: TraceProgress) -> dict[str, Any]:

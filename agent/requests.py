@@ -6,7 +6,7 @@ with :data:`~gpulens.ipc.principal.NOT_AUTHENTICATED`; every other request
 names pids whose owners must be ones the principal may act for (the kinds
 themselves, ``gpulens.agent.request_kinds``, check that).
 
-``history``, ``trace_status`` and ``trace_diagnose`` run inline on the
+``history``, ``trace_status``, ``trace_diagnose`` and ``trace_processes`` run inline on the
 connection's own thread, so they never wait behind anyone's traces.
 ``profile`` (py-spy) and ``trace`` (the Kineto trace service) each run on a
 daemon thread of their own, at most ``Limits.heavy`` at once on the agent,
@@ -55,7 +55,7 @@ MAX_HEAVY = 8
 """Trace/profile requests running at once on the whole agent."""
 MAX_HEAVY_PER_UID = 2
 """Trace/profile requests running at once for one principal uid (below MAX_HEAVY: no user fills the agent)."""
-INLINE_KINDS = frozenset({"history", "trace_status", "trace_diagnose"})
+INLINE_KINDS = frozenset({"history", "trace_status", "trace_diagnose", "trace_processes"})
 """Quick requests answered on the connection's own thread."""
 
 Handler = Callable[[RequestConn, stream.Request], dict[str, Any]]
@@ -102,7 +102,7 @@ class RequestRunner:
         if self.profiler() is not None:
             caps.append("profile")
         if self.trace_service is not None:
-            caps += ["trace", "trace_status", "trace_diagnose"]
+            caps += ["trace", "trace_status", "trace_diagnose", "trace_processes"]
         return tuple(caps)
 
     def capabilities(self, principal: Principal) -> tuple[str, ...]:
@@ -168,6 +168,8 @@ class RequestRunner:
             return lambda conn, req: kinds.trace_diagnose(conn, req, svc)
         if kind == "trace_status":
             return lambda conn, req: kinds.trace_status(conn, req, self._progress)
+        if kind == "trace_processes":
+            return lambda conn, req: kinds.trace_processes(conn, req, svc)
         return None
 
     def _reserve(self, key: int, uid: int) -> str | None:

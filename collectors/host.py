@@ -31,6 +31,7 @@ import psutil
 
 from gpulens.core.model import (
     CpuSample,
+    CpuTimes,
     DiskIo,
     MemorySample,
     NetInterface,
@@ -83,6 +84,24 @@ def busy_total(times: Any) -> _Pair:
     total = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
     idle = times.idle + getattr(times, "iowait", 0.0)
     return total - idle, total
+
+
+def cpu_times(times: Any) -> CpuTimes:
+    """A psutil cpu-times record -> the kernel's per-mode seconds (guest time is inside user)."""
+    return CpuTimes(
+        user=times.user, nice=times.nice, system=times.system, idle=times.idle,
+        iowait=getattr(times, "iowait", 0.0), irq=getattr(times, "irq", 0.0),
+        softirq=getattr(times, "softirq", 0.0), steal=getattr(times, "steal", 0.0),
+    )
+
+
+def read_cpu_times() -> tuple[CpuTimes, ...]:
+    """Each CPU's kernel time counters now, in CPU order (``/proc/stat``; for ``/metrics``).
+
+    Raises:
+        OSError: /proc/stat cannot be read.
+    """
+    return tuple(map(cpu_times, psutil.cpu_times(percpu=True)))
 
 
 def _read_cpu() -> _CpuTimes:
@@ -247,7 +266,7 @@ class HostCollector:
             if isinstance(rates, str):  # left out of the totals, with the reason
                 unavailable[f"network.{name}"] = rates
                 continue
-            ifaces.append(NetInterface(name, *rates))
+            ifaces.append(NetInterface(name, *rates, rx_bytes=net[name][0], tx_bytes=net[name][1]))
         return NetworkSample(
             rx_bytes_per_s=sum(i.rx_bytes_per_s for i in ifaces),
             tx_bytes_per_s=sum(i.tx_bytes_per_s for i in ifaces),
@@ -273,7 +292,7 @@ class HostCollector:
             if isinstance(rates, str):
                 unavailable[f"storage.{name}"] = rates
                 continue
-            disks.append(DiskIo(name, *rates))
+            disks.append(DiskIo(name, *rates, read_bytes=disk[name][0], write_bytes=disk[name][1]))
         return StorageSample(
             read_bytes_per_s=sum(d.read_bytes_per_s for d in disks),
             write_bytes_per_s=sum(d.write_bytes_per_s for d in disks),

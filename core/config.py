@@ -8,6 +8,20 @@ Example::
     window = "5m"
     job_key_env = ["SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"]
 
+    [cache]            # traces and downloads ($XDG_CACHE_HOME/gpulens, /tmp/gpulens-UID)
+    max_mib = 1024     # oldest removed first above this
+    max_age_days = 7   # removed at start-up when older
+
+    [thresholds]       # colours and markers (! critical, ▲ warning) in tables and plots
+    temp_warn_c = 80
+    temp_crit_c = 90
+
+    [prometheus]       # for --prometheus URL (flags win; a user in the URL wins over both)
+    bearer_token_file = "~/.config/gpulens/prom-token"
+    # username = "me"; password_file = "~/.config/gpulens/prom-password"
+    ca_file = "/etc/ssl/certs/corp-ca.pem"
+    headers = { "X-Scope-OrgID" = "team-a" }   # Mimir, Thanos, Cortex tenants
+
     [[panels]]
     title = "NCCL bytes"
     unit = "B/s"
@@ -15,11 +29,14 @@ Example::
     # metric = "gpu.power_w"                             # direct streams
 
 A bad value gives one line naming the file, the key and what was expected.
+An unknown key is not fatal (as in btop and k9s): it is ignored with a
+warning naming the closest known key (``Config.warnings``).
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import re
 import sys
@@ -51,6 +68,64 @@ class Panel:
 
 
 @dataclass(frozen=True, slots=True)
+class Thresholds:
+    """Where a value turns warning (▲, yellow) or critical (!, red): ``[thresholds]``."""
+
+    util_low_percent: float = 10.0
+    """A GPU holding processes below this utilization is a warning (paid for, idle)."""
+    temp_warn_c: float = 80.0
+    temp_crit_c: float = 90.0
+    mem_warn_percent: float = 90.0
+    mem_crit_percent: float = 98.0
+    power_warn_percent: float = 90.0
+    """Of the GPU's power limit."""
+    power_crit_percent: float = 100.0
+
+
+THRESHOLD_KEYS = tuple(Thresholds.__dataclass_fields__)
+
+
+# ---- [prometheus]: how to reach a Prometheus that asks who you are (Prometheus' own key names)
+@dataclass(frozen=True, slots=True)
+class PrometheusAccess:
+    """``[prometheus]``: credentials by file (never inline), a CA file, extra headers."""
+
+    bearer_token_file: str | None = None
+    username: str | None = None
+    password_file: str | None = None
+    ca_file: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    """Extra request headers, e.g. ``X-Scope-OrgID`` for Mimir and Thanos."""
+
+
+PROMETHEUS_KEYS = ("bearer_token_file", "username", "password_file", "ca_file", "headers")
+
+
+def _parse_prometheus(cfg: Config, value: Any, where: str) -> Config:
+    if not isinstance(value, dict):
+        raise _expect(where, "prometheus", "a table ([prometheus])", value)
+    cfg = replace(cfg, warnings=cfg.warnings + _unknown_keys(value, set(PROMETHEUS_KEYS), where, "prometheus."))
+    got: dict[str, Any] = {}
+    for key in PROMETHEUS_KEYS[:-1]:
+        if key in value:
+            v = value[key]
+            if not isinstance(v, str) or not v.strip():
+                raise _expect(where, f"prometheus.{key}", "a non-empty string", v)
+            got[key] = os.path.expanduser(v) if key.endswith("_file") else v
+    if "headers" in value:
+        h = value["headers"]
+        if not isinstance(h, dict) or not all(isinstance(k, str) and isinstance(x, str) for k, x in h.items()):
+            raise _expect(where, "prometheus.headers", 'a table of strings, e.g. {"X-Scope-OrgID" = "team-a"}', h)
+        bad = [k for k, x in h.items() if not re.fullmatch(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,256}", k)
+               or any(c in x for c in "\r\n\0")]
+        if bad:
+            raise ConfigError(f"{where}: key 'prometheus.headers': {bad[0]!r} is not a header name with a one-line value")
+        got["headers"] = tuple(h.items())
+    return replace(cfg, prometheus=PrometheusAccess(**got))
+# ---- end [prometheus]
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     """Every setting, with its default."""
 
@@ -60,7 +135,13 @@ class Config:
     window: str = "5m"
     job_key_env: tuple[str, ...] = DEFAULT_JOB_KEY_ENV
     panels: tuple[Panel, ...] = ()
+    cache_max_mib: int = 1024
+    cache_max_age_days: float = 7.0
+    thresholds: Thresholds = Thresholds()
+    prometheus: PrometheusAccess = PrometheusAccess()
     source_path: str | None = field(default=None, compare=False)
+    warnings: tuple[str, ...] = field(default=(), compare=False)
+    """Unknown keys, each as one line naming the closest known key; shown, then ignored."""
 
 
 def default_path() -> Path:
@@ -84,10 +165,11 @@ def _check_pattern(where: str, key: str, pattern: str) -> str:
 def parse_config(data: Mapping[str, Any], where: str) -> Config:
     """Validate a parsed TOML table; raises ConfigError naming ``where`` and the key."""
     cfg = Config(source_path=where)
-    known = {"interval_s", "job_pattern", "history_minutes", "window", "job_key_env", "panels"}
-    for key in data:
-        if key not in known:
-            raise ConfigError(f"{where}: unknown key '{key}' (known: {', '.join(sorted(known))})")
+    known = {"interval_s", "job_pattern", "history_minutes", "window", "job_key_env", "panels", "cache",
+             "thresholds", "prometheus"}
+    warnings = _unknown_keys(data, known, where, "")
+    if warnings:
+        cfg = replace(cfg, warnings=warnings)
     if "interval_s" in data:
         v = data["interval_s"]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.05 <= v <= 3600:
@@ -114,21 +196,78 @@ def parse_config(data: Mapping[str, Any], where: str) -> Config:
             raise _expect(where, "job_key_env", "a list of environment variable names", v)
         cfg = replace(cfg, job_key_env=tuple(v))
     if "panels" in data:
-        cfg = replace(cfg, panels=_parse_panels(data["panels"], where))
+        panels, notes = _parse_panels(data["panels"], where)
+        cfg = replace(cfg, panels=panels, warnings=cfg.warnings + notes)
+    if "cache" in data:
+        cfg = _parse_cache(cfg, data["cache"], where)
+    if "thresholds" in data:
+        cfg = _parse_thresholds(cfg, data["thresholds"], where)
+    if "prometheus" in data:
+        cfg = _parse_prometheus(cfg, data["prometheus"], where)
     return cfg
 
 
-def _parse_panels(value: Any, where: str) -> tuple[Panel, ...]:
+def _parse_thresholds(cfg: Config, value: Any, where: str) -> Config:
+    """``[thresholds]``: numbers from 0 to 1000; each warning level below its critical one."""
+    if not isinstance(value, dict):
+        raise _expect(where, "thresholds", "a table ([thresholds])", value)
+    cfg = replace(cfg, warnings=cfg.warnings + _unknown_keys(value, set(THRESHOLD_KEYS), where, "thresholds."))
+    got: dict[str, float] = {}
+    for key in THRESHOLD_KEYS:
+        if key in value:
+            v = value[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1000:
+                raise _expect(where, f"thresholds.{key}", "a number from 0 to 1000", v)
+            got[key] = float(v)
+    t = replace(cfg.thresholds, **got)
+    for kind in ("temp", "mem", "power"):
+        warn, crit = [k for k in THRESHOLD_KEYS if k.startswith(f"{kind}_")]
+        if getattr(t, warn) > getattr(t, crit):
+            raise ConfigError(f"{where}: key 'thresholds.{warn}': expected at most thresholds.{crit} "
+                              f"({getattr(t, crit):g}), got {getattr(t, warn):g}")
+    return replace(cfg, thresholds=t)
+
+
+def _unknown_keys(data: Mapping[str, Any], known: set[str], where: str, prefix: str) -> tuple[str, ...]:
+    """One warning per unknown key, naming the closest known one (difflib, as git does)."""
+    out = []
+    for key in data:
+        if key in known:
+            continue
+        close = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=0.6)
+        hint = f"did you mean '{prefix}{close[0]}'?" if close else f"known: {', '.join(sorted(known))}"
+        out.append(f"{where}: unknown key '{prefix}{key}' ignored ({hint})")
+    return tuple(out)
+
+
+def _parse_cache(cfg: Config, value: Any, where: str) -> Config:
+    if not isinstance(value, dict):
+        raise _expect(where, "cache", "a table ([cache])", value)
+    warnings = cfg.warnings + _unknown_keys(value, {"max_mib", "max_age_days"}, where, "cache.")
+    cfg = replace(cfg, warnings=warnings)
+    if "max_mib" in value:
+        v = value["max_mib"]
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 1 << 20:
+            raise _expect(where, "cache.max_mib", "an integer number of MiB from 1 to 1048576", v)
+        cfg = replace(cfg, cache_max_mib=v)
+    if "max_age_days" in value:
+        v = value["max_age_days"]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 3650:
+            raise _expect(where, "cache.max_age_days", "a number of days from 0 to 3650", v)
+        cfg = replace(cfg, cache_max_age_days=float(v))
+    return cfg
+
+
+def _parse_panels(value: Any, where: str) -> tuple[tuple[Panel, ...], tuple[str, ...]]:
     if not isinstance(value, list):
         raise _expect(where, "panels", "an array of tables ([[panels]])", value)
     panels = []
+    warnings: tuple[str, ...] = ()
     for i, item in enumerate(value):
         key = f"panels[{i}]"
         if not isinstance(item, dict):
             raise _expect(where, key, "a table", item)
-        for k in item:
-            if k not in ("title", "unit", "expr", "metric"):
-                raise ConfigError(f"{where}: unknown key '{key}.{k}' (known: title, unit, expr, metric)")
+        warnings += _unknown_keys(item, {"title", "unit", "expr", "metric"}, where, f"{key}.")
         title = item.get("title")
         if not isinstance(title, str) or not title:
             raise _expect(where, f"{key}.title", "a non-empty string", title)
@@ -138,7 +277,7 @@ def _parse_panels(value: Any, where: str) -> tuple[Panel, ...]:
         if "expr" not in item and "metric" not in item:
             raise ConfigError(f"{where}: key '{key}': expected 'expr' (PromQL) or 'metric' (gpulens metric name)")
         panels.append(Panel(title=title, unit=item.get("unit", ""), expr=item.get("expr"), metric=item.get("metric")))
-    return tuple(panels)
+    return tuple(panels), warnings
 
 
 def load_config(path: str | None, args: argparse.Namespace | None = None) -> Config:

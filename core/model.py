@@ -41,6 +41,25 @@ EMPTY: Mapping[str, str] = {}
 
 
 @dataclass(frozen=True, slots=True)
+class CpuTimes:
+    """One CPU's time per mode since boot, in seconds (``/proc/stat``; node_exporter's
+    ``node_cpu_seconds_total`` modes). Kernel counters: they only grow, until a reboot.
+
+    Not part of :class:`HostSample` (8 numbers per CPU would make a 128-CPU host's
+    sample 7x larger on the wire): ``/metrics`` reads them at scrape time
+    (``collectors.host.read_cpu_times``), as node_exporter does."""
+
+    user: float
+    nice: float
+    system: float
+    idle: float
+    iowait: float = 0.0
+    irq: float = 0.0
+    softirq: float = 0.0
+    steal: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class CpuSample:
     """CPU utilization over the last interval, 0-100 (``top``'s %Cpu(s))."""
 
@@ -67,6 +86,10 @@ class NetInterface:
     name: Text
     rx_bytes_per_s: float
     tx_bytes_per_s: float
+    rx_bytes: int | None = None
+    """Bytes received since the interface appeared (the kernel's counter); None if not read."""
+    tx_bytes: int | None = None
+    """Bytes sent since the interface appeared (the kernel's counter); None if not read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +108,10 @@ class DiskIo:
     name: Text
     read_bytes_per_s: float
     write_bytes_per_s: float
+    read_bytes: int | None = None
+    """Bytes read since boot (the kernel's counter, /proc/diskstats); None if not read."""
+    write_bytes: int | None = None
+    """Bytes written since boot (the kernel's counter); None if not read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +185,13 @@ class GpuSample:
     dram_bw_util_percent: float | None = None
     processes: Items[GpuProcess] = ()
     unavailable: Notes = field(default_factory=dict)
+    tensor_active_percent: float | None = None
+    """Time the tensor (HMMA) pipes were active, 0-100 (DCGM PROF_PIPE_TENSOR_ACTIVE)."""
+    nvlink_total_bytes_per_s: float | None = None
+    """NVLink received + sent, where only the sum is known (DCGM NVLINK_BANDWIDTH_TOTAL)."""
+    energy_joules: float | None = None
+    """Energy used since the driver loaded (NVML total energy / DCGM TOTAL_ENERGY_CONSUMPTION);
+    a counter: it only grows, until the driver reloads."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,6 +67,7 @@ _EXPLICIT: dict[tuple[type, str], tuple[float, float]] = {
     (IbPort, "port"): (0.0, 65535.0),
     (CpuSample, "load_avg_1m"): (0.0, 1e7),
     (CpuSample, "count"): (0.0, 1e7),
+    (GpuSample, "energy_joules"): (0.0, 1e15),  # a counter (issue 12): joules since the driver loaded
 }
 _SUFFIXES: tuple[tuple[str, tuple[float, float]], ...] = (
     ("_percent", PERCENT),

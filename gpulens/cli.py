@@ -19,6 +19,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Sequence
+from pathlib import Path
 from types import ModuleType
 from typing import TextIO, cast
 
@@ -55,10 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Options of a command go after its name (gpulens sample --help). Exit status: 0 success, "
         "1 I/O or internal error, 2 bad arguments or configuration, 130 Ctrl-C, 143 SIGTERM.",
     )
-    parser.add_argument("--version", action="version", version=f"gpulens {__version__}")
+    parser.add_argument("-V", "--version", action="version", version=f"gpulens {__version__}")
     parser.add_argument(
         "--config", metavar="FILE", help="config file (default $XDG_CONFIG_HOME/gpulens/config.toml)"
     )
+    _add_log_flags(parser, argparse.SUPPRESS)
+    _add_completion(parser)
     cmd_tui.add_arguments(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     for name in COMMANDS:
@@ -67,9 +70,33 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         cmd = sub.add_parser(name, help=module.HELP, description=module.HELP)
         cmd.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        _add_log_flags(cmd, argparse.SUPPRESS, hidden=True)
         module.add_arguments(cmd)
         cmd.set_defaults(_module=module, _parser=cmd)
     return parser
+
+
+def _add_log_flags(parser: argparse.ArgumentParser, default: object, hidden: bool = False) -> None:
+    """``--log-file`` and ``--debug``, accepted before or after the command."""
+    parser.add_argument(
+        "--log-file", metavar="FILE", default=default,
+        help=argparse.SUPPRESS if hidden else "append warnings (and --debug messages) to FILE",
+    )
+    parser.add_argument(
+        "--debug", action="store_true", default=default,
+        help=argparse.SUPPRESS if hidden else "log debug messages too (to --log-file, else "
+        "$XDG_STATE_HOME/gpulens/gpulens.log) and show tracebacks of internal errors",
+    )
+
+
+def _add_completion(parser: argparse.ArgumentParser) -> None:
+    """``--print-completion bash|zsh|tcsh``: a completion script made from this parser (shtab)."""
+    try:
+        import shtab
+    except ImportError:  # pragma: no cover - shtab is a dependency; a broken install still runs
+        return
+    shtab.add_argument_to(parser, ["--print-completion"], help="print a shell completion script and exit "
+                          "(e.g. gpulens --print-completion bash > ~/.local/share/bash-completion/completions/gpulens)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -81,7 +108,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     our stdout (``| head -1``) ends the command quietly with 0.
     """
     parser = build_parser()
-    args = _parse(parser, argv)
+    try:
+        args = _parse(parser, argv)
+    except BrokenPipeError as err:  # --print-completion | head
+        return _report_other(err)
     module = getattr(args, "_module", None)
     on_term = module is not None and threading.current_thread() is threading.main_thread()
     if on_term and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
@@ -101,7 +131,10 @@ def _run(args: argparse.Namespace, module: ModuleType | None) -> int:
     if sys.stdout is None:  # started with fd 1 closed (``>&-``): writing must fail with one line
         sys.stdout = cast(TextIO, _ClosedStdout())
     try:
+        _start_logging(args)
         args.cfg = load_config(args.config, args)
+        _warn_config(args.cfg.warnings)
+        _housekeeping(args.cfg)
         if module is None:
             from gpulens.commands import tui as cmd_tui
             return cmd_tui.run(args)
@@ -118,6 +151,40 @@ def _run(args: argparse.Namespace, module: ModuleType | None) -> int:
         if code is not None:
             return code
         return _report_other(err)
+
+
+def _start_logging(args: argparse.Namespace) -> None:
+    from gpulens.core import logbook
+
+    debug = bool(getattr(args, "debug", False))
+    if debug:
+        os.environ["GPULENS_DEBUG"] = "1"  # tracebacks of internal errors, for this process and children
+    log_file = getattr(args, "log_file", None)
+    if log_file is not None and not str(log_file).strip():
+        from gpulens.core.errors import ConfigError
+        raise ConfigError("--log-file: expected a file name, got an empty string")
+    try:
+        logbook.install(Path(log_file) if log_file else None, debug=debug)
+    except OSError as err:
+        from gpulens.core.errors import ConfigError
+        where = f"--log-file {log_file}" if log_file else f"--debug log {err.filename}"
+        raise ConfigError(f"{where}: cannot open: {err.strerror}") from err
+
+
+def _warn_config(warnings: tuple[str, ...]) -> None:
+    """Unknown config keys: one line each on stderr (before a TUI takes the screen) and in the log."""
+    import logging
+
+    for line in warnings:
+        print(f"gpulens: warning: {line}", file=sys.stderr)
+        logging.getLogger("gpulens.config").warning("%s", line)
+
+
+def _housekeeping(cfg: object) -> None:
+    """Prune old traces and downloads in the background ([cache] in config.toml)."""
+    from gpulens.housekeeping import start_pruning
+
+    start_pruning(cfg)
 
 
 class _ClosedStdout(io.TextIOBase):

@@ -7,24 +7,58 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from gpulens.core.events import Source
     from gpulens.ipc.kineto.protocol import TraceService
 
 
-def _trace_service(source: Source) -> tuple[TraceService | None, str | None]:
-    """The local Kineto trace service (when watching this machine), or why there is none."""
+def _trace_service(source: Source) -> tuple[TraceService | None, str | None, Callable[[], None]]:
+    """This machine's trace service (when watching it), or why there is none; and how to release it.
+
+    One gpulens per host owns the Kineto endpoint: the TUI binds it first if
+    it can (an in-process agent whose control socket serves every other
+    gpulens here), else it traces through the gpulens that holds it. Only a
+    ``LocalSource`` does either: ``--demo``, ``--replay``, ``--connect``,
+    ``--ssh`` and ``--prometheus`` never touch this machine's endpoint.
+    """
+    import socket
+
     from gpulens.sources.local import LocalSource
 
     if not isinstance(source, LocalSource):
-        return None, "the trace service serves this machine's processes (run gpulens there)"
+        return None, "the trace service serves this machine's processes (run gpulens there)", _nothing
     try:
-        from gpulens.ipc.kineto.service import LocalTraceService
-
-        service = LocalTraceService()
-        service.start()
-        return service, None
+        from gpulens import __version__
+        from gpulens.agent.agent import endpoint_owner
+        from gpulens.ipc.errors import EndpointBusy
+    except ImportError as err:
+        return None, f"trace service not installed: {err}", _nothing
+    try:
+        owner = endpoint_owner(socket.gethostname(), version=__version__)
+    except EndpointBusy as busy:
+        return _through_owner(busy)
     except Exception as err:  # the TUI runs without "Open Profiler" and says why on job screens
-        return None, f"trace service not started: {err}"
+        return None, f"trace service not started: {err}", _nothing
+    return owner.requests.trace_service, None, owner.stop
+
+
+def _through_owner(busy: Exception) -> tuple[TraceService | None, str | None, Callable[[], None]]:
+    """The Kineto name is taken: trace through the gpulens holding it, if it is one we may use."""
+    from gpulens.ipc.errors import StreamError
+    from gpulens.sources.stream.control_trace import ControlTraceService, connect_owner
+    from gpulens.sources.tracing import default_download_dir
+
+    try:
+        link = connect_owner(None, default_download_dir())
+    except StreamError as err:
+        return None, f"trace service not started: {busy} ({err})", _nothing
+    service = ControlTraceService(link)
+    return service, None, service.stop
+
+
+def _nothing() -> None:
+    """No trace service to release."""
 
 
 def launch(args: argparse.Namespace) -> int:
@@ -39,19 +73,19 @@ def launch(args: argparse.Namespace) -> int:
 
     cfg = args.cfg
     source = build_source(args, cfg)
-    service, trace_error = _trace_service(source)
+    service, trace_error, release = _trace_service(source)
     if getattr(args, "record", None):
         source = RecordingSource(source, Recorder(args.record, source.name, source.simulated))
-    app = GpulensApp(source=source, cfg=cfg, trace_service=service, trace_error=trace_error)
+    app = GpulensApp(source=source, cfg=cfg, trace_service=service, trace_error=trace_error,
+                     readonly=bool(getattr(args, "readonly", False)))
     try:
         app.run()
     finally:
         app.stop_source()
-        if service is not None:
-            try:
-                service.stop()
-            except Exception as err:
-                print(f"gpulens: trace service did not stop cleanly: {err}", file=sys.stderr)
+        try:
+            release()
+        except Exception as err:
+            print(f"gpulens: trace service did not stop cleanly: {err}", file=sys.stderr)
     if app.return_code not in (None, 0):
         return int(app.return_code)
     return 0

@@ -30,13 +30,15 @@ def build_source(args: argparse.Namespace, cfg: Config) -> Source:
 
         sources.append(stream_source_from_args(args, cfg))
     if getattr(args, "prometheus", None):
+        from gpulens.sources.prometheus.access import access_from
         from gpulens.sources.prometheus.source import PrometheusSource
 
         # A one-shot command (snapshot --timeout S) bounds every poll by its own deadline.
         limit = getattr(args, "timeout", None)
         timing = {} if limit is None else {"timeout_s": min(5.0, limit), "poll_timeout_s": limit}
         sources.append(
-            PrometheusSource(args.prometheus, selector=getattr(args, "prom_selector", None) or "", cfg=cfg, **timing)
+            PrometheusSource(args.prometheus, selector=getattr(args, "prom_selector", None) or "", cfg=cfg,
+                             access=access_from(args, cfg), **timing)
         )
     if not sources:
         from gpulens.collectors.sampler import Sampler

@@ -2,10 +2,15 @@
 
 Three naming families are understood:
 
-* ``gpulens`` - our own exporter (collectors/prom_export.py, docs/metrics.md);
+* ``gpulens`` - our own exporter (agent/metrics.py, docs/metrics.md);
 * ``dcgm`` - NVIDIA dcgm-exporter (``DCGM_FI_DEV_*`` in their units: %, MiB,
-  W, C, MHz; ``DCGM_FI_PROF_*`` as 0-1 ratios);
-* ``node`` - Prometheus node_exporter (counters turned into rates).
+  W, C, MHz, mJ; ``DCGM_FI_PROF_*`` as 0-1 ratios), every field of its
+  default counters file;
+* ``node`` - Prometheus node_exporter.
+
+Throughput is always ``rate()`` over a counter (gpulens', node_exporter's,
+dcgm-exporter's), never a gauge of the last interval, so what a window
+shows is the true amount whatever the scrape interval.
 
 Every expression returns the value already converted to the gpulens unit of
 the field (percent, bytes, bytes/s, W, C, MHz) and keeps the labels that name
@@ -23,6 +28,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 FAMILIES: tuple[str, ...] = ("gpulens", "dcgm", "node")
+
+DEFAULT_METRICS_PORT = 7790
+"""``gpulens agent --metrics-port`` without a number: the agent's stream port (7789) + 1.
+Prometheus' default port allocations (9100-9999, node_exporter 9100, dcgm-exporter
+9400, ...) are all taken, so gpulens stays out of that range rather than collide."""
 
 MIB = 1024 * 1024
 PARTITIONS = r"(.*[0-9]p[0-9]+|[hsv]d[a-z]+[0-9]+|xvd[a-z]+[0-9]+|dm-.*|loop.*|ram.*|sr[0-9]+|md[0-9]+p[0-9]+)"
@@ -62,6 +72,12 @@ class MetricMap:
         return HOST_LABELS
 
     @property
+    def windowed(self) -> bool:
+        """True when the expression reads a range (``rate()``, ``increase()``): it still
+        answers for a window after a target is gone, so it never makes a host on its own."""
+        return "[$RATE]" in self.expr
+
+    @property
     def tier(self) -> str:
         """How often the source re-reads it: ``core`` every poll (what the overview
         draws), ``detail`` every few polls (clocks, PCIe, ECC...: host screen only),
@@ -97,30 +113,50 @@ DETAIL_FIELDS = frozenset({
     "cpu.load_avg_1m", "memory.swap_used_bytes", "cache.l2_hit_ratio", "cache.l3_hit_ratio",
     "gpu.power_limit_w", "gpu.sm_clock_mhz", "gpu.mem_clock_mhz", "gpu.pcie_rx_bytes_per_s",
     "gpu.pcie_tx_bytes_per_s", "gpu.nvlink_rx_bytes_per_s", "gpu.nvlink_tx_bytes_per_s",
-    "gpu.ecc_corrected", "gpu.ecc_uncorrected", "gpu.xid_last", "gpu.sm_occupancy_percent",
-    "gpu.throttle_reasons", "gpu.processes", "gpu.dram_bw_util_percent",
-    "gpu.memory_utilization_percent",
+    "gpu.nvlink_total_bytes_per_s", "gpu.ecc_corrected", "gpu.ecc_uncorrected", "gpu.xid_last",
+    "gpu.xid_events", "gpu.sm_occupancy_percent", "gpu.throttle_reasons", "gpu.throttle_mask",
+    "gpu.processes", "gpu.dram_bw_util_percent", "gpu.memory_utilization_percent",
+    "gpu.tensor_active_percent", "gpu.energy_joules",
 })
 GPU = ("gpu",)
-JOB = ("pid",)  # our "job" label arrives as exported_job; jobs are keyed by host and pid
+JOB = ("pid",)  # jobs are keyed by host and pid (the job name is the gpulens_job label)
 
+
+def _rate(field: str, metric: str, labels: tuple[str, ...] = (), summed: str = "") -> MetricMap:
+    """``rate()`` of one of gpulens' counters, summed over ``summed`` (e.g. every device)."""
+    expr = f"rate({metric}{{$SEL}}[$RATE])"
+    if summed:
+        expr = f"sum without ({summed}) ({expr})"
+    return MetricMap(field, "gpulens", (metric,), expr, None, labels)
+
+
+def _mib_sum(*metrics: str) -> MetricMap:
+    """dcgm-exporter's GPU memory size: the sum of its parts, in MiB."""
+    expr = " + ".join(f"{m}{{$SEL}}" for m in metrics)
+    return MetricMap("gpu.mem_total_bytes", "dcgm", metrics, f"({expr}) * {MIB}", None, ("gpu", "UUID"))
+
+
+_BUSY = 'mode!~"idle|iowait"'
 TABLE: tuple[MetricMap, ...] = (
     # ---- host: gpulens
     _g("host.simulated", "gpulens_host_simulated"),
-    _g("cpu.total_percent", "gpulens_cpu_utilization_ratio", 100),
-    _g("cpu.load_avg_1m", "gpulens_cpu_load1"),
-    _g("cpu.count", "gpulens_cpu_count"),
+    # busy as top counts it: everything but idle and iowait (SIMULATED samplers export busy/idle)
+    MetricMap("cpu.total_percent", "gpulens", ("gpulens_cpu_seconds_total",),
+              f"100 * sum without (cpu, mode) (rate(gpulens_cpu_seconds_total{{{_BUSY},$SEL}}[$RATE]))"
+              " / sum without (cpu, mode) (rate(gpulens_cpu_seconds_total{$SEL}[$RATE]))", None),
+    _g("cpu.load_avg_1m", "gpulens_load1"),
+    _g("cpu.count", "gpulens_cpus"),
     _g("memory.total_bytes", "gpulens_memory_total_bytes"),
     _g("memory.used_bytes", "gpulens_memory_used_bytes"),
     _g("memory.available_bytes", "gpulens_memory_available_bytes"),
     _g("memory.swap_used_bytes", "gpulens_swap_used_bytes"),
-    _g("network.rx_bytes_per_s", "gpulens_network_receive_bytes_per_second"),
-    _g("network.tx_bytes_per_s", "gpulens_network_transmit_bytes_per_second"),
-    _g("storage.read_bytes_per_s", "gpulens_storage_read_bytes_per_second"),
-    _g("storage.write_bytes_per_s", "gpulens_storage_write_bytes_per_second"),
+    _rate("network.rx_bytes_per_s", "gpulens_network_receive_bytes_total", summed="device"),
+    _rate("network.tx_bytes_per_s", "gpulens_network_transmit_bytes_total", summed="device"),
+    _rate("storage.read_bytes_per_s", "gpulens_disk_read_bytes_total", summed="device"),
+    _rate("storage.write_bytes_per_s", "gpulens_disk_written_bytes_total", summed="device"),
     _g("cache.l2_hit_ratio", "gpulens_cache_l2_hit_ratio"),
     _g("cache.l3_hit_ratio", "gpulens_cache_l3_hit_ratio"),
-    _g("cache.mem_bandwidth_bytes_per_s", "gpulens_memory_bandwidth_bytes_per_second"),
+    _rate("cache.mem_bandwidth_bytes_per_s", "gpulens_memory_traffic_bytes_total"),
     # ---- host: node_exporter
     MetricMap("cpu.total_percent", "node", ("node_cpu_seconds_total",),
               '100 * (1 - sum without (cpu, mode) (rate(node_cpu_seconds_total{mode="idle",$SEL}[$RATE]))'
@@ -158,44 +194,76 @@ TABLE: tuple[MetricMap, ...] = (
     _g("gpu.temperature_c", "gpulens_gpu_temperature_celsius", 1, GPU),
     _g("gpu.sm_clock_mhz", "gpulens_gpu_sm_clock_hertz", 1e-6, GPU),
     _g("gpu.mem_clock_mhz", "gpulens_gpu_memory_clock_hertz", 1e-6, GPU),
-    _g("gpu.pcie_rx_bytes_per_s", "gpulens_gpu_pcie_receive_bytes_per_second", 1, GPU),
-    _g("gpu.pcie_tx_bytes_per_s", "gpulens_gpu_pcie_transmit_bytes_per_second", 1, GPU),
-    _g("gpu.nvlink_rx_bytes_per_s", "gpulens_gpu_nvlink_receive_bytes_per_second", 1, GPU),
-    _g("gpu.nvlink_tx_bytes_per_s", "gpulens_gpu_nvlink_transmit_bytes_per_second", 1, GPU),
+    _rate("gpu.pcie_rx_bytes_per_s", "gpulens_gpu_pcie_receive_bytes_total", GPU),
+    _rate("gpu.pcie_tx_bytes_per_s", "gpulens_gpu_pcie_transmit_bytes_total", GPU),
+    _rate("gpu.nvlink_rx_bytes_per_s", "gpulens_gpu_nvlink_receive_bytes_total", GPU),
+    _rate("gpu.nvlink_tx_bytes_per_s", "gpulens_gpu_nvlink_transmit_bytes_total", GPU),
     _g("gpu.ecc_corrected", "gpulens_gpu_ecc_corrected_errors_total", 1, GPU),
     _g("gpu.ecc_uncorrected", "gpulens_gpu_ecc_uncorrected_errors_total", 1, GPU),
-    _g("gpu.xid_last", "gpulens_gpu_xid_last_code", 1, GPU),
+    MetricMap("gpu.xid_events", "gpulens", ("gpulens_gpu_xid_errors_total",),
+              "increase(gpulens_gpu_xid_errors_total{$SEL}[$RATE]) > 0", None, (*GPU, "code")),
+    _g("gpu.energy_joules", "gpulens_gpu_energy_joules_total", 1, GPU),
     _g("gpu.sm_activity_percent", "gpulens_gpu_sm_active_ratio", 100, GPU),
     _g("gpu.sm_occupancy_percent", "gpulens_gpu_sm_occupancy_ratio", 100, GPU),
     _g("gpu.dram_bw_util_percent", "gpulens_gpu_dram_active_ratio", 100, GPU),
+    _g("gpu.tensor_active_percent", "gpulens_gpu_tensor_active_ratio", 100, GPU),
     _g("gpu.info", "gpulens_gpu_info", 1, ("gpu", "uuid", "name")),
     _g("gpu.throttle_reasons", "gpulens_gpu_throttle_reason", 1, (*GPU, "reason")),
     _g("gpu.processes", "gpulens_gpu_process_memory_used_bytes", 1, (*GPU, "pid")),
-    # ---- GPU: dcgm-exporter
+    # ---- GPU: dcgm-exporter (its default counters, etc/default-counters.csv)
     _d("gpu.utilization_percent", "DCGM_FI_DEV_GPU_UTIL"),
+    _d("gpu.gr_engine_active_percent", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", 100),
     _d("gpu.memory_utilization_percent", "DCGM_FI_DEV_MEM_COPY_UTIL"),
     _d("gpu.mem_used_bytes", "DCGM_FI_DEV_FB_USED", MIB),
-    MetricMap("gpu.mem_total_bytes", "dcgm", ("DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED"),
-              f"(DCGM_FI_DEV_FB_USED{{$SEL}} + DCGM_FI_DEV_FB_FREE{{$SEL}}) * {MIB}", None, ("gpu", "UUID")),
+    # the reserved part counts: without it a T4 shows 14.8 GiB, not its 15 GiB
+    _mib_sum("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED"),
+    _d("gpu.mem_total_bytes", "DCGM_FI_DEV_FB_TOTAL", MIB),
+    _mib_sum("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE"),
     _d("gpu.power_w", "DCGM_FI_DEV_POWER_USAGE"),
     _d("gpu.power_limit_w", "DCGM_FI_DEV_POWER_MGMT_LIMIT"),
+    _d("gpu.energy_joules", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 1e-3),
     _d("gpu.temperature_c", "DCGM_FI_DEV_GPU_TEMP"),
     _d("gpu.sm_clock_mhz", "DCGM_FI_DEV_SM_CLOCK"),
     _d("gpu.mem_clock_mhz", "DCGM_FI_DEV_MEM_CLOCK"),
     _d("gpu.pcie_rx_bytes_per_s", "DCGM_FI_PROF_PCIE_RX_BYTES"),
     _d("gpu.pcie_tx_bytes_per_s", "DCGM_FI_PROF_PCIE_TX_BYTES"),
+    MetricMap("gpu.nvlink_total_bytes_per_s", "dcgm", ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",),
+              "rate(DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL{$SEL}[$RATE])", None, ("gpu", "UUID")),
+    _d("gpu.ecc_corrected", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"),
+    _d("gpu.ecc_uncorrected", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"),
     _d("gpu.xid_last", "DCGM_FI_DEV_XID_ERRORS"),
+    _d("gpu.throttle_mask", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"),
+    _d("gpu.throttle_mask", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"),  # its name since DCGM 3.3
     _d("gpu.sm_activity_percent", "DCGM_FI_PROF_SM_ACTIVE", 100),
     _d("gpu.sm_occupancy_percent", "DCGM_FI_PROF_SM_OCCUPANCY", 100),
     _d("gpu.dram_bw_util_percent", "DCGM_FI_PROF_DRAM_ACTIVE", 100),
+    _d("gpu.tensor_active_percent", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 100),
     # ---- jobs: gpulens only (no common exporter knows jobs)
     _g("job.info", "gpulens_job_info", 1, ("pid", "user", "tree_id", "cmdline", "job_key")),
     _g("job.start_time", "gpulens_job_start_time_seconds", 1, JOB),
-    _g("job.cpu_percent", "gpulens_job_cpu_utilization_ratio", 100, JOB),
+    _g("job.cpu_percent", "gpulens_job_cpu_cores", 100, JOB),
     _g("job.rss_bytes", "gpulens_job_resident_memory_bytes", 1, JOB),
     _g("job.gpu_mem_bytes", "gpulens_job_gpu_memory_used_bytes", 1, ("pid", "gpu")),
     _g("host.unavailable", "gpulens_metric_unavailable_info", 1, ("gpu", "field", "reason")),
 )
+
+THROTTLE_BITS: tuple[tuple[int, str], ...] = (
+    (0x001, "gpu_idle"), (0x002, "applications_clocks_setting"), (0x004, "sw_power_cap"),
+    (0x008, "hw_slowdown"), (0x010, "sync_boost"), (0x020, "sw_thermal_slowdown"),
+    (0x040, "hw_thermal_slowdown"), (0x080, "hw_power_brake_slowdown"), (0x100, "display_clock_setting"),
+)
+"""NVML's clocksThrottleReasons bits (dcgm-exporter's CLOCK_THROTTLE_REASONS value) -> gpulens' names."""
+
+
+def throttle_names(mask: float) -> tuple[str, ...]:
+    """The reasons set in a throttle bitmask; unknown bits as ``bit_0x...``; () for a bad value."""
+    if not (mask == mask and 0 <= mask < 2**63) or mask != int(mask):
+        return ()
+    m = int(mask)
+    names = [name for bit, name in THROTTLE_BITS if m & bit]
+    known = sum(bit for bit, _ in THROTTLE_BITS)
+    names += [f"bit_{1 << i:#x}" for i in range(63) if m & ~known & (1 << i)]
+    return tuple(names)
 
 
 def rows_for(names: set[str] | None = None) -> tuple[MetricMap, ...]:

@@ -46,6 +46,8 @@ _LIMITS: dict[str, int] = {
     "max_map_len": 100_000,
     "max_ext_len": 0,
 }
+UNPACK_LIMITS = _LIMITS
+"""The ``msgpack.Unpacker`` limits every reader of a recording uses."""
 
 
 def compact(obj: Any) -> Any:

@@ -30,6 +30,7 @@ from gpulens.ipc.recording import (
     open_recording,
     read_recording,
 )
+from gpulens.sources.replay import RecordingIndex, read_header
 
 
 class LocalSource:
@@ -105,24 +106,45 @@ class LocalSource:
 class ReplaySource:
     """Replays a recording made with ``--record``.
 
-    ``speed=0`` (default) hands every event over at once, as backfill, so the
-    screens show the recorded history; ``speed=1`` replays in real time.
-    A corrupt or truncated file shows what was read plus an error in the header.
+    The TUI scrubs it through :attr:`index` (play, pause, seek, speed: see
+    ``tui/replay.py``) and never calls :meth:`start`. Other readers call
+    :meth:`start`: ``speed=0`` (default) hands every event over at once, as
+    backfill; ``speed=1`` replays in real time. A corrupt or truncated file
+    shows what was read plus an error in the header.
 
     Raises:
-        ConfigError: the file does not exist (at construction, before the UI).
+        ConfigError: the path is missing, a directory, not a regular file, or
+            not a gpulens recording (at construction, before the UI opens).
     """
 
     def __init__(self, path: str, speed: float = 0.0) -> None:
         if not os.path.lexists(path):
             raise ConfigError(f"--replay {path}: no such file")
+        if os.path.isdir(path):
+            found = sorted(n for n in os.listdir(path) if n.endswith(".gpulens"))[:3] if os.access(path, os.R_OK) else []
+            hint = f" (in it: {', '.join(found)})" if found else ""
+            raise ConfigError(f"--replay {path}: is a directory; give one recording file{hint}")
         if not os.path.isfile(path):
-            raise ConfigError(f"--replay {path}: not a regular file (a directory, FIFO or device)")
+            raise ConfigError(f"--replay {path}: not a regular file (a FIFO or device)")
+        try:
+            head = read_header(path)
+        except RecordingError as err:
+            raise ConfigError(f"--replay {path}: {err}") from None
         self.path = path
         self.speed = speed
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._simulated = False
+        self._simulated = bool(head.get("simulated", False))
+        self.index = RecordingIndex(path)
+        """Where each record is and what ran when, built by :meth:`build_index` (in a thread)."""
+        self._indexing: threading.Thread | None = None
+
+    def build_index(self) -> RecordingIndex:
+        """Start indexing the file in a thread (once); ``index.done`` is set when it is finished."""
+        if self._indexing is None:
+            self._indexing = threading.Thread(target=self.index.build, name="gpulens-replay-index", daemon=True)
+            self._indexing.start()
+        return self.index
 
     @property
     def name(self) -> str:
@@ -188,6 +210,7 @@ class ReplaySource:
         if self._thread is not None:
             self._thread.join(timeout=2.0)
             self._thread = None
+        self.index.close()
 
 
 class MultiSource:

@@ -37,6 +37,8 @@ from gpulens.sources.tracing import (
 )
 
 STATE_BY_VALUE = {s.value: s for s in TraceState}
+CACHE_S = 1.0
+"""How old the agent's list of polling processes may be."""
 # The agent's own progress states that are not TraceStates.
 EXTRA_STATES = {"requested": TraceState.WAITING_FOR_POLL, "sending": TraceState.WRITING}
 
@@ -79,6 +81,7 @@ class RemoteTraceService:
         self._failures: dict[int, str] = {}
         self._listeners: list[JobListener] = []
         self._lock = threading.Lock()
+        self._pollers = PollerCache(source, host)
 
     @property
     def address(self) -> str:
@@ -90,8 +93,16 @@ class RemoteTraceService:
         return set(self._polling())
 
     def processes(self) -> list[PollingProcess]:
-        """Empty: the registry is the agent's, which resolves a job id itself."""
-        return []
+        """The agent's polling processes that are ours to trace (``trace_processes``, at most a second old).
+
+        Asked on a thread when stale, so the caller never waits; empty until the first
+        answer, and for an agent that does not serve ``trace_processes``.
+        """
+        return self._pollers.get()
+
+    def refresh_processes(self) -> list[PollingProcess]:
+        """Ask the agent now (blocking, a few seconds at most)."""
+        return self._pollers.refresh()
 
     def diagnose(self, pid: int, /) -> str | None:
         """None while ``pid`` polls the agent's endpoint, else why it cannot be traced."""
@@ -101,6 +112,11 @@ class RemoteTraceService:
             failed = self._failures.get(pid)
         if failed:
             return f"the agent on {self.host} says: {failed}"
+        kids = [p.pid for p in self.processes() if pid in p.ancestors]
+        if kids:
+            shown = ",".join(map(str, kids[:16]))
+            return (f"process {pid} polls nothing itself, but its descendants do: {shown}; trace those "
+                    f"(gpulens trace --pid {shown}, or --pid {pid} --children)")
         return (f"it does not poll the Kineto endpoint of the agent on {self.host} (start it with "
                 "KINETO_USE_DAEMON=1 and the agent's KINETO_IPC_SOCKET_DIR)")
 
@@ -181,12 +197,66 @@ class RemoteTraceService:
             for pid in result.files:
                 self._failures.pop(pid, None)  # an older failure no longer explains anything
         if result.files:
-            missing = "; ".join(f"pid {p}: {w}" for p, w in sorted(result.missing.items()))
-            self._update(tag, TraceState.DONE, missing or f"received from {self.host}", dict(result.files))
+            said = [f"pid {p}: {w}" for p, w in sorted(result.missing.items())]
+            said += [f"pid {p}: {n}" for p, n in sorted(result.notes.items())]
+            self._update(tag, TraceState.DONE, "; ".join(said) or f"received from {self.host}", dict(result.files))
         else:
             why = "; ".join(f"pid {p}: {w}" for p, w in sorted(result.missing.items())) or "the agent sent no trace"
             self._update(tag, TraceState.FAILED, why)
         out.set_result(result)
+
+
+class PollerCache:
+    """The agent's ``trace_processes`` answer as PollingProcess entries, re-asked at most once a second."""
+
+    def __init__(self, source: Requester, host: str) -> None:
+        self._source = source
+        self._host = host
+        self._cache: list[PollingProcess] = []
+        self._at = float("-inf")
+        self._asking = False
+        self._lock = threading.Lock()
+
+    def get(self) -> list[PollingProcess]:
+        """The cached entries; a refresh starts on a thread when they are over CACHE_S old."""
+        with self._lock:
+            stale = time.monotonic() - self._at > CACHE_S and not self._asking
+            if stale:
+                self._asking = True
+            cached = list(self._cache)
+        if stale:
+            threading.Thread(target=self.refresh, name="gpulens-trace-pollers", daemon=True).start()
+        return cached
+
+    def refresh(self) -> list[PollingProcess]:
+        """Ask now (blocking); an error leaves no entries (diagnose then says the pid does not poll)."""
+        try:
+            res = self._source.request(self._host, "trace_processes", {}, 5.0).result(timeout=6)
+            got = _pollers(res.result)
+        except Exception:
+            got = []
+        with self._lock:
+            self._cache, self._at, self._asking = got, time.monotonic(), False
+            return list(got)
+
+
+def _pollers(body: object) -> list[PollingProcess]:
+    raw = body.get("processes") if isinstance(body, dict) else None
+    now = time.monotonic()
+    out = []
+    for e in raw if isinstance(raw, list) else []:
+        if not isinstance(e, dict) or not isinstance(e.get("pid"), int) or isinstance(e["pid"], bool) or e["pid"] <= 0:
+            continue
+        anc, job, iv = e.get("ancestors"), e.get("job_id"), e.get("interval_s")
+        out.append(PollingProcess(
+            e["pid"],
+            tuple(a for a in anc if isinstance(a, int))[:64] if isinstance(anc, list) else (),
+            job if isinstance(job, int) and not isinstance(job, bool) else 0,
+            None, now, now,
+            interval_s=float(iv) if isinstance(iv, (int, float)) and not isinstance(iv, bool) and 0 < iv < 3600 else None,
+            busy=e.get("busy") is True,
+        ))
+    return out[:4096]
 
 
 def _result(got: Received) -> TraceResult:
@@ -195,4 +265,5 @@ def _result(got: Received) -> TraceResult:
         request_id="",
         files={int(pid_s): str(path) for pid_s, (_name, path) in got.files.items()},
         missing={int(pid_s): why[:300] for pid_s, why in got.missing.items() if is_pid_text(pid_s)},
+        notes={int(pid_s): note[:300] for pid_s, note in got.notes.items()},
     )

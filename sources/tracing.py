@@ -25,7 +25,7 @@ import secrets
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,16 +47,21 @@ class Received:
     ``files``: pid -> (the agent's name for the file, the local copy).
     ``missing``: pid (or a malformed key's repr) -> why there is no trace.
     ``named``: how many files the agent's answer named (malformed ones too).
+    ``notes``: pid -> what its file holds when it is not what was asked
+    (an iterations request Kineto answered with a duration trace).
     """
 
     files: dict[str, tuple[str, Path]]
     missing: dict[str, str]
     named: int
+    notes: dict[str, str] = field(default_factory=dict)
 
 
 def default_download_dir() -> Path:
     """Where agent-sent traces land when no ``-o`` is given."""
-    return Path.home() / ".cache" / "gpulens" / "traces"
+    from gpulens.core.dirs import cache_dir
+
+    return cache_dir() / "traces"
 
 
 def new_tag() -> str:
@@ -74,8 +79,8 @@ def is_pid_text(value: object) -> bool:
     return isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 10
 
 
-def trace_params(req: TraceRequest, tag: str) -> dict[str, Any]:
-    """The ``trace`` request's params (docs/protocol.md) for ``req``."""
+def trace_params(req: TraceRequest, tag: str, job_key: str | None = None) -> dict[str, Any]:
+    """The ``trace`` request's params (docs/protocol.md) for ``req`` (``job_key``: instead of pids)."""
     params: dict[str, Any] = {
         "record_shapes": req.record_shapes,
         "with_stack": req.with_stack,
@@ -86,10 +91,14 @@ def trace_params(req: TraceRequest, tag: str) -> dict[str, Any]:
         "timeout_s": req.timeout_s,
         "tag": tag,
     }
-    if req.pids:
+    if job_key is not None:
+        params["job_key"] = job_key
+    elif req.pids:
         params["pids"] = list(req.pids)
     else:
         params["job_id"] = req.job_id
+    if req.start_time_ms is not None:
+        params["start_time_ms"] = req.start_time_ms
     if req.iterations is not None:
         params["iterations"] = req.iterations
     else:
@@ -98,16 +107,24 @@ def trace_params(req: TraceRequest, tag: str) -> dict[str, Any]:
 
 
 def fetch_trace(
-    agent: Requester, host: str, req: TraceRequest, tag: str, on_state: OnState, on_silent: OnSilent | None = None
+    agent: Requester,
+    host: str,
+    req: TraceRequest,
+    tag: str,
+    on_state: OnState,
+    on_silent: OnSilent | None = None,
+    *,
+    job_key: str | None = None,
 ) -> Received:
-    """Ask ``host``'s agent to trace ``req``, report its progress, and map the files it sent.
+    """Ask ``host``'s agent to trace ``req`` (or every polling process of ``job_key``), report its
+    progress, and map the files it sent.
 
     Raises:
         RequestFailed: the agent refused or the trace failed there (its own sentence).
         TimeoutError: no answer within :func:`trace_wait_s`.
     """
     timeout = trace_wait_s(req)
-    fut = agent.request(host, "trace", trace_params(req, tag), timeout)
+    fut = agent.request(host, "trace", trace_params(req, tag, job_key), timeout)
     _follow(agent, host, tag, fut, on_state, on_silent)
     return received(fut.result(timeout=timeout + 30))
 
@@ -115,9 +132,10 @@ def fetch_trace(
 def received(res: Any) -> Received:
     """Map a ``trace`` response's ``{pid: name}`` and ``missing`` onto the files the requester saved."""
     body = res.result if isinstance(res.result, dict) else {}
-    raw_names, raw_missing = body.get("files"), body.get("missing")
+    raw_names, raw_missing, raw_notes = body.get("files"), body.get("missing"), body.get("notes")
     names: dict[Any, Any] = raw_names if isinstance(raw_names, dict) else {}
     missing = {str(k): str(v) for k, v in raw_missing.items()} if isinstance(raw_missing, dict) else {}
+    notes = {k: str(v)[:400] for k, v in raw_notes.items() if is_pid_text(k)} if isinstance(raw_notes, dict) else {}
     files: dict[str, tuple[str, Path]] = {}
     for pid_s, name in names.items():
         if not is_pid_text(pid_s):
@@ -128,7 +146,7 @@ def received(res: Any) -> Received:
             missing[pid_s] = f"the agent named {str(name)[:80]!r} but sent no such file"
         else:
             files[pid_s] = (name, path)
-    return Received(files=files, missing=missing, named=len(names))
+    return Received(files=files, missing=missing, named=len(names), notes=notes)
 
 
 def _follow(

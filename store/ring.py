@@ -7,16 +7,19 @@ rather than by arrival:
 - **fine**: one float32 per column per ``resolution_s`` bucket (default 1 s)
   for the last ``fine_slots`` buckets (default 300 = 5 min): sparklines,
   heatmap and plots of short windows;
-- **coarse**: a float32 sum and a uint8 count per column per bucket of
-  ``COARSE_FACTOR`` fine buckets (10 s), for ``coarse_slots`` buckets
-  (default 360 = 1 h): window statistics (one ``sum()`` over a slice) and
-  plots of long windows.
+- **coarse**: a float32 sum, min and max and a uint8 count per column per
+  bucket of ``COARSE_FACTOR`` fine buckets (10 s), for ``coarse_slots``
+  buckets (default 360 = 1 h): window statistics (one ``sum()``, ``min()``
+  or ``max()`` over a slice) and plots of long windows. Keeping each
+  bucket's extremes is what makes the max (and min) over any window equal
+  the raw samples': a mean of buckets would hide the spikes max is for.
 
 Indexing by bucket makes an out-of-order (backfilled) insert O(1) and lets a
 16-bit mask per coarse bucket tell whether a fine bucket was already filled,
 which is how duplicates are dropped. Slots a ring moves past are cleared, so
 any slot inside the valid range holds either its own bucket or nothing.
-Missing values are NaN in the fine tier and absent (count 0) in the coarse.
+Missing values are NaN in the fine tier and absent (count 0, min +inf, max
+-inf) in the coarse.
 
 Why the layout: each tier is one flat array, bucket-major (the ``n`` values
 of a bucket are adjacent), so storing a sample is a few slice operations done
@@ -56,6 +59,8 @@ class Ring:
         "_wcache",
         "cbuf",
         "cfull",
+        "cmax",
+        "cmin",
         "cmiss",
         "cnewest",
         "coarse_slots",
@@ -73,6 +78,8 @@ class Ring:
         self.fbuf = array("f", [NAN]) * (fine_slots * n_metrics)
         self.cbuf = array("f", [0.0]) * (coarse_slots * n_metrics)
         self.cmiss = array("B", [0]) * (coarse_slots * n_metrics)
+        self.cmax = array("f", [-math.inf]) * (coarse_slots * n_metrics)
+        self.cmin = array("f", [math.inf]) * (coarse_slots * n_metrics)
         self.cfull = array("B", [0]) * coarse_slots
         self.mask = array("H", [0]) * coarse_slots
         self.fnewest = _FRESH
@@ -94,7 +101,7 @@ class Ring:
     @staticmethod
     def nbytes(n_metrics: int, fine_slots: int, coarse_slots: int) -> int:
         """Bytes of array storage for one ring (object overheads excluded)."""
-        return n_metrics * (fine_slots * 4 + coarse_slots * 5) + coarse_slots * 3
+        return n_metrics * (fine_slots * 4 + coarse_slots * 13) + coarse_slots * 3
 
     # Per-metric copies of the tiers, for inspection (tests, debugging).
     @property
@@ -140,6 +147,9 @@ class Ring:
         hi = lo + n
         csum = self.cbuf
         missing = list(compress(self._cols, map(ne, values, values)))  # v != v: NaN
+        # max(old, NaN) is old (NaN > old is False): a missing value leaves the extremes alone.
+        self.cmax[lo:hi] = array("f", list(map(max, self.cmax[lo:hi], values)))
+        self.cmin[lo:hi] = array("f", list(map(min, self.cmin[lo:hi], values)))
         if self.mask[ci] & bit:
             self._add_checked(ci, values, missing)  # the same bucket twice: counts may saturate
         elif not missing:
@@ -186,6 +196,8 @@ class Ring:
             _fill(self.cfull, 1, slots, start, cb, array("B", [0]))
             _fill(self.cbuf, n, slots, start, cb, array("f", [0.0]) * n)
             _fill(self.cmiss, n, slots, start, cb, array("B", [0]) * n)
+            _fill(self.cmax, n, slots, start, cb, array("f", [-math.inf]) * n)
+            _fill(self.cmin, n, slots, start, cb, array("f", [math.inf]) * n)
         self.cnewest = cb
 
     def widened(self, n_metrics: int) -> Ring:
@@ -196,6 +208,8 @@ class Ring:
             new.fbuf[m::m2] = self.fbuf[m::n]
             new.cbuf[m::m2] = self.cbuf[m::n]
             new.cmiss[m::m2] = self.cmiss[m::n]
+            new.cmax[m::m2] = self.cmax[m::n]
+            new.cmin[m::m2] = self.cmin[m::n]
         for m in range(n, m2):
             new.cmiss[m::m2] = self.cfull  # the new columns missed every sample so far
         new.cfull = array("B", self.cfull)
@@ -268,6 +282,39 @@ class Ring:
         return (array("d", [_column_sum(self.cbuf, self.n, m, lo, hi) for m in cols]),
                 array("d", [full - _column_sum(self.cmiss, self.n, m, lo, hi) for m in cols]))
 
+    def window_extremes(self, m: int, now_cb: int, n: int) -> tuple[float, float]:
+        """(min, max) of metric ``m``'s raw samples in the ``n`` coarse buckets ending at ``now_cb``.
+
+        NaN, NaN when the window holds no value of ``m``.
+        """
+        lo, hi = self._range(self.cnewest, self.coarse_slots, now_cb, n)
+        if lo > hi:
+            return NAN, NAN
+        top = max(_column(self.cmax, self.n, m, lo, hi))
+        if top == -math.inf:
+            return NAN, NAN
+        return min(_column(self.cmin, self.n, m, lo, hi)), top
+
+    def window_count(self, m: int, now_cb: int, n: int) -> int:
+        """How many samples hold a value of metric ``m`` in the ``n`` coarse buckets ending at ``now_cb``."""
+        lo, hi = self._range(self.cnewest, self.coarse_slots, now_cb, n)
+        if lo > hi:
+            return 0
+        return int(_column_sum(self.cfull, 1, 0, lo, hi) - _column_sum(self.cmiss, self.n, m, lo, hi))
+
+    def last(self, m: int, max_age: int = 5) -> tuple[int, float]:
+        """(fine bucket, value) of metric ``m``'s newest known value, at most ``max_age`` buckets old.
+
+        (-1, NaN) when the newest ``max_age`` samples have no value of ``m``.
+        """
+        if self.fnewest == _FRESH:
+            return -1, NAN
+        for fb in range(self.fnewest, max(self.fnewest - max_age, self.fnewest - self.fine_slots), -1):
+            v = self.fbuf[(fb % self.fine_slots) * self.n + m]
+            if v == v:
+                return fb, v
+        return -1, NAN
+
     def fine_series(self, m: int, now_fb: int, n: int) -> list[float]:
         """The last ``n`` fine values of metric ``m`` up to ``now_fb``, oldest first."""
         lo, hi = self._range(self.fnewest, self.fine_slots, now_fb, n)
@@ -311,6 +358,18 @@ class Columns:
     def coarse_series(self, m: int, now_cb: int, n: int) -> list[float]:
         """:meth:`Ring.coarse_series` of column ``m`` of this group."""
         return self.ring.coarse_series(self.base + m, now_cb, n)
+
+    def window_extremes(self, m: int, now_cb: int, n: int) -> tuple[float, float]:
+        """:meth:`Ring.window_extremes` of column ``m`` of this group."""
+        return self.ring.window_extremes(self.base + m, now_cb, n)
+
+    def window_count(self, m: int, now_cb: int, n: int) -> int:
+        """:meth:`Ring.window_count` of column ``m`` of this group."""
+        return self.ring.window_count(self.base + m, now_cb, n)
+
+    def last(self, m: int, max_age: int = 5) -> tuple[int, float]:
+        """:meth:`Ring.last` of column ``m`` of this group."""
+        return self.ring.last(self.base + m, max_age)
 
 
 def _column(arr: array[float] | array[int], n: int, m: int, lo: int, hi: int) -> list[float]:

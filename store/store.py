@@ -11,11 +11,13 @@ Every accepted sample bumps the host's ``version`` and the store's
 ``version``; the UI redraws only what changed. Views are cached per version.
 
 Memory is bounded: per series ``300 x 4 B`` (fine, 5 min at 1 s) plus
-``361 x 5 B`` (coarse, 1 h at 10 s), about 3,000 B. A host has one ring of
-13 series followed by 5 per GPU, so 1,000 hosts
-x 8 GPUs x 1 h costs ``1000 x (13 + 8 x 5) x 3,000 B`` = 160 MB of arrays
-(:func:`memory_estimate_bytes`); benchmarks/store_memory.py measured 183 MB
-in all with the demo's jobs, Python objects and caches. It does not grow
+``361 x 13 B`` (coarse, 1 h at 10 s: sum, min, max, missing count), about
+5,900 B. A host has one ring of 13 series followed by 8 per GPU, so 1,000
+hosts x 8 GPUs x 1 h costs ``1000 x (13 + 8 x 8) x 5,900 B`` = 450 MB of
+arrays (:func:`memory_estimate_bytes`). The per-bucket min and max (8 of the
+13 B) are the price of exact window extremes: before them a 1 h max was the
+max of 10 s means (benchmarks/store_memory.py measured 183 MB for 5 series
+per GPU without them). It does not grow
 with run time: rings are allocated full-size up front (a host's ring grows,
 by copy, only when a GPU index is first seen). Hosts (4,096), GPUs per host
 (64) and jobs per host (256; idle ones expire after the history) are capped
@@ -40,28 +42,33 @@ from gpulens.core.events import (
     SourceStatusEvent,
 )
 from gpulens.core.model import HostSample, JobInfo
+from gpulens.store.alerts import host_alerts
+from gpulens.store.gpu_events import BENIGN_THROTTLE, GpuEvent, GpuEventLog
+from gpulens.store.panels import combine, combine_columns, panel_series
+from gpulens.store.processes import PROC_METRICS, ProcessHistory
 from gpulens.store.ring import COARSE_FACTOR, NAN, Columns, Ring, resample
 from gpulens.store.views import (
     BUSY_UTIL_PERCENT,
     GPU_METRICS,
     HOST_METRICS,
-    IDLE_UTIL_PERCENT,
     JOB_METRICS,
     SUMMED,
     FleetStats,
     HostRow,
     JobView,
+    WindowStats,
     gpu_block_values,
     host_values_flat,
     job_key,
     job_values,
 )
+from gpulens.store.window import merge, stats_of
 
 _HOST_INDEX = {m: i for i, m in enumerate(HOST_METRICS)}
 MAX_HOSTS = 4096
 MAX_GPUS_PER_HOST = 64
 MAX_JOBS_PER_HOST = 256
-BENIGN_THROTTLE = frozenset({"gpu_idle", "idle", "none", "applications_clocks_setting"})
+__all__ = ["BENIGN_THROTTLE", "GpuEvent", "Store", "memory_estimate_bytes"]
 
 
 _GPU_WIDTH = len(GPU_METRICS)
@@ -80,6 +87,7 @@ class _Host:
     jobs: dict[str, Ring] = field(default_factory=dict)
     job_seen: dict[str, float] = field(default_factory=dict)
     xid_last: dict[int, tuple[float, int]] = field(default_factory=dict)
+    events: GpuEventLog = field(default_factory=GpuEventLog)
     latest: HostSample | None = None
     up: bool = True
     reason: str = ""
@@ -115,7 +123,9 @@ class Store:
         self.dropped = 0
         self.source_status: SourceStatusEvent | None = None
         self._hosts: dict[str, _Host] = {}
-        self._cache: dict[tuple[object, ...], object] = {}
+        self._cache: dict[tuple[object, ...], tuple[tuple[object, ...], object]] = {}
+        self.processes = ProcessHistory(self.fine_slots, self.coarse_slots)
+        """History of the processes a screen tracks (:meth:`track_process`)."""
 
     # ---- ingestion -------------------------------------------------------
     def apply(self, event: SourceEvent) -> bool:
@@ -181,7 +191,10 @@ class Store:
             self._add_jobs(h, s, fb)
         elif h.job_seen:
             self._evict_jobs(h, s.time, force=False)
+        if self.processes.watching(s.host):
+            self.processes.add(s, fb)
         if h.latest is None or s.time >= h.latest.time:
+            h.events.add(s.time, gpus)
             h.latest = s
             h.up, h.reason = True, ""
         self.now = max(self.now, s.time)
@@ -261,10 +274,13 @@ class Store:
         return now_fb, now_fb // COARSE_FACTOR, k
 
     def _rings(self, host: str, metric: str, gpu: int | None,
-               job: str | None) -> tuple[list[Ring | Columns], int]:
+               job: str | None, pid: int | None = None) -> tuple[list[Ring | Columns], int]:
         h = self._hosts.get(host)
         if h is None:
             return [], -1
+        if metric in PROC_METRICS:
+            pr = self.processes.ring(host, pid) if pid is not None else None
+            return ([pr] if pr else []), PROC_METRICS.index(metric)
         if job is not None:
             r = h.jobs.get(job)
             idx = JOB_METRICS.index(metric) if metric in JOB_METRICS else -1
@@ -288,10 +304,43 @@ class Store:
             return NAN
         return sum(vals) if metric in SUMMED else sum(vals) / len(vals)
 
+    def window_stats(self, host: str, metric: str, window_s: float,
+                     gpu: int | None = None, job: str | None = None,
+                     pid: int | None = None) -> WindowStats:
+        """Now, mean, min and max of ``metric`` over the window, and how much data they cover.
+
+        Min and max are the raw samples' (each bucket keeps its extremes), so
+        they do not depend on the window's resolution; "now" is the newest
+        sample's value. A ``proc.*`` metric needs the ``pid`` of a tracked process.
+        """
+        rings, idx = self._rings(host, metric, gpu, job, pid)
+        if idx < 0:
+            rings = []
+        _, now_cb, k = self._buckets(window_s)
+        return stats_of(rings, idx, now_cb, k, window_s, self.resolution_s, metric in SUMMED)
+
+    def job_stats(self, key: str, metric: str, window_s: float) -> WindowStats:
+        """:meth:`window_stats` of a job's series, joined over its hosts."""
+        job = self.job(key, window_s)
+        hosts = job.hosts if job is not None else ()
+        return merge([self.window_stats(h, metric, window_s, job=key) for h in hosts], metric in SUMMED)
+
+    def gpu_events(self, host: str, gpu: int) -> tuple[GpuEvent, ...]:
+        """Throttling and XID events of one GPU, oldest first (the last 64)."""
+        h = self._hosts.get(host)
+        return h.events.events(gpu) if h else ()
+
+    def track_process(self, host: str, pid: int) -> None:
+        """Record ``pid``'s history from now on (``proc.*`` metrics, ``pid=``)."""
+        self.processes.track(host, pid, self.now)
+        s = self.latest(host)
+        if s is not None:
+            self.processes.add(s, math.floor(s.time / self.resolution_s))
+
     def series(self, host: str, metric: str, window_s: float, points: int,
-               gpu: int | None = None, job: str | None = None) -> list[float]:
+               gpu: int | None = None, job: str | None = None, pid: int | None = None) -> list[float]:
         """``points`` values of ``metric`` spanning the window, oldest first (NaN gaps)."""
-        rings, idx = self._rings(host, metric, gpu, job)
+        rings, idx = self._rings(host, metric, gpu, job, pid)
         if idx < 0 or not rings:
             return [NAN] * points
         now_fb, now_cb, k = self._buckets(window_s)
@@ -303,7 +352,7 @@ class Store:
             cols.append(resample(raw, points))
         if len(cols) == 1:
             return cols[0]
-        return [_combine([c[i] for c in cols], metric in SUMMED) for i in range(points)]
+        return combine_columns(cols, metric in SUMMED)
 
     def unavailable(self, host: str, metric: str) -> str | None:
         """The reason ``metric`` is n/a on ``host`` per its newest sample."""
@@ -313,18 +362,25 @@ class Store:
         return unavailable_reason(s, metric) if s else None
 
     # ---- aggregate views (cached per version) ------------------------------
-    def _cached(self, key: tuple[object, ...], make: object) -> object:
+    def _cached(self, key: tuple[object, ...], stamp: tuple[object, ...], make: object) -> object:
+        """View ``key`` as computed while ``stamp`` holds: one entry per key, a stale one replaced.
+
+        (Keyed by version, stale views piled up to 4,096, each holding a refresh's JobViews.)
+        """
         hit = self._cache.get(key)
-        if hit is None:
-            if len(self._cache) > 4096:
-                self._cache.clear()
-            hit = self._cache[key] = make() if callable(make) else make
-        return hit
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        if hit is None and len(self._cache) > 4096:
+            self._cache.clear()
+        value = make() if callable(make) else make
+        self._cache[key] = (stamp, value)
+        return value
 
     def host_row(self, host: str, window_s: float) -> HostRow:
         """The host-table line of ``host`` (cached until the host changes)."""
-        key = ("row", host, self.host_version(host), window_s, self.now // self.resolution_s)
-        return self._cached(key, lambda: self._host_row(host, window_s))  # type: ignore[return-value]
+        stamp = (self.host_version(host), self.now // self.resolution_s)
+        return self._cached(("row", host, window_s), stamp,  # type: ignore[return-value]
+                            lambda: self._host_row(host, window_s))
 
     def _host_row(self, host: str, window_s: float) -> HostRow:
         h = self._hosts[host]
@@ -345,30 +401,11 @@ class Store:
         )
 
     def _alerts(self, h: _Host, window_s: float, now_cb: int, k: int) -> tuple[str, ...]:
-        alerts: list[str] = []
-        if not h.up:
-            alerts.append("DOWN")
-        xids = sorted({x for t, x in h.xid_last.values() if self.now - t <= window_s})
-        alerts.extend(f"XID {x}" for x in xids)
-        s = h.latest
-        if s is None:
-            return tuple(alerts)
-        if any(r not in BENIGN_THROTTLE for g in s.gpus for r in g.throttle_reasons):
-            alerts.append("THROTTLE")
-        held = {int(i) for j in s.jobs for i in j.gpu_mem_bytes if i.isdigit()}
-        held |= {g.index for g in s.gpus if g.processes}
-        held &= h.gpus.keys()
-        if held:
-            # Utilization of every GPU in one pass (column 0 of each; fleet() asks the same).
-            util = h.ring.window_means(now_cb, k, _HOST_WIDTH, None, _GPU_WIDTH)
-            idle = [i for i in held if util[(h.gpus[i].base - _HOST_WIDTH) // _GPU_WIDTH] < IDLE_UTIL_PERCENT]
-            if idle:
-                alerts.append(f"IDLE-HELD {len(idle)}")
-        return tuple(alerts)
+        return host_alerts(h.up, h.latest, h.xid_last, h.gpus, h.ring, self.now, window_s, now_cb, k)
 
     def fleet(self, window_s: float) -> FleetStats:
         """Headline statistics of every host over the window."""
-        return self._cached(("fleet", self.version, window_s),  # type: ignore[return-value]
+        return self._cached(("fleet", window_s), (self.version,),  # type: ignore[return-value]
                             lambda: self._fleet(window_s))
 
     def _fleet(self, window_s: float) -> FleetStats:
@@ -402,7 +439,7 @@ class Store:
 
     def jobs(self, window_s: float) -> list[JobView]:
         """Jobs in the hosts' newest samples, joined by job key, sorted by key."""
-        return self._cached(("jobs", self.version, window_s),  # type: ignore[return-value]
+        return self._cached(("jobs", window_s), (self.version,),  # type: ignore[return-value]
                             lambda: self._jobs(window_s))
 
     def _jobs(self, window_s: float) -> list[JobView]:
@@ -423,7 +460,7 @@ class Store:
         first = min(procs, key=lambda hp: hp[1].start_time)[1]
         return JobView(
             key=key, tree_id=first.tree_id, user=first.user, cmdline=first.cmdline, hosts=hosts,
-            gpus=gpus, util_percent=_combine(utils, False),
+            gpus=gpus, util_percent=combine(utils, False),
             gpu_mem_bytes=self._job_gpu_mem(hosts, procs),
             cpu_percent=sum(cpu) if cpu else NAN, start_time=first.start_time,
             runtime_s=max(0.0, self.now - first.start_time), processes=tuple(procs),
@@ -453,39 +490,11 @@ class Store:
         if job is None:
             return [NAN] * points
         cols = [self.series(h, metric, window_s, points, job=key) for h in job.hosts]
-        return [_combine([c[i] for c in cols], metric in SUMMED) for i in range(points)]
+        return [combine([c[i] for c in cols], metric in SUMMED) for i in range(points)]
 
     # ---- PanelProvider -----------------------------------------------------
     def panel_series(self, expr: str, host: str | None, job: str | None,
                      window_s: float) -> PanelData:
         """A custom panel naming a gpulens metric (``gpu.power_w``, ``cpu.total_percent``)."""
-        known = set(HOST_METRICS) | set(GPU_METRICS) | set(JOB_METRICS)
-        if expr not in known:
-            return PanelData(error=f"unknown metric '{expr}' (known: {', '.join(sorted(known))})")
-        points = min(120, max(2, math.ceil(window_s / self.resolution_s)))
-        if job is not None:
-            view = self.job(job, window_s)
-            if view is None:
-                return PanelData(error=f"job {job} is not running")
-            if expr in JOB_METRICS:
-                values = self.job_series(job, expr, window_s, points)
-            else:
-                cols = [self.series(h, expr, window_s, points) for h in view.hosts]
-                values = [_combine([c[i] for c in cols], expr in SUMMED) for i in range(points)]
-        elif host is not None:
-            if expr in JOB_METRICS:
-                return PanelData(error=f"'{expr}' needs a job")
-            values = self.series(host, expr, window_s, points)
-        else:
-            return PanelData(error="a panel needs a host or a job")
-        step = window_s / points
-        start = self.now - window_s + step
-        pts = tuple((start + i * step, v) for i, v in enumerate(values) if v == v)
-        return PanelData(points=pts)
+        return panel_series(self, expr, host, job, window_s)
 
-
-def _combine(vals: list[float], summed: bool) -> float:
-    known = [v for v in vals if v == v]
-    if not known:
-        return NAN
-    return sum(known) if summed else sum(known) / len(known)

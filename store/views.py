@@ -36,8 +36,11 @@ GPU_METRICS: tuple[str, ...] = (
     "gpu.mem_used_percent",
     "gpu.power_w",
     "gpu.temperature_c",
+    "gpu.sm_clock_mhz",
+    "gpu.pcie_bytes_per_s",
+    "gpu.nvlink_bytes_per_s",
 )
-"""Per-GPU series."""
+"""Per-GPU series (PCIe and NVLink: rx + tx)."""
 
 JOB_METRICS: tuple[str, ...] = (
     "job.gpu_utilization_percent",
@@ -46,7 +49,7 @@ JOB_METRICS: tuple[str, ...] = (
 )
 """Per (host, job) series: mean utilization of the job's GPUs, their memory, CPU %."""
 
-SUMMED = frozenset({"gpu.power_w", "job.gpu_mem_bytes", "job.cpu_percent"})
+SUMMED = frozenset({"gpu.power_w", "job.gpu_mem_bytes", "job.cpu_percent", "proc.gpu_mem_bytes"})
 """Metrics added (not averaged) when several GPUs or hosts are combined."""
 
 IDLE_UTIL_PERCENT = 1.0
@@ -77,13 +80,18 @@ def gpu_block_values(gpus: Sequence[GpuSample]) -> list[float]:
     out: list[float] = []
     for g in gpus:
         u, sm, used, total = g.utilization_percent, g.sm_activity_percent, g.mem_used_bytes, g.mem_total_bytes
-        p, t = g.power_w, g.temperature_c
+        p, t, clk = g.power_w, g.temperature_c, g.sm_clock_mhz
+        prx, ptx, nrx, ntx = g.pcie_rx_bytes_per_s, g.pcie_tx_bytes_per_s, g.nvlink_rx_bytes_per_s, \
+            g.nvlink_tx_bytes_per_s
         out += (
             NAN if u is None else float(u),
             NAN if sm is None else float(sm),
             100.0 * used / total if used is not None and total else NAN,
             NAN if p is None else float(p),
             NAN if t is None else float(t),
+            NAN if clk is None else float(clk),
+            NAN if prx is None or ptx is None else float(prx) + float(ptx),
+            NAN if nrx is None or ntx is None else float(nrx) + float(ntx),
         )
     return out
 
@@ -164,6 +172,9 @@ UNAVAILABLE_KEYS: dict[str, tuple[str, ...]] = {
     "gpu.mem_used_percent": ("mem_used_bytes", "gpus"),
     "gpu.power_w": ("power_w", "gpus"),
     "gpu.temperature_c": ("temperature_c", "gpus"),
+    "gpu.sm_clock_mhz": ("sm_clock_mhz", "gpus"),
+    "gpu.pcie_bytes_per_s": ("pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s", "gpus"),
+    "gpu.nvlink_bytes_per_s": ("nvlink_rx_bytes_per_s", "nvlink_tx_bytes_per_s", "gpus"),
 }
 
 
@@ -181,6 +192,36 @@ def unavailable_reason(s: HostSample, metric: str) -> str | None:
                 if k in g.unavailable:
                     return g.unavailable[k]
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class WindowStats:
+    """One metric over a window: the newest value and the raw samples' mean, min and max.
+
+    ``samples`` values were found in the window; ``covered_s`` is how much
+    time they cover (samples x resolution), which a label shows next to the
+    figures ("avg over 2m12s of data"). Figures are NaN without data.
+    ``combined``: several series were joined (GPUs, hosts), so min/max are
+    the extremes of any one of them (sums add them: an upper bound).
+    """
+
+    window_s: float
+    now: float
+    mean: float
+    min: float
+    max: float
+    samples: int
+    covered_s: float
+    combined: bool = False
+
+    @property
+    def empty(self) -> bool:
+        """No sample in the window."""
+        return self.samples == 0
+
+
+NO_STATS = WindowStats(0.0, NAN, NAN, NAN, NAN, 0, 0.0)
+"""Statistics of a window without data."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,12 +22,12 @@ DATA = Path(__file__).parent / "data"
 SIZE = (100, 30)
 
 
-def run_async(fn: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]:
-    """Run an async Pilot test without an async pytest plugin."""
+def run_async(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """Run an async Pilot test without an async pytest plugin (fixtures passed through)."""
 
     @functools.wraps(fn)
-    def wrapper() -> None:
-        asyncio.run(fn())
+    def wrapper(**kwargs: Any) -> None:
+        asyncio.run(fn(**kwargs))
 
     return wrapper
 
@@ -179,7 +179,9 @@ async def test_live_update_keeps_place_and_pause_holds() -> None:
         graph.set_search("forward")
         focus_label = profile.label(graph.focus_node)
         newer = training_profile(extra=100)
-        graph.update_profile(newer)
+        screen = app.screen
+        assert isinstance(screen, FlameScreen)
+        screen.update_profile(newer)  # a live graph: p pauses it
         assert graph.profile is newer
         assert newer.label(graph.focus_node) == focus_label
         assert graph.collapsed
@@ -277,3 +279,128 @@ async def test_escape_clears_search_before_leaving() -> None:
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, FlameScreen)
+
+
+@run_async
+async def test_q_quits_gpulens_flame_everywhere() -> None:
+    for keys in ([], ["t"], ["up", "up", "up", "s"], ["question_mark"]):
+        app = FlameApp(training_profile())
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            await pilot.press(*keys)
+            await pilot.pause()
+            await pilot.press("q")
+            await pilot.pause()
+            assert app._exit, f"q did not quit after {keys}"
+
+
+def _help_text(app: App[Any]) -> str:
+    from textual.widgets import Static
+
+    return str(app.screen.query_one(Static).render())
+
+
+@run_async
+async def test_help_lists_only_real_keys() -> None:
+    app = FlameApp(training_profile())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        graph = graph_of(app)
+        assert graph.check_action("pause", ()) is False  # not a live graph: p does nothing here
+        await pilot.press("question_mark")
+        await pilot.pause()
+        text = _help_text(app)
+        assert "pause" not in text and "x export focus" in text and "q quit" in text
+        assert "T threads" not in text  # one profile: no picker
+    app2 = Host(training_profile())
+    async with app2.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        screen = app2.screen
+        assert isinstance(screen, FlameScreen)
+        screen.update_profile(training_profile(extra=1))  # live
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert "p pause updates" in _help_text(app2)
+
+
+@run_async
+async def test_breadcrumbs_on_flame_sandwich_and_table() -> None:
+    from textual.widgets import Static
+
+    app = FlameApp(training_profile())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        title = str(app.screen.query_one("#flame-title", Static).render())
+        assert title.startswith("gpulens flame › Flame graph")
+        await pilot.press("t")
+        await pilot.pause()
+        assert str(app.screen.query_one(".flame-crumbs", Static).render()) == "gpulens flame › Flame graph › Functions"
+        await pilot.press("escape", "up", "up", "up", "s")
+        await pilot.pause()
+        crumbs = str(app.screen.query_one(".flame-crumbs", Static).render())
+        assert crumbs == "gpulens flame › Flame graph › Sandwich: Trainer.fit"
+
+
+def _threads_group() -> Any:
+    from gpulens.analysis.flame.group import Part, group_of
+
+    a = build_from_stacks([(["main", "step"], 30), (["main", "load"], 10)], "samples", "thread A")
+    b = build_from_stacks([(["run", "work"], 7)], "samples", "thread B")
+    return group_of("two.json", [Part("thread A", "samples", lambda: a), Part("thread B", "samples", lambda: b)])
+
+
+@run_async
+async def test_thread_picker_and_all_threads() -> None:
+    from gpulens.tui.screens.flame_views import ProfilePickerScreen
+
+    group = _threads_group()
+    app = FlameApp(group.pick(), group=group)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert graph_of(app).profile.total == 40
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert "T threads / profiles" in _help_text(app)
+        await pilot.press("escape", "T")
+        await pilot.pause()
+        assert isinstance(app.screen, ProfilePickerScreen)
+        await pilot.press("home", "enter")  # first entry: all threads merged
+        await pilot.pause()
+        graph = graph_of(app)
+        assert graph.profile.total == 47
+        assert {graph.profile.label(c) for c in graph.profile.children(0)} == {"thread A", "thread B"}
+        await pilot.press("T", "end", "enter")  # thread B
+        await pilot.pause()
+        assert graph_of(app).profile.total == 7
+        assert "thread B" in str(app.screen.query_one("#flame-title").render())
+
+
+@run_async
+async def test_export_acts_on_the_focus(tmp_path: Path) -> None:
+    from textual.widgets import Input
+
+    from gpulens.tui.screens.flame_views import ExportScreen
+
+    app = FlameApp(training_profile())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("up", "up", "up", "enter")  # focus Trainer.fit
+        graph = graph_of(app)
+        fit = graph.focus_node
+        await pilot.press("x")
+        await pilot.pause()
+        assert isinstance(app.screen, ExportScreen)
+        box = app.screen.query_one(Input)
+        assert box.value.endswith(".folded")
+        box.value = str(tmp_path / "fit.folded")
+        await pilot.press("enter")
+        await pilot.pause()
+        lines = (tmp_path / "fit.folded").read_text().splitlines()
+        assert all(line.startswith("Trainer.fit (trainer.py:40)") for line in lines)
+        assert sum(int(line.rsplit(" ", 1)[1]) for line in lines) == graph.profile.total_of(fit) == 90
+        assert any("wrote" in str(n.message) and "integer samples" in str(n.message) for n in app._notifications)
+
+
+def test_snapshot_thread_picker(snap_compare: Any) -> None:
+    group = _threads_group()
+    assert snap_compare(FlameApp(group.pick(), group=group), terminal_size=SIZE, press=["T"])

@@ -1,8 +1,11 @@
 """Snapshots of the profiler screen, its Analyze view and its timeline View at 80x24 and 200x50.
 
 Deterministic: a fake trace service with a fixed list of jobs, the GPU trace
-``benchmark_result_2869224_1695835535_trace.json.gz`` from tests/data/traces,
-a frozen monotonic clock (the "waiting for poll" age) and UTC.
+``benchmark_result_2869224_1695835535_trace.json.gz`` and HTA's two sampled
+ranks (``sampled_rank-{0,1}.json.gz``) from tests/data/traces, a frozen
+monotonic clock (the "waiting for poll" age) and UTC. The newest trace (two
+ranks) is selected when the screen opens; Analyze and View of both ranks
+show them together.
 Update the baselines with ``pytest tests/test_tui_profiler_snapshot.py --snapshot-update``;
 scripts/make_profiler_screenshots.py writes the same renders to screenshots/profiler_*.svg.
 """
@@ -21,6 +24,7 @@ from textual.app import App
 from textual.screen import Screen
 from textual.widgets import DataTable
 
+from gpulens.ipc.kineto.registry import PollingProcess
 from gpulens.ipc.kineto.requests import TraceJob, TraceRequest, TraceState
 from gpulens.tui.screens import profiler
 from gpulens.tui.screens.profiler import ProfilerScreen
@@ -33,6 +37,7 @@ pytestmark = pytest.mark.usefixtures("utc")
 
 TRACES = Path(__file__).parent / "data" / "traces"
 GPU_TRACE = TRACES / "benchmark_result_2869224_1695835535_trace.json.gz"
+RANKS = [TRACES / "sampled_rank-0.json.gz", TRACES / "sampled_rank-1.json.gz"]
 SIZES = [(80, 24), (200, 50)]
 NOW_MONO = 5000.0
 PIDS = [2869224, 2869301]
@@ -46,6 +51,7 @@ class SnapshotService:
     def __init__(self) -> None:
         ms = TraceRequest(pids=(PIDS[0],), duration_ms=500)
         steps = TraceRequest(pids=tuple(PIDS), duration_ms=None, iterations=3, record_shapes=True)
+        job = TraceRequest(pids=tuple(PIDS), duration_ms=300)
         self._jobs = [
             TraceJob("2869-1-1700000000", ms, ms.pids, TraceState.DONE, "1 file, 24.8 kB",
                      NOW_MONO - 90, {PIDS[0]: str(GPU_TRACE)}),
@@ -54,7 +60,13 @@ class SnapshotService:
             TraceJob("2869-3-1700000060", ms, ms.pids, TraceState.TRACING, "tracing 500 ms", NOW_MONO - 20),
             TraceJob("2869-4-1700000075", steps, steps.pids, TraceState.WAITING_FOR_POLL,
                      "waiting for 2 pids to poll", NOW_MONO - 12),
+            TraceJob("2869-5-1700000090", job, job.pids, TraceState.DONE, "2 files", NOW_MONO - 5,
+                     {PIDS[0]: str(RANKS[0]), PIDS[1]: str(RANKS[1])}),
         ]
+
+    def processes(self) -> list[PollingProcess]:
+        """The ready process polls every 2 s (the poll hint says so)."""
+        return [PollingProcess(PIDS[0], (1,), 0, 0, NOW_MONO - 30, NOW_MONO - 1, polls=15, interval_s=2.0)]
 
     def diagnose(self, pid: int) -> str | None:
         if pid == PIDS[1]:
@@ -77,10 +89,13 @@ def frozen_monotonic() -> Iterator[None]:
         setattr(profiler, "time", real)  # noqa: B010
 
 
-def analyze_screen() -> Screen[None]:
-    from gpulens.analysis.trace.analyze import analyze_file
+def analyze_screen(paths: list[Path] | None = None) -> Screen[None]:
+    from gpulens.tui.screens.profiler_work import analyze_paths
 
-    screen: Screen[None] = AnalyzeScreen(analyze_file(str(GPU_TRACE)), GPU_TRACE.name)
+    paths = paths or [GPU_TRACE]
+    summary, extras = analyze_paths([str(p) for p in paths])
+    title = paths[0].name if len(paths) == 1 else f"{len(paths)} ranks"
+    screen: Screen[None] = AnalyzeScreen(summary, title, extras)
     return screen
 
 
@@ -90,6 +105,15 @@ def timeline_screen() -> Screen[None]:
 
     timeline = build_timeline(load_trace(str(GPU_TRACE), keep_args=True).events)
     screen: Screen[None] = TimelineScreen(timeline, GPU_TRACE.name)
+    return screen
+
+
+def ranks_timeline_screen() -> Screen[None]:
+    from gpulens.analysis.trace.load import load_trace
+    from gpulens.analysis.trace.timeline import build_rank_timeline
+
+    ranks = [(f"rank {i}", load_trace(str(p), keep_args=True).events) for i, p in enumerate(RANKS)]
+    screen: Screen[None] = TimelineScreen(build_rank_timeline(ranks), "2 ranks")
     return screen
 
 
@@ -108,10 +132,12 @@ class ProfilerHost(App[None]):
 
 # name -> (top screen factory, keys pressed once it is up)
 SHOTS: dict[str, tuple[Callable[[], Screen[None]] | None, tuple[str, ...]]] = {
-    "list": (None, ("down",)),  # on the failed trace: its whole reason shows under the table
+    "list": (None, ()),  # the newest trace (two ranks) selected; one row per process
     "analyze": (analyze_screen, ()),
+    "analyze_ranks": (lambda: analyze_screen(RANKS), ()),
     # Down to the GPU stream lanes, a few kernels along, then enter for the detail pane.
-    "timeline": (timeline_screen, ("down",) * 7 + ("right",) * 3 + ("enter",)),
+    "timeline": (timeline_screen, ("down",) * 8 + ("right",) * 3 + ("enter",)),
+    "timeline_ranks": (ranks_timeline_screen, ("right",) * 2 + ("plus",) * 3),
 }
 
 
@@ -157,7 +183,8 @@ def test_bracketed_text_is_not_read_as_markup() -> None:
             await settle(pilot, ())
             jobs = app.screen.query_one("#pf-jobs", DataTable)
             assert str(jobs.get_row_at(1)[1]).startswith("[Errno 3] pid 2869301")
-            assert "12 s" in str(jobs.get_row_at(3)[1])
+            assert "12 s" not in str(jobs.get_row_at(4)[1])  # queued behind the running trace, not waiting
+            assert str(jobs.get_row_at(4)[0]) == "queued" and "2869-3-1700000060" in str(jobs.get_row_at(4)[1])
 
     asyncio.run(run())
 
@@ -169,8 +196,11 @@ def test_failure_reason_readable_at_80_columns() -> None:
     async def run() -> None:
         app = ProfilerHost(None)
         async with app.run_test(size=(80, 24)) as pilot:
-            await settle(pilot, ("down",))
+            await settle(pilot, ())
             jobs = app.screen.query_one("#pf-jobs", DataTable)
+            assert jobs.cursor_row == jobs.row_count - 2  # the newest trace (two ranks) selected
+            jobs.move_cursor(row=1)
+            await settle(pilot, ())
             assert [str(c.label) for c in jobs.ordered_columns][:2] == ["state", "detail"]
             assert jobs.scroll_x == 0  # nothing scrolled sideways
             failed_row = jobs.render_line(2).text  # the header, the first job, then the failed one

@@ -38,6 +38,7 @@ SCREENS: dict[str, tuple[tuple[str, ...], str | None]] = {
     "host": ((), "host gpu-node05"),
     "job": ((), "job 4711"),
     "help": (("question_mark",), None),
+    "gpus": ((), "gpus"),  # the :gpus view: every GPU of the fleet
 }
 
 
@@ -49,5 +50,29 @@ def test_screen(snap_compare: Any, screen: str, size: tuple[int, int]) -> None:
 
     async def run_before(pilot: Any) -> None:
         await _open(pilot, keys, jump)
+
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+DETAIL_SCREENS = ("gpu", "process")
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("screen", DETAIL_SCREENS)
+def test_detail_screen(snap_compare: Any, screen: str, size: tuple[int, int]) -> None:
+    """The GPU screen (node05 GPU 2: hot, throttled) and a process screen, pushed from the host screen."""
+    from gpulens.tui.screens.gpu import GpuScreen
+    from gpulens.tui.screens.process import ProcessScreen
+
+    app = demo_app()
+
+    async def run_before(pilot: Any) -> None:
+        await _open(pilot, (), "host gpu-node05")
+        if screen == "gpu":
+            app.push_screen(GpuScreen("gpu-node05", 2, context=app))
+        else:
+            sample = app.store.latest("gpu-node05")
+            app.push_screen(ProcessScreen("gpu-node05", sample.jobs[0].pid, context=app))
+        await _open(pilot, (), None)
 
     assert snap_compare(app, terminal_size=size, run_before=run_before)

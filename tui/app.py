@@ -13,6 +13,7 @@ worker's failure.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import socket
 import threading
 import time
@@ -23,11 +24,13 @@ from textual.actions import SkipAction
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.message import Message
+from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
 from textual.widgets import Input
 from textual.worker import Worker
 
+from gpulens.core import logbook
 from gpulens.core.config import WINDOWS, Config, Panel
 from gpulens.core.events import (
     HostStatusEvent,
@@ -38,14 +41,20 @@ from gpulens.core.events import (
     SourceStatusEvent,
 )
 from gpulens.ipc.kineto.protocol import TraceService
+from gpulens.sources.local import ReplaySource
 from gpulens.store.store import Store
 from gpulens.tui.messages import OpenFlame, OpenHost, OpenJob, OpenProfiler
+from gpulens.tui.replay import SEEK_STEP_S, ReplayBar, ReplayControl
 from gpulens.tui.screens.base import DataScreen
 from gpulens.tui.screens.help import HelpScreen
 from gpulens.tui.screens.host import HostScreen
 from gpulens.tui.screens.job import JobScreen
 from gpulens.tui.screens.jump import JumpScreen, parse_jump
+from gpulens.tui.screens.log import LogScreen
 from gpulens.tui.screens.overview import OverviewScreen
+from gpulens.tui.screens.views import VIEWS, UserView
+from gpulens.tui.widgets._lines import LazyLines
+from gpulens.tui.widgets.header import AppHeader
 from gpulens.tui.widgets.heatmap import HEAT_METRICS
 from gpulens.tui.workers import notify_failure
 
@@ -58,11 +67,12 @@ class GpulensApp(App[int]):
     | key | action |
     | --- | --- |
     | q / ctrl+c | quit |
-    | ? | all keys |
+    | ? | this screen's keys |
     | esc | back |
-    | : | jump (``host NAME``, ``job PID``) |
+    | : | command: ``hosts``, ``jobs``, ``gpus``, ``user NAME``, ``host NAME``, ``job PID``, ``interval S``, ``log`` |
     | 1 2 3 4 | window 1m 5m 15m 1h |
     | p | pause / resume updates |
+    | space ← → [ ] | replay only: play/pause, seek 10 s (shift: 1 min), slower / faster |
     """
 
     CSS_PATH = "app.tcss"
@@ -79,6 +89,13 @@ class GpulensApp(App[int]):
         Binding("3", "window('15m')", "Window 15m", show=False),
         Binding("4", "window('1h')", "Window 1h", show=False),
         Binding("p", "pause", "Pause"),
+        Binding("space", "replay_toggle", "Replay: play / pause", show=False),
+        Binding("left", f"replay_seek({-SEEK_STEP_S})", "Replay: back 10 s", show=False),
+        Binding("right", f"replay_seek({SEEK_STEP_S})", "Replay: ahead 10 s", show=False),
+        Binding("shift+left", f"replay_seek({-6 * SEEK_STEP_S})", "Replay: back 1 min", show=False),
+        Binding("shift+right", f"replay_seek({6 * SEEK_STEP_S})", "Replay: ahead 1 min", show=False),
+        Binding("left_square_bracket", "replay_speed(False)", "Replay: slower", show=False),
+        Binding("right_square_bracket", "replay_speed(True)", "Replay: faster", show=False),
     ]
 
     class SourceEvents(Message):
@@ -87,7 +104,7 @@ class GpulensApp(App[int]):
     def __init__(self, source: Source, cfg: Config | None = None, *,
                  clock: Callable[[], float] = time.time, trace_service: TraceService | None = None,
                  store: Store | None = None, trace_error: str | None = None,
-                 hostname: str | None = None) -> None:
+                 hostname: str | None = None, readonly: bool = False) -> None:
         super().__init__()
         self.source = source
         self.cfg = cfg or Config()
@@ -109,6 +126,17 @@ class GpulensApp(App[int]):
         self._started = False
         self.host_changes: dict[str, tuple[bool, float]] = {}
         """host -> (up, time) of its last up/down change: the store keeps no time."""
+        self.readonly = readonly
+        """``--readonly``: screens offer no action that changes anything (signals, traces)."""
+        self.refresh_s = MIN_REFRESH_S
+        """Least time between two redraws (``:interval S``); sampling keeps its own interval."""
+        self.replay: ReplayControl | None = None
+        """The scrubbing control when the source is one recording."""
+        if isinstance(source, ReplaySource):
+            self.replay = ReplayControl(self, source)
+            control = self.replay
+            # The recording's own clock, not the wall clock.
+            self.clock = lambda: control.position if control.ready else self.store.now or clock()
 
     @property
     def window_s(self) -> float:
@@ -129,8 +157,13 @@ class GpulensApp(App[int]):
         return {h: t for h, (up, t) in self.host_changes.items() if not up}
 
     def on_mount(self) -> None:
-        """Open the overview, then start the source."""
+        """Open the overview, then start the source (a recording: the replay control)."""
+        self.screen_change_signal.subscribe(self, self._screen_changed)
         self.push_screen(OverviewScreen(context=self))
+        if self.replay is not None:
+            self.replay.start()
+            self._started = True
+            return
         try:
             self.source.start(self.emit)
         except Exception as err:  # shown in the header; the UI stays up to say so
@@ -166,14 +199,53 @@ class GpulensApp(App[int]):
             self._posted = False
         for e in events:
             if isinstance(e, HostStatusEvent):
-                prev = self.host_changes.get(e.host)
-                if prev is None or prev[0] != e.up:
-                    self.host_changes[e.host] = (e.up, e.time)
+                self.note_host_status(e)
+            elif isinstance(e, SourceStatusEvent) and not e.ok:
+                self.note(e.message, "warning", notify=False)
         if self.store.apply_many(events):
-            self._schedule_refresh()
+            self.schedule_refresh()
 
-    def _schedule_refresh(self) -> None:
-        due = self._last_refresh + MIN_REFRESH_S - time.monotonic()
+    def note_host_status(self, e: HostStatusEvent) -> None:
+        """Remember when a host went up or down."""
+        prev = self.host_changes.get(e.host)
+        if prev is None or prev[0] != e.up:
+            self.host_changes[e.host] = (e.up, e.time)
+
+    def replace_store(self, store: Store, statuses: list[HostStatusEvent]) -> None:
+        """A replay seek: the screens read ``store`` from now on."""
+        self.store = store
+        self.host_changes = {}
+        for e in statuses:
+            self.note_host_status(e)
+        for screen in self.screen_stack:
+            for lines in screen.query(LazyLines):
+                lines.invalidate()
+
+    def refresh_bar(self) -> None:
+        """Redraw the replay's position bar and the header clock on the top screen."""
+        screen = self.screen
+        for bar in screen.query(ReplayBar):
+            bar.refresh()
+        if isinstance(screen, DataScreen):
+            screen.update_header()
+
+    def note(self, message: str, severity: str = "warning", *, notify: bool = True) -> None:
+        """Show ``message`` (unless ``notify`` is False) and keep it for ``:log``."""
+        if notify:
+            self.notify(message, severity=severity)  # type: ignore[arg-type]
+        else:
+            logbook.note(message, logging.ERROR if severity == "error" else logging.WARNING)
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = True) -> None:
+        """Textual's notify; warnings and errors are kept for ``:log`` too."""
+        if severity in ("warning", "error"):
+            logbook.note(str(message), logging.ERROR if severity == "error" else logging.WARNING)
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
+
+    def schedule_refresh(self) -> None:
+        """Redraw soon: at once, or when ``refresh_s`` has passed since the last redraw."""
+        due = self._last_refresh + self.refresh_s - time.monotonic()
         if due <= 0:
             self.refresh_data()
         elif self._timer is None:
@@ -206,6 +278,24 @@ class GpulensApp(App[int]):
         except Exception as err:  # a bad panel must not take the screen down
             return PanelData(error=str(err))
 
+    # ---- every screen: breadcrumbs, the replay bar ---------------------------
+    def _screen_changed(self, screen: Screen[Any]) -> None:
+        self.call_after_refresh(self._decorate, screen)
+
+    def _decorate(self, screen: Screen[Any]) -> None:
+        """A header with breadcrumbs on screens without one (flame, profiler, timeline); the replay bar."""
+        if not screen.is_attached or isinstance(screen, ModalScreen):
+            return
+        if not screen.query(AppHeader):
+            header = AppHeader()
+            header.source = self.source.name
+            header.simulated = self.source.simulated
+            header.window = self.window
+            header.clock = self.clock_text()
+            screen.mount(header)
+        if self.replay is not None and isinstance(screen, DataScreen) and not screen.query(ReplayBar):
+            screen.mount(ReplayBar(self.replay))
+
     # ---- navigation: the screens' messages ---------------------------------
     def open_host(self, host: str) -> None:
         """Push the host screen."""
@@ -235,9 +325,11 @@ class GpulensApp(App[int]):
             self.notify("the profiler screen is not available", severity="warning")
             return
         from gpulens.tui.screens.profiler import ProfilerScreen
+        from gpulens.tui.screens.profiler_rows import Target
 
         service = self._agent_trace_service(message.host) if message.through_agent else self.trace_service
-        self.push_screen(ProfilerScreen(service=service, host=message.host, pids=list(message.pids)))
+        others = [Target(h, self._agent_trace_service(h), pids) for h, pids in message.others]
+        self.push_screen(ProfilerScreen(service=service, host=message.host, pids=list(message.pids), others=others))
 
     def _agent_trace_service(self, host: str) -> TraceService:
         """A trace service that reaches ``host``'s processes through its agent (one per app and host)."""
@@ -264,38 +356,78 @@ class GpulensApp(App[int]):
             self.pop_screen()
 
     def action_help(self) -> None:
-        """Show every key."""
+        """Show the keys of this screen, then the global ones that apply here."""
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(self.screen, self.BINDINGS))
+            active: list[BindingType] = [b for b in self.BINDINGS if isinstance(b, Binding)
+                      and not (b.action.startswith("replay_") and self.replay is None)]
+            self.push_screen(HelpScreen(self.screen, active))
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Replay keys only while replaying (elsewhere space and the arrows stay the screens')."""
+        return not (action.startswith("replay_") and self.replay is None)
+
+    def action_replay_toggle(self) -> None:
+        """Space: play or pause the replay."""
+        if self.replay is not None:
+            self.replay.toggle()
+
+    def action_replay_seek(self, delta_s: float) -> None:
+        """← / →: seek the replay."""
+        if self.replay is not None:
+            self.replay.seek_by(delta_s)
+
+    def action_replay_speed(self, faster: bool) -> None:
+        """``[`` / ``]``: replay slower or faster."""
+        if self.replay is not None:
+            self.replay.change_speed(faster)
 
     def action_jump(self) -> None:
-        """``:host NAME`` / ``:job PID``."""
+        """``:`` opens the command line (``hosts``, ``job PID``, ...)."""
         if isinstance(self.focused, Input) or isinstance(self.screen, ModalScreen):
             raise SkipAction()  # a ':' typed into a text field, or over the help / the prompt
         self.push_screen(JumpScreen(), self.jump)
 
     def jump(self, text: str | None) -> None:
-        """Go to the host or job named in ``text``."""
+        """Run the ``:`` command in ``text`` (a view, a host, a job, the interval, the log)."""
         if not text:
             return
         parsed = parse_jump(text)
-        if parsed is None:
-            self.notify(f"unknown command {text!r}: try 'host NAME' or 'job PID'", severity="error")
+        if isinstance(parsed, str):
+            self.notify(parsed, severity="error")
             return
         kind, arg = parsed
-        if kind == "host":
+        if kind in VIEWS:
+            self.push_screen(VIEWS[kind](context=self))
+        elif kind == "user":
+            self.push_screen(UserView(arg, context=self))
+        elif kind == "log":
+            self.push_screen(LogScreen(context=self))
+        elif kind == "interval":
+            self.set_refresh_interval(float(arg))
+        elif kind == "host":
             hosts = self.store.hosts()
             match = arg if arg in hosts else next((h for h in hosts if arg in h), None)
-            if match is None:
-                self.notify(f"no host {arg!r}", severity="error")
-            else:
+            if match is not None:
                 self.open_host(match)
-            return
-        job = self.store.find_job(arg, self.window_s)
-        if job is None:
-            self.notify(f"no job with pid or key {arg!r}", severity="error")
+            elif self.replay is not None and (said := self.replay.reach_host(arg, self.open_host)):
+                self.notify(said, timeout=4)
+            else:
+                self.notify(f"no host {arg!r}", severity="error")
         else:
-            self.open_job(job.key)
+            job = self.store.find_job(arg, self.window_s)
+            if job is not None:
+                self.open_job(job.key)
+            elif self.replay is not None and (said := self.replay.reach_job(arg, self.open_job)):
+                self.notify(said, timeout=4)
+            else:
+                self.notify(f"no job with pid or key {arg!r}", severity="error")
+
+    def set_refresh_interval(self, seconds: float) -> None:
+        """``:interval S``: redraw at most every ``S`` seconds (sampling keeps its own interval)."""
+        self.refresh_s = max(MIN_REFRESH_S, seconds)
+        sampling = f"{self.cfg.interval_s:g} s"
+        self.notify(f"refresh every {self.refresh_s:g} s (sampling stays every {sampling})", timeout=3)
+        self.refresh_data(force=True)
 
     def action_window(self, name: str) -> None:
         """Statistics window: 1m, 5m, 15m or 1h."""
@@ -320,7 +452,8 @@ class GpulensApp(App[int]):
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         """The command palette lists every gpulens action."""
-        yield from super().get_system_commands(screen)
+        # Textual's own "Keys" panel would be a second "Keys": ours lists this screen's keys.
+        yield from (c for c in super().get_system_commands(screen) if c.title != "Keys")
         for name in WINDOWS:
             yield SystemCommand(f"Window {name}", f"statistics over the last {name}",
                                 lambda n=name: self.action_window(n))
@@ -328,6 +461,9 @@ class GpulensApp(App[int]):
         yield from self._screen_commands(screen)
         yield SystemCommand("Keys", "show every key", self.action_help)
         yield SystemCommand("Jump", ":host NAME or :job PID", self.action_jump)
+        for name, what in (("hosts", "every host"), ("jobs", "every job"), ("gpus", "every GPU of the fleet"),
+                           ("log", "the warnings shown so far")):
+            yield SystemCommand(f"View :{name}", what, lambda n=name: self.jump(n))
         for m in HEAT_METRICS:
             yield SystemCommand(f"Heatmap: {m.label}", f"key {m.key} on the overview",
                                 lambda k=m.key: self.action_heatmap(k))
@@ -335,3 +471,9 @@ class GpulensApp(App[int]):
             yield SystemCommand(f"Host {h}", "open the host screen", lambda h=h: self.open_host(h))
         for j in self.store.jobs(self.window_s)[:200]:
             yield SystemCommand(f"Job {j.key}", f"{j.user} {j.tree_id}", lambda k=j.key: self.open_job(k))
+        if self.replay is not None:  # the recording's others: a seek to where they ran
+            shown = {j.key for j in self.store.jobs(self.window_s)}
+            for key, span in list(self.replay.index.jobs.items())[:200]:
+                if key not in shown:
+                    yield SystemCommand(f"Job {key} (in the recording)", f"{span.user}: seek to where it ran",
+                                        lambda k=key: self.jump(f"job {k}"))

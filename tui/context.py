@@ -52,6 +52,11 @@ class ScreenContext(Protocol):
         ...
 
     @property
+    def readonly(self) -> bool:
+        """``--readonly``: offer no action that changes anything (no signals to processes, no traces)."""
+        ...
+
+    @property
     def hostname(self) -> str:
         """This machine's name: py-spy and the local trace service reach its processes only."""
         ...

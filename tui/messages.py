@@ -40,10 +40,14 @@ class OpenProfiler(Message):
 
     ``through_agent``: the processes run on another host, whose agent takes the
     traces (through the source's requests); else the local trace service does.
+    ``others``: a job's processes on further hosts, ``(host, pids)``, traced
+    through their agents in the same screen (one trace per rank).
     """
 
-    def __init__(self, host: str, pids: tuple[int, ...], *, through_agent: bool) -> None:
+    def __init__(self, host: str, pids: tuple[int, ...], *, through_agent: bool,
+                 others: tuple[tuple[str, tuple[int, ...]], ...] = ()) -> None:
         super().__init__()
         self.host = host
         self.pids = pids
         self.through_agent = through_agent
+        self.others = others

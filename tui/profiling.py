@@ -3,9 +3,13 @@
 A :class:`Profiling` belongs to one screen and is handed how to find its
 processes: those on this machine and those on other hosts, by host.
 
-- ``f`` samples the local processes with py-spy for :data:`PROFILE_S`, or,
-  with none here, asks the agent of the first other host to (a ``profile``
-  request through a source that can send requests);
+- ``f`` samples the local processes with py-spy for :attr:`Profiling.duration_s`
+  (:data:`PROFILE_S` at first), or, with none here, asks the agent of the
+  first other host to (a ``profile`` request through a source that can send
+  requests); the panel counts the seconds down, then says how many idle
+  thread samples py-spy left out (it records running threads only);
+- ``F`` asks for another duration (1 to :data:`MAX_PROFILE_S` seconds);
+- ``L`` reopens the last flame graph (``f`` or ``d``) of this screen;
 - ``d`` (quick look) dumps each local process's stacks once, merged into one
   graph under ``process PID`` frames.
 
@@ -18,10 +22,16 @@ runs in thread workers (:mod:`gpulens.tui.workers`), cancelled with the screen.
 from __future__ import annotations
 
 import importlib.util
+import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
-from textual.app import SystemCommand
+from textual.app import ComposeResult, SystemCommand
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.timer import Timer
+from textual.widgets import Input, Static
 
 from gpulens.tui.context import requester
 from gpulens.tui.messages import OpenFlame
@@ -30,11 +40,57 @@ from gpulens.tui.workers import call_in_app, cancelled, wait
 
 if TYPE_CHECKING:
     from gpulens.analysis.flame.model import Profile
+    from gpulens.analysis.flame.pyspy import Sampled
     from gpulens.core.events import RequestSource
     from gpulens.tui.screens.base import DataScreen
 
 PROFILE_S = 5.0
-"""Seconds ``f`` samples the job's processes for."""
+"""Seconds ``f`` samples the job's processes for, until ``F`` sets another duration."""
+MAX_PROFILE_S = 60.0
+"""The longest ``F`` accepts (an agent refuses more)."""
+PROFILE_BINDINGS: list[BindingType] = [
+    Binding("F", "profile_seconds", "Profile secs", key_display="F", show=False),
+    Binding("L", "last_flame", "Last flame", key_display="L", show=False),
+]
+"""The keys a screen with a :class:`Profiling` adds to its own ``f`` and ``d``."""
+
+
+class DurationPrompt(ModalScreen[float | None]):
+    """Ask how many seconds ``f`` samples for."""
+
+    DEFAULT_CSS = """
+    DurationPrompt { align: center middle; }
+    DurationPrompt > Vertical { width: 60; height: auto; border: round $primary; background: $panel; padding: 0 1; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "close", "Cancel")]
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(f"py-spy sampling time for f, in seconds (1-{MAX_PROFILE_S:g}); enter sets, esc keeps",
+                         id="duration-help")
+            yield Input(value=f"{self.seconds:g}", id="duration")
+
+    def on_mount(self) -> None:
+        self.query_one(Input).focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        try:
+            value = float(event.value)
+        except ValueError:
+            value = -1.0
+        if not 1 <= value <= MAX_PROFILE_S:
+            self.query_one("#duration-help", Static).update(
+                f"{event.value!r} is not a number of seconds from 1 to {MAX_PROFILE_S:g}; try again (esc keeps)")
+            return
+        self.dismiss(float(round(value)))
+
+    def action_close(self) -> None:
+        """Keep the duration."""
+        self.dismiss(None)
 
 
 class Profiling:
@@ -50,6 +106,14 @@ class Profiling:
         self.screen = screen
         self.local_pids = local_pids
         self.remote_pids = remote_pids
+        self.duration_s = PROFILE_S
+        """How long ``f`` samples (``F`` changes it)."""
+        self.last: tuple[Profile, str] | None = None
+        """The last flame graph opened from this screen and its title (``L`` reopens it)."""
+        self._last_note = ""
+        self._countdown: Timer | None = None
+        self._deadline = 0.0
+        self._doing = ""
 
     def count(self) -> int:
         """How many processes ``f`` would sample (here, or else through an agent)."""
@@ -72,9 +136,10 @@ class Profiling:
         if not self._can_profile():
             return
         pids = self.local_pids()
+        seconds = self.duration_s
         if pids:
-            self._set_state(f"sampling {len(pids)} process(es) with py-spy for 5 s…")
-            self.screen.background.start(lambda: self._sample(pids), name="py-spy profile", group="profile")
+            self._start_countdown(f"sampling {len(pids)} process(es) with py-spy")
+            self.screen.background.start(lambda: self._sample(pids, seconds), name="py-spy profile", group="profile")
             return
         remote = self.remote_pids()
         source = requester(self.screen.ctx)
@@ -82,9 +147,8 @@ class Profiling:
             agents: RequestSource = source
             host, host_pids = next(iter(remote.items()))
             more = f" (host 1 of {len(remote)})" if len(remote) > 1 else ""
-            self._set_state(f"asking the agent on {host} to sample {len(host_pids)} process(es) with py-spy for "
-                            f"{PROFILE_S:g} s{more}…")
-            self.screen.background.start(lambda: self._sample_remote(agents, host, host_pids),
+            self._start_countdown(f"the agent on {host} samples {len(host_pids)} process(es) with py-spy{more}")
+            self.screen.background.start(lambda: self._sample_remote(agents, host, host_pids, seconds),
                                          name=f"profile on {host}", group="profile")
             return
         where = "through an agent (--connect / --ssh)" if remote else "on this machine"
@@ -106,41 +170,93 @@ class Profiling:
         self.screen.notify(f"no job processes to profile on this machine; this machine is {self.screen.ctx.hostname}",
                            severity="warning")
 
+    def ask_duration(self) -> None:
+        """``F``: ask how many seconds ``f`` samples for."""
+        def chosen(seconds: float | None) -> None:
+            if seconds is not None:
+                self.duration_s = seconds
+                self._note()
+
+        self.screen.app.push_screen(DurationPrompt(self.duration_s), chosen)
+
+    def reopen(self) -> None:
+        """``L``: show the last flame graph again."""
+        if self.last is None:
+            self.screen.notify("no flame graph yet on this screen: f samples with py-spy, d takes a quick look",
+                               severity="warning")
+            return
+        profile, title = self.last
+        self.screen.post_message(OpenFlame(profile, title))
+
     def commands(self) -> list[SystemCommand]:
-        """Profile and Quick look, for the command palette."""
+        """Profile, its duration, the last graph and Quick look, for the command palette."""
         return [
-            SystemCommand("Profile", "f: py-spy the job processes for 5 s, open a flame graph", self.profile),
+            SystemCommand("Profile", f"f: py-spy the job processes for {self.duration_s:g} s, open a flame graph",
+                          self.profile),
+            SystemCommand("Profile duration", "F: how many seconds f samples for", self.ask_duration),
+            SystemCommand("Last flame graph", "L: reopen the last flame graph of this screen", self.reopen),
             SystemCommand("Quick look", "d: one py-spy dump of each local job process, as a flame graph",
                           self.quick_look),
         ]
 
     # ---- on the app's thread --------------------------------------------------
-    def _set_state(self, text: str) -> None:
-        self.screen.query_one(ProfilePanel).set_state(text)
+    def _panel(self) -> ProfilePanel:
+        return self.screen.query_one(ProfilePanel)
 
-    def _show(self, profile: Profile, title: str = "") -> None:
-        self._set_state(ProfilePanel.idle_text(self.count()))
+    def _set_state(self, text: str) -> None:
+        self._stop_countdown()
+        self._panel().set_state(text)
+
+    def _note(self) -> None:
+        keys = f"F: seconds (now {self.duration_s:g} s)"
+        if self.last is not None:
+            keys += f" · L: reopen the last graph ({self._last_note or self.last[0].title})"
+        self._panel().set_note(keys)
+
+    def _start_countdown(self, doing: str) -> None:
+        self._stop_countdown()
+        self._doing = doing
+        self._deadline = time.monotonic() + self.duration_s
+        self._tick()
+        self._countdown = self.screen.set_interval(1.0, self._tick)
+
+    def _tick(self) -> None:
+        left = self._deadline - time.monotonic()
+        text = (f"{self._doing}: {max(round(left), 0)} s left of {self.duration_s:g} s…" if left > 0.5
+                else f"{self._doing}: {self.duration_s:g} s done, reading py-spy's output…")
+        self._panel().set_state(text)
+
+    def _stop_countdown(self) -> None:
+        if self._countdown is not None:
+            self._countdown.stop()
+            self._countdown = None
+
+    def _show(self, profile: Profile, title: str = "", note: str = "") -> None:
+        self._set_state(ProfilePanel.idle_text(self.count()) + (f" · last: {note}" if note else ""))
+        self.last, self._last_note = (profile, title), note
+        self._note()
         self.screen.post_message(OpenFlame(profile, title))
 
     # ---- workers ----------------------------------------------------------------
-    def _sample(self, pids: list[int]) -> None:
-        from gpulens.analysis.flame.pyspy import sample_pids
+    def _sample(self, pids: list[int], seconds: float) -> None:
+        from gpulens.analysis.flame.pyspy import sample_counted
 
         try:
-            profile = sample_pids(pids, duration_s=PROFILE_S)
+            run: Sampled = sample_counted(pids, duration_s=seconds)
         except Exception as err:  # shown in the panel: permission, process gone...
             call_in_app(self._set_state, f"profile failed: {err}")
             return
-        call_in_app(self._show, profile)
+        note = run.idle_line()
+        call_in_app(self._show, run.profile, f"{run.profile.title}  ({note})", note)
 
-    def _sample_remote(self, source: RequestSource, host: str, pids: list[int]) -> None:
+    def _sample_remote(self, source: RequestSource, host: str, pids: list[int], seconds: float) -> None:
         from gpulens.analysis.flame.folded import parse_folded
         from gpulens.analysis.flame.pyspy import MAX_OUTPUT_BYTES
         from gpulens.core.limits import InputLimits, read_input
 
-        params = {"pids": pids, "duration_s": PROFILE_S, "rate_hz": 100}
+        params = {"pids": pids, "duration_s": seconds, "rate_hz": 100}
         try:
-            result = wait(source.request(host, "profile", params, PROFILE_S + 60.0), PROFILE_S + 90.0)
+            result = wait(source.request(host, "profile", params, seconds + 60.0), seconds + 90.0)
             if result is None:  # the screen closed while the agent sampled
                 return
             files = list(result.files.values())
@@ -152,7 +268,9 @@ class Profiling:
         except Exception as err:  # shown in the panel: no agent, permission, py-spy missing...
             call_in_app(self._set_state, f"profile on {host} failed: {err}")
             return
-        call_in_app(self._show, profile)
+        note = (f"{int(profile.total)} samples; idle thread samples dropped by py-spy (--idle off) "
+                "are not counted through an agent")
+        call_in_app(self._show, profile, "", note)
 
     def _dump(self, pids: list[int]) -> None:
         from gpulens.analysis.flame.model import build_from_stacks

@@ -1,14 +1,38 @@
-"""Write a :class:`~.model.Profile` as folded stacks or speedscope JSON."""
+"""Write a :class:`~.model.Profile` (or one node's subtree) as folded stacks or speedscope JSON.
+
+Folded counts are integers in the unit :data:`~.folded.FOLDED_UNITS` names
+(samples, µs, bytes), so flamegraph.pl reads every line; the
+:class:`Written` record says which, for the message the user reads.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 
 from gpulens.analysis.flame.errors import FlameError
-from gpulens.analysis.flame.folded import to_folded
-from gpulens.analysis.flame.model import Profile
+from gpulens.analysis.flame.folded import FOLDED_SUFFIX, FOLDED_UNITS, folded_lines
+from gpulens.analysis.flame.model import Profile, subtree_stacks
 from gpulens.analysis.flame.speedscope import to_speedscope
+from gpulens.core.safefs import write_new_file
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """What an export wrote: ``lines`` stacks (or samples) summing to ``total`` ``unit``."""
+
+    path: str
+    format: str
+    lines: int
+    total: float
+    unit: str
+
+    def message(self) -> str:
+        """``wrote 47 stacks to out.us.folded (integer µs, total 8,123 µs)``."""
+        shown = f"{self.total:,.0f}" if self.total == int(self.total) else f"{self.total:,.6g}"
+        what = "integer " + self.unit if self.format == "folded" else self.unit
+        return f"wrote {self.lines} stacks to {self.path} ({self.format}, weights in {what}; total {shown} {self.unit})"
 
 
 def check_writable(path: str, what: str = "output") -> None:
@@ -29,17 +53,31 @@ def check_writable(path: str, what: str = "output") -> None:
 
 def _write(path: str, text: str) -> None:
     try:
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        write_new_file(path, text.encode("utf-8"))
     except OSError as err:
         raise FlameError(f"{path}: cannot write: {err.strerror or err}") from None
 
 
-def export_folded(profile: Profile, path: str) -> None:
-    """Write ``frame;frame COUNT`` lines (values in the profile's unit). Raises FlameError."""
-    _write(path, to_folded(profile))
+def default_name(profile: Profile, fmt: str, stem: str = "flame") -> str:
+    """A file name that states the unit: ``flame.us.folded``, ``flame.bytes.folded``, ``flame.speedscope.json``."""
+    return stem + (FOLDED_SUFFIX[profile.unit] if fmt == "folded" else ".speedscope.json")
 
 
-def export_speedscope(profile: Profile, path: str) -> None:
-    """Write a speedscope document with one sampled profile. Raises FlameError."""
-    _write(path, json.dumps(to_speedscope(profile), separators=(",", ":")))
+def export_folded(profile: Profile, path: str, root: int = 0) -> Written:
+    """Write ``frame;frame COUNT`` lines of ``root``'s subtree with integer counts. Raises FlameError."""
+    if root:
+        stacks = list(subtree_stacks(profile, root))
+    else:
+        stacks = ([([], profile.node_self[0])] if profile.node_self[0] else []) + list(profile.stacks())
+    lines, total = folded_lines(stacks, profile.unit)
+    _write(path, "\n".join(lines) + ("\n" if lines else ""))
+    return Written(path, "folded", len(lines), total, FOLDED_UNITS[profile.unit][0])
+
+
+def export_speedscope(profile: Profile, path: str, root: int = 0) -> Written:
+    """Write a speedscope document with one sampled profile of ``root``'s subtree. Raises FlameError."""
+    doc = to_speedscope(profile, root)
+    _write(path, json.dumps(doc, separators=(",", ":")))
+    prof = doc["profiles"][0]
+    unit = {"none": "samples"}.get(prof["unit"], prof["unit"])
+    return Written(path, "speedscope", len(prof["samples"]), prof["endValue"], unit)

@@ -1,34 +1,63 @@
-"""Folded (collapsed) stacks: ``frame;frame;frame COUNT`` per line.
+r"""Folded (collapsed) stacks: ``frame;frame;frame COUNT`` per line.
 
 The format of Brendan Gregg's stackcollapse scripts, py-spy's ``--format
 raw`` and most profilers' "collapsed" export. Counts may be integers or
-decimals; repeated stacks add up.
+decimals; repeated stacks add up. A line with an empty stack (py-spy writes
+`` 1`` for a sample with no Python frame) is a sample of the root alone, as
+flamegraph.pl counts it.
+
+Export writes integer counts, because flamegraph.pl drops lines whose count
+is not ``\d+(\.\d*)?`` (``1.1e-05``). The unit is in the file name, with no
+comment line that another tool would choke on:
+
+=============  ==================  =====================================
+profile unit   written as          default file name suffix
+=============  ==================  =====================================
+samples        samples             ``.folded``
+seconds        integer µs          ``.us.folded``
+bytes          integer bytes       ``.bytes.folded``
+=============  ==================  =====================================
+
+Rounding is cumulative (each line gets the rounded running sum minus what
+was written before), so the written total is the true total rounded once.
+Reading a file named ``*.us.folded`` or ``*.bytes.folded`` gives the unit back.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from itertools import repeat
 
 from gpulens.analysis.flame.errors import FlameFormatError
-from gpulens.analysis.flame.model import Profile, build_profile
+from gpulens.analysis.flame.model import Profile, build_profile, subtree_stacks
 
 MAX_FOLDED_BYTES = 1 << 30  # 1 GiB of text
 MAX_LINE_BYTES = 1 << 20
 INF = float("inf")
+FOLDED_UNITS = {"samples": ("samples", 1.0), "seconds": ("µs", 1e6), "bytes": ("bytes", 1.0)}
+"""Profile unit -> (unit written, scale from the profile's unit)."""
+FOLDED_SUFFIX = {"samples": ".folded", "seconds": ".us.folded", "bytes": ".bytes.folded"}
+_NAMED_UNIT = re.compile(r"[._-](us|µs|bytes|samples)\.(folded|collapsed|txt)$", re.IGNORECASE)
 
 
-def parse_folded(data: bytes, unit: str = "samples", title: str = "", source: str = "input") -> Profile:
+def parse_folded(
+    data: bytes, unit: str = "samples", title: str = "", source: str = "input", scale: float = 1.0
+) -> Profile:
     """Parse folded-stack text into a :class:`Profile`.
 
     Raises FlameFormatError naming ``source`` and the 1-based line for a
     line without a count, a negative or non-numeric count, a NUL byte, or
-    input over the size bounds.
+    input over the size bounds. ``scale`` multiplies every count (into ``unit``).
     """
     if len(data) > MAX_FOLDED_BYTES:
         raise FlameFormatError(f"{source}: {len(data)} bytes is over the {MAX_FOLDED_BYTES}-byte limit")
     if b"\x00" in data:
         raise FlameFormatError(f"{source}: contains NUL bytes; not a folded-stacks text file")
-    return build_profile(_parse_lines(data, source), unit, title)
+    stacks = _parse_lines(data, source)
+    if scale != 1.0:  # a *.us.folded file: counts are microseconds
+        stacks = {k: v * scale for k, v in stacks.items()}
+    return build_profile(stacks, unit, title)
 
 
 def _parse_lines(data: bytes, source: str) -> dict[bytes, float]:
@@ -48,7 +77,7 @@ def _parse_lines(data: bytes, source: str) -> dict[bytes, float]:
             if odd is None:
                 continue
             weight = odd
-        if weight < 0 or not stack or len(line) > MAX_LINE_BYTES:
+        if weight < 0 or not _ or len(line) > MAX_LINE_BYTES:
             _check_line(line, lineno, source)
             raise FlameFormatError(
                 f"{source}: line {lineno}: expected 'frame;frame;... COUNT' with a count >= 0, got {_shown(line)}"
@@ -84,11 +113,41 @@ def _shown(line: bytes) -> str:
     return repr(line[:80].replace(b"\x00", b";"))
 
 
-def to_folded(profile: Profile) -> str:
-    """Folded text of a profile (``;`` inside a frame becomes ``:``); values as written."""
-    out = []
-    integral = profile.unit in ("samples", "bytes")
-    for frames, value in profile.stacks():
-        shown = str(int(value)) if integral and value == int(value) else repr(value)
-        out.append(";".join(f.replace(";", ":").replace("\n", " ") for f in frames) + " " + shown)
-    return "\n".join(out) + ("\n" if out else "")
+def unit_from_name(path: str) -> tuple[str, float]:
+    """(profile unit, scale to it) that a folded file's name states (see the module docstring)."""
+    m = _NAMED_UNIT.search(path)
+    word = m.group(1).lower() if m else "samples"
+    if word in ("us", "µs"):
+        return "seconds", 1e-6
+    return ("bytes" if word == "bytes" else "samples"), 1.0
+
+
+def folded_lines(stacks: Iterable[tuple[list[str], float]], unit: str) -> tuple[list[str], int]:
+    """``frame;frame COUNT`` lines with integer counts in :data:`FOLDED_UNITS`, and their sum.
+
+    ``;`` inside a frame becomes ``:`` and a newline a space (they would split
+    the line); an empty stack is written as `` COUNT`` (py-spy's root-only sample).
+    Lines that round to 0 are left out; the sum is the true total rounded once.
+    """
+    scale = FOLDED_UNITS[unit][1]
+    out: list[str] = []
+    running, written = 0.0, 0
+    for frames, value in stacks:
+        running += value * scale
+        count = round(running) - written
+        if count <= 0:
+            continue
+        written += count
+        out.append(";".join(f.replace(";", ":").replace("\n", " ") for f in frames) + f" {count}")
+    return out, written
+
+
+def to_folded(profile: Profile, root: int = 0) -> str:
+    """Folded text of ``root``'s subtree (the whole profile by default), integer counts."""
+    if root:
+        stacks: Iterable[tuple[list[str], float]] = subtree_stacks(profile, root)
+    else:
+        root_only: list[tuple[list[str], float]] = [([], profile.node_self[0])] if profile.node_self[0] else []
+        stacks = [*root_only, *profile.stacks()]
+    lines, _total = folded_lines(stacks, profile.unit)
+    return "\n".join(lines) + ("\n" if lines else "")

@@ -3,9 +3,19 @@
 ==================  =============================================
 folded / collapsed  ``a;b;c 42`` lines (py-spy raw, FlameGraph)
 speedscope JSON     ``{"shared": {"frames": ...}, "profiles": ...}``
+                    (py-spy: one profile per thread; speedscope's own)
 Kineto trace JSON   ``{"traceEvents": [...]}`` or a bare event array
+Chrome trace        B/E or X events without Kineto's categories
+                    (py-spy ``-f chrometrace``): one profile per thread
+perf script         ``perf script`` text (stackcollapse-perf's input)
 memory snapshot     a pickle from ``torch.cuda.memory._dump_snapshot``
 ==================  =============================================
+
+Files with several profiles load as a :class:`~.group.ProfileGroup`
+(:func:`load_group`); :func:`load_profile` picks one (default: the one the
+file marks active) or ``"all"`` merged. Anything else (an SVG flame graph,
+perf.data, an HTML report) is refused with one line naming what it looks
+like and the command that makes a readable profile (:mod:`.sniff`).
 
 Gzip-compressed files of any of these are read too. Every read is bounded
 (:mod:`gpulens.core.limits`): only regular files, at most
@@ -19,14 +29,24 @@ from __future__ import annotations
 import itertools
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 from gpulens.analysis.flame.errors import FlameError, FlameFormatError
-from gpulens.analysis.flame.folded import parse_folded
+from gpulens.analysis.flame.folded import parse_folded, unit_from_name
+from gpulens.analysis.flame.group import ProfileGroup, single
 from gpulens.analysis.flame.kineto import kineto_auto, kineto_memory, kineto_time
 from gpulens.analysis.flame.model import Profile
+from gpulens.analysis.flame.perfscript import looks_like_perf_script, parse_perf_script
 from gpulens.analysis.flame.snapshot import load_snapshot_bytes, snapshot_profile
-from gpulens.analysis.flame.speedscope import parse_speedscope
+from gpulens.analysis.flame.sniff import describe, unreadable_line
+from gpulens.analysis.flame.speedscope import speedscope_group
+from gpulens.analysis.flame.traceevents import (
+    has_stack_events,
+    is_kineto,
+    trace_event_group,
+    trace_events,
+)
 from gpulens.core.limits import FLAME_MAX_MIB, InputLimits, InputRefused, MiB, read_input, too_many
 
 MAX_FILE_BYTES = FLAME_MAX_MIB * MiB
@@ -80,25 +100,30 @@ def _json(data: bytes, source: str, max_objects: int) -> Any:
 
 
 def detect_format(data: bytes) -> str:
-    """``snapshot``, ``json`` or ``folded`` from the first bytes."""
+    """``snapshot``, ``json``, ``perf``, ``folded`` or ``unknown`` from the first bytes."""
     if data[:1] == b"\x80":
         return "snapshot"
     head = data[:64].lstrip()
     if head[:1] in (b"{", b"["):
         return "json"
+    if describe(data) is not None:
+        return "unknown"
+    if looks_like_perf_script(data):
+        return "perf"
     return "folded"
 
 
-def profile_from_bytes(
+def group_from_bytes(
     data: bytes, source: str = "input", metric: str = "auto", limits: InputLimits | None = None
-) -> Profile:
-    """Decode a profile of any supported format from bytes (already decompressed).
+) -> ProfileGroup:
+    """Decode every profile of a file of any supported format from bytes (already decompressed).
 
     ``metric`` picks a view: Kineto ``time`` or ``memory``; snapshot
     ``live`` or ``allocated``; ``auto`` chooses what the file has.
     ``limits.max_events`` bounds the records built (default
     :func:`default_limits`). Raises FlameFormatError naming the file and the
-    line or field at fault, or the limit that was reached.
+    line or field at fault, the limit that was reached, or (one line) what
+    an unreadable file looks like and how to make a readable one.
     """
     limits = limits or default_limits()
     cap = limits.max_events
@@ -106,26 +131,64 @@ def profile_from_bytes(
         raise FlameFormatError(f"unknown metric {metric!r}; expected one of {', '.join(METRICS)}")
     kind = detect_format(data)
     title = os.path.basename(source)
+    if kind == "unknown":
+        raise FlameFormatError(unreadable_line(data, source))
     if kind == "snapshot":
         _check_metric(metric, ("live", "allocated"), "a memory snapshot", source)
         snap = load_snapshot_bytes(data, source, max_objects=cap)
         view = metric if metric in ("live", "allocated") else "auto"
-        return _titled(snapshot_profile(snap, view, source, file_bytes=len(data)), title)
+        return single(_titled(snapshot_profile(snap, view, source, file_bytes=len(data)), title))
     if kind == "json":
         doc: Any = _json(data, source, cap)
         if isinstance(doc, dict) and "profiles" in doc:
             _check_metric(metric, (), "a speedscope profile", source)
-            return _titled(parse_speedscope(doc, source), title)
+            return _titled_group(speedscope_group(doc, source), title)
+        events = trace_events(doc)
+        if events is not None and not is_kineto(events) and has_stack_events(events):
+            _check_metric(metric, ("time",), "a Chrome trace", source)
+            return _titled_group(trace_event_group(doc, source, max_events=cap), title)
+        if events is None:
+            raise FlameFormatError(f"{source}: JSON, but neither speedscope ('profiles') nor a Chrome/Kineto "
+                                   "trace ('traceEvents' or an event array)")
         _check_metric(metric, ("time", "memory"), "a Kineto trace", source)
         if metric == "memory":
-            return _titled(kineto_memory(doc, source, max_events=cap), title)
+            return single(_titled(kineto_memory(doc, source, max_events=cap), title))
         if metric == "time":
-            return _titled(kineto_time(doc, source, max_events=cap), title)
-        return _titled(kineto_auto(doc, source, max_events=cap), title)
-    _check_metric(metric, (), "folded stacks", source)
+            return single(_titled(kineto_time(doc, source, max_events=cap), title))
+        return single(_titled(kineto_auto(doc, source, max_events=cap), title))
     if data.count(b"\n") > cap:
         raise FlameFormatError(too_many(source, "lines", cap))
-    return parse_folded(data, "samples", title, source)
+    if kind == "perf":
+        _check_metric(metric, (), "perf script output", source)
+        prof = parse_perf_script(data, source)
+        return single(_titled(prof, title))
+    _check_metric(metric, (), "folded stacks", source)
+    unit, scale = unit_from_name(source)
+    try:
+        return single(parse_folded(data, unit, title, source, scale))
+    except FlameFormatError:
+        if not _first_line_folded(data):
+            raise FlameFormatError(unreadable_line(data, source)) from None
+        raise
+
+
+def _first_line_folded(data: bytes) -> bool:
+    """Does the first non-blank line end in `` COUNT``? (else the file is not folded at all)."""
+    for line in data[:65536].split(b"\n"):
+        if line.strip():
+            if b"\x00" in line:
+                return False
+            count = line.rstrip().rpartition(b" ")[2]
+            return b" " in line.rstrip() and count.replace(b".", b"", 1).isdigit()
+    return True
+
+
+def profile_from_bytes(
+    data: bytes, source: str = "input", metric: str = "auto", limits: InputLimits | None = None,
+    profile: int | str | None = None,
+) -> Profile:
+    """One profile from bytes (see :func:`group_from_bytes`): ``profile`` index, ``"all"``, or the active one."""
+    return group_from_bytes(data, source, metric, limits).pick(profile)
 
 
 def _check_metric(metric: str, allowed: tuple[str, ...], what: str, source: str) -> None:
@@ -144,12 +207,34 @@ def _titled(profile: Profile, name: str) -> Profile:
     return profile
 
 
-def load_profile(path: str, metric: str = "auto", limits: InputLimits | None = None) -> Profile:
-    """Open a profile file of any supported format (see the module docstring).
+def _titled_group(group: ProfileGroup, name: str) -> ProfileGroup:
+    if name:
+        object.__setattr__(group, "title", f"{name}: {group.title}" if group.title else name)
+        parts = tuple(type(p)(p.name, p.unit, _retitle(p.build, name)) for p in group.parts)
+        object.__setattr__(group, "parts", parts)
+    return group
+
+
+def _retitle(build: Callable[[], Profile], name: str) -> Callable[[], Profile]:
+    return lambda: _titled(build(), name)
+
+
+def load_group(path: str, metric: str = "auto", limits: InputLimits | None = None) -> ProfileGroup:
+    """Open a profile file of any supported format, every profile in it (see the module docstring).
 
     Raises:
         FlameError: missing or unreadable file.
-        FlameFormatError: malformed, not a regular file, or over one of ``limits``.
+        FlameFormatError: malformed, not a regular file, over one of ``limits``, or not a profile.
     """
     limits = limits or default_limits()
-    return profile_from_bytes(_read(path, limits), path, metric, limits)
+    return group_from_bytes(_read(path, limits), path, metric, limits)
+
+
+def load_profile(
+    path: str, metric: str = "auto", limits: InputLimits | None = None, profile: int | str | None = None
+) -> Profile:
+    """Open one profile of a file: index ``profile``, ``"all"`` merged, or (None) the file's active one.
+
+    Raises as :func:`load_group`; FlameError for a ``profile`` the file does not have.
+    """
+    return load_group(path, metric, limits).pick(profile)

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 
 from gpulens.analysis.flame.errors import ProfilerError, ProfilerPermissionError
 from gpulens.analysis.flame.folded import parse_folded
@@ -62,7 +63,57 @@ def _first_line(text: str) -> str:
     return lines[0][:200] if lines else "no message"
 
 
+@dataclass(frozen=True, slots=True)
+class Sampled:
+    """A py-spy recording and what it left out.
+
+    py-spy records only threads that are running (``--idle`` off), so a
+    thread waiting on a lock, I/O or the GPU adds no sample. ``idle_dropped``
+    estimates those: ``rate × seconds`` ticks for each Python thread
+    (counted with ``py-spy dump`` before sampling) less the samples
+    recorded; None when the threads could not be counted.
+    """
+
+    profile: Profile
+    recorded: int
+    threads: int | None
+    ticks: int
+
+    @property
+    def idle_dropped(self) -> int | None:
+        if self.threads is None:
+            return None
+        return max(self.ticks * self.threads - self.recorded, 0)
+
+    def idle_line(self) -> str:
+        """``≈ 745 idle thread samples dropped (3 threads × 500 ticks, 755 recorded; py-spy --idle off)``."""
+        dropped = self.idle_dropped
+        if dropped is None:
+            return f"{self.recorded} samples recorded; idle thread samples dropped: unknown (threads not countable)"
+        return (f"≈{dropped} idle thread samples dropped ({self.threads} Python thread(s) × {self.ticks} ticks, "
+                f"{self.recorded} recorded; py-spy --idle off)")
+
+
+def python_threads(pid: int) -> int | None:
+    """How many Python threads ``pid`` has now (``py-spy dump --json``), None when py-spy cannot say."""
+    try:
+        proc = subprocess.run([pyspy_binary(), "dump", "--json", "--nonblocking", "-p", str(pid)],
+                              capture_output=True, timeout=30, check=False)
+        threads = json.loads(proc.stdout[:MAX_OUTPUT_BYTES]) if proc.returncode == 0 else None
+    except (ProfilerError, OSError, subprocess.TimeoutExpired, json.JSONDecodeError):
+        return None
+    return len(threads) if isinstance(threads, list) else None
+
+
 def sample_pids(pids: list[int], duration_s: float, rate_hz: int = 100) -> Profile:
+    """Sample each process for ``duration_s`` seconds at ``rate_hz``; one profile (samples).
+
+    See :func:`sample_counted`, which also says how many idle samples py-spy left out.
+    """
+    return sample_counted(pids, duration_s, rate_hz, count_threads=False).profile
+
+
+def sample_counted(pids: list[int], duration_s: float, rate_hz: int = 100, *, count_threads: bool = True) -> Sampled:
     """Sample each process for ``duration_s`` seconds at ``rate_hz``; one profile (samples).
 
     py-spy takes whole seconds, so the duration is rounded up (minimum 1 s).
@@ -77,6 +128,8 @@ def sample_pids(pids: list[int], duration_s: float, rate_hz: int = 100) -> Profi
         raise ProfilerError("duration and rate must be positive")
     seconds = max(1, math.ceil(duration_s))
     exe = pyspy_binary()
+    counts = {pid: python_threads(pid) if count_threads else None for pid in pids}
+    sampled: list[int] = []
     with tempfile.TemporaryDirectory(prefix="gpulens-pyspy-") as tmp:
         procs = []
         for pid in pids:
@@ -105,12 +158,16 @@ def sample_pids(pids: list[int], duration_s: float, rate_hz: int = 100) -> Profi
                 continue
             with open(out, "rb") as fh:
                 part = parse_folded(fh.read(), "samples", source=f"py-spy output for {pid}")
+            sampled.append(pid)
             prefix = [f"process {pid}"] if len(pids) > 1 else []
             stacks.extend((prefix + frames, value) for frames, value in part.stacks())
     if errors and not stacks:
         raise errors[0]
     title = f"py-spy {rate_hz} Hz x {seconds} s: " + ", ".join(str(p) for p in pids)
-    return build_from_stacks(stacks, "samples", title)
+    profile = build_from_stacks(stacks, "samples", title)
+    known = [counts[pid] for pid in sampled]
+    threads = None if None in known else sum(c for c in known if c is not None)
+    return Sampled(profile, int(profile.total), threads, rate_hz * seconds)
 
 
 def _kill_all(procs: list[subprocess.Popen[bytes]]) -> None:

@@ -1,21 +1,28 @@
 """Speedscope JSON (https://www.speedscope.app/file-format-schema.json).
 
-Sampled profiles (py-spy's ``--format speedscope``) and evented ones
-(``O``/``C`` open/close events) import; export writes one sampled profile.
+Every profile of a file imports: sampled ones (py-spy's ``--format
+speedscope``, one per thread) and evented ones (``O``/``C`` open/close
+events: what speedscope itself exports). Producers differ from the schema
+in small ways that speedscope accepts, so gpulens does too: py-spy writes
+``"activeProfileIndex": null`` and ``"col": null``. Export writes one sampled
+profile that validates against the schema.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from functools import partial
 from typing import Any
 
 from gpulens.analysis.flame.errors import FlameFormatError
+from gpulens.analysis.flame.group import Part, ProfileGroup, group_of
 from gpulens.analysis.flame.labels import parse_frame
-from gpulens.analysis.flame.model import Profile, build_from_stacks
+from gpulens.analysis.flame.model import Profile, build_from_stacks, subtree_stacks
 
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 _TIME_UNITS = {"nanoseconds": 1e-9, "microseconds": 1e-6, "milliseconds": 1e-3, "seconds": 1.0}
+VALUE_UNITS = ("none", "bytes", *_TIME_UNITS)
 MAX_SAMPLES = 50_000_000
 
 
@@ -36,74 +43,115 @@ def _index(value: Any, n: int, where: str) -> int:
     return value
 
 
-def parse_speedscope(doc: Any, source: str = "input", profile_index: int | None = None) -> Profile:
-    """Import one profile of a speedscope document (default: ``activeProfileIndex``).
+def _unit_of(prof: dict[str, Any], where: str) -> tuple[str, float]:
+    name = prof.get("unit", "none")
+    if name not in VALUE_UNITS:
+        raise FlameFormatError(f"{where}.unit: {name!r} is not a speedscope unit ({', '.join(VALUE_UNITS)})")
+    if name in _TIME_UNITS:
+        return "seconds", _TIME_UNITS[name]
+    return ("bytes" if name == "bytes" else "samples"), 1.0
 
-    Unit ``none`` -> samples, time units -> seconds, ``bytes`` -> bytes.
-    Raises FlameFormatError naming the JSON field that is wrong.
+
+def speedscope_group(doc: Any, source: str = "input") -> ProfileGroup:
+    """Every profile of a speedscope document, built on demand; ``active`` from ``activeProfileIndex``.
+
+    Raises FlameFormatError naming the JSON field that is wrong (profiles are
+    checked when built, so a bad one fails when picked, naming its index).
     """
     if not isinstance(doc, dict) or not isinstance(doc.get("profiles"), list):
         raise FlameFormatError(f"{source}: not a speedscope file (no 'profiles' list)")
-    raw_frames = doc.get("shared", {}).get("frames") if isinstance(doc.get("shared"), dict) else None
+    shared = doc.get("shared")
+    raw_frames = shared.get("frames") if isinstance(shared, dict) else None
     if not isinstance(raw_frames, list):
         raise FlameFormatError(f"{source}: shared.frames: expected a list")
     frames = [_frame_text(f, f"{source}: shared.frames[{i}]") for i, f in enumerate(raw_frames)]
     profiles = doc["profiles"]
     if not profiles:
         raise FlameFormatError(f"{source}: profiles: empty")
-    idx = profile_index if profile_index is not None else doc.get("activeProfileIndex", 0)
-    if not isinstance(idx, int) or not 0 <= idx < len(profiles):
-        raise FlameFormatError(f"{source}: activeProfileIndex: {idx!r} out of range")
-    prof = profiles[idx]
-    where = f"{source}: profiles[{idx}]"
-    if not isinstance(prof, dict):
-        raise FlameFormatError(f"{where}: expected an object")
-    unit_name = prof.get("unit", "none")
-    scale = _TIME_UNITS.get(unit_name, 1.0)
-    unit = "seconds" if unit_name in _TIME_UNITS else "bytes" if unit_name == "bytes" else "samples"
-    title = str(prof.get("name", "")) or str(doc.get("name", ""))
+    idx = doc.get("activeProfileIndex")
+    if idx is None:  # py-spy writes null: speedscope shows the first profile
+        idx = 0
+    if not isinstance(idx, int) or isinstance(idx, bool) or not 0 <= idx < len(profiles):
+        raise FlameFormatError(f"{source}: activeProfileIndex: {idx!r} out of range 0..{len(profiles) - 1}")
+    parts = []
+    for k, prof in enumerate(profiles):
+        where = f"{source}: profiles[{k}]"
+        if not isinstance(prof, dict):
+            raise FlameFormatError(f"{where}: expected an object")
+        unit, _ = _unit_of(prof, where)
+        name = str(prof.get("name") or f"profile {k}")
+        parts.append(Part(name, unit, partial(_build, prof, frames, where)))
+    return group_of(str(doc.get("name") or ""), parts, idx)
+
+
+def parse_speedscope(doc: Any, source: str = "input", profile_index: int | str | None = None) -> Profile:
+    """One profile of a speedscope document: an index, ``"all"`` merged, or None for the active one.
+
+    Unit ``none`` -> samples, time units -> seconds, ``bytes`` -> bytes.
+    Raises FlameFormatError naming the JSON field that is wrong.
+    """
+    return speedscope_group(doc, source).pick(profile_index)
+
+
+def _build(prof: dict[str, Any], frames: list[str], where: str) -> Profile:
+    unit, scale = _unit_of(prof, where)
+    title = str(prof.get("name", ""))
     kind = prof.get("type")
-    n = len(frames)
     if kind == "sampled":
-        samples, weights = prof.get("samples"), prof.get("weights")
-        if not isinstance(samples, list) or not isinstance(weights, list) or len(samples) != len(weights):
-            raise FlameFormatError(f"{where}: 'samples' and 'weights' must be lists of equal length")
-        if len(samples) > MAX_SAMPLES:
-            raise FlameFormatError(f"{where}: more than {MAX_SAMPLES} samples")
-        stacks = []
-        for k, (stack, weight) in enumerate(zip(samples, weights, strict=False)):
-            if not isinstance(stack, list) or not isinstance(weight, (int, float)) or not 0 <= weight < math.inf:
-                raise FlameFormatError(f"{where}.samples[{k}]: expected a list of frame indices and a finite weight >= 0")
-            stacks.append(([frames[_index(v, n, f"{where}.samples[{k}]")] for v in stack], weight * scale))
-        return build_from_stacks(stacks, unit, title)
+        return build_from_stacks(_sampled(prof, frames, where, scale), unit, title)
     if kind == "evented":
-        events = prof.get("events")
-        if not isinstance(events, list) or len(events) > MAX_SAMPLES:
-            raise FlameFormatError(f"{where}.events: expected a list (at most {MAX_SAMPLES})")
-        open_frames: list[int] = []
-        stacks_ev: list[tuple[list[str], float]] = []
-        last = prof.get("startValue", 0)
-        for k, ev in enumerate(events):
-            w = f"{where}.events[{k}]"
-            if not isinstance(ev, dict) or ev.get("type") not in ("O", "C") or not isinstance(ev.get("at"), (int, float)) \
-                    or not math.isfinite(ev["at"]):
-                raise FlameFormatError(f"{w}: expected {{type: 'O'|'C', frame, at}}")
-            at = ev["at"]
-            if at < last:
-                raise FlameFormatError(f"{w}: 'at' {at} goes back in time (previous {last})")
-            if open_frames and at > last:
-                stacks_ev.append(([frames[f] for f in open_frames], (at - last) * scale))
-            last = at
-            fi = _index(ev.get("frame"), n, w)
-            if ev["type"] == "O":
-                open_frames.append(fi)
-            elif not open_frames or open_frames[-1] != fi:
-                raise FlameFormatError(f"{w}: closes frame {fi} but the innermost open frame is "
-                                       f"{open_frames[-1] if open_frames else 'none'}")
-            else:
-                open_frames.pop()
-        return build_from_stacks(stacks_ev, unit, title)
+        return build_from_stacks(_evented(prof, frames, where, scale), unit, title)
     raise FlameFormatError(f"{where}.type: expected 'sampled' or 'evented', got {kind!r}")
+
+
+def _sampled(prof: dict[str, Any], frames: list[str], where: str, scale: float) -> list[tuple[list[str], float]]:
+    samples, weights = prof.get("samples"), prof.get("weights")
+    if weights is None and isinstance(samples, list):
+        weights = [1] * len(samples)  # the schema requires weights; some producers leave them out
+    if not isinstance(samples, list) or not isinstance(weights, list) or len(samples) != len(weights):
+        raise FlameFormatError(f"{where}: 'samples' and 'weights' must be lists of equal length")
+    if len(samples) > MAX_SAMPLES:
+        raise FlameFormatError(f"{where}: more than {MAX_SAMPLES} samples")
+    n = len(frames)
+    stacks = []
+    for k, (stack, weight) in enumerate(zip(samples, weights, strict=False)):
+        if not isinstance(stack, list) or isinstance(weight, bool) or not isinstance(weight, (int, float)) \
+                or not 0 <= weight < math.inf:
+            raise FlameFormatError(f"{where}.samples[{k}]: expected a list of frame indices and a finite weight >= 0")
+        stacks.append(([frames[_index(v, n, f"{where}.samples[{k}]")] for v in stack], weight * scale))
+    return stacks
+
+
+def _evented(prof: dict[str, Any], frames: list[str], where: str, scale: float) -> list[tuple[list[str], float]]:
+    events = prof.get("events")
+    if not isinstance(events, list) or len(events) > MAX_SAMPLES:
+        raise FlameFormatError(f"{where}.events: expected a list (at most {MAX_SAMPLES})")
+    n = len(frames)
+    open_frames: list[int] = []
+    stacks: list[tuple[list[str], float]] = []
+    last = prof.get("startValue", 0)
+    if not isinstance(last, (int, float)) or not math.isfinite(last):
+        last = 0
+    for k, ev in enumerate(events):
+        w = f"{where}.events[{k}]"
+        if not isinstance(ev, dict) or ev.get("type") not in ("O", "C") or not isinstance(ev.get("at"), (int, float)) \
+                or not math.isfinite(ev["at"]):
+            raise FlameFormatError(f"{w}: expected {{type: 'O'|'C', frame, at}}")
+        at = ev["at"]
+        if at < last:
+            raise FlameFormatError(f"{w}: 'at' {at} goes back in time (previous {last})")
+        if open_frames and at > last:
+            stacks.append(([frames[f] for f in open_frames], (at - last) * scale))
+        last = at
+        fi = _index(ev.get("frame"), n, w)
+        if ev["type"] == "O":
+            open_frames.append(fi)
+        elif not open_frames or open_frames[-1] != fi:
+            raise FlameFormatError(f"{w}: closes frame {fi} but the innermost open frame is "
+                                   f"{open_frames[-1] if open_frames else 'none'}")
+        else:
+            open_frames.pop()
+    return stacks
 
 
 def _frame_json(text: str) -> dict[str, Any]:
@@ -114,13 +162,20 @@ def _frame_json(text: str) -> dict[str, Any]:
     return {"name": text}
 
 
-def to_speedscope(profile: Profile) -> dict[str, Any]:
-    """A speedscope document with one sampled profile (weights in the profile's unit)."""
+def to_speedscope(profile: Profile, root: int = 0) -> dict[str, Any]:
+    """A speedscope document with one sampled profile of ``root``'s subtree (weights in the profile's unit).
+
+    A non-root ``root`` keeps its ancestors out: the subtree's stacks start at its frame.
+    """
     frame_index: dict[str, int] = {}
     shared: list[dict[str, Any]] = []
     samples: list[list[int]] = []
     weights: list[float] = []
-    for frames, value in profile.stacks():
+    stacks = profile.stacks() if root == 0 else subtree_stacks(profile, root)
+    if root == 0 and profile.node_self[0]:
+        samples.append([])
+        weights.append(profile.node_self[0])
+    for frames, value in stacks:
         row = []
         for text in frames:
             fi = frame_index.get(text)
@@ -129,19 +184,22 @@ def to_speedscope(profile: Profile) -> dict[str, Any]:
                 shared.append(_frame_json(text))
             row.append(fi)
         samples.append(row)
-        weights.append(int(value) if profile.unit != "seconds" and value == int(value) else value)
+        weights.append(value)
+    weights = [int(v) if profile.unit != "seconds" and v == int(v) else v for v in weights]
     unit = {"samples": "none", "seconds": "seconds", "bytes": "bytes"}[profile.unit]
-    total = sum(weights)
+    name = profile.title or "gpulens"
+    if root:
+        name = f"{name} (focus: {profile.label(root)})"
     return {
         "$schema": SCHEMA,
         "shared": {"frames": shared},
         "profiles": [
-            {"type": "sampled", "name": profile.title or "gpulens", "unit": unit,
-             "startValue": 0, "endValue": total, "samples": samples, "weights": weights}
+            {"type": "sampled", "name": name, "unit": unit,
+             "startValue": 0, "endValue": sum(weights), "samples": samples, "weights": weights}
         ],
         "activeProfileIndex": 0,
         "exporter": "gpulens",
-        "name": profile.title or "gpulens",
+        "name": name,
     }
 
 

@@ -30,6 +30,7 @@ class Args(msgspec.Struct, gc=False):
     device_id: Any = msgspec.field(default=None, name="Device Id")
     mem_bytes: Any = msgspec.field(default=None, name="Bytes")
     rank: Any = None
+    input_dims: Any = msgspec.field(default=None, name="Input Dims")
 
 
 class _EventHead(msgspec.Struct, gc=False):

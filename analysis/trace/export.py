@@ -6,7 +6,13 @@ given); the destination is written through a fresh, unpredictable temporary
 name created with ``O_EXCL | O_NOFOLLOW`` (never a file or link planted
 there) and renamed into place; decompression is streamed and stops at
 :func:`output_limit`. The destination's directory must already exist:
-nothing is created at a path the user mistyped.
+nothing is created at a path the user mistyped (:func:`check_destination`
+says why before any work, like ``gpulens profile -o``).
+
+Several ranks (:func:`export_ranks`): a name ending in ``.tar.gz`` / ``.tgz``
+/ ``.tar`` becomes one archive holding every rank's file as it is; any other
+name is a directory, created only as that last component (its parent must
+exist), holding one file per rank.
 """
 
 from __future__ import annotations
@@ -15,11 +21,20 @@ import contextlib
 import gzip
 import os
 import secrets
+import tarfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import BinaryIO
 
 from gpulens.analysis.trace.errors import TraceFileError
 from gpulens.core.safefs import UnsafePath, open_regular_at
+
+
+class ExportError(TraceFileError):
+    """A destination that cannot be written (missing parent, a directory, a failed write); the message says why."""
+
+    title = "cannot export"
+
 
 MAX_OUTPUT_BYTES = 4 << 30
 MAX_EXPANSION = 200
@@ -35,11 +50,7 @@ def export_trace(src: str | Path, dest: str | Path, *, owner_uid: int | None = N
     Raises:
         TraceFileError: unreadable, unsafe, corrupt, over the limit, or not writable (one line).
     """
-    out = Path(os.path.abspath(Path(dest).expanduser()))
-    if out.is_dir():
-        raise TraceFileError(f"cannot export to {out}: it is a directory; give a file name")
-    if not out.parent.is_dir():
-        raise TraceFileError(f"cannot export to {out}: directory {out.parent} does not exist")
+    out = check_destination(dest)
     try:
         rfd = open_regular_at(None, src, owner=owner_uid, max_bytes=1 << 62)
     except UnsafePath as err:
@@ -55,7 +66,112 @@ def export_trace(src: str | Path, dest: str | Path, *, owner_uid: int | None = N
     except (OSError, EOFError, gzip.BadGzipFile) as err:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        raise TraceFileError(f"cannot write {out} from {src}: {err}") from err
+        raise ExportError(f"cannot write {out} from {src}: {err}") from err
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return str(out)
+
+
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
+
+
+def is_archive(dest: str | Path) -> bool:
+    """True when ``dest`` names a tar archive (``.tar.gz``, ``.tgz``, ``.tar``)."""
+    return str(dest).lower().endswith(ARCHIVE_SUFFIXES)
+
+
+def check_destination(dest: str | Path, *, directory: bool = False) -> Path:
+    """The absolute path ``dest`` names, when it can be written without creating any parent.
+
+    ``directory``: ``dest`` is a directory to hold several files (it may
+    exist; else only it is created). Otherwise ``dest`` is a file name.
+
+    Raises:
+        ExportError: empty, its parent directory missing (or not a directory), a file
+            name that is a directory, or a directory name that is a file (one line).
+    """
+    text = str(dest).strip()
+    if not text:
+        raise ExportError("cannot export: no path given")
+    out = Path(os.path.abspath(Path(text).expanduser()))
+    if directory:
+        if out.exists() and not out.is_dir():
+            raise ExportError(f"cannot export to {out}: it exists and is not a directory")
+    elif out.is_dir():
+        raise ExportError(f"cannot export to {out}: it is a directory; give a file name")
+    if not out.parent.is_dir():
+        raise ExportError(f"cannot export to {out}: directory {out.parent} does not exist "
+                             "(gpulens creates no parent directories)")
+    return out
+
+
+def export_ranks(files: Mapping[str, str | Path], dest: str | Path, *,
+                 owner_uids: Mapping[str, int] | None = None) -> list[str]:
+    """Write every trace of ``files`` (member name -> source) to ``dest``: an archive or a directory.
+
+    Member names are file names (``rank0-pid1234.json.gz``); a source keeps its
+    compression in an archive, and in a directory gets the member's suffix.
+    Returns the paths written (the archive alone, or each file).
+
+    Raises:
+        TraceFileError: no files, an unsafe member name, a missing parent, an unreadable
+            source, or a write failure (nothing half-written is left behind).
+    """
+    if not files:
+        raise ExportError("cannot export: no trace files")
+    for name in files:
+        if not name or "/" in name or name in (".", "..") or "\0" in name:
+            raise ExportError(f"cannot export: bad member name {name!r}")
+    uids = owner_uids or {}
+    if is_archive(dest):
+        return [_write_archive(files, check_destination(dest), uids)]
+    out = check_destination(dest, directory=True)
+    made = False
+    if not out.exists():
+        try:
+            os.mkdir(out, 0o777)  # the one directory the user named; its parent exists
+        except OSError as err:
+            raise ExportError(f"cannot create {out}: {err.strerror or err}") from err
+        made = True
+    written: list[str] = []
+    try:
+        for name, src in files.items():
+            written.append(export_trace(src, out / name, owner_uid=uids.get(name)))
+    except BaseException:
+        for path in written:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        if made:
+            with contextlib.suppress(OSError):
+                os.rmdir(out)
+        raise
+    return written
+
+
+def _write_archive(files: Mapping[str, str | Path], out: Path, uids: Mapping[str, int]) -> str:
+    """One tar (gzip unless ``.tar``) of every source as it is, through an exclusive temporary name."""
+    tmp = out.with_name(f".{out.name}.{secrets.token_hex(8)}.tmp")
+    mode = "w" if str(out).lower().endswith(".tar") else "w:gz"
+    try:
+        wfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        with os.fdopen(wfd, "wb") as raw, tarfile.open(fileobj=raw, mode=mode) as tar:  # type: ignore[call-overload]
+            for name, src in files.items():
+                try:
+                    rfd = open_regular_at(None, src, owner=uids.get(name), max_bytes=1 << 62)
+                except UnsafePath as err:
+                    raise TraceFileError(f"cannot export {src}: {err}") from err
+                with os.fdopen(rfd, "rb") as fin:
+                    info = tarfile.TarInfo(name)
+                    st = os.fstat(fin.fileno())
+                    info.size, info.mtime, info.mode = st.st_size, int(st.st_mtime), 0o644
+                    tar.addfile(info, fin)
+        os.replace(tmp, out)
+    except (OSError, tarfile.TarError) as err:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise ExportError(f"cannot write {out}: {err}") from err
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

@@ -4,16 +4,17 @@ Bounded (:mod:`gpulens.core.limits`): only regular files; the
 uncompressed size may not exceed ``max_bytes`` (``--max-mib``) nor
 ``max_ratio`` times the file (``--max-ratio``), both checked while
 decompressing, so a gzip bomb stops early; the events may not number more
-than ``max_events`` (``--max-events``), checked after the fast C scan that
-splits them and before any is decoded; JSON nested deeper than Python's
+than ``max_events`` (``--max-events``), counted chunk by chunk as they
+decode, so the sink never receives more; JSON nested deeper than Python's
 recursion limit is refused. A truncated or invalid file raises
 :class:`TraceFileError` naming the file and what is wrong. ``progress`` is
-called with a fraction in [0, 1] while reading; parsing itself is one fast
-C call (msgspec), reported as a final step.
+called with a fraction in [0, 1] while reading; parsing (one C scan for the
+document, then one C call per chunk of events) is reported as a final step.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,7 +78,7 @@ def read_bytes(
 
 
 class _RawDoc(msgspec.Struct):
-    traceEvents: list[msgspec.Raw] = []
+    traceEvents: msgspec.Raw = msgspec.Raw(b"[]")
     deviceProperties: Any = None
     distributedInfo: Any = None
 
@@ -94,6 +95,10 @@ class TraceMeta:
 
 
 BATCH = 8192
+CHUNK_BYTES = 2 * MiB
+"""Bytes of event text decoded at once (about 8,000 Kineto events)."""
+_BOUNDARY = re.compile(rb"\}\s*,\s*\{")  # between two events: "}" "," "{" with only whitespace around
+_WS = b" \t\r\n"
 
 
 def stream_events(
@@ -107,11 +112,16 @@ def stream_events(
 ) -> TraceMeta:
     """Decode a trace in batches of typed events handed to ``sink``; returns its metadata.
 
-    The file is first split into raw event slices (a fast C scan), then
-    decoded a batch at a time, so only one batch of full event objects is
-    alive at once: the sink keeps what it needs in compact form. ``limits``
-    (default :func:`trace_limits` with ``max_bytes``) bound the read and the
-    number of events.
+    One C scan finds the ``traceEvents`` array (and decodes the small
+    metadata around it); the array is then cut into chunks of about
+    :data:`CHUNK_BYTES` at event boundaries and each chunk decoded in one
+    call, so only one chunk's event objects are alive at once: the sink keeps
+    what it needs in compact form. A cut that is not between two events (the
+    bytes ``}, {`` inside a string or a nested value) makes that chunk invalid
+    JSON; from there on the rest is split into single raw events first and
+    decoded in batches of :data:`BATCH`. ``limits`` (default
+    :func:`trace_limits` with ``max_bytes``) bound the read and the number of
+    events (counted as they decode; the sink never sees more than the limit).
 
     Raises:
         TraceFileError: missing, over a limit, truncated, not JSON, or not a trace.
@@ -125,7 +135,7 @@ def stream_events(
         raise TraceFileError(f"{name}: empty file")
     try:
         if head == b"[":  # a bare event array (Chrome's "JSON array format")
-            doc = _RawDoc(traceEvents=msgspec.json.decode(buf, type=list[msgspec.Raw]))
+            doc = _RawDoc(traceEvents=msgspec.json.decode(buf, type=msgspec.Raw))
         else:
             doc = msgspec.json.decode(buf, type=_RawDoc)
     except msgspec.ValidationError as err:
@@ -137,29 +147,93 @@ def stream_events(
             f"{name}: JSON nested deeper than Python's recursion limit (about 1000 levels); "
             "no Chrome trace nests this deep"
         ) from None
+    arr = memoryview(doc.traceEvents)
+    lo, hi = _strip(arr)
+    if hi - lo < 2 or arr[lo] != ord("[") or arr[hi - 1] != ord("]"):
+        raise TraceFileError(f"{name}: not a Chrome trace: `traceEvents` is not an array")
     event_type: Any = FullEvent if keep_args else RawEvent
-    decoder = msgspec.json.Decoder(list[event_type])
-    raws = doc.traceEvents
-    doc.traceEvents = []
-    del buf  # the raw slices keep what they need of it
-    count = len(raws)
-    if count > limits.max_events:
-        raise TraceFileError(too_many(name, "events", limits.max_events))
-    for i in range(0, count, BATCH):
-        chunk = raws[i : i + BATCH]
-        try:
-            batch = decoder.decode(b"[" + b",".join(chunk) + b"]")
-        except msgspec.ValidationError:
-            batch = _lenient(chunk, event_type)
-        except RecursionError:  # msgspec.Raw skips nesting that decoding then meets
-            batch = _lenient(chunk, event_type)
-        sink(batch)
-        if progress is not None:
-            progress(0.8 + 0.2 * min(i + BATCH, count) / count, "parsing")
-    del raws
+    reader = _Chunks(name, arr[lo + 1 : hi - 1], event_type, sink, limits.max_events, progress)
+    count = reader.run()
     props = _props(doc.deviceProperties)
     dist = doc.distributedInfo if isinstance(doc.distributedInfo, dict) else None
     return TraceMeta(name, size, count, props, dist)
+
+
+def _strip(view: memoryview) -> tuple[int, int]:
+    """Offsets of the first and one past the last non-whitespace byte."""
+    lo, hi = 0, len(view)
+    while lo < hi and view[lo] in _WS:
+        lo += 1
+    while hi > lo and view[hi - 1] in _WS:
+        hi -= 1
+    return lo, hi
+
+
+@dataclass(slots=True)
+class _Chunks:
+    """Decode the inside of the events array chunk by chunk into ``sink``."""
+
+    name: str
+    inner: memoryview  # the array's text without its brackets
+    event_type: Any
+    sink: Callable[[list[Any]], None]
+    max_events: int
+    progress: Progress | None
+    count: int = 0
+
+    def run(self) -> int:
+        inner, end = self.inner, len(self.inner)
+        event_type: Any = self.event_type
+        decoder = msgspec.json.Decoder(list[event_type])
+        pos = _strip(inner)[0]
+        while pos < end:
+            m = _BOUNDARY.search(inner, pos + CHUNK_BYTES) if pos + CHUNK_BYTES < end else None
+            stop = m.start() + 1 if m else end
+            text = b"".join((b"[", inner[pos:stop], b"]"))
+            try:
+                batch = decoder.decode(text)
+                n = len(batch)
+            except (msgspec.ValidationError, RecursionError):  # odd field types; nesting Raw skipped
+                raws = self._raws(text)
+                batch, n = _lenient(raws, self.event_type), len(raws)
+            except msgspec.DecodeError:  # the cut fell inside a string or a nested value
+                self._by_event(inner[pos:end])
+                return self.count
+            self._deliver(batch, n)
+            if self.progress is not None:
+                self.progress(0.8 + 0.2 * stop / end, "parsing")
+            pos = m.end() - 1 if m else end
+        return self.count
+
+    def _raws(self, text: bytes) -> list[msgspec.Raw]:
+        try:
+            return msgspec.json.decode(text, type=list[msgspec.Raw])
+        except (msgspec.DecodeError, RecursionError):
+            return []
+
+    def _deliver(self, batch: list[Any], n: int) -> None:
+        self.count += n
+        if self.count > self.max_events:
+            raise TraceFileError(too_many(self.name, "events", self.max_events))
+        self.sink(batch)
+
+    def _by_event(self, rest: memoryview) -> None:
+        """The slow, always-right path: split the rest into raw events, then decode in batches."""
+        try:
+            raws = msgspec.json.decode(b"".join((b"[", rest, b"]")), type=list[msgspec.Raw])
+        except (msgspec.DecodeError, RecursionError) as err:
+            raise TraceFileError(f"{self.name}: not valid JSON in traceEvents: {err}") from None
+        if self.count + len(raws) > self.max_events:
+            raise TraceFileError(too_many(self.name, "events", self.max_events))
+        event_type: Any = self.event_type
+        decoder = msgspec.json.Decoder(list[event_type])
+        for i in range(0, len(raws), BATCH):
+            chunk = raws[i : i + BATCH]
+            try:
+                batch = decoder.decode(b"[" + b",".join(chunk) + b"]")
+            except (msgspec.ValidationError, RecursionError):
+                batch = _lenient(chunk, self.event_type)
+            self._deliver(batch, len(chunk))
 
 
 def _lenient(chunk: list[msgspec.Raw], event_type: Any) -> list[Any]:

@@ -23,19 +23,29 @@ def fmt_bytes(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
+SHAPES_WIDTH = 60  # torch's table cuts shapes at max_shapes_column_width (80); a terminal fits less
+
+
 def op_table_text(p: ProcessSummary, rows: int = 15, name_width: int = 55) -> list[str]:
-    """torch-style columns: Name, Self CPU %, Self CPU, CPU total, Self CUDA, # of Calls."""
+    """torch-style columns: Name, Self CPU %, Self CPU, CPU total, Self CUDA, # of Calls (+ Input Shapes)."""
+    shapes = any(op.input_shapes for op in p.cpu_ops)
     head = f"{'Name':>{name_width}}  {'Self CPU %':>10}  {'Self CPU':>12}  {'CPU total':>12}  {'Self CUDA':>12}  {'# of Calls':>10}"
+    if shapes:
+        head += "  Input Shapes"
     rule = "-" * len(head)
     lines = [rule, head, rule]
     total = p.self_cpu_total_us
     for op in p.cpu_ops[:rows]:
         name = op.name if len(op.name) <= name_width else op.name[: name_width - 3] + "..."
         pct = 100.0 * op.self_cpu_us / total if total > 0 else 0.0
-        lines.append(
+        line = (
             f"{name:>{name_width}}  {pct:>9.2f}%  {fmt_us(op.self_cpu_us):>12}  "
             f"{fmt_us(op.cpu_total_us):>12}  {fmt_us(op.self_cuda_us):>12}  {op.calls:>10}"
         )
+        if shapes:
+            dims = op.input_shapes
+            line += "  " + (dims if len(dims) <= SHAPES_WIDTH else dims[: SHAPES_WIDTH - 3] + "...")
+        lines.append(line)
     lines += [rule, f"Self CPU time total: {fmt_us(total)}"]
     return lines
 

@@ -12,13 +12,20 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True)
 class OpRow:
-    """One row of torch's key_averages table: totals over all calls of ``name``."""
+    """One row of torch's key_averages table: totals over all calls of ``name``.
+
+    torch keys a row by name and whether it is a user annotation (``record_function``,
+    ``ProfilerStep*``), so an annotation and an op of one name are two rows; grouped by
+    input shape, also by ``input_shapes`` (torch's ``str(input_shapes)``, else "").
+    """
 
     name: str
     calls: int
     self_cpu_us: float
     cpu_total_us: float
     self_cuda_us: float = 0.0
+    user_annotation: bool = False
+    input_shapes: str = ""
 
 
 @dataclass(frozen=True, slots=True)

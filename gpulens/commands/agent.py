@@ -40,7 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate chain")
     parser.add_argument("--tls-key", metavar="PEM", help="private key for --tls-cert")
     parser.add_argument("--port-file", metavar="FILE", help="write the bound TCP port to FILE (for --listen HOST:0)")
-    parser.add_argument("--metrics-port", type=int, metavar="PORT", help="also serve Prometheus /metrics on PORT")
+    parser.add_argument(
+        "--metrics-port", type=int, nargs="?", const=7790, metavar="PORT",
+        help="also serve Prometheus /metrics on PORT (default 7790, outside Prometheus' exporter port range)",
+    )
     parser.add_argument(
         "--metrics-addr", default="127.0.0.1", metavar="ADDR",
         help="address for --metrics-port (a non-loopback one needs --metrics-public)",
@@ -224,11 +227,13 @@ def _write_port_file(path: str, port: int) -> None:
 def _serve_metrics(args: argparse.Namespace, hostname: str, agent: Any) -> Any:
     try:
         from gpulens.agent.metrics import serve_metrics
+        from gpulens.collectors.host import read_cpu_times
     except ImportError as err:
         raise ConfigError(f"--metrics-port: the Prometheus exporter is not installed ({err})") from err
     try:
         return serve_metrics(
-            args.metrics_port, hostname, agent.latest, addr=args.metrics_addr, public=args.metrics_public
+            args.metrics_port, hostname, agent.latest, addr=args.metrics_addr, public=args.metrics_public,
+            history=agent.history_since, cpu_times=read_cpu_times,
         )
     except OSError as err:
         raise ConfigError(f"--metrics-port {args.metrics_port}: cannot listen: {err.strerror or err}") from err

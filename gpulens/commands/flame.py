@@ -6,19 +6,26 @@ import argparse
 import json
 import sys
 
-HELP = "open a profile (folded, speedscope, Kineto trace, memory snapshot) as a flame graph"
+HELP = ("open a profile (folded, speedscope, py-spy, Chrome/Kineto trace, perf script, memory snapshot) "
+        "as a flame graph")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``gpulens flame``."""
     from gpulens.core.limits import FLAME_MAX_MIB, add_limit_arguments
 
-    parser.add_argument("file", metavar="FILE", help="folded stacks, speedscope JSON, Kineto trace or memory snapshot pickle")
+    parser.add_argument("file", metavar="FILE", help="folded stacks, speedscope JSON, Chrome/Kineto trace, "
+                        "perf script output or memory snapshot pickle")
     parser.add_argument("--metric", default="auto", choices=["auto", "time", "memory", "live", "allocated"],
                         help="trace: time or memory; snapshot: live or allocated blocks (default: auto)")
     parser.add_argument("--top", type=int, metavar="N", help="print the N functions with the highest self value")
     parser.add_argument("--json", action="store_true", help="print {unit, total, frames: [{name, self, total}]} as JSON")
-    parser.add_argument("--export-folded", metavar="OUT", help="write the profile as folded stacks")
+    parser.add_argument("--profile", metavar="N|all", help="files with one profile per thread (py-spy speedscope, "
+                        "Chrome traces): the 0-based profile to show, or 'all' merged (default: the file's active one)")
+    parser.add_argument("--focus", metavar="REGEX", help="keep only the stacks through a frame matching REGEX, "
+                        "starting at that frame (for --export-*, --top and --json)")
+    parser.add_argument("--export-folded", metavar="OUT", help="write folded stacks with integer counts: samples, "
+                        "µs (time profiles) or bytes (memory); name it *.us.folded / *.bytes.folded to keep the unit")
     parser.add_argument("--export-speedscope", metavar="OUT", help="write the profile as speedscope JSON")
     add_limit_arguments(parser, FLAME_MAX_MIB)
 
@@ -51,7 +58,9 @@ def summary(profile: object, top: int | None) -> dict[str, object]:
 def run(args: argparse.Namespace) -> int:
     """Load FILE; export, print the summary, or open the flame graph screen."""
     from gpulens.analysis.flame.exporters import check_writable, export_folded, export_speedscope
-    from gpulens.analysis.flame.importers import load_profile
+    from gpulens.analysis.flame.group import parse_choice
+    from gpulens.analysis.flame.importers import load_group
+    from gpulens.analysis.flame.subtree import focus_regex
     from gpulens.core.errors import ConfigError
     from gpulens.core.limits import limits_from_args
 
@@ -61,16 +70,23 @@ def run(args: argparse.Namespace) -> int:
     for flag, out in (("--export-folded", args.export_folded), ("--export-speedscope", args.export_speedscope)):
         if out:
             check_writable(out, flag)
-    profile = load_profile(args.file, args.metric, limits)
+    group = load_group(args.file, args.metric, limits)
+    choice = parse_choice(args.profile, len(group))
+    profile = group.pick(choice)
+    if args.focus is not None:
+        profile = focus_regex(profile, args.focus)
     wrote = False
     if args.export_folded:
-        export_folded(profile, args.export_folded)
+        print(export_folded(profile, args.export_folded).message(), file=sys.stderr)
         wrote = True
     if args.export_speedscope:
-        export_speedscope(profile, args.export_speedscope)
+        print(export_speedscope(profile, args.export_speedscope).message(), file=sys.stderr)
         wrote = True
     if args.json or args.top is not None:
         doc = summary(profile, args.top)
+        if len(group) > 1:
+            doc["profiles"] = list(group.names)
+            doc["shown"] = group.label(choice)
         if args.json:
             json.dump(doc, sys.stdout, indent=1)
             sys.stdout.write("\n")
@@ -86,5 +102,5 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from gpulens.tui.screens.flame import run_flame_app
 
-    run_flame_app(profile)
+    run_flame_app(profile, group=group if args.focus is None else None, choice=choice)
     return 0

@@ -35,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
 
     from gpulens.collectors.jobs import JobScanner
     from gpulens.core.errors import ConfigError
+    from gpulens.core.sanitize import clean_text
     from gpulens.ipc.serialize import to_dict
 
     cfg = args.cfg
@@ -58,5 +59,5 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(
             f"{j.pid:>7} {j.user[:10]:<10} {cpu:>6} {rss:>8} {gpu:>8} {(j.job_key or '-')[:20]:<20} {j.tree_id}\n"
         )
-        sys.stdout.write(f"{'':>64}{j.cmdline[:100]}\n")
+        sys.stdout.write(f"{'':>64}{clean_text(j.cmdline)[:100]}\n")  # a python -c script's newlines: spaces
     return 0

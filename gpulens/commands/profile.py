@@ -1,9 +1,9 @@
 """``gpulens profile --pid P``: sample a running Python process with py-spy into folded stacks.
 
-Locally py-spy runs here; with ``--host`` the request goes to that host's
-agent over the gpulens stream (``HOST:PORT`` as for ``--connect``, or
-``ssh:NODE`` to start ``gpulens agent --stdio`` there), which samples its
-own processes and sends the folded stacks back.
+Locally py-spy runs here; with ``--connect HOST:PORT`` or ``--ssh NODE``
+(spelled as everywhere, :mod:`gpulens.commands._args`) the request goes to
+that host's agent over the gpulens stream, which samples its own processes
+and sends the folded stacks back.
 """
 
 from __future__ import annotations
@@ -11,22 +11,20 @@ from __future__ import annotations
 import argparse
 import sys
 
+from gpulens.commands._args import add_pid_argument, add_remote_arguments, pids_of, remote_target
+
 HELP = "sample a running Python process with py-spy and write folded stacks"
 AGENT_WAIT_S = 30.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``gpulens profile``."""
-    parser.add_argument("--pid", type=int, action="append", required=True, metavar="P",
-                        help="process to sample (repeat for several)")
+    add_pid_argument(parser, required=True, help="processes to sample")
     parser.add_argument("--duration", type=float, default=10.0, metavar="S", help="seconds to sample (default 10)")
     parser.add_argument("--rate", type=int, default=100, metavar="HZ", help="samples per second (default 100)")
     parser.add_argument("-o", "--output", required=True, metavar="FILE",
                         help="output file: folded stacks (speedscope JSON if it ends in .json)")
-    parser.add_argument("--host", metavar="HOST:PORT|ssh:NODE",
-                        help="sample on that host through its gpulens agent (TCP as for --connect, or ssh)")
-    parser.add_argument("--token-file", metavar="FILE", help="token for a non-loopback TCP agent")
-    parser.add_argument("--ssh-command", metavar="CMD", help="command run instead of ssh for ssh:NODE ({host} is replaced)")
+    add_remote_arguments(parser, what="sample")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,9 +32,8 @@ def run(args: argparse.Namespace) -> int:
     from gpulens.analysis.flame.exporters import check_writable, export_folded, export_speedscope
     from gpulens.core.errors import ConfigError
 
-    bad_pids = [p for p in args.pid if p <= 0]
-    if bad_pids:
-        raise ConfigError(f"--pid: expected a process id above 0, got {bad_pids[0]}")
+    args.pid = list(pids_of(args))
+    args.host = remote_target(args)
     if not 0 < args.duration <= 24 * 3600:
         raise ConfigError(f"--duration: expected seconds in (0, 86400], got {args.duration:g}")
     if not 1 <= args.rate <= 10_000:
@@ -76,6 +73,7 @@ def _remote_folded(args: argparse.Namespace) -> bytes:
             ssh_command=args.ssh_command,
             download_dir=Path(tmp),
             wait_s=AGENT_WAIT_S,
+            tls_ca=args.tls_ca,
         )
         try:
             params = {"pids": list(args.pid), "duration_s": args.duration, "rate_hz": args.rate}

@@ -37,6 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--slurm-job", metavar="ID", help="the nodes of a Slurm job, over ssh")
     g.add_argument("--prometheus", metavar="URL", help="read the cluster from a Prometheus server")
     g.add_argument("--prom-selector", metavar="SEL", help="extra label selector, e.g. '{cluster=\"a\"}'")
+    from gpulens.sources.prometheus.access import add_access_flags
+
+    add_access_flags(g)
     g.add_argument("--token-file", metavar="FILE", help="token for agents that require one")
     g.add_argument("--tls-ca", metavar="PEM", help="CA file to verify tls:// agents")
     parser.add_argument("--timeout", type=float, default=10.0, metavar="S", help="wait at most S seconds (default 10)")

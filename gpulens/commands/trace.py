@@ -1,15 +1,19 @@
 """``gpulens trace``: take an on-demand PyTorch trace of running processes (like ``dyno gputrace``).
 
-Works without an agent: it serves the Kineto endpoint itself while it
-waits. When a ``gpulens agent`` on this host already holds the Kineto name,
-the request goes to that agent over its local control socket
-(``gpulens.ipc.control``). ``--host HOST:PORT`` or ``--host ssh:NODE``
-traces on another host through its agent; the file comes back over the
-stream. Both agent paths run ``gpulens.sources.tracing.fetch_trace``, the
-flow the TUI's remote profiler uses; this module only prints (progress on
-stderr, ``PID PATH`` on stdout) and copies to ``-o``. The target must run with
-``KINETO_USE_DAEMON=1`` (and, if it sets ``KINETO_IPC_SOCKET_DIR``, the
-same directory here via ``--ipc-socket-dir``, or in the agent's environment).
+One gpulens per host owns the Kineto endpoint. When the name is free this
+command owns it while it runs (an in-process agent,
+``gpulens.agent.agent.endpoint_owner``, whose control socket serves every
+other gpulens on the host meanwhile); when another gpulens holds it (an
+agent, a TUI, another ``gpulens trace``) the request goes through that
+one's control socket (``gpulens.sources.stream.control_trace``).
+``--connect HOST:PORT`` / ``--ssh NODE`` trace on another host through its
+agent; ``--job KEY [--hosts A,B]`` traces every process of a job on every
+host at one common start time (``gpulens.commands.trace_job``). Every agent
+path runs ``gpulens.sources.tracing.fetch_trace``, the flow the TUI uses;
+this module only prints (progress on stderr, ``PID PATH`` on stdout) and
+copies to ``-o``. The target must run with ``KINETO_USE_DAEMON=1`` (and,
+if it sets ``KINETO_IPC_SOCKET_DIR``, the same directory here via
+``--ipc-socket-dir``, or in the agent's environment).
 """
 
 from __future__ import annotations
@@ -19,6 +23,16 @@ import os
 import time
 from typing import TYPE_CHECKING
 
+from gpulens.commands._args import add_pid_argument, add_remote_arguments, pids_of, remote_target
+from gpulens.commands.trace_common import (
+    CHILDREN_WAIT_S,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    hand_back,
+    say,
+)
+
 if TYPE_CHECKING:
     from gpulens.ipc.kineto.requests import TraceRequest
     from gpulens.ipc.kineto.service import LocalTraceService
@@ -26,31 +40,40 @@ if TYPE_CHECKING:
 
 HELP = "take an on-demand PyTorch profiler trace of running processes (Kineto, no restart)"
 
+EPILOG = """\
+The target must run with KINETO_USE_DAEMON=1. It polls every
+ON_DEMAND_CONFIG_UPDATE_INTERVAL_SECS (5 s by default; put
+ON_DEMAND_CONFIG_UPDATE_INTERVAL_SECS=1 in a file named by KINETO_CONFIG for
+snappy traces), so a trace starts up to one poll interval after the request.
+One trace runs per process at a time: a second one waits ("queued") until
+the first file has landed. --iterations counts optimizer.step() calls; a
+program that has not stepped yet gets Kineto's 500 ms duration trace
+instead, and gpulens says so. Prints 'PID PATH' per traced process (the
+local copy's path for a trace taken through an agent). When another gpulens
+on this host (an agent, a TUI) holds the Kineto name, the trace goes through
+it automatically; while this command holds it, it serves the others.
 
-def _pids(text: str) -> tuple[int, ...]:
-    try:
-        pids = tuple(int(p) for p in text.split(",") if p.strip())
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected P[,P...] (process ids), got {text!r}") from err
-    if not pids or any(p <= 0 for p in pids):
-        raise argparse.ArgumentTypeError(f"expected positive process ids, got {text!r}")
-    return pids
+exit status:
+  0  every process asked for was traced
+  1  a process (or host) could not be traced: not polling, not yours,
+     exited during the trace, timed out, refused by the agent, or the
+     Kineto name is held by something gpulens will not use
+  2  bad arguments or configuration (one line on stderr)
+  130 interrupted (Ctrl-C), 143 terminated
+"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of ``gpulens trace`` (parity with ``dyno gputrace``)."""
-    parser.epilog = (
-        "The target must run with KINETO_USE_DAEMON=1. It polls every "
-        "ON_DEMAND_CONFIG_UPDATE_INTERVAL_SECS (5 s by default; put "
-        "ON_DEMAND_CONFIG_UPDATE_INTERVAL_SECS=1 in a file named by KINETO_CONFIG for snappy traces), "
-        "so a trace starts up to one poll interval after the request. Prints 'PID PATH' per traced "
-        "process (the local copy's path for a trace taken through an agent); exit 1 when a process "
-        "could not be traced. When a gpulens agent on this host holds the Kineto name, the trace "
-        "goes through it automatically."
-    )
+    """Flags of ``gpulens trace`` (parity with ``dyno gputrace``; ``--job`` with ``unitrace.py``)."""
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     who = parser.add_mutually_exclusive_group(required=True)
-    who.add_argument("--pid", type=_pids, metavar="P[,P...]", help="process ids to trace")
-    who.add_argument("--job", type=int, metavar="KEY", help="trace every polling process of this job id (SLURM_JOB_ID)")
+    add_pid_argument(who, required=False, help="process ids to trace")
+    who.add_argument("--job", metavar="KEY",
+                     help="trace every polling process of this job on every host: a SLURM_JOB_ID or a "
+                          "torchrun run id (TORCHELASTIC_RUN_ID), all ranks from one common start time")
+    parser.add_argument("--children", action="store_true",
+                        help="trace the polling descendants of each --pid instead (a torchrun parent, a wrapper)")
     how = parser.add_mutually_exclusive_group()
     how.add_argument("--duration-ms", type=int, metavar="N", help="trace for N milliseconds (default 500)")
     how.add_argument("--iterations", type=int, metavar="N", help="trace N optimizer steps")
@@ -65,32 +88,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="serve DIR/dynolog (default: $KINETO_IPC_SOCKET_DIR, else the abstract name)")
     parser.add_argument("--timeout", type=float, default=60.0, metavar="S",
                         help="give up S seconds after the config is handed over (default 60)")
-    parser.add_argument("-o", "--output", metavar="FILE", help="copy the trace to FILE (gzip if it ends in .gz)")
+    parser.add_argument("--start-in", type=float, metavar="S",
+                        help="--job: start every rank S seconds from now (default: the longest poll interval + 1.5)")
+    parser.add_argument("-o", "--output", metavar="FILE|DIR",
+                        help="copy the trace to FILE (gzip if it ends in .gz; _PID inserted for several); "
+                             "--job: into DIR, one file per rank")
     remote = parser.add_argument_group("another host (through its gpulens agent)")
-    remote.add_argument("--host", metavar="HOST:PORT|ssh:NODE",
-                        help="trace on that host through its agent (TCP as for --connect, tls:// too, or ssh)")
-    remote.add_argument("--token-file", metavar="FILE", help="token for an agent that requires one")
-    remote.add_argument("--ssh-command", metavar="CMD", help="command run instead of ssh for ssh:NODE ({host} is replaced)")
+    add_remote_arguments(remote, what="trace")
+    remote.add_argument("--hosts", metavar="A,B", type=_host_list, action="extend",
+                        help="--job: the hosts of the job (HOST:PORT or ssh:NODE each; default: this host)")
 
 
-def _say(msg: str) -> None:
-    import sys
-
-    print(f"gpulens trace: {msg}", file=sys.stderr, flush=True)
+def _host_list(text: str) -> list[str]:
+    hosts = [h.strip() for h in text.split(",")]
+    if not hosts or any(not h for h in hosts):
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT|ssh:NODE[,...], got {text!r}")
+    return hosts
 
 
 def run(args: argparse.Namespace) -> int:
-    """Serve the endpoint (or use the agent holding it, or --host's), request the trace, report the files."""
-    from gpulens.ipc.errors import EndpointBusy, NotTraceable
-    from gpulens.ipc.kineto.endpoint import resolve_socket_dir, who_binds
-    from gpulens.ipc.kineto.requests import TraceJob, TraceRequest
-    from gpulens.ipc.kineto.service import LocalTraceService
-    from gpulens.sources.tracing import copy_trace
+    """Trace and print; the exit status documented in ``--help``."""
+    from gpulens.core.errors import ConfigError, GpulensError
+
+    try:
+        return _run(args)
+    except ConfigError as err:
+        say(str(err))
+        return EXIT_USAGE
+    except GpulensError as err:  # busy endpoint, unreachable agent, refused control socket: a failure
+        say(f"{err.title}: {err}" if getattr(err, "title", "") else str(err))
+        return EXIT_FAILED
+
+
+def _run(args: argparse.Namespace) -> int:
+    from gpulens.core.errors import ConfigError
+    from gpulens.ipc.kineto.requests import TraceRequest
 
     req = TraceRequest(
-        pids=args.pid or (),
-        job_id=args.job,
-        duration_ms=None if args.iterations is not None else (args.duration_ms or 500),
+        pids=pids_of(args) if args.job is None else (1,),  # --job: the agents resolve the pids
+        duration_ms=None if args.iterations is not None else (500 if args.duration_ms is None else args.duration_ms),
         iterations=args.iterations,
         record_shapes=args.record_shapes,
         with_stack=args.with_stack,
@@ -103,84 +139,208 @@ def run(args: argparse.Namespace) -> int:
     try:
         req.validate()
     except ValueError as err:
-        _say(str(err))
-        return 2
-    if args.host:
-        return _trace_remote(args, req)
-    svc = LocalTraceService(socket_dir=args.ipc_socket_dir)
-    try:
-        svc.start()
-    except EndpointBusy:
-        owner = who_binds(resolve_socket_dir(args.ipc_socket_dir))
-        squatter = _squatter(owner[0]) if owner is not None else None
-        if squatter is not None:
-            _say(squatter)
-            return 1
-        if owner is None or not _is_gpulens_agent(owner[0]):
-            raise  # dynolog without RPC, or someone else: one clear line from the CLI's error reporter
-        return _trace_local_agent(args, req, owner[0])
-    try:
-        _say(f"serving the Kineto endpoint at {svc.address}")
-        if req.job_id is not None:
-            _wait_for_job(svc, req.job_id)
+        raise ConfigError(str(err)) from err
+    if getattr(args, "remote_host", None) is not None:
+        say("--host is deprecated: use --connect HOST:PORT or --ssh NODE")
+    target = remote_target(args)
+    if args.job is not None:
+        from gpulens.commands.trace_job import run_job
 
-        def show(job: TraceJob) -> None:
-            _say(f"{job.state.value}: {job.detail}")
+        if args.iterations is not None:
+            raise ConfigError("--job traces every rank from one start time: give --duration-ms, not --iterations")
+        hosts = list(args.hosts or []) + ([target] if target else [])
+        return run_job(args, req, hosts)
+    if args.hosts:
+        raise ConfigError("--hosts goes with --job; for --pid give one host with --connect or --ssh")
+    if args.output:
+        parent = os.path.dirname(os.path.abspath(os.path.expanduser(args.output)))
+        if not os.path.isdir(parent):
+            raise ConfigError(f"-o {args.output}: {parent} is not a directory; gpulens does not create parent "
+                              "directories (make it first)")
+    if target is not None:
+        return _trace_remote(args, req, target)
+    return _trace_here(args, req)
 
-        svc.add_listener(show)
-        fut = svc.request_trace(req)
-        try:
-            result = fut.result(timeout=req.timeout_s + 60)
-        except NotTraceable as err:
-            _say(f"not traceable: {err}")
-            return 1
-        for pid, path in sorted(result.files.items()):
-            final = (
-                copy_trace(path, args.output, pid, len(result.files), owner_uid=result.owners.get(pid))
-                if args.output
-                else path
-            )
-            print(f"{pid} {final}", flush=True)
-        for pid, why in sorted(result.missing.items()):
-            _say(f"process {pid}: {why}")
-        return 0 if not result.missing else 1
+
+def _trace_here(args: argparse.Namespace, req: TraceRequest) -> int:
+    """This host: own the endpoint while tracing, or go through the gpulens that owns it."""
+    import socket
+
+    from gpulens import __version__
+    from gpulens.agent.agent import endpoint_owner
+    from gpulens.ipc.errors import EndpointBusy
+
+    try:
+        owner = endpoint_owner(socket.gethostname(), args.ipc_socket_dir, version=__version__)
+    except EndpointBusy as busy:
+        return _trace_through_owner(args, req, busy)
+    try:
+        svc = owner.requests.trace_service
+        assert svc is not None
+        from gpulens.ipc.kineto.service import LocalTraceService
+
+        assert isinstance(svc, LocalTraceService)
+        say(f"serving the Kineto endpoint at {svc.address}")
+        return _trace_with(svc, args, req)
     finally:
-        svc.stop()
+        hand_back(owner)
 
 
-def _trace_remote(args: argparse.Namespace, req: TraceRequest) -> int:
-    """``--host HOST:PORT|ssh:NODE``: through that host's agent stream."""
-    from gpulens.sources.stream.connect import open_agent
-    from gpulens.sources.tracing import default_download_dir
+def _trace_with(svc: LocalTraceService, args: argparse.Namespace, req: TraceRequest) -> int:
+    from dataclasses import replace
 
-    _say(f"connecting to the agent at {args.host}")
-    src, address = open_agent(
-        args.host, token_file=args.token_file, ssh_command=args.ssh_command, download_dir=default_download_dir()
+    from gpulens.ipc.errors import TraceError
+    from gpulens.ipc.kineto.requests import TraceJob
+    from gpulens.sources.tracing import copy_trace
+
+    if args.children:
+        pids = _children_here(svc, req.pids)
+        if not pids:
+            return EXIT_FAILED
+        req = replace(req, pids=pids)
+    if req.iterations is not None:
+        for pid in req.pids:
+            if svc.has_stepped(pid) is not True:
+                say(_unstepped(pid, req))
+
+    def show(job: TraceJob) -> None:
+        say(f"{job.state.value}: {job.detail}")
+
+    svc.add_listener(show)
+    fut = svc.request_trace(req)
+    try:
+        result = fut.result(timeout=req.timeout_s + 60)
+    except TraceError as err:
+        say(f"failed: {err}")
+        return EXIT_FAILED
+    except TimeoutError:
+        say(f"failed: no answer within {req.timeout_s + 60:.0f} s")
+        return EXIT_FAILED
+    for pid, path in sorted(result.files.items()):
+        final = (
+            copy_trace(path, args.output, pid, len(result.files), owner_uid=result.owners.get(pid))
+            if args.output
+            else path
+        )
+        print(f"{pid} {final}", flush=True)
+    for pid, note in sorted(result.notes.items()):
+        say(f"process {pid}: {note}")
+    for pid, why in sorted(result.missing.items()):
+        say(f"process {pid}: {why}")
+    return EXIT_OK if not result.missing else EXIT_FAILED
+
+
+def _unstepped(pid: int, req: TraceRequest) -> str:
+    from gpulens.ipc.kineto.requests import ITERATION_FALLBACK_MS
+
+    return (
+        f"process {pid}: gpulens has not seen it step an optimizer; Kineto counts {req.describe()} by "
+        f"optimizer.step() and traces {ITERATION_FALLBACK_MS} ms instead if it has not stepped yet"
     )
-    try:
-        return _trace_via(src, address, req, args.output)
-    finally:
-        src.stop()
 
 
-def _trace_local_agent(args: argparse.Namespace, req: TraceRequest, owner_pid: int) -> int:
-    """The Kineto name here is held by a gpulens agent: send the request to it."""
-    from gpulens.core.errors import CollectorError
-    from gpulens.core.procfs import proc_uid
-    from gpulens.sources.stream.local_agent import LocalAgentLink
+def _children_here(svc: LocalTraceService, parents: tuple[int, ...]) -> tuple[int, ...]:
+    """The polling descendants of ``parents`` (a parent that polls itself stands for itself)."""
+    deadline = time.monotonic() + CHILDREN_WAIT_S
+    say(f"waiting up to {CHILDREN_WAIT_S:.0f} s for the descendants of {','.join(map(str, parents))} to poll")
+    while True:
+        found = {p: (p,) if p in svc.polling_pids() else tuple(svc.polling_descendants(p)) for p in parents}
+        if all(found.values()) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    for p, kids in found.items():
+        if not kids:
+            say(f"process {p}: no polling descendants: {svc.diagnose(p) or 'it polls itself'}")
+    return _report_children(found)
+
+
+def _report_children(found: dict[int, tuple[int, ...]]) -> tuple[int, ...]:
+    pids = tuple(dict.fromkeys(k for kids in found.values() for k in kids))
+    if pids:
+        say(f"tracing {','.join(map(str, pids))}")
+    return pids
+
+
+def _trace_through_owner(args: argparse.Namespace, req: TraceRequest, busy: Exception) -> int:
+    """Another process holds the Kineto name: trace through it when it is a gpulens we may use."""
+    from gpulens.ipc.errors import StreamError
+    from gpulens.ipc.kineto.endpoint import holder_of, resolve_socket_dir
+    from gpulens.sources.stream.control_trace import connect_owner, is_gpulens, squatter_reason
     from gpulens.sources.tracing import default_download_dir
 
-    uid = proc_uid(owner_pid)
-    if uid is None:
-        raise CollectorError(f"the gpulens process {owner_pid} holding the Kineto name is gone; try again")
-    link = LocalAgentLink(args.ipc_socket_dir, owner_pid, uid, default_download_dir())
+    held = holder_of(resolve_socket_dir(args.ipc_socket_dir))
+    if held is not None and (squat := squatter_reason(held[0])) is not None:
+        say(squat)
+        return EXIT_FAILED
+    if held is None or not is_gpulens(held[0]):
+        say(f"kineto endpoint busy: {busy}")
+        return EXIT_FAILED
     try:
-        if "trace" not in link.hello.caps:
-            raise CollectorError(f"the local agent (pid {owner_pid}) does not serve traces")
-        _say(f"the Kineto name is held by gpulens agent pid {owner_pid}; tracing through it")
+        link = connect_owner(args.ipc_socket_dir, default_download_dir())
+    except StreamError as err:
+        say(f"kineto endpoint busy: {busy}; and its control socket cannot be used: {err}")
+        return EXIT_FAILED
+    try:
+        kind = "agent pid" if _is_agent(held[0]) else "pid"
+        say(f"the Kineto name is held by gpulens {kind} {held[0]}; tracing through it")
+        if args.children:
+            from dataclasses import replace
+
+            pids = _children_via(link, link.address, req.pids)
+            if not pids:
+                return EXIT_FAILED
+            req = replace(req, pids=pids)
         return _trace_via(link, link.address, req, args.output)
     finally:
         link.close()
+
+
+def _children_via(agent: Requester, host: str, parents: tuple[int, ...]) -> tuple[int, ...]:
+    """Polling descendants of ``parents`` as the agent's ``trace_processes`` lists them."""
+    deadline = time.monotonic() + CHILDREN_WAIT_S
+    while True:
+        try:
+            res = agent.request(host, "trace_processes", {}, 5.0).result(timeout=6)
+        except Exception as err:
+            say(f"the agent cannot list its polling processes: {err}")
+            return ()
+        body = res.result if isinstance(res.result, dict) else {}
+        procs = [e for e in body.get("processes") or [] if isinstance(e, dict) and isinstance(e.get("pid"), int)]
+        found = {
+            p: (p,) if any(e["pid"] == p for e in procs)
+            else tuple(e["pid"] for e in procs if p in (e.get("ancestors") or []))
+            for p in parents
+        }
+        if all(found.values()) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    for p, kids in found.items():
+        if not kids:
+            say(f"process {p}: no polling descendants on {host}")
+    return _report_children(found)
+
+
+def _trace_remote(args: argparse.Namespace, req: TraceRequest, target: str) -> int:
+    """``--connect HOST:PORT`` / ``--ssh NODE``: through that host's agent stream."""
+    from dataclasses import replace
+
+    from gpulens.sources.stream.connect import open_agent
+    from gpulens.sources.tracing import default_download_dir
+
+    say(f"connecting to the agent at {target}")
+    src, address = open_agent(
+        target, token_file=args.token_file, ssh_command=args.ssh_command, download_dir=default_download_dir(),
+        tls_ca=getattr(args, "tls_ca", None),
+    )
+    try:
+        if args.children:
+            pids = _children_via(src, address, req.pids)
+            if not pids:
+                return EXIT_FAILED
+            req = replace(req, pids=pids)
+        return _trace_via(src, address, req, args.output)
+    finally:
+        src.stop()
 
 
 def _trace_via(agent: Requester, host: str, req: TraceRequest, output: str | None) -> int:
@@ -189,65 +349,40 @@ def _trace_via(agent: Requester, host: str, req: TraceRequest, output: str | Non
     from gpulens.sources.tracing import copy_trace, fetch_trace, new_tag, trace_wait_s
 
     def on_state(state: str, detail: str) -> None:
-        _say(f"{state}: {detail}")
+        say(f"{state}: {detail}")
 
     def on_silent(why: str) -> None:
-        _say(f"no progress reports from this agent ({why}); waiting for the trace")
+        say(f"no progress reports from this agent ({why}); waiting for the trace")
 
     try:
         got = fetch_trace(agent, host, req, new_tag(), on_state, on_silent)
     except RequestFailed as err:
-        _say(str(err))  # the agent's own sentence, e.g. "trace failed: 123: socket-dir mismatch: ..."
-        return 1
+        say(str(err))  # the agent's own sentence, e.g. "trace failed: 123: socket-dir mismatch: ..."
+        return EXIT_FAILED
     except TimeoutError:
-        _say(f"failed: the agent at {host} sent no trace within {trace_wait_s(req):.0f} s")
-        return 1
+        say(f"failed: the agent at {host} sent no trace within {trace_wait_s(req):.0f} s")
+        return EXIT_FAILED
     for pid_s, (name, path) in sorted(got.files.items()):
-        _say(f"received {name} ({path.stat().st_size} bytes)")
+        say(f"received {name} ({path.stat().st_size} bytes)")
         if output:
-            _say(f"writing {output}")
+            say(f"writing {output}")
             final = copy_trace(path, output, pid_s, got.named, owner_uid=os.geteuid())
             path.unlink(missing_ok=True)  # the download was only a staging copy
         else:
             final = str(path)
         print(f"{pid_s} {final}", flush=True)
+    for pid_s, note in sorted(got.notes.items()):
+        say(f"process {pid_s}: {note}")
     for pid_s, why in sorted(got.missing.items()):
-        _say(f"process {pid_s}: {why}")
-    _say("done" if not got.missing else "done, with processes missing")
-    return 0 if got.named and not got.missing else 1
+        say(f"process {pid_s}: {why}")
+    say("done" if not got.missing else "done, with processes missing")
+    return EXIT_OK if got.named and not got.missing else EXIT_FAILED
 
 
-def _wait_for_job(svc: LocalTraceService, job_id: int) -> None:
-    """Give the processes of ``job_id`` up to 15 s to poll (local path)."""
-    _say(f"waiting up to 15 s for processes of job {job_id} to poll")
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and not any(p.job_id == job_id for p in svc.processes()):
-        time.sleep(0.1)
-    time.sleep(1.0)  # let the other ranks of the job poll too
-
-
-def _squatter(pid: int) -> str | None:
-    """Why the holder ``pid`` of the Kineto name must not get our request (another non-root user), or None.
-
-    Root's request goes to root's processes only; a user's to their own or root's.
-    """
-    from gpulens.core.procfs import proc_uid
-    from gpulens.sources.stream.local_agent import trusted_peer
-
-    uid = proc_uid(pid)
-    if uid is None or trusted_peer(uid, os.geteuid()):
-        return None
-    return (
-        f"the Kineto name is held by pid {pid} of uid {uid}, not by a gpulens agent of yours or root's: "
-        "refusing to send it your request; it may be squatting"
-    )
-
-
-def _is_gpulens_agent(pid: int) -> bool:
-    """True when ``pid`` runs ``gpulens agent`` (its command line says so)."""
+def _is_agent(pid: int) -> bool:
+    """True when ``pid`` runs ``gpulens agent`` (else a TUI's or a trace command's in-process owner)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            argv = fh.read(65536).split(b"\0")
+            return b"agent" in fh.read(65536).split(b"\0")
     except OSError:
         return False
-    return any(b"gpulens" in a for a in argv[:3]) and b"agent" in argv

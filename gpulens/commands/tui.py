@@ -17,6 +17,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--slurm-job", metavar="ID", help="the nodes of a Slurm job, over ssh")
     g.add_argument("--prometheus", metavar="URL", help="read the cluster from a Prometheus server")
     g.add_argument("--prom-selector", metavar="SEL", help="extra label selector, e.g. '{cluster=\"a\"}'")
+    from gpulens.sources.prometheus.access import add_access_flags
+
+    add_access_flags(g)
     g.add_argument("--token-file", metavar="FILE", help="token for --connect to non-loopback agents")
     g.add_argument("--tls-ca", metavar="PEM", help="CA certificate that signed the agents' TLS certificates "
                    "(for --connect tls://HOST:PORT)")
@@ -24,6 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--interval", type=float, metavar="S", help="sampling interval in seconds")
     t.add_argument("--pattern", metavar="RE", help="job pattern (regex on the process-tree ID)")
     t.add_argument("--window", metavar="W", help="statistics window: 1m, 5m, 15m or 1h")
+    t.add_argument("--readonly", action="store_true",
+                   help="watch only: no action that changes anything (no signals to processes, no traces)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 
 from gpulens.core.procfs import PROC, loads_torch, may_trace, proc_environ, proc_uid
 from gpulens.ipc.kineto.endpoint import SOCKET_DIR_ENV, describe_address
+from gpulens.ipc.kineto.liveness import parent_pid
+from gpulens.ipc.kineto.registry import PollingProcess
+
+DESCENDANTS_SHOWN = 16
 
 
 def diagnose_pid(
@@ -17,6 +22,7 @@ def diagnose_pid(
     serving_dir: str | None,
     requester_uid: int,
     proc: Path = PROC,
+    pollers: Sequence[PollingProcess] = (),
 ) -> str | None:
     """None when ``pid`` can be traced; otherwise one line saying why, with the fix.
 
@@ -25,7 +31,11 @@ def diagnose_pid(
     (or the requester is root), sets ``KINETO_USE_DAEMON``, uses the same
     ``KINETO_IPC_SOCKET_DIR``, has PyTorch loaded, may create its client
     socket in that directory (a program of another uid needs it writable and
-    searchable by others, e.g. 1733), and polls.
+    searchable by others, e.g. 1733), and polls. ``pollers`` (the registry's
+    live entries) name what to trace instead: polling descendants of a pid
+    that polls nothing itself (a torchrun parent, a shell wrapper), or the
+    polling parent of a worker forked after PyTorch initialised (it never
+    polls: libkineto's poll thread is not copied by ``fork``).
     """
     uid = proc_uid(pid, proc)
     if uid is None:
@@ -34,6 +44,20 @@ def diagnose_pid(
         return f"process {pid} belongs to uid {uid}: only its owner or root can trace it"
     if polling:
         return None
+    descendants = [p.pid for p in pollers if pid in p.ancestors]
+    if descendants:
+        shown = ",".join(map(str, descendants[:DESCENDANTS_SHOWN]))
+        more = f" (and {len(descendants) - DESCENDANTS_SHOWN} more)" if len(descendants) > DESCENDANTS_SHOWN else ""
+        return (
+            f"process {pid} polls nothing itself, but its descendants do: {shown}{more}; trace those "
+            f"(gpulens trace --pid {shown}, or --pid {pid} --children)"
+        )
+    forked_from = _forked_from_poller(pid, pollers, proc)
+    if forked_from is not None:
+        return (
+            f"process {pid} was forked from process {forked_from} after PyTorch initialised: it never polls; "
+            f"use the parent (--pid {forked_from}), or the spawn start method"
+        )
     env = proc_environ(pid, proc)
     if env is None:
         return f"cannot read /proc/{pid}/environ: run gpulens as the process's owner"
@@ -83,3 +107,16 @@ def _socket_dir_closed_to(serving_dir: str | None, uid: int) -> str | None:
         f"the socket dir {serving_dir} has mode {stat.S_IMODE(st.st_mode):04o}: programs of uid {uid} "
         f"cannot create their client sockets there, so they never poll: chmod 1733 {serving_dir}"
     )
+
+
+def _forked_from_poller(pid: int, pollers: Sequence[PollingProcess], proc: Path) -> int | None:
+    """The polling parent of ``pid`` when ``pid`` is a plain fork of it (same command line, no exec)."""
+    parent = parent_pid(pid, proc)
+    if parent is None or not any(p.pid == parent for p in pollers):
+        return None
+    try:
+        mine = (proc / str(pid) / "cmdline").read_bytes()
+        theirs = (proc / str(parent) / "cmdline").read_bytes()
+    except OSError:
+        return None
+    return parent if mine and mine == theirs else None

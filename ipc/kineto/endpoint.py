@@ -162,7 +162,7 @@ class KinetoEndpoint:
             return None
         if not self._may_claim(msg.pids[0], uid, pid):
             return codec.encode_config_reply("")
-        entry = self.registry.record_poll(msg.pids, msg.job_id, uid)  # None: over a cap
+        entry = self.registry.record_poll(msg.pids, msg.job_id, uid, msg.config_type)  # None: over a cap
         if entry is not None:
             for listener in self._listeners:
                 try:

@@ -36,6 +36,8 @@ CTXT_MEMBERS_PER_GROUP = 128
 # start, not forever.
 CTXT_TTL_S = 3600.0
 SWEEP_EVERY_S = 1.0
+CONFIG_ACTIVITIES = 2
+"""The ``config_type`` bit a poll sets when its activity profiler can take a trace config."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +48,9 @@ class PollingProcess:
     between two polls (None after the first poll); ``uid`` comes from the
     kernel (SO_PASSCRED), None when the datagram carried no credentials.
     ``ancestors`` holds at most MAX_ANCESTORS pids, nearest first.
+    ``busy``: the last poll said the target's activity profiler is active
+    (libkineto clears the ACTIVITIES bit of ``config_type`` while a trace
+    runs or is written), so a trace config handed now would be dropped.
     """
 
     pid: int
@@ -56,6 +61,7 @@ class PollingProcess:
     last_poll_s: float
     polls: int = 1
     interval_s: float | None = None
+    busy: bool = False
 
     def expires_at(self, expiry_intervals: float, default_interval_s: float) -> float:
         """Monotonic time after which this process counts as gone."""
@@ -100,11 +106,16 @@ class Registry:
         with self._lock:
             return len(self._ctxt), sum(len(m) for m in self._ctxt.values())
 
-    def record_poll(self, pids: tuple[int, ...], job_id: int, uid: int | None) -> PollingProcess | None:
+    def record_poll(
+        self, pids: tuple[int, ...], job_id: int, uid: int | None, config_type: int = CONFIG_ACTIVITIES | 1
+    ) -> PollingProcess | None:
         """Note a ``req`` from ``pids[0]`` (ancestors follow); returns the updated entry.
 
-        None when a cap refused a pid not seen before (logged once per uid).
+        ``config_type`` is the poll's bit mask; without the ACTIVITIES bit the
+        target's profiler is busy. None when a cap refused a pid not seen
+        before (logged once per uid).
         """
+        busy = not config_type & CONFIG_ACTIVITIES
         now = self._clock()
         pid = pids[0]
         ancestors = tuple(pids[1 : 1 + MAX_ANCESTORS])
@@ -118,7 +129,7 @@ class Registry:
             if old is None:
                 if not self._room_for(uid, now):
                     return None
-                entry = PollingProcess(pid, ancestors, job_id, uid, now, now)
+                entry = PollingProcess(pid, ancestors, job_id, uid, now, now, busy=busy)
                 self._per_uid[uid] = self._per_uid.get(uid, 0) + 1
             else:
                 entry = replace(
@@ -128,6 +139,7 @@ class Registry:
                     last_poll_s=now,
                     polls=old.polls + 1,
                     interval_s=now - old.last_poll_s,
+                    busy=busy,
                 )
             self._procs[pid] = entry
             return entry

@@ -51,12 +51,15 @@ from gpulens.core.safefs import UnsafePath
 log = logging.getLogger(__name__)
 MAX_DURATION_MS = 10 * 60 * 1000
 MAX_ITERATIONS = 100_000
+ITERATION_FALLBACK_MS = 500
+"""Kineto traces this long instead of N iterations when the target has not stepped an optimizer."""
 TRACE_ROOT = Path("/tmp")
 KINETO_DEFAULT_DIR = Path("/tmp")  # libkineto's fallback: /tmp/libkineto_activities_<pid>.json
 TRACE_DIR_ENV = "KINETO_ONDEMAND_TRACE_DIR"
 # A trace the watcher accepts (and the sender may read): GPU traces reach a few GiB.
 MAX_TRACE_FILE_BYTES = 16 << 30
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+KEEP_MARKER = ".gpulens-tracing"
 _ids = itertools.count(1)
 
 
@@ -68,6 +71,10 @@ class TraceRequest:
     ``iterations``. ``warmup_s`` is Kineto's ``ACTIVITIES_WARMUP_PERIOD_SECS``
     (its default is 5 s; 0 suits CPU-only programs, GPU programs may want 1-2 s
     for CUPTI). ``timeout_s`` bounds the wait after the config is handed over.
+    ``start_time_ms``: a wall-clock start (ms since the epoch, Kineto's
+    ``PROFILE_START_TIME``) shared by every rank of a job so their windows
+    line up; None starts at once. It must lie a little in the future (at
+    least one poll interval) when the request is made.
     """
 
     pids: tuple[int, ...] = ()
@@ -81,6 +88,7 @@ class TraceRequest:
     profile_memory: bool = False
     warmup_s: float = 0.0
     timeout_s: float = 60.0
+    start_time_ms: int | None = None
 
     def validate(self) -> None:
         """Raises ValueError naming the field that is out of range."""
@@ -98,6 +106,11 @@ class TraceRequest:
             raise ValueError("warmup_s must be 0..300")
         if not 0 < self.timeout_s <= 3600:
             raise ValueError("timeout_s must be in (0, 3600]")
+        if self.start_time_ms is not None:
+            if self.iterations is not None:
+                raise ValueError("start_time_ms goes with duration_ms, not iterations")
+            if abs(self.start_time_ms / 1000 - time.time()) > 3600:
+                raise ValueError("start_time_ms must be within an hour of now (ms since the epoch)")
 
     def describe(self) -> str:
         """Short human form, e.g. ``500 ms`` or ``3 iterations``."""
@@ -107,8 +120,14 @@ class TraceRequest:
 
 
 class TraceState(enum.Enum):
-    """Life of one trace job, in order; FAILED can follow any state."""
+    """Life of one trace job, in order; FAILED can follow any state.
 
+    QUEUED: another trace of one of its processes is still running; this one
+    is handed over when that trace's file has landed (never sent to Kineto,
+    which would drop it while busy).
+    """
+
+    QUEUED = "queued"
     WAITING_FOR_POLL = "waiting for poll"
     TRACING = "tracing"
     WRITING = "writing"
@@ -122,7 +141,9 @@ class TraceResult:
 
     ``owners`` maps each pid of ``files`` to the uid its file must belong to
     (the target's, captured when the request was accepted): open the file
-    with :func:`open_trace_file` and that owner.
+    with :func:`open_trace_file` and that owner. ``notes``: per pid, what the
+    file holds when it is not what was asked (an iterations request that
+    Kineto turned into a duration trace).
     """
 
     request_id: str
@@ -130,6 +151,7 @@ class TraceResult:
     missing: dict[int, str] = field(default_factory=dict)
     elapsed_s: float = 0.0
     owners: dict[int, int] = field(default_factory=dict)
+    notes: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,6 +305,10 @@ def _adopt(parent_fd: int, parent: Path, name: str, target_uid: int) -> TraceOut
         st = os.fstat(fd)
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
             raise UnsafePath(f"{parent / name} was replaced while gpulens created it")
+        # Still ours (checked above): a fresh marker keeps gpulens' start-up pruning of
+        # /tmp/gpulens-<euid> (which removes empty directories) off a leaf Kineto has yet to write.
+        os.close(os.open(KEEP_MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                         dir_fd=fd))
         if target_uid != st.st_uid:
             os.fchown(fd, target_uid, -1)  # through the descriptor: never a path
         os.fchmod(fd, 0o700)
@@ -391,9 +417,12 @@ def config_text(req: TraceRequest, log: Path, request_id: str) -> str:
             "PROFILE_START_ITERATION=0",
             "PROFILE_START_ITERATION_ROUNDUP=1",
             f"ACTIVITIES_ITERATIONS={req.iterations}",
+            # What Kineto traces instead when the target never stepped an optimizer (said, not hidden).
+            f"ACTIVITIES_DURATION_MSECS={ITERATION_FALLBACK_MS}",
         ]
     else:
-        lines += ["PROFILE_START_TIME=0", f"ACTIVITIES_DURATION_MSECS={req.duration_ms}"]
+        start = req.start_time_ms if req.start_time_ms is not None else 0
+        lines += [f"PROFILE_START_TIME={start}", f"ACTIVITIES_DURATION_MSECS={req.duration_ms}"]
     lines.append(f"ACTIVITIES_WARMUP_PERIOD_SECS={round(req.warmup_s)}")
 
     def flag(v: bool) -> str:
@@ -437,7 +466,7 @@ def request_from_dict(d: Mapping[str, Any]) -> TraceRequest:
     if not isinstance(pids, (list, tuple)) or not all(isinstance(p, int) and not isinstance(p, bool) for p in pids):
         raise ValueError("pids: expected a list of integers")
     kw["pids"] = tuple(pids)
-    for key in ("job_id", "duration_ms", "iterations"):
+    for key in ("job_id", "duration_ms", "iterations", "start_time_ms"):
         if key in d:
             v = d[key]
             if v is not None and (not isinstance(v, int) or isinstance(v, bool)):

@@ -35,8 +35,9 @@ from gpulens.ipc.kineto.diagnose import diagnose_pid
 from gpulens.ipc.kineto.dynolog_rpc import DynologClient, listener_uid
 from gpulens.ipc.kineto.endpoint import KinetoEndpoint, holder_of, is_possible_squatter
 from gpulens.ipc.kineto.jobs import JobTable, PidTask
+from gpulens.ipc.kineto.liveness import identity
 from gpulens.ipc.kineto.protocol import JobListener
-from gpulens.ipc.kineto.registry import PollingProcess
+from gpulens.ipc.kineto.registry import CONFIG_ACTIVITIES, PollingProcess
 from gpulens.ipc.kineto.requests import (
     OutputPlanner,
     TraceJob,
@@ -45,6 +46,7 @@ from gpulens.ipc.kineto.requests import (
     config_text,
     new_request_id,
 )
+from gpulens.ipc.kineto.steps import shows_optimizer_steps
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +75,7 @@ class LocalTraceService:
         self._use_dynolog = use_dynolog
         self._dynolog_client = dynolog or DynologClient()
         self.dynolog: DynologClient | None = None
-        self._table = JobTable()
+        self._table = JobTable(inspect=shows_optimizer_steps)
         self._tick_s = tick_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -140,10 +142,20 @@ class LocalTraceService:
     def diagnose(self, pid: int) -> str | None:
         """None when ``pid`` can be traced now, else why not and the one-line fix."""
         # Under dynolog the registry is dynolog's: trust it rather than ours.
-        polling = True if self.dynolog is not None else pid in self.polling_pids()
+        live = [] if self.dynolog is not None else self.endpoint.registry.live()
+        polling = True if self.dynolog is not None else any(p.pid == pid for p in live)
         return diagnose_pid(
-            pid, polling=polling, serving_dir=self.socket_dir, requester_uid=self.requester_uid
+            pid, polling=polling, serving_dir=self.socket_dir, requester_uid=self.requester_uid,
+            pollers=live,
         )
+
+    def polling_descendants(self, pid: int) -> list[int]:
+        """Polling processes that descend from ``pid`` (a torchrun parent's ranks, a wrapper's child)."""
+        return [p.pid for p in self.endpoint.registry.live() if pid in p.ancestors]
+
+    def has_stepped(self, pid: int) -> bool | None:
+        """Did the last trace of ``pid`` show optimizer steps (None: no trace of it seen yet)."""
+        return self._table.stepped.get(pid)
 
     def jobs(self) -> list[TraceJob]:
         """Snapshots of every trace job of this service, oldest first."""
@@ -210,7 +222,8 @@ class LocalTraceService:
             return PidTask(pid=pid, config="", error=reason)
         # The owner is captured now: the file read back later must be this uid's.
         target_uid = proc_uid(pid)
-        if target_uid is None:
+        ident = identity(pid)
+        if target_uid is None or ident is None:
             return PidTask(pid=pid, config="", error=f"process {pid} is gone")
         try:
             out = planner.place(pid, target_uid, proc_environ(pid))
@@ -221,7 +234,8 @@ class LocalTraceService:
             pid=pid,
             config=config_text(req, out.log, request_id),
             output=out,
-            poll_deadline_s=now + max(3 * interval + 2, 12.0),
+            poll_grace_s=max(3 * interval + 2, 12.0),
+            ident=ident,
         )
 
     def _send_via_dynolog(self, request_id: str) -> None:
@@ -245,7 +259,8 @@ class LocalTraceService:
         show the sender is root or the polling process itself.
         """
         pid = getattr(msg, "pid", 0)
-        handed = self._table.hand_over(pid)
+        accepts = bool(getattr(msg, "config_type", CONFIG_ACTIVITIES) & CONFIG_ACTIVITIES)
+        handed = self._table.hand_over(pid, accepts)
         if handed is None:
             return ""
         self._table.notify(handed[1])

@@ -29,7 +29,7 @@ from gpulens.core.model import (
     StorageSample,
 )
 from gpulens.core.sanitize import check_sample, clean_text
-from gpulens.ipc.prom_names import MetricMap, gpu_of, host_of
+from gpulens.ipc.prom_names import MetricMap, gpu_of, host_of, throttle_names
 
 Answer = Iterable[tuple[Mapping[str, str], float]]
 MAX_HOSTS = 4096
@@ -45,10 +45,13 @@ _GPU_FIELDS = (
     "power_w", "temperature_c", "sm_clock_mhz", "mem_clock_mhz", "power_limit_w",
     "pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s", "nvlink_rx_bytes_per_s",
     "nvlink_tx_bytes_per_s", "ecc_corrected", "ecc_uncorrected", "sm_activity_percent",
-    "sm_occupancy_percent", "dram_bw_util_percent",
+    "sm_occupancy_percent", "dram_bw_util_percent", "tensor_active_percent", "energy_joules",
 )
 _GPU_SET = frozenset(_GPU_FIELDS)
 _DOTTED = {name: f"gpu.{name}" for name in _GPU_FIELDS}
+SM_FROM_GR = ("DCGM_FI_PROF_SM_ACTIVE not exported (it is off in dcgm-exporter's default counters); "
+              "GPU util shows DCGM_FI_PROF_GR_ENGINE_ACTIVE instead (time the graphics/compute engine was active)")
+NVLINK_TOTAL_ONLY = "dcgm-exporter gives only received + sent together (DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL)"
 
 
 @dataclass
@@ -59,6 +62,7 @@ class _Gpu:
     unavailable: dict[str, str] = field(default_factory=dict)
     throttle: set[str] = field(default_factory=set)
     processes: dict[int, int] = field(default_factory=dict)
+    xids: set[int] = field(default_factory=set)
 
 
 @dataclass
@@ -108,10 +112,17 @@ def _apply(hosts: dict[str, _Host], row: MetricMap, scope: str, labels: Mapping[
         g = h.gpus.get(ident[0])
         if g is None:
             g = h.gpus[ident[0]] = _Gpu()
-        g.uuid = g.uuid or ident[1]
-        g.name = g.name or labels.get("name") or labels.get("modelName") or ""
+        if not row.windowed:  # ids come from instant rows only, so the order of passes cannot change them
+            g.uuid = g.uuid or ident[1]
+            g.name = g.name or labels.get("name") or labels.get("modelName") or ""
         if row.field == "gpu.throttle_reasons":
             g.throttle.add(labels.get("reason", "?"))
+        elif row.field == "gpu.throttle_mask":
+            g.throttle.update(throttle_names(value))
+        elif row.field == "gpu.xid_events":
+            code = labels.get("code", "")
+            if code.isdigit() and len(code) <= 10:
+                g.xids.add(int(code))
         elif row.field == "gpu.processes":
             pid = labels.get("pid", "")
             if pid.isdigit() and len(pid) <= 10:
@@ -131,7 +142,7 @@ def _apply(hosts: dict[str, _Host], row: MetricMap, scope: str, labels: Mapping[
             j.values.setdefault(row.field[4:], value)
 
 
-_SPECIAL = {"host.unavailable", "gpu.throttle_reasons", "gpu.processes"}
+_SPECIAL = {"host.unavailable", "gpu.throttle_reasons", "gpu.throttle_mask", "gpu.xid_events", "gpu.processes"}
 
 
 _INDEX = {str(i): i for i in range(256)}
@@ -158,7 +169,8 @@ def _apply_plain(
             h.values.setdefault(key, value)
         return
     key = row.field[4:]
-    ids = row.family != "gpulens" or row.field == "gpu.info"  # gpulens: ids only on gpu_info
+    # gpulens: ids only on gpu_info; windowed rows never (see _apply)
+    ids = (row.family != "gpulens" or row.field == "gpu.info") and not row.windowed
     index = _INDEX.get
     for labels, value in answer:
         host = labels.get("host") or host_of(labels)
@@ -183,19 +195,38 @@ def _apply_plain(
             g.values.setdefault(key, value)
 
 
-def _apply_rows(hosts: dict[str, _Host], answers: Iterable[tuple[MetricMap, Answer]],
-                only: set[str] | None = None) -> None:
-    for row, answer in answers:
-        scope = row.scope
-        if scope != "job" and row.field not in _SPECIAL:
-            _apply_plain(hosts, row, answer, only)
-        elif only is None:
-            for labels, value in answer:
+def _apply_row(hosts: dict[str, _Host], row: MetricMap, answer: Answer, only: set[str] | None) -> None:
+    scope = row.scope
+    if scope != "job" and row.field not in _SPECIAL:
+        _apply_plain(hosts, row, answer, only)
+    elif only is None:
+        for labels, value in answer:
+            _apply(hosts, row, scope, labels, value)
+    else:
+        for labels, value in answer:
+            if host_of(labels) in only:
                 _apply(hosts, row, scope, labels, value)
+
+
+def _apply_rows(hosts: dict[str, _Host], answers: Iterable[tuple[MetricMap, Answer]],
+                only: set[str] | None = None, windowed_anywhere: bool = False) -> set[str]:
+    """Apply instant rows, then windowed ones (``rate()``, ``increase()``), each in table order.
+
+    A windowed row still answers for a target that is gone (its range holds the
+    old points for a whole window), so it only adds to hosts an instant row
+    named, unless ``windowed_anywhere``. Returns the hosts instant rows named.
+    """
+    windowed = []
+    for row, answer in answers:
+        if row.windowed:
+            windowed.append((row, answer))
         else:
-            for labels, value in answer:
-                if host_of(labels) in only:
-                    _apply(hosts, row, scope, labels, value)
+            _apply_row(hosts, row, answer, only)
+    instant = set(hosts)
+    limit = None if windowed_anywhere else (instant if only is None else only)
+    for row, answer in windowed:
+        _apply_row(hosts, row, answer, limit)
+    return instant
 
 
 class Digest:
@@ -203,21 +234,30 @@ class Digest:
     that the polls in between merge ~10,000 small maps instead of re-reading
     ~100,000 series (see :func:`digest`)."""
 
-    __slots__ = ("hosts",)
+    __slots__ = ("adds_hosts", "hosts", "instant_hosts")
 
-    def __init__(self, hosts: dict[str, _Host]) -> None:
+    def __init__(self, hosts: dict[str, _Host], adds_hosts: bool = False,
+                 instant_hosts: frozenset[str] = frozenset()) -> None:
         self.hosts = hosts
+        self.adds_hosts = adds_hosts
+        self.instant_hosts = instant_hosts
+        """The hosts instant rows named: the ones ``adds_hosts`` may add."""
 
 
-def digest(answers: Iterable[tuple[MetricMap, Answer]]) -> Digest:
+def digest(answers: Iterable[tuple[MetricMap, Answer]], adds_hosts: bool = False) -> Digest:
     """Pre-apply cached answers (rows in table order) for :func:`assemble`'s ``digests``.
+
+    ``adds_hosts``: the hosts of these answers are hosts of the samples even
+    when the fresh answers do not name them (a dcgm-exporter host whose GPUs
+    report only host-screen details, as in Datadog's scrape). For answers
+    re-read every few polls, so a host that vanished lives on only until then.
 
     Raises:
         PrometheusError: the answers name more than :data:`MAX_HOSTS` hosts.
     """
     hosts: dict[str, _Host] = {}
-    _apply_rows(hosts, answers)
-    return Digest(hosts)
+    instant = _apply_rows(hosts, answers, windowed_anywhere=True)  # for hosts the fresh answers name
+    return Digest(hosts, adds_hosts, frozenset(instant))
 
 
 def _merge(h: _Host, c: _Host) -> None:
@@ -243,6 +283,8 @@ def _merge(h: _Host, c: _Host) -> None:
             g.throttle |= cg.throttle
         if cg.processes:
             g.processes = {**cg.processes, **g.processes}
+        if cg.xids:
+            g.xids |= cg.xids
     for pid, cj in c.jobs.items():
         j = h.jobs.get(pid)
         if j is None:
@@ -277,17 +319,26 @@ def _gpu_sample(index: int, g: _Gpu, skipped: Mapping[str, str]) -> GpuSample:
         if name not in unavailable:
             unavailable[name] = skipped.get(_DOTTED[name], MISSING) if skipped else MISSING
     xid = get("xid_last")
+    util, gr = get("utilization_percent"), get("gr_engine_active_percent")
+    if gr is not None and "sm_activity_percent" not in got:
+        util = gr
+        unavailable["sm_activity_percent"] = SM_FROM_GR
+    nvlink = get("nvlink_total_bytes_per_s")
+    if nvlink is not None and "nvlink_rx_bytes_per_s" not in got:
+        unavailable["nvlink_rx_bytes_per_s"] = unavailable["nvlink_tx_bytes_per_s"] = NVLINK_TOTAL_ONLY
+    xids = tuple(sorted(g.xids)) if g.xids else ((round(xid),) if xid else ())
     return GpuSample(
-        index, g.name, g.uuid, get("utilization_percent"), get("memory_utilization_percent"),
+        index, g.name, g.uuid, util, get("memory_utilization_percent"),
         _opt_int(get("mem_used_bytes")), _opt_int(get("mem_total_bytes")), get("power_w"),
         get("power_limit_w"), get("temperature_c"), _opt_int(get("sm_clock_mhz")),
         _opt_int(get("mem_clock_mhz")), get("pcie_rx_bytes_per_s"), get("pcie_tx_bytes_per_s"),
         get("nvlink_rx_bytes_per_s"), get("nvlink_tx_bytes_per_s"), _opt_int(get("ecc_corrected")),
-        _opt_int(get("ecc_uncorrected")), (round(xid),) if xid else (),
+        _opt_int(get("ecc_uncorrected")), xids,
         tuple(sorted(g.throttle)) if g.throttle else (), get("sm_activity_percent"),
         get("sm_occupancy_percent"), get("dram_bw_util_percent"),
         tuple(GpuProcess(pid, used) for pid, used in sorted(g.processes.items())) if g.processes else (),
-        unavailable,
+        unavailable, tensor_active_percent=get("tensor_active_percent"), nvlink_total_bytes_per_s=nvlink,
+        energy_joules=get("energy_joules"),
     )
 
 
@@ -345,7 +396,7 @@ def assemble(
     ``extra`` (cached answers of rarely changing fields) and ``digests`` (the
     same, pre-applied by :func:`digest`; merged after ``extra``) only add to
     hosts the ``answers`` found, so a host that vanished does not live on in a
-    cache. ``skipped`` gives the reason for fields deliberately not queried
+    cache, except digests made with ``adds_hosts``. ``skipped`` gives the reason for fields deliberately not queried
     (dotted field -> reason), instead of "no series in Prometheus".
 
     Raises:
@@ -358,6 +409,8 @@ def assemble(
     for d in digests:
         for name, c in d.hosts.items():
             h = hosts.get(name)
+            if h is None and d.adds_hosts and name in d.instant_hosts:
+                h = _new_host(hosts, name)
             if h is not None:
                 _merge(h, c)
     why = skipped or {}

@@ -18,9 +18,7 @@ PromQL, ...) one of kind ``query`` carrying Prometheus' message verbatim.
 
 from __future__ import annotations
 
-import functools
 import http.client
-import io
 import itertools
 import json
 import math
@@ -35,7 +33,9 @@ from typing import Any
 
 import msgspec
 
-from gpulens.core.errors import PrometheusError
+from gpulens.core.errors import ConfigError, PrometheusError
+from gpulens.sources.prometheus.access import PromAccess, with_url_credentials
+from gpulens.sources.prometheus.deadline import DeadlineHTTPHandler, DeadlineHTTPSHandler
 
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 MAX_SERIES = 500_000
@@ -271,104 +271,34 @@ def parse_answer(body: bytes, result_type: str) -> list[Series]:
     return out
 
 
-def _left(deadline: float) -> float:
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise TimeoutError("deadline passed")
-    return left
-
-
-class _DeadlineIO(socket.SocketIO):
-    """Socket reads that end at a monotonic deadline: each ``recv`` waits only for the time left."""
-
-    def __init__(self, sock: socket.socket, deadline: float) -> None:
-        super().__init__(sock, "rb")
-        sock._io_refs += 1  # type: ignore[attr-defined]  # as socket.makefile() does: close() waits for us
-        self._timed = sock
-        self._deadline = deadline
-
-    def readinto(self, b: Any) -> int:
-        self._timed.settimeout(_left(self._deadline))
-        n: int = super().readinto(b)  # type: ignore[assignment]
-        return n
-
-
-class _DeadlineSocket:
-    """The connection's socket as http.client sees it: sends and reads bounded by the deadline."""
-
-    def __init__(self, sock: socket.socket, deadline: float) -> None:
-        self._sock = sock
-        self._deadline = deadline
-
-    def makefile(self, mode: str, *args: Any, **kwargs: Any) -> io.BufferedReader:
-        return io.BufferedReader(_DeadlineIO(self._sock, self._deadline))
-
-    def sendall(self, data: Any) -> None:
-        self._sock.settimeout(_left(self._deadline))
-        self._sock.sendall(data)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._sock, name)
-
-
-class _HTTPConnection(http.client.HTTPConnection):
-    def __init__(self, host: str, *, deadline: float, **kwargs: Any) -> None:
-        super().__init__(host, **kwargs)
-        self.deadline = deadline
-
-    def connect(self) -> None:
-        self.timeout = _left(self.deadline)  # the TCP connect waits only for the time left
-        super().connect()
-        self.sock = _DeadlineSocket(self.sock, self.deadline)
-
-
-class _HTTPSConnection(http.client.HTTPSConnection):
-    def __init__(self, host: str, *, deadline: float, **kwargs: Any) -> None:
-        super().__init__(host, **kwargs)
-        self.deadline = deadline
-
-    def connect(self) -> None:
-        # CPython applies a socket's timeout to the whole TLS handshake, not to each read.
-        self.timeout = _left(self.deadline)
-        super().connect()
-        self.sock = _DeadlineSocket(self.sock, self.deadline)
-
-
-class _HTTPHandler(urllib.request.HTTPHandler):
-    def __init__(self, deadline: float) -> None:
-        super().__init__()
-        self._deadline = deadline
-
-    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(functools.partial(_HTTPConnection, deadline=self._deadline), req)
-
-
-class _HTTPSHandler(urllib.request.HTTPSHandler):
-    def __init__(self, deadline: float) -> None:
-        super().__init__()
-        self._deadline = deadline
-
-    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        # No context given: HTTPSConnection makes the default, verifying one.
-        return self.do_open(functools.partial(_HTTPSConnection, deadline=self._deadline), req)
-
-
 class PromClient:
     """GET requests to one Prometheus server, bounded in time and size."""
 
-    def __init__(self, url: str, timeout_s: float = 5.0, max_bytes: int = MAX_RESPONSE_BYTES) -> None:
-        """``url`` is the server's base (``http://host:9090``); ``timeout_s`` bounds each
-        whole answer (connect, headers, body), ``max_bytes`` its body.
+    def __init__(self, url: str, timeout_s: float = 5.0, max_bytes: int = MAX_RESPONSE_BYTES,
+                 access: PromAccess | None = None) -> None:
+        """``url`` is the server's base (``http://host:9090``, ``http://user:password@host:9090``);
+        ``timeout_s`` bounds each whole answer (connect, headers, body), ``max_bytes`` its
+        body; ``access`` gives credentials, a CA file and extra headers. A user and password
+        in the URL are taken out of it: :attr:`url` is safe to show.
 
         Raises:
-            ValueError: a URL that is not http(s)://host[:port][/path].
+            ValueError: a URL that is not http(s)://host[:port][/path] (the message
+                never repeats a password).
+            ConfigError: a CA file that cannot be used.
         """
-        parts = urllib.parse.urlsplit(url)
+        clean, self._access = with_url_credentials(access or PromAccess(), url)
+        parts = urllib.parse.urlsplit(clean)
         if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError(f"not an http(s) URL: {url!r} (expected e.g. http://prometheus:9090)")
-        self.url = url.rstrip("/")
+            raise ValueError(f"not an http(s) URL: {clean!r} (expected e.g. http://prometheus:9090)")
+        self.url = clean.rstrip("/")
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
+        self._ssl = self._access.ssl_context()
+
+    @property
+    def access(self) -> PromAccess:
+        """The credentials in use (their ``repr`` hides the password)."""
+        return self._access
 
     def _get(self, path: str, params: dict[str, str], deadline: float | None = None) -> bytes:
         start = time.monotonic()
@@ -377,8 +307,13 @@ class PromClient:
         if end <= start:
             raise slow
         full = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
-        req = urllib.request.Request(full, headers={"Accept": "application/json", "Accept-Encoding": "identity"})
-        opener = urllib.request.build_opener(_HTTPHandler(end), _HTTPSHandler(end))
+        try:  # read at each request, as Prometheus does: a rotated token is picked up
+            creds = self._access.request_headers()
+        except ConfigError as err:
+            raise PrometheusError("auth", str(err)) from None
+        headers = {**creds, "Accept": "application/json", "Accept-Encoding": "identity"}
+        req = urllib.request.Request(full, headers=headers)
+        opener = urllib.request.build_opener(DeadlineHTTPHandler(end), DeadlineHTTPSHandler(end, self._ssl))
         try:
             with opener.open(req, timeout=end - start) as resp:
                 return self._read(resp, slow)
@@ -386,6 +321,11 @@ class PromClient:
             body = self._read(err, slow)
             if err.code in (400, 422, 503) and body.lstrip().startswith(b"{"):
                 return body  # Prometheus' JSON error, decoded by the caller
+            if err.code in (401, 403):
+                raise PrometheusError("auth", f"Prometheus refused access: HTTP {err.code} {err.reason} ("
+                                      f"{'credentials rejected' if 'Authorization' in creds else 'no credentials sent'}; "
+                                      "--prom-bearer-token-file, --prom-user/--prom-password-file or "
+                                      "[prometheus] in config.toml)") from None
             raise PrometheusError("garbage", f"Prometheus answered HTTP {err.code} {err.reason}") from err
         except TimeoutError as err:
             raise slow from err

@@ -25,6 +25,7 @@ from gpulens.core.errors import ConfigError, PrometheusError
 from gpulens.core.events import Emit, HostStatusEvent, PanelData, SampleEvent, SourceStatusEvent
 from gpulens.core.model import HostSample
 from gpulens.ipc.prom_names import MetricMap, escape_label_value, parse_selector, rows_for
+from gpulens.sources.prometheus.access import PromAccess, access_from, check_files
 from gpulens.sources.prometheus.assemble import Answer, Digest, assemble, digest
 from gpulens.sources.prometheus.client import MAX_RESPONSE_BYTES, PromClient, Series, Vector
 
@@ -81,8 +82,12 @@ class PrometheusSource:
         workers: int = 4,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
         poll_timeout_s: float | None = None,
+        access: PromAccess | None = None,
     ) -> None:
-        """``cfg`` is a gpulens Config (``interval_s``, ``window`` are read).
+        """``cfg`` is a gpulens Config (``interval_s``, ``window`` and ``prometheus`` are read).
+
+        ``access``: credentials, CA file and extra headers (default: config.toml's
+        ``[prometheus]``); a user and password in ``url`` win and are never shown.
 
         ``timeout_s`` bounds each whole answer (connect to last byte);
         ``poll_timeout_s`` (default ``2 * timeout_s``) bounds one poll, the
@@ -99,10 +104,12 @@ class PrometheusSource:
             ConfigError: a URL or selector that cannot be used.
         """
         try:
-            self._client = PromClient(url, timeout_s=timeout_s, max_bytes=max_response_bytes)
+            self._client = PromClient(url, timeout_s=timeout_s, max_bytes=max_response_bytes,
+                                      access=access if access is not None else access_from(None, cfg))
+            check_files(self._client.access)  # a missing token file: one line at start, not a down host
             self._sel = parse_selector(selector)
         except ValueError as err:
-            raise ConfigError(f"--prometheus/--prom-selector: {err}") from err
+            raise ConfigError(f"--prometheus/--prom-selector: {err}") from None
         interval = float(getattr(cfg, "interval_s", 1.0))
         self.step_s = step_s if step_s is not None else max(interval, 5.0)
         self.rate_window_s = rate_window_s if rate_window_s is not None else max(60.0, 4 * self.step_s)
@@ -198,7 +205,8 @@ class PrometheusSource:
             for tier in ("detail", "static"):
                 if tier in due:
                     fresh = [a for a in answers if a[0].tier == tier]
-                    self._cache[tier] = (tuple(a[0] for a in fresh), digest(fresh), now)
+                    # detail answers are re-read every few polls: hosts found only there are hosts
+                    self._cache[tier] = (tuple(a[0] for a in fresh), digest(fresh, tier == "detail"), now)
                 elif tier in self._cache:
                     digests.append(self._cache[tier][1])
             return assemble(answers, at, skipped=skipped, digests=digests)

@@ -27,6 +27,7 @@ def open_agent(
     ssh_command: str | None = None,
     download_dir: Path | None = None,
     wait_s: float = AGENT_WAIT_S,
+    tls_ca: str | None = None,
 ) -> tuple[StreamSource, str]:
     """A started StreamSource connected to ``host``'s agent, and the address to send requests to.
 
@@ -54,7 +55,10 @@ def open_agent(
     if target.tls:
         import ssl
 
-        ssl_context = ssl.create_default_context()
+        try:  # --tls-ca: the CA that signed the agent's certificate (else the system's)
+            ssl_context = ssl.create_default_context(cafile=tls_ca)
+        except (OSError, ssl.SSLError) as err:
+            raise ConfigError(f"--tls-ca {tls_ca}: cannot load the CA file: {err}") from err
     settled = threading.Event()
     outcome: list[str] = []
 

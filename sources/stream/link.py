@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from gpulens.core.dirs import cache_dir
 from gpulens.core.errors import SchemaError
 from gpulens.core.events import Emit, HostStatusEvent, SampleEvent
 from gpulens.core.model import HostSample
@@ -102,7 +103,7 @@ class LinkOptions:
     """Silence after which an agent is taken for gone (at least 10 of its intervals)."""
     initial_history_s: float = 0.0
     download_dir: Path | None = None
-    """Where files that requests bring back are saved (None: ``~/.cache/gpulens/downloads``)."""
+    """Where files that requests bring back are saved (None: ``$XDG_CACHE_HOME/gpulens/downloads``)."""
     download_prefix: str | None = None
     """The saved files' name prefix (None: the agent's host name)."""
 
@@ -273,7 +274,7 @@ class HostLink:
         if since is None and self.opt.initial_history_s > 0:
             since = time.time() - self.opt.initial_history_s
         chan.send(stream.encode(stream.Hello(proto=stream.PROTOCOL_VERSION, role="viewer", since=since)))
-        download_dir = self.opt.download_dir or Path.home() / ".cache" / "gpulens" / "downloads"
+        download_dir = self.opt.download_dir or cache_dir() / "downloads"
         self._requests = RequestTable(chan.send, download_dir, self.opt.download_prefix or host)
         self.up = True
         if self.on_host is not None:

@@ -44,9 +44,9 @@ def test_gpulens_in_tmux(gpulens_exe: str, tmp_path: Path) -> None:
         line = next(ln for ln in screen.splitlines() if host[:12] in ln and "%" in ln)
         assert any(tok.endswith("%") and tok[:-1].replace(".", "").isdigit() for tok in line.split())
         _tmux(sock, "send-keys", "-t", pane, "Enter")
-        _wait_for(sock, pane, lambda s: "CPU Utilization" in s and f"Overview › {host[:12]}" in s)
+        _wait_for(sock, pane, lambda s: "Utilization" in s and f"Overview › {host[:12]}" in s)
         _tmux(sock, "send-keys", "-t", pane, "Escape")
-        _wait_for(sock, pane, lambda s: "CPU Utilization" not in s and "Hosts" in s)
+        _wait_for(sock, pane, lambda s: "Utilization" not in s and "Hosts" in s)
         _tmux(sock, "send-keys", "-t", pane, "q")
         deadline = time.monotonic() + 15
         while not status.exists() and time.monotonic() < deadline:
@@ -98,11 +98,49 @@ def test_fast_typing_and_resize_in_a_real_terminal(gpulens_exe: str, tmp_path: P
         _wait_for(sock, pane, lambda s: "gpu-node01" in s and "4711" in s)
         _tmux(sock, "send-keys", "-t", pane, "/node12")
         _wait_for(sock, pane, lambda s: "filter 'node12'" in s)  # no key went to the table
-        _tmux(sock, "send-keys", "-t", pane, "Enter", "s")
+        _tmux(sock, "send-keys", "-t", pane, "Enter", "G")  # shift+g: the GPUs column
         screen = _wait_for(sock, pane, lambda s: "sort GPUs ↑ · filter 'node12'" in s)
         assert "Runtime" in screen  # the jobs header fits at 80 columns
         _tmux(sock, "resize-window", "-t", "t", "-x", "160", "-y", "45")
         _wait_for(sock, pane, lambda s: "keys u a g w t" in s and "gpu-node12" in s)
+        _tmux(sock, "send-keys", "-t", pane, "q")
+        deadline = time.monotonic() + 15
+        while not status.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert status.read_text().strip() == "0"
+    finally:
+        _tmux(sock, "kill-server")
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_replay_scrubs_on_its_own_clock_and_reaches_a_job(gpulens_exe: str, tmp_path: Path) -> None:
+    """A recording replays from its start: space pauses, → seeks, ] speeds up, :job opens a job, q quits."""
+    sock = f"gpulens-test-{uuid.uuid4().hex[:8]}"
+    rec = tmp_path / "demo.gpulens"
+    status = tmp_path / "exit"
+    cmd = f"{gpulens_exe} --demo --record {rec}; echo $? > {status}; sleep 30"
+    _tmux(sock, "new-session", "-d", "-s", "t", "-x", "160", "-y", "45", cmd)
+    pane = "t:0.0"
+    try:
+        _wait_for(sock, pane, lambda s: "SIMULATED" in s and "gpu-node01" in s)
+        time.sleep(1.5)
+        _tmux(sock, "send-keys", "-t", pane, "q")
+        deadline = time.monotonic() + 15
+        while not status.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        status.unlink()
+        bad = subprocess.run([gpulens_exe, "--replay", str(tmp_path)], capture_output=True, text=True, timeout=30)
+        assert bad.returncode != 0 and "is a directory" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+        cmd = f"{gpulens_exe} --replay {rec}; echo $? > {status}; sleep 30"
+        _tmux(sock, "new-window", "-t", "t", cmd)
+        pane = "t:1.0"
+        _wait_for(sock, pane, lambda s: "▶ 1x" in s and "gpu-node01" in s)
+        _tmux(sock, "send-keys", "-t", pane, "Space")
+        _wait_for(sock, pane, lambda s: "❚❚ 1x" in s)
+        _tmux(sock, "send-keys", "-t", pane, "]", "]")
+        _wait_for(sock, pane, lambda s: "❚❚ 4x" in s)
+        _tmux(sock, "send-keys", "-t", pane, ":job 4711", "Enter")
+        _wait_for(sock, pane, lambda s: "job 4711" in s.splitlines()[0] and "❚❚ 4x" in s)
         _tmux(sock, "send-keys", "-t", pane, "q")
         deadline = time.monotonic() + 15
         while not status.exists() and time.monotonic() < deadline:

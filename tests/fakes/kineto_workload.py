@@ -1,7 +1,10 @@
 """A small PyTorch training loop for the Kineto end-to-end tests (run as a script).
 
 Runs until killed (or --seconds elapse), printing READY once torch is
-imported and the first step is done. Started by the tests with
+imported and the first step is done. ``--no-step`` never calls
+``optimizer.step()`` (Kineto then cannot count iterations);
+``--fork-worker`` forks a child after torch is initialised (like a
+DataLoader worker under the fork start method) and prints ``WORKER <pid>``. Started by the tests with
 KINETO_USE_DAEMON=1 so libkineto polls the gpulens endpoint.
 """
 
@@ -17,6 +20,8 @@ import torch
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--no-step", action="store_true")
+    parser.add_argument("--fork-worker", action="store_true")
     args = parser.parse_args()
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
@@ -29,12 +34,28 @@ def main() -> int:
         opt.zero_grad()
         loss = torch.nn.functional.cross_entropy(model(x), y)
         loss.backward()
-        opt.step()
+        if not args.no_step:
+            opt.step()
         if first:
+            if args.fork_worker:
+                _fork_worker(args.seconds)
             print("READY", flush=True)
             first = False
         time.sleep(0.002)  # leave CPU for the other processes on a shared machine
     return 0
+
+
+def _fork_worker(seconds: float) -> None:
+    import os
+
+    child = os.fork()
+    if child == 0:  # a worker that computes on its own and never polls
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            torch.ones(8).sum()
+            time.sleep(0.05)
+        os._exit(0)
+    print(f"WORKER {child}", flush=True)
 
 
 if __name__ == "__main__":

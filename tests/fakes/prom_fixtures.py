@@ -119,12 +119,37 @@ def start_prometheus(tmp: Path, jobs: dict[str, list[str]], extra: str = "", int
     raise AssertionError(f"prometheus not ready in 30 s: {log.read_text()[-2000:]}")
 
 
-def synthetic_sample(host: str, k: int = 1, jobs: bool = True) -> Any:
+T0 = 1_700_000_000.0
+"""When the synthetic host's kernel counters were 0 (its "boot")."""
+
+
+def ticking(host: str, k: int = 1, jobs: bool = True) -> Any:
+    """A ``latest()`` for serve_metrics: the synthetic host's sample at the current time."""
+    return lambda: synthetic_sample(host, k, jobs, t=time.time())
+
+
+def synthetic_cpu_times(k: int = 1, t: float = T0 + 100.0) -> Any:
+    """The synthetic host's two CPUs' kernel counters at ``t`` (both 12.5 k % busy since T0)."""
+    from gpulens.core.model import CpuTimes
+
+    up, busy = t - T0, 0.125 * k
+    times = CpuTimes(user=busy * up * 0.75, nice=0.0, system=busy * up * 0.25, idle=(1 - busy) * up)
+    return (times, times)
+
+
+def synthetic_sample(host: str, k: int = 1, jobs: bool = True, t: float = T0 + 100.0) -> Any:
     """A HostSample with exact, distinct values (k varies them per host); some
-    fields None with reasons so absence can be checked."""
+    fields None with reasons so absence can be checked.
+
+    Its kernel counters are those of a host that ran at the sample's rates
+    since :data:`T0`: at time ``t`` network and disk counters equal rate x
+    (t - T0), so ``rate()`` over any window of samples taken at different
+    ``t`` is the rate, exactly (:func:`synthetic_cpu_times` gives its CPU counters).
+    """
     from gpulens.core.model import (
         CacheSample,
         CpuSample,
+        DiskIo,
         GpuProcess,
         GpuSample,
         HostSample,
@@ -155,14 +180,18 @@ def synthetic_sample(host: str, k: int = 1, jobs: bool = True) -> Any:
                 user="alice", start_time=1_700_000_000.0 + k, cpu_percent=150.0, rss_bytes=2 * 1024**3,
                 gpu_mem_bytes={"0": 512 * 1048576}, job_key="slurm-77"),
     ) if jobs else ()
+    up = t - T0
     return HostSample(
-        host=host, time=1_700_000_100.0,
-        cpu=CpuSample(total_percent=12.5 * k, per_core_percent=(10.0, 20.0), load_avg_1m=0.75, count=2),
+        host=host, time=t,
+        cpu=CpuSample(total_percent=12.5 * k, per_core_percent=(12.5 * k, 12.5 * k), load_avg_1m=0.75, count=2),
         memory=MemorySample(total_bytes=64 * 1024**3, used_bytes=(8 + k) * 1024**3,
                             available_bytes=(56 - k) * 1024**3, swap_used_bytes=None),
         network=NetworkSample(rx_bytes_per_s=1000.0 * k, tx_bytes_per_s=2000.0 * k,
-                              interfaces=(NetInterface("eth0", 1000.0 * k, 2000.0 * k),)),
-        storage=StorageSample(read_bytes_per_s=4096.0, write_bytes_per_s=8192.0 * k),
+                              interfaces=(NetInterface("eth0", 1000.0 * k, 2000.0 * k,
+                                                       rx_bytes=round(1000 * k * up), tx_bytes=round(2000 * k * up)),)),
+        storage=StorageSample(read_bytes_per_s=4096.0, write_bytes_per_s=8192.0 * k,
+                              disks=(DiskIo("nvme0n1", 4096.0, 8192.0 * k,
+                                            read_bytes=round(4096 * up), write_bytes=round(8192 * k * up)),)),
         cache=CacheSample(l2_hit_ratio=None, l3_hit_ratio=None, mem_bandwidth_bytes_per_s=None),
         gpus=gpus, jobs=job_list,
         unavailable={"cache.l2_hit_ratio": "perf_event_open: ENOENT (no hardware counters)",

@@ -161,6 +161,7 @@ class FakeContext:
         self.cfg = Config()
         self.window = "5m"
         self.paused = False
+        self.readonly = False
         self.hostname = hostname
         self.trace_service = trace_service
         self.trace_error: str | None = None

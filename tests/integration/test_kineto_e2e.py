@@ -222,6 +222,6 @@ def test_endpoint_busy_names_the_holder(short_dir: Path) -> None:
              "--ipc-socket-dir", str(short_dir)],
             capture_output=True, text=True, timeout=60,
         )
-        assert res.returncode == 2 and "already taken by" in res.stderr
+        assert res.returncode == 1 and "already taken by" in res.stderr
     finally:
         ep.stop()

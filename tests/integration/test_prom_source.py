@@ -19,7 +19,6 @@ import pytest
 
 from gpulens.agent.metrics import MetricsServer, serve_metrics
 from gpulens.core.events import HostStatusEvent, SampleEvent, SourceEvent, SourceStatusEvent
-from gpulens.core.model import HostSample
 from gpulens.sources.prometheus.source import DETAIL_PENDING, NOT_BACKFILLED, PrometheusSource
 from tests.fakes.prom_fixtures import (
     MISSING_REASON,
@@ -28,31 +27,38 @@ from tests.fakes.prom_fixtures import (
     prometheus_binary,
     start_prometheus,
     synthetic_sample,
+    ticking,
 )
 
 pytestmark = pytest.mark.prometheus
 HOSTS = {"h1": 1, "h2": 2, "h3": 3}
 
 
+RATE_S = 3.0
+"""Rate window of these tests: covered by scrapes (1 s apart) once the cluster is up,
+so Prometheus' rate() extrapolates to both ends of it."""
+
+
 @dataclass
 class Cluster:
     prom: PromServer
     exporters: dict[str, MetricsServer]
-    boxes: dict[str, list[HostSample | None]]
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     if prometheus_binary() is None:
         pytest.skip(MISSING_REASON)
-    boxes: dict[str, list[HostSample | None]] = {h: [synthetic_sample(h, k)] for h, k in HOSTS.items()}
-    exporters = {h: serve_metrics(0, h, (lambda b=box: b[0])) for h, box in boxes.items()}
+    # each scrape sees the host's sample at that moment: its counters grow at the sample's rates
+    exporters = {h: serve_metrics(0, h, ticking(h, k)) for h, k in HOSTS.items()}
     prom = start_prometheus(tmp_path_factory.mktemp("prom"),
                             {"gpulens": [f"127.0.0.1:{e.port}" for e in exporters.values()]})
     try:
         prom.wait_targets_up(len(HOSTS))
         prom.wait_query("gpulens_gpu_info", 2 * len(HOSTS))
-        yield Cluster(prom, exporters, boxes)
+        # rates need the window covered: more scrapes than RATE_S seconds of them
+        prom.wait_query(f"count_over_time(gpulens_cpus[{RATE_S + 2:g}s]) >= {RATE_S + 2:g}", len(HOSTS))
+        yield Cluster(prom, exporters)
     finally:
         prom.close()
         for e in exporters.values():
@@ -60,7 +66,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def test_values_read_back_equal_values_exported(cluster: Cluster) -> None:
-    src = PrometheusSource(cluster.prom.url, step_s=1, backfill=False)
+    src = PrometheusSource(cluster.prom.url, step_s=1, backfill=False, rate_window_s=RATE_S)
     try:
         got = src.fetch_latest()
         assert src.expected_hosts() == ("h1", "h2", "h3")
@@ -69,20 +75,26 @@ def test_values_read_back_equal_values_exported(cluster: Cluster) -> None:
     assert set(got) == set(HOSTS)
     for host, k in HOSTS.items():
         want, s = synthetic_sample(host, k), got[host]
-        assert s.cpu.total_percent == pytest.approx(want.cpu.total_percent)
+        assert s.cpu.total_percent == pytest.approx(want.cpu.total_percent, rel=1e-3)
         assert (s.cpu.load_avg_1m, s.cpu.count) == (want.cpu.load_avg_1m, want.cpu.count)
         assert s.memory == want.memory  # swap None stays None (absent, not 0)
-        assert (s.network.rx_bytes_per_s, s.network.tx_bytes_per_s) == (1000.0 * k, 2000.0 * k)
-        assert (s.storage.read_bytes_per_s, s.storage.write_bytes_per_s) == (4096.0, 8192.0 * k)
+        # rate() over the kernel counters: the exporting host's rates (to the ms between a
+        # sample's time and Prometheus' scrape time, and whole bytes)
+        assert s.network.rx_bytes_per_s == pytest.approx(1000.0 * k, rel=0.01)
+        assert s.network.tx_bytes_per_s == pytest.approx(2000.0 * k, rel=0.01)
+        assert s.storage.read_bytes_per_s == pytest.approx(4096.0, rel=0.01)
+        assert s.storage.write_bytes_per_s == pytest.approx(8192.0 * k, rel=0.01)
         assert s.cache.l2_hit_ratio is None
         assert s.unavailable["cache.l2_hit_ratio"] == want.unavailable["cache.l2_hit_ratio"]
         assert len(s.gpus) == 2
         for g, w in zip(s.gpus, want.gpus, strict=True):
             for name in ("index", "name", "uuid", "mem_used_bytes", "mem_total_bytes", "power_w",
                          "power_limit_w", "temperature_c", "sm_clock_mhz", "mem_clock_mhz",
-                         "pcie_rx_bytes_per_s", "ecc_corrected", "ecc_uncorrected", "xid_events",
+                         "ecc_corrected", "ecc_uncorrected", "xid_events",
                          "throttle_reasons", "processes", "sm_occupancy_percent", "pcie_tx_bytes_per_s"):
                 assert getattr(g, name) == getattr(w, name), (host, g.index, name)
+            # integrated by the exporter from the samples it saw, read back with rate()
+            assert g.pcie_rx_bytes_per_s == pytest.approx(w.pcie_rx_bytes_per_s, rel=0.01)
             for name in ("utilization_percent", "memory_utilization_percent", "sm_activity_percent",
                          "dram_bw_util_percent"):
                 assert getattr(g, name) == pytest.approx(getattr(w, name)), (host, g.index, name)
@@ -93,6 +105,44 @@ def test_values_read_back_equal_values_exported(cluster: Cluster) -> None:
             wj.pid, wj.user, wj.tree_id, wj.cmdline, wj.job_key, wj.start_time)
         assert job.cpu_percent == pytest.approx(150.0)
         assert (job.rss_bytes, dict(job.gpu_mem_bytes)) == (wj.rss_bytes, dict(wj.gpu_mem_bytes))
+
+
+def burst_bytes(t: float) -> float:
+    """Bytes received by time ``t`` of a stream that bursts at 27 MB/s one second in three
+    (9.0 MB/s on average): the integral of its rate, exact at any ``t``."""
+    whole, frac = divmod(t, 3.0)
+    return whole * 27e6 + min(frac, 1.0) * 27e6
+
+
+def test_rate_of_a_bursty_stream_is_its_true_average(tmp_path: Path) -> None:
+    """Read through the real Prometheus, the network rate over a window is the stream's true
+    average between the window's first and last scrape, whatever its bursts (a gauge of
+    the last second would show 27 or 0 depending on the phase)."""
+    import dataclasses
+
+    def latest() -> object:
+        t = time.time()
+        s = synthetic_sample("burst", 1, t=t)
+        nic = dataclasses.replace(s.network.interfaces[0], rx_bytes=round(burst_bytes(t)))
+        return dataclasses.replace(s, network=dataclasses.replace(s.network, interfaces=(nic,)))
+
+    exp = serve_metrics(0, "burst", latest)  # type: ignore[arg-type]
+    prom = start_prometheus(tmp_path, {"b": [f"127.0.0.1:{exp.port}"]})
+    src = PrometheusSource(prom.url, step_s=1, backfill=False, rate_window_s=7)
+    try:
+        prom.wait_query("count_over_time(gpulens_cpus[9s]) >= 9", 1, timeout_s=40)
+        s = src.fetch_latest()["burst"]
+        raw = prom.api("/api/v1/query", query='gpulens_network_receive_bytes_total{host="burst"}[7s]',
+                       time=f"{s.time:.3f}")["data"]["result"][0]["values"]
+        (t1, _), (t2, _) = raw[0], raw[-1]
+        truth = (burst_bytes(float(t2)) - burst_bytes(float(t1))) / (float(t2) - float(t1))
+        assert len(raw) >= 5
+        assert s.network.rx_bytes_per_s == pytest.approx(truth, rel=0.02)
+        assert 5e6 < truth < 14e6  # the average, not a burst (27) nor a pause (0)
+    finally:
+        src.stop()
+        prom.close()
+        exp.close()
 
 
 def test_snapshot_command_shows_exported_values(cluster: Cluster) -> None:
@@ -137,8 +187,7 @@ def collect(src: PrometheusSource) -> tuple[list[SourceEvent], Callable[[Callabl
 
 def test_polling_backfill_and_host_that_disappears(cluster: Cluster, tmp_path: Path) -> None:
     # a fourth exporter with its own Prometheus, so the shared cluster stays intact
-    box: list[HostSample | None] = [synthetic_sample("gone", 4)]
-    exp = serve_metrics(0, "gone", lambda: box[0])
+    exp = serve_metrics(0, "gone", ticking("gone", 4))
     keep = cluster.exporters["h1"]
     prom = start_prometheus(tmp_path, {"g": [f"127.0.0.1:{exp.port}", f"127.0.0.1:{keep.port}"]})
     src = PrometheusSource(prom.url, step_s=0.5, slow_s=30)
@@ -153,7 +202,7 @@ def test_polling_backfill_and_host_that_disappears(cluster: Cluster, tmp_path: P
         assert {e.sample.host for e in live} >= {"gone", "h1"}
         back = [e.sample for e in events if isinstance(e, SampleEvent) and e.backfill]
         assert all(s.time < min(e.sample.time for e in live) for s in back)
-        assert any(s.host == "gone" and s.cpu.total_percent == pytest.approx(50.0) for s in back)
+        assert any(s.host == "gone" and s.cpu.total_percent == pytest.approx(50.0, rel=1e-3) for s in back)
         old = next(s for s in back if s.host == "gone")
         # history holds the overview fields; names come along; details say why they are missing
         assert old.gpus[1].uuid == "GPU-0004-0001" and old.gpus[1].utilization_percent == pytest.approx(41.0)
@@ -174,12 +223,12 @@ def test_panel_with_host_substituted_and_bad_expression(cluster: Cluster) -> Non
         data = src.panel_series('sum(gpulens_gpu_power_watts{host="$host"})', "h2", None, 30)
         assert data.error is None and data.points
         assert data.points[-1][1] == pytest.approx(102.5 + 103.5)  # GPUs 0 and 1 of h2
-        job = src.panel_series('gpulens_job_resident_memory_bytes{host="$host",exported_job="$job"}', "h1", "slurm-77", 30)
+        job = src.panel_series('gpulens_job_resident_memory_bytes{host="$host",gpulens_job="$job"}', "h1", "slurm-77", 30)
         assert job.error is None and job.points[-1][1] == 2 * 1024**3
         bad = src.panel_series("sum(rate(gpulens_gpu_power_watts[1m])", "h1", None, 30)
         assert bad.error is not None and "parse error" in bad.error and not bad.points
         # a hostile host name stays inside its string: no injection, just no data
-        evil = src.panel_series('gpulens_cpu_load1{host="$host"}', 'h1"} or vector(1) or up{x="', None, 30)
+        evil = src.panel_series('gpulens_load1{host="$host"}', 'h1"} or vector(1) or up{x="', None, 30)
         assert evil.error is not None and "no data" in evil.error
     finally:
         src.stop()

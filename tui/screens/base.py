@@ -11,7 +11,7 @@ from textual.screen import Screen
 
 from gpulens.tui.context import ScreenContext
 from gpulens.tui.screens._plots import PlotSpec
-from gpulens.tui.widgets.header import AppHeader
+from gpulens.tui.widgets.header import AppHeader, crumbs_of
 from gpulens.tui.widgets.panel import CustomPanel
 from gpulens.tui.widgets.plot import TimeSeriesPlot
 from gpulens.tui.workers import Background
@@ -66,8 +66,7 @@ class DataScreen(Screen[None]):
         """Breadcrumbs and state from the context."""
         ctx = self.ctx
         header = self.query_one(AppHeader)
-        header.crumbs = ("gpulens", *(getattr(s, "crumb", "") for s in self.app.screen_stack
-                                      if isinstance(s, DataScreen)))
+        header.crumbs = crumbs_of(self.app.screen_stack, self)
         header.source = ctx.source.name
         header.simulated = ctx.source.simulated
         header.window = ctx.window

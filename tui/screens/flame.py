@@ -1,7 +1,17 @@
-"""The flame graph screen: the widget plus search box, sandwich, table and guide."""
+"""The flame graph screen: the widget plus breadcrumbs, search box, sandwich, table, thread picker and export.
+
+Keys (besides the graph's own, see :mod:`gpulens.tui.widgets.flamegraph`):
+
+=====  ==============================================================
+T      choose the thread / profile (files with one per thread), or all merged
+x      export the focused subtree (folded with integer counts, or speedscope)
+q      quit
+=====  ==============================================================
+"""
 
 from __future__ import annotations
 
+import os
 import re
 from functools import partial
 from typing import ClassVar
@@ -12,10 +22,19 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 from textual.worker import Worker
 
+from gpulens.analysis.flame.errors import FlameError
+from gpulens.analysis.flame.exporters import default_name, export_folded, export_speedscope
+from gpulens.analysis.flame.group import ProfileGroup
 from gpulens.analysis.flame.labels import format_value
 from gpulens.analysis.flame.model import Profile
 from gpulens.analysis.flame.query import frame_nodes, sandwich
-from gpulens.tui.screens.flame_views import FlameHelpScreen, FunctionTableScreen, SandwichScreen
+from gpulens.tui.screens.flame_views import (
+    ExportScreen,
+    FlameHelpScreen,
+    FunctionTableScreen,
+    ProfilePickerScreen,
+    SandwichScreen,
+)
 from gpulens.tui.widgets.flamegraph import FlameGraph
 from gpulens.tui.workers import Background, notify_failure
 
@@ -30,38 +49,73 @@ def _warm(profile: Profile) -> None:
     frame_nodes(profile)
 
 
-class FlameScreen(Screen[None]):
-    """A full-screen flame graph of ``profile``; escape at the top focus level leaves."""
+def _stem(title: str) -> str:
+    """A file-name stem from a profile title (``flame-train.py``)."""
+    text = re.sub(r"[^A-Za-z0-9._-]+", "-", title.split(":")[0]).strip("-.")[:40]
+    return f"flame-{text}" if text else "flame"
 
+
+class FlameScreen(Screen[None]):
+    """A full-screen flame graph of ``profile``; escape at the top focus level leaves.
+
+    ``group``: the file's profiles when it has several (``T`` picks one);
+    ``live``: the graph will be fed newer profiles (then ``p`` pauses them).
+    """
+
+    crumb = "Flame graph"
     DEFAULT_CSS = """
     FlameScreen #flame-title { height: 1; background: $primary-muted; color: $foreground; padding: 0 1; }
     FlameScreen #flame-search { dock: bottom; display: none; }
     FlameScreen #flame-search.-open { display: block; }
     """
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "leave", "Back")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "leave", "Back"),
+        Binding("T", "pick_profile", "Threads", key_display="T"),
+        Binding("x", "export", "Export"),
+        Binding("q", "app.quit", "Quit"),
+    ]
 
-    def __init__(self, profile: Profile, title: str = "") -> None:
+    def __init__(self, profile: Profile, title: str = "", *, group: ProfileGroup | None = None,
+                 choice: int | str | None = None, live: bool = False) -> None:
         super().__init__()
         self.profile = profile
-        self.title_text = title or profile.title or "flame graph"
+        self.group = group if group is not None and len(group) > 1 else None
+        self.choice = choice
+        self.live = live
+        self.title_text = title or (self.group.title if self.group else "") or profile.title or "flame graph"
         self.background = Background(self)
         """The index warm-up worker, cancelled when the screen goes."""
 
     def compose(self) -> ComposeResult:
-        p = self.profile
-        yield Static(
-            f"{self.title_text}  ·  {format_value(p.total, p.unit)} {p.unit if p.unit == 'samples' else ''}".rstrip(),
-            id="flame-title",
-        )
-        yield FlameGraph(p, id="flame")
+        yield Static(self._title_line(), id="flame-title")
+        yield FlameGraph(self.profile, live=self.live, id="flame")
         yield Input(placeholder="search (regex), enter to keep, esc to close", id="flame-search")
         yield Footer()
+
+    @property
+    def crumbs(self) -> str:
+        """``gpulens › Overview › node01`` from the screens below this one, then ``Flame graph``."""
+        try:
+            stack = self.app.screen_stack
+        except Exception:  # not mounted yet
+            stack = []
+        below = [c for s in stack if s is not self and (c := str(getattr(s, "crumb", "") or ""))]
+        root = "gpulens flame" if isinstance(self.app, FlameApp) else "gpulens"
+        return " › ".join([root, *below, self.crumb])
+
+    def _title_line(self) -> str:
+        p = self.profile
+        unit = f" {p.unit}" if p.unit == "samples" else ""
+        part = f"{self.group.label(self.choice)} (T: threads)  ·  " if self.group is not None else ""
+        # The total before the title: a narrow terminal cuts the end of the line.
+        return f"{self.crumbs}  ·  {format_value(p.total, p.unit)}{unit}  ·  {part}{self.title_text}"
 
     @property
     def graph(self) -> FlameGraph:
         return self.query_one(FlameGraph)
 
     def on_mount(self) -> None:
+        self.query_one("#flame-title", Static).update(self._title_line())
         self.graph.focus()
         if self.profile.n_nodes > WARM_INDEX_NODES:
             # The first search builds a frame -> nodes index: build it while the user reads,
@@ -74,9 +128,14 @@ class FlameScreen(Screen[None]):
     def on_unmount(self) -> None:
         self.background.cancel()
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """``T`` only for files with several profiles."""
+        return self.group is not None if action == "pick_profile" else True
+
     def update_profile(self, profile: Profile) -> None:
         """Live refresh: the widget keeps focus, search and expansion."""
         self.profile = profile
+        self.graph.live = True
         self.graph.update_profile(profile)
 
     def action_leave(self) -> None:
@@ -87,6 +146,47 @@ class FlameScreen(Screen[None]):
             self.graph.focus()
             return
         self.dismiss(None)
+
+    def action_pick_profile(self) -> None:
+        """Choose the thread (profile) shown, or all merged."""
+        group = self.group
+        if group is None:
+            return
+
+        def chosen(choice: int | str | None) -> None:
+            if choice is None or choice == self.choice:
+                return
+            try:
+                profile = group.pick(choice)
+            except FlameError as err:
+                self.notify(str(err), severity="error")
+                return
+            self.choice, self.profile = choice, profile
+            self.graph.show_profile(profile)
+            self.query_one("#flame-title", Static).update(self._title_line())
+
+        self.app.push_screen(ProfilePickerScreen(group, self.choice), chosen)
+
+    def action_export(self) -> None:
+        """Write the focused subtree (the whole graph at the top) to a file the user names."""
+        graph = self.graph
+        node = graph.focus_node
+        what = "the whole graph" if node == 0 else f"the focus ({self.profile.label(node)})"
+        default = default_name(self.profile, "folded", _stem(self.title_text))
+
+        def chosen(path: str | None) -> None:
+            if not path:
+                return
+            path = os.path.expanduser(path)
+            try:
+                write = export_speedscope if path.endswith(".json") else export_folded
+                written = write(graph.profile, path, node)
+            except FlameError as err:
+                self.notify(str(err), severity="error", timeout=10)
+                return
+            self.notify(written.message(), timeout=10)
+
+        self.app.push_screen(ExportScreen(what, default), chosen)
 
     def on_flame_graph_search_requested(self) -> None:
         box = self.query_one("#flame-search", Input)
@@ -106,7 +206,7 @@ class FlameScreen(Screen[None]):
             box.value = ""
 
     def on_flame_graph_sandwich_requested(self, message: FlameGraph.SandwichRequested) -> None:
-        self.app.push_screen(SandwichScreen(sandwich(message.control.profile, message.node)))
+        self.app.push_screen(SandwichScreen(sandwich(message.control.profile, message.node), self.crumbs))
 
     def on_flame_graph_table_requested(self, message: FlameGraph.TableRequested) -> None:
         def chosen(name: str | None) -> None:
@@ -114,10 +214,14 @@ class FlameScreen(Screen[None]):
                 self.query_one("#flame-search", Input).value = f"^{re.escape(name)}"
                 self.graph.set_search(f"^{re.escape(name)}")
 
-        self.app.push_screen(FunctionTableScreen(message.control.profile), chosen)
+        self.app.push_screen(FunctionTableScreen(message.control.profile, self.crumbs), chosen)
 
-    def on_flame_graph_help_requested(self) -> None:
-        self.app.push_screen(FlameHelpScreen())
+    def on_flame_graph_help_requested(self, message: FlameGraph.HelpRequested) -> None:
+        keys = message.control.key_help()
+        if self.group is not None:
+            keys.append(("T", "threads / profiles"))
+        keys += [("x", "export focus"), ("q", "quit"), ("?", "this guide")]
+        self.app.push_screen(FlameHelpScreen(keys))
 
 
 class FlameApp(App[None]):
@@ -125,19 +229,24 @@ class FlameApp(App[None]):
 
     TITLE = "gpulens flame"
 
-    def __init__(self, profile: Profile, title: str = "") -> None:
+    def __init__(self, profile: Profile, title: str = "", *, group: ProfileGroup | None = None,
+                 choice: int | str | None = None) -> None:
         super().__init__()
         self.profile = profile
         self.flame_title = title
+        self.group = group
+        self.choice = choice
 
     def on_mount(self) -> None:
-        self.push_screen(FlameScreen(self.profile, self.flame_title), lambda _: self.exit())
+        screen = FlameScreen(self.profile, self.flame_title, group=self.group, choice=self.choice)
+        self.push_screen(screen, lambda _: self.exit())
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """A background worker failed: say so."""
         notify_failure(self, event)
 
 
-def run_flame_app(profile: Profile, title: str = "") -> None:
+def run_flame_app(profile: Profile, title: str = "", *, group: ProfileGroup | None = None,
+                  choice: int | str | None = None) -> None:
     """Run the flame graph full screen until the user leaves."""
-    FlameApp(profile, title).run()
+    FlameApp(profile, title, group=group, choice=choice).run()

@@ -1,4 +1,4 @@
-"""Views opened from the flame graph: sandwich, function table, reading guide."""
+"""Views opened from the flame graph: sandwich, function table, reading guide, thread picker, export."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen, Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Footer, Input, OptionList, Static
+from textual.widgets.option_list import Option
 
+from gpulens.analysis.flame.group import ALL, ProfileGroup
 from gpulens.analysis.flame.labels import format_value
 from gpulens.analysis.flame.model import Profile
 from gpulens.analysis.flame.query import FunctionRow, Sandwich, function_table
@@ -35,10 +37,21 @@ resource (samples, seconds, or bytes of GPU memory) passed through it.
 Labels: [b]Foo > bar[/b] method bar of class Foo; [b]Foo > __init__[/b] its
 constructor; [b]bar[/b] a module-level function; [b]<interpreter trampoline>[/b]
 CPython dispatch (ignore it); [b]0x7f15...[/b] native code without symbols.
-
-Keys: arrows/hjkl move · enter focus · esc back · / search · n/N matches ·
-e expand · c collapse chains · s sandwich · t functions · p pause · ? this guide
 """
+
+
+def keys_text(keys: list[tuple[str, str]]) -> str:
+    """``[b]Keys[/b]: enter focus · / search ...`` wrapped for the guide's width."""
+    items = [f"{k} {what}" for k, what in keys]
+    lines, line = [], "[b]Keys:[/b]"
+    for item in items:
+        if len(line) + len(item) + 3 > 76:
+            lines.append(line)
+            line = "  " + item
+        else:
+            line = f"{line} {item}" if line.endswith("[/b]") else f"{line} · {item}"
+    lines.append(line)
+    return "\n".join(lines)
 
 
 class FlameHelpScreen(ModalScreen[None]):
@@ -52,11 +65,17 @@ class FlameHelpScreen(ModalScreen[None]):
     }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape,question_mark,q", "app.pop_screen", "Close"),
+        Binding("escape,question_mark", "app.pop_screen", "Close"),
+        Binding("q", "app.quit", "Quit"),
     ]
 
+    def __init__(self, keys: list[tuple[str, str]] | None = None) -> None:
+        super().__init__()
+        self.keys = keys or [("?", "this guide")]
+
     def compose(self) -> ComposeResult:
-        yield Static(READING_GUIDE)
+        # The keys first: a short terminal cuts the end of the guide, not them.
+        yield Static(keys_text(self.keys) + "\n\n" + READING_GUIDE)
 
 
 class SandwichScreen(Screen[None]):
@@ -64,15 +83,19 @@ class SandwichScreen(Screen[None]):
 
     DEFAULT_CSS = """
     SandwichScreen .sandwich-title { height: 1; background: $primary-muted; color: $foreground; padding: 0 1; }
+    SandwichScreen .flame-crumbs { height: 1; background: $panel; text-style: bold; padding: 0 1; }
     """
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "app.pop_screen", "Back")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "app.pop_screen", "Back"),
+                                              Binding("q", "app.quit", "Quit")]
 
-    def __init__(self, sandwich: Sandwich) -> None:
+    def __init__(self, sandwich: Sandwich, crumbs: str = "") -> None:
         super().__init__()
         self.sandwich = sandwich
+        self.crumbs = crumbs
 
     def compose(self) -> ComposeResult:
         with Vertical():
+            yield Static(f"{self.crumbs} › Sandwich: {self.sandwich.name}".lstrip(" ›"), classes="flame-crumbs")
             yield Static(f"callers of {self.sandwich.name} (read upwards: who called it)", classes="sandwich-title")
             yield FlameGraph(self.sandwich.callers, id="callers")
             yield Static(f"callees of {self.sandwich.name} (what it spent its value on)", classes="sandwich-title")
@@ -82,28 +105,34 @@ class SandwichScreen(Screen[None]):
     def on_flame_graph_sandwich_requested(self, message: FlameGraph.SandwichRequested) -> None:
         from gpulens.analysis.flame.query import sandwich
 
-        self.app.push_screen(SandwichScreen(sandwich(message.control.profile, message.node)))
+        self.app.push_screen(SandwichScreen(sandwich(message.control.profile, message.node), self.crumbs))
 
-    def on_flame_graph_help_requested(self) -> None:
-        self.app.push_screen(FlameHelpScreen())
+    def on_flame_graph_help_requested(self, message: FlameGraph.HelpRequested) -> None:
+        self.app.push_screen(FlameHelpScreen([*message.control.key_help(), ("q", "quit"), ("?", "this guide")]))
 
 
 class FunctionTableScreen(Screen[str | None]):
     """Functions merged across the tree; ``s``/``t`` sort by self/total, enter searches."""
 
+    DEFAULT_CSS = """
+    FunctionTableScreen .flame-crumbs { height: 1; background: $panel; text-style: bold; padding: 0 1; }
+    """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "close", "Back"),
         Binding("s", "sort('self')", "Sort by self"),
         Binding("t", "sort('total')", "Sort by total"),
+        Binding("q", "app.quit", "Quit"),
     ]
 
-    def __init__(self, profile: Profile) -> None:
+    def __init__(self, profile: Profile, crumbs: str = "") -> None:
         super().__init__()
         self.profile = profile
+        self.crumbs = crumbs
         self.sort_key = "self"
         self._rows: list[FunctionRow] = []
 
     def compose(self) -> ComposeResult:
+        yield Static(f"{self.crumbs} › Functions".lstrip(" ›"), classes="flame-crumbs")
         yield DataTable(cursor_type="row", zebra_stripes=True)
         yield Footer()
 
@@ -139,3 +168,76 @@ class FunctionTableScreen(Screen[str | None]):
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         self.dismiss(self._rows[event.cursor_row].name)
+
+
+class ProfilePickerScreen(ModalScreen[int | str | None]):
+    """Choose a thread's profile (or all merged) of a file with several; enter picks, esc keeps."""
+
+    DEFAULT_CSS = """
+    ProfilePickerScreen { align: center middle; }
+    ProfilePickerScreen > Vertical {
+        width: 80%; max-width: 100; height: auto; max-height: 80%;
+        border: round $primary; background: $panel; padding: 0 1;
+    }
+    ProfilePickerScreen OptionList, ProfilePickerScreen OptionList:focus {
+        width: 100%; height: auto; max-height: 20; border: none; padding: 0;
+    }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "close", "Keep"), Binding("q", "app.quit", "Quit")]
+
+    def __init__(self, group: ProfileGroup, current: int | str | None) -> None:
+        super().__init__()
+        self.group = group
+        self.current = group.active if current is None else current
+        self.choices: list[int | str] = [ALL, *range(len(group))]
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(f"[b]Profiles in {self.group.title or 'this file'}[/b] (one per thread): enter shows one")
+            options = [Option(("● " if c == self.current else "  ") + self.group.label(c)) for c in self.choices]
+            yield OptionList(*options)
+
+    def on_mount(self) -> None:
+        menu = self.query_one(OptionList)
+        menu.highlighted = self.choices.index(self.current) if self.current in self.choices else 0
+        menu.focus()
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(self.choices[event.option_index])
+
+    def action_close(self) -> None:
+        """Keep the profile shown."""
+        self.dismiss(None)
+
+
+class ExportScreen(ModalScreen[str | None]):
+    """Ask where to export the focused subtree: ``*.json`` writes speedscope, anything else folded."""
+
+    DEFAULT_CSS = """
+    ExportScreen { align: center middle; }
+    ExportScreen > Vertical {
+        width: 80%; max-width: 100; height: auto; border: round $primary; background: $panel; padding: 0 1;
+    }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "close", "Cancel")]
+
+    def __init__(self, what: str, default: str) -> None:
+        super().__init__()
+        self.what = what
+        self.default = default
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(f"Export {self.what}: folded stacks (integer samples/µs/bytes, as the name's suffix "
+                         "says) or, for a name ending .json, speedscope. Enter writes, esc cancels.")
+            yield Input(value=self.default, id="export-path")
+
+    def on_mount(self) -> None:
+        self.query_one(Input).focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value.strip() or None)
+
+    def action_close(self) -> None:
+        """Write nothing."""
+        self.dismiss(None)

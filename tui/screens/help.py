@@ -1,4 +1,4 @@
-"""``?``: every key, for the app and the screen below."""
+"""``?``: the keys of the screen below (its own and its widgets', from their BINDINGS), then the global ones."""
 
 from __future__ import annotations
 
@@ -8,47 +8,105 @@ from rich.table import Table
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
+from textual.dom import DOMNode
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Static
 
-EXTRA = (
-    ("enter", "open the row under the cursor"),
-    ("esc", "back (or clear the filter)"),
-    ("tab / shift+tab", "next / previous table"),
-    ("up down j k", "move in a table (pageup, pagedown, home, end)"),
-    ("click", "a row: cursor there; again: open it"),
+from gpulens.tui.widgets.header import crumb_of
+
+GLOBAL_EXTRA = (
     ("ctrl+p", "command palette: every action"),
-    (": host NAME", "jump to a host"),
-    (": job PID|KEY", "jump to a job"),
+    (": hosts | jobs | gpus", "the fleet's hosts, jobs or GPUs as one table"),
+    (": user NAME", "a user's jobs and the hosts they run on"),
+    (": host NAME | job PID", "jump to a host or a job"),
+    (": interval S | log", "refresh every S seconds; the warnings shown so far"),
 )
+"""Rows every screen's help ends with (not bound to one key)."""
+MOVE_ACTIONS = ("cursor(", "page(")
+ARROWS = {"up": "↑", "down": "↓", "pageup": "pgup", "pagedown": "pgdn"}
+"""A table's cursor keys: one row, not six."""
+CLEARER = {"help:Keys": "the keys of this screen (this list)", "jump:Jump": "command line (the : rows below)",
+           "go_back:Back": "back (first: clear the filter)",
+           "filter:Filter": "filter: a regex over hosts, jobs, users, tree IDs (!re inverts)",
+           "pause:Pause": "pause / resume redrawing", "reverse:Reverse sort": "reverse the focused table's order",
+           "select:Open": "open the row under the cursor", "open:Open": "open the row under the cursor"}
+"""Longer help texts than the footer's word, by ``action:description`` (of the app and gpulens tables)."""
+DATA_ONLY_ACTIONS = ("window(", "pause")
+"""App keys that act on data screens only: not listed over a flame graph or a profiler."""
+NAMES = (("question_mark", "?"), ("slash", "/"), ("colon", ":"), ("escape", "esc"), ("space", "space"),
+         ("left_square_bracket", "["), ("right_square_bracket", "]"), ("plus", "+"), ("minus", "-"),
+         ("equals_sign", "="), ("backspace", "bksp"), (",", " / "))
 
 
 def _display(b: Binding) -> str:
     key = b.key_display or b.key
-    for name, shown in (("question_mark", "?"), ("slash", "/"), ("colon", ":"), ("escape", "esc")):
+    for name, shown in NAMES:
         key = key.replace(name, shown)
     return key
 
 
+def _own_bindings(node_type: type[DOMNode]) -> list[Binding]:
+    """The bindings gpulens defines on ``node_type`` and its gpulens base classes, most derived first."""
+    out: list[Binding] = []
+    for klass in node_type.__mro__:
+        if not klass.__module__.startswith("gpulens.") or not issubclass(klass, DOMNode):
+            continue
+        out += [b for b in klass.__dict__.get("BINDINGS", []) if isinstance(b, Binding)]
+    return out
+
+
+def screen_bindings(screen: Screen[object]) -> list[Binding]:
+    """The screen's keys, then those of the widgets on it that take focus (a table's, a timeline's).
+
+    Read from ``BINDINGS``, so the help cannot drift from what the keys do.
+    """
+    out = _own_bindings(type(screen))
+    seen_types: set[type[DOMNode]] = set()
+    try:
+        widgets = list(screen.query("*"))
+    except Exception:  # a screen not mounted (a unit test builds the rows from the class)
+        widgets = []
+    for w in widgets:
+        if type(w) in seen_types or not w.focusable:
+            continue
+        seen_types.add(type(w))
+        out += _own_bindings(type(w))
+    return out
+
+
 def key_rows(screen: Screen[object], app_bindings: list[BindingType]) -> list[tuple[str, str]]:
-    """(keys, what) rows: the screen's keys, then the app's, then the extras.
+    """(keys, what) rows: the screen's keys and its widgets', then the app's, then the global extras.
 
     Keys with the same description share a row (``q / ctrl+c``); three or
     more keys whose descriptions share a first word share one too (``1 2 3 4
-    Window: 1m / 5m / 15m / 1h``); an extra replaces a bound key's terse text.
+    Window: 1m / 5m / 15m / 1h``); a key the screen binds hides the app's. The
+    app's window and pause keys are listed on data screens only.
     """
+    from gpulens.tui.screens.base import DataScreen
+
+    data = isinstance(screen, DataScreen)
     rows: list[tuple[str, str]] = []
     seen: set[str] = set()
-    for b in [*getattr(screen, "BINDINGS", []), *app_bindings]:
-        if not isinstance(b, Binding) or not b.description or b.key in seen:
+    app_own = [b for b in app_bindings if isinstance(b, Binding)]
+    moves: list[str] = []
+    for b in [*screen_bindings(screen), *app_own]:
+        if not b.description or b.key in seen:
+            continue
+        if b in app_own and not data and b.action.startswith(DATA_ONLY_ACTIONS):
             continue
         seen.add(b.key)
-        key, what = _display(b), b.description
+        if b.action.startswith(MOVE_ACTIONS):
+            if not moves:
+                rows.append(("", "move the cursor"))
+            moves += [ARROWS.get(k, k) for k in b.key.split(",")]
+            continue
+        key, what = _display(b), CLEARER.get(f"{b.action.split('(')[0]}:{b.description}", b.description)
         same = next((i for i, r in enumerate(rows) if r[1] == what), None)
         if same is not None:
             rows[same] = (f"{rows[same][0]} / {key}", what)
         else:
             rows.append((key, what))
+    rows = [(" ".join(moves) if not k and w == "move the cursor" else k, w) for k, w in rows]
     grouped: list[tuple[str, str]] = []
     i = 0
     while i < len(rows):
@@ -58,24 +116,46 @@ def key_rows(screen: Screen[object], app_bindings: list[BindingType]) -> list[tu
                and rows[j][1].startswith(first[0] + " ")):
             j += 1
         if j - i >= 3:
-            grouped.append((" ".join(r[0] for r in rows[i:j]),
-                            f"{first[0]}: " + " / ".join(r[1].split(" ", 1)[1] for r in rows[i:j])))
+            rest = [r[1].split(" ", 1)[1] for r in rows[i:j]]
+            if first[0] == "Sort":  # "Sort by Util", ...: the letters are underlined in the headers
+                what = "sort the focused table by the column with that letter underlined; again: reverse"
+            else:
+                what = f"{first[0]}: " + " / ".join(rest)
+            grouped.append((" ".join(r[0] for r in rows[i:j]), what))
             i = j
         else:
             grouped.append(rows[i])
             i += 1
-    extras = dict(EXTRA)
-    out = [(k, extras.pop(k, w)) for k, w in grouped]
-    return out + list(extras.items())
+    return [(k, _lower(w)) for k, w in grouped] + list(GLOBAL_EXTRA)
+
+
+def _lower(what: str) -> str:
+    """``Next panel`` -> ``next panel``; ``GPU util`` stays."""
+    return what[0].lower() + what[1:] if len(what) > 1 and not what[1].isupper() else what
+
+
+def alert_rows(screen: Screen[object]) -> list[tuple[str, str]]:
+    """The alert legend, for screens whose tables show alerts (``SHOWS_ALERTS``): marker + code, meaning."""
+    if not getattr(screen, "SHOWS_ALERTS", False):
+        return []
+    from gpulens.tui.widgets.thresholds import ALERT_HELP, MARKS
+
+    return [(f"{MARKS[info.level]} {code}".strip(), info.meaning) for code, info in ALERT_HELP.items()]
 
 
 def key_table(screen: Screen[object], app_bindings: list[BindingType]) -> Table:
     """Keys of ``screen`` and the app as a two-column table."""
     table = Table(box=None, show_header=False, padding=(0, 2))
-    table.add_column(style="bold")
+    table.add_column(style="bold", max_width=26)
     table.add_column()
     for k, d in key_rows(screen, app_bindings):
         table.add_row(k, d)
+    alerts = alert_rows(screen)
+    if alerts:
+        table.add_row("", "")
+        table.add_row("alerts", "(! critical · ▲ warning · ▽ idle; the marker keeps the meaning without colour)")
+        for k, d in alerts:
+            table.add_row(k, d)
     return table
 
 
@@ -87,7 +167,7 @@ class HelpScreen(ModalScreen[None]):
     ]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    HelpScreen > VerticalScroll { width: 64; max-width: 100%; height: auto; max-height: 90%;
+    HelpScreen > VerticalScroll { width: 84; max-width: 100%; height: auto; max-height: 90%;
         border: round $accent; background: $surface; padding: 0 1; }
     """
 
@@ -99,7 +179,7 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         """The key table."""
         with VerticalScroll() as box:
-            box.border_title = "keys"
+            box.border_title = f"keys · {crumb_of(self.below)}"
             yield Static(key_table(self.below, self.app_bindings), id="keys")
 
     async def action_dismiss(self, result: None = None) -> None:

@@ -1,27 +1,53 @@
-"""Host detail: time series, per-GPU table, the host's jobs, the Profile panel."""
+"""Host detail: time series (aggregate or per GPU), per-GPU table, the host's jobs, the Profile panel."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import ClassVar
 
+from rich.text import Text
+from textual import events
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
-from textual.containers import VerticalScroll
+from textual.containers import Grid, VerticalScroll
 from textual.widgets import Footer, Static
 
 from gpulens.core.units import duration, window_name
 from gpulens.tui.context import ScreenContext
 from gpulens.tui.messages import OpenJob
-from gpulens.tui.profiling import Profiling
-from gpulens.tui.screens._plots import HOST_PLOTS, add_series
+from gpulens.tui.profiling import PROFILE_BINDINGS, Profiling
+from gpulens.tui.screens._plots import HOST_PLOTS, configure_plots, host_plot, plot_rows
 from gpulens.tui.screens.base import DataScreen
+from gpulens.tui.screens.gpu import GpuScreen
 from gpulens.tui.widgets.gpu_table import GpuTable
 from gpulens.tui.widgets.header import AppHeader
 from gpulens.tui.widgets.job_table import JobTable
 from gpulens.tui.widgets.panel import CustomPanel
 from gpulens.tui.widgets.plot import TimeSeriesPlot
 from gpulens.tui.widgets.profile_panel import ProfilePanel
+from gpulens.tui.widgets.thresholds import (
+    CRIT,
+    LOW,
+    MARKS,
+    STYLES,
+    WARN,
+    alert_level,
+    alert_text,
+    explain,
+)
+
+
+def legend(alerts: tuple[str, ...]) -> Text:
+    """The markers, then each alert of this host in words (``▽ IDLE-HELD 4: 4 GPUs hold ...``)."""
+    text = Text()
+    for lvl, what in ((CRIT, "critical"), (WARN, "warning"), (LOW, "held but idle")):
+        text.append(f"{MARKS[lvl]} ", STYLES[lvl])
+        text.append(f"{what}   ", "dim")
+    for code in alerts:
+        text.append("\n")
+        text.append(alert_text(code), STYLES[alert_level(code)])
+        text.append(explain(code)[len(code):], "dim")
+    return text
 
 
 class HostScreen(DataScreen):
@@ -29,21 +55,31 @@ class HostScreen(DataScreen):
 
     | key | action |
     | --- | --- |
-    | enter | open the job under the cursor |
+    | enter | open the GPU or job under the cursor |
+    | g | GPU plots: aggregate / one line per GPU |
     | f | profile the host's job processes (flame graph) |
     | d | quick look: one py-spy dump of each local process (flame graph) |
+    | o | says how to open the profiler (it traces a job: open the job first) |
     | esc | back |
     """
 
+    SHOWS_ALERTS = True
+    """Its tables show alert codes: ``?`` explains each (help.alert_rows)."""
+
     BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("g", "per_gpu", "Per GPU", tooltip="GPU plots: aggregate / one line per GPU"),
         Binding("f", "profile", "Profile"),
         Binding("d", "quick_look", "Quick look", tooltip="one py-spy dump of each local process"),
+        *PROFILE_BINDINGS,
+        Binding("o", "profiler_hint", "Open Profiler", show=False),
     ]
 
     def __init__(self, host: str, *, context: ScreenContext | None = None) -> None:
         super().__init__(context=context)
         self.host = host
         self.crumb = host
+        self.per_gpu = False
+        """GPU plots draw one band per GPU (``g``) instead of the host's aggregate."""
         self._seen: tuple[object, ...] = ()
         self.profiling = Profiling(self, self.profile_pids, self.remote_profile_pids)
 
@@ -53,17 +89,37 @@ class HostScreen(DataScreen):
         with VerticalScroll(id="body"):
             yield Static("", id="host-status")
             yield from self.compose_plots(HOST_PLOTS)
-            yield Static("GPUs", classes="section")
+            yield Static("GPUs (enter: GPU detail)", classes="section")
             yield GpuTable(id="gpus")
+            yield Static("", id="legend")
             yield Static("Jobs on this host", classes="section")
             yield JobTable(id="host-jobs")
             yield ProfilePanel(self.profiling.count(), id="profile")
         yield Footer()
 
     def on_mount(self) -> None:
-        """First draw; focus the job table so Enter opens a job."""
-        self.query_one("#body").focus()
+        """First draw; focus the body so the keys work at once."""
+        configure_plots(self, HOST_PLOTS, self.ctx.cfg)
+        self.query_one(GpuTable).thresholds = self.ctx.cfg.thresholds
+        self.query_one("#legend", Static).styles.padding = (0, 1)
+        body = self.query_one("#body")
+        body.focus()
+        self.watch(body, "scroll_y", self._scrolled, init=False)
         self.refresh_data(force=True)
+
+    def on_resize(self, event: events.Resize) -> None:
+        """Narrow layout, and plots as tall as the terminal allows."""
+        super().on_resize(event)
+        self._layout(event.size.width, event.size.height)
+        self.call_after_refresh(self.draw_plots)
+
+    def _layout(self, width: int, height: int) -> None:
+        sample = self.ctx.store.latest(self.host)
+        gpus = len(sample.gpus) if sample else 0
+        jobs = len(sample.jobs) if sample else 0
+        reserved = 12 + min(20, gpus + 1) + min(20, jobs + 1)
+        least = min(gpus, 16) + 4 if self.per_gpu else 0  # a band per GPU, summary, axis, border
+        plot_rows(self.query_one("#plots", Grid), len(HOST_PLOTS), height, reserved, width, least)
 
     def profile_pids(self) -> list[int]:
         """The pids of every job process on this host, when it is this machine."""
@@ -79,6 +135,24 @@ class HostScreen(DataScreen):
             return {}
         return {self.host: sorted(j.pid for j in sample.jobs)}
 
+    def action_profiler_hint(self) -> None:
+        """``o`` traces a job: say to open one first, or that no job on this host polls Kineto."""
+        from gpulens.tui.screens.profiler_rows import host_hint
+
+        sample = self.ctx.store.latest(self.host)
+        service = self.ctx.trace_service if self.is_local(self.host) else None
+        local = service.polling_pids() if service is not None else set()
+        jobs = {j.job_key or j.pid for j in (sample.jobs if sample else ()) if j.kineto_polling or j.pid in local}
+        self.notify(host_hint(len(jobs)), timeout=8)
+
+    def action_per_gpu(self) -> None:
+        """GPU plots: aggregate / one band per GPU."""
+        self.per_gpu = not self.per_gpu
+        self._layout(self.size.width, self.size.height)
+        self.notify("GPU plots: one line per GPU" if self.per_gpu else "GPU plots: the host's aggregate",
+                    timeout=2)
+        self.refresh_data(force=True)
+
     def action_profile(self) -> None:
         """Sample the host's job processes with py-spy and open a flame graph."""
         self.profiling.profile()
@@ -87,16 +161,25 @@ class HostScreen(DataScreen):
         """One py-spy dump of each local job process, as a flame graph."""
         self.profiling.quick_look()
 
+    def action_profile_seconds(self) -> None:
+        """F: how many seconds f samples for."""
+        self.profiling.ask_duration()
+
+    def action_last_flame(self) -> None:
+        """L: reopen the last flame graph."""
+        self.profiling.reopen()
+
     def commands(self) -> Iterable[SystemCommand]:
-        """Profile and quick look."""
-        return self.profiling.commands()
+        """Per-GPU plots, profile and quick look."""
+        yield SystemCommand("Per GPU / aggregate", "g: one line per GPU in the GPU plots", self.action_per_gpu)
+        yield from self.profiling.commands()
 
     def refresh_data(self, force: bool = False) -> None:
         """Redraw when this host's data (or the window) changed."""
         super().refresh_data(force)
         ctx = self.ctx
         store, w = ctx.store, ctx.window_s
-        seen = (store.host_version(self.host), w, int(store.now // store.resolution_s),
+        seen = (store.host_version(self.host), w, int(store.now // store.resolution_s), self.per_gpu,
                 int(ctx.clock()) if ctx.down_since(self.host) is not None else 0)
         if seen == self._seen and not force:
             return
@@ -108,24 +191,39 @@ class HostScreen(DataScreen):
         when = "" if since is None else (
             f" since {ctx.clock_text(since)} ({duration(ctx.clock() - since)} ago)")
         status.update(f"host down{when}: {reason} — figures below are the last received" if not up else "")
-        for spec in HOST_PLOTS:
-            plot = self.query_one(f"#{spec.id}", TimeSeriesPlot)
-            values = store.series(self.host, spec.metrics[0], w, plot.points)
-            for m in spec.metrics[1:]:
-                values = add_series(values, store.series(self.host, m, w, plot.points))
-            plot.set_data(values, store.unavailable(self.host, spec.metrics[0]), window_name(w))
+        self.draw_plots()
         for i, panel in enumerate(ctx.cfg.panels):
             self.query_one(f"#panel-{i}", CustomPanel).show(
                 ctx.panel_data(panel, host=self.host, job=None), window_name(w))
         gpus = self.query_one(GpuTable)
         gpus.placeholder = f"no GPUs: {store.unavailable(self.host, 'gpu.utilization_percent') or 'none reported'}"
         gpus.show(store.latest(self.host))
+        self.query_one("#legend", Static).update(legend(store.host_row(self.host, w).alerts))
         jobs = self.query_one(JobTable)
         jobs.placeholder = "no process on this host matches the job pattern"
         jobs.show([j for j in store.jobs(w) if self.host in j.hosts])
 
+    def draw_plots(self) -> None:
+        """Fill the plots on screen; those scrolled out of view wait until they are scrolled to.
+
+        With 14 plots and about 5 in view at 160x45, this is most of the host screen's cost.
+        """
+        store, w = self.ctx.store, self.ctx.window_s
+        indices = store.gpu_indices(self.host) if self.per_gpu else []
+        view = self.region
+        for spec in HOST_PLOTS:
+            plot = self.query_one(f"#{spec.id}", TimeSeriesPlot)
+            if plot.region.area and view.area and not plot.region.overlaps(view):
+                continue
+            plot.set_data(host_plot(store, self.host, spec, w, plot.points, indices if spec.per_gpu else ()))
+
+    def _scrolled(self, _: float) -> None:
+        self.call_after_refresh(self.draw_plots)
+
     def on_incremental_table_row_selected(self, event: JobTable.RowSelected) -> None:
-        """Enter on a job opens it."""
+        """Enter on a job opens it; on a GPU, the GPU screen."""
         event.stop()
         if isinstance(event.table, JobTable):
             self.post_message(OpenJob(event.key))
+        elif isinstance(event.table, GpuTable) and event.key.isdigit():
+            self.app.push_screen(GpuScreen(self.host, int(event.key), context=self.ctx))

@@ -1,4 +1,4 @@
-"""Job detail: the job's GPUs and hosts over its lifetime, its processes, actions."""
+"""Job detail: the job's GPUs and hosts over the chosen window, its processes, actions."""
 
 from __future__ import annotations
 
@@ -7,22 +7,31 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
-from textual.containers import VerticalScroll
+from textual.containers import Grid, VerticalScroll
 from textual.widgets import Footer, Static
 
 from gpulens.core.events import RequestSource
 from gpulens.core.units import duration, pct, size, window_name
-from gpulens.store.views import JobView
+from gpulens.store.views import SUMMED, JobView, WindowStats
+from gpulens.store.window import merge
 from gpulens.tui.context import ScreenContext, requester
 from gpulens.tui.messages import OpenProfiler
-from gpulens.tui.profiling import Profiling
-from gpulens.tui.screens._plots import JOB_PLOTS, add_series, mean_series
+from gpulens.tui.profiling import PROFILE_BINDINGS, Profiling
+from gpulens.tui.screens._plots import (
+    JOB_PLOTS,
+    add_series,
+    configure_plots,
+    mean_series,
+    plot_rows,
+)
 from gpulens.tui.screens.base import DataScreen
+from gpulens.tui.screens.process import ProcessScreen
 from gpulens.tui.widgets.header import AppHeader
 from gpulens.tui.widgets.panel import CustomPanel
-from gpulens.tui.widgets.plot import TimeSeriesPlot
+from gpulens.tui.widgets.plot import TimeSeriesPlot, plot_data
 from gpulens.tui.widgets.process_table import ProcessTable
 from gpulens.tui.widgets.profile_panel import ProfilePanel
 from gpulens.tui.workers import call_in_app, wait
@@ -33,6 +42,7 @@ class JobScreen(DataScreen):
 
     | key | action |
     | --- | --- |
+    | enter | open the process under the cursor |
     | f | profile the job's processes (flame graph) |
     | d | quick look: one py-spy dump of each local process (flame graph) |
     | o | Open Profiler (only when its processes poll the Kineto endpoint) |
@@ -42,6 +52,7 @@ class JobScreen(DataScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("f", "profile", "Profile"),
         Binding("d", "quick_look", "Quick look", tooltip="one py-spy dump of each local process"),
+        *PROFILE_BINDINGS,
         Binding("o", "open_profiler", "Open Profiler"),
     ]
 
@@ -71,8 +82,23 @@ class JobScreen(DataScreen):
 
     def on_mount(self) -> None:
         """First draw."""
+        configure_plots(self, JOB_PLOTS, self.ctx.cfg)
         self.query_one("#body").focus()
         self.refresh_data(force=True)
+
+    def on_resize(self, event: events.Resize) -> None:
+        """Narrow layout; plots as tall as the terminal allows."""
+        super().on_resize(event)
+        procs = len(self.view.processes) if self.view is not None else 4
+        plot_rows(self.query_one("#plots", Grid), len(JOB_PLOTS), event.size.height, 12 + min(20, procs + 1),
+                  event.size.width)
+
+    def on_incremental_table_row_selected(self, event: ProcessTable.RowSelected) -> None:
+        """Enter on a process opens the process screen."""
+        event.stop()
+        host, _, pid = event.key.rpartition(":")
+        if pid.isdigit():
+            self.app.push_screen(ProcessScreen(host, int(pid), context=self.ctx))
 
     def profile_pids(self) -> list[int]:
         """The job's pids on this machine."""
@@ -95,6 +121,14 @@ class JobScreen(DataScreen):
     def action_quick_look(self) -> None:
         """One py-spy dump of each of the job's local processes, as a flame graph."""
         self.profiling.quick_look()
+
+    def action_profile_seconds(self) -> None:
+        """F: how many seconds f samples for."""
+        self.profiling.ask_duration()
+
+    def action_last_flame(self) -> None:
+        """L: reopen the last flame graph."""
+        self.profiling.reopen()
 
     def commands(self) -> Iterable[SystemCommand]:
         """Profile, quick look and, while offered, Open Profiler."""
@@ -144,12 +178,17 @@ class JobScreen(DataScreen):
         if view is None:
             info = self.query_one("#job-info", Static)
             info.update(Text(f"job {self.key} is not running (last seen data kept below)", style="bold"))
+            # The job ended: no stale "Open Profiler" line or key for processes that are gone.
+            self.query_one("#profiler-action", Static).display = False
+            if self._polling:
+                self._polling, self._polling_host = (), None
+                self.refresh_bindings()
             return
         first = self.view is None
         self.view = view
         if first:
             self.query_one(ProfilePanel).set_state(ProfilePanel.idle_text(self.profiling.count()))
-        w = min(3600.0, max(60.0, view.runtime_s))
+        w = ctx.window_s
         seen = (tuple(store.host_version(h) for h in view.hosts), w)
         polling, polling_host = self.polling_pids(), None
         if not polling:
@@ -170,7 +209,8 @@ class JobScreen(DataScreen):
             reason = None if view.gpus or not spec.id.startswith("job-") else "the job holds no GPU memory"
             if reason is None:
                 reason = store.unavailable(view.hosts[0], spec.metrics[0])
-            plot.set_data(values, reason, f"lifetime {duration(view.runtime_s)}, last {window_name(w)}")
+            stats = self._stats(spec.metrics, w, view)
+            plot.set_data(plot_data(values, reason, window_name(w), w, stats))
         for i, panel in enumerate(ctx.cfg.panels):
             self.query_one(f"#panel-{i}", CustomPanel).show(
                 ctx.panel_data(panel, host=None, job=self.key), window_name(w))
@@ -258,6 +298,18 @@ class JobScreen(DataScreen):
         if not self._polling:
             self._show_profiler_line(())
 
+    def _stats(self, metrics: tuple[str, ...], w: float, view: JobView) -> WindowStats | None:
+        """Exact window figures of a plot of one metric (None for sums: the plot's series says them)."""
+        if len(metrics) != 1:
+            return None
+        store, metric = self.ctx.store, metrics[0]
+        if metric.startswith("job."):
+            return store.job_stats(self.key, metric, w)
+        if metric.startswith("gpu."):
+            parts = [store.window_stats(h, metric, w, gpu=int(g)) for h, g in view.gpus if g.isdigit()]
+            return merge(parts, False) if parts else None
+        return merge([store.window_stats(h, metric, w) for h in view.hosts], metric in SUMMED)
+
     def _series(self, metric: str, w: float, n: int, view: JobView) -> list[float]:
         store = self.ctx.store
         if metric.startswith("job."):
@@ -284,11 +336,13 @@ class JobScreen(DataScreen):
         self.query_one("#job-info", Static).update(text)
 
     def action_open_profiler(self) -> None:
-        """Open the PyTorch profiler screen for the polling processes."""
+        """Open the PyTorch profiler screen for every polling process of the job, on every host."""
         if not self._polling or self.view is None:
             return
-        if self._polling_host is not None:
-            self.post_message(OpenProfiler(self._polling_host, self._polling, through_agent=True))
-            return
-        host = next(h for h, p in self.view.processes if p.pid in self._polling and self.is_local(h))
-        self.post_message(OpenProfiler(host, self._polling, through_agent=False))
+        from gpulens.tui.screens.profiler_rows import job_hosts
+
+        hosts = job_hosts(self.view.processes, self.is_local, self.polling_pids(), requester(self.ctx) is not None)
+        if hosts:
+            (host, pids, through_agent), *rest = hosts
+            self.post_message(OpenProfiler(host, pids, through_agent=through_agent,
+                                           others=tuple((h, p) for h, p, _ in rest)))

@@ -1,4 +1,4 @@
-"""``:`` prompt, as in k9s: ``host NAME`` or ``job PID``; returns the text typed."""
+"""``:`` prompt, as in k9s: views (``hosts``, ``jobs``, ``gpus``, ``user NAME``), ``host NAME``, ``job PID``, ``interval S``, ``log``."""
 
 from __future__ import annotations
 
@@ -10,14 +10,39 @@ from textual.binding import Binding, BindingType
 from textual.screen import ModalScreen
 from textual.widgets import Input
 
+COMMANDS = "hosts, jobs, gpus, user NAME, host NAME, job PID, interval S, log"
+_NO_ARG = {"hosts": "hosts", "jobs": "jobs", "gpus": "gpus", "log": "log"}
+_WITH_ARG = {"host": "host", "h": "host", "job": "job", "j": "job", "user": "user", "u": "user",
+             "interval": "interval"}
 
-def parse_jump(text: str) -> tuple[str, str] | None:
-    """``host NAME`` / ``job PID`` (also ``h``/``j``) -> (kind, arg); None if neither."""
+
+def parse_jump(text: str) -> tuple[str, str] | str:
+    """A ``:`` command -> (kind, arg), or the one-line error to show.
+
+    ``hosts`` / ``jobs`` / ``gpus`` / ``log`` take no argument (``arg`` is '');
+    ``host NAME``, ``job PID``, ``user NAME`` (also ``h``, ``j``, ``u``) and
+    ``interval S`` (seconds, 0.25 to 3600) take one.
+    """
     parts = text.strip().lstrip(":").split(None, 1)
-    if len(parts) != 2:
-        return None
-    kind = {"host": "host", "h": "host", "job": "job", "j": "job"}.get(parts[0].lower())
-    return (kind, parts[1].strip()) if kind else None
+    if not parts:
+        return f"empty command: try {COMMANDS}"
+    word = parts[0].lower()
+    arg = parts[1].strip() if len(parts) == 2 else ""
+    if word in _NO_ARG:
+        return (_NO_ARG[word], "") if not arg else f"':{word}' takes no argument"
+    kind = _WITH_ARG.get(word)
+    if kind is None:
+        return f"unknown command {text.strip()!r}: try {COMMANDS}"
+    if not arg:
+        return f"':{word}' needs an argument, e.g. ':{word} {'2' if kind == 'interval' else 'NAME'}'"
+    if kind == "interval":
+        try:
+            seconds = float(arg)
+        except ValueError:
+            return f"':interval {arg}': expected seconds, e.g. ':interval 2'"
+        if not 0.25 <= seconds <= 3600:
+            return f"':interval {arg}': between 0.25 and 3600 seconds"
+    return kind, arg
 
 
 class JumpScreen(ModalScreen[str | None]):
@@ -35,7 +60,7 @@ class JumpScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         """The prompt."""
-        yield Input(placeholder=":host NAME   :job PID", id="jump")
+        yield Input(placeholder=COMMANDS, id="jump")
 
     def on_key(self, event: events.Key) -> None:
         """Keys that arrive before the prompt has focus (typed right after ':') go into it."""

@@ -5,15 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
-from textual import events
-from textual.actions import SkipAction
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Footer, Input
+from textual.widgets import Footer
 
 from gpulens.tui.messages import OpenHost, OpenJob
-from gpulens.tui.screens.base import DataScreen
+from gpulens.tui.screens._finding import FindingScreen, sort_bindings
 from gpulens.tui.widgets.header import AppHeader
 from gpulens.tui.widgets.heatmap import HEAT_METRICS, GpuHeatmap
 from gpulens.tui.widgets.host_table import HostTable
@@ -22,49 +20,25 @@ from gpulens.tui.widgets.sparklines import HostSparklines
 from gpulens.tui.widgets.stats import StatsBar
 
 
-class FilterInput(Input):
-    """The ``/`` line. Keys that reach it after Enter hid it (typed fast, queued
-    behind the Enter) go on to the table that now has focus."""
-
-    async def _on_key(self, event: events.Key) -> None:
-        target = self.screen.focused
-        if not self.display and target is not None and target is not self:
-            event.stop()
-            event.prevent_default()
-            target._forward_event(events.Key(event.key, event.character))
-            return
-        if event.key == "enter":
-            # Here, not through the binding (which runs only once the key has
-            # bubbled up to the app, after the keys queued behind it).
-            event.stop()
-            event.prevent_default()
-            self.display = False
-            self.screen.set_focus(self.screen.query_one(HostTable))
-            self.post_message(self.Submitted(self, self.value, None))
-            return
-        await super()._on_key(event)
-
-
-class OverviewScreen(DataScreen):
+class OverviewScreen(FindingScreen):
     """What ``gpulens`` opens on.
 
     | key | action |
     | --- | --- |
     | enter | open the host or job under the cursor |
-    | tab | switch between the host and job tables |
-    | / | filter both tables |
-    | s / r | sort by the next column / reverse |
+    | tab | next panel: host table, job table, heatmap |
+    | / | regex filter of every panel (``!re`` inverts) |
+    | H G U S M P C N A / J T U H G L M R | sort the focused table by that column; again: reverse |
     | u a g w t | heatmap metric: util, SM activity, GPU memory, power, temperature |
     """
 
+    SHOWS_ALERTS = True
+    """Its tables show alert codes: ``?`` explains each (help.alert_rows)."""
+
     crumb = "Overview"
     BINDINGS: ClassVar[list[BindingType]] = [
-        # Priority: '/' runs when the key arrives, so the keys typed right after
-        # it go into the filter line, not to the table.
         Binding("enter", "open", "Open", show=True),
-        Binding("slash", "filter", "Filter", priority=True),
-        Binding("s", "sort", "Sort"),
-        Binding("r", "reverse", "Reverse", show=False),
+        *sort_bindings(HostTable, JobTable),
         *[Binding(m.key, f"heat('{m.key}')", f"Heatmap {m.label}", show=False) for m in HEAT_METRICS],
     ]
 
@@ -81,7 +55,7 @@ class OverviewScreen(DataScreen):
                 yield HostTable(id="hosts")
             with Vertical(id="jobs-box"):
                 yield JobTable(id="jobs")
-        yield FilterInput(placeholder="filter hosts and jobs (Enter keeps, Esc clears)", id="filter")
+        yield from self.filter_widgets()
         yield Footer()
 
     def on_mount(self) -> None:
@@ -90,57 +64,58 @@ class OverviewScreen(DataScreen):
         self.query_one("#heatmap").border_title = "per-GPU heatmap"
         self.query_one("#hosts-box").border_title = "Hosts"
         self.query_one("#jobs-box").border_title = "Jobs"
-        self.query_one("#filter").display = False
+        super().on_mount()
         self.query_one(HostTable).focus()
         self.refresh_data(force=True)
 
     def refresh_data(self, force: bool = False) -> None:
-        """Push the store's views into the widgets; each redraws only what changed."""
+        """Push the store's views, narrowed by the filter, into the widgets; each redraws only what changed."""
         super().refresh_data(force)
         ctx = self.ctx
         store, w = ctx.store, ctx.window_s
-        hosts = store.hosts()
+        all_hosts = store.hosts()
+        all_jobs = store.jobs(w)
+        all_gpus = [(h, g) for h in all_hosts for g in store.gpu_indices(h)]
+        sel = self.selection(all_hosts, all_jobs, all_gpus)
+        hosts = list(sel.hosts)
         now_fb = int(store.now // store.resolution_s)
         versions = {h: (store.host_version(h), now_fb, w) for h in hosts}
         self.query_one(StatsBar).set_stats(store.fleet(w))
         spark = self.query_one(HostSparklines)
         spark.window_s = w
+        spark.store = store  # a replay seek hands the app a new store
         spark.set_rows(hosts, versions)
         heat = self.query_one(GpuHeatmap)
         heat.window_s = w
-        rows = [(h, g) for h in hosts for g in store.gpu_indices(h)]
+        heat.store = store
+        rows = list(sel.gpus)
         heat.set_rows(rows, {r: versions[r[0]] for r in rows})
         if not rows:
             reason = next((r for h in hosts if (r := store.unavailable(h, "gpu.utilization_percent"))),
                           "none reported yet")
-            heat.placeholder = f"no GPUs: {reason}"
+            heat.placeholder = (f"no GPU matches the filter '{self.finder.text}'" if all_gpus
+                                else f"no GPUs: {reason}")
             heat.refresh()
+        f = self.finder.text
         host_table = self.query_one(HostTable)
         host_table.down_at = {h: ctx.clock_text(t) for h, t in ctx.down_hosts().items()}
-        host_table.placeholder = f"no host matches the filter '{host_table.filter_text}'" if hosts else ""
+        host_table.placeholder = f"no host matches the filter '{f}'" if all_hosts else ""
         host_table.show(hosts, lambda h: store.host_row(h, w))
         jobs = self.query_one(JobTable)
-        all_jobs = store.jobs(w)
         if all_jobs:
-            jobs.placeholder = f"no job matches the filter '{jobs.filter_text}' (Esc clears it)"
+            jobs.placeholder = f"no job matches the filter '{f}' (Esc clears it)"
         else:
-            jobs.placeholder = "no process matches the job pattern (--pattern)" if hosts else ""
-        jobs.show(all_jobs)
-        self.query_one("#hosts-box").border_subtitle = self._sort_label(self.query_one(HostTable))
-        self.query_one("#jobs-box").border_subtitle = self._sort_label(self.query_one(JobTable))
-
-    @staticmethod
-    def _sort_label(table: HostTable | JobTable) -> str:
-        arrow = "↓" if table.sort_reverse else "↑"
-        f = f" · filter '{table.filter_text}'" if table.filter_text else ""
-        return f"sort {table.COLUMNS[table.sort_index][1]} {arrow}{f}"
+            jobs.placeholder = "no process matches the job pattern (--pattern)" if all_hosts else ""
+        jobs.show([j for j in all_jobs if j.key in sel.jobs])
+        note = self.filter_note()
+        self.query_one("#hosts-box").border_subtitle = host_table.sort_label() + note + host_table.sort_hint()
+        self.query_one("#jobs-box").border_subtitle = jobs.sort_label() + note + jobs.sort_hint()
+        shown = f" · {len(hosts)} of {len(all_hosts)} hosts" if self.finder.active else ""
+        self.query_one("#sparklines").border_subtitle = shown
 
     def _table(self) -> HostTable | JobTable:
         jobs = self.query_one(JobTable)
         return jobs if jobs.has_focus else self.query_one(HostTable)
-
-    def _filtering(self) -> bool:
-        return self.focused is self.query_one("#filter", Input)
 
     def action_open(self) -> None:
         """Open the row under the cursor of the focused table."""
@@ -163,57 +138,9 @@ class OverviewScreen(DataScreen):
     def _open(self, table: HostTable | JobTable, key: str) -> None:
         self.post_message(OpenJob(key) if isinstance(table, JobTable) else OpenHost(key))
 
-    def action_filter(self) -> None:
-        """Show the filter line."""
-        box = self.query_one("#filter", Input)
-        if self._filtering():
-            raise SkipAction()  # a '/' typed in the filter
-        box.display = True
-        # At once, not via focus() (call_later): keys typed right after '/'
-        # are already queued and would go to the table.
-        self.set_focus(box)
-
-    def on_input_changed(self, event: Input.Changed) -> None:
-        """Filter as you type."""
-        for table in (self.query_one(HostTable), self.query_one(JobTable)):
-            table.filter_text = event.value
-        self.refresh_data(force=True)
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        """Enter in the filter line: keep the filter; back to the host table."""
-        event.input.display = False
-        self.set_focus(self.query_one(HostTable))  # at once: the next keys are for the table
-
-    def go_back(self) -> bool:
-        """Esc on the overview clears the filter (there is nothing to go back to)."""
-        self.clear_filter()
-        return True
-
     def commands(self) -> Iterable[SystemCommand]:
-        """Filter, sort, reverse."""
-        yield SystemCommand("Filter", "/: filter hosts and jobs", self.action_filter)
-        yield SystemCommand("Sort", "s: sort the focused table by its next column", self.action_sort)
-        yield SystemCommand("Reverse sort", "r: reverse the focused table", self.action_reverse)
-
-    def clear_filter(self) -> bool:
-        """Esc on the overview: drop the filter; True if there was one."""
-        box = self.query_one("#filter", Input)
-        had = bool(box.value) or box.display
-        box.value = ""
-        box.display = False
-        self.set_focus(self.query_one(HostTable))
-        return had
-
-    def action_sort(self) -> None:
-        """Sort the focused table by its next column."""
-        label = self._table().cycle_sort()
-        self.notify(f"sorted by {label}", timeout=1.5)
-        self.refresh_data(force=True)
-
-    def action_reverse(self) -> None:
-        """Reverse the focused table's order."""
-        self._table().reverse_sort()
-        self.refresh_data(force=True)
+        """Filter, reverse; heatmap metrics come from the app."""
+        yield from super().commands()
 
     def action_heat(self, key: str) -> None:
         """Switch the heatmap's metric."""

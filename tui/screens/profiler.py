@@ -3,18 +3,22 @@
 Keys:
 
 =========  =====================================================
-t          take a trace with the options above (duration or N iterations)
-v          view the selected trace as a timeline
-a          analyze the selected trace (torch-style table, findings)
-e          export the selected trace to a path you type (.gz compresses)
+t, enter   take a trace with the options above (duration or N iterations; enter in a field)
+v          view the selected process's trace as a timeline
+V          view every rank of the selected trace, side by side as lanes
+a          analyze the selected process's trace (torch-style table, findings, charts)
+A          analyze every rank of the selected trace together
+e          export: the selected file, or every rank (a directory or a .tar.gz you name)
 r          re-check which processes can be traced
 escape     back
 =========  =====================================================
 
-The screen is handed a trace service (a ``TraceService``: the local one, the
-remote one of another host's agent, or None where there is none); loading
-and analysing run in worker threads with a progress bar, so the UI never
-freezes.
+The screen is handed one or more :class:`~.profiler_rows.Target` (a host, its
+trace service and pids: the local service, another host's agent, or None);
+a job's trace asks every target at once, with one common start time so the
+ranks' windows line up. The table has one row per traced process of each
+trace; the newest trace is selected when it appears. Loading, analysing and
+exporting run in worker threads with a progress bar, so the UI never freezes.
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import replace
 from functools import partial
 from typing import ClassVar
 
@@ -34,19 +41,30 @@ from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Button, Checkbox, DataTable, Footer, Input, Label, ProgressBar, Static
 
-from gpulens.ipc.kineto.protocol import TraceService
-from gpulens.ipc.kineto.requests import TraceJob, TraceRequest, TraceState
-from gpulens.tui.screens.profiler_views import AnalyzeScreen, TimelineScreen
-from gpulens.tui.workers import Background, Cancelled, call_in_app, check_cancelled
+from gpulens.ipc.kineto.protocol import JobListener, TraceService
+from gpulens.ipc.kineto.registry import DEFAULT_POLL_INTERVAL_S
+from gpulens.ipc.kineto.requests import TraceJob, TraceRequest, TraceResult
+from gpulens.tui.screens import profiler_work as work
+from gpulens.tui.screens.profiler_rows import (
+    FileRow,
+    Target,
+    common_start_ms,
+    file_rows,
+    poll_interval,
+    status_lines,
+)
+from gpulens.tui.workers import Background
 
 NARROW_WIDTH = 140
+MAX_STATUS_LINES = 8
 
 STATE_STYLE = {
-    TraceState.WAITING_FOR_POLL: "yellow",
-    TraceState.TRACING: "cyan",
-    TraceState.WRITING: "cyan",
-    TraceState.DONE: "green",
-    TraceState.FAILED: "red",
+    "queued": "magenta",
+    "waiting for poll": "yellow",
+    "tracing": "cyan",
+    "writing": "cyan",
+    "done": "green",
+    "failed": "red",
 }
 
 
@@ -61,7 +79,7 @@ class OptionBox(Checkbox):
 
 
 class ProfilerScreen(Screen[None]):
-    """Trace, View, Analyze and Export PyTorch traces of ``pids`` on ``host``."""
+    """Trace, View, Analyze and Export PyTorch traces of ``pids`` on ``host`` (and of ``others``)."""
 
     DEFAULT_CSS = """
     ProfilerScreen #pf-title { height: 1; background: $primary-muted; padding: 0 1; }
@@ -83,24 +101,42 @@ class ProfilerScreen(Screen[None]):
         Binding("escape", "leave", "Back"),
         Binding("t", "trace", "Trace"),
         Binding("v", "view", "View"),
+        Binding("V", "view_all", "View ranks", show=False),
         Binding("a", "analyze", "Analyze"),
+        Binding("A", "analyze_all", "Analyze ranks", show=False),
         Binding("e", "export", "Export"),
         Binding("r", "recheck", "Re-check"),
     ]
 
-    def __init__(self, service: TraceService | None, host: str, pids: list[int]) -> None:
+    def __init__(self, service: TraceService | None, host: str, pids: list[int], *,
+                 others: Sequence[Target] = ()) -> None:
         super().__init__()
         self.service = service
         self.host = host
         self.pids = list(pids)
-        self._rows: dict[str, TraceJob] = {}
+        self.targets = [Target(host, service, tuple(pids)), *others]
+        """Where the traces are taken: this host's processes first, then the job's other hosts."""
+        self._jobs: dict[tuple[int, str], TraceJob] = {}
+        self._batches: dict[tuple[int, str], int] = {}
+        self._asked: list[tuple[int, int, TraceRequest]] = []  # (batch, target, request) not yet seen
+        self._next_batch = 1
+        self._rows: dict[str, FileRow] = {}
+        self._listeners: list[tuple[TraceService, JobListener]] = []
+        self._select_batch: int | None = None
         self.background = Background(self)
         """Loading, analysing and exporting traces: thread workers, cancelled when the screen goes."""
 
     # ---- layout --------------------------------------------------------------
+    def _title(self) -> str:
+        if len(self.targets) == 1:
+            where = getattr(self.service, "address", "no trace service")
+            return f"Profiler · {self.host} · pid {', '.join(map(str, self.pids))} · {where}"
+        n = sum(len(t.pids) for t in self.targets)
+        hosts = ", ".join(t.host for t in self.targets)
+        return f"Profiler · job · {n} processes on {len(self.targets)} hosts ({hosts}) · one trace per rank"
+
     def compose(self) -> ComposeResult:
-        where = getattr(self.service, "address", "no trace service")
-        yield Static(f"Profiler · {self.host} · pid {', '.join(map(str, self.pids))} · {where}", id="pf-title")
+        yield Static(self._title(), id="pf-title")
         yield Static(id="pf-status")
         with Horizontal(id="pf-options"):
             with Horizontal(id="pf-amount"):
@@ -131,84 +167,115 @@ class ProfilerScreen(Screen[None]):
         self.set_class(self.app.size.width < NARROW_WIDTH, "narrow")
         table = self.query_one("#pf-jobs", DataTable)
         # State and its reason first: at 80 columns they must be readable without scrolling sideways.
-        table.add_columns("state", "detail", "what", "pids", "request")
-        if self.service is not None:
+        table.add_columns("state", "detail", "what", "process", "request")
+        for i, target in enumerate(self.targets):
+            svc = target.service
+            if svc is None:
+                continue
             # Tolerate services without the listener API (test doubles, remote stubs).
-            if hasattr(self.service, "add_listener"):
-                self.service.add_listener(self._listener)
-            for job in getattr(self.service, "jobs", list)():
-                self._show_job(job)
+            if hasattr(svc, "add_listener"):
+                listener = partial(self._listener, i)
+                svc.add_listener(listener)
+                self._listeners.append((svc, listener))
+            for job in getattr(svc, "jobs", list)():
+                self._show_job(i, job)
+        if table.row_count:  # the newest trace is the one worth acting on
+            table.move_cursor(row=table.row_count - len(self._last_rows()))
         self.action_recheck()
         self.set_interval(2.0, self.action_recheck)
         table.focus()
 
     def on_unmount(self) -> None:
         self.background.cancel()
-        if self.service is not None and hasattr(self.service, "remove_listener"):
-            self.service.remove_listener(self._listener)
+        for svc, listener in self._listeners:
+            if hasattr(svc, "remove_listener"):
+                svc.remove_listener(listener)
+        self._listeners.clear()
 
     # ---- service events (from its threads) ------------------------------------
-    def _listener(self, job: TraceJob) -> None:
+    def _listener(self, target: int, job: TraceJob) -> None:
         try:
             asyncio.get_running_loop()
         except RuntimeError:  # a service thread: hop onto the app's loop
             with contextlib.suppress(RuntimeError):  # the app is shutting down
-                self.app.call_from_thread(self._show_job, job)
+                self.app.call_from_thread(self._show_job, target, job)
             return
-        self._show_job(job)  # request_trace notifies from the caller: the app thread
+        self._show_job(target, job)  # request_trace notifies from the caller: the app thread
 
-    def _show_job(self, job: TraceJob) -> None:
+    def _batch_for(self, target: int, job: TraceJob) -> int:
+        """The trace (one ``t``) a job belongs to: the request we sent, else a batch of its own."""
+        key = (target, job.request_id)
+        if key not in self._batches:
+            for i, (batch, t, req) in enumerate(self._asked):
+                if t == target and (job.request is req or job.request == req):
+                    del self._asked[i]
+                    self._batches[key] = batch
+                    break
+            else:
+                self._batches[key] = self._next_batch
+                self._next_batch += 1
+        return self._batches[key]
+
+    def _show_job(self, target: int, job: TraceJob) -> None:
+        self._batch_for(target, job)
+        self._jobs[(target, job.request_id)] = job
+        self._render_target(target)
+
+    def _render_target(self, target: int) -> None:
+        """Redraw the rows of ``target``'s traces (a finished trace can end another's "queued")."""
         table = self.query_one("#pf-jobs", DataTable)
-        what = job.request.describe()
-        pids = ",".join(map(str, job.pids))
-        state = f"[{STATE_STYLE[job.state]}]{job.state.value}[/]"
-        detail = job.detail
-        if job.state is TraceState.WAITING_FOR_POLL:
-            detail = f"{detail} · {time.monotonic() - job.started_s:.0f} s"
-        # Text, not str: DataTable reads a str as markup, and a reason like "[Errno 2] ..." would vanish.
-        cell = Text(detail)
-        if job.request_id in self._rows:
-            for col, value in ((0, state), (1, cell), (2, what), (3, pids)):
-                table.update_cell(job.request_id, table.ordered_columns[col].key, value)
-        else:
-            table.add_row(state, cell, what, pids, job.request_id, key=job.request_id)
-        self._rows[job.request_id] = job
+        host = self.targets[target].host
+        jobs = [j for (t, _), j in self._jobs.items() if t == target]
+        several = len(self.targets) > 1
+        now = time.monotonic()
+        for n, job in enumerate(jobs):
+            batch = self._batches[(target, job.request_id)]
+            for row in file_rows(job, target=target, host=host, batch=batch, earlier=jobs[:n], now_s=now):
+                cells = (Text.from_markup(f"[{STATE_STYLE.get(row.state, 'white')}]{row.state}[/]"),
+                         # Text, not str: a reason like "[Errno 2] ..." must not be read as markup.
+                         Text(row.detail), job.request.describe(),
+                         f"{host}:{row.pid}" if several else str(row.pid), job.request_id)
+                if row.key in self._rows:
+                    if self._rows[row.key] != row:
+                        for col, value in enumerate(cells[:4]):
+                            table.update_cell(row.key, table.ordered_columns[col].key, value)
+                else:
+                    table.add_row(*cells, key=row.key)
+                    if batch == self._select_batch:  # the trace just asked for: select it
+                        self._select_batch = None
+                        table.move_cursor(row=table.get_row_index(row.key))
+                self._rows[row.key] = row
         self._show_selected()
+
+    def _last_rows(self) -> list[FileRow]:
+        last = max((r.batch for r in self._rows.values()), default=None)
+        return [r for r in self._rows.values() if r.batch == last]
 
     @on(DataTable.RowHighlighted, "#pf-jobs")
     def _show_selected(self) -> None:
-        """The highlighted trace's state and whole reason, wrapped under the table (never cut off)."""
-        table = self.query_one("#pf-jobs", DataTable)
+        """The highlighted process's state and whole reason, wrapped under the table (never cut off)."""
         line = self.query_one("#pf-selected", Static)
-        if table.row_count == 0:
+        row = self._cursor_row()
+        if row is None:
             line.update("")
             return
-        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
-        job = self._rows.get(str(key))
-        if job is None:
-            line.update("")
-            return
-        text = Text.assemble((job.state.value, STATE_STYLE[job.state]), f" · {job.request_id}: ", job.detail)
+        ranks = len(self._batch_rows(row.batch))
+        more = f" · 1 of {ranks} processes (V / A: all ranks)" if ranks > 1 else ""
+        text = Text.assemble((row.state, STATE_STYLE.get(row.state, "")),
+                             f" · {row.job.request_id} · {row.host} pid {row.pid}{more}: ", row.detail)
         line.update(text)
 
     # ---- actions ---------------------------------------------------------------
     def action_recheck(self) -> None:
-        """Say, per process, whether it can be traced and why not (with the fix)."""
+        """Say, per process, whether it can be traced and why not (with the fix); how soon a trace starts."""
         status = self.query_one("#pf-status", Static)
-        if self.service is None:
+        if all(t.service is None for t in self.targets):
             status.update("[red]no trace service here[/]: tracing needs the local agent's Kineto endpoint")
             return
-        lines = []
-        diagnose = getattr(self.service, "diagnose", lambda pid: None)
-        for pid in self.pids:
-            why = diagnose(pid)
-            lines.append(f"[green]pid {pid}: ready[/] (polls {getattr(self.service, 'address', 'the endpoint')})" if why is None
-                         else f"[red]pid {pid}: cannot be traced[/]: {why}")
-        lines.append("[dim]a trace starts at the target's next poll: up to one poll interval (5 s by default)[/]")
-        status.update("\n".join(lines))
-        for job in list(self._rows.values()):
-            if job.state is TraceState.WAITING_FOR_POLL:
-                self._show_job(job)  # the waiting time keeps counting
+        status.update("\n".join(status_lines(self.targets, MAX_STATUS_LINES)))
+        waiting = {t for (t, _rid), job in self._jobs.items() if job.state.value in ("waiting for poll", "queued")}
+        for t in sorted(waiting):
+            self._render_target(t)  # the waiting time keeps counting
 
     def _request(self) -> TraceRequest | None:
         def number(widget_id: str) -> str:
@@ -222,7 +289,7 @@ class ProfilerScreen(Screen[None]):
             self.notify("duration, iterations and warm-up must be numbers", severity="error")
             return None
         req = TraceRequest(
-            pids=tuple(self.pids),
+            pids=tuple(self.pids) or tuple(self.targets[0].pids),
             duration_ms=duration,
             iterations=iterations,
             record_shapes=self.query_one("#pf-shapes", Checkbox).value,
@@ -238,58 +305,137 @@ class ProfilerScreen(Screen[None]):
         return req
 
     def action_trace(self) -> None:
-        """Request a trace with the chosen options; the table shows its progress."""
-        if self.service is None or not hasattr(self.service, "request_trace"):
+        """Request a trace with the chosen options from every target; the table shows its progress."""
+        live = [(i, t) for i, t in enumerate(self.targets)
+                if t.service is not None and hasattr(t.service, "request_trace") and t.pids]
+        if not live:
             self.notify("no trace service here", severity="error")
             return
-        req = self._request()
-        if req is not None:
-            self.service.request_trace(req)
+        skipped = [t.host for t in self.targets if all(t is not other for _, other in live)]
+        if skipped:
+            self.notify(f"no trace service for {', '.join(skipped)}: its processes are not traced", severity="warning")
+        base = self._request()
+        if base is None:
+            return
+        pids = sum(len(t.pids) for _, t in live)
+        if pids > 1 and base.duration_ms is not None and hasattr(base, "start_time_ms"):
+            # Every rank starts at one wall-clock time after each one's next poll: the windows line up.
+            start = common_start_ms((poll_interval(t.service, p) for _, t in live for p in t.pids),
+                                    DEFAULT_POLL_INTERVAL_S)
+            base = replace(base, start_time_ms=start)
+        batch, self._next_batch = self._next_batch, self._next_batch + 1
+        self._select_batch = batch
+        for i, target in live:
+            req = replace(base, pids=target.pids)
+            self._asked.append((batch, i, req))
+            assert target.service is not None
+            fut = target.service.request_trace(req)
+            fut.add_done_callback(partial(self._request_ended, target.host, req))
+
+    def _request_ended(self, host: str, req: TraceRequest, fut: Future[TraceResult]) -> None:
+        """A request that failed before any job showed for it (refused at once): say why, never silence."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # a service thread: hop onto the app's loop
+            with contextlib.suppress(RuntimeError):
+                self.app.call_from_thread(self._request_ended, host, req, fut)
+            return
+        err = fut.exception() if not fut.cancelled() else None
+        pending = [a for a in self._asked if a[2] is req]
+        if err is None or not pending:
+            return  # it succeeded, or its job is in the table with its reason
+        self._asked.remove(pending[0])
+        self.notify(f"trace on {host} refused: {err}", severity="error", timeout=10)
 
     @on(Button.Pressed, "#pf-trace")
     def _trace_pressed(self) -> None:
         self.action_trace()
 
-    def _selected_file(self) -> str | None:
+    @on(Input.Submitted, "#pf-duration, #pf-iterations, #pf-warmup")
+    def _form_submitted(self, event: Input.Submitted) -> None:
+        """Enter in an option field takes the trace, as ``t`` does."""
+        event.stop()
+        self.action_trace()
+
+    def _cursor_row(self) -> FileRow | None:
         table = self.query_one("#pf-jobs", DataTable)
         if table.row_count == 0:
-            self.notify("no trace yet: press t", severity="warning")
             return None
         key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
-        job = self._rows.get(str(key))
-        if job is None or job.state is not TraceState.DONE or not job.files:
-            self.notify("select a finished trace (state: done)", severity="warning")
-            return None
-        return str(next(iter(job.files.values())))
+        return self._rows.get(str(key))
+
+    def _batch_rows(self, batch: int) -> list[FileRow]:
+        return [r for r in self._rows.values() if r.batch == batch]
+
+    def _selected(self, *, every_rank: bool = False) -> list[FileRow]:
+        """The selected process's finished file (or every file of its trace); a notice when there is none."""
+        row = self._cursor_row()
+        if row is None:
+            self.notify("no trace yet: press t", severity="warning")
+            return []
+        rows = [r for r in self._batch_rows(row.batch) if r.path is not None] if every_rank else (
+            [row] if row.path is not None else [])
+        if not rows:
+            why = "select a finished trace (state: done)" if not row.finished else f"no file: {row.detail}"
+            self.notify(why, severity="warning")
+        return rows
 
     def action_view(self) -> None:
-        """Open the selected trace as a timeline (loaded in a worker)."""
-        path = self._selected_file()
-        if path is not None:
-            self.background.start(partial(self._load_timeline, path), name="loading the trace", group="trace-load")
+        """Open the selected process's trace as a timeline (loaded in a worker)."""
+        rows = self._selected()
+        if rows:
+            self.background.start(partial(work.load_timeline, self, rows), name="loading the trace",
+                                  group="trace-load")
+
+    def action_view_all(self) -> None:
+        """Every rank of the selected trace as lanes of one timeline."""
+        rows = self._selected(every_rank=True)
+        if rows:
+            self.background.start(partial(work.load_timeline, self, rows), name="loading the traces",
+                                  group="trace-load")
 
     def action_analyze(self) -> None:
-        """Analyze the selected trace (in a worker)."""
-        path = self._selected_file()
-        if path is not None:
-            self.background.start(partial(self._analyze, path), name="analysing the trace", group="trace-load")
+        """Analyze the selected process's trace (in a worker)."""
+        rows = self._selected()
+        if rows:
+            self.background.start(partial(work.analyze, self, rows), name="analysing the trace",
+                                  group="trace-load")
+
+    def action_analyze_all(self) -> None:
+        """Analyze every rank of the selected trace together."""
+        rows = self._selected(every_rank=True)
+        if rows:
+            self.background.start(partial(work.analyze, self, rows), name="analysing the traces",
+                                  group="trace-load")
 
     def action_export(self) -> None:
-        """Ask for a path and copy the selected trace there."""
-        if self._selected_file() is None:
+        """Ask for a path and copy the selected trace (every rank of it) there."""
+        row = self._cursor_row()
+        if not self._selected():
             return
         box = self.query_one("#pf-export", Input)
+        assert row is not None
+        n = len([r for r in self._batch_rows(row.batch) if r.path is not None])
+        box.placeholder = (f"export {n} ranks to a directory or NAME.tar.gz (NAME.json: this process only); "
+                           "enter writes, escape cancels" if n > 1 else
+                           "export to path (.gz compresses; enter to write, escape to cancel)")
         box.add_class("-open")
         box.focus()
 
     @on(Input.Submitted, "#pf-export")
     def _export_submitted(self, event: Input.Submitted) -> None:
-        path = self._selected_file()
+        event.stop()
+        row = self._cursor_row()
         event.input.remove_class("-open")
         self.query_one("#pf-jobs", DataTable).focus()
-        if path is not None and event.value.strip():
-            self.background.start(partial(self._export, path, event.value.strip()), name="exporting the trace",
-                                  group="trace-export")
+        dest = event.value.strip()
+        if row is None or row.path is None or not dest:
+            return
+        rows = [r for r in self._batch_rows(row.batch) if r.path is not None]
+        if len(rows) > 1 and dest.endswith((".json", ".json.gz")):
+            rows = [row]
+        self.background.start(partial(work.export, self, rows, dest), name="exporting the trace",
+                              group="trace-export")
 
     def action_leave(self) -> None:
         """Close the export box, else leave the screen."""
@@ -300,63 +446,17 @@ class ProfilerScreen(Screen[None]):
             return
         self.dismiss(None)
 
-    # ---- workers ---------------------------------------------------------------
-    def _progress(self, fraction: float, what: str) -> None:
-        """Worker-side progress callback; stops the work once nobody waits for it."""
-        check_cancelled()
-        call_in_app(self._set_progress, fraction, what)
-
-    def _set_progress(self, fraction: float | None, what: str) -> None:
+    # ---- progress (called in the app by the workers) ---------------------------
+    def set_progress(self, fraction: float | None, what: str) -> None:
+        """Show (or, with None, hide) the progress bar of the running load / analysis / export."""
         row = self.query_one("#pf-progress-row")
         row.set_class(fraction is not None, "-busy")
         self.query_one("#pf-progress-label", Static).update(f"{what} ")
         if fraction is not None:
             self.query_one("#pf-progress", ProgressBar).update(progress=fraction)
 
-    def _done(self) -> None:
-        self._set_progress(None, "")
-
-    def _failed(self, err: Exception) -> None:
-        self._done()
-        self.notify(f"{getattr(err, 'title', 'error')}: {err}", severity="error", timeout=10)
-
-    def _load_timeline(self, path: str) -> None:
-        from gpulens.analysis.trace.load import load_trace
-        from gpulens.analysis.trace.timeline import build_timeline
-
-        try:
-            trace = load_trace(path, keep_args=True, progress=self._progress)
-            self._progress(1.0, "building timeline")
-            timeline = build_timeline(trace.events)
-        except Cancelled:  # the screen went away
-            return
-        except Exception as err:  # shown to the user, never kills the UI
-            call_in_app(self._failed, err)
-            return
-        call_in_app(self._done)
-        call_in_app(self.app.push_screen, TimelineScreen(timeline, path))
-
-    def _analyze(self, path: str) -> None:
-        from gpulens.analysis.trace.analyze import analyze_file
-
-        try:
-            summary = analyze_file(path, progress=self._progress)
-        except Cancelled:
-            return
-        except Exception as err:
-            call_in_app(self._failed, err)
-            return
-        call_in_app(self._done)
-        call_in_app(self.app.push_screen, AnalyzeScreen(summary, path))
-
-    def _export(self, src: str, dest: str) -> None:
-        from gpulens.analysis.trace.export import export_trace
-
-        try:
-            out = export_trace(src, dest)
-        except Cancelled:
-            return
-        except Exception as err:
-            call_in_app(self._failed, err)
-            return
-        call_in_app(self.notify, f"trace written to {out}")
+    def work_failed(self, err: Exception) -> None:
+        """A load, analysis or export failed: say why (the screen stays)."""
+        self.set_progress(None, "")
+        title, text = str(getattr(err, "title", "error")), str(err)
+        self.notify(text if text.startswith(title) else f"{title}: {text}", severity="error", timeout=10)

@@ -21,6 +21,9 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from gpulens.tui.widgets.thresholds import OK, level_of_text
+from gpulens.tui.widgets.thresholds import STYLES as LEVEL_STYLES
+
 
 class IncrementalTable(ScrollView, can_focus=True):
     """Keyed rows with a cursor; subclasses set ``COLUMNS``.
@@ -40,6 +43,10 @@ class IncrementalTable(ScrollView, can_focus=True):
     """Columns hidden, in this order, while the row does not fit (as k9s and nvitop do)."""
     CUT_LEFT: ClassVar[frozenset[str]] = frozenset()
     """Columns cut at the start (``…tail``): the end of a process tree says the most."""
+    MARKED: ClassVar[bool] = False
+    """Cells whose threshold marker (``89C!``, ``▲ THROTTLE``) names a level are drawn in its style."""
+    SORT_KEYS: ClassVar[dict[str, str]] = {}
+    """Column key -> the (shifted) letter that sorts by it; underlined in the header, as htop shows F-keys."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {"table--header", "table--cursor", "table--cursor-blur",
                                              "table--row", "table--placeholder"}
@@ -89,6 +96,7 @@ class IncrementalTable(ScrollView, can_focus=True):
         self._drawn_placeholder = ""
         self._layout_for: tuple[int, int] = (-1, -1)
         self._layout: tuple[tuple[int, int], ...] = ()
+        self._cursor_line = False
 
     # ---- data --------------------------------------------------------------
     @property
@@ -144,10 +152,26 @@ class IncrementalTable(ScrollView, can_focus=True):
         self.sort_reverse = not self.sort_reverse
         self.refresh()
 
-    def matches(self, cells: tuple[str, ...]) -> bool:
-        """True when the row passes the ``/`` filter (substring of any cell)."""
-        f = self.filter_text.lower()
-        return not f or any(f in c.lower() for c in cells)
+    def sort_by_letter(self, letter: str) -> str | None:
+        """Sort by the column bound to ``letter`` (its second press reverses); its label, None if unbound."""
+        column = next((k for k, v in self.SORT_KEYS.items() if v == letter), None)
+        if column is None:
+            return None
+        index = next(i for i, c in enumerate(self.COLUMNS) if c[0] == column)
+        if index == self.sort_index:
+            self.sort_reverse = not self.sort_reverse
+        else:
+            self.sort_index, self.sort_reverse = index, False
+        self.refresh()
+        return self.COLUMNS[index][1]
+
+    def sort_label(self) -> str:
+        """``sort Util ↓``: the sort column and direction."""
+        return f"sort {self.COLUMNS[self.sort_index][1]} {'↓' if self.sort_reverse else '↑'}"
+
+    def sort_hint(self) -> str:
+        """`` · shift+underlined letter`` where there is room for it (tables with sort letters)."""
+        return " · shift+underlined letter" if self.SORT_KEYS and self.size.width >= 70 else ""
 
     # ---- cursor ------------------------------------------------------------
     def action_cursor(self, delta: int) -> None:
@@ -225,7 +249,13 @@ class IncrementalTable(ScrollView, can_focus=True):
         self._cache.clear()
         return self._layout
 
+    def cell_level(self, column: str, text: str) -> int:
+        """The threshold level a cell shows (its trailing marker; override for other cells)."""
+        return level_of_text(text)
+
     def _line(self, cells: Sequence[str], style: Style, width: int) -> Strip:
+        if self.MARKED:
+            return self._marked_line(cells, style, width)
         parts = []
         for i, w in self.column_layout(width):
             key, _, right, _ = self.COLUMNS[i]
@@ -240,15 +270,7 @@ class IncrementalTable(ScrollView, can_focus=True):
         # Without the scrollbar: a column under it would be cut ("Runtim").
         width = self.scrollable_content_region.width or self.size.width
         if y == 0:
-            labels = []
-            arrow = "↓" if self.sort_reverse else "↑"
-            widths = dict(self.column_layout(width))
-            for i, (_, label, _, _) in enumerate(self.COLUMNS):
-                w = widths.get(i, len(label) + 1)
-                if i == self.sort_index:
-                    label = (label if len(label) < w else label[: w - 1]) + arrow
-                labels.append(label)
-            return self._line(labels, self.get_component_rich_style("table--header"), width)
+            return self._header(width)
         row = y - 1 + int(self.scroll_offset.y)
         if not self.order and self.placeholder:
             muted = self.get_component_rich_style("table--placeholder")
@@ -265,11 +287,55 @@ class IncrementalTable(ScrollView, can_focus=True):
         if hit is not None and hit[0] == cells and hit[1] == mode and hit[2] == width:
             return hit[3]
         name = ("table--row", "table--cursor", "table--cursor-blur")[mode]
+        self._cursor_line = mode != 0  # level colours would vanish on the cursor's background
         strip = self._line(cells, self.get_component_rich_style(name), width)
+        self._cursor_line = False
         self._cache[key] = (cells, mode, width, strip)
         if len(self._cache) > 4 * max(64, len(self.order)):
             self._cache.clear()
         return strip
+
+    def _marked_line(self, cells: Sequence[str], style: Style, width: int) -> Strip:
+        """A row with each marked cell in its level's style (the marker keeps the meaning without colour)."""
+        segs = [Segment(" ", style)]
+        for n, (i, w) in enumerate(self.column_layout(width)):
+            key, _, right, _ = self.COLUMNS[i]
+            text = cells[i]
+            lvl = self.cell_level(key, text)
+            if len(text) > w:
+                text = "…" + text[len(text) - w + 1:] if key in self.CUT_LEFT else text[: w - 1] + "…"
+            if n:
+                segs.append(Segment(" ", style))
+            coloured = lvl != OK and not self._cursor_line  # the marker stays either way
+            segs.append(Segment(text.rjust(w) if right else text.ljust(w),
+                                style + LEVEL_STYLES[lvl] if coloured else style))
+        return Strip(segs).crop_extend(0, width, style)
+
+    def _header(self, width: int) -> Strip:
+        """Labels, the sort column's arrow, and each sort letter underlined (``Util`` with U)."""
+        style = self.get_component_rich_style("table--header")
+        key_style = style + Style(underline=True)
+        arrow = "↓" if self.sort_reverse else "↑"
+        segs = [Segment(" ", style)]
+        for n, (i, w) in enumerate(self.column_layout(width)):
+            key, label, right, _ = self.COLUMNS[i]
+            if i == self.sort_index:
+                label = (label if len(label) < w else label[: w - 1]) + arrow
+            label = label[:w]
+            pad = " " * (w - len(label))
+            if n:
+                segs.append(Segment(" ", style))
+            if right:
+                segs.append(Segment(pad, style))
+            letter = self.SORT_KEYS.get(key, "")
+            at = label.lower().find(letter.lower()) if letter else -1
+            if at < 0:
+                segs.append(Segment(label, style))
+            else:
+                segs += [Segment(label[:at], style), Segment(label[at], key_style), Segment(label[at + 1:], style)]
+            if not right:
+                segs.append(Segment(pad, style))
+        return Strip(segs).crop_extend(0, width, style)
 
     def _placeholder_rows(self) -> int:
         if self.order or not self.placeholder:

@@ -11,7 +11,7 @@ n / N              next / previous match
 e / c              expand everything / collapse chains of single-child frames
 s                  sandwich: callers and callees of the selected function
 t                  table of functions by self and total
-p                  pause live updates
+p                  pause live updates (only on a live graph: ``live=True``)
 ?                  how to read a flame graph
 =================  ==================================================
 """
@@ -86,8 +86,8 @@ class FlameGraph(Widget, can_focus=True):
         Binding("slash", "search", "Search"),
         Binding("n", "next_match(1)", "Next", show=False),
         Binding("N", "next_match(-1)", "Prev", show=False),
-        Binding("e", "expand", "Expand"),
-        Binding("c", "collapse", "Collapse"),
+        Binding("e", "expand", "Expand", show=False),
+        Binding("c", "collapse", "Collapse", show=False),
         Binding("s", "sandwich", "Sandwich"),
         Binding("t", "table", "Functions"),
         Binding("p", "pause", "Pause"),
@@ -119,9 +119,12 @@ class FlameGraph(Widget, can_focus=True):
         """The user pressed ``?``."""
 
     def __init__(
-        self, profile: Profile, *, name: str | None = None, id: str | None = None, classes: str | None = None
+        self, profile: Profile, *, live: bool = False,
+        name: str | None = None, id: str | None = None, classes: str | None = None,
     ) -> None:
         super().__init__(name=name, id=id, classes=classes)
+        self.live = live
+        """Fed newer profiles (:meth:`update_profile`): only then does ``p`` pause."""
         self._profile = profile
         self._pending: Profile | None = None
         self.focus_history: list[int] = []
@@ -136,6 +139,19 @@ class FlameGraph(Widget, can_focus=True):
         self._palette_theme = ""
 
     # -- public API ---------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """``p`` exists only on a live graph (elsewhere it would do nothing)."""
+        return self.live if action == "pause" else True
+
+    def key_help(self) -> list[tuple[str, str]]:
+        """(key, what it does) for the keys this graph really has, for the help screen."""
+        keys = [("arrows/hjkl", "move"), ("enter", "focus"), ("esc/backspace", "back"), ("/", "search"),
+                ("n/N", "next/previous match"), ("e", "expand"), ("c", "collapse chains"), ("s", "sandwich"),
+                ("t", "functions")]
+        if self.live:
+            keys.append(("p", "pause updates"))
+        return keys
 
     @property
     def profile(self) -> Profile:
@@ -162,6 +178,14 @@ class FlameGraph(Widget, can_focus=True):
         self.focus_history = [find_path(profile, p) for p in history]
         self._focus = find_path(profile, focus)
         self.selected = find_path(profile, selected)
+        if self._search is not None:
+            self._run_search(self._search.pattern)
+        self._invalidate()
+
+    def show_profile(self, profile: Profile) -> None:
+        """Show another profile from the start (another thread of the file): focus and history reset."""
+        self._profile, self._pending = profile, None
+        self.focus_history, self._focus, self.selected = [], 0, 0
         if self._search is not None:
             self._run_search(self._search.pattern)
         self._invalidate()

@@ -1,13 +1,23 @@
-"""Per-GPU table of the host screen: every NVML field of the newest sample."""
+"""Per-GPU table of the host screen: every NVML field of the newest sample, thresholds marked.
+
+A value past a threshold carries its marker (``89C!``, ``95%▲``) and is
+drawn in its level's colour; the marker alone keeps the meaning under NO_COLOR.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
+from rich.segment import Segment
+from rich.style import Style
+from textual.strip import Strip
+
+from gpulens.core.config import Thresholds
 from gpulens.core.model import GpuSample, HostSample
 from gpulens.core.units import NA, num, pct, rate, size
 from gpulens.store.views import gpu_mem_percent
 from gpulens.tui.widgets._table import IncrementalTable
+from gpulens.tui.widgets.thresholds import DEFAULT, OK, STYLES, gpu_levels, level_of_text, marked
 
 
 def _ecc(g: GpuSample) -> str:
@@ -49,35 +59,57 @@ class GpuTable(IncrementalTable):
     """One row per GPU: util, SM, memory, power, temperature, clocks, PCIe, NVLink, ECC, XID."""
 
     COLUMNS = (
-        ("gpu", "GPU", False, 3), ("name", "Name", False, 14), ("util", "Util", True, 5),
-        ("sm", "SM act", True, 6), ("occ", "SM occ", True, 6), ("dram", "DRAM bw", True, 7),
-        ("mem", "Mem used", True, 12), ("memp", "Mem%", True, 5), ("memutil", "Mem util", True, 8),
-        ("power", "Power/limit", True, 11), ("temp", "Temp", True, 5), ("clk", "SM/mem MHz", True, 10),
-        ("pcie", "PCIe rx/tx", True, 15), ("nvlink", "NVLink rx/tx", True, 15), ("ecc", "ECC c/u", True, 7),
-        ("xid", "XID", True, 5), ("throttle", "Throttle", False, 17), ("procs", "Procs", True, 5),
+        ("gpu", "GPU", False, 4), ("name", "Name", False, 14), ("util", "Util", True, 5),
+        ("sm", "SM act", True, 7), ("occ", "SM occ", True, 7), ("dram", "DRAM bw", True, 8),
+        ("mem", "Mem used", True, 12), ("memp", "Mem%", True, 6), ("memutil", "Mem util", True, 9),
+        ("power", "Power/limit", True, 12), ("temp", "Temp", True, 5), ("clk", "SM/mem MHz", True, 11),
+        ("pcie", "PCIe rx/tx", True, 15), ("nvlink", "NVLink rx/tx", True, 15), ("ecc", "ECC c/u", True, 8),
+        ("xid", "XID", True, 5), ("throttle", "Throttle", False, 18), ("procs", "Procs", True, 6),
     )
+    """Each wider than its label, so the sort arrow never cuts it (``GPU↑``, not ``GP↑``)."""
     FLEX = ("throttle", "name")
     DROP = ("occ", "memutil", "name", "procs", "clk", "ecc", "dram", "memp", "nvlink", "pcie", "sm")
 
+    thresholds: Thresholds = DEFAULT
+    """Where values turn warning or critical (the config's ``[thresholds]``)."""
+
     @staticmethod
-    def cells(g: GpuSample) -> tuple[str, ...]:
-        """The texts of one GPU's row (n/a for a field NVML did not give)."""
+    def cells(g: GpuSample, t: Thresholds = DEFAULT) -> tuple[str, ...]:
+        """The texts of one GPU's row (n/a for a field NVML did not give), markers past thresholds."""
+        lv = gpu_levels(g, t)
         power = NA if g.power_w is None else f"{g.power_w:.0f}/{num(g.power_limit_w)}W"
         clk = NA if g.sm_clock_mhz is None else f"{g.sm_clock_mhz}/{g.mem_clock_mhz or NA}"
         return (
-            str(g.index), g.name.removeprefix("NVIDIA "), pct(g.utilization_percent),
+            str(g.index), g.name.removeprefix("NVIDIA "), marked(pct(g.utilization_percent), lv["util"]),
             pct(g.sm_activity_percent), pct(g.sm_occupancy_percent), pct(g.dram_bw_util_percent),
             NA if g.mem_used_bytes is None else mem_pair(g.mem_used_bytes, g.mem_total_bytes),
-            pct(gpu_mem_percent(g)), pct(g.memory_utilization_percent), power,
-            num(g.temperature_c, "C"), clk,
+            marked(pct(gpu_mem_percent(g)), lv["mem"]), pct(g.memory_utilization_percent),
+            marked(power, lv["power"]), marked(num(g.temperature_c, "C"), lv["temp"]), clk,
             NA if g.pcie_rx_bytes_per_s is None else pair(g.pcie_rx_bytes_per_s, g.pcie_tx_bytes_per_s, rate),
             NA if g.nvlink_rx_bytes_per_s is None else pair(g.nvlink_rx_bytes_per_s, g.nvlink_tx_bytes_per_s, rate),
-            _ecc(g), ",".join(map(str, g.xid_events)) or "-",
-            ",".join(THROTTLE_SHORT.get(r, r.removesuffix("_slowdown")) for r in g.throttle_reasons) or "-",
+            _ecc(g), marked(",".join(map(str, g.xid_events)), lv["xid"]) if g.xid_events else "-",
+            marked(",".join(THROTTLE_SHORT.get(r, r.removesuffix("_slowdown")) for r in g.throttle_reasons),
+                   lv["throttle"]) if g.throttle_reasons else "-",
             str(len(g.processes)),
         )
 
     def show(self, sample: HostSample | None) -> bool:
         """Show the GPUs of ``sample``; True if anything changed."""
         gpus = sample.gpus if sample else ()
-        return self.sync({str(g.index): self.cells(g) for g in gpus}, [str(g.index) for g in gpus])
+        t = self.thresholds
+        return self.sync({str(g.index): self.cells(g, t) for g in gpus}, [str(g.index) for g in gpus])
+
+    def _line(self, cells: Sequence[str], style: Style, width: int) -> Strip:
+        """A row; a cell ending in a level's marker is drawn in that level's style."""
+        segs = [Segment(" ", style)]
+        for n, (i, w) in enumerate(self.column_layout(width)):
+            right = self.COLUMNS[i][2]
+            text = cells[i]
+            lvl = level_of_text(text)
+            if len(text) > w:
+                text = text[: w - 1] + "…"
+            if n:
+                segs.append(Segment(" ", style))
+            segs.append(Segment(text.rjust(w) if right else text.ljust(w),
+                                style + STYLES[lvl] if lvl != OK else style))
+        return Strip(segs).crop_extend(0, width, style)

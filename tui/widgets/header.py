@@ -2,11 +2,38 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual.reactive import reactive
+from textual.screen import ModalScreen, Screen
 from textual.widget import Widget
+
+CRUMBS = {"FlameScreen": "flame graph", "ProfilerScreen": "Profiler", "TimelineScreen": "Timeline",
+          "AnalyzeScreen": "Analyze", "SandwichScreen": "sandwich", "FunctionTableScreen": "functions"}
+"""Crumbs of screens that set no ``crumb`` of their own."""
+
+
+def crumb_of(screen: Screen[Any]) -> str:
+    """A screen's breadcrumb: its ``crumb``, else a name from its class (``TimelineScreen`` -> Timeline)."""
+    crumb = getattr(screen, "crumb", None)
+    if isinstance(crumb, str) and crumb:
+        return crumb
+    name = type(screen).__name__
+    return CRUMBS.get(name, name.removesuffix("Screen") or name)
+
+
+def crumbs_of(stack: Sequence[Screen[Any]], upto: Screen[Any] | None = None) -> tuple[str, ...]:
+    """``("gpulens", "Overview", "gpu-node03", ...)`` from a screen stack (modals and the default screen left out)."""
+    out = ["gpulens"]
+    for screen in stack:
+        if isinstance(screen, ModalScreen) or screen.id == "_default":
+            continue
+        out.append(crumb_of(screen))
+        if screen is upto:
+            break
+    return tuple(out)
 
 
 class AppHeader(Widget):
@@ -35,6 +62,11 @@ class AppHeader(Widget):
     """Source status message and whether it is good."""
     clock: reactive[str] = reactive("")
     """Time of the newest data, HH:MM:SS."""
+
+    def on_mount(self) -> None:
+        """On a screen that does not fill it in (flame, profiler, timeline): crumbs from the stack."""
+        if self.crumbs == ("gpulens",):
+            self.crumbs = crumbs_of(self.app.screen_stack, self.screen)
 
     def render(self) -> Text:
         """One line; the status is cut first when narrow."""

@@ -46,8 +46,12 @@ def level(v: float, lo: float, hi: float) -> int:
     return max(0, min(4, int((v - lo) / ((hi - lo) or 1) * 4.999)))
 
 
-class GpuHeatmap(LazyLines):
-    """Rows ``host:gpu``; columns are time buckets of the window; keys switch the metric."""
+class GpuHeatmap(LazyLines, can_focus=True):
+    """Rows ``host:gpu``; columns are time buckets of the window; keys switch the metric.
+
+    It fills its height; while rows are hidden the last line says how many
+    (``rows 1–24 of 128 · 104 more ↓``); focused (tab) it scrolls with the arrow keys.
+    """
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {"heatmap--label", "heatmap--na"}
     DEFAULT_CSS = """
@@ -62,6 +66,7 @@ class GpuHeatmap(LazyLines):
         self.window_s = 300.0
         self.metric = HEAT_METRICS[0]
         self.header_lines = 1
+        self.more_line = True
         self._styles = [Style(color=Color.parse(PALETTE[i + 1]), bgcolor=Color.parse(PALETTE[0]))
                         for i in range(5)]
 
@@ -85,7 +90,7 @@ class GpuHeatmap(LazyLines):
         if used + len(tail) + len(keys) > width:  # every key letter stays readable
             keys = " ".join(h.key for h in HEAT_METRICS)
         segs.append(Segment(tail + keys, na))
-        return Strip(segs).crop_extend(0, width, self.rich_style)
+        return Strip(segs).crop_extend(0, width, self.base_style)
 
     def make_line(self, key: Hashable, width: int) -> list[Segment]:
         host, gpu = cast("tuple[str, int]", key)

@@ -4,22 +4,36 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
+from gpulens.core.config import Thresholds
 from gpulens.core.units import num, pct, rate
 from gpulens.store.views import HostRow
 from gpulens.tui.widgets._table import IncrementalTable
+from gpulens.tui.widgets.thresholds import (
+    DEFAULT,
+    MARKS,
+    OK,
+    alert_text,
+    level,
+    level_of_text,
+    marked,
+)
 
 
 class HostTable(IncrementalTable):
-    """Hosts; Enter opens the host. ``s`` sorts by the next column, ``r`` reverses."""
+    """Hosts; Enter opens the host. A shifted letter sorts by its column (again: reverse)."""
 
+    # Each width leaves room for the sort arrow after the label ("GPUs↑", not "GPU↑").
     COLUMNS = (
-        ("host", "Host", False, 14), ("gpus", "GPUs", True, 4), ("util", "Util", True, 5),
-        ("sm", "SM", True, 5), ("mem", "GPU mem", True, 7), ("power", "Power", True, 6),
+        ("host", "Host", False, 14), ("gpus", "GPUs", True, 5), ("util", "Util", True, 5),
+        ("sm", "SM", True, 5), ("mem", "GPU mem", True, 8), ("power", "Power", True, 6),
         ("cpu", "CPU", True, 5), ("net", "Net", True, 9), ("alerts", "Alerts", False, 14),
     )
+    SORT_KEYS: ClassVar[dict[str, str]] = {"host": "H", "gpus": "G", "util": "U", "sm": "S", "mem": "M", "power": "P",
+                 "cpu": "C", "net": "N", "alerts": "A"}
     FLEX = ("alerts", "host")
+    MARKED = True
     DROP = ("power", "sm", "net", "gpus", "cpu")
 
     def __init__(self, *, name: str | None = None, id: str | None = None,
@@ -29,12 +43,22 @@ class HostTable(IncrementalTable):
         self.down_at: dict[str, str] = {}
         """host -> HH:MM:SS it went down, shown after its DOWN alert."""
 
+    thresholds: Thresholds = DEFAULT
+    """Where GPU memory turns warning or critical (the config's ``[thresholds]``)."""
+
     @staticmethod
-    def cells(r: HostRow) -> tuple[str, ...]:
-        """The texts of one row."""
-        return (r.host, str(r.gpus), pct(r.util_percent), pct(r.sm_percent),
-                pct(r.gpu_mem_percent), num(r.power_w, "W"), pct(r.cpu_percent),
-                rate(r.net_bytes_per_s), " ".join(r.alerts))
+    def cells(r: HostRow, t: Thresholds = DEFAULT) -> tuple[str, ...]:
+        """The texts of one row; GPU memory marked past its threshold, alerts with their markers."""
+        mem = marked(pct(r.gpu_mem_percent), level("mem", r.gpu_mem_percent, t))
+        return (r.host, str(r.gpus), pct(r.util_percent), pct(r.sm_percent), mem, num(r.power_w, "W"),
+                pct(r.cpu_percent), rate(r.net_bytes_per_s), " ".join(alert_text(a) for a in r.alerts))
+
+    def cell_level(self, column: str, text: str) -> int:
+        """The alerts cell takes the level of its loudest alert (``! XID 79``); others their marker."""
+        if column != "alerts":
+            return level_of_text(text)
+        marks = set(text.split())
+        return max((lvl for lvl, mark in MARKS.items() if mark and mark in marks), default=OK)
 
     def _with_down_time(self, cells: tuple[str, ...]) -> tuple[str, ...]:
         at = self.down_at.get(cells[0])
@@ -51,13 +75,13 @@ class HostTable(IncrementalTable):
         return (0, v) if isinstance(v, str) or not math.isnan(v) else (1, 0)
 
     def show(self, hosts: list[str], row_of: Callable[[str], HostRow]) -> bool:
-        """Show these hosts, filtered and sorted; True if anything changed.
+        """Show these hosts (already filtered), sorted; True if anything changed.
 
-        Sorted by name and unfiltered, only the rows on screen are computed
+        Sorted by name, only the rows on screen are computed
         (the others keep their last figures until scrolled to): with 256
         hosts that halves the cost of an update.
         """
-        lazy = self.sort_index == 0 and not self.filter_text and not self.sort_reverse
+        lazy = self.sort_index == 0 and not self.sort_reverse
         if lazy:
             top = int(self.scroll_offset.y)
             wanted = set(hosts[max(0, top - 2): top + self.size.height + 2])
@@ -65,8 +89,9 @@ class HostTable(IncrementalTable):
         else:
             rows = [row_of(h) for h in hosts]
         self._rows = {r.host: r for r in rows}
-        data = {r.host: self._with_down_time(self.cells(r)) for r in rows}
-        kept = [r for r in rows if self.matches(data[r.host])]
+        t = self.thresholds
+        data = {r.host: self._with_down_time(self.cells(r, t)) for r in rows}
+        kept = list(rows)
         kept.sort(key=lambda r: self.sort_value(r, self.sort_index), reverse=self.sort_reverse)
         if self.sort_reverse:  # unknown values stay last
             kept.sort(key=lambda r: self.sort_value(r, self.sort_index)[0])

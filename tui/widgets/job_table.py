@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 from gpulens.core.units import duration, pct, size
 from gpulens.store.views import JobView
@@ -11,13 +11,16 @@ from gpulens.tui.widgets._table import IncrementalTable
 
 
 class JobTable(IncrementalTable):
-    """Jobs; Enter opens the job. ``s`` sorts by the next column, ``r`` reverses."""
+    """Jobs; Enter opens the job. A shifted letter sorts by its column (again: reverse)."""
 
+    # Each width leaves room for the sort arrow after the label.
     COLUMNS = (
         ("job", "Job", False, 16), ("tree", "Tree ID", False, 12), ("user", "User", False, 6),
-        ("hosts", "Hosts", True, 5), ("gpus", "GPUs", True, 4), ("util", "Util", True, 5),
-        ("mem", "GPU mem", True, 8), ("runtime", "Runtime", True, 7),
+        ("hosts", "Hosts", True, 6), ("gpus", "GPUs", True, 5), ("util", "Util", True, 5),
+        ("mem", "GPU mem", True, 8), ("runtime", "Runtime", True, 8),
     )
+    SORT_KEYS: ClassVar[dict[str, str]] = {"job": "J", "tree": "T", "user": "U", "hosts": "H", "gpus": "G", "util": "L",
+                 "mem": "M", "runtime": "R"}
     FLEX = ("tree",)
     DROP = ("hosts", "runtime", "tree")
     CUT_LEFT = frozenset({"tree"})
@@ -37,8 +40,9 @@ class JobTable(IncrementalTable):
         return (0, v) if isinstance(v, str) or not math.isnan(v) else (1, 0)
 
     def show(self, jobs: list[JobView]) -> bool:
-        """Show these jobs, filtered and sorted; True if anything changed."""
+        """Show these jobs (already filtered), sorted; True if anything changed."""
         data = {j.key: self.cells(j) for j in jobs}
-        kept = [j for j in jobs if self.matches(data[j.key])]
-        kept.sort(key=lambda j: self.sort_value(j, self.sort_index), reverse=self.sort_reverse)
+        kept = sorted(jobs, key=lambda j: self.sort_value(j, self.sort_index), reverse=self.sort_reverse)
+        if self.sort_reverse:  # unknown values stay last
+            kept.sort(key=lambda j: self.sort_value(j, self.sort_index)[0])
         return self.sync({j.key: data[j.key] for j in kept}, [j.key for j in kept])

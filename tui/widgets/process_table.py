@@ -1,20 +1,25 @@
-"""A job's processes (job screen): host, pid, tree ID, user, CPU, RSS, GPU memory, command."""
+"""Process tables: a job's processes (job screen) and one GPU's processes (GPU screen)."""
 
 from __future__ import annotations
 
-from gpulens.core.model import JobInfo
-from gpulens.core.units import pct, size
+from gpulens.core.model import GpuProcess, JobInfo
+from gpulens.core.units import NA, pct, size
 from gpulens.tui.widgets._table import IncrementalTable
 
 
 class ProcessTable(IncrementalTable):
-    """One row per process of the job, on every host."""
+    """One row per process of the job, on every host; Enter opens the process screen.
+
+    ``GPU#`` lists the indices of the GPUs the process holds memory on
+    (``0,1``), not how many.
+    """
 
     COLUMNS = (
         ("pid", "Host:PID", False, 18), ("tree", "Tree ID", False, 24), ("user", "User", False, 8),
-        ("cpu", "CPU", True, 5), ("rss", "RSS", True, 8), ("gpus", "GPUs", True, 5),
+        ("cpu", "CPU", True, 5), ("rss", "RSS", True, 8), ("gpus", "GPU#", False, 5),
         ("gpumem", "GPU mem", True, 8), ("cmd", "Command", False, 30),
     )
+    """Each wider than its label, so the sort arrow never cuts it."""
     FLEX = ("cmd", "cmd", "tree")
     DROP = ("tree", "rss", "gpus", "user")
     CUT_LEFT = frozenset({"tree"})
@@ -22,7 +27,7 @@ class ProcessTable(IncrementalTable):
     @staticmethod
     def cells(host: str, p: JobInfo) -> tuple[str, ...]:
         """The texts of one process's row."""
-        gpus = ",".join(sorted(p.gpu_mem_bytes)) or "-"
+        gpus = ",".join(sorted(p.gpu_mem_bytes, key=lambda i: (len(i), i))) or "-"
         cmd = p.cmdline if len(p.cmdline) <= 400 else p.cmdline[:399] + "…"
         return (f"{host}:{p.pid}", p.tree_id, p.user, pct(p.cpu_percent), size(p.rss_bytes),
                 gpus, size(sum(p.gpu_mem_bytes.values())), cmd)
@@ -31,3 +36,27 @@ class ProcessTable(IncrementalTable):
         """Show these processes; True if anything changed."""
         rows = {f"{h}:{p.pid}": self.cells(h, p) for h, p in processes}
         return self.sync(rows, list(rows))
+
+
+class GpuProcessTable(IncrementalTable):
+    """The processes NVML reports on one GPU, joined with what the job collector knows of them."""
+
+    COLUMNS = (
+        ("pid", "PID", True, 8), ("user", "User", False, 9), ("mem", "GPU mem", True, 9),
+        ("sm", "SM util", True, 8), ("job", "Job", False, 14), ("cmd", "Command", False, 30),
+    )
+    FLEX = ("cmd", "cmd", "job")
+    DROP = ("job", "sm", "user")
+
+    @staticmethod
+    def cells(p: GpuProcess, job: JobInfo | None, key: str) -> tuple[str, ...]:
+        """One process's row (n/a where NVML or the job collector gave nothing)."""
+        cmd = job.cmdline if job is not None else "(not a job process: the job pattern does not match it)"
+        return (str(p.pid), job.user if job is not None else NA, size(p.used_memory_bytes),
+                pct(p.sm_util_percent), key if job is not None else "-",
+                cmd if len(cmd) <= 400 else cmd[:399] + "…")
+
+    def show(self, rows: list[tuple[GpuProcess, JobInfo | None, str]]) -> bool:
+        """Show these processes; True if anything changed."""
+        data = {str(p.pid): self.cells(p, j, k) for p, j, k in rows}
+        return self.sync(data, list(data))

@@ -1,17 +1,26 @@
-"""Bar chart of a trace's step times (its ``ProfilerStep#N`` spans), drawn by plotext.
+"""The Analyze screen's charts, drawn by plotext: step times, step time per rank, top ops, kernel durations.
 
-``step_chart`` is the pure drawing: step durations in ms in, a Rich ``Text``
-out, one bar per step, the mean as a line across the bars and in the title.
-``StepChart`` is the widget the Analyze screen shows; it redraws at its own
-width whenever it is resized.
+Pure drawings (data in, a Rich ``Text`` out, never raising):
+
+- :func:`step_chart`: one bar per step (ms), the mean as a line across the bars and in the title;
+- :func:`rank_chart`: one bar per rank, its mean step time; the spread in the title;
+- :func:`ops_chart`: the top ops by self time, as horizontal bars;
+- :func:`kernel_histogram`: how many kernels took 1-10 us, 10-100 us, ... (decades).
+
+``StepChart`` / ``ChartView`` are the widgets. A ``ChartView`` draws each
+(chart, size, colour) once and keeps the text: a refresh or a repaint of the
+same analysis at the same size never runs plotext again.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from rich.text import Text
 from textual.reactive import reactive
@@ -71,6 +80,29 @@ def _group(values: list[float], most: int) -> tuple[list[int], list[float], int]
     return firsts, heights, per
 
 
+def _start(width: int, rows: int, color: bool, title: str) -> object:
+    """plotext's one figure, cleared and sized (the caller holds :data:`_figure_lock`)."""
+    import plotext
+
+    # Its size is otherwise clipped to the real terminal's, which a Textual app is not.
+    plotext.terminal.limit(False, False)
+    fig = plotext.figure
+    fig.clear()
+    fig.interactive(False)
+    fig.plot_size(width, rows)
+    # "simple": bars coloured, frame and labels left to the terminal's colours.
+    fig.theme("simple" if color else "colorless")
+    fig.title(title)
+    return fig
+
+
+def _as_text(drawn: str, color: bool) -> Text:
+    text = Text.from_ansi(drawn.rstrip("\n")) if color else Text(drawn.rstrip("\n"))
+    text.no_wrap = True
+    text.overflow = "crop"
+    return text
+
+
 def _draw(values: list[float], width: int, rows: int, color: bool) -> str:
     """plotext's rendering, ANSI-coloured unless ``color`` is false."""
     n = len(values)
@@ -81,19 +113,9 @@ def _draw(values: list[float], width: int, rows: int, color: bool) -> str:
     top = max(heights)
     lo, hi = 1 - per / 2, firsts[-1] + per / 2
     title = _title(values, mean, width) if per == 1 else _title(values, mean, width, f" · {per} per bar")
-    # Imported here, not at the top: plotext (and the PIL it loads) costs ~0.15 s, paid on the first chart.
-    import plotext
-
     with _figure_lock:
-        # Its size is otherwise clipped to the real terminal's, which a Textual app is not.
-        plotext.terminal.limit(False, False)
-        fig = plotext.figure
-        fig.clear()
-        fig.interactive(False)
-        fig.plot_size(width, rows)
-        # "simple": bars coloured, frame and labels left to the terminal's colours.
-        fig.theme("simple" if color else "colorless")
-        fig.title(title)
+        # plotext (and the PIL it loads) is imported on the first chart, not with this module: ~0.15 s.
+        fig: Any = _start(width, rows, color, title)
         if top > 0:  # drawn first, so it shows between and above the bars, not across them
             fig.draw(fig.segment((lo, hi), (mean, mean), marker="─"))
         fig.draw(fig.bar(firsts, heights))
@@ -121,10 +143,115 @@ def step_chart(step_ms: Sequence[float], width: int, rows: int = CHART_ROWS, *, 
         drawn = _draw(values, width, rows, color)
     except Exception as err:  # a third-party drawing on odd data must not take the screen down
         return Text(f"step chart unavailable: {type(err).__name__}: {err}"[:width], style="dim")
-    text = Text.from_ansi(drawn.rstrip("\n")) if color else Text(drawn.rstrip("\n"))
-    text.no_wrap = True
-    text.overflow = "crop"
-    return text
+    return _as_text(drawn, color)
+
+
+def _guarded(draw: Callable[[], str], width: int, color: bool, what: str) -> Text:
+    try:
+        return _as_text(draw(), color)
+    except Exception as err:  # a third-party drawing on odd data must not take the screen down
+        return Text(f"{what} unavailable: {type(err).__name__}: {err}"[:width], style="dim")
+
+
+def rank_chart(labels: Sequence[str], mean_ms: Sequence[float], width: int, rows: int = CHART_ROWS, *,
+               color: bool = True) -> Text:
+    """One bar per rank: its mean step time (ms); the fastest, slowest and spread in the title."""
+    pairs = [(str(label), v) for label, v in zip(labels, _clean(mean_ms), strict=False)]
+    if not pairs:
+        return Text("no rank has step markers", style="dim")
+    if width < _MIN_WIDTH or rows < _MIN_ROWS:
+        return Text(f"{len(pairs)} ranks: too little room for the chart", style="dim")
+    values = [v for _, v in pairs]
+    lo, hi = min(values), max(values)
+    spread = f"spread {100 * (hi - lo) / hi:.1f}%" if hi > 0 else "spread n/a"
+    title = next((t for t in (f"mean step time per rank (ms) · {len(pairs)} ranks · {spread}",
+                              f"step ms per rank · {spread}", spread) if len(t) <= width), "")
+
+    def draw() -> str:
+        xs = list(range(1, len(pairs) + 1))
+        with _figure_lock:
+            fig: Any = _start(width, rows, color, title)
+            fig.draw(fig.bar(xs, values, width=0.6))
+            if max(map(len, (lb for lb, _ in pairs))) + 1 <= (width - 8) / len(pairs):
+                fig.ruler("x").ticks(xs, [lb for lb, _ in pairs])
+            fig.ruler("x").lim(0.5, len(pairs) + 0.5)
+            fig.ruler("y").lim(0, hi if hi > 0 else 1.0)
+            return str(fig.build().string(colorless=not color))
+
+    return _guarded(draw, width, color, "rank chart")
+
+
+def ops_chart(names: Sequence[str], values_ms: Sequence[float], width: int, rows: int = CHART_ROWS, *,
+              color: bool = True, what: str = "self CPU") -> Text:
+    """The top ops as horizontal bars (longest at the top), ``what`` in ms."""
+    # One plot row per bar: the title, two frame rows and the tick labels take four.
+    pairs = [(str(n), v) for n, v in zip(names, _clean(values_ms), strict=False) if v > 0][: max(rows - 4, 1)]
+    if not pairs:
+        return Text(f"no op with {what} time", style="dim")
+    if width < 2 * _MIN_WIDTH or rows < _MIN_ROWS:
+        return Text("too little room for the op chart", style="dim")
+    label_w = max(8, min(28, width // 3))
+    labels = [n if len(n) <= label_w else n[: label_w - 1] + "…" for n, _ in pairs]
+    top = max(v for _, v in pairs)
+    title = next((t for t in (f"top {len(pairs)} ops by {what} (ms)", f"top ops ({what} ms)") if len(t) <= width), "")
+
+    def draw() -> str:
+        ys = list(range(len(pairs), 0, -1))  # the longest at the top
+        with _figure_lock:
+            fig: Any = _start(width, rows, color, title)
+            fig.draw(fig.bar(ys, [v for _, v in pairs], orientation="horizontal", width=0.6))
+            fig.ruler("y").ticks(ys, labels)
+            fig.ruler("y").lim(0.5, len(pairs) + 0.5)
+            fig.ruler("x").lim(0, top)
+            return str(fig.build().string(colorless=not color))
+
+    return _guarded(draw, width, color, "op chart")
+
+
+DECADES_US = (0.1, 1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6, 1e7)
+
+
+def _us(v: float) -> str:
+    return f"{v:g}us" if v < 1e3 else f"{v / 1e3:g}ms" if v < 1e6 else f"{v / 1e6:g}s"
+
+
+def duration_bins(durations_us: Sequence[float]) -> list[tuple[str, int]]:
+    """Kernel counts per decade of duration (``<1us``, ``1us-10us``, ...), from the first to the last non-empty."""
+    edges = DECADES_US
+    counts = [0] * (len(edges) + 1)
+    for d in _clean(durations_us):
+        counts[bisect.bisect_right(edges, d)] += 1
+    names = [f"<{_us(edges[0])}"] + [f"{_us(a)}-{_us(b)}" for a, b in itertools.pairwise(edges)] + [f">{_us(edges[-1])}"]
+    used = [i for i, c in enumerate(counts) if c]
+    if not used:
+        return []
+    return [(names[i], counts[i]) for i in range(used[0], used[-1] + 1)]
+
+
+def kernel_histogram(durations_us: Sequence[float], width: int, rows: int = CHART_ROWS, *, color: bool = True) -> Text:
+    """How many kernels fall in each decade of duration; the count and median in the title."""
+    bins = duration_bins(durations_us)
+    if not bins:
+        return Text("no GPU kernels in this trace", style="dim")
+    if width < _MIN_WIDTH or rows < _MIN_ROWS:
+        return Text("too little room for the kernel histogram", style="dim")
+    values = sorted(_clean(durations_us))
+    n, median = len(values), values[len(values) // 2]
+    title = next((t for t in (f"kernel durations · {n:,} kernels · median {_us(round(median, 1))}",
+                              f"kernels by duration · {n:,}", f"{n:,} kernels") if len(t) <= width), "")
+
+    def draw() -> str:
+        xs = list(range(1, len(bins) + 1))
+        with _figure_lock:
+            fig: Any = _start(width, rows, color, title)
+            fig.draw(fig.bar(xs, [c for _, c in bins]))
+            if max(len(b) for b, _ in bins) + 1 <= (width - 8) / len(bins):
+                fig.ruler("x").ticks(xs, [b for b, _ in bins])
+            fig.ruler("x").lim(0.5, len(bins) + 0.5)
+            fig.ruler("y").lim(0, max(c for _, c in bins))
+            return str(fig.build().string(colorless=not color))
+
+    return _guarded(draw, width, color, "kernel histogram")
 
 
 def color_wanted(app_no_color: bool) -> bool:
@@ -144,3 +271,46 @@ class StepChart(Widget):
 
     def render(self) -> Text:
         return step_chart(self.steps_ms, self.size.width, self.size.height, color=color_wanted(self.app.no_color))
+
+
+Draw = Callable[[int, int, bool], Text]
+"""A chart at (width, rows, colour)."""
+
+
+class ChartView(Widget):
+    """One chart of an analysis, drawn once per size: ``show(key, draw)`` sets what it draws.
+
+    ``key`` names the chart and its data (e.g. ``("ops", rank)``); the text of
+    each (key, width, height, colour) is kept, so repaints never run plotext.
+    """
+
+    DEFAULT_CSS = f"""
+    ChartView {{ height: {CHART_ROWS}; }}
+    """
+
+    def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(name=name, id=id, classes=classes)
+        self._key: object = None
+        self._draw: Draw | None = None
+        self._cache: dict[tuple[object, int, int, bool], Text] = {}
+        self.draws = 0
+        """How many times plotext ran for this view (what the cache saves)."""
+
+    def show(self, key: object, draw: Draw) -> None:
+        """Draw ``draw``'s chart (cached under ``key``, which must change with the data)."""
+        if key != self._key:
+            self._key, self._draw = key, draw
+            self.refresh()
+
+    def render(self) -> Text:
+        if self._draw is None:
+            return Text("")
+        color = color_wanted(self.app.no_color)
+        slot = (self._key, self.size.width, self.size.height, color)
+        text = self._cache.get(slot)
+        if text is None:
+            if len(self._cache) >= 64:
+                self._cache.clear()
+            text = self._cache[slot] = self._draw(self.size.width, self.size.height, color)
+            self.draws += 1
+        return text

@@ -239,7 +239,7 @@ def test_runner_serves_a_samples_only_connection_history_only(prof: BlockingProf
     svc = FakeTraceService()
     runner = _runner(svc=svc, prof=prof)
     assert runner.capabilities(SAMPLES_ONLY) == ("history",)
-    assert runner.capabilities(peer(ME)) == ("history", "profile", "trace", "trace_status", "trace_diagnose")
+    assert runner.capabilities(peer(ME)) == ("history", "profile", "trace", "trace_status", "trace_diagnose", "trace_processes")
     conn = RecordingConn(SAMPLES_ONLY)
     asks = [("trace", {"pids": [os.getpid()]}), ("profile", _profile()),
             ("trace_diagnose", {"pids": [os.getpid()]}), ("trace_status", {"tag": "x"})]
@@ -391,7 +391,7 @@ def test_agent_hands_its_parts_what_they_need(prof: BlockingProfiler) -> None:
     for _ in range(3):
         agent.sample_once()
     assert agent.hello(SAMPLES_ONLY).caps == ("history",)
-    assert agent.hello(peer(ME)).caps == ("history", "profile", "trace", "trace_status", "trace_diagnose")
+    assert agent.hello(peer(ME)).caps == ("history", "profile", "trace", "trace_status", "trace_diagnose", "trace_processes")
     conn = RecordingConn(peer(ME))
     assert _ask(agent.requests, conn, 1, "history", {"since": 0}).result == {"count": 3}
     agent.stop()

@@ -16,7 +16,7 @@ from gpulens.core.model import (
     NetworkSample,
     StorageSample,
 )
-from tests.fakes.prom_fixtures import synthetic_sample
+from tests.fakes.prom_fixtures import synthetic_cpu_times, synthetic_sample
 
 
 def scrape(server: MetricsServer) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -32,7 +32,7 @@ def scrape(server: MetricsServer) -> dict[str, list[tuple[dict[str, str], float]
 @pytest.fixture
 def served() -> Iterator[tuple[MetricsServer, list[HostSample | None]]]:
     box: list[HostSample | None] = [synthetic_sample("node01", 2)]
-    server = serve_metrics(0, "node01", lambda: box[0])
+    server = serve_metrics(0, "node01", lambda: box[0], cpu_times=lambda: synthetic_cpu_times(2))
     yield server, box
     server.close()
 
@@ -45,10 +45,14 @@ def one(metrics: dict[str, list[tuple[dict[str, str], float]]], metric: str, /, 
 
 def test_host_gpu_job_metrics_in_base_units(served: tuple[MetricsServer, list[HostSample | None]]) -> None:
     m = scrape(served[0])
-    assert one(m, "gpulens_cpu_utilization_ratio", host="node01") == pytest.approx(0.25)
+    up = 100.0  # the synthetic host's counters: 100 s at its rates
+    busy = sum(one(m, "gpulens_cpu_seconds_total", cpu="0", mode=mode) for mode in ("user", "system"))
+    assert busy / up == pytest.approx(0.25)
+    assert one(m, "gpulens_cpu_seconds_total", cpu="1", mode="idle") == pytest.approx(0.75 * up)
+    assert one(m, "gpulens_cpus", host="node01") == 2
     assert one(m, "gpulens_memory_used_bytes", host="node01") == 10 * 1024**3
-    assert one(m, "gpulens_network_receive_bytes_per_second", host="node01") == 2000.0
-    assert one(m, "gpulens_storage_write_bytes_per_second", host="node01") == 16384.0
+    assert one(m, "gpulens_network_receive_bytes_total", host="node01", device="eth0") == 2000.0 * up
+    assert one(m, "gpulens_disk_written_bytes_total", host="node01", device="nvme0n1") == 16384.0 * up
     assert one(m, "gpulens_gpu_utilization_ratio", host="node01", gpu="1", uuid="GPU-0002-0001") == pytest.approx(0.21)
     assert one(m, "gpulens_gpu_memory_used_bytes", gpu="0") == 1020 * 1048576
     assert one(m, "gpulens_gpu_power_watts", gpu="0") == 102.5
@@ -56,12 +60,24 @@ def test_host_gpu_job_metrics_in_base_units(served: tuple[MetricsServer, list[Ho
     assert one(m, "gpulens_gpu_temperature_celsius", gpu="1") == 41.0
     assert one(m, "gpulens_gpu_ecc_corrected_errors_total", gpu="0") == 3
     assert one(m, "gpulens_gpu_xid_last_code", gpu="1") == 79
+    assert one(m, "gpulens_gpu_xid_errors_total", gpu="1", code="79") == 1  # the one sample seen had one
     assert one(m, "gpulens_gpu_info", gpu="0", name="NVIDIA H100 80GB HBM3") == 1
     assert one(m, "gpulens_gpu_throttle_reason", gpu="0", reason="sw_power_cap") == 1
+    assert one(m, "gpulens_gpu_throttle_seconds_total", gpu="0", reason="sw_power_cap") == 0  # no interval yet
     assert one(m, "gpulens_gpu_process_memory_used_bytes", gpu="0", pid="4242") == 512 * 1048576
-    assert one(m, "gpulens_job_info", job="slurm-77", pid="4242", user="alice") == 1
-    assert one(m, "gpulens_job_cpu_utilization_ratio", job="slurm-77") == pytest.approx(1.5)
-    assert one(m, "gpulens_job_gpu_memory_used_bytes", job="slurm-77", gpu="0") == 512 * 1048576
+    assert one(m, "gpulens_job_info", gpulens_job="slurm-77", pid="4242", user="alice") == 1
+    assert one(m, "gpulens_job_cpu_cores", gpulens_job="slurm-77") == pytest.approx(1.5)
+    assert one(m, "gpulens_job_gpu_memory_used_bytes", gpulens_job="slurm-77", gpu="0") == 512 * 1048576
+
+
+def test_no_label_prometheus_would_rename_and_node_exporter_label_names(
+    served: tuple[MetricsServer, list[HostSample | None]],
+) -> None:
+    m = scrape(served[0])
+    labels = {k for series in m.values() for lab, _ in series for k in lab}
+    assert not labels & {"job", "instance"}  # Prometheus would rename ours exported_job / exported_instance
+    assert not labels & {"core", "interface", "disk"}  # node_exporter says cpu, device
+    assert {"cpu", "mode", "device", "gpulens_job"} <= labels
 
 
 def test_unavailable_is_absent_not_zero(served: tuple[MetricsServer, list[HostSample | None]]) -> None:
@@ -70,7 +86,7 @@ def test_unavailable_is_absent_not_zero(served: tuple[MetricsServer, list[HostSa
     assert "gpulens_swap_used_bytes" not in m
     assert "gpulens_cache_l2_hit_ratio" not in m
     assert "gpulens_gpu_sm_occupancy_ratio" not in m
-    assert "gpulens_gpu_pcie_transmit_bytes_per_second" not in m
+    assert "gpulens_gpu_pcie_transmit_bytes_total" not in m
     assert "gpulens_gpu_xid_last_code" in m and len(m["gpulens_gpu_xid_last_code"]) == 1  # only GPU 1 had one
     reasons = {(lab["gpu"], lab["field"]): lab["reason"] for lab, _ in m["gpulens_metric_unavailable_info"]}
     assert reasons[("", "cache.l2_hit_ratio")].startswith("perf_event_open")
@@ -88,7 +104,7 @@ def test_no_sample_yet_serves_empty_and_updates_at_scrape_time(
         network=NetworkSample(None, None), storage=StorageSample(None, None),
     )
     m = scrape(server)
-    assert "gpulens_cpu_utilization_ratio" not in m
+    assert "gpulens_network_receive_bytes_total" not in m  # (CPU seconds come from the kernel at scrape time)
     assert "gpulens_memory_total_bytes" not in m
     assert one(m, "gpulens_sample_timestamp_seconds", host="bare") == 1.0
 

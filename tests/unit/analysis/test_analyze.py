@@ -59,6 +59,49 @@ def test_self_cpu_matches_torch_key_averages(torch_profile: tuple[Path, dict[str
     assert selfs == sorted(selfs, reverse=True)
 
 
+# Written out here rather than imported, so the check below is independent of the code it checks:
+# the categories torch builds CPU FunctionEvents from, and torch's _filter_name list.
+TREE_CATS = {"cpu_op", "user_annotation", "python_function", "overhead", "cuda_runtime", "cuda_driver", "Operator",
+             "Runtime", "Driver"}
+DROPPED = {"[memory]", "[OutOfMemory]", "profiler::_record_function_enter", "profiler::_record_function_enter_new",
+           "profiler::_record_function_exit", "aten::is_leaf", "aten::output_nr", "aten::_version"}
+
+
+def _top_level_us(path: Path) -> dict[int | str, float]:
+    """Per process, the summed duration of the events no other event (of its thread) contains."""
+    threads: dict[tuple[int | str, int | str], list[tuple[int, int]]] = {}
+    for e in load_trace(path).events:
+        if e.ph == "X" and e.cat in TREE_CATS and e.name not in DROPPED:
+            threads.setdefault((e.pid, e.tid), []).append((round(e.ts * 1000), -round(e.dur * 1000)))
+    out: dict[int | str, float] = {}
+    for (pid, _tid), spans in threads.items():
+        root_end = None
+        for start, negdur in sorted(spans):
+            end = start - negdur
+            if root_end is None or start >= root_end or end > root_end:
+                root_end = end
+                out[pid] = out.get(pid, 0.0) + -negdur / 1000
+    return out
+
+
+@pytest.mark.parametrize("name", ["nccl_data.json.gz", "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
+                                  "mi250_minitoy_train_ROCm6_2_kineto.json.gz", "sampled_rank-0.json.gz",
+                                  "benchmark_result_2869224_1695835535_trace.json.gz", "triton_example.json.gz"])
+def test_real_traces_self_times_add_up_to_top_level_time(name: str) -> None:
+    """Self times telescope: however events nest and merge, they sum to the top-level events' time."""
+    s = analyze_file(TRACES / name, top=1_000_000)
+    top = _top_level_us(TRACES / name)
+    assert {p.pid for p in s.processes} == set(top)
+    for p in s.processes:
+        assert p.self_cpu_total_us == pytest.approx(top[p.pid], rel=1e-6)
+        assert sum(op.self_cpu_us for op in p.cpu_ops) == pytest.approx(top[p.pid], rel=1e-6)
+        # (a self time may be negative, as in torch, where siblings overlap in a sampled trace)
+        assert all(op.self_cpu_us <= op.cpu_total_us + 1e-6 and op.calls > 0 for op in p.cpu_ops)
+        assert not any(op.name.startswith("ProfilerStep#") for op in p.cpu_ops)
+        steps = [op for op in p.cpu_ops if op.name == "ProfilerStep*"]
+        assert sum(op.calls for op in steps) == len(p.steps)
+
+
 def test_nccl_trace_kernels_memcpy_and_comm() -> None:
     s = analyze_file(TRACES / "nccl_data.json.gz")
     (p,) = s.processes
@@ -219,3 +262,59 @@ def test_analyze_refuses_devices_and_directories_at_once(gpulens_exe: str, tmp_p
     assert out.returncode == 2
     assert "Traceback" not in out.stderr
     assert ("not a regular file" in out.stderr) or ("a directory" in out.stderr)
+
+
+def test_grouping_by_input_shape_splits_rows_and_shows_them(tmp_path: Path) -> None:
+    from gpulens.analysis.trace.report import op_table_text
+
+    ev = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 10,
+         "args": {"Input Dims": [[2, 3], [3, 4]]}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 20, "dur": 5,
+         "args": {"Input Dims": [[8, 8], [8, 8]]}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::cat", "pid": 1, "tid": 1, "ts": 30, "dur": 5,
+         "args": {"Input Dims": [[[2, 2], [2, 2]], []]}},  # a tensor list: [] in torch's key
+        {"ph": "X", "cat": "user_annotation", "name": "block", "pid": 1, "tid": 1, "ts": 0, "dur": 40},
+    ]
+    path = tmp_path / "shapes.json"
+    path.write_text(json.dumps({"traceEvents": ev}))
+    plain = {(o.name, o.input_shapes): o.calls for o in analyze_file(path).processes[0].cpu_ops}
+    assert plain == {("aten::mm", ""): 2, ("aten::cat", ""): 1, ("block", ""): 1}
+    p = analyze_file(path, group_by_input_shape=True).processes[0]
+    grouped = {(o.name, o.input_shapes): o.calls for o in p.cpu_ops}
+    assert grouped == {("aten::mm", "[[2, 3], [3, 4]]"): 1, ("aten::mm", "[[8, 8], [8, 8]]"): 1,
+                       ("aten::cat", "[[], []]"): 1, ("block", "[]"): 1}
+    text = "\n".join(op_table_text(p))
+    assert "Input Shapes" in text and "[[8, 8], [8, 8]]" in text
+
+
+def test_torch_tree_rules_on_a_hand_made_trace(tmp_path: Path) -> None:
+    """The rules of docs/analyze.md, each on a case small enough to count by hand."""
+    def x(cat: str, name: str, ts: float, dur: float) -> dict[str, object]:
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+
+    ev = [
+        # same-name only child: the inner "a" disappears, "a" adopts "b"
+        x("cpu_op", "a", 0, 100), x("cpu_op", "a", 10, 80), x("cpu_op", "b", 20, 30),
+        # an annotation whose only child is the op of its name absorbs it
+        x("user_annotation", "aten::mul", 200, 50), x("cpu_op", "aten::mul", 210, 20),
+        # a name torch drops: its time stays in its parent's self time
+        x("cpu_op", "c", 300, 40), x("cpu_op", "aten::is_leaf", 310, 10),
+        # Python functions are nodes; two children of one name do not merge
+        x("python_function", "f.py(1): g", 400, 60), x("cpu_op", "d", 410, 10), x("cpu_op", "d", 430, 10),
+        x("user_annotation", "ProfilerStep#7", 500, 30), x("user_annotation", "ProfilerStep#8", 540, 30),
+        # a child ending exactly at its parent's end, where float sums say it ends 1 ulp later
+        x("cpu_op", "p", 5258570561313.141, 9336.754), x("cpu_op", "q", 5258570562990.868, 7659.027),
+    ]
+    path = tmp_path / "rules.json"
+    path.write_text(json.dumps({"traceEvents": ev}))
+    p = analyze_file(path, top=100).processes[0]
+    rows = {(o.name, o.user_annotation): (o.calls, o.self_cpu_us, o.cpu_total_us) for o in p.cpu_ops}
+    assert rows[("a", False)] == (1, 70, 100)
+    assert rows[("b", False)] == (1, 30, 30)
+    assert rows[("aten::mul", True)] == (1, 50, 50) and ("aten::mul", False) not in rows
+    assert rows[("c", False)] == (1, 40, 40) and not any(n == "aten::is_leaf" for n, _ in rows)
+    assert rows[("f.py(1): g", False)] == (1, 40, 60) and rows[("d", False)] == (2, 20, 20)
+    assert rows[("ProfilerStep*", True)] == (2, 60, 60) and [s.name for s in p.steps] == ["ProfilerStep#7", "ProfilerStep#8"]
+    assert rows[("p", False)][0] == 1 and rows[("p", False)][1] == pytest.approx(9336.754 - 7659.027)
+    assert p.self_cpu_total_us == pytest.approx(100 + 50 + 40 + 60 + 60 + 9336.754)

@@ -58,7 +58,6 @@ expr = 'rate(x[1m])'
         ("window = '2m'", "window", "one of 1m, 5m, 15m, 1h"),
         ("history_minutes = 0", "history_minutes", "an integer from 1 to 1440"),
         ("job_key_env = 'SLURM_JOB_ID'", "job_key_env", "a list of environment variable names"),
-        ("colour = 'red'", "colour", "known:"),
         ("panels = 3", "panels", "an array of tables"),
         ("[[panels]]\nunit = 'B'", "panels[0].title", "a non-empty string"),
         ("[[panels]]\ntitle = 'x'", "panels[0]", "'expr' (PromQL) or 'metric'"),
@@ -106,3 +105,28 @@ def test_cli_reports_one_line(tmp_path: Path) -> None:
     assert result.stderr.strip() == (
         f"gpulens: configuration error: {cfg}: key 'window': expected one of 1m, 5m, 15m, 1h, got 'forever'"
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "warning"),
+    [
+        ("intervl_s = 2", "unknown key 'intervl_s' ignored (did you mean 'interval_s'?)"),
+        ("colour = 'red'", "unknown key 'colour' ignored (known: cache, history_minutes,"),
+        ("[cache]\nmax_mb = 5", "unknown key 'cache.max_mb' ignored (did you mean 'cache.max_mib'?)"),
+        ("[[panels]]\ntitle = 'x'\nmetric = 'gpu.power_w'\nunits = 'W'",
+         "unknown key 'panels[0].units' ignored (did you mean 'panels[0].unit'?)"),
+    ],
+)
+def test_unknown_keys_warn_with_the_closest_known_key(tmp_path: Path, text: str, warning: str) -> None:
+    path = write(tmp_path, text + "\n")
+    cfg = load_config(path)  # not fatal, as in btop and k9s
+    assert len(cfg.warnings) == 1
+    assert cfg.warnings[0].startswith(path + ": ")
+    assert warning in cfg.warnings[0]
+
+
+def test_cache_section(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, "[cache]\nmax_mib = 64\nmax_age_days = 0.5\n"))
+    assert (cfg.cache_max_mib, cfg.cache_max_age_days, cfg.warnings) == (64, 0.5, ())
+    with pytest.raises(ConfigError, match=r"cache\.max_mib"):
+        load_config(write(tmp_path, "[cache]\nmax_mib = 0\n"))

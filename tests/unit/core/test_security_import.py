@@ -338,7 +338,7 @@ def servers() -> Iterator[list[RawServer]]:
         srv.close()
 
 
-NAMES = json.dumps({"status": "success", "data": ["gpulens_cpu_utilization_ratio"]}).encode()
+NAMES = json.dumps({"status": "success", "data": ["gpulens_memory_used_bytes"]}).encode()
 
 
 def http_ok(body: bytes, length: bool = True) -> bytes:

@@ -363,7 +363,7 @@ def test_flame_refuses_an_endless_pipe() -> None:
     [
         (("-o", "/nonexistent-dir/out.folded"), "-o/--output /nonexistent-dir/out.folded: directory /nonexistent-dir does not exist"),
         (("-o", "/"), "-o/--output /: is a directory"),
-        (("--pid", "0", "-o", "x.folded"), "--pid: expected a process id above 0, got 0"),
+        (("--pid", "0", "-o", "x.folded"), "--pid: expected process ids from 1 to 4194303, got 0"),
         (("--duration", "0", "-o", "x.folded"), "--duration: expected seconds in (0, 86400]"),
         (("--rate", "0", "-o", "x.folded"), "--rate: expected 1 to 10000 samples per second"),
     ],

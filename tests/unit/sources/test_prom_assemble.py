@@ -87,3 +87,30 @@ def test_gc_pause_restores_the_previous_state() -> None:
         assert not gc.isenabled()  # someone else's pause is left alone
     finally:
         gc.enable()
+
+
+def _row(field: str, family: str = "gpulens") -> MetricMap:
+    return next(r for r in TABLE if r.field == field and r.family == family)
+
+
+def test_rate_answers_alone_do_not_keep_a_gone_host() -> None:
+    """rate() still answers for a window after a target went away: only instant rows make hosts."""
+    rate, instant = _row("network.rx_bytes_per_s"), _row("memory.used_bytes")
+    assert rate.windowed and not instant.windowed
+    answers: Answers = [(rate, [({"host": "gone"}, 5.0), ({"host": "here"}, 7.0)]),
+                        (instant, [({"host": "here"}, 1.0)])]
+    got = assemble(answers, 1.0)
+    assert set(got) == {"here"} and got["here"].network.rx_bytes_per_s == 7.0
+
+
+def test_hosts_found_only_in_detail_answers_are_hosts() -> None:
+    """Datadog's dcgm scrape: a host whose GPU has only detail fields (power limit,
+    throttling) is a host in every poll, also those that reuse the cached details."""
+    core: Answers = [(_row("gpu.utilization_percent", "dcgm"), [({"Hostname": "a", "gpu": "0"}, 5.0)])]
+    limit = (_row("gpu.power_limit_w", "dcgm"), [({"Hostname": "b", "gpu": "0", "UUID": "U"}, 70.0)])
+    nvlink = (_row("gpu.nvlink_total_bytes_per_s", "dcgm"), [({"Hostname": "gone", "gpu": "0"}, 1.0)])
+    plain = assemble(core, 1.0, digests=[digest([limit, nvlink])])
+    assert set(plain) == {"a"}  # a cache alone adds nobody
+    got = assemble(core, 1.0, digests=[digest([limit, nvlink], adds_hosts=True)])
+    assert set(got) == {"a", "b"}  # ... unless told; never from a rate() answer
+    assert got["b"].gpus[0].power_limit_w == 70.0 and got["b"].gpus[0].uuid == "U"

@@ -25,9 +25,9 @@ from gpulens.sources.prometheus.client import PromClient, parse_answer, parse_ve
 from gpulens.sources.prometheus.source import PrometheusSource
 from tests.fakes.prom_fixtures import free_port
 
-NAMES = json.dumps({"status": "success", "data": ["gpulens_cpu_utilization_ratio"]}).encode()
+NAMES = json.dumps({"status": "success", "data": ["gpulens_memory_used_bytes"]}).encode()
 VECTOR = json.dumps({"status": "success", "data": {"resultType": "vector", "result": [
-    {"metric": {"host": "h1", "instance": "x:1"}, "value": [1700000000.0, "0.5"]}]}}).encode()
+    {"metric": {"host": "h1", "instance": "x:1"}, "value": [1700000000.0, "2048"]}]}}).encode()
 
 
 class FakeProm(http.server.BaseHTTPRequestHandler):
@@ -126,8 +126,8 @@ def test_slow_but_answering_is_reported_and_data_still_flows(fake: tuple[str, ty
         ev = wait(lambda e: isinstance(e, SourceStatusEvent) and e.message.startswith("Prometheus slow:"))
         assert "per refresh" in getattr(ev, "message", "")
         sample = wait(lambda e: isinstance(e, SampleEvent))
-        # the stand-in does not evaluate PromQL ("* 100"): it answers the raw 0.5
-        assert isinstance(sample, SampleEvent) and sample.sample.cpu.total_percent == 0.5
+        # the stand-in does not evaluate PromQL: it answers 2048 to every query
+        assert isinstance(sample, SampleEvent) and sample.sample.memory.used_bytes == 2048
     finally:
         src.stop()
 

@@ -10,7 +10,7 @@ from textual.app import App, ComposeResult
 
 from gpulens.analysis.trace.analyze import analyze_file
 from gpulens.tui.screens.profiler_views import AnalyzeScreen
-from gpulens.tui.widgets.step_chart import StepChart, color_wanted, step_chart
+from gpulens.tui.widgets.step_chart import ChartView, StepChart, color_wanted, step_chart
 from tests.fakes.tui_fakes import sync
 from tests.paths import DATA
 
@@ -151,14 +151,15 @@ class AnalyzeHost(App[None]):
 
 @pytest.mark.timeout(60)
 @sync
-async def test_analyze_shows_the_chart_only_with_step_markers() -> None:
+async def test_analyze_charts_the_steps_or_says_there_are_none() -> None:
     with_steps = AnalyzeHost(str(TRACES / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"))  # 2 steps
-    async with with_steps.run_test(size=(120, 40)) as pilot:
+    async with with_steps.run_test(size=(200, 40)) as pilot:
         await pilot.pause()
-        chart = with_steps.screen.query_one(StepChart)
-        assert chart.display and len(chart.steps_ms) == 2
-        assert len(column_heights(step_chart(chart.steps_ms, chart.size.width, chart.size.height, color=False))) == 2
+        view = with_steps.screen.query_one("#an-chart-steps", ChartView)
+        drawn = view.render()
+        assert isinstance(drawn, Text) and len(column_heights(drawn)) == 2
     without = AnalyzeHost(str(TRACES / "benchmark_result_2869224_1695835535_trace.json.gz"))  # no ProfilerStep#
-    async with without.run_test(size=(120, 40)) as pilot:
+    async with without.run_test(size=(200, 40)) as pilot:
         await pilot.pause()
-        assert not without.screen.query_one(StepChart).display
+        drawn = without.screen.query_one("#an-chart-steps", ChartView).render()
+        assert isinstance(drawn, Text) and drawn.plain == "no step markers"

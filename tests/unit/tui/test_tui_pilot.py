@@ -75,6 +75,8 @@ async def test_drill_into_host_and_back() -> None:
         g0 = app.store.latest("gpu-node01").gpus[0]  # type: ignore[union-attr]
         assert cell(gpus, "0", "util") == f"{g0.utilization_percent:.0f}%"
         plot = screen.query_one("#cpu", TimeSeriesPlot)
+        plot.scroll_visible(animate=False)  # plots out of view are filled when scrolled to
+        await settle(app, pilot)
         assert plot.values[-1] == pytest.approx(app.store.latest("gpu-node01").cpu.total_percent, rel=1e-5)  # type: ignore[union-attr]
         await pilot.press("escape")
         await pilot.pause()
@@ -89,6 +91,8 @@ async def test_na_with_reason_on_host_without_counters() -> None:
         app.jump("host gpu-node09")
         await settle(app, pilot)
         plot = app.screen.query_one("#l2", TimeSeriesPlot)
+        plot.scroll_visible(animate=False)
+        await settle(app, pilot)
         assert plot.reason is not None and "perf_event_open" in plot.reason
         assert "n/a" in str(plot.render())
 
@@ -150,7 +154,7 @@ async def test_keys_window_pause_filter_sort_heatmap_help() -> None:
         await pilot.press("escape")
         await settle(app, pilot)
         assert hosts.row_count == 16
-        await pilot.press("s", "s")  # sort by Util
+        await pilot.press("U")  # sort by Util (the letter underlined in its header)
         await settle(app, pilot)
         first = hosts.order[0]
         rows = [app.store.host_row(h, app.window_s) for h in app.store.hosts()]

@@ -253,8 +253,9 @@ async def test_real_agent_and_pytorch_over_the_stream(tmp_path: Path) -> None:
             await _wait_for(pilot, lambda: table.row_count == 1 and ("done" in _cell(table, 0)
                                                                        or "failed" in _cell(table, 0)), 60, "trace")
             assert "done" in _cell(table, 0), _cell(table, 1)
-            path = next(iter(prof._rows[str(table.get_row_at(0)[4])].files.values()))
-            assert Path(path).is_relative_to(tmp_path / "dl")
+            row = prof._cursor_row()  # the one traced process's row, selected as the newest
+            assert row is not None and row.path is not None
+            assert Path(row.path).is_relative_to(tmp_path / "dl")
             await pilot.press("a")
             await _wait_for(pilot, lambda: isinstance(app.screen, AnalyzeScreen), 30, "analyze screen")
             ops = app.screen.query_one(DataTable)

@@ -65,11 +65,11 @@ async def test_keys_typed_fast_after_slash_go_into_the_filter_and_after_enter_to
     app = demo_app(backfill_s=60)
     async with app.run_test(size=(120, 30)) as pilot:
         await settle(app, pilot)
-        typed(app, "slash", *"node12", "enter", "s", "s")
+        typed(app, "slash", *"node12", "enter", "U", "C")
         await settle(app, pilot)
-        assert app.screen.query_one(Input).value == "node12"  # was '' then 'ss'
+        assert app.screen.query_one(Input).value == "node12"  # was '' then 'UC'
         hosts = app.screen.query_one(HostTable)
-        assert hosts.order == ["gpu-node12"] and hosts.sort_index == 2  # both 's' sorted
+        assert hosts.order == ["gpu-node12"] and hosts.sort_index == 6  # both letters sorted (CPU last)
 
 
 @sync
@@ -200,7 +200,7 @@ async def test_host_down_shows_reason_and_time() -> None:
     async with app.run_test(size=(160, 45)) as pilot:
         await settle(app, pilot)
         hosts = app.screen.query_one(HostTable)
-        assert hosts.get_cell("node-a", "alerts") == f"DOWN {app.clock_text(down_at)}"
+        assert hosts.get_cell("node-a", "alerts") == f"! DOWN {app.clock_text(down_at)}"  # '!': critical
         await pilot.press("enter")
         await settle(app, pilot)
         status = str(app.screen.query_one("#host-status", Static).render())
@@ -278,8 +278,8 @@ def test_help_lists_each_key_once_and_groups_families() -> None:
     keys = [k for k, _ in rows]
     assert "q / ctrl+c" in keys and "ctrl+c" not in keys  # one Quit row, not two
     assert keys.count("esc") == 1 and "escape" not in keys  # 'esc Back' was listed twice
-    assert ("1 2 3 4", "Window: 1m / 5m / 15m / 1h") in rows
-    assert dict(rows)["u a g w t"].startswith("Heatmap: GPU util / SM activity")
+    assert ("1 2 3 4", "window: 1m / 5m / 15m / 1h") in rows
+    assert dict(rows)["u a g w t"].startswith("heatmap: GPU util / SM activity")
 
 
 @sync
@@ -426,7 +426,8 @@ async def test_command_palette_lists_the_screen_actions_too() -> None:
     async with app.run_test(size=(160, 45)) as pilot:
         await settle(app, pilot)
         titles = [c.title for c in app.get_system_commands(app.screen)]
-        assert {"Filter", "Sort", "Reverse sort"} <= set(titles) and "Profile" not in titles
+        assert {"Filter", "Reverse sort"} <= set(titles) and "Profile" not in titles
+        assert titles.count("Keys") == 1  # Textual's own "Keys" panel is not listed beside ours
         app.jump("host gpu-node01")
         await settle(app, pilot)
         titles = [c.title for c in app.get_system_commands(app.screen)]

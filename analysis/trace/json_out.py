@@ -1,0 +1,112 @@
+"""The JSON documents ``gpulens analyze --json`` prints (documented in docs/analyze-json.md).
+
+Every document has ``schema_version`` (this module's :data:`SCHEMA_VERSION`)
+and ``kind``: "trace" (one file), "ranks" (several ranks) or "diff".
+A field is added without a version change; renaming or removing one, or
+changing its meaning or unit, bumps the version.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from gpulens.analysis.trace.rank_report import RankReport, TimeSplit
+from gpulens.analysis.trace.summary import TraceSummary, to_dict
+
+if TYPE_CHECKING:  # the diff and ranks modules pull in the whole analysis; JSON needs only their records
+    from gpulens.analysis.trace.diff import Delta, TraceDiff
+    from gpulens.analysis.trace.ranks import RanksReport
+
+SCHEMA_VERSION = 1
+
+
+def trace_json(summary: TraceSummary) -> dict[str, Any]:
+    """One trace file's summary."""
+    return {"schema_version": SCHEMA_VERSION, "kind": "trace", **to_dict(summary)}
+
+
+def _split(s: TimeSplit | None) -> dict[str, float] | None:
+    return None if s is None else {f: getattr(s, f) for f in TimeSplit.__slots__}
+
+
+def rank_json(r: RankReport) -> dict[str, Any]:
+    """One rank (also each side of a diff)."""
+    gpu = None
+    if r.gpu is not None:
+        gpu = asdict(r.gpu)
+        gpu["idle_us"] = r.gpu.idle_us
+    return {
+        "rank": r.rank,
+        "rank_source": r.rank_source,
+        "path": r.path,
+        "events": r.events,
+        "size_bytes": r.size_bytes,
+        "basis": r.basis,
+        "step_source": r.steps.source,
+        "step_marker": r.steps.marker,
+        "step_times_ms": list(r.step_times_ms),
+        "mean_step_ms": r.mean_step_ms,
+        "split": _split(r.split),
+        "per_step": _split(r.per_step),
+        "overlap_pct": r.overlap_pct,
+        "overlap_note": r.overlap_note,
+        "collective_cpu_us": r.collective_cpu_us,
+        "collective_cpu_calls": r.collective_cpu_calls,
+        "comm_kernels": r.comm_kernels,
+        "gpu": gpu,
+        "top_kernels": [asdict(k) for k in r.top_kernels],
+        "devices": list(r.devices),
+    }
+
+
+def ranks_json(rep: RanksReport) -> dict[str, Any]:
+    """A multi-rank analysis."""
+    sp = rep.spread
+    spread = None
+    if sp is not None:
+        spread = {**asdict(sp), "spread_ms": sp.spread_ms, "spread_pct": sp.spread_pct}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "ranks",
+        "threshold_pct": rep.threshold_pct,
+        "ranks": [rank_json(r) for r in rep.ranks],
+        "spread": spread,
+        "stragglers": [asdict(s) for s in rep.stragglers],
+    }
+
+
+def _delta(d: Delta) -> dict[str, Any]:
+    return {
+        "name": d.name,
+        "status": d.status,
+        "calls_a": d.calls_a,
+        "calls_b": d.calls_b,
+        "calls_delta": d.calls_delta,
+        "time_a_us": d.time_a_us,
+        "time_b_us": d.time_b_us,
+        "time_delta_us": d.time_delta_us,
+        "time_delta_pct": d.time_delta_pct,
+        "total_a_us": d.total_a_us,
+        "total_b_us": d.total_b_us,
+    }
+
+
+def diff_json(d: TraceDiff) -> dict[str, Any]:
+    """A comparison of two traces (B - A)."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "diff",
+        "scale": d.scale,
+        "a": rank_json(d.a),
+        "b": rank_json(d.b),
+        "mean_step_delta_ms": d.mean_step_delta_ms,
+        "self_cpu_total_a_us": d.self_cpu_total_a_us,
+        "self_cpu_total_b_us": d.self_cpu_total_b_us,
+        "ops": [_delta(x) for x in d.ops],
+        "kernels": [_delta(x) for x in d.kernels],
+        "new_ops": list(d.new("ops")),
+        "vanished_ops": list(d.vanished("ops")),
+        "new_kernels": list(d.new("kernels")),
+        "vanished_kernels": list(d.vanished("kernels")),
+    }

@@ -1,0 +1,90 @@
+"""Plain-text rendering of a multi-rank analysis (``gpulens analyze DIR``)."""
+
+from __future__ import annotations
+
+from gpulens.analysis.trace.rank_report import RankReport
+from gpulens.analysis.trace.ranks import RanksReport, Straggler
+from gpulens.analysis.trace.report import fmt_bytes, fmt_us
+from gpulens.core.sanitize import clean_text
+
+
+def _ms(v: float | None) -> str:
+    return f"{v:.2f}" if v is not None else "n/a"
+
+
+def _row(r: RankReport) -> str:
+    s = r.split
+    ov = f"{r.overlap_pct:.1f}%" if r.overlap_pct is not None else "n/a"
+    times = r.step_times_ms
+    return (
+        f"{r.rank:>5}  {len(times):>5}  {_ms(r.mean_step_ms):>10}  {_ms(min(times) if times else None):>9}  "
+        f"{_ms(max(times) if times else None):>9}  {r.basis:>5}  {s.pct(s.compute_us):>7.1f}%  "
+        f"{s.pct(s.comm_us):>6.1f}%  {s.pct(s.exposed_comm_us):>8.1f}%  {s.pct(s.idle_us):>6.1f}%  {ov:>7}  "
+        f"{fmt_us(r.collective_cpu_us):>11} ({r.collective_cpu_calls})"
+    )
+
+
+def _straggler_line(s: Straggler, threshold: float) -> str:
+    what = "mean step" if s.by == "step time" else "compute per step"
+    tail = "; the other ranks wait for it in collectives" if s.by == "compute" else ""
+    return (
+        f"  rank {s.rank} by {s.by}: {what} {s.value_ms:.2f} ms vs median {s.median_ms:.2f} ms "
+        f"(+{s.excess_ms:.2f} ms, +{s.excess_pct:.1f}%, threshold {threshold:g}%); its extra time is "
+        f"{s.cause} (per step vs the median rank: compute {s.compute_delta_ms:+.2f} ms, communication "
+        f"{s.comm_delta_ms:+.2f} ms, idle {s.idle_delta_ms:+.2f} ms, copies/other {s.other_delta_ms:+.2f} ms){tail}"
+    )
+
+
+def ranks_text(rep: RanksReport) -> str:
+    """The whole multi-rank report."""
+    n = len(rep.ranks)
+    events = sum(r.events for r in rep.ranks)
+    size = sum(r.size_bytes for r in rep.ranks)
+    lines = [f"{n} ranks, {events} events, {fmt_bytes(size)}"]
+    for r in rep.ranks:
+        lines.append(f"  rank {r.rank} ({r.rank_source}): {clean_text(r.path)}")
+    sources = {clean_text(r.steps.describe) for r in rep.ranks}
+    lines += ["", "steps: " + ("; ".join(sorted(sources)) if len(sources) > 1 else sources.pop())]
+    lines += [
+        "",
+        "time split over each rank's activity window (on its GPU streams, else CPU threads):",
+        f"{'rank':>5}  {'steps':>5}  {'mean ms':>10}  {'min ms':>9}  {'max ms':>9}  {'basis':>5}  "
+        f"{'compute':>8}  {'comm':>7}  {'exposed':>9}  {'idle':>7}  {'overlap':>7}  collectives on CPU (calls)",
+    ]
+    lines += [_row(r) for r in rep.ranks]
+    notes = sorted({r.overlap_note for r in rep.ranks if r.overlap_note})
+    lines += [f"  overlap n/a: {note}" for note in notes]
+    sp = rep.spread
+    lines.append("")
+    if sp is None:
+        lines.append("spread: n/a (no rank has step markers)")
+    else:
+        lines.append(
+            f"spread: mean step {sp.min_ms:.2f} ms (rank {sp.min_rank}) to {sp.max_ms:.2f} ms (rank {sp.max_rank}), "
+            f"{sp.spread_ms:.2f} ms = {sp.spread_pct:.1f}% of the median {sp.median_ms:.2f} ms "
+            f"({sp.ranks_with_steps} ranks with steps)"
+        )
+    if rep.stragglers:
+        lines.append(f"stragglers (more than {rep.threshold_pct:g}% over the median rank):")
+        lines += [_straggler_line(s, rep.threshold_pct) for s in rep.stragglers]
+    elif sp is not None:
+        lines.append(f"stragglers: none (no rank more than {rep.threshold_pct:g}% over the median)")
+    lines += ["", "step times per rank (ms):"]
+    for r in rep.ranks:
+        shown = " ".join(f"{t:.2f}" for t in r.step_times_ms[:20])
+        more = f" ... ({len(r.step_times_ms)} steps)" if len(r.step_times_ms) > 20 else ""
+        lines.append(f"  rank {r.rank:>4}: {shown or 'no steps'}{more}")
+    gpu_ranks = [r for r in rep.ranks if r.gpu is not None]
+    if gpu_ranks:
+        lines += ["", "GPU breakdown per rank (as in the single-trace summary):"]
+        for r in gpu_ranks:
+            g = r.gpu
+            assert g is not None
+            top = clean_text(r.top_kernels[0].name) if r.top_kernels else ""
+            top = top if len(top) <= 50 else top[:47] + "..."
+            lines.append(
+                f"  rank {r.rank:>4}: window {fmt_us(g.window_us)}, busy {g.pct(g.busy_us):.1f}%  idle "
+                f"{g.pct(g.idle_us):.1f}%  compute {g.pct(g.compute_us):.1f}%  comm {g.pct(g.comm_us):.1f}%  "
+                f"memcpy {g.pct(g.memcpy_us):.1f}%; top kernel {top}"
+            )
+    return "\n".join(lines) + "\n"

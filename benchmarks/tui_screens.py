@@ -1,0 +1,194 @@
+"""Viewer CPU and RSS per screen, with btop (update_ms = 1000) measured in the same run.
+
+CPU: every viewer runs at once in its own 160x45 tmux pane at 1 Hz, for
+``--seconds``: gpulens on this machine (overview, this host's screen, and a
+job screen when this machine runs a job the job pattern matches) and
+``--demo`` (16 hosts x 8 GPUs: overview, host gpu-node05, job 4711), plus
+``btop --utf-force``. CPU is utime + stime from /proc/PID/stat (threads
+included), as % of one core; each figure is printed with its ratio to btop
+and to the overview of the same source.
+
+RSS: ``--demo`` viewers left ``--minutes`` on the overview, host and job
+screens (and the profiler, which needs a process polling the Kineto
+endpoint: not reachable in the demo, so it is reported as skipped), RSS
+read every 10 s; printed: start, max, end and the growth over the last
+half. The issue's targets: <= 5 MB growth over the last 15 of 30 minutes,
+<= 150 MB.
+
+Targets (issue 13): overview <= 1.0 % (this machine), <= 1.5 % (demo);
+host and job screens within 1.3x of the overview.
+
+Usage: .venv/bin/python benchmarks/tui_screens.py [--seconds 60] [--minutes 2] [--no-rss]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TICK = os.sysconf("SC_CLK_TCK")
+SIZE = ("160", "45")
+
+
+def cpu_s(pid: int) -> float:
+    """utime + stime of ``pid`` in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def rss_mb(pid: int) -> float:
+    """Resident set size of ``pid`` in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class Tmux:
+    """One private tmux server; a session per viewer."""
+
+    def __init__(self, part: str) -> None:
+        self.sock = f"gpulens-screens-{os.getpid()}-{part}"
+
+    def __call__(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.sock, *args], capture_output=True, text=True,
+                              check=True).stdout
+
+    def start(self, name: str, command: str) -> int:
+        self("new-session", "-d", "-s", name, "-x", SIZE[0], "-y", SIZE[1], command)
+        return int(self("display", "-p", "-t", f"{name}:0.0", "#{pane_pid}").strip())
+
+    def keys(self, name: str, *keys: str) -> None:
+        self("send-keys", "-t", f"{name}:0.0", *keys)
+
+    def screen(self, name: str) -> str:
+        return self("capture-pane", "-p", "-t", f"{name}:0.0")
+
+    def stop(self) -> None:
+        subprocess.run(["tmux", "-L", self.sock, "kill-server"], capture_output=True)
+
+
+def shows(tmux: Tmux, name: str, jump: str) -> bool:
+    """The pane's breadcrumbs end in the jump's target (``› gpu-node05``, ``› job 4711``)."""
+    first = tmux.screen(name).splitlines()[:1]
+    return any(f"› {jump.removeprefix('host ')}" in line for line in first)
+
+
+def reach(tmux: Tmux, name: str, jump: str | None) -> None:
+    """Open the screen with ``:jump`` (tried three times: a busy viewer may still be starting)."""
+    for _ in range(3 if jump else 0):
+        tmux.keys(name, ":")
+        time.sleep(0.5)
+        tmux.keys(name, jump or "", "Enter")
+        time.sleep(2)
+        if shows(tmux, name, jump or ""):
+            return
+        tmux.keys(name, "Escape")
+    if jump:
+        print(f"warning: {name} does not show {jump!r}")
+
+
+def local_job_pid() -> int | None:
+    """A pid of a job the local job collector sees (None when this machine runs none)."""
+    try:
+        out = subprocess.run([str(Path(sys.executable).parent / "gpulens"), "jobs"], capture_output=True,
+                             text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in out.splitlines():
+        for word in line.split():
+            if word.isdigit() and int(word) > 1 and Path(f"/proc/{word}").exists():
+                return int(word)
+    return None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=60, help="CPU measurement window")
+    parser.add_argument("--minutes", type=float, default=2, help="RSS run length (the issue's: 30)")
+    parser.add_argument("--no-rss", action="store_true")
+    args = parser.parse_args()
+    if shutil.which("tmux") is None or shutil.which("btop") is None:
+        print("needs tmux and btop")
+        return 1
+    gpulens = Path(sys.executable).parent / "gpulens"
+    conf = Path(tempfile.mkdtemp())
+    (conf / "btop").mkdir()
+    (conf / "btop" / "btop.conf").write_text("update_ms = 1000\n")
+    (conf / "gpulens").mkdir()
+    env = f"XDG_CONFIG_HOME={conf} TERM=xterm-256color"
+    here = socket.gethostname()
+    job = local_job_pid()
+    viewers: dict[str, tuple[str, str | None]] = {
+        "local-overview": ("--interval 1", None),
+        "local-host": ("--interval 1", f"host {here}"),
+        "demo-overview": ("--demo --interval 1", None),
+        "demo-host": ("--demo --interval 1", "host gpu-node05"),
+        "demo-job": ("--demo --interval 1", "job 4711"),
+    }
+    if job is not None:
+        viewers["local-job"] = ("--interval 1", f"job {job}")
+    tmux = Tmux("cpu")
+    try:
+        pids = {n: tmux.start(n, f"{env} exec {gpulens} {flags}") for n, (flags, _) in viewers.items()}
+        pids["btop"] = tmux.start("btop", f"{env} exec btop --utf-force")
+        time.sleep(10)  # start-up and the demo's backfill are not the steady state
+        for n, (_, jump) in viewers.items():
+            reach(tmux, n, jump)
+        time.sleep(5)
+        start = {n: cpu_s(p) for n, p in pids.items()}
+        t0 = time.monotonic()
+        time.sleep(args.seconds)
+        wall = time.monotonic() - t0
+        used = {n: (cpu_s(p) - start[n]) / wall * 100 for n, p in pids.items()}
+    finally:
+        tmux.stop()
+    btop = max(used["btop"], 0.01)
+    print(f"CPU at 1 Hz, 160x45 tmux, all at once over {wall:.0f} s (% of one core):")
+    print(f"  btop --utf-force (update_ms = 1000): {used['btop']:.2f} %")
+    for n in viewers:
+        base = used["local-overview" if n.startswith("local") else "demo-overview"]
+        print(f"  gpulens {n:15s}: {used[n]:.2f} %   x{used[n] / btop:.1f} btop   "
+              f"x{used[n] / max(base, 0.01):.2f} its overview")
+    if job is None:
+        print("  gpulens local-job      : skipped (this machine runs no process the job pattern matches)")
+    sys.stdout.flush()
+    if not args.no_rss:
+        rss(gpulens, env, args.minutes)
+    return 0
+
+
+def rss(gpulens: Path, env: str, minutes: float) -> None:
+    """RSS of demo viewers left ``minutes`` on each screen."""
+    tmux = Tmux("rss")
+    screens = {"overview": None, "host": "host gpu-node05", "job": "job 4711"}
+    series: dict[str, list[tuple[float, float]]] = {n: [] for n in screens}
+    try:
+        pids = {n: tmux.start(n, f"{env} exec {gpulens} --demo --interval 1") for n in screens}
+        time.sleep(10)
+        for n, jump in screens.items():
+            reach(tmux, n, jump)
+        t0 = time.monotonic()
+        while (now := time.monotonic() - t0) < minutes * 60:
+            for n, p in pids.items():
+                series[n].append((now, rss_mb(p)))
+            time.sleep(10)
+    finally:
+        tmux.stop()
+    print(f"RSS of --demo viewers over {minutes:g} min (MB): start, max, end, growth over the last half")
+    for n, pts in series.items():
+        half = [v for t, v in pts if t >= pts[-1][0] / 2]
+        print(f"  {n:9s}: {pts[0][1]:.1f}  {max(v for _, v in pts):.1f}  {pts[-1][1]:.1f}  "
+              f"{half[-1] - half[0]:+.1f}")
+    print("  profiler : skipped (needs a process polling the Kineto endpoint; the demo has none)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

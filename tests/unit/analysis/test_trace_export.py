@@ -1,0 +1,105 @@
+"""analysis/trace/export.py: one trace or every rank, never a directory the user did not name."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from gpulens.analysis.trace.errors import TraceFileError
+from gpulens.analysis.trace.export import check_destination, export_ranks, export_trace, is_archive
+from tests.paths import DATA
+
+RANK0 = DATA / "traces" / "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
+PLAIN = DATA / "traces" / "multiprocess.json"
+
+
+def _tree(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+def test_missing_parent_is_refused_and_nothing_is_created(tmp_path: Path) -> None:
+    before = _tree(tmp_path)
+    dest = tmp_path / "no" / "such" / "dir" / "x.json"
+    with pytest.raises(TraceFileError, match=r"directory .*/no/such/dir does not exist"):
+        export_trace(PLAIN, dest)
+    with pytest.raises(TraceFileError, match="does not exist"):
+        export_ranks({"a.json": PLAIN, "b.json": PLAIN}, tmp_path / "no" / "ranks")
+    with pytest.raises(TraceFileError, match="does not exist"):
+        export_ranks({"a.json": PLAIN}, tmp_path / "no" / "ranks.tar.gz")
+    assert _tree(tmp_path) == before  # not one directory made
+
+
+def test_filesystem_root_gets_nothing() -> None:
+    """The issue's case: /nonexistent/dir/x.json creates nothing at /."""
+    assert not Path("/nonexistent").exists()
+    with pytest.raises(TraceFileError, match="/nonexistent/dir does not exist"):
+        export_trace(PLAIN, "/nonexistent/dir/x.json")
+    assert not Path("/nonexistent").exists()
+
+
+def test_check_destination_reasons(tmp_path: Path) -> None:
+    with pytest.raises(TraceFileError, match="is a directory; give a file name"):
+        check_destination(tmp_path)
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(TraceFileError, match="is not a directory"):
+        check_destination(tmp_path / "f", directory=True)
+    with pytest.raises(TraceFileError, match="no path given"):
+        check_destination("  ")
+    assert check_destination(tmp_path / "new") == tmp_path / "new"
+    assert is_archive("x.tar.gz") and is_archive("X.TGZ") and is_archive("a.tar") and not is_archive("a.json.gz")
+
+
+def test_single_export_gzip_round_trip(tmp_path: Path) -> None:
+    out = export_trace(PLAIN, tmp_path / "t.json.gz")
+    assert gzip.decompress(Path(out).read_bytes()) == PLAIN.read_bytes()
+    out2 = export_trace(RANK0, tmp_path / "t.json")
+    assert Path(out2).read_bytes() == gzip.decompress(RANK0.read_bytes())
+
+
+def test_ranks_to_a_new_directory(tmp_path: Path) -> None:
+    dest = tmp_path / "job"
+    written = export_ranks({"rank0-pid1.json.gz": RANK0, "rank1-pid2.json": PLAIN}, dest)
+    assert sorted(os.path.basename(p) for p in written) == ["rank0-pid1.json.gz", "rank1-pid2.json"]
+    assert (dest / "rank0-pid1.json.gz").read_bytes() == RANK0.read_bytes()  # gz to .gz: as it is
+    assert (dest / "rank1-pid2.json").read_bytes() == PLAIN.read_bytes()
+    assert _tree(tmp_path) == {"job", "job/rank0-pid1.json.gz", "job/rank1-pid2.json"}
+    # An existing directory is written into.
+    export_ranks({"again.json": PLAIN}, dest)
+    assert (dest / "again.json").exists()
+
+
+def test_ranks_to_an_archive(tmp_path: Path) -> None:
+    dest = tmp_path / "job.tar.gz"
+    [out] = export_ranks({"rank0.json.gz": RANK0, "rank1.json": PLAIN}, dest)
+    assert out == str(dest)
+    with tarfile.open(dest) as tar:
+        assert tar.getnames() == ["rank0.json.gz", "rank1.json"]
+        f0, f1 = tar.extractfile("rank0.json.gz"), tar.extractfile("rank1.json")
+        assert f0 is not None and f1 is not None
+        assert f0.read() == RANK0.read_bytes() and f1.read() == PLAIN.read_bytes()
+    assert _tree(tmp_path) == {"job.tar.gz"}  # no temporary left
+
+
+def test_failed_rank_leaves_no_partial_directory(tmp_path: Path) -> None:
+    dest = tmp_path / "job"
+    with pytest.raises(TraceFileError, match="cannot export"):
+        export_ranks({"a.json": PLAIN, "b.json": tmp_path / "missing.json"}, dest)
+    assert not dest.exists()
+    with pytest.raises(TraceFileError, match="cannot export"):
+        export_ranks({"a.json": PLAIN, "b.json": tmp_path / "missing.json"}, tmp_path / "j.tgz")
+    assert _tree(tmp_path) == set()
+
+
+def test_bad_member_names_and_links_are_refused(tmp_path: Path) -> None:
+    for name in ("../x.json", "", "a/b.json", ".."):
+        with pytest.raises(TraceFileError, match="bad member name"):
+            export_ranks({name: PLAIN}, tmp_path / "d")
+    link = tmp_path / "link.json"
+    link.symlink_to(PLAIN)
+    with pytest.raises(TraceFileError, match="cannot export"):
+        export_ranks({"a.json": link}, tmp_path / "a.tar")
+    assert _tree(tmp_path) == {"link.json"}

@@ -1,0 +1,114 @@
+"""Host, job, GPU and process screens: window keys, Enter targets, plots that say what they cover."""
+
+from __future__ import annotations
+
+import math
+
+from textual.app import App
+
+from gpulens.core.events import SampleEvent
+from gpulens.core.units import rate
+from gpulens.tui.screens.gpu import GpuScreen
+from gpulens.tui.screens.job import JobScreen
+from gpulens.tui.screens.process import ProcessScreen
+from gpulens.tui.widgets.gpu_table import GpuTable
+from gpulens.tui.widgets.plot import TimeSeriesPlot, plot_data
+from gpulens.tui.widgets.process_table import ProcessTable
+from tests.fakes.tui_fakes import FakeContext, StaticSource, demo_app, settle, sync
+from tests.unit.store.test_store import T0, sample
+
+
+@sync
+async def test_job_screen_follows_the_window_keys_and_says_how_much_data() -> None:
+    app = demo_app(backfill_s=120)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await settle(app, pilot)
+        app.jump("job 4711")
+        await settle(app, pilot)
+        assert isinstance(app.screen, JobScreen)
+        plot = app.screen.query_one("#job-util", TimeSeriesPlot)
+        assert plot.data.window == "5m" and plot.data.window_s == 300
+        await pilot.press("4")
+        await settle(app, pilot)
+        assert plot.data.window == "1h" and plot.data.window_s == 3600
+        text = plot.render().plain
+        # 121 samples in the hour: the label says the figures cover ~2 minutes, not an hour.
+        assert "over 2m01s of data [1h]" in text and text.splitlines()[-1].strip().startswith("-1h")
+        st = plot.data.stats
+        assert st is not None and st.max == app.store.job_stats("4711", "job.gpu_utilization_percent", 3600).max
+
+
+@sync
+async def test_enter_on_a_gpu_row_and_on_a_process_row_open_their_screens() -> None:
+    app = demo_app(backfill_s=60)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await settle(app, pilot)
+        app.jump("host gpu-node05")
+        await settle(app, pilot)
+        table = app.screen.query_one(GpuTable)
+        table.focus()
+        await pilot.press("down", "down", "enter")
+        await settle(app, pilot)
+        assert isinstance(app.screen, GpuScreen) and app.screen.index == 2
+        events = str(app.screen.query_one("#gpu-events").render())
+        assert "throttle SW-therm,HW-therm" in events  # node05 GPU 2 throttles in the demo
+        await pilot.press("escape")
+        app.jump("job 4711")
+        await settle(app, pilot)
+        procs = app.screen.query_one(ProcessTable)
+        procs.focus()
+        key = procs.selected_key()
+        await pilot.press("enter")
+        await settle(app, pilot)
+        assert isinstance(app.screen, ProcessScreen) and key == f"{app.screen.host}:{app.screen.pid}"
+        assert app.store.processes.since(app.screen.host, app.screen.pid) is not None  # tracked while open
+        assert "signals: signals to another host's processes are not supported" in str(
+            app.screen.query_one("#proc-actions").render())
+        host, pid = app.screen.host, app.screen.pid
+        await pilot.press("escape")
+        await settle(app, pilot)
+        assert app.store.processes.since(host, pid) is None  # and forgotten when closed
+
+
+@sync
+async def test_readonly_removes_the_signal_actions() -> None:
+    me = sample(T0, host="this-host")
+    ctx = FakeContext(StaticSource([SampleEvent(me)]), [SampleEvent(me)])
+    ctx.readonly = True  # type: ignore[attr-defined]
+    app: App[None] = App()
+    async with app.run_test(size=(120, 35)) as pilot:
+        app.push_screen(ProcessScreen("this-host", 1, context=ctx))
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, ProcessScreen)
+        assert screen.check_action("signal", ("SIGTERM",)) is False
+        assert "read-only" in str(screen.query_one("#proc-actions").render())
+
+
+@sync
+async def test_a_flat_zero_rate_reads_idle_on_a_floor_scale() -> None:
+    app: App[None] = App()
+    plot = TimeSeriesPlot("Net", rate, hi=None, floor=1000.0)
+    async with app.run_test(size=(80, 10)) as pilot:
+        await app.mount(plot)
+        plot.styles.height = 8
+        plot.set_data(plot_data([0.0] * 60, None, "5m", 300))
+        await pilot.pause()
+        text = plot.render().plain
+        assert text.startswith("idle") and "1.0kB/s" in text and "1B/s" not in text.replace("1.0kB/s", "")
+        assert plot.scale([0.0])[0] == 1000.0
+        plot.set_data(plot_data([0.0, math.nan, 5e6], None, "5m", 300))
+        assert plot.scale([0.0, 5e6])[0] == 5.5e6
+
+
+@sync
+async def test_plots_grow_with_the_terminal() -> None:
+    heights = []
+    for size in ((160, 30), (200, 60)):
+        app = demo_app(backfill_s=30)
+        async with app.run_test(size=size) as pilot:
+            await settle(app, pilot)
+            app.jump("job 4711")
+            await settle(app, pilot)
+            heights.append(app.screen.query_one("#job-util", TimeSeriesPlot).size.height)
+    assert heights[1] > heights[0] + 3, heights

@@ -1,0 +1,175 @@
+"""``/`` finding: a regex over hosts, jobs, users and tree IDs, linked both ways, on every panel."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from gpulens.store.store import Store
+from gpulens.tui.finding import FilterError, compile_filter
+from gpulens.tui.screens.overview import OverviewScreen
+from gpulens.tui.widgets.heatmap import GpuHeatmap
+from gpulens.tui.widgets.host_table import HostTable
+from gpulens.tui.widgets.job_table import JobTable
+from gpulens.tui.widgets.sparklines import HostSparklines
+from tests.fakes.tui_fakes import DemoSource, demo_app, frozen_clock, settle, sync
+
+
+def demo_store() -> Store:
+    store = Store()
+    DemoSource(seed=7, clock=frozen_clock, live=False, backfill_s=20).start(store.apply)
+    return store
+
+
+def expected(store: Store, regex: str) -> tuple[set[str], set[str]]:
+    """Hosts and jobs a linked filter keeps, computed here from the store's own views."""
+    p = re.compile(regex, re.IGNORECASE)
+    jobs = store.jobs(300)
+    direct_hosts = {h for h in store.hosts() if p.search(h)}
+    direct_jobs = {j.key for j in jobs if any(p.search(x) for x in (j.key, j.tree_id, j.user, j.cmdline))}
+    hosts = direct_hosts | {h for j in jobs if j.key in direct_jobs for h in j.hosts}
+    keys = direct_jobs | {j.key for j in jobs if set(j.hosts) & direct_hosts}
+    return hosts, keys
+
+
+@pytest.mark.parametrize("regex", ["node01", "alice", "node0[1-3]$", "^47", "torchrun", "erin|carol"])
+def test_select_links_hosts_and_jobs_both_ways(regex: str) -> None:
+    store = demo_store()
+    gpus = [(h, g) for h in store.hosts() for g in store.gpu_indices(h)]
+    sel = compile_filter(regex).select(store.hosts(), store.jobs(300), gpus)
+    hosts, keys = expected(store, regex)
+    assert set(sel.hosts) == hosts and sel.jobs == keys
+    assert {h for h, _ in sel.gpus} <= hosts
+
+
+def test_host_filter_shows_its_jobs_and_user_filter_its_hosts() -> None:
+    store = demo_store()
+    jobs = store.jobs(300)
+    on_node01 = {j.key for j in jobs if "gpu-node01" in j.hosts}
+    assert "4711" in on_node01  # the demo runs alice's 4711 there
+    sel = compile_filter("/node01".lstrip("/")).select(store.hosts(), jobs, [])
+    assert sel.hosts == ("gpu-node01",) and sel.jobs == on_node01
+    alice = next(j for j in jobs if j.user == "alice")
+    sel = compile_filter("alice").select(store.hosts(), jobs, [])
+    assert set(sel.hosts) == set(alice.hosts) and len(alice.hosts) > 1
+
+
+def test_job_filter_narrows_the_heatmap_to_the_gpus_it_holds() -> None:
+    store = demo_store()
+    jobs = store.jobs(300)
+    job = next(j for j in jobs if j.key == "gpu-node12:11100")
+    gpus = [(h, g) for h in store.hosts() for g in store.gpu_indices(h)]
+    sel = compile_filter("11100").select(store.hosts(), jobs, gpus)
+    assert set(sel.gpus) == {(h, int(i)) for h, i in job.gpus}
+    assert len(sel.gpus) < len(store.gpu_indices("gpu-node12"))
+
+
+def test_inverted_filter_is_the_complement() -> None:
+    store = demo_store()
+    jobs = store.jobs(300)
+    gpus = [(h, g) for h in store.hosts() for g in store.gpu_indices(h)]
+    plain = compile_filter("node0[1-4]").select(store.hosts(), jobs, gpus)
+    inverted = compile_filter("!node0[1-4]").select(store.hosts(), jobs, gpus)
+    assert set(plain.hosts) | set(inverted.hosts) == set(store.hosts())
+    assert not set(plain.hosts) & set(inverted.hosts)
+    assert inverted.jobs == {j.key for j in jobs} - plain.jobs
+
+
+def test_invalid_regex_is_one_line_error() -> None:
+    with pytest.raises(FilterError, match=r"bad regex 'node0\[1'") as err:
+        compile_filter("node0[1")
+    assert "\n" not in str(err.value)
+    assert not compile_filter("").active and not compile_filter("!").active
+
+
+async def _type(pilot: object, text: str) -> None:
+    await pilot.press("slash")  # type: ignore[attr-defined]
+    for ch in text:
+        await pilot.press(ch)  # type: ignore[attr-defined]
+
+
+@sync
+async def test_filter_narrows_every_panel_and_a_bad_regex_keeps_the_old_one() -> None:
+    app = demo_app(backfill_s=30)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settle(app, pilot)
+        screen = app.screen
+        assert isinstance(screen, OverviewScreen)
+        await _type(pilot, "node0[1-3]")
+        await settle(app, pilot)
+        hosts, jobs = screen.query_one(HostTable), screen.query_one(JobTable)
+        want_hosts, want_jobs = expected(app.store, "node0[1-3]")
+        assert set(hosts.order) == want_hosts == {"gpu-node01", "gpu-node02", "gpu-node03"}
+        assert set(jobs.order) == want_jobs and "4711" in jobs.order
+        assert set(screen.query_one(HostSparklines).rows) == want_hosts
+        assert {h for h, _ in screen.query_one(GpuHeatmap).rows} == want_hosts
+        await pilot.press("left_square_bracket")  # now 'node0[1-3][': invalid
+        await settle(app, pilot)
+        error = screen.query_one("#filter-error")
+        assert error.display and "bad regex" in str(error.render())
+        assert set(hosts.order) == want_hosts  # the old filter stays
+        await pilot.press("escape")
+        await settle(app, pilot)
+        assert hosts.row_count == 16 and not error.display
+
+
+@sync
+async def test_alice_filter_shows_her_hosts_and_node01_its_job() -> None:
+    app = demo_app(backfill_s=30)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await settle(app, pilot)
+        await _type(pilot, "alice")
+        await pilot.press("enter")
+        await settle(app, pilot)
+        hosts, jobs = app.screen.query_one(HostTable), app.screen.query_one(JobTable)
+        alice = [j for j in app.store.jobs(app.window_s) if j.user == "alice"]
+        assert set(hosts.order) == {h for j in alice for h in j.hosts} and hosts.row_count == 4
+        await pilot.press("escape")
+        await _type(pilot, "node01$")
+        await pilot.press("enter")
+        await settle(app, pilot)
+        assert hosts.order == ["gpu-node01"] and jobs.order == ["4711"]
+
+
+@sync
+async def test_sort_by_column_letter_and_again_reverses() -> None:
+    app = demo_app(backfill_s=30)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await settle(app, pilot)
+        hosts = app.screen.query_one(HostTable)
+        rows = {h: app.store.host_row(h, app.window_s) for h in app.store.hosts()}
+        await pilot.press("P")  # Power
+        await settle(app, pilot)
+        assert [rows[h].power_w for h in hosts.order] == sorted(r.power_w for r in rows.values())
+        header = hosts.render_line(0)
+        assert "Power↑" in header.text
+        underlined = [seg.text for seg in header if seg.style is not None and seg.style.underline]
+        assert "P" in underlined and "U" in underlined  # each sort letter marked, as htop marks F-keys
+        await pilot.press("P")
+        await settle(app, pilot)
+        assert [rows[h].power_w for h in hosts.order] == sorted((r.power_w for r in rows.values()), reverse=True)
+        assert "Power↓" in hosts.render_line(0).text
+        await pilot.press("tab", "R")  # the job table: Runtime
+        await settle(app, pilot)
+        jobs = app.screen.query_one(JobTable)
+        views = {j.key: j for j in app.store.jobs(app.window_s)}
+        assert [views[k].runtime_s for k in jobs.order] == sorted(v.runtime_s for v in views.values())
+
+
+@sync
+async def test_heatmap_fills_its_height_says_how_many_more_and_scrolls() -> None:
+    app = demo_app(backfill_s=30)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settle(app, pilot)
+        heat = app.screen.query_one(GpuHeatmap)
+        shown = heat.size.height - heat.header_lines - 1
+        assert shown > 18  # was 18 of 128 at 200x50
+        last = heat.render_line(heat.size.height - 1).text
+        assert f"rows 1–{shown} of 128 · {128 - shown} more ↓" in last
+        heat.focus()
+        await pilot.press("pagedown")
+        await settle(app, pilot)
+        assert int(heat.scroll_offset.y) > 0
+        first, _, below = heat.hidden()
+        assert first > 1 and below == 128 - (first - 1) - shown

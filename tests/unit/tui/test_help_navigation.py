@@ -1,0 +1,190 @@
+"""Help and navigation that tell the truth: ``?`` per screen from BINDINGS, breadcrumbs everywhere,
+``:`` views, ``:interval``, ``:log``, ``--readonly``, one "Keys" in the palette."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from textual.binding import Binding
+
+from gpulens.commands.tui import add_arguments
+from gpulens.core import logbook
+from gpulens.tui.screens.help import HelpScreen, key_rows, screen_bindings
+from gpulens.tui.screens.jump import parse_jump
+from gpulens.tui.screens.log import LogScreen
+from gpulens.tui.screens.overview import OverviewScreen
+from gpulens.tui.screens.views import GpuFleetTable, GpusView, HostsView, JobsView, UserView
+from gpulens.tui.widgets.header import AppHeader
+from gpulens.tui.widgets.host_table import HostTable
+from gpulens.tui.widgets.job_table import JobTable
+from tests.fakes.tui_fakes import demo_app, settle, sync
+
+TRACE = Path(__file__).parents[2] / "data" / "traces" / "benchmark_result_2869224_1695835535_trace.json.gz"
+
+
+def _keys(rows: list[tuple[str, str]]) -> set[str]:
+    return {k for row, _ in rows for k in row.replace(" / ", " ").split()}
+
+
+@sync
+async def test_help_of_the_timeline_lists_its_keys_not_the_overviews() -> None:
+    from gpulens.analysis.trace.load import load_trace
+    from gpulens.analysis.trace.timeline import build_timeline
+    from gpulens.tui.screens.profiler_views import TimelineScreen
+    from gpulens.tui.widgets.timeline import TraceTimeline
+
+    app = demo_app(backfill_s=10)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await settle(app, pilot)
+        timeline = build_timeline(load_trace(str(TRACE), keep_args=True).events)
+        await app.push_screen(TimelineScreen(timeline, TRACE.name))
+        await pilot.pause()
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        rows = key_rows(app.screen.below, app.screen.app_bindings)
+        keys = _keys(rows)
+        own = {b.key_display or b.key for b in TraceTimeline.BINDINGS if isinstance(b, Binding) and b.description}
+        assert own  # every key the timeline widget binds, read from its BINDINGS
+        for b in TraceTimeline.BINDINGS:
+            assert isinstance(b, Binding)
+            assert any(b.description.lower() in what.lower() or b.description == what for _, what in rows), b
+        assert {"+", "-", "0", "f"} <= keys
+        assert not {"u", "a", "g", "w", "t", "H", "U"} & keys  # the overview's heatmap and sort keys
+        assert "p" not in keys and "1" not in keys  # window and pause act on data screens only
+        assert "q" in keys and "?" in keys  # the global ones stay
+
+
+@sync
+async def test_overview_help_is_built_from_its_bindings() -> None:
+    app = demo_app(backfill_s=10)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        rows = key_rows(app.screen.below, app.screen.app_bindings)
+    keys = _keys(rows)
+    letters = {b.key for b in OverviewScreen.BINDINGS if isinstance(b, Binding) and b.action.startswith("sort(")}
+    assert letters == set(HostTable.SORT_KEYS.values()) | set(JobTable.SORT_KEYS.values())
+    assert letters <= keys and "s" not in keys  # no more 's' cycling nine columns
+    assert "space" not in keys  # replay keys are not passed when not replaying (the app filters them)
+    assert any(b.key == "slash" for b in screen_bindings(OverviewScreen()))
+
+
+@sync
+async def test_breadcrumbs_on_screens_other_helpers_own_and_q_quits_there() -> None:
+    from gpulens.tui.messages import OpenProfiler
+
+    app = demo_app(backfill_s=10)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await settle(app, pilot)
+        app.jump("host gpu-node03")
+        await settle(app, pilot)
+        app.post_message(OpenProfiler("gpu-node03", (4711,), through_agent=False))
+        for _ in range(5):
+            await pilot.pause()
+        header = app.screen.query_one(AppHeader)
+        assert header.crumbs == ("gpulens", "Overview", "gpu-node03", "Profiler")
+        assert "Profiler" in header.render().plain
+        app.screen.set_focus(None)
+        await pilot.press("q")
+        await pilot.pause()
+    assert app.return_code in (None, 0) and not app.is_running
+
+
+@sync
+async def test_views_hosts_jobs_gpus_and_user() -> None:
+    app = demo_app(backfill_s=10)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await settle(app, pilot)
+        app.jump("gpus")
+        await settle(app, pilot)
+        assert isinstance(app.screen, GpusView)
+        table = app.screen.query_one(GpuFleetTable)
+        assert table.row_count == sum(len(app.store.gpu_indices(h)) for h in app.store.hosts()) == 128
+        assert app.screen.query_one(AppHeader).crumbs[-1] == "gpus"
+        cursor = table.get_component_rich_style("table--cursor")
+        marked = [seg for seg in table.render_line(1) if "▲" in seg.text]  # the cursor row, 90 % memory
+        assert marked and all(seg.style == cursor for seg in marked)  # an amber value on the amber cursor vanished
+        other = [seg for seg in table.render_line(2) if "▲" in seg.text]
+        assert other and all(seg.style != table.get_component_rich_style("table--row") for seg in other)
+        await pilot.press("T")  # by temperature
+        await settle(app, pilot)
+        temps = [app.store.latest(k.rsplit(":", 1)[0]).gpus[int(k.rsplit(":", 1)[1])].temperature_c  # type: ignore[union-attr]
+                 for k in table.order]
+        known = [t for t in temps if t is not None]
+        assert known == sorted(known)
+        await pilot.press("escape")
+        app.jump("user alice")
+        await settle(app, pilot)
+        assert isinstance(app.screen, UserView)
+        jobs, hosts = app.screen.query_one(JobTable), app.screen.query_one(HostTable)
+        alice = [j for j in app.store.jobs(app.window_s) if j.user == "alice"]
+        assert jobs.order == [j.key for j in alice]
+        assert set(hosts.order) == {h for j in alice for h in j.hosts}
+        await pilot.press("escape")
+        for name, view in (("hosts", HostsView), ("jobs", JobsView)):
+            app.jump(name)
+            await settle(app, pilot)
+            assert isinstance(app.screen, view)
+            await pilot.press("escape")
+            await settle(app, pilot)
+
+
+def test_colon_commands_parse_or_say_why() -> None:
+    assert parse_jump("hosts") == ("hosts", "")
+    assert parse_jump(":user alice") == ("user", "alice")
+    assert parse_jump("interval 2") == ("interval", "2")
+    for bad, why in (("interval fast", "expected seconds"), ("interval 0", "between"), ("user", "needs"),
+                     ("gpus 3", "no argument"), ("frob", "unknown command")):
+        said = parse_jump(bad)
+        assert isinstance(said, str) and why in said and "\n" not in said
+
+
+@sync
+async def test_interval_log_readonly_and_one_keys_command() -> None:
+    app = demo_app(backfill_s=10, readonly=True)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await settle(app, pilot)
+        assert app.readonly
+        logbook.install()  # as the command line does: the ring keeps what the TUI showed
+        app.jump("interval 2")
+        assert app.refresh_s == 2.0
+        calls: list[bool] = []
+        real = app.refresh_data
+        app.refresh_data = lambda force=False: calls.append(force) or real(force)  # type: ignore[method-assign]
+        app.schedule_refresh()  # new data right after a redraw: held back until 2 s have passed
+        assert not calls and app._timer is not None
+        app.refresh_data = real  # type: ignore[method-assign]
+        app.jump("host no-such-host")  # an error notice: kept for :log
+        app.jump("log")
+        await settle(app, pilot)
+        assert isinstance(app.screen, LogScreen)
+        assert any("no host 'no-such-host'" in e.message for e in logbook.entries())
+        assert "no host 'no-such-host'" in str(app.screen.query_one("#log").render())
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert titles.count("Keys") == 1
+
+
+def test_readonly_flag() -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert parser.parse_args(["--readonly"]).readonly is True
+    assert parser.parse_args([]).readonly is False
+
+
+def test_help_explains_every_alert_code_on_screens_that_show_them() -> None:
+    from gpulens.tui.screens.help import alert_rows
+    from gpulens.tui.screens.host import HostScreen
+    from gpulens.tui.screens.overview import OverviewScreen
+    from gpulens.tui.screens.profiler import ProfilerScreen
+    from gpulens.tui.widgets.thresholds import ALERT_HELP
+
+    for screen_type in (OverviewScreen, HostScreen):
+        screen = screen_type.__new__(screen_type)  # the legend is read from the class
+        rows = dict(alert_rows(screen))
+        assert set(rows) == {"! DOWN", "! XID n", "▲ THROTTLE", "▽ IDLE-HELD n"}
+        assert "utilization" in rows["▽ IDLE-HELD n"] and rows["! XID n"] == ALERT_HELP["XID n"].meaning
+    assert alert_rows(ProfilerScreen.__new__(ProfilerScreen)) == []

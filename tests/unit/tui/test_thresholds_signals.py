@@ -1,0 +1,102 @@
+"""Thresholds and alert codes (pure), the time axis, and who may be sent a signal."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from gpulens.core.config import Thresholds, parse_config
+from gpulens.core.model import GpuSample, JobInfo
+from gpulens.tui.screens._signals import refusal, send, start_time
+from gpulens.tui.screens.process import ancestry
+from gpulens.tui.widgets._braille import time_axis
+from gpulens.tui.widgets.gpu_table import GpuTable
+from gpulens.tui.widgets.process_table import ProcessTable
+from gpulens.tui.widgets.thresholds import (
+    ALERT_HELP,
+    CRIT,
+    LOW,
+    MARKS,
+    OK,
+    WARN,
+    alert_level,
+    alert_text,
+    explain,
+    gpu_levels,
+    level,
+)
+
+
+def test_levels_follow_the_configured_thresholds() -> None:
+    t = parse_config({"thresholds": {"temp_warn_c": 70, "temp_crit_c": 85}}, "cfg").thresholds
+    assert [level("temp", v, t) for v in (69.9, 70, 84.9, 85)] == [OK, WARN, WARN, CRIT]
+    assert level("temp", 80) == WARN and level("temp", 89.9) == WARN and level("temp", 90) == CRIT  # defaults
+    assert level("power", 300, limit=300) == CRIT and level("power", 280, limit=300) == WARN
+    assert level("power", 280, limit=None) == OK  # no limit known: no judgement
+    assert level("util", 2, held=True) == LOW and level("util", 2, held=False) == OK
+    assert level("temp", float("nan")) == OK and level("mem", None) == OK  # n/a is not an alarm
+
+
+def test_gpu_levels_of_a_hot_throttled_gpu() -> None:
+    g = GpuSample(index=2, name="H100", uuid="u", temperature_c=89.0, mem_used_bytes=79, mem_total_bytes=80,
+                  power_w=700.0, power_limit_w=700.0, throttle_reasons=("sw_thermal_slowdown", "hw_thermal_slowdown"),
+                  xid_events=(79,))
+    lv = gpu_levels(g, Thresholds())
+    assert lv == {"util": OK, "temp": WARN, "mem": CRIT, "power": CRIT, "throttle": CRIT, "xid": CRIT}
+    cells = dict(zip([c[0] for c in GpuTable.COLUMNS], GpuTable.cells(g), strict=True))
+    assert cells["temp"] == "89C" + MARKS[WARN] and cells["throttle"].endswith(MARKS[CRIT])
+    assert cells["xid"] == "79" + MARKS[CRIT]
+
+
+def test_every_alert_code_has_a_level_marker_and_an_explanation() -> None:
+    assert alert_level("XID 79") == CRIT and alert_level("DOWN") == CRIT
+    assert alert_level("THROTTLE") == WARN and alert_level("IDLE-HELD 4") == LOW
+    assert alert_text("XID 79") == "! XID 79" and alert_text("IDLE-HELD 4").startswith(MARKS[LOW])
+    assert "4 GPUs hold" in explain("IDLE-HELD 4") and explain("XID 79").startswith("XID 79: ")
+    assert all(info.meaning for info in ALERT_HELP.values())
+
+
+def test_sorted_headers_fit_their_columns() -> None:
+    for table in (GpuTable, ProcessTable):
+        for key, label, _, width in table.COLUMNS:
+            assert width > len(label), (table.__name__, key)  # label + sort arrow fit
+    assert [c[1] for c in ProcessTable.COLUMNS if c[0] == "gpus"] == ["GPU#"]
+
+
+def test_time_axis_labels_run_from_the_window_to_now() -> None:
+    axis = time_axis(300, 60)
+    assert axis.startswith("-5m") and axis.endswith("now") and len(axis) == 60
+    assert "-2m30s" in axis and axis.index("-3m45s") < axis.index("-2m30s") < axis.index("-1m15s")
+    assert time_axis(3600, 30).split() == ["-1h", "-30m", "now"]
+    assert time_axis(300, 4) == ""
+
+
+def test_ancestry_names_and_pids() -> None:
+    job = JobInfo(pid=30, tree_id="systemd/bash/python3", cmdline="python3 x", user="u", start_time=0,
+                  ancestors=(1, 20))
+    assert ancestry(job) == "systemd(1) › bash(20) › python3(30)"
+
+
+def test_signals_only_to_own_live_local_processes(tmp_path: Path) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        time.sleep(0.05)
+        started = start_time(child.pid)
+        assert started is not None and abs(started - time.time()) < 60
+        job = JobInfo(pid=child.pid, tree_id="t", cmdline="sleep", user="me", start_time=started)
+        assert refusal(job, local=True, readonly=True) == "read-only (--readonly): no actions"
+        assert "not supported" in (refusal(job, local=False, readonly=False) or "")
+        assert "belongs to uid" in (refusal(job, local=True, readonly=False, uid=os.getuid() + 1) or "")
+        reused = JobInfo(pid=child.pid, tree_id="t", cmdline="old", user="me", start_time=started - 3600)
+        assert "another process" in (refusal(reused, local=True, readonly=False) or "")
+        assert send(reused, "SIGKILL").startswith("not sent")
+        assert child.poll() is None  # the refused signal never went out
+        assert send(job, "SIGTERM") == f"SIGTERM sent to pid {child.pid}"
+        assert child.wait(5) == -15
+        assert "exited" in (refusal(job, local=True, readonly=False) or "")
+    finally:
+        child.kill()
+        child.wait()

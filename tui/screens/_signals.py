@@ -1,0 +1,67 @@
+"""Sending a signal to a process from the process screen: only one's own, only on this machine.
+
+:func:`refusal` says why a signal may not be sent (None: it may), checked
+again right before :func:`send`, so a process that exited and whose pid was
+reused by someone else's is never hit: the start time must still match.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+from gpulens.core.model import JobInfo
+from gpulens.core.procfs import PROC, current_uid, proc_uid
+
+SIGNALS: dict[str, signal.Signals] = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM,
+                                      "SIGKILL": signal.SIGKILL}
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def start_time(pid: int, proc: Path = PROC) -> float | None:
+    """``pid``'s start, in unix seconds (as the job collector computes it); None when gone."""
+    try:
+        stat = (proc / str(pid) / "stat").read_text(errors="replace")
+        btime = next(int(line.split()[1]) for line in (proc / "stat").read_text().splitlines()
+                     if line.startswith("btime "))
+        ticks = int(stat[stat.rindex(")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    return btime + ticks / _CLK_TCK
+
+
+def refusal(job: JobInfo | None, *, local: bool, readonly: bool, remote_kind: bool = False,
+            proc: Path = PROC, uid: int | None = None) -> str | None:
+    """Why no signal may be sent to ``job``'s process (None when it may)."""
+    if readonly:
+        return "read-only (--readonly): no actions"
+    if not local:
+        return ("signals to another host's processes are not supported: its agent has no request for it"
+                if not remote_kind else None)
+    if job is None:
+        return "the process is no longer reported"
+    owner = proc_uid(job.pid, proc)
+    if owner is None:
+        return f"pid {job.pid} has exited"
+    me = current_uid() if uid is None else uid
+    if owner != me:
+        return f"pid {job.pid} belongs to uid {owner}, not to you (uid {me}): gpulens signals only your own"
+    started = start_time(job.pid, proc)
+    if started is None or abs(started - job.start_time) > 2.0:
+        return f"pid {job.pid} is now another process (its start time changed)"
+    return None
+
+
+def send(job: JobInfo, name: str, *, proc: Path = PROC) -> str:
+    """Send signal ``name`` to ``job``'s process after checking again; what happened, in words."""
+    why = refusal(job, local=True, readonly=False, proc=proc)
+    if why is not None:
+        return f"not sent: {why}"
+    try:
+        os.kill(job.pid, SIGNALS[name])
+    except ProcessLookupError:
+        return f"not sent: pid {job.pid} has exited"
+    except PermissionError as err:
+        return f"not sent: {err.strerror}"
+    return f"{name} sent to pid {job.pid}"

@@ -1,0 +1,161 @@
+"""GPU detail (Enter on a GPU row of the host screen): every metric over time, processes, events."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.text import Text
+from textual import events
+from textual.app import ComposeResult
+from textual.binding import BindingType
+from textual.containers import Grid, VerticalScroll
+from textual.widgets import Footer, Static
+
+from gpulens.core.model import GpuSample, HostSample
+from gpulens.core.units import NA, num, pct, rate
+from gpulens.store.gpu_events import GpuEvent
+from gpulens.store.views import job_key
+from gpulens.tui.context import ScreenContext
+from gpulens.tui.screens._plots import GPU_PLOTS, configure_plots, host_plot, plot_rows
+from gpulens.tui.screens.base import DataScreen
+from gpulens.tui.screens.process import ProcessScreen
+from gpulens.tui.widgets.gpu_table import THROTTLE_SHORT, mem_pair, pair
+from gpulens.tui.widgets.header import AppHeader
+from gpulens.tui.widgets.plot import TimeSeriesPlot
+from gpulens.tui.widgets.process_table import GpuProcessTable
+from gpulens.tui.widgets.thresholds import CRIT, MARKS, STYLES, WARN, gpu_levels, throttle_level
+
+MAX_EVENT_LINES = 12
+
+
+def event_line(e: GpuEvent, clock: str) -> Text:
+    """``12:00:03  ! XID 79`` / ``12:01:10  ! throttle SW-therm,HW-therm`` / ``... throttle ended``."""
+    text = Text(f"{clock}  ", style="dim")
+    short = ",".join(THROTTLE_SHORT.get(r, r) for r in e.detail.split(","))
+    if e.kind == "xid":
+        text.append(f"{MARKS[CRIT]} XID {e.detail}", STYLES[CRIT])
+        text.append("  an NVIDIA driver error report (see `nvidia-smi -q`, the kernel log)", "dim")
+    elif e.kind == "throttle":
+        lvl = throttle_level(tuple(e.detail.split(",")))
+        text.append(f"{MARKS[lvl]} throttle {short}", STYLES[lvl])
+    else:
+        text.append(f"throttle ended ({short})")
+    return text
+
+
+class GpuScreen(DataScreen):
+    """One GPU of one host.
+
+    | key | action |
+    | --- | --- |
+    | enter | open the process under the cursor |
+    | esc | back |
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = []
+
+    def __init__(self, host: str, index: int, *, context: ScreenContext | None = None) -> None:
+        super().__init__(context=context)
+        self.host = host
+        self.index = index
+        self.crumb = f"GPU{index}"
+        self._seen: tuple[object, ...] = ()
+
+    def compose(self) -> ComposeResult:
+        """Header, the GPU's figures, its plots, processes and event history."""
+        yield AppHeader()
+        with VerticalScroll(id="body"):
+            yield Static("", id="gpu-info")
+            with Grid(id="plots", classes="plots"):
+                for spec in GPU_PLOTS:
+                    yield TimeSeriesPlot(spec.title, spec.fmt, lo=spec.lo, hi=spec.hi, id=spec.id)
+            yield Static("Processes on this GPU (enter: process detail)", classes="section")
+            yield GpuProcessTable(id="gpu-procs")
+            yield Static("Throttle and XID history (newest first)", classes="section")
+            yield Static("", id="gpu-events")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        """First draw."""
+        configure_plots(self, GPU_PLOTS, self.ctx.cfg)
+        self.query_one("#body").focus()
+        self.refresh_data(force=True)
+
+    def on_resize(self, event: events.Resize) -> None:
+        """Narrow layout; plots fill the height."""
+        super().on_resize(event)
+        plot_rows(self.query_one("#plots", Grid), len(GPU_PLOTS), event.size.height, 22, event.size.width)
+
+    def gpu(self) -> tuple[HostSample | None, GpuSample | None]:
+        """The host's newest sample and this GPU in it."""
+        s = self.ctx.store.latest(self.host)
+        return s, next((g for g in s.gpus if g.index == self.index), None) if s else None
+
+    def refresh_data(self, force: bool = False) -> None:
+        """Redraw when the host's data or the window changed."""
+        super().refresh_data(force)
+        store, w = self.ctx.store, self.ctx.window_s
+        seen = (store.host_version(self.host), w)
+        if seen == self._seen and not force:
+            return
+        self._seen = seen
+        sample, g = self.gpu()
+        self.query_one("#gpu-info", Static).update(self._info(g))
+        for spec in GPU_PLOTS:
+            plot = self.query_one(f"#{spec.id}", TimeSeriesPlot)
+            plot.set_data(host_plot(store, self.host, spec, w, plot.points, gpu=self.index))
+        jobs = {j.pid: j for j in sample.jobs} if sample else {}
+        table = self.query_one(GpuProcessTable)
+        table.placeholder = "no process holds memory on this GPU" if g else "the GPU is not in the newest sample"
+        table.show([(p, jobs.get(p.pid), job_key(self.host, jobs[p.pid]) if p.pid in jobs else "")
+                    for p in (g.processes if g else ())])
+        self._events()
+
+    def _info(self, g: GpuSample | None) -> Text:
+        if g is None:
+            return Text(f"GPU {self.index} is not in {self.host}'s newest sample", style="bold")
+        lv = gpu_levels(g, self.ctx.cfg.thresholds)
+        used = NA if g.mem_used_bytes is None else mem_pair(g.mem_used_bytes, g.mem_total_bytes)
+        fields: list[tuple[str, str, int]] = [
+            ("GPU", f"{g.index} {g.name}", 0), ("uuid", g.uuid or NA, 0),
+            ("util", pct(g.utilization_percent), lv["util"]), ("mem", used, lv["mem"]),
+            ("power", f"{num(g.power_w, 'W')}/{num(g.power_limit_w, 'W')}", lv["power"]),
+            ("temp", num(g.temperature_c, "C"), lv["temp"]),
+            ("clocks", f"{num(g.sm_clock_mhz)}/{num(g.mem_clock_mhz)} MHz", 0),
+            ("PCIe rx/tx", pair(g.pcie_rx_bytes_per_s, g.pcie_tx_bytes_per_s, rate), 0),
+            ("NVLink rx/tx", pair(g.nvlink_rx_bytes_per_s, g.nvlink_tx_bytes_per_s, rate), 0),
+            ("ECC c/u", f"{num(g.ecc_corrected)}/{num(g.ecc_uncorrected)}", 0),
+            ("throttle", ",".join(THROTTLE_SHORT.get(r, r) for r in g.throttle_reasons) or "-", lv["throttle"]),
+        ]
+        text = Text()
+        for label, value, lvl in fields:
+            text.append(f"{label} ", style="dim")
+            text.append(f"{value}{MARKS[lvl]}", style=STYLES[lvl] if lvl else "bold")
+            text.append("   ")
+        reasons = sorted(set(g.unavailable.values()))
+        if reasons:
+            text.append(f"\nn/a: {'; '.join(reasons)[:300]}", style="dim")
+        return text
+
+    def _events(self) -> None:
+        evs = self.ctx.store.gpu_events(self.host, self.index)
+        box = self.query_one("#gpu-events", Static)
+        if not evs:
+            box.update(Text("none seen since the viewer started (throttling starts/ends and XID errors "
+                            "are listed here)", style="dim"))
+            return
+        lines = Text()
+        for i, e in enumerate(reversed(evs[-MAX_EVENT_LINES:])):
+            if i:
+                lines.append("\n")
+            lines.append_text(event_line(e, self.ctx.clock_text(e.time)))
+        if len(evs) > MAX_EVENT_LINES:
+            lines.append(f"\n… {len(evs) - MAX_EVENT_LINES} older", style="dim")
+        lines.append(f"\n{MARKS[CRIT]} critical  {MARKS[WARN]} warning", style="dim")
+        box.update(lines)
+
+    def on_incremental_table_row_selected(self, event: GpuProcessTable.RowSelected) -> None:
+        """Enter on a process opens its screen."""
+        event.stop()
+        if event.key.isdigit():
+            self.app.push_screen(ProcessScreen(self.host, int(event.key), context=self.ctx))

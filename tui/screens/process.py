@@ -1,0 +1,212 @@
+"""One process (Enter on a process row; nvitop's process screen is the peer).
+
+Its CPU, RSS, GPU memory and (where NVML gives it) GPU utilization over
+time, its ancestor chain and job key, and signals to one's own processes
+on this machine, each after a confirmation. ``--readonly`` removes them.
+
+The store keeps per-process history only for processes a screen tracks
+(a fleet runs thousands), so the plots start when the screen opens, and
+say so.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.text import Text
+from textual import events
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Grid, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Footer, Static
+
+from gpulens.core.model import JobInfo
+from gpulens.core.units import pct, size, window_name
+from gpulens.store.views import job_key
+from gpulens.tui.context import ScreenContext
+from gpulens.tui.screens._plots import PROCESS_PLOTS, configure_plots, plot_rows
+from gpulens.tui.screens._signals import refusal, send
+from gpulens.tui.screens.base import DataScreen
+from gpulens.tui.widgets.header import AppHeader
+from gpulens.tui.widgets.plot import TimeSeriesPlot, plot_data
+
+
+class ConfirmSignal(ModalScreen[bool]):
+    """``Send SIGTERM to pid 4711 (python train.py)? y / n``."""
+
+    DEFAULT_CSS = """
+    ConfirmSignal { align: center middle; }
+    ConfirmSignal > Vertical { width: auto; max-width: 90%; height: auto; border: thick $warning;
+                               padding: 1 2; background: $surface; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("y", "answer(True)", "Yes, send it"),
+        Binding("n,escape", "answer(False)", "No"),
+    ]
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        """The question and the keys."""
+        with Vertical():
+            yield Static(Text(self.question, style="bold"))
+            yield Static("y: send   n / esc: cancel")
+
+    def action_answer(self, yes: bool) -> None:
+        """Close with the answer."""
+        self.dismiss(yes)
+
+
+def ancestry(job: JobInfo) -> str:
+    """``systemd(1) › bash(812) › python3(4711)``: names from the tree ID, pids from the ancestors."""
+    names = [n for n in job.tree_id.split("/") if n]
+    pids = [*job.ancestors, job.pid] if job.ancestors else []
+    if pids and len(pids) == len(names):
+        return " › ".join(f"{n}({p})" for n, p in zip(names, pids, strict=True))
+    chain = " › ".join(names) or "?"
+    return chain + (f"  (pids {' › '.join(map(str, pids))})" if pids else "")
+
+
+class ProcessScreen(DataScreen):
+    """One process on one host.
+
+    | key | action |
+    | --- | --- |
+    | I | send SIGINT (asks first; your own local processes only) |
+    | T | send SIGTERM (asks first) |
+    | K | send SIGKILL (asks first) |
+    | esc | back |
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("I", "signal('SIGINT')", "SIGINT"),
+        Binding("T", "signal('SIGTERM')", "SIGTERM"),
+        Binding("K", "signal('SIGKILL')", "SIGKILL"),
+    ]
+
+    def __init__(self, host: str, pid: int, *, context: ScreenContext | None = None) -> None:
+        super().__init__(context=context)
+        self.host = host
+        self.pid = pid
+        self.crumb = f"pid {pid}"
+        self._seen: tuple[object, ...] = ()
+
+    @property
+    def readonly(self) -> bool:
+        """``--readonly``: no actions (from the context; False when it does not say)."""
+        return bool(getattr(self.ctx, "readonly", False))
+
+    def compose(self) -> ComposeResult:
+        """Header, who the process is, its plots, its actions."""
+        yield AppHeader()
+        with VerticalScroll(id="body"):
+            yield Static("", id="proc-info")
+            yield Static("", id="proc-note")
+            with Grid(id="plots", classes="plots"):
+                for spec in PROCESS_PLOTS:
+                    yield TimeSeriesPlot(spec.title, spec.fmt, lo=spec.lo, hi=spec.hi, id=spec.id)
+            yield Static("", id="proc-actions")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        """Start recording the process, then draw."""
+        self.ctx.store.track_process(self.host, self.pid)
+        configure_plots(self, PROCESS_PLOTS, self.ctx.cfg)
+        self.query_one("#body").focus()
+        self.refresh_data(force=True)
+
+    def on_unmount(self) -> None:
+        """Stop recording it: the store keeps no history nobody looks at."""
+        super().on_unmount()
+        self.ctx.store.processes.untrack(self.host, self.pid)
+
+    def on_resize(self, event: events.Resize) -> None:
+        """Narrow layout; plots fill the height."""
+        super().on_resize(event)
+        plot_rows(self.query_one("#plots", Grid), len(PROCESS_PLOTS), event.size.height, 12, event.size.width)
+
+    def job(self) -> JobInfo | None:
+        """The process as the newest sample of its host reports it."""
+        s = self.ctx.store.latest(self.host)
+        return next((j for j in s.jobs if j.pid == self.pid), None) if s else None
+
+    def why_not(self) -> str | None:
+        """Why no signal can be sent now (None: it can)."""
+        return refusal(self.job(), local=self.is_local(self.host), readonly=self.readonly)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Signals: hidden with --readonly; shown greyed out while refused."""
+        if action == "signal":
+            if self.readonly:
+                return False
+            return self.why_not() is None or None
+        return True
+
+    def refresh_data(self, force: bool = False) -> None:
+        """Redraw when the host's data or the window changed."""
+        super().refresh_data(force)
+        ctx = self.ctx
+        store, w = ctx.store, ctx.window_s
+        seen = (store.host_version(self.host), w)
+        if seen == self._seen and not force:
+            return
+        self._seen = seen
+        job = self.job()
+        self.query_one("#proc-info", Static).update(self._info(job))
+        since = store.processes.since(self.host, self.pid)
+        note = self.query_one("#proc-note", Static)
+        note.update(Text(f"history recorded since {ctx.clock_text(since)}, when this screen opened "
+                         "(the store records only the processes you look at)" if since is not None else "",
+                         style="dim"))
+        for spec in PROCESS_PLOTS:
+            plot = self.query_one(f"#{spec.id}", TimeSeriesPlot)
+            metric = spec.metrics[0]
+            values = store.series(self.host, metric, w, plot.points, pid=self.pid)
+            stats = store.window_stats(self.host, metric, w, pid=self.pid)
+            reason = ("the process is no longer reported" if job is None
+                      else "NVML gives no per-process utilization here" if metric == "proc.gpu_util_percent"
+                      else "no sample since this screen opened")
+            plot.set_data(plot_data(values, reason, window_name(w), w, stats))
+        why = self.why_not()
+        actions = self.query_one("#proc-actions", Static)
+        actions.update(Text(f"signals: {why}", style="dim") if why else
+                       Text("I: SIGINT   T: SIGTERM   K: SIGKILL   (each asks first)", style="bold"))
+        self.refresh_bindings()
+
+    def _info(self, job: JobInfo | None) -> Text:
+        text = Text()
+        if job is None:
+            text.append(f"{self.host}:{self.pid} is not in the host's newest sample (exited, or no longer "
+                        "matches the job pattern); last recorded figures below", style="bold")
+            return text
+        for label, value in (("pid", f"{self.host}:{job.pid}"), ("user", job.user),
+                             ("job", job_key(self.host, job)), ("CPU", pct(job.cpu_percent)),
+                             ("RSS", size(job.rss_bytes)),
+                             ("GPU mem", size(sum(job.gpu_mem_bytes.values())) if job.gpu_mem_bytes else "-"),
+                             ("GPU#", ",".join(sorted(job.gpu_mem_bytes)) or "-")):
+            text.append(f"{label} ", style="dim")
+            text.append(f"{value}   ", style="bold")
+        text.append("\nancestors ", style="dim")
+        text.append(ancestry(job))
+        text.append("\ncommand ", style="dim")
+        text.append(job.cmdline[:2000])
+        return text
+
+    def action_signal(self, name: str) -> None:
+        """Ask, then send ``name`` to the process (refused with the reason when it is not yours)."""
+        job = self.job()
+        why = refusal(job, local=self.is_local(self.host), readonly=self.readonly)
+        if why is not None or job is None:
+            self.notify(f"{name} not sent: {why}", severity="warning")
+            return
+        target = job
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                result = send(target, name)
+                self.notify(result, severity="information" if " sent to " in result else "error")
+
+        self.app.push_screen(ConfirmSignal(f"Send {name} to pid {job.pid} ({job.cmdline[:60]})?"), answered)

@@ -1,0 +1,161 @@
+"""Colour with meaning: threshold levels, alert codes, their styles, markers and explanations (pure).
+
+Every level has a marker as well as a colour, so ``NO_COLOR`` (or a
+monochrome terminal) keeps the meaning: ``!`` critical, ``▲`` warning,
+``▽`` underused. The host table, GPU table, plots and heatmap call these
+functions; the help screen lists :data:`ALERT_HELP` as the legend.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rich.style import Style
+
+from gpulens.core.config import Thresholds
+from gpulens.core.model import GpuSample
+
+OK, LOW, WARN, CRIT = 0, 1, 2, 3
+"""Levels: fine, underused (idle while held), warning, critical."""
+
+MARKS = {OK: "", LOW: "▽", WARN: "▲", CRIT: "!"}
+"""The symbol after a value at each level: the meaning without colour."""
+
+STYLES = {
+    OK: Style(),
+    LOW: Style(color="#7aa2f7", italic=True),
+    WARN: Style(color="#ffa62b", bold=True),
+    CRIT: Style(color="#ffffff", bgcolor="#ba3c5b", bold=True),
+}
+"""Rich styles per level (Textual's default theme: warning amber, error red)."""
+
+DEFAULT = Thresholds()
+
+
+@dataclass(frozen=True, slots=True)
+class AlertInfo:
+    """What an alert code means and how loudly to show it."""
+
+    level: int
+    meaning: str
+
+
+ALERT_HELP: dict[str, AlertInfo] = {
+    "DOWN": AlertInfo(CRIT, "no data from the host (agent stopped, network or ssh down); figures are the last received"),
+    "XID n": AlertInfo(CRIT, "a GPU reported NVIDIA XID error n in the window (79: fell off the bus, 48/63/64: "
+                             "ECC/row remap, 13/31/43: application fault); see the GPU screen's history"),
+    "THROTTLE": AlertInfo(WARN, "a GPU's clocks are slowed now (thermal, power cap, HW slowdown); the GPU "
+                                "table's Throttle column names the reason"),
+    "IDLE-HELD n": AlertInfo(LOW, "n GPUs hold a process's memory but averaged under 1 % utilization over "
+                                  "the window: allocated and paid for, doing nothing"),
+}
+"""The legend: every alert code of the host table, its level and meaning."""
+
+
+def alert_level(code: str) -> int:
+    """The level of one alert code (``XID 79`` -> CRIT, ``IDLE-HELD 4`` -> LOW, unknown -> WARN)."""
+    head = code.split(" ", 1)[0]
+    for key, info in ALERT_HELP.items():
+        if key.split(" ", 1)[0] == head:
+            return info.level
+    return WARN
+
+
+def alert_style(code: str) -> Style:
+    """The Rich style of one alert code (host table's Alerts column)."""
+    return STYLES[alert_level(code)]
+
+
+def alert_text(code: str) -> str:
+    """The code with its marker: ``! XID 79``, ``▲ THROTTLE``, ``▽ IDLE-HELD 4``."""
+    mark = MARKS[alert_level(code)]
+    return f"{mark} {code}" if mark else code
+
+
+_N = re.compile(r"\bn\b")
+
+
+def explain(code: str) -> str:
+    """``IDLE-HELD 4: 4 GPUs hold a process's memory but ...``: one alert, in words."""
+    head, _, arg = code.partition(" ")
+    for key, info in ALERT_HELP.items():
+        if key.split(" ", 1)[0] == head:
+            meaning = _N.sub(arg, info.meaning) if arg else info.meaning
+            return f"{code}: {meaning}"
+    return f"{code}: unknown alert"
+
+
+def level(kind: str, value: float | None, t: Thresholds = DEFAULT, *, limit: float | None = None,
+          held: bool = False) -> int:
+    """The level of a value: ``kind`` is ``temp`` (°C), ``mem`` (%), ``power`` (W, of ``limit``) or ``util`` (%).
+
+    Utilization is never "too high"; it is LOW when the GPU is ``held`` (a
+    process has memory on it) and under ``util_low_percent``.
+    Unknown values (None, NaN) are OK: n/a is shown as n/a, not as an alarm.
+    """
+    if value is None or value != value:
+        return OK
+    if kind == "temp":
+        return CRIT if value >= t.temp_crit_c else WARN if value >= t.temp_warn_c else OK
+    if kind == "mem":
+        return CRIT if value >= t.mem_crit_percent else WARN if value >= t.mem_warn_percent else OK
+    if kind == "power":
+        if not limit:
+            return OK
+        share = 100.0 * value / limit
+        return CRIT if share >= t.power_crit_percent else WARN if share >= t.power_warn_percent else OK
+    if kind == "util":
+        return LOW if held and value < t.util_low_percent else OK
+    return OK
+
+
+def gpu_levels(g: GpuSample, t: Thresholds = DEFAULT) -> dict[str, int]:
+    """Levels of one GPU's cells: ``util``, ``temp``, ``mem`` (used %), ``power``, ``throttle``."""
+    mem = (100.0 * g.mem_used_bytes / g.mem_total_bytes
+           if g.mem_used_bytes is not None and g.mem_total_bytes else None)
+    return {
+        "util": level("util", g.utilization_percent, t, held=bool(g.processes)),
+        "temp": level("temp", g.temperature_c, t),
+        "mem": level("mem", mem, t),
+        "power": level("power", g.power_w, t, limit=g.power_limit_w),
+        "throttle": throttle_level(g.throttle_reasons),
+        "xid": CRIT if g.xid_events else OK,
+    }
+
+
+_THERMAL_OR_HW = ("thermal", "hw_slowdown", "power_brake")
+_BENIGN = ("gpu_idle", "idle", "none", "applications_clocks_setting", "display_clock_setting")
+
+
+def throttle_level(reasons: tuple[str, ...] | list[str]) -> int:
+    """CRIT for thermal or hardware slowdowns, WARN for a power cap or sync boost, OK when idle."""
+    bad = [r for r in reasons if r not in _BENIGN]
+    if any(k in r for r in bad for k in _THERMAL_OR_HW):
+        return CRIT
+    return WARN if bad else OK
+
+
+def marked(text: str, lvl: int) -> str:
+    """``89C!``: the value with its level's marker."""
+    return text + MARKS[lvl]
+
+
+def level_of_text(text: str) -> int:
+    """The level a cell's trailing marker names (OK without one)."""
+    for lvl in (CRIT, WARN, LOW):
+        if text.endswith(MARKS[lvl]):
+            return lvl
+    return OK
+
+
+def value_style(kind: str, t: Thresholds = DEFAULT, *,
+                limit: float | None = None) -> Callable[[float], tuple[Style, str] | None]:
+    """A ``style_of(value)`` for a plot: the level's (style, marker), None when OK."""
+
+    def style_of(v: float) -> tuple[Style, str] | None:
+        lvl = level(kind, v, t, limit=limit)
+        return (STYLES[lvl], MARKS[lvl]) if lvl else None
+
+    return style_of
