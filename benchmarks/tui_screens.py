@@ -18,7 +18,7 @@ half. The issue's targets: <= 5 MB growth over the last 15 of 30 minutes,
 Targets (issue 13): overview <= 1.0 % (this machine), <= 1.5 % (demo);
 host and job screens within 1.3x of the overview.
 
-Usage: .venv/bin/python benchmarks/tui_screens.py [--seconds 60] [--minutes 2] [--no-rss]
+Usage: .venv/bin/python benchmarks/tui_screens.py [--seconds 60] [--minutes 2] [--no-rss | --rss-only]
 """
 
 from __future__ import annotations
@@ -114,6 +114,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=60, help="CPU measurement window")
     parser.add_argument("--minutes", type=float, default=2, help="RSS run length (the issue's: 30)")
     parser.add_argument("--no-rss", action="store_true")
+    parser.add_argument("--rss-only", action="store_true", help="skip the CPU part")
     args = parser.parse_args()
     if shutil.which("tmux") is None or shutil.which("btop") is None:
         print("needs tmux and btop")
@@ -124,6 +125,9 @@ def main() -> int:
     (conf / "btop" / "btop.conf").write_text("update_ms = 1000\n")
     (conf / "gpulens").mkdir()
     env = f"XDG_CONFIG_HOME={conf} TERM=xterm-256color"
+    if args.rss_only:
+        rss(gpulens, env, args.minutes)
+        return 0
     here = socket.gethostname()
     job = local_job_pid()
     viewers: dict[str, tuple[str, str | None]] = {

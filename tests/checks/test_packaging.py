@@ -41,8 +41,8 @@ def test_metadata_urls_classifiers_and_licence() -> None:
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert set(meta["urls"]) >= {"Homepage", "Source", "Issues", "Documentation"}
     assert all(u.startswith(REPO) for u in meta["urls"].values())
-    assert "License :: OSI Approved :: Apache Software License" in meta["classifiers"]
-    assert meta["license"] == {"text": "Apache-2.0"}
+    assert meta["license"] == "Apache-2.0" and meta["license-files"] == ["LICENSE"]  # SPDX (PEP 639)
+    assert not [c for c in meta["classifiers"] if c.startswith("License ::")]  # superseded by the SPDX field
     licence = (ROOT / "LICENSE").read_text()
     assert "Apache License" in licence and "Version 2.0, January 2004" in licence
     versions = {c.rsplit(" :: ", 1)[1] for c in meta["classifiers"] if c.startswith("Programming Language :: Python :: 3.")}
