@@ -37,6 +37,11 @@ COMMANDS: tuple[str, ...] = (
 )
 
 
+PRUNING_COMMANDS: tuple[str | None, ...] = (None, "trace", "profile")
+"""The commands that fill the caches prune them at start (None: the TUI). The others start no thread:
+``analyze`` forks workers only from a single-threaded process."""
+
+
 def _load(name: str) -> ModuleType | None:
     try:
         return importlib.import_module(f"gpulens.commands.{name}")
@@ -134,7 +139,8 @@ def _run(args: argparse.Namespace, module: ModuleType | None) -> int:
         _start_logging(args)
         args.cfg = load_config(args.config, args)
         _warn_config(args.cfg.warnings)
-        _housekeeping(args.cfg)
+        if getattr(args, "command", None) in PRUNING_COMMANDS:
+            _housekeeping(args.cfg)
         if module is None:
             from gpulens.commands import tui as cmd_tui
             return cmd_tui.run(args)

@@ -158,7 +158,12 @@ class GpulensApp(App[int]):
 
     def on_mount(self) -> None:
         """Open the overview, then start the source (a recording: the replay control)."""
-        self.screen_change_signal.subscribe(self, self._screen_changed)
+        signal = getattr(self, "screen_change_signal", None)  # Textual >= 8
+        if signal is not None:
+            signal.subscribe(self, self._screen_changed)
+        else:  # older Textual (the floor in pyproject.toml): notice a new screen on a light timer
+            self._last_screen: int | None = None
+            self.set_interval(0.2, self._check_screen)
         self.push_screen(OverviewScreen(context=self))
         if self.replay is not None:
             self.replay.start()
@@ -279,6 +284,15 @@ class GpulensApp(App[int]):
             return PanelData(error=str(err))
 
     # ---- every screen: breadcrumbs, the replay bar ---------------------------
+    def _check_screen(self) -> None:
+        try:
+            screen = self.screen
+        except Exception:  # no screen yet
+            return
+        if id(screen) != self._last_screen:
+            self._last_screen = id(screen)
+            self._screen_changed(screen)
+
     def _screen_changed(self, screen: Screen[Any]) -> None:
         self.call_after_refresh(self._decorate, screen)
 

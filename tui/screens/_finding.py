@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
+from rich.text import Text
 from textual import events
 from textual.actions import SkipAction
 from textual.app import SystemCommand
@@ -114,7 +115,9 @@ class FindingScreen(DataScreen):
 
     def filter_note(self) -> str:
         """`` · filter 'node0[1-3]'`` for a box subtitle ('' without a filter)."""
-        return f" · filter '{self.finder.text}'" if self.finder.active else ""
+        # A border title is markup: the user's regex ("node0[1-3]") is escaped, never styled.
+        shown = self.finder.text.replace("[", "\\[")
+        return f" · filter '{shown}'" if self.finder.active else ""
 
     # ---- the filter line ----------------------------------------------------
     def _filtering(self) -> bool:
@@ -136,7 +139,7 @@ class FindingScreen(DataScreen):
         try:
             self.finder = compile_filter(text)
         except FilterError as err:
-            error.update(str(err))
+            error.update(Text(str(err)))  # the regex is the user's text, never markup
             error.display = True
             return str(err)
         error.display = False

@@ -172,3 +172,17 @@ def test_housekeeping_prunes_the_cache(monkeypatch: pytest.MonkeyPatch, tmp_path
 def test_main_accepts_global_flags_after_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["jobs", "--log-file", str(tmp_path / "l.log")]) == 0
     assert (tmp_path / "l.log").exists()
+
+
+def test_only_the_commands_that_fill_the_caches_prune_them(monkeypatch: pytest.MonkeyPatch,
+                                                           tmp_path: Path) -> None:
+    import gpulens.housekeeping as hk
+
+    started: list[str] = []
+    monkeypatch.setattr(hk, "start_thread", lambda target, name: started.append(name))
+    monkeypatch.delenv("GPULENS_NO_PRUNE", raising=False)
+    # analyze forks its rank workers only from a single-threaded process: no prune thread there
+    assert main(["jobs"]) == 0 and main(["analyze", str(tmp_path / "missing.json")]) != 0
+    assert started == []
+    assert main(["profile", "--pid", "1", "--duration", "1", "-o", str(tmp_path / "no" / "x")]) == 2
+    assert started == ["gpulens-prune"]
