@@ -135,9 +135,14 @@ def decode_stream(chunks: Iterable[bytes]) -> Iterator[dict[str, Any] | SourceEv
     A file that ends inside a record (truncated) raises too, after yielding
     every complete record before it.
     """
+    for item, _start, _length in decode_spans(chunks):
+        yield item
+
+
+def decode_spans(chunks: Iterable[bytes]) -> Iterator[tuple[dict[str, Any] | SourceEvent, int, int]]:
+    """As :func:`decode_stream`, with each record's byte offset and length (a replay index)."""
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=True, use_list=True, **_LIMITS)
-    index = 0
-    offset = 0
+    index = start = offset = 0
     for chunk in chunks:
         offset += len(chunk)
         try:
@@ -151,14 +156,13 @@ def decode_stream(chunks: Iterable[bytes]) -> Iterator[dict[str, Any] | SourceEv
                 break
             except (ValueError, msgpack.UnpackException, TypeError) as err:
                 raise RecordingError(f"record {index} (before byte {offset}): corrupt data: {err}") from err
-            if index == 0:
-                yield check_header(obj)
-            else:
-                yield decode_record(obj, f"record {index}")
-            index += 1
+            end = unpacker.tell()
+            item = check_header(obj) if index == 0 else decode_record(obj, f"record {index}")
+            yield item, start, end - start
+            index, start = index + 1, end
     if index == 0:
         raise RecordingError("empty file: not a gpulens recording")
-    if unpacker.tell() < offset:
+    if start < offset:
         raise RecordingError(f"truncated after record {index - 1} (file ends inside a record)")
 
 

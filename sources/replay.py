@@ -27,6 +27,7 @@ from gpulens.ipc.recording import (
     UNPACK_LIMITS,
     check_header,
     decode_record,
+    decode_spans,
     open_recording,
 )
 
@@ -148,34 +149,10 @@ class RecordingIndex:
 
     @staticmethod
     def _records(fh: object) -> Iterator[tuple[SourceEvent, int, int]]:
-        unpacker = msgpack.Unpacker(raw=False, strict_map_key=True, use_list=True, **UNPACK_LIMITS)
-        index, start, read = 0, 0, 0
-        while True:
-            chunk = fh.read(1 << 16)  # type: ignore[attr-defined]
-            if not chunk:
-                break
-            read += len(chunk)
-            try:
-                unpacker.feed(chunk)
-            except msgpack.BufferFull as err:
-                raise RecordingError(f"record {index}: larger than {MAX_RECORD_BYTES} bytes") from err
-            while True:
-                try:
-                    obj = unpacker.unpack()
-                except msgpack.OutOfData:
-                    break
-                except (ValueError, msgpack.UnpackException, TypeError) as err:
-                    raise RecordingError(f"record {index} (before byte {read}): corrupt data: {err}") from err
-                end = unpacker.tell()
-                if index == 0:
-                    check_header(obj)
-                else:
-                    yield decode_record(obj, f"record {index}"), start, end - start
-                index, start = index + 1, end
-        if index == 0:
-            raise RecordingError("empty file: not a gpulens recording")
-        if start < read:
-            raise RecordingError(f"truncated after record {index - 1} (file ends inside a record)")
+        chunks = iter(lambda: fh.read(1 << 16), b"")  # type: ignore[attr-defined]
+        for item, start, length in decode_spans(chunks):
+            if not isinstance(item, dict):  # the header is checked, not indexed
+                yield item, start, length
 
     # ---- reading ------------------------------------------------------------
     def __len__(self) -> int:
