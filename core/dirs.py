@@ -74,7 +74,7 @@ def prune(top: Path, max_bytes: int, max_age_s: float, now: float | None = None)
     Only regular files owned by our uid are counted and removed; links,
     other users' files and anything not a plain file are left alone (and not
     counted). Directories emptied by the removal are removed too. A missing
-    ``top`` is an empty result.
+    ``top``, or one another user owns, is an empty result.
     """
     now = time.time() if now is None else now
     uid = os.geteuid()
@@ -83,6 +83,8 @@ def prune(top: Path, max_bytes: int, max_age_s: float, now: float | None = None)
     except OSError:
         return PruneResult(0, 0, 0)
     try:
+        if os.fstat(top_fd).st_uid != uid:  # someone else's tree (e.g. a squatted /tmp/gpulens-UID)
+            return PruneResult(0, 0, 0)
         entries: list[_Entry] = []
         _walk(top_fd, (), uid, entries, depth=0)
         entries.sort(key=lambda e: e.mtime)

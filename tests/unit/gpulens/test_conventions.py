@@ -186,3 +186,12 @@ def test_only_the_commands_that_fill_the_caches_prune_them(monkeypatch: pytest.M
     assert started == []
     assert main(["profile", "--pid", "1", "--duration", "1", "-o", str(tmp_path / "no" / "x")]) == 2
     assert started == ["gpulens-prune"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the directory to another owner")
+def test_prune_leaves_a_directory_another_user_owns_alone(tmp_path: Path) -> None:
+    top = tmp_path / "squatted"
+    _file(top / "old.json", 10, 30 * 86400)
+    os.chown(top, 65534, 65534)  # e.g. /tmp/gpulens-0 made first by someone else
+    assert dirs.prune(top, max_bytes=0, max_age_s=1).removed_files == 0
+    assert (top / "old.json").exists()
