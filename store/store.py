@@ -10,18 +10,8 @@ newest sample time seen, so replayed data reads the same as live data.
 Every accepted sample bumps the host's ``version`` and the store's
 ``version``; the UI redraws only what changed. Views are cached per version.
 
-Memory is bounded: per series ``300 x 4 B`` (fine, 5 min at 1 s) plus
-``361 x 13 B`` (coarse, 1 h at 10 s: sum, min, max, missing count), about
-5,900 B. A host has one ring of 13 series followed by 8 per GPU, so 1,000
-hosts x 8 GPUs x 1 h costs ``1000 x (13 + 8 x 8) x 5,900 B`` = 450 MB of
-arrays (:func:`memory_estimate_bytes`). The per-bucket min and max (8 of the
-13 B) are the price of exact window extremes: before them a 1 h max was the
-max of 10 s means (benchmarks/store_memory.py measured 183 MB for 5 series
-per GPU without them). It does not grow
-with run time: rings are allocated full-size up front (a host's ring grows,
-by copy, only when a GPU index is first seen). Hosts (4,096), GPUs per host
-(64) and jobs per host (256; idle ones expire after the history) are capped
-too.
+Memory is bounded and does not grow with run time: see
+:func:`gpulens.store.aligned.memory_estimate_bytes`.
 
 Ingest cost is what the 1,000-host target is about, so a sample is stored
 with one ring write (host and GPU series) of a few C-level slice operations;
@@ -43,12 +33,14 @@ from gpulens.core.events import (
 )
 from gpulens.core.model import HostSample, JobInfo
 from gpulens.store.alerts import host_alerts
+from gpulens.store.aligned import Grid, memory_estimate_bytes
+from gpulens.store.aligned import slots as _slots
+from gpulens.store.fleet import fleet_means
 from gpulens.store.gpu_events import BENIGN_THROTTLE, GpuEvent, GpuEventLog
 from gpulens.store.panels import combine, combine_columns, panel_series
 from gpulens.store.processes import PROC_METRICS, ProcessHistory
 from gpulens.store.ring import COARSE_FACTOR, NAN, Columns, Ring, resample
 from gpulens.store.views import (
-    BUSY_UTIL_PERCENT,
     GPU_METRICS,
     HOST_METRICS,
     JOB_METRICS,
@@ -92,22 +84,8 @@ class _Host:
     up: bool = True
     reason: str = ""
     version: int = 0
-
-
-def memory_estimate_bytes(hosts: int, gpus_per_host: int, jobs_per_host: int = 0,
-                          resolution_s: float = 1.0, fine_history_s: float = 300,
-                          history_s: float = 3600) -> int:
-    """Array bytes the store holds for a fleet of this size (bounded, time-independent)."""
-    fine, coarse = _slots(resolution_s, fine_history_s, history_s)
-    per_host = Ring.nbytes(len(HOST_METRICS) + gpus_per_host * len(GPU_METRICS), fine, coarse)
-    per_host += jobs_per_host * Ring.nbytes(len(JOB_METRICS), fine, coarse)
-    return hosts * per_host
-
-
-def _slots(resolution_s: float, fine_history_s: float, history_s: float) -> tuple[int, int]:
-    fine = max(2, math.ceil(fine_history_s / resolution_s))
-    coarse = max(2, math.ceil(history_s / (resolution_s * COARSE_FACTOR)) + 1)
-    return fine, coarse
+    late: int = 0
+    """Samples accepted older than the host's newest bucket (aligned columns: ``series_stamp``)."""
 
 
 class Store:
@@ -178,6 +156,7 @@ class Store:
         gpus = s.gpus if len(s.gpus) <= MAX_GPUS_PER_HOST else s.gpus[:MAX_GPUS_PER_HOST]
         block = gpu_block_values(gpus)
         values = host_values_flat(s, block)
+        h.late += fb < h.ring.fnewest
         if gpus:
             order = tuple(g.index for g in gpus)
             values += block if order == h.gorder else self._regroup(h, order, block)
@@ -338,21 +317,41 @@ class Store:
             self.processes.add(s, math.floor(s.time / self.resolution_s))
 
     def series(self, host: str, metric: str, window_s: float, points: int,
-               gpu: int | None = None, job: str | None = None, pid: int | None = None) -> list[float]:
-        """``points`` values of ``metric`` spanning the window, oldest first (NaN gaps)."""
+               gpu: int | None = None, job: str | None = None, pid: int | None = None, *,
+               aligned: bool = False, tail: int | None = None) -> list[float]:
+        """``points`` values of ``metric`` spanning the window, oldest first (NaN gaps).
+
+        ``aligned``: columns fixed in absolute time (:mod:`gpulens.store.aligned`); ``tail=N``
+        (aligned): only the newest ``N`` of them.
+        """
         rings, idx = self._rings(host, metric, gpu, job, pid)
         if idx < 0 or not rings:
-            return [NAN] * points
-        now_fb, now_cb, k = self._buckets(window_s)
-        n_fine = max(1, math.ceil(window_s / self.resolution_s))
-        cols = []
-        for r in rings:
-            raw = (r.fine_series(idx, now_fb, n_fine) if n_fine <= self.fine_slots
-                   else r.coarse_series(idx, now_cb, k))
-            cols.append(resample(raw, points))
-        if len(cols) == 1:
-            return cols[0]
-        return combine_columns(cols, metric in SUMMED)
+            return [NAN] * (points if tail is None else max(1, min(tail, points)))
+        if aligned or tail is not None:
+            grid = self._grid(window_s, points)
+            cols = [grid.read(r, idx, tail) for r in rings]
+        else:
+            now_fb, now_cb, k = self._buckets(window_s)
+            n_fine = max(1, math.ceil(window_s / self.resolution_s))
+            cols = [resample(r.fine_series(idx, now_fb, n_fine) if n_fine <= self.fine_slots
+                             else r.coarse_series(idx, now_cb, k), points) for r in rings]
+        return cols[0] if len(cols) == 1 else combine_columns(cols, metric in SUMMED)
+
+    def _grid(self, window_s: float, points: int) -> Grid:
+        return Grid.of(math.floor(self.now / self.resolution_s), window_s, points, self.resolution_s,
+                       self.fine_slots)
+
+    def series_stamp(self, host: str, window_s: float, points: int) -> tuple[int, ...]:
+        """Changes whenever an aligned column of ``host`` other than the newest may have changed.
+
+        While it holds, ``series(..., aligned=True)[:-1]`` is unchanged (any metric, GPU, job or
+        pid of the host): a widget reads only ``tail=1``.
+        """
+        h = self._hosts.get(host)
+        grid = self._grid(window_s, points)
+        if h is None:
+            return (grid.current, -1)
+        return grid.stamp(h.late, h.ring.fnewest, len(h.gorder))
 
     def unavailable(self, host: str, metric: str) -> str | None:
         """The reason ``metric`` is n/a on ``host`` per its newest sample."""
@@ -409,28 +408,8 @@ class Store:
                             lambda: self._fleet(window_s))
 
     def _fleet(self, window_s: float) -> FleetStats:
-        # Means come from the per-host GPU means weighted by GPU count (equal to
-        # the per-GPU mean when every GPU reports); busy GPUs need each GPU.
         _, now_cb, k = self._buckets(window_s)
-        util, sm, mem = _HOST_INDEX["gpu.utilization_percent"], _HOST_INDEX["gpu.sm_activity_percent"], \
-            _HOST_INDEX["gpu.mem_used_percent"]
-        sums = [0.0, 0.0, 0.0]
-        weights = [0, 0, 0]
-        busy = total = up = 0
-        for h in self._hosts.values():
-            up += h.up
-            n = len(h.gpus)
-            total += n
-            hm = h.ring.window_means(now_cb, k, 0, _HOST_WIDTH)
-            for j, idx in enumerate((util, sm, mem)):
-                v = hm[idx]
-                if v == v and n:
-                    sums[j] += v * n
-                    weights[j] += n
-            if n:
-                gutil = h.ring.window_means(now_cb, k, _HOST_WIDTH, None, _GPU_WIDTH)
-                busy += sum(v >= BUSY_UTIL_PERCENT for v in gutil)
-        means = [s / w if w else NAN for s, w in zip(sums, weights, strict=True)]
+        means, busy, total, up = fleet_means(((h.up, len(h.gpus), h.ring) for h in self._hosts.values()), now_cb, k)
         return FleetStats(
             window_s=window_s, gpu_util_percent=means[0], sm_activity_percent=means[1],
             gpu_mem_used_percent=means[2], busy_gpus=busy, total_gpus=total,
@@ -484,13 +463,21 @@ class Store:
                 return j
         return None
 
-    def job_series(self, key: str, metric: str, window_s: float, points: int) -> list[float]:
+    def job_series(self, key: str, metric: str, window_s: float, points: int, *,
+                   aligned: bool = False, tail: int | None = None) -> list[float]:
         """A job's series combined over its hosts (memory and CPU summed, util averaged)."""
         job = self.job(key, window_s)
+        n = points if tail is None else max(1, min(tail, points))
         if job is None:
-            return [NAN] * points
-        cols = [self.series(h, metric, window_s, points, job=key) for h in job.hosts]
-        return [combine([c[i] for c in cols], metric in SUMMED) for i in range(points)]
+            return [NAN] * n
+        cols = [self.series(h, metric, window_s, points, job=key, aligned=aligned, tail=tail) for h in job.hosts]
+        return [combine([c[i] for c in cols], metric in SUMMED) for i in range(n)]
+
+    def job_series_stamp(self, key: str, window_s: float, points: int) -> tuple[object, ...]:
+        """:meth:`series_stamp` of a job: its hosts and each one's stamp."""
+        job = self.job(key, window_s)
+        hosts = job.hosts if job is not None else ()
+        return (hosts, *(self.series_stamp(h, window_s, points) for h in hosts))
 
     # ---- PanelProvider -----------------------------------------------------
     def panel_series(self, expr: str, host: str | None, job: str | None,
