@@ -29,6 +29,13 @@ function, the host name, the trace service and the profiler; the
 :class:`~gpulens.agent.listener.TcpListener` gets a serve function and a
 busy check. The agent owns the sampling loop, the history ring, the viewer
 registry and the trace service's lifetime (with the control socket).
+
+The Kineto name taken when the agent starts: an
+:class:`~gpulens.agent.kineto_owner.EndpointClaimer` asks a local gpulens
+holding it (a TUI's in-process owner) to hand it over, or tries again every
+``claim_retry_s`` seconds; meanwhile the agent serves without traces and
+says why. A TUI's owner (:func:`endpoint_owner` + :meth:`Agent.allow_handover`)
+answers such a request (docs/security.md, "hand-over").
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from gpulens.agent.kineto_owner import CLAIM_RETRY_S, EndpointClaimer, EventFn, HandoverServer
 from gpulens.agent.listener import PendingSlot, TcpListener
 from gpulens.agent.request_kinds import ProfilerFn, find_profiler
 from gpulens.agent.requests import RequestRunner
@@ -59,6 +67,7 @@ from gpulens.ipc.transport import StdioTransport, Transport
 
 if TYPE_CHECKING:
     from gpulens.ipc.control import ControlListener
+    from gpulens.ipc.kineto.protocol import TraceService
 
 log = logging.getLogger("gpulens.agent")
 
@@ -76,7 +85,9 @@ Sampler = HostSampler
 class Agent:
     """Sampling loop, history ring and viewer registry of one host; the :class:`SessionHost` of its viewers.
 
-    ``profiler`` finds the py-spy sampler (tests hand in a fake).
+    ``profiler`` finds the py-spy sampler (tests hand in a fake). ``job_key_env``:
+    the environment variables naming a process's job (the config's; default
+    ``DEFAULT_JOB_KEY_ENV``).
     """
 
     def __init__(
@@ -90,6 +101,7 @@ class Agent:
         max_queued_frames: int = 128,
         version: str = "",
         profiler: ProfilerFn = find_profiler,
+        job_key_env: tuple[str, ...] | None = None,
     ) -> None:
         self.sampler = sampler
         self.hostname = hostname
@@ -109,7 +121,13 @@ class Agent:
         self._thread: threading.Thread | None = None
         self._last_error = ""
         self._control: ControlListener | None = None
+        self._claimer: EndpointClaimer | None = None
+        self._handover: HandoverServer | None = None
+        self.claim_retry_s = CLAIM_RETRY_S
+        """How often a taken Kineto name is tried again (``gpulens agent --claim-retry``)."""
         self.requests = RequestRunner(history=self.history_since, hostname=hostname, profiler=profiler)
+        if job_key_env is not None:  # the config's: trace_processes and job_key traces read these
+            self.requests.job_key_env = tuple(job_key_env)
         self._listener = TcpListener(self._serve_tcp, busy=self._busy)
 
     # -- sampling ---------------------------------------------------------------
@@ -127,9 +145,9 @@ class Agent:
         for conn in list(self._conns):
             conn.drop("agent stopping")
         self.requests.close()  # running requests are daemons: not waited for
-        if self._control is not None:
-            self._control.stop()
-            self._control = None
+        self._stop_control()
+        if self._claimer is not None and self._claimer.thread is not None:
+            self._claimer.thread.join(timeout=STOP_JOIN_S)  # a daemon; it drops a service it starts now
         svc, self.requests.trace_service = self.requests.trace_service, None
         if svc is not None:
             svc.stop()
@@ -199,28 +217,88 @@ class Agent:
 
         ``socket_dir`` as for :class:`~gpulens.ipc.kineto.service.LocalTraceService`.
         ``strict``: raise why the endpoint could not be bound (EndpointBusy, ...)
-        instead of logging it and serving without traces.
+        instead of logging it and serving without traces. Not strict, a taken
+        name is claimed in the background (:class:`~gpulens.agent.kineto_owner.EndpointClaimer`):
+        a local gpulens holding it is asked to hand it over; anyone else is
+        tried again every ``claim_retry_s`` seconds.
         """
         try:
+            from gpulens.ipc.errors import EndpointBusy
+            from gpulens.ipc.kineto.endpoint import resolve_socket_dir
             from gpulens.ipc.kineto.service import LocalTraceService
         except ImportError as err:
             self.requests.trace_error = f"trace service not installed: {err}"
             if strict:
                 raise
             return
-        svc = LocalTraceService(socket_dir)
-        try:
+
+        def started() -> LocalTraceService:
+            svc = LocalTraceService(socket_dir)
             svc.start()
+            return svc
+
+        try:
+            svc = started()
+        except EndpointBusy as err:
+            if strict:
+                raise
+            self.requests.trace_error = f"Kineto endpoint not started: {err}"
+            log.warning("%s; asking its holder to hand it over, else trying again every %g s",
+                        self.requests.trace_error, self.claim_retry_s)
+            self._claimer = EndpointClaimer(
+                resolve_socket_dir(socket_dir), started, self._install_trace_service, self._note_trace_error,
+                self._stop, retry_s=self.claim_retry_s,
+            )
+            self._claimer.start(err)
+            return
         except Exception as err:
             if strict:
                 raise
             self.requests.trace_error = f"Kineto endpoint not started: {err}"
             log.warning("%s", self.requests.trace_error)
             return
+        self._install_trace_service(svc)
+
+    def _install_trace_service(self, svc: TraceService) -> None:
+        """Serve traces with ``svc`` (started, holding the name) and open the control socket."""
         self.requests.trace_service = svc
+        self.requests.trace_error = ""
         log.info("Kineto endpoint serving at %s", svc.address)
-        if svc.dynolog is None:
-            self._start_control(svc.socket_dir or "")
+        if getattr(svc, "dynolog", None) is None:
+            self._start_control(getattr(svc, "socket_dir", None) or "")
+
+    def _note_trace_error(self, reason: str) -> None:
+        self.requests.trace_error = reason
+
+    def allow_handover(self, on_event: EventFn) -> None:
+        """Hand this owner's endpoint over when a later agent of root or our uid asks (a TUI's owner).
+
+        ``on_event`` is told ``draining``, then ``resumed`` or ``released``
+        (see :class:`~gpulens.agent.kineto_owner.HandoverServer`).
+        """
+        self._handover = HandoverServer(lambda: self.requests.trace_service, self._stop_control, on_event)
+        self.requests.handover = self._handover
+
+    def reclaim_endpoint(self) -> None:
+        """Take the Kineto name back after handing it over (the new owner exited or did not check out).
+
+        Serves the control socket again and may hand over again. Raises as
+        ``LocalTraceService.start`` (EndpointBusy: someone else holds it now).
+        """
+        svc = self.requests.trace_service
+        if svc is None or not hasattr(svc, "rebind"):
+            raise RuntimeError("this gpulens has no Kineto endpoint to take back")
+        svc.rebind()
+        if self._control is None:
+            self._start_control(getattr(svc, "socket_dir", None) or "")
+        if self._handover is not None:
+            self._handover.done = False
+        log.info("Kineto endpoint %s taken back", svc.address)
+
+    def _stop_control(self) -> None:
+        control, self._control = self._control, None
+        if control is not None:
+            control.stop()
 
     def _start_control(self, socket_dir: str) -> None:
         """Serve the local control socket so ``gpulens trace`` here can use this agent."""
@@ -388,19 +466,23 @@ class _NoSampler:
         """Nothing to release."""
 
 
-def endpoint_owner(hostname: str, socket_dir: str | None = None, *, version: str = "") -> Agent:
+def endpoint_owner(
+    hostname: str, socket_dir: str | None = None, *, version: str = "", job_key_env: tuple[str, ...] | None = None
+) -> Agent:
     """An in-process agent that owns this host's Kineto endpoint and serves its control socket.
 
     What a TUI watching this machine, or a ``gpulens trace`` that found the
     name free, runs: every other gpulens on the host then traces through its
     control socket (same ``SO_PEERCRED`` rule as a real agent: each peer for
     its own processes; a non-root owner serves only its user and root). It
-    never samples (no history, no live samples on the control socket).
+    never samples (no history, no live samples on the control socket). A
+    TUI's owner also calls :meth:`Agent.allow_handover`, so that an agent
+    started later can take the endpoint over.
 
     Raises:
         EndpointBusy: the Kineto name is taken (by an agent, another gpulens, dynolog, ...).
         UnsafePath, IpcError, OSError: the socket directory cannot be used.
     """
-    agent = Agent(_NoSampler(), hostname=hostname, version=version)
+    agent = Agent(_NoSampler(), hostname=hostname, version=version, job_key_env=job_key_env)
     agent.start_trace_service(socket_dir, strict=True)
     return agent

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gpulens.core.jobs_pattern import DEFAULT_JOB_KEY_ENV
 from gpulens.ipc import stream
 from gpulens.ipc.principal import Principal
 
@@ -117,8 +118,17 @@ def profile(conn: RequestConn, req: stream.Request, profiler: Profiler, hostname
     return {"files": [name], "pids": list(pids), "duration_s": duration}
 
 
-def trace(conn: RequestConn, req: stream.Request, svc: TraceService, progress: TraceProgress) -> dict[str, Any]:
-    """A Kineto trace of ``pids`` (or of a job's polling pids); each file goes back as chunks."""
+def trace(
+    conn: RequestConn,
+    req: stream.Request,
+    svc: TraceService,
+    progress: TraceProgress,
+    job_key_env: tuple[str, ...] = DEFAULT_JOB_KEY_ENV,
+) -> dict[str, Any]:
+    """A Kineto trace of ``pids`` (or of a job's polling pids); each file goes back as chunks.
+
+    ``job_key``: every polling process the principal may trace whose ``job_key_env`` value is the key.
+    """
     from gpulens.ipc.kineto.requests import TraceRequest
 
     p = req.params
@@ -144,7 +154,7 @@ def trace(conn: RequestConn, req: stream.Request, svc: TraceService, progress: T
     elif job_key is not None:
         if not isinstance(job_key, str) or not _TAG.fullmatch(job_key):
             raise RequestError("job_key must be 1..64 characters of [A-Za-z0-9._-]")
-        kwargs["pids"] = job_key_pids(svc, conn.principal, job_key)
+        kwargs["pids"] = job_key_pids(svc, conn.principal, job_key, job_key_env)
     elif kwargs.get("job_id") is not None:
         # Resolved here, not by the service: each pid's owner is checked and captured.
         kwargs["pids"] = job_pids(svc, conn.principal, kwargs.pop("job_id"))
@@ -203,12 +213,13 @@ def trace_diagnose(conn: RequestConn, req: stream.Request, svc: TraceService) ->
 
 MAX_PROCESSES = 1024
 """Entries one ``trace_processes`` answer carries."""
-JOB_KEY_ENVS = ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID")
-"""Environment variables whose value names a process's job (a Slurm job id, a torchrun run id)."""
+def trace_processes(
+    conn: RequestConn, req: stream.Request, svc: TraceService, job_key_env: tuple[str, ...] = DEFAULT_JOB_KEY_ENV
+) -> dict[str, Any]:
+    """The polling processes the principal may trace: pid, ancestors, job keys, rank, poll timing, busy.
 
-
-def trace_processes(conn: RequestConn, req: stream.Request, svc: TraceService) -> dict[str, Any]:
-    """The polling processes the principal may trace: pid, ancestors, job keys, rank, poll timing, busy."""
+    ``job_keys``: the values of ``job_key_env`` (the config's, in its order) set in the process's environment.
+    """
     from gpulens.core.procfs import proc_environ, proc_uid
 
     out: list[dict[str, Any]] = []
@@ -223,7 +234,7 @@ def trace_processes(conn: RequestConn, req: stream.Request, svc: TraceService) -
             "pid": p.pid,
             "ancestors": list(p.ancestors[:16]),
             "job_id": p.job_id,
-            "job_keys": [env[k] for k in JOB_KEY_ENVS if env.get(k)][:4],
+            "job_keys": [env[k] for k in job_key_env if env.get(k)][:4],
             "rank": int(rank) if rank.isdigit() and len(rank) < 8 else None,
             "interval_s": p.interval_s,
             "busy": p.busy,
@@ -231,8 +242,10 @@ def trace_processes(conn: RequestConn, req: stream.Request, svc: TraceService) -
     return {"processes": out}
 
 
-def job_key_pids(svc: TraceService, principal: Principal, key: str) -> tuple[int, ...]:
-    """Polling pids of the principal whose Slurm job id or torchrun run id is ``key``."""
+def job_key_pids(
+    svc: TraceService, principal: Principal, key: str, job_key_env: tuple[str, ...] = DEFAULT_JOB_KEY_ENV
+) -> tuple[int, ...]:
+    """Polling pids of the principal with ``key`` as the value of one of ``job_key_env`` (or as job id)."""
     from gpulens.core.procfs import proc_environ, proc_uid
 
     pids = []
@@ -240,13 +253,11 @@ def job_key_pids(svc: TraceService, principal: Principal, key: str) -> tuple[int
         if not principal.may_act_for(proc_uid(p.pid)):
             continue
         env = proc_environ(p.pid) or {}
-        if any(env.get(k) == key for k in JOB_KEY_ENVS) or (key.isdigit() and p.job_id == int(key)):
+        if any(env.get(k) == key for k in job_key_env) or (key.isdigit() and p.job_id == int(key)):
             pids.append(p.pid)
     if not pids:
-        raise RequestError(
-            f"no process with job key {key!r} (SLURM_JOB_ID or TORCHELASTIC_RUN_ID) polls this agent's "
-            "Kineto endpoint"
-        )
+        names = ", ".join(job_key_env[:6]) or "no job_key_env configured"
+        raise RequestError(f"no process with job key {key!r} ({names}) polls this agent's Kineto endpoint")
     return tuple(pids[:MAX_PIDS])
 
 

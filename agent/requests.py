@@ -13,8 +13,11 @@ daemon thread of their own, at most ``Limits.heavy`` at once on the agent,
 ``Limits.per_uid`` per principal uid and ``Limits.in_flight`` per
 connection; one that cannot start is refused at once, naming the limit.
 Both are listed in a connection's capabilities only when available and
-allowed. Every failure is an error response naming what went wrong; none
-ends the connection.
+allowed. ``endpoint_handover`` (a TUI's in-process endpoint owner only,
+``gpulens.agent.kineto_owner.HandoverServer``) runs on a thread of its own
+too: it waits for the owner's accepted traces to reach Kineto. Every
+failure is an error response naming what went wrong; none ends the
+connection.
 
 The runner is handed what it needs -- a history function, the host name,
 the trace service (settable: the agent installs it once it started), a
@@ -39,7 +42,9 @@ from gpulens.agent.request_kinds import (
     RequestError,
     find_profiler,
 )
+from gpulens.core.jobs_pattern import DEFAULT_JOB_KEY_ENV
 from gpulens.ipc import stream
+from gpulens.ipc.handover import KIND as HANDOVER_KIND
 from gpulens.ipc.principal import NOT_AUTHENTICATED, Principal
 
 if TYPE_CHECKING:
@@ -81,6 +86,7 @@ class RequestRunner:
         trace_service: TraceService | None = None,
         profiler: ProfilerFn = find_profiler,
         limits: Limits = Limits(),  # frozen: one default shared safely
+        job_key_env: tuple[str, ...] = DEFAULT_JOB_KEY_ENV,
     ) -> None:
         self._history = history
         self.hostname = hostname
@@ -89,12 +95,16 @@ class RequestRunner:
         """Why there is no trace service (shown when a viewer asks for a trace anyway)."""
         self.profiler = profiler
         self.limits = limits
+        self.job_key_env = job_key_env
+        """Environment variables naming a process's job (the config's ``job_key_env``), in order."""
         self._in_flight: dict[int, int] = {}
         self._per_uid: dict[int, int] = {}
         self._heavy = 0
         self._closing = False
         self._lock = threading.Lock()
         self._progress = kinds.TraceProgress()
+        self.handover: Callable[[Principal], dict[str, Any]] | None = None
+        """Hands this owner's Kineto endpoint over (set on a TUI's in-process owner only)."""
 
     def served_kinds(self) -> tuple[str, ...]:
         """Every request kind this agent can serve now, to someone."""
@@ -103,6 +113,8 @@ class RequestRunner:
             caps.append("profile")
         if self.trace_service is not None:
             caps += ["trace", "trace_status", "trace_diagnose", "trace_processes"]
+            if self.handover is not None:
+                caps.append(HANDOVER_KIND)
         return tuple(caps)
 
     def capabilities(self, principal: Principal) -> tuple[str, ...]:
@@ -163,13 +175,16 @@ class RequestRunner:
         if svc is None:
             return None
         if kind == "trace":
-            return lambda conn, req: kinds.trace(conn, req, svc, self._progress)
+            return lambda conn, req: kinds.trace(conn, req, svc, self._progress, self.job_key_env)
         if kind == "trace_diagnose":
             return lambda conn, req: kinds.trace_diagnose(conn, req, svc)
         if kind == "trace_status":
             return lambda conn, req: kinds.trace_status(conn, req, self._progress)
         if kind == "trace_processes":
-            return lambda conn, req: kinds.trace_processes(conn, req, svc)
+            return lambda conn, req: kinds.trace_processes(conn, req, svc, self.job_key_env)
+        handover = self.handover
+        if kind == HANDOVER_KIND and handover is not None:
+            return lambda conn, req: handover(conn.principal)
         return None
 
     def _reserve(self, key: int, uid: int) -> str | None:

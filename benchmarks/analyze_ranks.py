@@ -10,7 +10,9 @@ each in its own fresh process:
 * HTA from its own venv (default /tmp/hta-venv: ``python -m venv
   /tmp/hta-venv && /tmp/hta-venv/bin/pip install HolisticTraceAnalysis``):
   ``TraceAnalysis(trace_dir=DIR, include_last_profiler_step=True)`` (all
-  steps, as gpulens counts them) + temporal breakdown + comm/comp overlap.
+  steps, as gpulens counts them) + temporal breakdown + comm/comp overlap +
+  ``get_potential_stragglers()`` (its late-arrival stragglers, which gpulens
+  reports as ``late_arrival``).
 
 Wall time is the child's whole life (interpreter start and imports
 included). Peak RSS: the largest single process (``ru_maxrss`` of the
@@ -66,7 +68,11 @@ steps = {}
 for rank, df in t.traces.items():
     rows = df[df["name"].isin(step_ids)].sort_values("ts")
     steps[int(rank)] = [float(d) / 1000.0 for d in rows["dur"]]
-out = {"temporal": tb.to_dict("records"), "overlap": ov.to_dict("records"), "steps_ms": steps}
+try:
+    late = [int(r) for r in a.get_potential_stragglers(num_candidates=2)]
+except Exception as err:
+    late = f"{type(err).__name__}: {err}"
+out = {"temporal": tb.to_dict("records"), "overlap": ov.to_dict("records"), "steps_ms": steps, "late": late}
 print("HTA-JSON " + json.dumps(out, default=float))
 """
 
@@ -140,6 +146,9 @@ def side_by_side(ours: dict[str, Any], hta: dict[str, Any]) -> None:
         )
         print(f"      step times ms gpulens {[round(x, 3) for x in r['step_times_ms']]}")
         print(f"      step times ms HTA     {[round(x, 3) for x in hs]}")
+    la = ours.get("late_arrival") or {}
+    print(f"late-arrival stragglers (k=2): gpulens {la.get('stragglers')} ({la.get('note') or la.get('kernel', '')[:40]}, "
+          f"flagged steps {[r['flagged_steps'] for r in la.get('ranks', [])]}) | HTA {hta.get('late')}")
 
 
 def main() -> None:

@@ -9,10 +9,19 @@ from the request until the file is on disk:
 - gpulens, a whole job of 2 local ranks: the agent path ``gpulens trace --job`` runs (an
   in-process endpoint owner, its control socket, ``trace_processes`` to find the ranks, one
   ``trace`` request with a common ``PROFILE_START_TIME``), until both files are copied back;
-- peer "direct": a bare :class:`KinetoEndpoint` handing the same config at the next poll and
-  looking for the file with ``os.path.exists`` (no queueing, checks or bookkeeping): the floor;
-- peer "dyno-style": the same single request with Kineto's default 5 s warm-up, which is what
-  ``dyno gputrace`` gets (it sets no ACTIVITIES_WARMUP_PERIOD_SECS).
+- peer "direct": a bare :class:`KinetoEndpoint` handing the config text at the next poll as
+  ``config_text`` writes it (``PROFILE_START_TIME=0``: Kineto's own start, 2 s after the poll)
+  and looking for the file with ``os.path.exists`` (no queueing, checks or bookkeeping): what
+  gpulens did before it stamped the start at hand-over;
+- peer "dyno-style": the same bare endpoint with Kineto's default 5 s warm-up and start 0, which
+  is what ``dyno gputrace`` gets (it sets no ACTIVITIES_WARMUP_PERIOD_SECS).
+
+Each request waits 0.3 s + a uniform share of one poll first, so it lands at a random phase of the
+target's polls (back-to-back requests would all land at the same phase). Every file is parsed:
+one complete JSON trace, and for gpulens a window (``Iteration Start`` to ``Record Window End``)
+of at least the 500 ms asked, else the run fails (the peers' windows, Kineto asked for exactly
+500 ms, are printed: they open late on a busy machine). For gpulens' one pid the time is broken down from the file
+itself: the hand-over, the window's start and end, the file's mtime, the result.
 
 Bound from issue 11: poll + duration + 3 s = 4.5 s, for the single pid and the job.
 
@@ -22,7 +31,9 @@ Usage: .venv/bin/python benchmarks/trace_latency.py [--runs 3]
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -31,6 +42,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,29 +92,87 @@ def _wait(cond: Callable[[], bool], limit_s: float = 60) -> None:
         time.sleep(0.05)
 
 
-def gpulens_single(w: Workloads, runs: int, warmup_s: float) -> list[float]:
-    from gpulens.ipc.kineto.requests import TraceRequest
+def _random_phase() -> None:
+    """Wait 0.3 s + a uniform share of one poll: a request lands at a random phase of the polls."""
+    time.sleep(0.3 + _RNG.uniform(0, POLL_S))
+
+
+_RNG = random.SystemRandom()
+
+
+@dataclass
+class Run:
+    """One request: its latency, and (gpulens one pid) where the time went, from the file itself."""
+
+    total_s: float
+    window_s: float
+    hand_s: float | None = None
+    start_s: float | None = None
+    end_s: float | None = None
+    file_s: float | None = None
+
+
+def _check_trace(path: Path, t0_wall: float, check_window: bool = True) -> tuple[float, float, float]:
+    """(window length, window start, window end) of a finished trace, in s after ``t0_wall``.
+
+    Raises when the file is not one complete JSON trace or (``check_window``) its window is shorter
+    than ``DURATION_MS``: a latency counted for a partial or short file would be cheating. The peers
+    send Kineto the bare duration; their windows are reported, not checked.
+    """
+    data = json.loads(path.read_bytes())
+    base = data.get("baseTimeNanoseconds", 0) / 1e9
+    events = data["traceEvents"]
+    starts = [e["ts"] for e in events if e.get("name") == "Iteration Start: PyTorch Profiler"]
+    ends = [e["ts"] for e in events if e.get("name") == "Record Window End"]
+    if not ends:
+        raise RuntimeError(f"{path}: no 'Record Window End': not a finished Kineto trace")
+    start = min(starts) if starts else min(e["ts"] for e in events if e.get("ph") == "X")
+    window = (ends[0] - start) / 1e6
+    if check_window and window < DURATION_MS / 1000:
+        raise RuntimeError(f"{path}: a {window * 1000:.1f} ms window, shorter than the {DURATION_MS} ms asked")
+    return window, base + start / 1e6 - t0_wall, base + ends[0] / 1e6 - t0_wall
+
+
+def gpulens_single(w: Workloads, runs: int) -> list[Run]:
+    from gpulens.ipc.kineto.requests import TraceJob, TraceRequest, TraceState
     from gpulens.ipc.kineto.service import LocalTraceService
 
     svc = LocalTraceService(socket_dir=str(w.sock), use_dynolog=False)
+    handed: dict[str, float] = {}
+
+    def listener(job: TraceJob) -> None:
+        if job.state is TraceState.TRACING:
+            handed.setdefault(job.request_id, time.time())
+
+    svc.add_listener(listener)
     svc.start()
     try:
         pid = w.pids[0]
         _wait(lambda: pid in svc.polling_pids())
         out = []
         for _ in range(runs):
-            t0 = time.monotonic()
-            req = TraceRequest(pids=(pid,), duration_ms=DURATION_MS, warmup_s=warmup_s, timeout_s=60)
-            svc.request_trace(req).result(timeout=120)
-            out.append(time.monotonic() - t0)
+            _random_phase()
+            t0, t0_wall = time.monotonic(), time.time()
+            req = TraceRequest(pids=(pid,), duration_ms=DURATION_MS, timeout_s=60)
+            res = svc.request_trace(req).result(timeout=120)
+            total = time.monotonic() - t0
+            path = Path(res.files[pid])
+            window, start, end = _check_trace(path, t0_wall)
+            hand = handed.get(res.request_id)
+            out.append(Run(total, window, None if hand is None else hand - t0_wall, start, end,
+                           path.stat().st_mtime - t0_wall))
         return out
     finally:
         svc.stop()
 
 
-def direct(w: Workloads, runs: int) -> list[float]:
-    """The floor: a bare endpoint hands the config at the next poll; the file is looked for by name."""
+def direct(w: Workloads, runs: int, warmup_s: float) -> list[Run]:
+    """A bare endpoint hands gpulens' config text as it is (``PROFILE_START_TIME=0``: Kineto's own
+    start, 2 s after the poll + warm-up) at the next poll; the file is looked for by name.
+
+    With a warm-up (dyno-style) the duration is dyno's bare 500 ms, not gpulens' padded one."""
     from gpulens.ipc.kineto.endpoint import KinetoEndpoint
+    from gpulens.ipc.kineto.kconfig import kineto_duration_ms
     from gpulens.ipc.kineto.requests import TraceRequest, config_text
 
     pid = w.pids[0]
@@ -119,21 +189,26 @@ def direct(w: Workloads, runs: int) -> list[float]:
         _wait(lambda: ep.registry.get(pid) is not None)
         out = []
         for i in range(runs):
-            log = w.dir / f"direct{i}" / "trace.json"
+            log = w.dir / f"direct{warmup_s:g}-{i}" / "trace.json"
             log.parent.mkdir()
-            t0 = time.monotonic()
+            _random_phase()
+            t0, t0_wall = time.monotonic(), time.time()
+            text = config_text(TraceRequest(pids=(pid,), duration_ms=DURATION_MS, warmup_s=warmup_s), log, f"d{i}")
+            if warmup_s:  # dyno asks Kineto for exactly the duration
+                text = text.replace(f"ACTIVITIES_DURATION_MSECS={kineto_duration_ms(DURATION_MS)}",
+                                    f"ACTIVITIES_DURATION_MSECS={DURATION_MS}")
             with lock:
-                pending[pid] = config_text(TraceRequest(pids=(pid,), duration_ms=DURATION_MS), log, f"direct-{i}")
+                pending[pid] = text
             final = log.with_name(f"trace_{pid}.json")
             _wait(final.exists, 120)
-            out.append(time.monotonic() - t0)
-            time.sleep(1.5)  # let Kineto's profiler go idle before the next config
+            total = time.monotonic() - t0
+            out.append(Run(total, _check_trace(final, t0_wall, check_window=False)[0]))
         return out
     finally:
         ep.stop()
 
 
-def gpulens_job(w: Workloads, runs: int) -> list[float]:
+def gpulens_job(w: Workloads, runs: int) -> list[Run]:
     """``gpulens trace --job bench`` on this host, in process: discovery, common start, both files back."""
     import socket
 
@@ -151,7 +226,8 @@ def gpulens_job(w: Workloads, runs: int) -> list[float]:
         _wait(lambda: all(p.interval_s for p in svc.processes()) and len(svc.processes()) == len(w.pids))
         out = []
         for _ in range(runs):
-            t0 = time.monotonic()
+            _random_phase()
+            t0, t0_wall = time.monotonic(), time.time()
             procs = link.request("", "trace_processes", {}, 5).result(timeout=6).result["processes"]
             ranks = [p for p in procs if "bench" in p["job_keys"]]
             lead = max(p["interval_s"] or 5.0 for p in ranks) + START_MARGIN_S
@@ -159,19 +235,42 @@ def gpulens_job(w: Workloads, runs: int) -> list[float]:
                                timeout_s=60 + lead, pids=(1,))
             got = fetch_trace(link, link.address, req, new_tag(), lambda s, d: None, job_key="bench")
             assert len(got.files) == len(w.pids), got.missing
-            out.append(time.monotonic() - t0)
+            total = time.monotonic() - t0
+            windows = [_check_trace(path, t0_wall)[0] for _name, path in got.files.values()]
+            out.append(Run(total, min(windows)))
             for _name, path in got.files.values():
                 path.unlink()
-            time.sleep(1.5)
         return out
     finally:
         link.close()
         owner.stop()
 
 
-def _line(name: str, lat: list[float], bound: float | None) -> str:
+def _line(name: str, runs: list[Run], bound: float | None) -> str:
+    lat = [r.total_s for r in runs]
     verdict = "" if bound is None else (" within" if max(lat) <= bound else " EXCEEDED") + f" the {bound:.1f} s bound"
-    return f"{name:<34} median {statistics.median(lat):5.2f} s  max {max(lat):5.2f} s  ({len(lat)} runs){verdict}"
+    return (f"{name:<38} median {statistics.median(lat):5.2f} s  max {max(lat):5.2f} s  ({len(lat)} runs, "
+            f"windows >= {min(r.window_s for r in runs) * 1000:.0f} ms){verdict}")
+
+
+def _breakdown(runs: list[Run]) -> list[str]:
+    """Median and max of each phase of gpulens' one-pid runs (times from the trace file itself)."""
+    phases: dict[str, list[float]] = {
+        "request -> config handed (the target's poll)": [],
+        "handed -> window start (Kineto's start time)": [],
+        "window (the trace)": [],
+        "window end -> file written (Kineto's next loop tick + JSON)": [],
+        "file written -> result (gpulens noticing)": [],
+    }
+    for r in runs:
+        if None in (r.hand_s, r.start_s, r.end_s, r.file_s):
+            continue
+        assert r.hand_s is not None and r.start_s is not None and r.end_s is not None and r.file_s is not None
+        for name, v in zip(phases, (r.hand_s, r.start_s - r.hand_s, r.end_s - r.start_s, r.file_s - r.end_s,
+                                    r.total_s - r.file_s), strict=True):
+            phases[name].append(v)
+    return [f"    {name:<60} median {statistics.median(v):5.2f} s  max {max(v):5.2f} s"
+            for name, v in phases.items() if v]
 
 
 def main() -> int:
@@ -188,22 +287,26 @@ def main() -> int:
     w = Workloads(2)
     try:
         rows = {
-            "gpulens, one pid": (gpulens_single(w, args.runs, 0.0), BOUND_S),
-            "peer: direct endpoint (floor)": (direct(w, args.runs), None),
+            "gpulens, one pid": (gpulens_single(w, args.runs), BOUND_S),
+            "peer: direct endpoint (Kineto's start)": (direct(w, args.runs, 0.0), None),
             "gpulens, job of 2 local ranks": (gpulens_job(w, args.runs), BOUND_S),
-            "peer: dyno-style (5 s warm-up)": (gpulens_single(w, args.runs, 5.0), None),
+            "peer: dyno-style (5 s warm-up)": (direct(w, args.runs, 5.0), None),
         }
     finally:
         w.close()
         shutil.rmtree(Path("/tmp") / requests._fallback_base, ignore_errors=True)
-    print(f"request -> file, {DURATION_MS} ms trace, {POLL_S} s poll (CPU build, this machine):")
-    for name, (lat, bound) in rows.items():
-        print(_line(name, lat, bound))
-    one = statistics.median(rows["gpulens, one pid"][0])
-    floor = statistics.median(rows["peer: direct endpoint (floor)"][0])
-    job = statistics.median(rows["gpulens, job of 2 local ranks"][0])
-    dyno = statistics.median(rows["peer: dyno-style (5 s warm-up)"][0])
-    print(f"=> one pid {one / floor:.2f}x the direct floor; job of 2 ranks {job / floor:.2f}x; "
+    print(f"request -> file, {DURATION_MS} ms trace, {POLL_S} s poll, random request phase (CPU build, this machine):")
+    for name, (runs, bound) in rows.items():
+        print(_line(name, runs, bound))
+        if name == "gpulens, one pid":
+            print("\n".join(_breakdown(runs)))
+
+    def med(name: str) -> float:
+        return statistics.median(r.total_s for r in rows[name][0])
+
+    one, peer = med("gpulens, one pid"), med("peer: direct endpoint (Kineto's start)")
+    job, dyno = med("gpulens, job of 2 local ranks"), med("peer: dyno-style (5 s warm-up)")
+    print(f"=> one pid {one / peer:.2f}x the direct endpoint; job of 2 ranks {job / peer:.2f}x; "
           f"dyno-style is {dyno / one:.1f}x slower than gpulens' one-pid trace")
     return 0
 

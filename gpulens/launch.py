@@ -13,7 +13,9 @@ if TYPE_CHECKING:
     from gpulens.ipc.kineto.protocol import TraceService
 
 
-def _trace_service(source: Source) -> tuple[TraceService | None, str | None, Callable[[], None]]:
+def _trace_service(
+    source: Source, job_key_env: tuple[str, ...] | None = None
+) -> tuple[TraceService | None, str | None, Callable[[], None]]:
     """This machine's trace service (when watching it), or why there is none; and how to release it.
 
     One gpulens per host owns the Kineto endpoint: the TUI binds it first if
@@ -35,12 +37,22 @@ def _trace_service(source: Source) -> tuple[TraceService | None, str | None, Cal
     except ImportError as err:
         return None, f"trace service not installed: {err}", _nothing
     try:
-        owner = endpoint_owner(socket.gethostname(), version=__version__)
+        owner = endpoint_owner(socket.gethostname(), version=__version__, job_key_env=job_key_env)
     except EndpointBusy as busy:
         return _through_owner(busy)
     except Exception as err:  # the TUI runs without "Open Profiler" and says why on job screens
         return None, f"trace service not started: {err}", _nothing
-    return owner.requests.trace_service, None, owner.stop
+    from gpulens.sources.owner_switch import HandoverTraceService
+
+    # A gpulens agent started later may take the endpoint over; the TUI then traces through it.
+    service = HandoverTraceService(owner.requests.trace_service, reclaim=owner.reclaim_endpoint)
+    owner.allow_handover(service.on_handover)
+
+    def release() -> None:
+        service.stop()
+        owner.stop()
+
+    return service, None, release
 
 
 def _through_owner(busy: Exception) -> tuple[TraceService | None, str | None, Callable[[], None]]:
@@ -73,7 +85,7 @@ def launch(args: argparse.Namespace) -> int:
 
     cfg = args.cfg
     source = build_source(args, cfg)
-    service, trace_error, release = _trace_service(source)
+    service, trace_error, release = _trace_service(source, cfg.job_key_env)
     if getattr(args, "record", None):
         source = RecordingSource(source, Recorder(args.record, source.name, source.simulated))
     app = GpulensApp(source=source, cfg=cfg, trace_service=service, trace_error=trace_error,

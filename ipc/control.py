@@ -144,7 +144,14 @@ class ControlListener:
         self._thread = start_thread(self._accept, "gpulens-control")
 
     def stop(self) -> None:
-        """Stop accepting (connections being served end with the agent)."""
+        """Stop accepting (connections being served end with the agent); the name is free on return."""
+        self._stop.set()
+        if self._sock is not None and self._thread is not None:
+            waker = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # the accept returns at once
+            with contextlib.suppress(OSError):
+                waker.settimeout(0.2)
+                waker.connect(self.name)
+            waker.close()
         stop_thread(self._stop, self._thread)
         self._thread = None
         if self._sock is not None:
@@ -166,6 +173,9 @@ class ControlListener:
                 log.warning("control socket accept failed: %s", err)
                 self._stop.wait(0.1)
                 continue
+            if self._stop.is_set():  # stop()'s wake-up (or a peer just too late)
+                client.close()
+                return
             try:
                 pid, uid = peer_cred(client)
             except OSError:

@@ -133,7 +133,7 @@ class DemoSource:
             util, held = self._util(h, g, t, rng, role)
             pid = 10_000 + h * 100 + g
             mem_used = int((0.55 + 0.35 * min(1.0, held)) * GPU_MEM) if held else 600 * 1024**2
-            gpus.append(self._gpu(h, g, util, mem_used, pid if held else None, rng))
+            gpus.append(self._gpu(h, g, util, mem_used, pid if held else None, rng, t))
             if role and held and (role[0] or g == 0):
                 jobs.append(self._job(h, g, role, pid, mem_used, rng))
         busy = sum(g.utilization_percent or 0 for g in gpus) / max(1, len(gpus))
@@ -173,7 +173,7 @@ class DemoSource:
         return max(0.0, min(100.0, u + rng.gauss(0, noise))), 1.0
 
     def _gpu(self, h: int, g: int, util: float, mem_used: int, pid: int | None,
-             rng: random.Random) -> m.GpuSample:
+             rng: random.Random, t: float = 0.0) -> m.GpuSample:
         throttled = h % 16 == 4 and g == 2
         lost = h % 16 == 10 and g == 3
         if lost:
@@ -198,7 +198,10 @@ class DemoSource:
             ecc_corrected=0, ecc_uncorrected=0,
             throttle_reasons=("sw_thermal_slowdown", "hw_thermal_slowdown") if throttled else (),
             sm_activity_percent=round(sm, 1), sm_occupancy_percent=round(sm * 0.55, 1),
-            dram_bw_util_percent=round(util * 0.5, 1),
+            dram_bw_util_percent=round(util * 0.5, 1), tensor_active_percent=round(sm * 0.6, 1),
+            nvlink_total_bytes_per_s=util * 6e9,
+            # A counter: the GPU's mean draw since the demo's epoch, so it only grows.
+            energy_joules=round(max(0.0, t - self._epoch) * (110.0 + (h % 16) * 9.0), 1),
             processes=(m.GpuProcess(pid=pid, used_memory_bytes=mem_used - 500 * 1024**2),) if pid else (),
         )
 

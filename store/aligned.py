@@ -101,6 +101,34 @@ class Grid:
         return self.current, late, min(newest_fb, start_fb - 1), gpus
 
 
+def stale(grid: Grid, old: tuple[object, ...] | None, new: tuple[object, ...]) -> int:
+    """How many of the newest columns may differ between stamps ``old`` and ``new`` (``points``: all).
+
+    A job's stamp (its hosts, then each host's stamp): the most any host needs, all when the hosts changed.
+
+    The columns from the old newest one (it was still filling) to the new newest; and, for a host
+    that lagged behind (its newest bucket before the old newest column), from the column its next
+    bucket falls in. Anything else (a late sample, a new GPU, an older stamp) means every column.
+    """
+    n = grid.points
+    if old is None:
+        return n
+    if old and isinstance(old[0], tuple):
+        if len(old) != len(new) or old[0] != new[0]:
+            return n
+        return max((stale(grid, o, w) for o, w in zip(old[1:], new[1:], strict=True)
+                    if isinstance(o, tuple) and isinstance(w, tuple)), default=1)
+    if len(old) != 4 or len(new) != 4 or old[1] != new[1] or old[3] != new[3]:
+        return n
+    c_old, x_old, c_new = old[0], old[2], new[0]
+    if not isinstance(c_old, int) or not isinstance(x_old, int) or not isinstance(c_new, int) or c_new < c_old:
+        return n
+    first = c_old
+    if x_old < grid.first(c_old) * grid.unit - 1:
+        first = min(first, (x_old + 1) // grid.unit * n // grid.width)
+    return max(1, min(n, c_new - first + 1))
+
+
 def slots(resolution_s: float, fine_history_s: float, history_s: float) -> tuple[int, int]:
     """(fine, coarse) ring slots for the store's resolution and history."""
     fine = max(2, math.ceil(fine_history_s / resolution_s))

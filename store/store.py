@@ -33,7 +33,7 @@ from gpulens.core.events import (
 )
 from gpulens.core.model import HostSample, JobInfo
 from gpulens.store.alerts import host_alerts
-from gpulens.store.aligned import Grid, memory_estimate_bytes
+from gpulens.store.aligned import Grid, memory_estimate_bytes, stale
 from gpulens.store.aligned import slots as _slots
 from gpulens.store.fleet import fleet_means
 from gpulens.store.gpu_events import BENIGN_THROTTLE, GpuEvent, GpuEventLog
@@ -462,6 +462,12 @@ class Store:
             if j.key == text or (text.isdigit() and int(text) in j.pids):
                 return j
         return None
+
+    def stale_columns(self, window_s: float, points: int, old: tuple[object, ...] | None,
+                      new: tuple[object, ...]) -> int:
+        """How many newest aligned columns to read again when a stamp (:meth:`series_stamp` or
+        :meth:`job_series_stamp`) went from ``old`` to ``new``; ``points`` (all) for no ``old``."""
+        return stale(self._grid(window_s, points), old, new)
 
     def job_series(self, key: str, metric: str, window_s: float, points: int, *,
                    aligned: bool = False, tail: int | None = None) -> list[float]:

@@ -4,14 +4,22 @@
 from the app's thread: the source indexes its file (a thread), then the
 control starts at the beginning and plays at 1x, applying the records whose
 time the position passes (read back from the file by offset, a few per
-tick). A seek backwards (or far ahead) builds a fresh store in a worker from
-the :data:`SEEK_HISTORY_S` before the target (older history shows as gaps until
-played through) and hands it to the app. :class:`ReplayBar` is the position
-bar every data screen shows while replaying.
+tick). A seek ahead by at most :data:`INCREMENTAL_SEEK_S` plays the records in
+between; any other seek rebuilds the store in a worker, in two passes:
+the :data:`SEEK_HISTORY_S` before the target first (shown at once), then the
+whole history the store holds (``history_s``, 1 h by default) into a second
+store that catches up with playback and is swapped in, so the 15m / 1h
+windows and the job figures are whole again. Records are decoded
+:data:`CHUNK_S` of recording time at a time (memory stays bounded: two
+stores and one chunk). Every seek bumps a generation: a rebuild of an older
+one stops at its next chunk and is never installed, so stores never mix.
+:class:`ReplayBar` is the position bar every data screen shows while
+replaying.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -23,6 +31,7 @@ from textual.widget import Widget
 from gpulens.core.events import HostStatusEvent, SourceEvent, SourceStatusEvent
 from gpulens.sources.local import ReplaySource
 from gpulens.store.store import Store
+from gpulens.tui.screens.process import ProcessScreen
 
 if TYPE_CHECKING:
     from gpulens.tui.app import GpulensApp
@@ -32,10 +41,22 @@ TICK_S = 0.5
 SEEK_STEP_S = 10.0
 """What ← / → move the position by (shift: six times that)."""
 SEEK_HISTORY_S = 300.0
-"""History loaded before a seek target: the store's fine (1 s) range."""
+"""The first pass of a seek: the store's fine (1 s) range before the target, shown at once."""
 INCREMENTAL_SEEK_S = 60.0
 """A seek ahead by at most this plays the records in between instead of rebuilding the store."""
+CHUNK_S = 30.0
+"""Recording time decoded at once by a rebuild (16 hosts: 480 records); a newer seek stops it between two."""
+ONE_PASS_RECORDS = 3000
+"""A rebuild of at most this many records is done in one pass (under a second here)."""
+CATCH_UP_S = 5.0
+"""The second pass hands its store over once it is this close behind the playing position."""
+CATCH_UP_PASSES = 200
+"""At most this many CHUNK_S reads to catch up with playback (100 min of recording) before giving up."""
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
+
+
+class _Superseded(Exception):
+    """A newer seek started: this rebuild stops and installs nothing."""
 
 
 class ReplayControl:
@@ -51,12 +72,17 @@ class ReplayControl:
         self.playing = False
         self.speed = 1.0
         self.seeking = False
+        """The first pass of a seek runs: the store does not show the position yet."""
+        self.filling: float | None = None
+        """The second pass runs (its progress, 0..1): older history is still being loaded."""
         self.loaded_from = math.nan
-        """The oldest time the store holds records from (after a seek: target - SEEK_HISTORY_S)."""
+        """The oldest time the store holds records from (first pass: target - SEEK_HISTORY_S)."""
+        self.generation = 0
+        """Bumped by every rebuilding seek; a rebuild of an older generation is dropped."""
+        self.installs: list[tuple[int, str, float]] = []
+        """``(generation, pass, target)`` of every store swapped in (the last 16; tests and ``:log``)."""
         self._last_tick = 0.0
         self._index_timer: Any = None
-        self._queued: float | None = None
-        """Seek keys pressed while a seek runs add up here (no key is lost)."""
 
     # ---- lifecycle ------------------------------------------------------------
     def start(self) -> None:
@@ -127,59 +153,130 @@ class ReplayControl:
 
     def seek_by(self, delta_s: float) -> None:
         """← / →: move the position (pressed during a seek: from where that seek lands)."""
-        if not self.ready:
-            return
-        if self.seeking:
-            self._queued = (self._queued if self._queued is not None else self._target) + delta_s
-            return
-        self.seek_to(self.position + delta_s)
+        if self.ready:
+            self.seek_to((self._target if self.seeking else self.position) + delta_s)
 
     def seek_to(self, t: float, then: Callable[[], Any] | None = None) -> None:
-        """Move to ``t`` (clamped to the recording); ``then`` runs once the store shows it."""
-        if not self.ready or self.seeking:
+        """Move to ``t`` (clamped to the recording); ``then`` runs once the store shows it.
+
+        A seek during a rebuild supersedes it (its worker stops at the next chunk).
+        """
+        if not self.ready:
             return
         t = min(max(t, self.index.start), self.index.end)
         self._target = t
-        if self.position <= t <= self.position + INCREMENTAL_SEEK_S:
-            self._apply(self.index.events_between(self.position, t))
+        if not self.seeking and self.position <= t <= self.position + INCREMENTAL_SEEK_S:
+            self._apply(self.index.events_between(self.position, t))  # a running second pass catches up
             self.position = t
             self._done(then)
             return
-        self.seeking = True
+        self.generation += 1
+        self.seeking, self.filling = True, None
         self.app.refresh_bar()
-        self.app.run_worker(lambda: self._rebuild(t, then), name="replay seek", group="replay-seek",
+        gen = self.generation
+        self.app.run_worker(lambda: self._rebuild(gen, t, then), name="replay seek", group="replay-seek",
                             thread=True, exit_on_error=False)
 
-    def _rebuild(self, t: float, then: Callable[[], Any] | None) -> None:
-        """In a worker: a store holding the history before ``t``; the app swaps it in."""
-        store = Store(resolution_s=self.app.store.resolution_s, history_s=self.app.store.history_s)
+    # ---- the rebuild (a worker thread) -------------------------------------------
+    def _rebuild(self, gen: int, t: float, then: Callable[[], Any] | None) -> None:
+        """The history before ``t``: the last SEEK_HISTORY_S (unless all of it is small), then all of it."""
+        full_from = t - self.app.store.history_s
+        quick_from = t - SEEK_HISTORY_S
+        two_pass = (self.index.count_between(full_from, quick_from) > 0
+                    and self.index.count_between(full_from, t) > ONE_PASS_RECORDS)
         try:
-            events = self.index.events_between(t - SEEK_HISTORY_S, t)
-            store.apply_many(events)
+            store, statuses = self._build(gen, quick_from if two_pass else full_from, t, None)
+            self._call(gen, lambda: self._install_first(gen, t, store, statuses, two_pass, then))
+            if not two_pass:
+                return
+            store, statuses = self._build(gen, full_from, t, lambda f: setattr(self, "filling", f))
+            built = t
+            for _ in range(CATCH_UP_PASSES):  # playback went on meanwhile
+                if (ahead := min(self.position, built + CHUNK_S)) - built <= CATCH_UP_S:
+                    break
+                self._check(gen)
+                events = self.index.events_between(built, ahead)
+                store.apply_many(events)
+                statuses += [e for e in events if isinstance(e, HostStatusEvent)]
+                built = ahead
+            else:  # playing faster than it decodes: give up rather than chase (or freeze the UI)
+                self._call(gen, lambda: self._failed("older history not loaded: playback outran the decoder "
+                                                     "(pause, then seek, to load it)", "warning"))
+                return
+            self._call(gen, lambda: self._install_full(gen, t, built, store, statuses))
+        except _Superseded:
+            return
         except Exception as err:  # the file changed or went away: say so, stay where we are
             message = f"replay seek failed: {err}"
+            with contextlib.suppress(_Superseded):
+                self._call(gen, lambda: self._failed(message))
 
-            def failed() -> None:
-                self.seeking, self._queued = False, None
-                self.app.note(message, "error")
-                self.app.refresh_bar()
+    def _build(self, gen: int, after: float, upto: float,
+               progress: Callable[[float], None] | None) -> tuple[Store, list[HostStatusEvent]]:
+        """A fresh store fed the records in ``(after, upto]``, CHUNK_S at a time (raises _Superseded)."""
+        old = self.app.store
+        store = Store(resolution_s=old.resolution_s, history_s=old.history_s)
+        statuses: list[HostStatusEvent] = []
+        at = max(after, self.index.start - 1.0)
+        first = at
+        while at < upto:
+            self._check(gen)
+            step = min(upto, at + CHUNK_S)
+            events = self.index.events_between(at, step)
+            store.apply_many(events)
+            statuses += [e for e in events if isinstance(e, HostStatusEvent)]
+            at = step
+            if progress is not None:
+                progress((at - first) / ((upto - first) or 1.0))
+                self._call(gen, self.app.refresh_bar)
+        return store, statuses
 
-            self.app.call_from_thread(failed)
-            return
+    def _check(self, gen: int) -> None:
+        if gen != self.generation:
+            raise _Superseded
 
-        def install() -> None:
-            self.app.replace_store(store, [e for e in events if isinstance(e, HostStatusEvent)])
-            self.position, self.loaded_from = t, max(self.index.start, t - SEEK_HISTORY_S)
-            self.seeking = False
-            self._done(then)
+    def _call(self, gen: int, fn: Callable[[], Any]) -> None:
+        """Run ``fn`` on the app's thread unless a newer seek started (then raise _Superseded)."""
+        self._check(gen)
+        try:
+            self.app.call_from_thread(lambda: fn() if gen == self.generation else None)
+        except RuntimeError as err:  # the app is closing
+            raise _Superseded from err
+        self._check(gen)
 
-        self.app.call_from_thread(install)
+    # ---- installing (the app's thread) ---------------------------------------------
+    def _install_first(self, gen: int, t: float, store: Store, statuses: list[HostStatusEvent],
+                       more: bool, then: Callable[[], Any] | None) -> None:
+        self._swap(gen, "first" if more else "whole", t, store, statuses)
+        self.position = t
+        self.loaded_from = max(self.index.start, t - (SEEK_HISTORY_S if more else store.history_s))
+        self.seeking, self.filling = False, (0.0 if more else None)
+        self._done(then)
+
+    def _install_full(self, gen: int, t: float, built: float, store: Store,
+                      statuses: list[HostStatusEvent]) -> None:
+        """The whole history, brought up to the position playback reached meanwhile."""
+        events = self.index.events_between(built, self.position)
+        store.apply_many(events)
+        self._swap(gen, "full", t, store, statuses + [e for e in events if isinstance(e, HostStatusEvent)])
+        self.loaded_from = max(self.index.start, t - store.history_s)
+        self.filling = None
+        self.app.refresh_data(force=True)
+        self.app.refresh_bar()
+
+    def _swap(self, gen: int, kind: str, t: float, store: Store, statuses: list[HostStatusEvent]) -> None:
+        for screen in self.app.screen_stack:  # an open process screen keeps recording its process
+            if isinstance(screen, ProcessScreen):
+                store.track_process(screen.host, screen.pid)
+        self.app.replace_store(store, statuses)
+        self.installs = [*self.installs[-15:], (gen, kind, t)]
+
+    def _failed(self, message: str, severity: str = "error") -> None:
+        self.seeking, self.filling = False, None
+        self.app.note(message, severity)
+        self.app.refresh_bar()
 
     def _done(self, then: Callable[[], Any] | None) -> None:
-        if self._queued is not None:
-            queued, self._queued = self._queued, None
-            self.seek_to(queued, then)
-            return
         self._last_tick = time.monotonic()
         self.app.refresh_data(force=True)
         self.app.refresh_bar()
@@ -216,7 +313,8 @@ class ReplayControl:
             done = "" if not self.index.done.is_set() else " (empty)"
             return Text(f" replay: indexing {self.source.path}{done}…", style="bold")
         state = "seeking…" if self.seeking else ("▶" if self.playing else "❚❚")
-        left = f" {state} {self.speed:g}x  {self._hms(self.position)} "
+        filling = f" (history {self.filling:.0%})" if self.filling is not None else ""
+        left = f" {state} {self.speed:g}x  {self._hms(self.position)}{filling} "
         right = f" {self._hms(self.index.start)}–{self._hms(self.index.end)}"
         keys = "  space ←→ [ ]"
         if width - len(left) - len(right) - len(keys) >= 12:

@@ -1,9 +1,10 @@
 """The JSON documents ``gpulens analyze --json`` prints (documented in docs/analyze-json.md).
 
-Every document has ``schema_version`` (this module's :data:`SCHEMA_VERSION`)
-and ``kind``: "trace" (one file), "ranks" (several ranks) or "diff".
-A field is added without a version change; renaming or removing one, or
-changing its meaning or unit, bumps the version.
+Every document has ``schema_version`` (this module's :data:`SCHEMA_VERSION`),
+``schema_minor`` (:data:`SCHEMA_MINOR`) and ``kind``: "trace" (one file),
+"ranks" (several ranks) or "diff". Adding fields bumps ``schema_minor``
+(readers of an older minor keep working); renaming or removing one, or
+changing its meaning or unit, bumps ``schema_version``.
 """
 
 from __future__ import annotations
@@ -16,14 +17,17 @@ from gpulens.analysis.trace.summary import TraceSummary, to_dict
 
 if TYPE_CHECKING:  # the diff and ranks modules pull in the whole analysis; JSON needs only their records
     from gpulens.analysis.trace.diff import Delta, TraceDiff
+    from gpulens.analysis.trace.late_arrival import LateArrival
     from gpulens.analysis.trace.ranks import RanksReport
 
 SCHEMA_VERSION = 1
+SCHEMA_MINOR = 1
+"""1: ``late_arrival`` in "ranks" (HTA's late-arrival stragglers), ``schema_minor`` itself."""
 
 
 def trace_json(summary: TraceSummary) -> dict[str, Any]:
     """One trace file's summary."""
-    return {"schema_version": SCHEMA_VERSION, "kind": "trace", **to_dict(summary)}
+    return {"schema_version": SCHEMA_VERSION, "schema_minor": SCHEMA_MINOR, "kind": "trace", **to_dict(summary)}
 
 
 def _split(s: TimeSplit | None) -> dict[str, float] | None:
@@ -68,11 +72,35 @@ def ranks_json(rep: RanksReport) -> dict[str, Any]:
         spread = {**asdict(sp), "spread_ms": sp.spread_ms, "spread_pct": sp.spread_pct}
     return {
         "schema_version": SCHEMA_VERSION,
+        "schema_minor": SCHEMA_MINOR,
         "kind": "ranks",
         "threshold_pct": rep.threshold_pct,
         "ranks": [rank_json(r) for r in rep.ranks],
         "spread": spread,
         "stragglers": [asdict(s) for s in rep.stragglers],
+        "late_arrival": late_json(rep.late) if rep.late is not None else None,
+    }
+
+
+def late_json(la: LateArrival) -> dict[str, Any]:
+    """HTA's late-arrival stragglers (``note`` set and the rest null/empty when it could not run)."""
+    ran = not la.note
+    return {
+        "method": "HTA get_potential_stragglers: late start of the NCCL kernel whose duration varies most",
+        "note": la.note,
+        "candidates": la.candidates,
+        "include_last_step": la.include_last_step,
+        "stragglers": list(la.stragglers),
+        "kernel": la.kernel if ran else None,
+        "stream": la.stream if ran else None,
+        "iterations": list(la.iterations),
+        "mean_iter_us": la.mean_iter_us if ran else None,
+        "min_duration_us": la.min_duration_us if ran else None,
+        "ranks": [
+            {"rank": r.rank, "flagged_steps": r.flagged, "normalized_starts": list(r.starts),
+             "late_ms": list(r.late_ms), "mean_late_ms": r.mean_late_ms}
+            for r in la.ranks
+        ],
     }
 
 
@@ -96,6 +124,7 @@ def diff_json(d: TraceDiff) -> dict[str, Any]:
     """A comparison of two traces (B - A)."""
     return {
         "schema_version": SCHEMA_VERSION,
+        "schema_minor": SCHEMA_MINOR,
         "kind": "diff",
         "scale": d.scale,
         "a": rank_json(d.a),

@@ -2,8 +2,11 @@
 
 Kept per rank: the GPU activity records (kernels, copies, sets; a tenth of
 a typical trace's events), the step markers, the CPU collective calls and
-the CPU op intervals (only used when the trace has no GPU activity); the
-raw file and every other event are dropped as decoding moves on.
+the CPU op intervals (only used when the trace has no GPU activity), and,
+for HTA's late-arrival method (:mod:`.arrival`), the start and end of every
+other CPU-side complete event (16 bytes each) and the correlation id and
+start of each launch (runtime/driver call); the raw file and every other
+event are dropped as decoding moves on.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from array import array
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from gpulens.analysis.trace.compact import pair_begin_end
 from gpulens.analysis.trace.events import Event, RawEvent, with_args
@@ -34,6 +39,21 @@ COMM_OP = re.compile(
 
 
 C10D_PREFIXES = ("c10d::", "_c10d_functional::")
+NOT_ROWS = frozenset({"Trace", "gpu_user_annotation"})
+"""Complete events HTA's late-arrival method does not count as CPU rows (Kineto's own span; GPU-side
+annotations, which carry no correlation id and so get no iteration in HTA)."""
+
+
+def is_launch_cat(cat: str) -> bool:
+    """True for the categories of launch calls, which carry the kernel's correlation id."""
+    return "runtime" in cat or "driver" in cat or cat in ("Runtime", "Driver")
+
+
+class _Link(msgspec.Struct, gc=False):
+    correlation: object = None
+
+
+_LINK = msgspec.json.Decoder(_Link)  # only the one field: msgspec skips the rest without building them
 
 
 @functools.lru_cache(maxsize=8192)
@@ -58,10 +78,15 @@ class RankFold:
     comm_ops: list[Interval] = field(default_factory=list)
     cpu_starts: array[float] = field(default_factory=lambda: array("d"))  # non-collective CPU ops, 16 B each
     cpu_ends: array[float] = field(default_factory=lambda: array("d"))
+    row_starts: array[float] = field(default_factory=lambda: array("d"))  # other CPU-side events
+    row_ends: array[float] = field(default_factory=lambda: array("d"))
+    launch_corr: array[int] = field(default_factory=lambda: array("q"))  # launch calls: correlation id, start
+    launch_ts: array[float] = field(default_factory=lambda: array("d"))
     c10d_calls: int = 0  # c10d:: ops: one per collective a rank issues, whatever the backend
     cats: Counter[str] = field(default_factory=Counter)  # events of every other category
     _open: dict[tuple[Any, Any], list[RawEvent]] = field(default_factory=lambda: defaultdict(list))
     _comm_names: dict[str, bool] = field(default_factory=dict)
+    _launch_cats: dict[str, bool] = field(default_factory=dict)
 
     def add_batch(self, batch: list[RawEvent]) -> None:
         """Fold one decoded batch in."""
@@ -70,6 +95,7 @@ class RankFold:
         comm_get = self._comm_names.get
         gpu_append, comm_append = self.gpu.append, self.comm_ops.append
         start_append, end_append = self.cpu_starts.append, self.cpu_ends.append
+        row_start, row_end, launch_get = self.row_starts.append, self.row_ends.append, self._launch_cats.get
         for item in batch:
             ev: RawEvent | None = item
             if item.ph != "X":
@@ -117,6 +143,24 @@ class RankFold:
                     self.annotations.append(span)
             else:
                 other[cat] += 1
+                if cat not in NOT_ROWS:
+                    ts = ev.ts
+                    row_start(ts)
+                    row_end(ts + ev.dur)
+                    launch = launch_get(cat)
+                    if launch is None:
+                        launch = self._launch_cats[cat] = is_launch_cat(cat)
+                    if launch and len(ev.args):
+                        self._launch(ev)
+
+    def _launch(self, ev: RawEvent) -> None:
+        try:
+            corr = _LINK.decode(ev.args).correlation
+        except ValueError:  # msgspec's errors derive from it: malformed args are no link
+            return
+        if isinstance(corr, int) and not isinstance(corr, bool) and 0 <= corr < 2**63:
+            self.launch_corr.append(corr)
+            self.launch_ts.append(ev.ts)
 
     def cpu_intervals(self) -> list[Interval]:
         """Every CPU op that is not a collective, as ``(start_us, end_us)``."""

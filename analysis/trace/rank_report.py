@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpulens.analysis.trace.arrival import RankArrival, rank_arrival
 from gpulens.analysis.trace.gpu import gpu_breakdown, kernel_rows
 from gpulens.analysis.trace.intervals import Interval, clip, length, merge, overlap
 from gpulens.analysis.trace.load import TraceMeta
@@ -81,6 +82,7 @@ class RankReport:
     gpu: GpuBreakdown | None
     top_kernels: tuple[KernelRow, ...]
     devices: tuple[str, ...]
+    arrival: RankArrival | None = None  # the input of HTA's late-arrival method (.arrival)
 
     @property
     def mean_step_ms(self) -> float | None:
@@ -150,6 +152,7 @@ def build_report(fold: RankFold, meta: TraceMeta, rank: int, rank_source: str) -
         gpu=gpu,
         top_kernels=tuple(kernel_rows(fold.gpu, gpu.busy_us if gpu else 0.0)[:TOP_KERNELS]),
         devices=tuple(str(d.get("name", "?")) for d in meta.device_properties),
+        arrival=rank_arrival(fold),
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpulens.analysis.trace.late_arrival import LateArrival
 from gpulens.analysis.trace.rank_report import RankReport
 from gpulens.analysis.trace.ranks import RanksReport, Straggler
 from gpulens.analysis.trace.report import fmt_bytes, fmt_us
@@ -69,6 +70,8 @@ def ranks_text(rep: RanksReport) -> str:
         lines += [_straggler_line(s, rep.threshold_pct) for s in rep.stragglers]
     elif sp is not None:
         lines.append(f"stragglers: none (no rank more than {rep.threshold_pct:g}% over the median)")
+    if rep.late is not None:
+        lines += ["", *late_lines(rep.late)]
     lines += ["", "step times per rank (ms):"]
     for r in rep.ranks:
         shown = " ".join(f"{t:.2f}" for t in r.step_times_ms[:20])
@@ -88,3 +91,36 @@ def ranks_text(rep: RanksReport) -> str:
                 f"memcpy {g.pct(g.memcpy_us):.1f}%; top kernel {top}"
             )
     return "\n".join(lines) + "\n"
+
+
+def _steps(its: tuple[int, ...]) -> str:
+    if not its:
+        return "no steps"
+    if list(its) == list(range(its[0], its[-1] + 1)) and len(its) > 1:
+        return f"steps {its[0]}-{its[-1]}"
+    return "step " + ", ".join(str(i) for i in its) if len(its) == 1 else "steps " + ", ".join(str(i) for i in its)
+
+
+def late_lines(la: LateArrival) -> list[str]:
+    """HTA's late-arrival stragglers: the collective, the candidates, and how late each rank starts it."""
+    head = f"late arrival (HTA's get_potential_stragglers, {la.candidates} candidates)"
+    if la.note:
+        return [f"{head}: n/a: {la.note}"]
+    name = clean_text(la.kernel)
+    name = name if len(name) <= 60 else name[:57] + "..."
+    shown = la.iterations[:12]
+    more = f" ... ({len(la.iterations)} steps)" if len(la.iterations) > len(shown) else ""
+    out = [
+        f"{head}: {name} on stream {la.stream}, the NCCL kernel whose duration varies most across ranks "
+        f"(the last one per step; {_steps(la.iterations)}, mean step {la.mean_iter_us / 1000.0:.2f} ms, "
+        f"kernels under {la.min_duration_us / 1000.0:.2f} ms ignored)",
+        f"  potential stragglers: {', '.join(f'rank {r}' for r in la.stragglers)} (the {la.candidates} latest "
+        "starters each step, most often; HTA always names that many)",
+        f"  {'rank':>5}  {'flagged':>9}  {'mean late ms':>12}  late vs the earliest rank, per step (ms){more}",
+    ]
+    for r in la.ranks:
+        late = " ".join("n/a" if x is None else f"{x:+.2f}" for x in r.late_ms[: len(shown)])
+        mean = r.mean_late_ms
+        out.append(f"  {r.rank:>5}  {f'{r.flagged}/{len(la.iterations)}':>9}  "
+                   f"{'n/a' if mean is None else f'{mean:.2f}':>12}  {late}")
+    return out

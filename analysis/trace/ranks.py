@@ -12,6 +12,9 @@ for the slowest), a rank whose compute per step is more than
 exposed communication is a straggler "by compute: the others wait for it in
 collectives". Its extra time is split into compute, communication, idle and
 other (copies) against the median rank's per-step split.
+
+A second, independent answer is HTA's own method (:mod:`.late_arrival`):
+the ranks whose dominant NCCL collective starts latest, step by step.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 
 from gpulens.analysis.trace.errors import TraceFileError
+from gpulens.analysis.trace.late_arrival import CANDIDATES, LateArrival, late_arrival
 from gpulens.analysis.trace.load import DEFAULT_MAX_BYTES, stream_events, trace_limits
 from gpulens.analysis.trace.rank_files import (
     assign_ranks,
@@ -96,6 +100,7 @@ class RanksReport:
     spread: Spread | None
     stragglers: tuple[Straggler, ...]
     threshold_pct: float
+    late: LateArrival | None = None  # HTA's late-arrival stragglers
 
 
 def load_rank(path: str, limits: InputLimits) -> tuple[RankReport, int | None]:
@@ -128,6 +133,7 @@ def analyze_ranks(
     jobs: int = 1,
     threshold_pct: float = THRESHOLD_PCT,
     progress: Progress | None = None,
+    candidates: int = CANDIDATES,
 ) -> RanksReport:
     """Read every file (directories expand to their trace files) and compare the ranks.
 
@@ -163,7 +169,8 @@ def analyze_ranks(
     reports = sorted((replace(r, rank=rank, rank_source=src) for (r, _), (rank, src) in zip(loaded, ranks, strict=True)),
                      key=lambda r: r.rank)
     spread = spread_of(reports)
-    return RanksReport(tuple(reports), spread, tuple(find_stragglers(reports, threshold_pct)), threshold_pct)
+    late = late_arrival([(r.rank, r.arrival) for r in reports if r.arrival is not None], candidates=candidates)
+    return RanksReport(tuple(reports), spread, tuple(find_stragglers(reports, threshold_pct)), threshold_pct, late)
 
 
 def spread_of(reports: Sequence[RankReport]) -> Spread | None:

@@ -59,6 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="log warnings only")
     # SIMULATED samples for tests and benchmarks of many agents on one machine.
     parser.add_argument("--simulated-gpus", type=int, default=None, help=argparse.SUPPRESS)
+    # How often a taken Kineto name is tried again (tests; the default is 15 s).
+    parser.add_argument("--claim-retry", type=float, default=None, help=argparse.SUPPRESS)
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -127,6 +129,8 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"{', '.join(tcp_only)}: only with --listen (--stdio has no port; ssh encrypts)")
     if args.hostname is not None and not args.hostname.strip():
         raise ConfigError("--hostname: expected a name, got an empty string")
+    if args.claim_retry is not None and not 0 < args.claim_retry <= 3600:
+        raise ConfigError(f"--claim-retry: expected seconds in (0, 3600], got {args.claim_retry:g}")
     if args.max_queue < 1:
         raise ConfigError("--max-queue: expected at least 1")
     if args.history_minutes is not None and not 0 < args.history_minutes <= 24 * 60:
@@ -179,7 +183,10 @@ def run(args: argparse.Namespace) -> int:
         token=token,
         max_queued_frames=args.max_queue,
         version=__version__,
+        job_key_env=cfg.job_key_env,
     )
+    if args.claim_retry is not None:
+        agent.claim_retry_s = args.claim_retry
     stop = threading.Event()
     metrics = None
     try:

@@ -27,6 +27,7 @@ from typing import Any
 
 from gpulens.commands.trace_common import CHILDREN_WAIT_S, EXIT_FAILED, EXIT_OK, hand_back, say
 from gpulens.core.errors import ConfigError, GpulensError
+from gpulens.ipc.kineto.kconfig import MIN_LEAD_S
 from gpulens.ipc.kineto.requests import TraceRequest
 from gpulens.sources.tracing import (
     Received,
@@ -39,8 +40,9 @@ from gpulens.sources.tracing import (
 
 KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 DEFAULT_POLL_S = 5.0
-START_MARGIN_S = 1.5
-"""After the longest poll interval: Kineto's profiler loop ticks once a second and refuses a start already past."""
+START_MARGIN_S = MIN_LEAD_S + 0.3
+"""After the longest poll interval (and the warm-up): Kineto's profiler loop ticks once a second, and a config
+reaching a rank less than MIN_LEAD_S before the start is refused (ipc/kineto/kconfig.py)."""
 
 
 @dataclass
@@ -80,7 +82,7 @@ def run_job(args: argparse.Namespace, req: TraceRequest, hosts: list[str]) -> in
             say(f"job {key}: no polling process of this job on {', '.join(h.label for h in opened)}")
             return EXIT_FAILED
         longest = max((iv for h in opened for iv in h.intervals), default=DEFAULT_POLL_S)
-        lead = args.start_in if args.start_in is not None else longest + START_MARGIN_S
+        lead = args.start_in if args.start_in is not None else longest + START_MARGIN_S + req.warmup_s
         start = time.time() + lead
         jreq = replace(req, pids=(), job_id=0, start_time_ms=int(start * 1000), timeout_s=req.timeout_s + lead)
         stamp = time.strftime("%H:%M:%S", time.localtime(start)) + f".{int(start * 1000) % 1000:03d}"
@@ -142,7 +144,9 @@ def _open_here(args: argparse.Namespace) -> _Host:
     from gpulens.sources.stream.local_agent import LocalAgentLink
 
     try:
-        owner = endpoint_owner(socket.gethostname(), args.ipc_socket_dir, version=__version__)
+        cfg = getattr(args, "cfg", None)
+        owner = endpoint_owner(socket.gethostname(), args.ipc_socket_dir, version=__version__,
+                               job_key_env=cfg.job_key_env if cfg is not None else None)
     except EndpointBusy:
         link = connect_owner(args.ipc_socket_dir, default_download_dir())
         say(f"tracing through the gpulens holding the Kineto name ({link.address})")

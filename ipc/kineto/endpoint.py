@@ -60,6 +60,8 @@ ConfigProvider = Callable[[codec.ConfigRequest, "int | None"], str]
 PollListener = Callable[[PollingProcess], None]
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 MAX_LINK_HOPS = 40
+_WARNED_DIRS: set[tuple[int, int]] = set()
+"""Socket directories whose mode was warned about (an agent retrying the name warns once)."""
 
 
 def resolve_socket_dir(socket_dir: str | None) -> str | None:
@@ -434,10 +436,11 @@ def open_socket_dir(directory: str, mode: int) -> int:
             check_dir(fd, here, owners=owners, shared_ok=True)
         final = os.fstat(stack[-1])
         if euid == 0 and made != "/" + "/".join(walked) and not final.st_mode & stat.S_IWOTH:
-            log.warning(
+            (log.debug if (final.st_dev, final.st_ino) in _WARNED_DIRS else log.warning)(  # once, not every retry
                 "socket dir %s has mode %04o: programs of other users cannot create their client "
                 "sockets there (gpulens creates it as 1733)", directory, stat.S_IMODE(final.st_mode),
             )
+            _WARNED_DIRS.add((final.st_dev, final.st_ino))
         return stack.pop()
     finally:
         for fd in stack:

@@ -14,6 +14,14 @@ at once) and become pending when the one before finishes. A poll that says
 the profiler is busy (someone else's trace) keeps the task pending.
 A target that exits fails its task within one watch tick ("process N exited
 during the trace").
+
+A duration trace without a common start gets its ``PROFILE_START_TIME``
+at hand-over (:func:`~gpulens.ipc.kineto.kconfig.stamp_start`: one profiler
+tick ahead instead of Kineto's two). A poll that says the profiler is idle
+after that start and before the file can be written means Kineto dropped
+the config (its loop saw it too late): it is handed once more with a fresh
+start, or, for a common start that cannot move, fails at once with the reason.
+While a file is due, :meth:`JobTable.watch_interval` asks for quicker looks.
 """
 
 from __future__ import annotations
@@ -24,18 +32,23 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 
-from gpulens.ipc.errors import NotTraceable, TraceError, TraceTimeout
-from gpulens.ipc.kineto.liveness import ProcIdentity, exited
-from gpulens.ipc.kineto.requests import (
+from gpulens.ipc.kineto.jobstate import Job, finish, refresh, start_missed
+from gpulens.ipc.kineto.jobstate import PidTask as PidTask  # re-exported for the service and tests
+from gpulens.ipc.kineto.kconfig import (
     ITERATION_FALLBACK_MS,
+    KINETO_DEFAULT_LEAD_S,
+    file_due_wall,
+    stamp_start,
+    warmup_secs,
+)
+from gpulens.ipc.kineto.liveness import exited
+from gpulens.ipc.kineto.requests import (
     FileProbe,
     TraceJob,
     TraceOutput,
     TraceRequest,
     TraceResult,
-    TraceState,
     probe_trace_file,
 )
 
@@ -44,62 +57,15 @@ MAX_JOBS_KEPT = 200
 MAX_QUEUED_PER_PID = 4
 """Traces of one pid that may wait behind its running one; more are refused at once."""
 MAX_STEP_MEMORY = 4096
+DROP_GRACE_S = 0.1
+"""An idle poll this long after a handed trace's start means Kineto dropped the config."""
+MAX_REHANDS = 1
+DUE_TICK_S = 0.02
+"""The watch period while a file is due (from just before it can land until ``DUE_WINDOW_S`` after)."""
+DUE_WINDOW_S = 5.0
 
 Inspect = Callable[[str, int], "bool | None"]
 """``inspect(path, owner_uid)``: does the finished trace show optimizer steps (None: cannot tell)."""
-
-
-@dataclass(slots=True)
-class PidTask:
-    """One pid of a job (mutable; only touched under the table lock)."""
-
-    pid: int
-    config: str
-    output: TraceOutput | None = None
-    poll_grace_s: float = 12.0
-    poll_deadline_s: float = 0.0
-    handed_s: float | None = None
-    handed_wall: float = 0.0
-    file: str | None = None
-    error: str | None = None
-    refused: bool = False
-    note: str | None = None
-    result_note: str | None = None
-    queued_behind: str | None = None
-    busy_since_s: float | None = None
-    ident: ProcIdentity | None = None
-
-    @property
-    def finished(self) -> bool:
-        return self.file is not None or self.error is not None
-
-    @property
-    def watched(self) -> str:
-        """The directory watched, for messages."""
-        return f"{self.output.directory}/" if self.output is not None else "nothing"
-
-
-@dataclass(slots=True)
-class _Job:
-    request_id: str
-    request: TraceRequest
-    tasks: dict[int, PidTask]
-    future: Future[TraceResult]
-    started_s: float
-    state: TraceState = TraceState.WAITING_FOR_POLL
-    detail: str = ""
-    files: dict[int, str] = field(default_factory=dict)
-
-    def snapshot(self) -> TraceJob:
-        return TraceJob(
-            request_id=self.request_id,
-            request=self.request,
-            pids=tuple(self.tasks),
-            state=self.state,
-            detail=self.detail,
-            started_s=self.started_s,
-            files=dict(self.files),
-        )
 
 
 class JobTable:
@@ -107,7 +73,7 @@ class JobTable:
 
     def __init__(self, inspect: Inspect | None = None) -> None:
         self._lock = threading.Lock()
-        self._jobs: dict[str, _Job] = {}
+        self._jobs: dict[str, Job] = {}
         self._pending: dict[int, tuple[str, PidTask]] = {}
         self._running: dict[int, tuple[str, PidTask]] = {}
         self._queued: dict[int, deque[tuple[str, PidTask]]] = {}
@@ -118,10 +84,10 @@ class JobTable:
 
     def add(
         self, request_id: str, req: TraceRequest, tasks: dict[int, PidTask], fut: Future[TraceResult]
-    ) -> _Job:
+    ) -> Job:
         now = time.monotonic()
         with self._lock:
-            job = _Job(request_id, req, tasks, fut, now)
+            job = Job(request_id, req, tasks, fut, now)
             for pid, task in tasks.items():
                 if task.error is not None:
                     continue
@@ -146,9 +112,9 @@ class JobTable:
                 if not self._jobs[oldest].future.done():
                     break
                 del self._jobs[oldest]
-            self._refresh(job)
+            refresh(job, self.stepped)
             if all(t.finished for t in tasks.values()):
-                self._finish(job, now)
+                finish(job, now)
             return job
 
     def snapshot(self, request_id: str) -> TraceJob:
@@ -173,26 +139,66 @@ class JobTable:
         with self._lock:
             entry = self._pending.get(pid)
             if entry is None:
-                return None
+                return self._dropped(pid, accepts)
             request_id, task = entry
             job = self._jobs.get(request_id)
             if job is None or task.finished:
                 self._pending.pop(pid, None)
                 return None
-            if _start_missed(job.request):
+            if start_missed(job.request):
                 return None  # Kineto would refuse it; the next tick fails the task with the reason
             if not accepts:
                 if task.busy_since_s is None:
                     task.busy_since_s = time.monotonic()
                 before = job.detail
-                self._refresh(job)
+                refresh(job, self.stepped)
                 return None if job.detail == before else ("", job.snapshot())
             del self._pending[pid]
             self._running[pid] = entry
-            task.handed_s = time.monotonic()
-            task.handed_wall = time.time()
-            self._refresh(job)
-            return task.config, job.snapshot()
+            text = self._hand(job, task)
+            refresh(job, self.stepped)
+            return text, job.snapshot()
+
+    def _hand(self, job: Job, task: PidTask) -> str:
+        """The text to hand over now: an explicit start for a duration trace starting at once."""
+        task.handed_s = time.monotonic()
+        task.handed_wall = time.time()
+        text, task.start_wall = stamp_start(task.config, task.handed_wall, warmup_secs(job.request))
+        return text
+
+    def _dropped(self, pid: int, accepts: bool) -> tuple[str, TraceJob] | None:
+        """A running trace's target polls with an idle profiler: hand it again, or fail (lock held)."""
+        entry = self._running.get(pid)
+        if entry is None or not accepts:
+            return None
+        request_id, task = entry
+        job = self._jobs.get(request_id)
+        req = job.request if job is not None else None
+        if job is None or req is None or task.finished or task.start_wall is None or req.duration_ms is None:
+            return None
+        now = time.time()
+        # Kineto is busy from activation (before the start) until the file is written.
+        if not task.start_wall + DROP_GRACE_S < now < file_due_wall(task.start_wall, req.duration_ms):
+            return None
+        why = (
+            f"process {pid}'s Kineto did not start the trace (its profiler loop, ticking once a second, "
+            "picked the config up after the start time"
+        )
+        if req.start_time_ms is None and task.rehanded < MAX_REHANDS:
+            task.rehanded += 1
+            log.info("%s); handing it again", why)
+            text = self._hand(job, task)
+            refresh(job, self.stepped)
+            return text, job.snapshot()
+        if req.start_time_ms is not None:
+            task.error = f"{why}): ask again with a later common start"
+        else:
+            task.error = f"{why}, {task.rehanded + 1} times; the machine may be overloaded)"
+        self._release(pid, task, time.monotonic())
+        refresh(job, self.stepped)
+        if all(t.finished for t in job.tasks.values()):
+            finish(job, time.monotonic())
+        return "", job.snapshot()
 
     def mark_handed(self, pid: int) -> None:
         """Mark a task handed by another route (dynolog RPC)."""
@@ -200,9 +206,34 @@ class JobTable:
             entry = self._pending.pop(pid, None)
             if entry is not None:
                 self._running[pid] = entry
-                entry[1].handed_s = time.monotonic()
-                entry[1].handed_wall = time.time()
-                self._refresh(self._jobs[entry[0]])
+                job, task = self._jobs[entry[0]], entry[1]
+                task.handed_s = time.monotonic()
+                task.handed_wall = time.time()
+                if job.request.duration_ms is not None:  # dynolog hands PROFILE_START_TIME=0 at its next poll
+                    task.start_wall = (
+                        job.request.start_time_ms / 1000 if job.request.start_time_ms is not None
+                        else task.handed_wall + warmup_secs(job.request) + KINETO_DEFAULT_LEAD_S
+                    )
+                refresh(job, self.stepped)
+
+    def watch_interval(self, default_s: float) -> float:
+        """How long the watch thread may sleep: ``DUE_TICK_S`` while a handed trace's file is due.
+
+        Kineto writes the file one profiler tick after the window ends
+        (:func:`~gpulens.ipc.kineto.kconfig.file_due_wall`); looking every
+        ``DUE_TICK_S`` from just before then takes the file within tens of
+        ms of its rename rather than within ``default_s``.
+        """
+        now = time.time()
+        with self._lock:
+            for rid, task in self._running.values():
+                job = self._jobs.get(rid)
+                if task.start_wall is None or job is None or job.request.duration_ms is None:
+                    continue
+                due = file_due_wall(task.start_wall, job.request.duration_ms)
+                if due - 0.1 <= now <= due + DUE_WINDOW_S:
+                    return min(default_s, DUE_TICK_S)
+        return default_s
 
     def fail_task(self, request_id: str, pid: int, reason: str) -> None:
         with self._lock:
@@ -252,7 +283,7 @@ class JobTable:
 
     def _advance(
         self,
-        job: _Job,
+        job: Job,
         now: float,
         gone: set[int],
         reasons: dict[int, str],
@@ -269,7 +300,7 @@ class JobTable:
                     task.error = f"process {task.pid} exited before it picked up the trace request"
                 elif task.pid in reasons:
                     task.error = reasons[task.pid]
-                elif _start_missed(req):
+                elif start_missed(req):
                     task.error = (
                         f"the common start time passed before process {task.pid} picked up its config "
                         "(Kineto refuses a start in the past): ask again with a later start"
@@ -298,9 +329,9 @@ class JobTable:
                 task.note = found.note or task.note
             if task.finished:
                 self._release(task.pid, task, now)
-        self._refresh(job)
+        refresh(job, self.stepped)
         if all(t.finished for t in job.tasks.values()):
-            self._finish(job, now)
+            finish(job, now)
 
     def _learn(self, task: PidTask, req: TraceRequest, stepped: bool | None) -> None:
         if stepped is None:
@@ -334,73 +365,10 @@ class JobTable:
             nxt.queued_behind = None
             nxt.poll_deadline_s = now + nxt.poll_grace_s
             self._pending[pid] = (rid, nxt)
-            self._refresh(self._jobs[rid])
+            refresh(self._jobs[rid], self.stepped)
             break
         if not line:
             self._queued.pop(pid, None)
-
-    def _refresh(self, job: _Job) -> None:
-        """The job's state and detail from its tasks' (only while it is open)."""
-        if job.future.done():
-            return
-        open_tasks = [t for t in job.tasks.values() if not t.finished]
-        if not open_tasks:
-            return
-        handed = [t for t in open_tasks if t.handed_s is not None]
-        pending = [t for t in open_tasks if t.handed_s is None and t.queued_behind is None]
-        req = job.request
-        if handed:
-            t = handed[0]
-            assert t.handed_s is not None
-            span = req.warmup_s + (req.duration_ms or ITERATION_FALLBACK_MS) / 1000
-            if req.start_time_ms is not None:
-                span += max(0.0, req.start_time_ms / 1000 - t.handed_wall)
-            if req.duration_ms is not None and time.monotonic() - t.handed_s > span:
-                job.state = TraceState.WRITING
-                job.detail = f"waiting for process {t.pid} to write its trace"
-            else:
-                job.state = TraceState.TRACING
-                job.detail = f"config handed to process {t.pid}; {_tracing_what(req, t.pid, self.stepped)}"
-        elif pending:
-            job.state = TraceState.WAITING_FOR_POLL
-            busy = [t.pid for t in pending if t.busy_since_s is not None]
-            if busy:
-                job.detail = (
-                    f"process {busy[0]}'s profiler is busy with another trace (not this request); "
-                    "the config goes at its first poll after that trace is written"
-                )
-            else:
-                job.detail = "the target picks the request up at its next poll (up to one poll interval)"
-        else:
-            job.state = TraceState.QUEUED
-            t = open_tasks[0]
-            job.detail = (
-                f"queued behind trace {t.queued_behind} of process {t.pid}; starts when that trace's "
-                "file has landed"
-            )
-
-    def _finish(self, job: _Job, now: float) -> None:
-        missing = {t.pid: t.error or "" for t in job.tasks.values() if t.file is None}
-        notes = {t.pid: t.result_note for t in job.tasks.values() if t.result_note}
-        if job.files:
-            job.state = TraceState.DONE
-            job.detail = ", ".join(job.files.values()) + "".join(f"; {n}" for n in notes.values())
-            owners = {
-                pid: t.output.owner_uid for pid, t in job.tasks.items() if pid in job.files and t.output is not None
-            }
-            job.future.set_result(
-                TraceResult(job.request_id, dict(job.files), missing, now - job.started_s, owners=owners, notes=notes)
-            )
-            return
-        job.state = TraceState.FAILED
-        job.detail = "; ".join(f"{pid}: {why}" for pid, why in missing.items())
-        timed_out = all(t.handed_s is not None for t in job.tasks.values()) and not any(
-            "exited" in (t.error or "") for t in job.tasks.values()
-        )
-        err_cls: type[TraceError] = TraceTimeout if timed_out else NotTraceable
-        if any(t.refused for t in job.tasks.values()):
-            err_cls = TraceError
-        job.future.set_exception(err_cls(job.detail))
 
     def fail_all(self, reason: str) -> list[TraceJob]:
         with self._lock:
@@ -410,7 +378,7 @@ class JobTable:
                     for t in job.tasks.values():
                         if not t.finished:
                             t.error = reason
-                    self._finish(job, time.monotonic())
+                    finish(job, time.monotonic())
                     out.append(job.snapshot())
             self._pending.clear()
             self._running.clear()
@@ -423,25 +391,3 @@ class JobTable:
                 listener(snap)
             except Exception:
                 log.exception("trace job listener failed")
-
-
-START_PICKUP_S = 0.5
-"""Kineto's profiler loop must see a config this long before its start time (it ticks once a second)."""
-
-
-def _start_missed(req: TraceRequest) -> bool:
-    """True when ``req`` has a common start time too close (or past) for a config handed now."""
-    return req.start_time_ms is not None and time.time() > req.start_time_ms / 1000 - START_PICKUP_S
-
-
-def _tracing_what(req: TraceRequest, pid: int, stepped: dict[int, bool]) -> str:
-    """What is being traced, honestly: an iterations request may become a duration trace."""
-    if req.iterations is None:
-        when = " from the common start time" if req.start_time_ms is not None else ""
-        return f"tracing {req.describe()}{when}"
-    if stepped.get(pid):
-        return f"tracing {req.describe()} (the next optimizer steps)"
-    return (
-        f"tracing {req.describe()} if it steps an optimizer, else {ITERATION_FALLBACK_MS} ms "
-        "(Kineto's fallback before the first optimizer.step())"
-    )

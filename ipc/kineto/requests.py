@@ -2,8 +2,9 @@
 
 A :class:`TraceRequest` is plain data (it may come from a remote viewer);
 output paths are never part of it. libkineto inserts ``_<pid>`` before
-``.json`` and renames the finished file into place, so the final name
-appearing means the trace is complete.
+``.json`` and renames the finished file into place; a file at the final
+name counts only once its JSON is closed (:func:`trace_complete`: older
+libkineto wrote the final name as it went).
 
 Where files land (a root agent writes nothing another user chose, and reads
 nothing it did not check; docs/security.md):
@@ -36,6 +37,7 @@ import enum
 import itertools
 import logging
 import os
+import re
 import secrets
 import stat
 import threading
@@ -48,11 +50,13 @@ from typing import Any
 from gpulens.core import safefs
 from gpulens.core.safefs import UnsafePath
 
+# Re-exported: they lived here first (kconfig holds the config text and Kineto's timing).
+from gpulens.ipc.kineto.kconfig import ITERATION_FALLBACK_MS as ITERATION_FALLBACK_MS
+from gpulens.ipc.kineto.kconfig import config_text as config_text
+
 log = logging.getLogger(__name__)
 MAX_DURATION_MS = 10 * 60 * 1000
 MAX_ITERATIONS = 100_000
-ITERATION_FALLBACK_MS = 500
-"""Kineto traces this long instead of N iterations when the target has not stepped an optimizer."""
 TRACE_ROOT = Path("/tmp")
 KINETO_DEFAULT_DIR = Path("/tmp")  # libkineto's fallback: /tmp/libkineto_activities_<pid>.json
 TRACE_DIR_ENV = "KINETO_ONDEMAND_TRACE_DIR"
@@ -343,10 +347,9 @@ def probe_trace_file(out: TraceOutput, pid: int, since_wall: float) -> FileProbe
             st = os.fstat(dfd)
             if (st.st_dev, st.st_ino) != out.dir_key:
                 return FileProbe(refused=f"{out.directory} was replaced after gpulens prepared it; nothing read")
-            found, _ = _check_entry(dfd, asked, out.owner_uid, since_wall, shared=False)
+            found, note = _check_entry(dfd, asked, out.owner_uid, since_wall, shared=False)
             if found:
                 return FileProbe(path=found)
-        note = None
         with safefs.opened_dir(KINETO_DEFAULT_DIR) as tfd:
             safefs.check_dir(tfd, str(KINETO_DEFAULT_DIR), owners=(0,), shared_ok=True)
             for path in defaults:
@@ -375,10 +378,37 @@ def _check_entry(
     if fd is None:
         return None, None
     try:
-        fresh = os.fstat(fd).st_mtime >= since_wall - 1.0
+        st = os.fstat(fd)
+        if st.st_mtime < since_wall - 1.0:
+            return None, None
+        if not trace_complete(fd, st.st_size):
+            return None, f"{path} is still being written (its JSON is not closed yet)"
     finally:
         os.close(fd)
-    return (str(path) if fresh else None), None
+    return str(path), None
+
+
+TAIL_BYTES = 8192
+"""How much of a trace's end :func:`trace_complete` reads (the closing keys hold a path, <= 4096)."""
+_CLOSED = re.compile(rb'"traceName"\s*:\s*"[^"\n]*"[^{}\[\]"]*(?:"[^"\n]*"[^{}\[\]"]*)*}\s*$')
+
+
+def trace_complete(fd: int, size: int) -> bool:
+    """Does the file at ``fd`` (``size`` bytes) hold a finished trace, not one being written?
+
+    libkineto writes ``"traceName"`` only when it finalizes a Chrome trace
+    (``ChromeTraceLogger::finalizeTrace``), followed by at most a few flat
+    keys (``displayTimeUnit``, ``baseTimeNanoseconds`` in 2024's versions)
+    and the closing brace. Before December 2022 it wrote the final name as it
+    went (no ``.tmp`` and rename), so a JSON file counts once that closing is
+    there. Empty does not; a file that is not JSON at all is taken as it is.
+    """
+    if size <= 0:
+        return False
+    head = os.pread(fd, 64, 0).lstrip()
+    if not head.startswith(b"{"):
+        return bool(head)
+    return _CLOSED.search(os.pread(fd, TAIL_BYTES, max(0, size - TAIL_BYTES))) is not None
 
 
 def _open_checked(dfd: int, path: Path, owner: int | None, max_bytes: int) -> int | None:
@@ -407,38 +437,6 @@ def open_trace_file(path: str | Path, owner_uid: int | None, max_bytes: int = MA
     if fd is None:
         raise UnsafePath(f"{p} does not exist")
     return fd
-
-
-def config_text(req: TraceRequest, log: Path, request_id: str) -> str:
-    """The Kineto on-demand config for ``req`` (the same keys as ``dyno gputrace``)."""
-    lines = [f"ACTIVITIES_LOG_FILE={log}"]
-    if req.iterations is not None:
-        lines += [
-            "PROFILE_START_ITERATION=0",
-            "PROFILE_START_ITERATION_ROUNDUP=1",
-            f"ACTIVITIES_ITERATIONS={req.iterations}",
-            # What Kineto traces instead when the target never stepped an optimizer (said, not hidden).
-            f"ACTIVITIES_DURATION_MSECS={ITERATION_FALLBACK_MS}",
-        ]
-    else:
-        start = req.start_time_ms if req.start_time_ms is not None else 0
-        lines += [f"PROFILE_START_TIME={start}", f"ACTIVITIES_DURATION_MSECS={req.duration_ms}"]
-    lines.append(f"ACTIVITIES_WARMUP_PERIOD_SECS={round(req.warmup_s)}")
-
-    def flag(v: bool) -> str:
-        return "true" if v else "false"
-
-    lines += [
-        f"PROFILE_REPORT_INPUT_SHAPES={flag(req.record_shapes)}",
-        f"PROFILE_PROFILE_MEMORY={flag(req.profile_memory)}",
-        f"PROFILE_WITH_STACK={flag(req.with_stack)}",
-        f"PROFILE_WITH_FLOPS={flag(req.with_flops)}",
-        f"PROFILE_WITH_MODULES={flag(req.with_modules)}",
-    ]
-    if req.profile_memory:
-        lines += ["PROFILE_MEMORY=true", f"PROFILE_MEMORY_DURATION_MSECS={req.duration_ms or 1000}"]
-    lines.append(f"REQUEST_TRACE_ID={request_id}")
-    return "\n".join(lines)
 
 
 _BOOL_FIELDS = ("record_shapes", "with_stack", "with_flops", "with_modules", "profile_memory")

@@ -79,6 +79,9 @@ class LocalTraceService:
         self._tick_s = tick_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._open: list[PidTask] = []  # tasks accepted and not finished (for a hand-over's drain)
+        self._refusal: str | None = None  # set while handing the endpoint over, and after
+        self._accepting = threading.Lock()
 
     # -- lifecycle ------------------------------------------------------------
     @property
@@ -121,6 +124,40 @@ class LocalTraceService:
             self.dynolog = self._dynolog_client
         self._stop.clear()
         self._thread = start_thread(self._watch, "gpulens-trace-watch")
+
+    # -- hand-over ----------------------------------------------------------
+    def unhanded(self) -> int:
+        """Accepted traces whose config has not reached Kineto yet (waiting for a poll, or queued)."""
+        with self._accepting:
+            self._open = [t for t in self._open if not t.finished]
+            return sum(1 for t in self._open if t.handed_s is None)
+
+    def release_endpoint(self, refusal: str, drain_s: float) -> str | None:
+        """Give up the Kineto name for another owner, losing no accepted trace; None when released.
+
+        New requests are refused with ``refusal`` from now on. Accepted traces
+        whose config is not handed yet keep the name until their target polled
+        (at most ``drain_s``; then the name is kept, requests accepted again,
+        and the reason returned). Traces already handed to Kineto need no
+        endpoint: the watcher keeps running and their files still land here.
+        """
+        if self.dynolog is not None:
+            return "this gpulens sends its traces through dynolog's RPC; it does not hold the Kineto name"
+        with self._accepting:
+            self._refusal = refusal
+        deadline = time.monotonic() + drain_s
+        while (waiting := self.unhanded()) and time.monotonic() < deadline:
+            time.sleep(self._tick_s)
+        if waiting:
+            self._refusal = None
+            return f"{waiting} trace(s) accepted here still wait for their target's poll"
+        self.endpoint.stop()
+        return None
+
+    def rebind(self) -> None:
+        """Take the Kineto name back after a hand-over that did not complete; raises as ``start``."""
+        self.endpoint.start()
+        self._refusal = None
 
     def stop(self) -> None:
         """Stop serving; pending requests fail with 'service stopped'."""
@@ -186,6 +223,13 @@ class LocalTraceService:
         if self._thread is None:
             fut.set_exception(TraceError("the trace service is not started"))
             return fut
+        with self._accepting:  # a hand-over's drain sees every task accepted before its refusal
+            if self._refusal is not None:
+                fut.set_exception(TraceError(self._refusal))
+                return fut
+            return self._accept(req, fut)
+
+    def _accept(self, req: TraceRequest, fut: Future[TraceResult]) -> Future[TraceResult]:
         request_id = new_request_id()
         pids = req.pids or self._pids_of_job(req.job_id)
         if not pids:
@@ -199,6 +243,7 @@ class LocalTraceService:
         with OutputPlanner() as planner:
             for pid in dict.fromkeys(pids):  # once each, in order
                 tasks[pid] = self._task(req, request_id, pid, planner, live.get(pid), now)
+        self._open += [t for t in tasks.values() if not t.finished]
         job = self._table.add(request_id, req, tasks, fut)
         if self.dynolog is not None:
             self._send_via_dynolog(job.request_id)
@@ -267,7 +312,7 @@ class LocalTraceService:
         return handed[0]
 
     def _watch(self) -> None:
-        while not self._stop.wait(self._tick_s):
+        while not self._stop.wait(self._table.watch_interval(self._tick_s)):
             for snap in self._table.tick(self._diagnose_late):
                 self._table.notify(snap)
 

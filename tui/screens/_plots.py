@@ -125,18 +125,83 @@ def summed_stats(parts: Sequence[WindowStats]) -> WindowStats | None:
     return known[0] if len(known) == 1 and len(parts) == 1 else None
 
 
+SeriesKey = tuple[str, str, int | None, str | None, int | None]
+"""(host or job key, metric, gpu, job, pid): one series a screen draws."""
+
+
+class SeriesFeed:
+    """A screen's aligned series: the closed columns kept, only the stale newest ones read again.
+
+    A plot asks for exactly the columns it draws (``aligned=True``). Between
+    column boundaries only the newest column can change (``tail=1``); when new
+    columns start, the kept ones shift left and only the new ones (and the one
+    that was filling) are read: :meth:`Store.stale_columns` says how many, from
+    the old and new :meth:`Store.series_stamp`. One entry per series (a window
+    or width change replaces it), so the feed stays as small as the screen.
+    """
+
+    def __init__(self) -> None:
+        self._cols: dict[SeriesKey, tuple[tuple[object, ...], list[float]]] = {}
+        self.full_reads = 0
+        """Whole-window reads (a late sample, a new GPU, a new window or width)."""
+        self.tail_reads = 0
+        """Reads of the newest columns only."""
+
+    def _read(self, store: Store, key: SeriesKey, window_s: float, points: int, stamp: tuple[object, ...],
+              read: Callable[[int | None], list[float]]) -> list[float]:
+        hit = self._cols.get(key)
+        old = hit[0] if hit is not None and hit[0][:2] == (window_s, points) else None
+        n = store.stale_columns(window_s, points, old[2:] if old is not None else None, stamp)
+        if hit is None or old is None or n >= points:
+            vals = read(None)
+            self.full_reads += 1
+        else:
+            new_c, old_c = stamp[0], old[2]
+            shift = new_c - old_c if isinstance(new_c, int) and isinstance(old_c, int) else 0
+            if isinstance(new_c, tuple):  # a job's stamp: (hosts, *host stamps); every host shifts alike
+                shift = max((int(sn[0]) - int(so[0]) for sn, so in zip(stamp[1:], old[3:], strict=True)  # type: ignore[index]
+                             ), default=0)
+            vals = hit[1][shift : points - n + shift] + read(n)
+            self.tail_reads += 1
+        self._cols[key] = ((window_s, points, *stamp), vals)
+        return list(vals)
+
+    def series(self, store: Store, host: str, metric: str, window_s: float, points: int,
+               gpu: int | None = None, job: str | None = None, pid: int | None = None) -> list[float]:
+        """``store.series(..., aligned=True)``, reading only the columns that may have changed."""
+        return self._read(store, (host, metric, gpu, job, pid), window_s, points,
+                          store.series_stamp(host, window_s, points),
+                          lambda tail: store.series(host, metric, window_s, points, gpu=gpu, job=job, pid=pid,
+                                                    aligned=True, tail=tail))
+
+    def job_series(self, store: Store, key: str, metric: str, window_s: float, points: int) -> list[float]:
+        """:meth:`series` of a job over its hosts (``store.job_series``, ``job_series_stamp``)."""
+        return self._read(store, (key, metric, None, key, None), window_s, points,
+                          store.job_series_stamp(key, window_s, points),
+                          lambda tail: store.job_series(key, metric, window_s, points, aligned=True, tail=tail))
+
+
 def host_plot(store: Store, host: str, spec: PlotSpec, window_s: float, points: int,
-              gpus: Sequence[int] = (), gpu: int | None = None) -> PlotData:
-    """What a host (or, with ``gpu``, a GPU) plot shows; ``gpus``: one band per GPU."""
-    values = store.series(host, spec.metrics[0], window_s, points, gpu=gpu)
+              gpus: Sequence[int] = (), gpu: int | None = None, feed: SeriesFeed | None = None) -> PlotData:
+    """What a host (or, with ``gpu``, a GPU) plot shows; ``gpus``: one band per GPU.
+
+    With a ``feed``, the series are aligned columns (``points`` of them: the
+    plot's :attr:`~TimeSeriesPlot.points`), of which only the newest is read per tick.
+    """
+    def series(metric: str, g: int | None) -> list[float]:
+        if feed is None:
+            return store.series(host, metric, window_s, points, gpu=g)
+        return feed.series(store, host, metric, window_s, points, gpu=g)
+
+    values = series(spec.metrics[0], gpu)
     for m in spec.metrics[1:]:
-        values = add_series(values, store.series(host, m, window_s, points, gpu=gpu))
+        values = add_series(values, series(m, gpu))
     parts = [store.window_stats(host, m, window_s, gpu=gpu) for m in spec.metrics]
     stats = summed_stats(parts)
     note = "per GPU" if gpus else ""
     if stats is None and parts and not parts[0].empty:  # a sum (rx + tx): figures from the series
         note = f"{note} over {duration(parts[0].covered_s)} of data".strip()
-    lines = [(f"GPU{i}", store.series(host, spec.metrics[0], window_s, points, gpu=i)) for i in gpus]
+    lines = [(f"GPU{i}", series(spec.metrics[0], i)) for i in gpus]
     return plot_data(values, store.unavailable(host, spec.metrics[0]), window_name(window_s), window_s,
                      stats, lines, note)
 

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from textual import events
 from textual.app import ComposeResult, SystemCommand
 from textual.containers import Grid
+from textual.css.query import NoMatches
 from textual.screen import Screen
 
 from gpulens.tui.context import ScreenContext
@@ -65,7 +66,12 @@ class DataScreen(Screen[None]):
     def update_header(self) -> None:
         """Breadcrumbs and state from the context."""
         ctx = self.ctx
-        header = self.query_one(AppHeader)
+        try:
+            header = self.query_one(AppHeader)
+        except NoMatches:
+            if self.torn_down():
+                return
+            raise
         header.crumbs = crumbs_of(self.app.screen_stack, self)
         header.source = ctx.source.name
         header.simulated = ctx.source.simulated
@@ -74,6 +80,12 @@ class DataScreen(Screen[None]):
         status = ctx.store.source_status
         header.status = (status.message, status.ok) if status else ("", True)
         header.clock = ctx.clock_text()
+
+    def torn_down(self) -> bool:
+        """True while the app exits: a refresh queued before finds the widgets gone (not an error)."""
+        flags = (getattr(self.app, "_closing", False), getattr(self, "_closing", False),
+                 getattr(self, "_pruning", False))
+        return any(flags) or not self.is_attached or len(self.children) < 2
 
     def refresh_data(self, force: bool = False) -> None:
         """Redraw what changed in the store (override; call super for the header)."""

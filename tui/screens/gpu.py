@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import re
 from typing import ClassVar
 
 from rich.text import Text
@@ -16,7 +18,7 @@ from gpulens.core.units import NA, num, pct, rate
 from gpulens.store.gpu_events import GpuEvent
 from gpulens.store.views import job_key
 from gpulens.tui.context import ScreenContext
-from gpulens.tui.screens._plots import GPU_PLOTS, configure_plots, host_plot, plot_rows
+from gpulens.tui.screens._plots import GPU_PLOTS, SeriesFeed, configure_plots, host_plot, plot_rows
 from gpulens.tui.screens.base import DataScreen
 from gpulens.tui.screens.process import ProcessScreen
 from gpulens.tui.widgets.gpu_table import THROTTLE_SHORT, mem_pair, pair
@@ -25,7 +27,51 @@ from gpulens.tui.widgets.plot import TimeSeriesPlot
 from gpulens.tui.widgets.process_table import GpuProcessTable
 from gpulens.tui.widgets.thresholds import CRIT, MARKS, STYLES, WARN, gpu_levels, throttle_level
 
+UPDATE_TAKES_LAYOUT = "layout" in inspect.signature(Static.update).parameters
+"""Textual >= 8: ``Static.update(..., layout=False)`` repaints without laying the screen out again."""
+
 MAX_EVENT_LINES = 12
+_NON_BLANK = re.compile(r"\S")
+NOT_REPORTED = "not reported by this source"
+"""The reason shown for a field the sample leaves out without saying why."""
+
+
+def joules(v: float) -> str:
+    """``1.23MJ``: decimal SI, as energy counters are read."""
+    for unit in ("", "k", "M", "G", "T"):
+        if abs(v) < 1000 or unit == "T":
+            return f"{v:.0f}J" if unit == "" else f"{v:.2f}{unit}J"
+        v /= 1000
+    return f"{v:.0f}J"  # pragma: no cover
+
+
+def why(g: GpuSample, field: str) -> str:
+    """The reason ``field`` of ``g`` is n/a: the sample's own, else that the source does not report it."""
+    return g.unavailable.get(field) or g.unavailable.get("gpu") or NOT_REPORTED
+
+
+def extra_fields(g: GpuSample, energy_rate: float | None, rate_why: str) -> list[tuple[str, str]]:
+    """Tensor activity, NVLink total (rx/tx n/a with reason where only the sum is known), energy.
+
+    ``energy_rate``: J/s between the last two samples (or None, ``rate_why`` saying why).
+    """
+    out = [("tensor", pct(g.tensor_active_percent) if g.tensor_active_percent is not None
+            else f"{NA} ({why(g, 'tensor_active_percent')})")]
+    rx, tx, total = g.nvlink_rx_bytes_per_s, g.nvlink_tx_bytes_per_s, g.nvlink_total_bytes_per_s
+    if total is None and rx is not None and tx is not None:
+        total = rx + tx
+    if total is None:
+        out.append(("NVLink total", f"{NA} ({why(g, 'nvlink_total_bytes_per_s')})"))
+    elif rx is None or tx is None:
+        out.append(("NVLink total", f"{rate(total)} (rx/tx {NA}: {why(g, 'nvlink_rx_bytes_per_s')})"))
+    else:
+        out.append(("NVLink total", rate(total)))
+    if g.energy_joules is None:
+        out.append(("energy", f"{NA} ({why(g, 'energy_joules')})"))
+    else:
+        per_s = f"{energy_rate:.0f}J/s" if energy_rate is not None else f"{NA} J/s ({rate_why})"
+        out.append(("energy", f"{joules(g.energy_joules)} total, {per_s}"))
+    return out
 
 
 def event_line(e: GpuEvent, clock: str) -> Text:
@@ -60,6 +106,13 @@ class GpuScreen(DataScreen):
         self.index = index
         self.crumb = f"GPU{index}"
         self._seen: tuple[object, ...] = ()
+        self._shown: dict[str, object] = {}
+        """What each Static last showed: updated (a layout) only when it changes."""
+        self.feed = SeriesFeed()
+        """The plots' aligned columns: per tick only the newest is read."""
+        self._plots: list[TimeSeriesPlot] = []
+        self._energy: list[tuple[float, float]] = []
+        """(sample time, joules) of the last two samples with an energy counter: the rate."""
 
     def compose(self) -> ComposeResult:
         """Header, the GPU's figures, its plots, processes and event history."""
@@ -100,16 +153,52 @@ class GpuScreen(DataScreen):
             return
         self._seen = seen
         sample, g = self.gpu()
-        self.query_one("#gpu-info", Static).update(self._info(g))
-        for spec in GPU_PLOTS:
-            plot = self.query_one(f"#{spec.id}", TimeSeriesPlot)
-            plot.set_data(host_plot(store, self.host, spec, w, plot.points, gpu=self.index))
+        self._note_energy(sample, g)
+        self._update("#gpu-info", self._info(g))
+        if not self._plots:
+            self._plots = [self.query_one(f"#{spec.id}", TimeSeriesPlot) for spec in GPU_PLOTS]
+        for spec, plot in zip(GPU_PLOTS, self._plots, strict=True):
+            plot.set_data(host_plot(store, self.host, spec, w, plot.points, gpu=self.index, feed=self.feed))
         jobs = {j.pid: j for j in sample.jobs} if sample else {}
         table = self.query_one(GpuProcessTable)
         table.placeholder = "no process holds memory on this GPU" if g else "the GPU is not in the newest sample"
         table.show([(p, jobs.get(p.pid), job_key(self.host, jobs[p.pid]) if p.pid in jobs else "")
                     for p in (g.processes if g else ())])
         self._events()
+
+    def _update(self, selector: str, text: Text) -> None:
+        """Show ``text`` in a Static when it changed; a layout (~17 ms) only when its shape did.
+
+        The figures change every tick (``62%`` -> ``63%``), but text whose words
+        keep their lengths wraps to the same lines: the Static is only repainted.
+        """
+        old = self._shown.get(selector)
+        if old == text:
+            return
+        self._shown[selector] = text
+        same = isinstance(old, Text) and _NON_BLANK.sub("x", old.plain) == _NON_BLANK.sub("x", text.plain)
+        widget = self.query_one(selector, Static)
+        if UPDATE_TAKES_LAYOUT:
+            widget.update(text, layout=not same)
+        else:  # Textual < 8 (the floor in pyproject.toml): update always lays the widget out
+            widget.update(text)
+
+    def _note_energy(self, sample: HostSample | None, g: GpuSample | None) -> None:
+        if sample is None or g is None or g.energy_joules is None:
+            return
+        if not self._energy or self._energy[-1][0] != sample.time:
+            self._energy = [*self._energy[-1:], (sample.time, g.energy_joules)]
+
+    def energy_rate(self) -> tuple[float | None, str]:
+        """J/s between the last two samples with the counter, or None and why."""
+        if len(self._energy) < 2:
+            return None, "needs two samples"
+        (t0, j0), (t1, j1) = self._energy
+        if t1 <= t0:
+            return None, "samples out of order"
+        if j1 < j0:
+            return None, "counter went back (driver reloaded)"
+        return (j1 - j0) / (t1 - t0), ""
 
     def _info(self, g: GpuSample | None) -> Text:
         if g is None:
@@ -132,6 +221,11 @@ class GpuScreen(DataScreen):
             text.append(f"{label} ", style="dim")
             text.append(f"{value}{MARKS[lvl]}", style=STYLES[lvl] if lvl else "bold")
             text.append("   ")
+        text.append("\n")
+        for label, value in extra_fields(g, *self.energy_rate()):
+            text.append(f"{label} ", style="dim")
+            text.append(value, style="bold")
+            text.append("   ")
         reasons = sorted(set(g.unavailable.values()))
         if reasons:
             text.append(f"\nn/a: {'; '.join(reasons)[:300]}", style="dim")
@@ -139,10 +233,9 @@ class GpuScreen(DataScreen):
 
     def _events(self) -> None:
         evs = self.ctx.store.gpu_events(self.host, self.index)
-        box = self.query_one("#gpu-events", Static)
         if not evs:
-            box.update(Text("none seen since the viewer started (throttling starts/ends and XID errors "
-                            "are listed here)", style="dim"))
+            self._update("#gpu-events", Text("none seen since the viewer started (throttling starts/ends and "
+                                             "XID errors are listed here)", style="dim"))
             return
         lines = Text()
         for i, e in enumerate(reversed(evs[-MAX_EVENT_LINES:])):
@@ -152,7 +245,7 @@ class GpuScreen(DataScreen):
         if len(evs) > MAX_EVENT_LINES:
             lines.append(f"\n… {len(evs) - MAX_EVENT_LINES} older", style="dim")
         lines.append(f"\n{MARKS[CRIT]} critical  {MARKS[WARN]} warning", style="dim")
-        box.update(lines)
+        self._update("#gpu-events", lines)
 
     def on_incremental_table_row_selected(self, event: GpuProcessTable.RowSelected) -> None:
         """Enter on a process opens its screen."""

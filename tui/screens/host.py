@@ -16,7 +16,7 @@ from gpulens.core.units import duration, window_name
 from gpulens.tui.context import ScreenContext
 from gpulens.tui.messages import OpenJob
 from gpulens.tui.profiling import PROFILE_BINDINGS, Profiling
-from gpulens.tui.screens._plots import HOST_PLOTS, configure_plots, host_plot, plot_rows
+from gpulens.tui.screens._plots import HOST_PLOTS, SeriesFeed, configure_plots, host_plot, plot_rows
 from gpulens.tui.screens.base import DataScreen
 from gpulens.tui.screens.gpu import GpuScreen
 from gpulens.tui.widgets.gpu_table import GpuTable
@@ -81,6 +81,11 @@ class HostScreen(DataScreen):
         self.per_gpu = False
         """GPU plots draw one band per GPU (``g``) instead of the host's aggregate."""
         self._seen: tuple[object, ...] = ()
+        self._shown: dict[str, object] = {}
+        """What each Static last showed: updated (a layout) only when it changes."""
+        self.feed = SeriesFeed()
+        """The plots' aligned columns: per tick only the newest is read."""
+        self._plots: list[tuple[TimeSeriesPlot, bool]] = []
         self.profiling = Profiling(self, self.profile_pids, self.remote_profile_pids)
 
     def compose(self) -> ComposeResult:
@@ -185,12 +190,11 @@ class HostScreen(DataScreen):
             return
         self._seen = seen
         up, reason = store.host_status(self.host)
-        status = self.query_one("#host-status", Static)
-        status.display = not up
         since = ctx.down_since(self.host)
         when = "" if since is None else (
             f" since {ctx.clock_text(since)} ({duration(ctx.clock() - since)} ago)")
-        status.update(f"host down{when}: {reason} — figures below are the last received" if not up else "")
+        self._update("#host-status", f"host down{when}: {reason} — figures below are the last received"
+                     if not up else "", display=not up)
         self.draw_plots()
         for i, panel in enumerate(ctx.cfg.panels):
             self.query_one(f"#panel-{i}", CustomPanel).show(
@@ -198,10 +202,22 @@ class HostScreen(DataScreen):
         gpus = self.query_one(GpuTable)
         gpus.placeholder = f"no GPUs: {store.unavailable(self.host, 'gpu.utilization_percent') or 'none reported'}"
         gpus.show(store.latest(self.host))
-        self.query_one("#legend", Static).update(legend(store.host_row(self.host, w).alerts))
+        alerts = store.host_row(self.host, w).alerts
+        if self._shown.get("#legend") != alerts:
+            self._shown["#legend"] = alerts
+            self.query_one("#legend", Static).update(legend(alerts))
         jobs = self.query_one(JobTable)
         jobs.placeholder = "no process on this host matches the job pattern"
         jobs.show([j for j in store.jobs(w) if self.host in j.hosts])
+
+    def _update(self, selector: str, text: str, display: bool = True) -> None:
+        """Show ``text`` in a Static (and whether it shows): an update, hence a layout, only on change."""
+        if self._shown.get(selector) == (text, display):
+            return
+        self._shown[selector] = (text, display)
+        box = self.query_one(selector, Static)
+        box.display = display
+        box.update(text)
 
     def draw_plots(self) -> None:
         """Fill the plots on screen; those scrolled out of view wait until they are scrolled to.
@@ -211,11 +227,13 @@ class HostScreen(DataScreen):
         store, w = self.ctx.store, self.ctx.window_s
         indices = store.gpu_indices(self.host) if self.per_gpu else []
         view = self.region
-        for spec in HOST_PLOTS:
-            plot = self.query_one(f"#{spec.id}", TimeSeriesPlot)
+        if not self._plots:
+            self._plots = [(self.query_one(f"#{spec.id}", TimeSeriesPlot), spec.per_gpu) for spec in HOST_PLOTS]
+        for spec, (plot, per_gpu) in zip(HOST_PLOTS, self._plots, strict=True):
             if plot.region.area and view.area and not plot.region.overlaps(view):
                 continue
-            plot.set_data(host_plot(store, self.host, spec, w, plot.points, indices if spec.per_gpu else ()))
+            plot.set_data(host_plot(store, self.host, spec, w, plot.points, indices if per_gpu else (),
+                                    feed=self.feed))
 
     def _scrolled(self, _: float) -> None:
         self.call_after_refresh(self.draw_plots)

@@ -22,13 +22,14 @@ from gpulens.tui.messages import OpenProfiler
 from gpulens.tui.profiling import PROFILE_BINDINGS, Profiling
 from gpulens.tui.screens._plots import (
     JOB_PLOTS,
+    SeriesFeed,
     add_series,
     configure_plots,
     mean_series,
     plot_rows,
 )
 from gpulens.tui.screens.base import DataScreen
-from gpulens.tui.screens.process import ProcessScreen
+from gpulens.tui.screens.process import ProcessScreen, update_static
 from gpulens.tui.widgets.header import AppHeader
 from gpulens.tui.widgets.panel import CustomPanel
 from gpulens.tui.widgets.plot import TimeSeriesPlot, plot_data
@@ -67,6 +68,10 @@ class JobScreen(DataScreen):
         self._why: tuple[float, str | None] | None = None
         self._remote_why: tuple[float, str | None] | None = None  # (asked at, the agent's reason)
         self.profiling = Profiling(self, self.profile_pids, self.remote_profile_pids)
+        self.feed = SeriesFeed()
+        """The plots' aligned columns: per tick only the newest is read while the store's stamp holds."""
+        self._shown: dict[str, object] = {}
+        """Widget id -> what it was last given (a tick with equal values touches nothing)."""
 
     def compose(self) -> ComposeResult:
         """Header, job line, plots, custom panels, processes, Profile slot."""
@@ -176,8 +181,9 @@ class JobScreen(DataScreen):
         store = ctx.store
         view = store.job(self.key, ctx.window_s)
         if view is None:
-            info = self.query_one("#job-info", Static)
-            info.update(Text(f"job {self.key} is not running (last seen data kept below)", style="bold"))
+            self._shown.pop("info-fields", None)
+            self._update("#job-info", Text(f"job {self.key} is not running (last seen data kept below)",
+                                           style="bold"))
             # The job ended: no stale "Open Profiler" line or key for processes that are gone.
             self.query_one("#profiler-action", Static).display = False
             if self._polling:
@@ -203,18 +209,23 @@ class JobScreen(DataScreen):
         self._info(view)
         for spec in JOB_PLOTS:
             plot = self.query_one(f"#{spec.id}", TimeSeriesPlot)
-            values = self._series(spec.metrics[0], w, plot.points, view)
+            n = plot.points
+            values = self._series(spec.metrics[0], w, n, view)
             for m in spec.metrics[1:]:
-                values = add_series(values, self._series(m, w, plot.points, view))
+                values = add_series(values, self._series(m, w, n, view))
             reason = None if view.gpus or not spec.id.startswith("job-") else "the job holds no GPU memory"
             if reason is None:
                 reason = store.unavailable(view.hosts[0], spec.metrics[0])
             stats = self._stats(spec.metrics, w, view)
-            plot.set_data(plot_data(values, reason, window_name(w), w, stats))
+            plot.set_data(plot_data(values, reason, window_name(w), w, stats))  # repaints the lines that differ
         for i, panel in enumerate(ctx.cfg.panels):
             self.query_one(f"#panel-{i}", CustomPanel).show(
                 ctx.panel_data(panel, host=None, job=self.key), window_name(w))
-        self.query_one(ProcessTable).show(view.processes)
+        self.query_one(ProcessTable).show(view.processes)  # repaints the rows whose text changed
+
+    def _update(self, selector: str, content: Text | str) -> None:
+        """Update a Static only when its content differs (:func:`update_static`)."""
+        update_static(self._shown, self.query_one(selector, Static), content)
 
     def _show_profiler_line(self, polling: tuple[int, ...]) -> None:
         """"o: Open Profiler", or why the job's processes cannot be traced (with the fix)."""
@@ -223,7 +234,8 @@ class JobScreen(DataScreen):
             action.set_class(False, "-unavailable")
             action.display = True
             where = f"of the agent on {self._polling_host}" if self._polling_host else ""
-            action.update(f"o: Open Profiler — {len(polling)} process(es) poll the Kineto endpoint {where}".rstrip())
+            self._update("#profiler-action",
+                         f"o: Open Profiler — {len(polling)} process(es) poll the Kineto endpoint {where}".rstrip())
             return
         simulated = self.ctx.source.simulated
         pids = [] if simulated else self.profile_pids()
@@ -233,7 +245,7 @@ class JobScreen(DataScreen):
         action.display = why is not None
         if why is not None:
             action.set_class(True, "-unavailable")
-            action.update(f"Open Profiler unavailable: {why}")
+            self._update("#profiler-action", f"Open Profiler unavailable: {why}")
 
     def _why_not_traceable(self, pids: list[int]) -> str | None:
         """The trace service's diagnosis of the job's local processes (every 5 s at most)."""
@@ -311,29 +323,34 @@ class JobScreen(DataScreen):
         return merge([store.window_stats(h, metric, w) for h in view.hosts], metric in SUMMED)
 
     def _series(self, metric: str, w: float, n: int, view: JobView) -> list[float]:
-        store = self.ctx.store
+        """``n`` aligned columns of ``metric`` over the job (its GPUs, or its hosts); newest read per tick."""
+        store, feed = self.ctx.store, self.feed
         if metric.startswith("job."):
-            series: list[float] = store.job_series(self.key, metric, w, n)
-            return series
+            return feed.job_series(store, self.key, metric, w, n)
         if metric.startswith("gpu."):
-            cols = [store.series(h, metric, w, n, gpu=int(g)) for h, g in view.gpus if g.isdigit()]
+            cols = [feed.series(store, h, metric, w, n, gpu=int(g)) for h, g in view.gpus if g.isdigit()]
             return mean_series(cols, n)
-        cols = [store.series(h, metric, w, n) for h in view.hosts]
+        cols = [feed.series(store, h, metric, w, n) for h in view.hosts]
         out: list[float] = cols[0]
         for c in cols[1:]:
             out = add_series(out, c)
         return out
 
     def _info(self, v: JobView) -> None:
+        """The job line, rebuilt only when one of its texts changed."""
         hosts = ", ".join(v.hosts[:6]) + (f" (+{len(v.hosts) - 6})" if len(v.hosts) > 6 else "")
+        fields = (("job", v.key), ("user", v.user), ("tree ID", v.tree_id),
+                  ("hosts", hosts), ("GPUs", str(len(v.gpus))),
+                  ("util", pct(v.util_percent)), ("GPU mem", size(v.gpu_mem_bytes)),
+                  ("runtime", duration(v.runtime_s)), ("command", v.cmdline))
+        if self._shown.get("info-fields") == fields:
+            return
+        self._shown["info-fields"] = fields
         text = Text()
-        for label, value in (("job", v.key), ("user", v.user), ("tree ID", v.tree_id),
-                             ("hosts", hosts), ("GPUs", str(len(v.gpus))),
-                             ("util", pct(v.util_percent)), ("GPU mem", size(v.gpu_mem_bytes)),
-                             ("runtime", duration(v.runtime_s)), ("command", v.cmdline)):
+        for label, value in fields:
             text.append(f"{label} ", style="dim")
             text.append(f"{value}   ", style="bold")
-        self.query_one("#job-info", Static).update(text)
+        self._update("#job-info", text)
 
     def action_open_profiler(self) -> None:
         """Open the PyTorch profiler screen for every polling process of the job, on every host."""

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.widgets import Footer
 
 from gpulens.tui.messages import OpenHost, OpenJob
 from gpulens.tui.screens._finding import FindingScreen, sort_bindings
+from gpulens.tui.screens.gpu import GpuScreen
 from gpulens.tui.widgets.header import AppHeader
 from gpulens.tui.widgets.heatmap import HEAT_METRICS, GpuHeatmap
 from gpulens.tui.widgets.host_table import HostTable
@@ -25,7 +27,7 @@ class OverviewScreen(FindingScreen):
 
     | key | action |
     | --- | --- |
-    | enter | open the host or job under the cursor |
+    | enter | open the host or job under the cursor (on the heatmap: its GPU) |
     | tab | next panel: host table, job table, heatmap |
     | / | regex filter of every panel (``!re`` inverts) |
     | H G U S M P C N A / J T U H G L M R | sort the focused table by that column; again: reverse |
@@ -41,6 +43,11 @@ class OverviewScreen(FindingScreen):
         *sort_bindings(HostTable, JobTable),
         *[Binding(m.key, f"heat('{m.key}')", f"Heatmap {m.label}", show=False) for m in HEAT_METRICS],
     ]
+
+    def __init__(self, *, context: Any = None) -> None:
+        super().__init__(context=context)
+        self._subtitles: dict[str, str] = {}
+        """Box subtitles as last set (set again only when they change)."""
 
     def compose(self) -> ComposeResult:
         """Header, stats, charts, tables, filter, footer."""
@@ -70,6 +77,13 @@ class OverviewScreen(FindingScreen):
 
     def refresh_data(self, force: bool = False) -> None:
         """Push the store's views, narrowed by the filter, into the widgets; each redraws only what changed."""
+        try:
+            self._refresh_widgets(force)
+        except NoMatches:
+            if not self.torn_down():
+                raise
+
+    def _refresh_widgets(self, force: bool) -> None:
         super().refresh_data(force)
         ctx = self.ctx
         store, w = ctx.store, ctx.window_s
@@ -78,8 +92,9 @@ class OverviewScreen(FindingScreen):
         all_gpus = [(h, g) for h in all_hosts for g in store.gpu_indices(h)]
         sel = self.selection(all_hosts, all_jobs, all_gpus)
         hosts = list(sel.hosts)
-        now_fb = int(store.now // store.resolution_s)
-        versions = {h: (store.host_version(h), now_fb, w) for h in hosts}
+        # The widgets add their own time stamp (Store.series_stamp): a row changes when its host
+        # does or when a new column starts, not every second.
+        versions = {h: (store.host_version(h), w) for h in hosts}
         self.query_one(StatsBar).set_stats(store.fleet(w))
         spark = self.query_one(HostSparklines)
         spark.window_s = w
@@ -94,8 +109,7 @@ class OverviewScreen(FindingScreen):
             reason = next((r for h in hosts if (r := store.unavailable(h, "gpu.utilization_percent"))),
                           "none reported yet")
             heat.placeholder = (f"no GPU matches the filter '{self.finder.text}'" if all_gpus
-                                else f"no GPUs: {reason}")
-            heat.refresh()
+                                else f"no GPUs: {reason}")  # repaints only when it changed
         f = self.finder.text
         host_table = self.query_one(HostTable)
         host_table.down_at = {h: ctx.clock_text(t) for h, t in ctx.down_hosts().items()}
@@ -108,10 +122,15 @@ class OverviewScreen(FindingScreen):
             jobs.placeholder = "no process matches the job pattern (--pattern)" if all_hosts else ""
         jobs.show([j for j in all_jobs if j.key in sel.jobs])
         note = self.filter_note()
-        self.query_one("#hosts-box").border_subtitle = host_table.sort_label() + note + host_table.sort_hint()
-        self.query_one("#jobs-box").border_subtitle = jobs.sort_label() + note + jobs.sort_hint()
-        shown = f" · {len(hosts)} of {len(all_hosts)} hosts" if self.finder.active else ""
-        self.query_one("#sparklines").border_subtitle = shown
+        self.subtitle("#hosts-box", host_table.sort_label() + note + host_table.sort_hint())
+        self.subtitle("#jobs-box", jobs.sort_label() + note + jobs.sort_hint())
+        self.subtitle("#sparklines", f" · {len(hosts)} of {len(all_hosts)} hosts" if self.finder.active else "")
+
+    def subtitle(self, selector: str, text: str) -> None:
+        """Set a border subtitle only when it changes (each assignment repaints the whole box)."""
+        if self._subtitles.get(selector) != text:
+            self._subtitles[selector] = text
+            self.query_one(selector).border_subtitle = text
 
     def _table(self) -> HostTable | JobTable:
         jobs = self.query_one(JobTable)
@@ -135,6 +154,14 @@ class OverviewScreen(FindingScreen):
         key = event.key
         self.post_message(OpenHost(str(key[0] if isinstance(key, tuple) else key)))
 
+    def on_lazy_lines_row_chosen(self, event: GpuHeatmap.RowChosen) -> None:
+        """Enter on the heatmap's cursor row opens that GPU's screen."""
+        event.stop()
+        key = event.key
+        if isinstance(key, tuple):
+            host, gpu = key
+            self.app.push_screen(GpuScreen(str(host), int(gpu), context=self.ctx))
+
     def _open(self, table: HostTable | JobTable, key: str) -> None:
         self.post_message(OpenJob(key) if isinstance(table, JobTable) else OpenHost(key))
 
@@ -146,4 +173,4 @@ class OverviewScreen(FindingScreen):
         """Switch the heatmap's metric."""
         heat = self.query_one(GpuHeatmap)
         heat.set_metric(key)
-        self.query_one("#heatmap").border_title = f"per-GPU heatmap: {heat.metric.label}"
+        heat.border_title = f"per-GPU heatmap: {heat.metric.label}"

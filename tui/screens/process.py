@@ -25,7 +25,7 @@ from gpulens.core.model import JobInfo
 from gpulens.core.units import pct, size, window_name
 from gpulens.store.views import job_key
 from gpulens.tui.context import ScreenContext
-from gpulens.tui.screens._plots import PROCESS_PLOTS, configure_plots, plot_rows
+from gpulens.tui.screens._plots import PROCESS_PLOTS, SeriesFeed, configure_plots, plot_rows
 from gpulens.tui.screens._signals import refusal, send
 from gpulens.tui.screens.base import DataScreen
 from gpulens.tui.widgets.header import AppHeader
@@ -58,6 +58,18 @@ class ConfirmSignal(ModalScreen[bool]):
     def action_answer(self, yes: bool) -> None:
         """Close with the answer."""
         self.dismiss(yes)
+
+
+def update_static(shown: dict[str, object], widget: Static, content: Text | str) -> None:
+    """``widget.update(content)`` only when it differs from what ``shown`` says it was given.
+
+    ``Static.update`` repaints and lays out the widget even for equal content:
+    a screen calling it every tick for an unchanged line pays for nothing.
+    """
+    key = widget.id or str(id(widget))
+    if shown.get(key) != content:
+        shown[key] = content
+        widget.update(content)
 
 
 def ancestry(job: JobInfo) -> str:
@@ -93,6 +105,12 @@ class ProcessScreen(DataScreen):
         self.pid = pid
         self.crumb = f"pid {pid}"
         self._seen: tuple[object, ...] = ()
+        self.feed = SeriesFeed()
+        """The plots' aligned columns: per tick only the newest is read while the store's stamp holds."""
+        self._shown: dict[str, object] = {}
+        """Widget id -> what it was last given (a tick with equal values touches nothing)."""
+        self._why: str | bool | None = False
+        """The refusal the footer's bindings were last refreshed for (False: never)."""
 
     @property
     def readonly(self) -> bool:
@@ -104,6 +122,7 @@ class ProcessScreen(DataScreen):
         yield AppHeader()
         with VerticalScroll(id="body"):
             yield Static("", id="proc-info")
+            yield Static("", id="proc-who")  # apart from the figures: it does not change each second
             yield Static("", id="proc-note")
             with Grid(id="plots", classes="plots"):
                 for spec in PROCESS_PLOTS:
@@ -155,33 +174,41 @@ class ProcessScreen(DataScreen):
             return
         self._seen = seen
         job = self.job()
-        self.query_one("#proc-info", Static).update(self._info(job))
+        shown = self._shown
+        figures, who = self._info(job)
+        update_static(shown, self.query_one("#proc-info", Static), figures)
+        who_line = self.query_one("#proc-who", Static)
+        who_line.display = job is not None
+        update_static(shown, who_line, who)
         since = store.processes.since(self.host, self.pid)
-        note = self.query_one("#proc-note", Static)
-        note.update(Text(f"history recorded since {ctx.clock_text(since)}, when this screen opened "
-                         "(the store records only the processes you look at)" if since is not None else "",
-                         style="dim"))
+        update_static(shown, self.query_one("#proc-note", Static),
+                      Text(f"history recorded since {ctx.clock_text(since)}, when this screen opened "
+                           "(the store records only the processes you look at)" if since is not None else "",
+                           style="dim"))
         for spec in PROCESS_PLOTS:
             plot = self.query_one(f"#{spec.id}", TimeSeriesPlot)
             metric = spec.metrics[0]
-            values = store.series(self.host, metric, w, plot.points, pid=self.pid)
+            values = self.feed.series(store, self.host, metric, w, plot.points, pid=self.pid)
             stats = store.window_stats(self.host, metric, w, pid=self.pid)
             reason = ("the process is no longer reported" if job is None
                       else "NVML gives no per-process utilization here" if metric == "proc.gpu_util_percent"
                       else "no sample since this screen opened")
-            plot.set_data(plot_data(values, reason, window_name(w), w, stats))
+            plot.set_data(plot_data(values, reason, window_name(w), w, stats))  # repaints the lines that differ
         why = self.why_not()
-        actions = self.query_one("#proc-actions", Static)
-        actions.update(Text(f"signals: {why}", style="dim") if why else
-                       Text("I: SIGINT   T: SIGTERM   K: SIGKILL   (each asks first)", style="bold"))
-        self.refresh_bindings()
+        update_static(shown, self.query_one("#proc-actions", Static),
+                      Text(f"signals: {why}", style="dim") if why else
+                      Text("I: SIGINT   T: SIGTERM   K: SIGKILL   (each asks first)", style="bold"))
+        if why != self._why:  # the footer greys the signal keys out while refused
+            self._why = why
+            self.refresh_bindings()
 
-    def _info(self, job: JobInfo | None) -> Text:
-        text = Text()
+    def _info(self, job: JobInfo | None) -> tuple[Text, Text]:
+        """(the figures line, the ancestors and command lines): the second rarely changes."""
+        text, who = Text(), Text()
         if job is None:
             text.append(f"{self.host}:{self.pid} is not in the host's newest sample (exited, or no longer "
                         "matches the job pattern); last recorded figures below", style="bold")
-            return text
+            return text, who
         for label, value in (("pid", f"{self.host}:{job.pid}"), ("user", job.user),
                              ("job", job_key(self.host, job)), ("CPU", pct(job.cpu_percent)),
                              ("RSS", size(job.rss_bytes)),
@@ -189,11 +216,11 @@ class ProcessScreen(DataScreen):
                              ("GPU#", ",".join(sorted(job.gpu_mem_bytes)) or "-")):
             text.append(f"{label} ", style="dim")
             text.append(f"{value}   ", style="bold")
-        text.append("\nancestors ", style="dim")
-        text.append(ancestry(job))
-        text.append("\ncommand ", style="dim")
-        text.append(job.cmdline[:2000])
-        return text
+        who.append("ancestors ", style="dim")
+        who.append(ancestry(job))
+        who.append("\ncommand ", style="dim")
+        who.append(job.cmdline[:2000])
+        return text, who
 
     def action_signal(self, name: str) -> None:
         """Ask, then send ``name`` to the process (refused with the reason when it is not yours)."""

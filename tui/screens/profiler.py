@@ -321,7 +321,7 @@ class ProfilerScreen(Screen[None]):
         if pids > 1 and base.duration_ms is not None and hasattr(base, "start_time_ms"):
             # Every rank starts at one wall-clock time after each one's next poll: the windows line up.
             start = common_start_ms((poll_interval(t.service, p) for _, t in live for p in t.pids),
-                                    DEFAULT_POLL_INTERVAL_S)
+                                    DEFAULT_POLL_INTERVAL_S, warmup_s=float(getattr(base, "warmup_s", 0.0)))
             base = replace(base, start_time_ms=start)
         batch, self._next_batch = self._next_batch, self._next_batch + 1
         self._select_batch = batch

@@ -21,12 +21,13 @@ from typing import Any
 
 from rich.markup import escape
 
+from gpulens.ipc.kineto.kconfig import MIN_LEAD_S
 from gpulens.ipc.kineto.protocol import TraceService
 from gpulens.ipc.kineto.requests import TraceJob, TraceState
 
 FINISHED = frozenset({TraceState.DONE, TraceState.FAILED})
 QUEUED = getattr(TraceState, "QUEUED", None)
-START_MARGIN_S = 2.0
+START_MARGIN_S = MIN_LEAD_S + 0.3
 """Added to the slowest target's poll interval: the common start must come after every rank's next poll."""
 
 
@@ -215,10 +216,12 @@ def status_lines(targets: Sequence[Target], most: int) -> list[str]:
     return lines
 
 
-def common_start_ms(intervals: Iterable[float | None], default_interval_s: float, now_s: float | None = None) -> int:
-    """A wall-clock start (ms since the epoch) after every target's next poll: the ranks' windows line up."""
+def common_start_ms(intervals: Iterable[float | None], default_interval_s: float, now_s: float | None = None,
+                    warmup_s: float = 0.0) -> int:
+    """A wall-clock start (ms since the epoch) after every target's next poll (and its warm-up): the ranks'
+    windows line up."""
     known = [v for v in intervals if v is not None]
-    lead = (max(known) if known else default_interval_s) + START_MARGIN_S
+    lead = (max(known) if known else default_interval_s) + START_MARGIN_S + max(0.0, warmup_s)
     return int(((time.time() if now_s is None else now_s) + lead) * 1000)
 
 

@@ -141,7 +141,22 @@ def _spread_notes(reports: Sequence[Any], name_of: dict[int, str]) -> tuple[str,
     for st in find_stragglers(reports)[:3]:
         notes.append(f"straggler: {name_of[st.rank]} by {st.by}, +{st.excess_ms:.2f} ms (+{st.excess_pct:.1f}%); "
                      f"its extra time is {st.cause}")
+    notes.append(_late_note(reports, name_of))
     return tuple(notes)
+
+
+def _late_note(reports: Sequence[Any], name_of: dict[int, str]) -> str:
+    """HTA's late-arrival answer in one line: who starts the most varying collective last."""
+    from gpulens.analysis.trace.late_arrival import late_arrival
+
+    la = late_arrival([(r.rank, r.arrival) for r in reports if getattr(r, "arrival", None) is not None])
+    if la.note:
+        return f"late arrival (HTA's method): n/a: {la.note}"
+    late = {row.rank: row.mean_late_ms for row in la.ranks}
+    who = ", ".join(f"{name_of.get(r, f'rank {r}')} " + (f"+{late[r]:.2f} ms" if late.get(r) is not None else "n/a")
+                    for r in sorted(la.stragglers, key=lambda r: -(late.get(r) or 0.0)))
+    return (f"late arrival (HTA's method, {la.candidates} candidates): {who} after the earliest rank, "
+            f"in {la.kernel.split('(')[0]} over {len(la.iterations)} steps")
 
 
 def analyze_paths(paths: Sequence[str], labels: Sequence[str] | None = None,

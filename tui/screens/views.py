@@ -88,6 +88,11 @@ class _View(FindingScreen):
 
     TITLE = ""
 
+    def __init__(self, *, context: Any = None) -> None:
+        super().__init__(context=context)
+        self._subtitles: dict[int, str] = {}
+        """Box id -> the subtitle it shows."""
+
     def compose(self) -> ComposeResult:
         """Header, the table(s), filter, footer."""
         yield AppHeader()
@@ -120,10 +125,14 @@ class _View(FindingScreen):
                                        else event.key))
 
     def _subtitle(self, table: IncrementalTable, shown: int, total: int, noun: str) -> None:
+        """The box's subtitle (sort, count, filter), set only when it changed: setting it repaints the box."""
         box = table.parent
         if isinstance(box, Vertical):
             count = f" · {shown} of {total} {noun}s" if shown != total else f" · {total} {noun}{'s' * (total != 1)}"
-            box.border_subtitle = table.sort_label() + count + self.filter_note() + table.sort_hint()
+            text = table.sort_label() + count + self.filter_note() + table.sort_hint()
+            if self._subtitles.get(id(box)) != text:
+                self._subtitles[id(box)] = text
+                box.border_subtitle = text
 
 
 class HostsView(_View):

@@ -104,10 +104,7 @@ def time_axis(window_s: float, width: int) -> str:
 
 def runs(line: str) -> list[str]:
     """Split a chart line into runs of blanks and runs of dots."""
-    out: list[str] = []
-    for ch in line:
-        if out and (out[-1][0] == " ") == (ch == " "):
-            out[-1] += ch
-        else:
-            out.append(ch)
-    return out
+    return _RUNS.findall(line)
+
+
+_RUNS = re.compile(r" +|[^ ]+")

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-import math
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, cast
+from typing import Any, ClassVar, cast
 
 from rich.color import Color
 from rich.segment import Segment
 from rich.style import Style
+from textual.binding import BindingType
 from textual.strip import Strip
 
 from gpulens.store.store import Store
+from gpulens.tui.widgets._columns import ColumnCache, nice_columns, span_text
+from gpulens.tui.widgets._keys import cursor_bindings
 from gpulens.tui.widgets._lines import LazyLines
 
 GLYPHS = " ░▒▓█"
@@ -43,21 +45,35 @@ HEAT_METRICS: tuple[HeatMetric, ...] = (
 
 def level(v: float, lo: float, hi: float) -> int:
     """0..4 (glyph) for a value on the scale."""
-    return max(0, min(4, int((v - lo) / ((hi - lo) or 1) * 4.999)))
+    x = int((v - lo) / ((hi - lo) or 1) * 4.999) if -1e300 < v < 1e300 else (0 if v < 0 else 4)
+    return 0 if x < 0 else 4 if x > 4 else x
 
 
 class GpuHeatmap(LazyLines, can_focus=True):
     """Rows ``host:gpu``; columns are time buckets of the window; keys switch the metric.
 
     It fills its height; while rows are hidden the last line says how many
-    (``rows 1–24 of 128 · 104 more ↓``); focused (tab) it scrolls with the arrow keys.
+    (``rows 1–24 of 128 · 104 more ↓``). Focused (tab) it shows a row cursor:
+
+    | key | action |
+    | --- | --- |
+    | ↑ k ↓ j pgup pgdn home end | move the cursor (the rows scroll with it) |
+    | enter | open the GPU under the cursor |
+
+    Each column is a fixed span of absolute time (``1 col = 5s`` in the
+    legend): a tick reads only the newest column of a row, and repaints a row
+    only when its glyphs changed.
     """
 
-    COMPONENT_CLASSES: ClassVar[set[str]] = {"heatmap--label", "heatmap--na"}
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"heatmap--label", "heatmap--na", "heatmap--cursor"}
     DEFAULT_CSS = """
     GpuHeatmap > .heatmap--label { color: $text; }
     GpuHeatmap > .heatmap--na { color: $text-muted; }
+    GpuHeatmap > .heatmap--cursor { background: $accent; color: $text; text-style: bold; }
     """
+    BINDINGS: ClassVar[list[BindingType]] = cursor_bindings("choose", "Open GPU")
+
+    cursor_rows = True
 
     def __init__(self, store: Store, *, name: str | None = None, id: str | None = None,
                  classes: str | None = None) -> None:
@@ -69,6 +85,9 @@ class GpuHeatmap(LazyLines, can_focus=True):
         self.more_line = True
         self._styles = [Style(color=Color.parse(PALETTE[i + 1]), bgcolor=Color.parse(PALETTE[0]))
                         for i in range(5)]
+        self._columns: ColumnCache[list[tuple[int, int]]] = ColumnCache(self._runs)
+        self._memo: dict[Hashable, tuple[tuple[object, ...], list[Segment]]] = {}
+        self._grid: tuple[tuple[float, ...], tuple[int, float]] | None = None
 
     def set_metric(self, key: str) -> bool:
         """Switch to the metric bound to ``key``; False if none is."""
@@ -79,36 +98,102 @@ class GpuHeatmap(LazyLines, can_focus=True):
                 return True
         return False
 
+    def invalidate(self) -> None:
+        """Drop every cached row and column (the metric, window or store changed)."""
+        self._columns.clear()
+        self._memo.clear()
+        super().invalidate()
+
+    def grid(self, width: int) -> tuple[int, float]:
+        """(columns, seconds per column) at ``width``."""
+        key = (width, self.window_s, self.store.resolution_s, self.store.fine_slots)
+        if self._grid is None or self._grid[0] != key:
+            self._grid = (key, nice_columns(self.store, self.window_s, width - 11))
+        return self._grid[1]
+
+    def set_rows(self, rows: Sequence[Hashable], versions: Mapping[Any, object]) -> None:
+        """As :meth:`LazyLines.set_rows`; a row also changes when its host's closed columns may have."""
+        points = self.grid(self.row_width)[0]
+        store, w, stamp = self.store, self.window_s, self._columns.stamp
+        for key, ver in versions.items():
+            self._versions[key] = (ver, stamp(store, key[0], w, points), w, self.metric.key)
+        if list(rows) != self.rows:
+            self._columns.keep(rows)
+            self._memo = {k: v for k, v in self._memo.items() if k in versions}
+        super().set_rows(rows, {})
+
+    def header_key(self) -> Hashable:
+        """The legend shows the metric and the column span (window, store resolution)."""
+        return self.metric.key, self.window_s, self.store.resolution_s, self.store.fine_slots
+
     def header_line(self, y: int, width: int) -> Strip:
         m = self.metric
-        na = self.get_component_rich_style("heatmap--na")
+        na = self.component_style("heatmap--na")
         segs = [Segment(f"{m.label} {m.lo:g}", na)]
         segs += [Segment(GLYPHS[i] * 2, self._styles[i]) for i in range(5)]
         keys = " ".join(f"{h.key}:{h.label.split()[-1]}" for h in HEAT_METRICS)
         used = sum(len(x.text) for x in segs)
-        tail = f"{m.hi:g}{m.unit}  ·=n/a  keys "
+        span = span_text(self.grid(width)[1])
+        tail = f"{m.hi:g}{m.unit}  ·=n/a  1 col = {span}  keys "
         if used + len(tail) + len(keys) > width:  # every key letter stays readable
             keys = " ".join(h.key for h in HEAT_METRICS)
+        if used + len(tail) + len(keys) > width:
+            tail = f"{m.hi:g}{m.unit}  ·=n/a  col {span}  keys "
         segs.append(Segment(tail + keys, na))
         return Strip(segs).crop_extend(0, width, self.base_style)
 
+    def cursor_style(self) -> Style:
+        """The theme's accent (reverse too, so it shows under NO_COLOR)."""
+        return self.component_style("heatmap--cursor") + Style(reverse=True)
+
+    def _runs(self, values: list[float]) -> list[tuple[int, int]]:
+        """(level, count) runs of the closed columns (-1: n/a)."""
+        m = self.metric
+        runs: list[tuple[int, int]] = []
+        for v in values:
+            lv = -1 if v != v else level(v, m.lo, m.hi)
+            if runs and runs[-1][0] == lv:
+                runs[-1] = (lv, runs[-1][1] + 1)
+            else:
+                runs.append((lv, 1))
+        return runs
+
     def make_line(self, key: Hashable, width: int) -> list[Segment]:
         host, gpu = cast("tuple[str, int]", key)
+        points = self.grid(width)[0]
+        stamp, runs, last = self._columns.read(self.store, key, host, self.metric.metric, self.window_s,
+                                               points, gpu)
+        lv = -1 if last != last else level(last, self.metric.lo, self.metric.hi)
+        memo = self._memo.get(key)
+        if memo is not None and memo[0] == (stamp, lv, width):
+            return memo[1]  # same glyphs: the row is not repainted
         label = f"{host.removeprefix('gpu-')[-7:]}:{gpu}"
-        cols = max(1, width - 11)
-        values = self.store.series(host, self.metric.metric, self.window_s, cols, gpu=gpu)
-        segs = [Segment(f"{label:<10} ", self.get_component_rich_style("heatmap--label"))]
-        na = self.get_component_rich_style("heatmap--na")
-        m = self.metric
-        run_level, run = -2, 0
-        for v in [*values, math.inf]:  # run-length: fewer segments to paint
-            lv = -1 if math.isnan(v) else (9 if math.isinf(v) else level(v, m.lo, m.hi))
-            if lv != run_level and run:
-                if run_level < 0:
-                    segs.append(Segment("·" * run, na))
-                else:
-                    segs.append(Segment(GLYPHS[run_level] * run, self._styles[run_level]))
-                run = 0
-            run_level = lv
-            run += 1
+        segs = [Segment(f"{label:<10} ", self.component_style("heatmap--label"))]
+        na = self.component_style("heatmap--na")
+        runs = [*runs[:-1], (lv, runs[-1][1] + 1)] if runs and runs[-1][0] == lv else [*runs, (lv, 1)]
+        for run_level, run in runs:  # run-length: fewer segments to paint
+            if run_level < 0:
+                segs.append(Segment("·" * run, na))
+            else:
+                segs.append(Segment(GLYPHS[run_level] * run, self._styles[run_level]))
+        self._memo[key] = ((stamp, lv, width), segs)
         return segs
+
+    def styles_changed(self) -> None:
+        """Theme or focus: the memoised rows carry the old styles."""
+        self._memo.clear()
+
+    def action_cursor(self, delta: int) -> None:
+        """Move the cursor by ``delta`` rows."""
+        self.move_cursor(delta)
+
+    def action_page(self, pages: int) -> None:
+        """Move the cursor (and the rows) by a page."""
+        room = self._room()
+        top = int(self.scroll_offset.y)
+        self.scroll_to(y=top + pages * room, animate=False, immediate=True)
+        self.move_cursor(pages * room)
+
+    def action_choose(self) -> None:
+        """Enter: open the GPU under the cursor."""
+        self.choose()

@@ -42,6 +42,8 @@ class HostTable(IncrementalTable):
         self._rows: dict[str, HostRow] = {}
         self.down_at: dict[str, str] = {}
         """host -> HH:MM:SS it went down, shown after its DOWN alert."""
+        self._made: dict[str, tuple[HostRow, Thresholds, str | None, tuple[str, ...]]] = {}
+        """host -> the row (the store's, cached per host version), thresholds and down time its texts came from."""
 
     thresholds: Thresholds = DEFAULT
     """Where GPU memory turns warning or critical (the config's ``[thresholds]``)."""
@@ -89,8 +91,17 @@ class HostTable(IncrementalTable):
         else:
             rows = [row_of(h) for h in hosts]
         self._rows = {r.host: r for r in rows}
-        t = self.thresholds
-        data = {r.host: self._with_down_time(self.cells(r, t)) for r in rows}
+        t, made = self.thresholds, self._made
+        data: dict[str, tuple[str, ...]] = {}
+        for r in rows:
+            at = self.down_at.get(r.host)
+            hit = made.get(r.host)
+            if hit is None or hit[0] is not r or hit[1] is not t or hit[2] != at:
+                hit = made[r.host] = (r, t, at, self._with_down_time(self.cells(r, t)))
+            data[r.host] = hit[3]
+        if len(made) > len(rows):  # hosts gone or filtered out
+            for gone in made.keys() - data.keys():
+                del made[gone]
         kept = list(rows)
         kept.sort(key=lambda r: self.sort_value(r, self.sort_index), reverse=self.sort_reverse)
         if self.sort_reverse:  # unknown values stay last

@@ -13,8 +13,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+from rich.cells import cell_len
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
@@ -24,7 +27,7 @@ from gpulens.store.views import WindowStats
 from gpulens.tui.widgets._braille import axis_label, braille_area, runs, time_axis
 from gpulens.tui.widgets.na import na_text
 
-__all__ = ["PlotData", "TimeSeriesPlot", "axis_label", "braille_area", "time_axis"]
+__all__ = ["PlotData", "TimeSeriesPlot", "axis_label", "braille_area", "chart_columns", "time_axis"]
 
 Y_LABEL = 7
 """Cells of the y-axis labels (one more for the gap to the chart)."""
@@ -58,22 +61,31 @@ def plot_data(values: Sequence[float], reason: str | None, window: str, window_s
 
 
 def _clean(values: Sequence[float]) -> tuple[float | None, ...]:
-    return tuple(v if v == v else None for v in values)
+    return tuple([v if v == v else None for v in values])
 
 
-def _styled(text: Text) -> Text:
-    """``text`` with its own style applied to its spans (``Text.render`` leaves the base style out)."""
-    if text.style:
-        text.stylize_before(text.style)
-    return text
+_INF = math.inf
 
 
 def _known(values: Sequence[float | None]) -> list[float]:
-    return [v for v in values if v is not None and math.isfinite(v)]
+    """The finite values (None is a gap; inf is left out, as NaN is)."""
+    return [v for v in values if v is not None and -_INF < v < _INF]
+
+
+Line = tuple[tuple[str, Style], ...]
+"""One line of a plot: (text, style) runs, drawn as segments without Rich's Text."""
+
+_BOLD = Style(bold=True)
 
 
 class TimeSeriesPlot(Widget):
-    """Summary line (now/avg/max over how much data), braille area chart, time axis."""
+    """Summary line (now/avg/max over how much data), braille area chart, time axis.
+
+    Each line is kept as (text, style) runs and as the :class:`Strip` drawn
+    from them; new data repaints only the lines whose runs changed (at 1 Hz
+    with aligned columns: the summary, and the chart rows whose newest cell
+    changed), through :meth:`Widget.refresh` with that line's region.
+    """
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {"plot--title", "plot--area", "plot--alt", "plot--axis",
                                              "plot--idle"}
@@ -87,8 +99,8 @@ class TimeSeriesPlot(Widget):
     TimeSeriesPlot > .plot--idle { color: $text-muted; text-style: italic; }
     """
 
-    points = 300
-    """Values asked of the store; the chart resamples them to its width."""
+    POINTS_UNSIZED = 300
+    """Values asked of the store before the first layout (the chart resamples them)."""
 
     def __init__(self, title: str, fmt: Callable[[float | None], str], *, lo: float = 0.0,
                  hi: float | None = 100.0, floor: float = 0.0,
@@ -105,8 +117,24 @@ class TimeSeriesPlot(Widget):
         """(style, marker) of a value past a threshold (the summary's figures), or None."""
         self.data = PlotData((), None, "")
         self.border_title = title
-        self._drawn: tuple[object, ...] = ()
-        self._strips: list[Strip] = []
+        self._lines: list[Line] = []
+        """The runs of each content line, as computed for ``_size``."""
+        self._strips: list[Strip | None] = []
+        """The strip of each line (None: draw it again from its runs)."""
+        self._drawn_size: tuple[int, int] | None = None
+        self._plot_styles: dict[str, Style] = {}
+        self._charts: dict[int, tuple[tuple[object, ...], tuple[float | None, ...], list[str], list[Line]]] = {}
+        """Band -> (geometry, scale and labels; values; braille rows; their lines) last drawn: a new
+        newest column redraws one cell of each row, and only the rows it changed are built again."""
+        self._axis: tuple[tuple[float, int], Line] | None = None
+        self.repainted = 0
+        """Content lines marked for repaint by :meth:`set_data` (all of them on a full refresh)."""
+
+    @property
+    def points(self) -> int:
+        """The columns the chart draws (two per cell): ask the store for exactly these (aligned)."""
+        width = self.inner_size()[0]
+        return chart_columns(width) if width else self.POINTS_UNSIZED
 
     @property
     def values(self) -> tuple[float, ...]:
@@ -120,16 +148,59 @@ class TimeSeriesPlot(Widget):
 
     def set_data(self, values: Sequence[float] | PlotData, reason: str | None = None, window: str = "",
                  window_s: float = 0.0, stats: WindowStats | None = None) -> None:
-        """New points (NaN = gap) and the n/a reason, or a :class:`PlotData`; repaints only on change."""
+        """New points (NaN = gap) and the n/a reason, or a :class:`PlotData`; repaints only what changed.
+
+        ``values`` spanning exactly :attr:`points` columns are drawn as they are
+        (two per cell); any other length is resampled to the chart's width.
+        """
         data = values if isinstance(values, PlotData) else plot_data(values, reason, window, window_s, stats)
-        if data != self.data:
-            self.data = data
+        if data == self.data:
+            return
+        self.data = data
+        width, height = self.inner_size()
+        if not self.is_mounted or not width or self._drawn_size != (width, height):
+            self._drawn_size = None
+            self.repainted += height
             self.refresh()
+            return
+        new = self._compute(width, height)
+        if len(new) != len(self._lines):
+            self._lines, self._strips = new, [None] * len(new)
+            self.repainted += height
+            self.refresh()
+            return
+        start = -1  # consecutive changed lines are refreshed as one region
+        for y, (old, line) in enumerate([*zip(self._lines, new, strict=True), ((), ())]):
+            if old is not line and old != line:
+                self._strips[y] = None
+                self.repainted += 1
+                if start < 0:
+                    start = y
+            elif start >= 0:
+                self.refresh(Region(0, start, width, y - start))
+                start = -1
+        self._lines = new
+
+    def inner_size(self) -> tuple[int, int]:
+        """(width, height) of the content: :attr:`content_size` without its compositor lookup (per line)."""
+        if not self.is_mounted:
+            return 0, 0
+        outer, gutter = self.outer_size, self.styles.gutter
+        return max(0, outer.width - gutter.width), max(0, outer.height - gutter.height)
 
     def notify_style_update(self) -> None:
         """A theme or class change: draw the strips again."""
         super().notify_style_update()
-        self._drawn = ()
+        self._plot_styles = {}
+        self._drawn_size = None
+
+    def _style(self, name: str) -> Style:
+        """A component's style (``plot--axis``), or the widget's own (``""``), cached until the styles change."""
+        style = self._plot_styles.get(name)
+        if style is None:
+            style = self.rich_style if not name else self.get_component_rich_style(name)
+            self._plot_styles[name] = style
+        return style
 
     def scale(self, known: Sequence[float]) -> tuple[float, bool]:
         """(full scale, idle): the fixed ``hi``, else the data's max with headroom, at least ``floor``."""
@@ -144,10 +215,13 @@ class TimeSeriesPlot(Widget):
 
     def summary(self, known: Sequence[float]) -> Text:
         """``now 75%  avg 63%  max 86%  over 4m50s of data [5m]`` (or ``idle``)."""
+        return Text.assemble(*self._summary(known), no_wrap=True, overflow="crop")
+
+    def _summary(self, known: Sequence[float]) -> list[tuple[str, Style]]:
         d = self.data
         st = d.stats
-        title = self.get_component_rich_style("plot--title")
-        text = Text(no_wrap=True, overflow="crop")
+        title = self._style("plot--title")
+        out: list[tuple[str, Style]] = []
         if st is not None and not st.empty:
             now, mean, top, covered = st.now, st.mean, st.max, duration(st.covered_s)
         else:
@@ -155,83 +229,128 @@ class TimeSeriesPlot(Widget):
             mean, top = (sum(known) / len(known), max(known)) if known else (math.nan, math.nan)
             covered = ""
         if top == top and top <= self.lo and self.hi is None:
-            text.append("idle", self.get_component_rich_style("plot--idle"))
-            text.append(f"  {self.fmt(top)} throughout", title)
+            out += (("idle", self._style("plot--idle")), (f"  {self.fmt(top)} throughout", title))
         else:
             for label, v in (("now", now), ("avg", mean), ("max", top)):
                 past = self.style_of(v) if self.style_of is not None and v == v else None
-                text.append(f"{label} ", title)
+                out.append((f"{label} ", title))
                 if past is None:
-                    text.append(self.fmt(v if v == v else None), title)
+                    out.append((self.fmt(v if v == v else None), title))
                 else:  # the marker keeps the meaning without colour (NO_COLOR)
-                    text.append(self.fmt(v) + past[1], title + past[0])
-                text.append("  ", title)
+                    out.append((self.fmt(v) + past[1], title + past[0]))
+                out.append(("  ", title))
         if covered:
-            text.append(f"over {covered} of data ", title)
-        text.append(f"[{d.window}]" + (f" {d.note}" if d.note else ""), title)
-        return text
+            out.append((f"over {covered} of data ", title))
+        out.append((f"[{d.window}]" + (f" {d.note}" if d.note else ""), title))
+        return out
 
     def render(self) -> Text:
         """The whole plot as text (what :meth:`render_line` draws, line by line)."""
-        return Text("\n").join(self._lines(self.content_size.width, self.content_size.height))
+        width, height = self.content_size.width, self.content_size.height
+        return Text("\n").join(Text.assemble(*line) for line in self._compute(width, height))
 
     def render_line(self, y: int) -> Strip:
-        """Line ``y`` of the content, from strips cached until the data or the size change."""
-        width, height = self.content_size.width, self.content_size.height
-        key = (self.data, width, height)
-        if key != self._drawn:
-            base = self.rich_style
-            self._strips = [Strip(list(_styled(line).render(self.app.console))).crop_extend(0, width, base)
-                            for line in self._lines(width, height)]
-            self._drawn = key
-        if y < len(self._strips):
-            return self._strips[y]
-        return Strip.blank(width, self.rich_style)
+        """Line ``y`` of the content, from strips kept until their runs (or the size) change."""
+        width, height = self.inner_size()
+        if self._drawn_size != (width, height):
+            self._lines = self._compute(width, height)
+            self._strips = [None] * len(self._lines)
+            self._drawn_size = (width, height)
+        if y >= len(self._lines):
+            return Strip.blank(width, self._style(""))
+        strip = self._strips[y]
+        if strip is None:
+            strip = self._strips[y] = _strip(self._lines[y], width, self._style(""))
+        return strip
 
-    def _lines(self, width: int, height: int) -> list[Text]:
-        """Summary line, the chart with a y axis, the time axis."""
+    def _compute(self, width: int, height: int) -> list[Line]:
+        """Summary line, the chart with a y axis, the time axis: each line's runs."""
         d = self.data
-        axis = self.get_component_rich_style("plot--axis")
+        axis = self._style("plot--axis")
         series = [v for _, vals in d.lines for v in vals] if d.lines else d.values
         known = _known(series)
         if not known:
-            return [Text.assemble(na_text(d.reason, width), style=axis)]
+            plain = na_text(d.reason, width).plain
+            bold = min(3, len(plain))
+            return [tuple(p for p in ((plain[:bold], axis + _BOLD), (plain[bold:], axis)) if p[0])]
         hi, _ = self.scale(known)
-        out = [self.summary(_known(d.values) or known)]
+        head = self._summary((_known(d.values) or known) if d.lines else known)
+        out: list[Line] = [()]
         show_axis = height >= 4 and d.window_s > 0
         rows = max(1, height - 1 - show_axis)
-        cols = max(2, (width - Y_LABEL - 1) * 2)
+        cols = chart_columns(width)
         if d.lines:
             if rows < len(d.lines):
-                out[0].append(f" · {rows} of {len(d.lines)} shown", axis)
+                head.append((f" · {rows} of {len(d.lines)} shown", axis))
             self._bands(out, rows, cols, hi, axis)
         else:
-            chart = braille_area(resample(self.values, cols), rows, self.lo, hi)
             mid = self.fmt((hi + self.lo) / 2) if rows >= 5 else ""
-            area = self.get_component_rich_style("plot--area")
-            for i, line in enumerate(chart):
-                label = self.fmt(hi) if i == 0 else self.fmt(self.lo) if i == rows - 1 else (
-                    mid if i == rows // 2 else "")
-                out.append(self._row(label, line, axis, area))
+            top, bottom = self.fmt(hi), self.fmt(self.lo)
+            labels = tuple(top if i == 0 else bottom if i == rows - 1 else (mid if i == rows // 2 else "")
+                           for i in range(rows))
+            out += self._chart(0, d.values, cols, hi, labels, axis, axis + self._style("plot--area"))
+        out[0] = tuple(head)
         if show_axis:
-            out.append(Text(" " * (Y_LABEL + 1) + time_axis(d.window_s, width - Y_LABEL - 1), axis))
+            key = (d.window_s, width)
+            if self._axis is None or self._axis[0] != key:
+                self._axis = key, ((" " * (Y_LABEL + 1) + time_axis(d.window_s, width - Y_LABEL - 1), axis),)
+            out.append(self._axis[1])
         return out
 
-    def _bands(self, out: list[Text], rows: int, cols: int, hi: float, axis: Style) -> None:
+    def _bands(self, out: list[Line], rows: int, cols: int, hi: float, axis: Style) -> None:
         """One band per series, labelled, as tall as the rows allow; the rest counted."""
         lines = self.data.lines
         each = max(1, rows // len(lines))
         shown = lines[: max(1, rows // each)]
-        styles = (self.get_component_rich_style("plot--area"), self.get_component_rich_style("plot--alt"))
+        styles = (axis + self._style("plot--area"), axis + self._style("plot--alt"))
         for n, (label, vals) in enumerate(shown):
-            chart = braille_area(resample([math.nan if v is None else v for v in vals], cols), each, self.lo, hi)
-            for i, line in enumerate(chart):
-                out.append(self._row(label if i == 0 else "", line, axis, styles[n % 2]))
+            labels = (label, *([""] * (each - 1)))
+            out += self._chart(n + 1, vals, cols, hi, labels, axis, styles[n % 2])
 
-    @staticmethod
-    def _row(label: str, line: str, axis: Style, area: Style) -> Text:
-        text = Text(f"{axis_label(label, Y_LABEL):>{Y_LABEL}} ", style=axis, no_wrap=True)
-        # Blank and dotted runs as separate spans: each gets its own x in SVG exports.
-        for run in runs(line):
-            text.append(run, style=axis if run[0] == " " else area)
-        return text
+    def _chart(self, band: int, values: tuple[float | None, ...], cols: int, hi: float,
+               labels: tuple[str, ...], axis: Style, area: Style) -> list[Line]:
+        """The rows of one series (one per label); when only its newest column changed, only the
+        last cell is drawn, and only the rows whose cell changed are built again."""
+        rows = len(labels)
+        key = (cols, self.lo, hi, labels, axis, area)
+        prev = self._charts.get(band)
+        if prev is not None and prev[0] == key and len(values) == cols and values[:-2] == prev[1][:-2]:
+            if values[-2:] == prev[1][-2:]:
+                return prev[3]
+            cell = braille_area(_fit(values[-2:], 2), rows, self.lo, hi)
+            chart = [line[:-1] + c for line, c in zip(prev[2], cell, strict=True)]
+            made = [old if line == was else _row(label, line, axis, area)
+                    for label, line, was, old in zip(labels, chart, prev[2], prev[3], strict=True)]
+        else:
+            chart = braille_area(_fit(values, cols), rows, self.lo, hi)
+            made = [_row(label, line, axis, area) for label, line in zip(labels, chart, strict=True)]
+        self._charts[band] = (key, values, chart, made)
+        return made
+
+
+def chart_columns(width: int) -> int:
+    """The values a chart ``width`` cells wide (y labels included) draws: two per braille cell."""
+    return max(2, (width - Y_LABEL - 1) * 2)
+
+
+def _fit(values: Sequence[float | None], cols: int) -> list[float]:
+    """``values`` as the chart's columns: as they are when they number ``cols``, else resampled."""
+    vals = [math.nan if v is None else v for v in values]
+    return vals if len(vals) == cols else resample(vals, cols)
+
+
+def _strip(line: Line, width: int, base: Style) -> Strip:
+    """``line`` as a strip exactly ``width`` cells wide (padded with ``base``, or cut)."""
+    segments = [Segment(text, style) for text, style in line]
+    used = cell_len("".join([text for text, _ in line]))  # one measure, not one per segment
+    if used > width:
+        return Strip(segments, used).crop(0, width)
+    if used < width:
+        segments.append(Segment(" " * (width - used), base))
+    return Strip(segments, width)
+
+
+def _row(label: str, line: str, axis: Style, area: Style) -> Line:
+    """A chart row: the y label, then blank and dotted runs (each its own span, as SVG exports want)."""
+    head = (f"{axis_label(label, Y_LABEL):>{Y_LABEL}} ", axis)
+    return (head, *((run, axis if run[0] == " " else area) for run in runs(line)))

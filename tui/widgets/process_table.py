@@ -24,6 +24,12 @@ class ProcessTable(IncrementalTable):
     DROP = ("tree", "rss", "gpus", "user")
     CUT_LEFT = frozenset({"tree"})
 
+    def __init__(self, *, name: str | None = None, id: str | None = None,
+                 classes: str | None = None) -> None:
+        super().__init__(name=name, id=id, classes=classes)
+        self._made: dict[str, tuple[JobInfo, tuple[str, ...]]] = {}
+        """Row key -> the process record its texts were made from (a host that sent nothing new keeps it)."""
+
     @staticmethod
     def cells(host: str, p: JobInfo) -> tuple[str, ...]:
         """The texts of one process's row."""
@@ -34,7 +40,15 @@ class ProcessTable(IncrementalTable):
 
     def show(self, processes: tuple[tuple[str, JobInfo], ...]) -> bool:
         """Show these processes; True if anything changed."""
-        rows = {f"{h}:{p.pid}": self.cells(h, p) for h, p in processes}
+        made = self._made
+        rows: dict[str, tuple[str, ...]] = {}
+        kept: dict[str, tuple[JobInfo, tuple[str, ...]]] = {}
+        for h, p in processes:
+            key = f"{h}:{p.pid}"
+            hit = made.get(key)
+            kept[key] = hit if hit is not None and hit[0] is p else (p, self.cells(h, p))
+            rows[key] = kept[key][1]
+        self._made = kept
         return self.sync(rows, list(rows))
 
 

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
-from typing import ClassVar
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any, ClassVar
 
 from rich.segment import Segment
 from rich.style import Style
+from textual.strip import Strip
 
+from gpulens.core.model import HostSample
 from gpulens.core.units import pct
 from gpulens.store.store import Store
+from gpulens.store.views import HOST_METRICS, gpu_block_values, host_values_flat
+from gpulens.tui.widgets._columns import ColumnCache
 from gpulens.tui.widgets._lines import LazyLines
 
 BARS = "▁▂▃▄▅▆▇█"
@@ -35,7 +39,11 @@ def spark(values: Sequence[float], lo: float = 0.0, hi: float = 100.0) -> str:
 
 
 class HostSparklines(LazyLines):
-    """One line per host: ``name  util-spark  95%  SM sm-spark  80%``."""
+    """One line per host: ``name  util-spark  95%  SM sm-spark  80%``.
+
+    Columns are fixed spans of absolute time: a tick reads only a row's newest
+    column (and its "now"), and repaints the row only when its text changed.
+    """
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {"sparklines--label", "sparklines--util", "sparklines--sm", "sparklines--na"}
     DEFAULT_CSS = """
@@ -45,43 +53,110 @@ class HostSparklines(LazyLines):
     HostSparklines > .sparklines--na { color: $text-muted; }
     """
 
+    METRICS = ("gpu.utilization_percent", "gpu.sm_activity_percent")
+
     def __init__(self, store: Store, *, name: str | None = None, id: str | None = None,
                  classes: str | None = None) -> None:
         super().__init__(name=name, id=id, classes=classes)
         self.store = store
         self.window_s = 300.0
         self.header_lines = 1
+        self._columns: ColumnCache[tuple[str, float]] = ColumnCache(_closed)
+        self._parts: dict[tuple[str, str], tuple[tuple[object, ...], list[Segment]]] = {}
+        self._memo: dict[str, tuple[int, list[list[Segment]], list[Segment]]] = {}
+        self._newest: dict[str, tuple[HostSample, dict[str, float]]] = {}
 
-    def header_line(self, y: int, width: int):  # type: ignore[no-untyped-def]
-        from textual.strip import Strip
-
-        st = self.get_component_rich_style("sparklines--na")
+    @staticmethod
+    def columns_at(width: int) -> tuple[int, bool]:
+        """(columns per sparkline, both metrics shown) at ``width``."""
         body = width - 12
-        cols = max(4, (body - 14) // 2 if body >= 40 else body - 6)
+        both = body >= 40
+        return max(4, (body - 14) // 2 if both else body - 6), both
+
+    def invalidate(self) -> None:
+        """Drop every cached row and column (the window or store changed)."""
+        self._columns.clear()
+        self._parts.clear()
+        self._memo.clear()
+        self._newest.clear()
+        super().invalidate()
+
+    def set_rows(self, rows: Sequence[Hashable], versions: Mapping[Any, object]) -> None:
+        """As :meth:`LazyLines.set_rows`; a row also changes when its closed columns may have."""
+        cols = self.columns_at(self.row_width)[0]
+        store, w, stamp = self.store, self.window_s, self._columns.stamp
+        for key, ver in versions.items():
+            self._versions[key] = (ver, stamp(store, str(key), w, cols), w)
+        if list(rows) != self.rows:
+            self._columns.keep((h, m) for h in rows for m in self.METRICS)
+            self._parts = {k: v for k, v in self._parts.items() if k[0] in versions}
+            self._memo = {k: v for k, v in self._memo.items() if k in versions}
+            self._newest = {k: v for k, v in self._newest.items() if k in versions}
+        super().set_rows(rows, {})
+
+    def header_line(self, y: int, width: int) -> Strip:
+        st = self.component_style("sparklines--na")
+        cols, both = self.columns_at(width)
         util = f"{'GPU util':<{cols}} {'now':>4}"
-        sm = f"  {'SM activity':<{cols}} {'now':>4}" if body >= 40 else ""
+        sm = f"  {'SM activity':<{cols}} {'now':>4}" if both else ""
         text = f"{'host':<12}{util}{sm}"
-        return Strip([Segment(text, st)]).crop_extend(
-            0, width, self.rich_style)
+        return Strip([Segment(text, st)]).crop_extend(0, width, self.base_style)
 
     def make_line(self, key: Hashable, width: int) -> list[Segment]:
         host = str(key)
-        label = self.get_component_rich_style("sparklines--label")
-        na = self.get_component_rich_style("sparklines--na")
-        name = host if len(host) <= 11 else host[:10] + "…"
-        body = width - 12
-        both = body >= 40
-        cols = max(4, (body - 14) // 2 if both else body - 6)
-        segs = [Segment(f"{name:<11} ", label)]
-        segs += self._one(host, "gpu.utilization_percent", cols, self.get_component_rich_style("sparklines--util"), na)
+        na = self.component_style("sparklines--na")
+        cols, both = self.columns_at(width)
+        parts = [self._one(host, self.METRICS[0], cols, self.component_style("sparklines--util"), na)]
         if both:
-            segs.append(Segment("  ", na))
-            segs += self._one(host, "gpu.sm_activity_percent", cols, self.get_component_rich_style("sparklines--sm"), na)
+            parts.append(self._one(host, self.METRICS[1], cols, self.component_style("sparklines--sm"), na))
+        memo = self._memo.get(host)
+        if memo is not None and memo[0] == width and len(memo[1]) == len(parts) and all(
+                a is b for a, b in zip(memo[1], parts, strict=True)):
+            return memo[2]  # same text: the row is not repainted
+        name = host if len(host) <= 11 else host[:10] + "…"
+        segs = [Segment(f"{name:<11} ", self.component_style("sparklines--label")), *parts[0]]
+        if both:
+            segs += [Segment("  ", na), *parts[1]]
+        self._memo[host] = (width, parts, segs)
         return segs
 
     def _one(self, host: str, metric: str, cols: int, st: Style, na: Style) -> list[Segment]:
-        values = self.store.series(host, metric, self.window_s, cols)
-        if not any(math.isfinite(v) for v in values):
-            return [Segment(f"{'n/a':<{cols}} {'':>4}", na)]
-        now = next((v for v in reversed(values) if math.isfinite(v)), math.nan)
-        return [Segment(spark(values), st), Segment(f" {pct(now):>4}", st)]
+        """The sparkline and "now" of one metric (the same list while they read the same)."""
+        stamp, (closed, prev), last = self._columns.read(self.store, (host, metric), host, metric,
+                                                         self.window_s, cols)
+        known = last == last and abs(last) != math.inf
+        now = self._latest(host, metric)  # the newest sample, as "now" is everywhere
+        if not (now == now and abs(now) != math.inf):
+            now = last if known else prev
+        text = (closed, spark([last]), pct(now)) if known or prev == prev else None
+        memo = self._parts.get((host, metric))
+        if memo is not None and memo[0] == (stamp, text):
+            return memo[1]
+        if text is None:
+            part = [Segment(f"{'n/a':<{cols}} {'':>4}", na)]
+        else:
+            part = [Segment(text[0] + text[1], st), Segment(f" {text[2]:>4}", st)]
+        self._parts[(host, metric)] = ((stamp, text), part)
+        return part
+
+    def _latest(self, host: str, metric: str) -> float:
+        """``metric`` (a host's mean over its GPUs) in the host's newest sample; NaN without one."""
+        sample = self.store.latest(host)
+        if sample is None:
+            return math.nan
+        hit = self._newest.get(host)
+        if hit is None or hit[0] is not sample:
+            values = host_values_flat(sample, gpu_block_values(sample.gpus))
+            hit = self._newest[host] = (sample, {m: values[HOST_METRICS.index(m)] for m in self.METRICS})
+        return hit[1][metric]
+
+    def styles_changed(self) -> None:
+        """Theme or focus: the memoised rows carry the old styles."""
+        self._memo.clear()
+        self._parts.clear()
+
+
+def _closed(values: list[float]) -> tuple[str, float]:
+    """The closed columns' sparkline and their newest known value (NaN if none)."""
+    prev = next((v for v in reversed(values) if v == v and abs(v) != math.inf), math.nan)
+    return spark(values), prev

@@ -28,6 +28,7 @@ from gpulens.ipc.errors import (
 from gpulens.ipc.kineto import codec
 from gpulens.ipc.kineto.dynolog_rpc import DynologClient
 from gpulens.ipc.kineto.endpoint import KinetoEndpoint
+from gpulens.ipc.kineto.kconfig import DURATION_PAD_MS
 from gpulens.ipc.kineto.registry import Registry
 from gpulens.ipc.kineto.requests import (
     TraceRequest,
@@ -135,7 +136,8 @@ def test_config_text_matches_dyno_gputrace_keys(tmp_path: Path) -> None:
     text = config_text(TraceRequest(pids=(1,), duration_ms=500, record_shapes=True), tmp_path / "trace.json", "r1")
     lines = text.splitlines()
     assert lines[0] == f"ACTIVITIES_LOG_FILE={tmp_path}/trace.json"
-    for key in ("PROFILE_START_TIME=0", "ACTIVITIES_DURATION_MSECS=500", "ACTIVITIES_WARMUP_PERIOD_SECS=0",
+    for key in ("PROFILE_START_TIME=0", f"ACTIVITIES_DURATION_MSECS={500 + DURATION_PAD_MS}",
+                "ACTIVITIES_WARMUP_PERIOD_SECS=0",
                 "PROFILE_REPORT_INPUT_SHAPES=true", "PROFILE_WITH_STACK=false", "REQUEST_TRACE_ID=r1"):
         assert key in lines
     it = config_text(TraceRequest(pids=(1,), duration_ms=None, iterations=3), tmp_path / "t.json", "r2")

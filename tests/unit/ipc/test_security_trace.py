@@ -79,6 +79,10 @@ def _mode(p: Path) -> int:
     return stat.S_IMODE(os.lstat(p).st_mode)
 
 
+DONE = '{"traceEvents": [], "traceName": "t" }'
+"""A finished trace as far as the watcher can tell (libkineto closes every trace with traceName)."""
+
+
 def _victim_file(path: str, text: str) -> None:
     Path(path).write_text(text)
 
@@ -207,7 +211,7 @@ def test_probe_refuses_links_fifos_and_other_users_files(two_users: tuple[User, 
     got = probe_trace_file(out, 4242, since)
     assert got.refused is not None and f"belongs to uid {attacker.uid}" in got.refused
     os.unlink(final)
-    call_as(victim, _victim_file, final, "{}")
+    call_as(victim, _victim_file, final, DONE)
     assert probe_trace_file(out, 4242, since).path == final
     with pytest.raises(UnsafePath, match="belongs to uid"):
         os.close(open_trace_file(final, attacker.uid))
@@ -229,7 +233,7 @@ def test_default_path_takes_only_the_targets_own_fresh_file(two_users: tuple[Use
     got = probe_trace_file(out, 4242, since)
     assert got.refused is not None and "symbolic link" in got.refused
     os.unlink(default)
-    call_as(victim, _victim_file, default, "{}")
+    call_as(victim, _victim_file, default, DONE)
     assert probe_trace_file(out, 4242, since).path == default
     os.utime(default, (since - 60, since - 60))  # left over from an earlier run: not this trace
     assert probe_trace_file(out, 4242, since).path is None
@@ -275,7 +279,7 @@ def test_trace_of_a_planted_file_fails_with_the_reason(
             with pytest.raises(TraceError, match="not a regular file"):
                 fut.result(timeout=15)
         else:
-            call_as(victim, _victim_file, final, '{"traceEvents": []}')
+            call_as(victim, _victim_file, final, DONE)
             result = fut.result(timeout=15)
             assert result.files == {target.pid: final} and result.owners == {target.pid: victim.uid}
     finally:

@@ -134,3 +134,45 @@ def test_job_series_aligned_and_its_stamp() -> None:
     assert store.job_series(key, "job.cpu_percent", 300, 69, tail=1) == cols[-1:]
     stamp = store.job_series_stamp(key, 300, 69)
     assert stamp[0] == ("a", "b")
+
+
+def test_stale_columns_reading_only_those_keeps_the_series_equal_to_a_full_read() -> None:
+    """Keep the old columns shifted, re-read the stale newest ones: equal to a full read at every tick."""
+    store = Store()
+    rng = random.Random(9)
+    for window, points in ((300, 69), (300, 132), (60, 69), (3600, 100)):
+        kept: list[float] | None = None
+        stamp: tuple[object, ...] | None = None
+        lag_kept: list[float] | None = None
+        lag_stamp: tuple[object, ...] | None = None
+        partial_reads = 0
+        for i in range(700):
+            t = T0 + 10_000 * points + i
+            store.apply(SampleEvent(sample(t, cpu=rng.uniform(0, 100))))
+            store.apply(SampleEvent(sample(t - 12 if i % 3 else t - 11, host="lag", cpu=float(i % 50))))
+            if i % 97 == 50:
+                store.apply(SampleEvent(sample(t - 40 - i % 7, host="h1", cpu=1.0)))  # late, out of order
+            new = store.series_stamp("h1", window, points)
+            n = store.stale_columns(window, points, stamp, new)
+            if kept is None or n >= points:
+                kept = store.series("h1", "cpu.total_percent", window, points, aligned=True)
+            else:
+                shift = int(new[0]) - int(stamp[0])  # type: ignore[index, call-overload]  # columns started since
+                head = kept[shift : points - n + shift]
+                kept = head + store.series("h1", "cpu.total_percent", window, points, tail=n)
+                partial_reads += 1
+            stamp = new
+            assert _same(kept, store.series("h1", "cpu.total_percent", window, points, aligned=True)), \
+                (window, points, i)
+            lag_new = store.series_stamp("lag", window, points)
+            m = store.stale_columns(window, points, lag_stamp, lag_new)
+            if lag_kept is None or m >= points:
+                lag_kept = store.series("lag", "cpu.total_percent", window, points, aligned=True)
+            else:
+                d = int(lag_new[0]) - int(lag_stamp[0])  # type: ignore[index, call-overload]
+                lag_kept = lag_kept[d : points - m + d] + store.series("lag", "cpu.total_percent", window, points,
+                                                                        tail=m)
+            lag_stamp = lag_new
+            assert _same(lag_kept, store.series("lag", "cpu.total_percent", window, points, aligned=True)), \
+                ("lag", window, points, i)
+        assert partial_reads > 600, (window, points)

@@ -350,6 +350,11 @@ async def test_analyze_charts_are_drawn_once_per_analysis_and_size() -> None:
     from gpulens.tui.screens.profiler_work import analyze_paths
 
     summary, extras = analyze_paths([str(RANK0), str(RANK1)])
+    # HTA's late-arrival answer beside the median method (tests/unit/analysis/test_late_arrival.py checks
+    # the numbers against HTA's): rank 1 starts the collective later.
+    late = [n for n in extras.notes if n.startswith("late arrival")]
+    assert len(late) == 1 and "rank 1 +" in late[0] and "ncclKernel_SendRecv" in late[0], extras.notes
+    assert late[0].index("rank 1") < late[0].index("rank 0")
     screen = AnalyzeScreen(summary, "2 ranks", extras)
     app = ChartHost(screen)
     async with app.run_test(size=(200, 50)) as pilot:

@@ -1,0 +1,183 @@
+"""Owning this host's Kineto endpoint whichever gpulens started first (issue 11, section 2).
+
+Two halves, both given only what they need (never the agent):
+
+- :class:`EndpointClaimer` runs in an agent that found the Kineto name
+  taken. When the holder is a local gpulens that can hand the endpoint over
+  (``gpulens.ipc.handover``), it asks it to and binds the name once it is
+  free; otherwise (an older gpulens, ``gpulens trace``, dynolog, anyone
+  else) the agent serves without traces, says why, and tries again every
+  ``retry_s`` seconds, so it takes the name when the holder exits.
+- :class:`HandoverServer` runs in an in-process endpoint owner (a TUI's):
+  it answers the request, only for root or its own uid (``SO_PEERCRED``),
+  by letting every accepted trace reach Kineto, releasing the name and the
+  control socket, and telling the owner's user (``on_event``) so that it
+  traces through the new owner from then on (after checking who that is).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gpulens.agent.request_kinds import RequestError
+from gpulens.ipc.handover import handover_allowed, refusal, request_handover
+from gpulens.ipc.principal import Principal
+
+log = logging.getLogger("gpulens.agent")
+
+CLAIM_RETRY_S = 15.0
+"""How often an agent without the Kineto name tries to get it again."""
+DRAIN_S = 30.0
+"""How long an owner waits for its accepted traces to reach Kineto before releasing the name."""
+ANSWER_S = DRAIN_S + 15.0
+"""How long the asking agent waits for the holder's answer."""
+BIND_AFTER_RELEASE_S = 3.0
+"""How long the agent tries to bind the name the holder said it released."""
+
+EventFn = Callable[[str], None]
+"""Told ``draining`` (hold new traces), ``resumed`` (the hand-over did not happen) or ``released``."""
+
+
+class EndpointClaimer:
+    """Gets the Kineto name for an agent that found it taken (a daemon thread).
+
+    ``socket_dir``: the Kineto socket directory served (None: the abstract
+    name). ``start_service()`` builds and starts a trace service (raising
+    EndpointBusy while the name is taken); ``install(svc)`` hands a started
+    one to the agent; ``note(reason)`` records why there is none yet.
+    """
+
+    def __init__(
+        self,
+        socket_dir: str | None,
+        start_service: Callable[[], Any],
+        install: Callable[[Any], None],
+        note: Callable[[str], None],
+        stop: threading.Event,
+        *,
+        retry_s: float = CLAIM_RETRY_S,
+    ) -> None:
+        self.socket_dir = socket_dir
+        self._start_service = start_service
+        self._install = install
+        self._note = note
+        self._stop = stop
+        self.retry_s = retry_s
+        self.thread: threading.Thread | None = None
+
+    def start(self, busy: Exception | None = None) -> None:
+        """Claim in a daemon thread: at once, then every ``retry_s`` seconds until bound or stopped.
+
+        ``busy``: the EndpointBusy the caller just got (the first attempt asks the holder straight away).
+        """
+        self.thread = threading.Thread(target=self._loop, args=(busy,), name="gpulens-kineto-claim", daemon=True)
+        self.thread.start()
+
+    def _loop(self, busy: Exception | None) -> None:
+        last = ""
+        while not self._stop.is_set():
+            why = self.claim_once(busy)
+            busy = None
+            if why is None:
+                return
+            if why != last:
+                log.warning("Kineto endpoint not started: %s; trying again every %g s", why, self.retry_s)
+                last = why
+            self._note(f"Kineto endpoint not started: {why}")
+            if self._stop.wait(self.retry_s):
+                return
+
+    def claim_once(self, taken: Exception | None = None) -> str | None:
+        """One attempt: bind, or ask a gpulens holder to hand over and bind; None when installed.
+
+        ``taken``: the EndpointBusy just raised (no second bind attempt first).
+        """
+        from gpulens.ipc.errors import EndpointBusy
+        from gpulens.ipc.kineto.endpoint import holder_of
+
+        try:
+            if taken is not None:
+                raise taken
+            return self._take(self._start_service())
+        except EndpointBusy as busy:
+            held = holder_of(self.socket_dir)
+            uid = None if held is None else held[2]
+            if held is None or uid is None:
+                return str(busy)
+            pid = held[0]
+            answer = request_handover(self.socket_dir, pid, uid, ANSWER_S)
+            if not answer.released:
+                return f"{busy} (asked pid {pid} to hand the endpoint over: {answer.reason})"
+            log.info("pid %d (uid %d) handed the Kineto endpoint over; binding it", pid, uid)
+            return self._bind_released(pid)
+        except Exception as err:  # the agent serves without traces and says why
+            return f"{type(err).__name__}: {err}"
+
+    def _bind_released(self, pid: int) -> str | None:
+        from gpulens.ipc.errors import EndpointBusy
+
+        deadline = time.monotonic() + BIND_AFTER_RELEASE_S
+        while True:
+            try:
+                return self._take(self._start_service())
+            except EndpointBusy as busy:
+                if time.monotonic() > deadline:
+                    return f"pid {pid} released the Kineto name but it was taken again at once: {busy}"
+            self._stop.wait(0.05)
+
+    def _take(self, svc: Any) -> str | None:
+        if self._stop.is_set():
+            svc.stop()
+            return "the agent is stopping"
+        self._install(svc)
+        return None
+
+
+class HandoverServer:
+    """Answers ``endpoint_handover`` for an in-process endpoint owner (one hand-over at a time).
+
+    ``service()`` is the owner's LocalTraceService now; ``release_control()``
+    stops its control socket; ``on_event`` is told each step (see :data:`EventFn`).
+    """
+
+    def __init__(
+        self, service: Callable[[], Any], release_control: Callable[[], None], on_event: EventFn
+    ) -> None:
+        self._service = service
+        self._release_control = release_control
+        self._on_event = on_event
+        self._lock = threading.Lock()
+        self.done = False
+
+    def __call__(self, principal: Principal) -> dict[str, Any]:
+        me = os.geteuid()
+        if not handover_allowed(principal, me):
+            log.warning("%s", refusal(principal, me))
+            raise RequestError(refusal(principal, me))
+        if not self._lock.acquire(blocking=False):
+            raise RequestError("endpoint hand-over already in progress")
+        try:
+            svc = self._service()
+            if self.done or svc is None or not hasattr(svc, "release_endpoint"):
+                raise RequestError("this gpulens holds no Kineto endpoint to hand over")
+            self._on_event("draining")
+            why = svc.release_endpoint(
+                f"this gpulens handed the Kineto endpoint over to the agent of {principal.describe()}: "
+                "trace through that agent ('gpulens trace' finds it)",
+                DRAIN_S,
+            )
+            if why is not None:
+                self._on_event("resumed")
+                raise RequestError(f"endpoint hand-over not now: {why}")
+            self._release_control()
+            self.done = True
+            log.info("Kineto endpoint %s handed over to %s", svc.address, principal.describe())
+            self._on_event("released")
+            return {"released": True}
+        finally:
+            self._lock.release()

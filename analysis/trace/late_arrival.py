@@ -1,0 +1,157 @@
+"""HTA's straggler method: ranks whose dominant collective starts late.
+
+A restatement of HolisticTraceAnalysis 0.5's ``TraceAnalysis.get_potential_stragglers``
+(``hta/analyzers/straggler_analysis.py``) with its default metric
+``find_stragglers_with_late_start_comm_kernels`` (``hta/analyzers/straggler.py``),
+over the per-rank reductions of :mod:`.arrival`:
+
+1. Steps: every rank's ``ProfilerStep#N`` spans; without ``include_last_step``
+   (HTA's ``include_last_profiler_step``) each rank's last-starting step is
+   dropped (HTA's ``_filter_irrelevant_gpu_kernels``; only when the job has
+   more than one step name). The iterations used are the union over ranks.
+2. ``mean_iter`` = (latest end - earliest start of any event in those
+   iterations, all ranks) / number of iterations.
+3. Candidate kernels: NCCL kernels on a stream > 0, launched in an iteration
+   > 0, lasting at least 1 % of ``mean_iter``; per (rank, stream, iteration,
+   name) the last one in the file.
+4. The collective: per (stream, iteration, name) the standard deviation
+   across ranks (n - 1) of duration / ``mean_iter``; averaged over
+   iterations; the (stream, name) with the largest average is chosen (HTA
+   breaks ties in its symbol table's order, gpulens by stream then name).
+5. Metric: its normalized start, (start - earliest start) / ``mean_iter``, per
+   rank and iteration. In each iteration the ranks whose metric is at least
+   the k-th largest are flagged (k = ``candidates``, HTA's
+   ``num_candidates``, default 2); the ranks flagged most often, k of them
+   (ties: lower rank first), are the potential stragglers.
+
+HTA names k ranks whatever the gap; :class:`ArrivalRank` adds, per rank and
+iteration, how much later than the earliest rank the collective started.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpulens.analysis.trace.arrival import CommKernel, RankArrival
+
+MIN_NORMALIZED_DURATION = 0.01
+CANDIDATES = 2
+
+
+@dataclass(frozen=True, slots=True)
+class ArrivalRank:
+    """One rank in the late-arrival result.
+
+    ``starts`` and ``late_ms`` follow ``LateArrival.iterations`` (None where the
+    rank has no such kernel in that iteration): the normalized start (HTA's
+    metric) and the start minus the earliest rank's start that iteration.
+    """
+
+    rank: int
+    flagged: int
+    starts: tuple[float | None, ...]
+    late_ms: tuple[float | None, ...]
+
+    @property
+    def mean_late_ms(self) -> float | None:
+        """Mean lateness over the iterations it took part in."""
+        xs = [x for x in self.late_ms if x is not None]
+        return sum(xs) / len(xs) if xs else None
+
+
+@dataclass(frozen=True, slots=True)
+class LateArrival:
+    """The result; with ``note`` set (why it could not run) the other fields are empty."""
+
+    note: str
+    candidates: int
+    include_last_step: bool
+    stragglers: tuple[int, ...] = ()
+    kernel: str = ""
+    stream: int = -1
+    iterations: tuple[int, ...] = ()
+    mean_iter_us: float = 0.0
+    min_duration_us: float = 0.0
+    ranks: tuple[ArrivalRank, ...] = ()
+
+
+def _kept_steps(r: RankArrival, drop_last: bool) -> set[int]:
+    if not r.steps:
+        return set()
+    if not drop_last:
+        return {s.iteration for s in r.steps}
+    last = max(s.ts_us for s in r.steps)
+    return {s.iteration for s in r.steps if s.ts_us < last}
+
+
+def late_arrival(
+    ranks: Sequence[tuple[int, RankArrival]], *, candidates: int = CANDIDATES, include_last_step: bool = True
+) -> LateArrival:
+    """HTA's potential stragglers for ranks ``(rank, reduction)`` (see the module docstring)."""
+    k = max(1, candidates)
+    fail = LateArrival("", k, include_last_step)
+    refused = next(((rank, r.note) for rank, r in ranks if r.steps and not r.ranges and "overlap" in r.note), None)
+    if refused is not None:
+        return _with(fail, f"rank {refused[0]}: {refused[1]}")
+    names = {s.iteration for _, r in ranks for s in r.steps}
+    drop_last = not include_last_step and len(names) > 1
+    kept = {rank: _kept_steps(r, drop_last) for rank, r in ranks}
+    iterations = sorted(set().union(*kept.values())) if kept else []
+    if not iterations:
+        return _with(fail, "no ProfilerStep#N spans (HTA's method needs them)")
+    lo, hi = math.inf, -math.inf
+    for rank, r in ranks:
+        for g in r.ranges:
+            if g.iteration in kept[rank]:
+                lo, hi = min(lo, g.min_ts_us), max(hi, g.max_end_us)
+    mean_iter = (hi - lo) / len(iterations)
+    if not (math.isfinite(mean_iter) and mean_iter > 0):
+        return _with(fail, "the ProfilerStep#N spans have no usable time span "
+                           "(no events with a duration, or timestamps out of range)")
+    min_dur = mean_iter * MIN_NORMALIZED_DURATION
+    last: dict[tuple[int, int, int, str], CommKernel] = {}
+    for rank, r in ranks:
+        for c in r.kernels:
+            if c.iteration > 0 and c.iteration in kept[rank] and c.dur_us >= min_dur:
+                last[(rank, c.stream, c.iteration, c.name)] = c  # the last in the file wins
+    if not last:
+        return _with(fail, "no NCCL kernel (ncclKernel*, ncclDevKernel*) of at least 1% of the mean step "
+                           "launched in a ProfilerStep > 0 (HTA's method needs one)")
+    durs: dict[tuple[int, int, str], list[float]] = {}
+    for (_, stream, it, name), c in last.items():
+        durs.setdefault((stream, it, name), []).append(c.dur_us / mean_iter)
+    spread: dict[tuple[int, str], list[float]] = {}
+    for (stream, _it, name), xs in durs.items():
+        if len(xs) > 1:
+            spread.setdefault((stream, name), []).append(statistics.stdev(xs))
+    if not spread:
+        return _with(fail, "no NCCL kernel seen on two ranks in one iteration (the spread across ranks is undefined)")
+    best = min(spread, key=lambda sn: (-statistics.fmean(spread[sn]), sn))
+    stream, name = best
+    metric: dict[int, dict[int, float]] = {}
+    for (rank, st, it, nm), c in last.items():
+        if (st, nm) == best:
+            metric.setdefault(it, {})[rank] = (c.ts_us - lo) / mean_iter
+    its = sorted(metric)
+    flagged: dict[int, int] = {}
+    for it in its:
+        vals = sorted(metric[it].values(), reverse=True)
+        threshold = vals[min(k, len(vals)) - 1]
+        for rank, v in metric[it].items():
+            flagged[rank] = flagged.get(rank, 0) + (1 if v >= threshold else 0)
+    order = sorted(flagged, key=lambda rk: (-flagged[rk], rk))
+    rows = []
+    for rank in sorted(flagged):
+        starts = tuple(metric[it].get(rank) for it in its)
+        late = tuple(None if s is None else (s - min(metric[it].values())) * mean_iter / 1000.0
+                     for s, it in zip(starts, its, strict=True))
+        rows.append(ArrivalRank(rank, flagged[rank], starts, late))
+    return LateArrival("", k, include_last_step, tuple(order[:k]), name, stream, tuple(its), mean_iter, min_dur,
+                       tuple(rows))
+
+
+def _with(base: LateArrival, note: str) -> LateArrival:
+    return LateArrival(note, base.candidates, base.include_last_step)

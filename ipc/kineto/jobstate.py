@@ -1,0 +1,166 @@
+"""The state of one trace job: its pid tasks, what a UI is told, how its Future resolves.
+
+Internal to :mod:`gpulens.ipc.kineto.jobs` (the table that owns the lock):
+nothing here locks; callers hold the table's lock.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from gpulens.ipc.errors import NotTraceable, TraceError, TraceTimeout
+from gpulens.ipc.kineto.kconfig import (
+    ITERATION_FALLBACK_MS,
+    MIN_LEAD_S,
+    warmup_secs,
+    window_end_wall,
+)
+from gpulens.ipc.kineto.liveness import ProcIdentity
+from gpulens.ipc.kineto.requests import TraceJob, TraceOutput, TraceRequest, TraceResult, TraceState
+
+
+@dataclass(slots=True)
+class PidTask:
+    """One pid of a job (mutable; only touched under the table lock)."""
+
+    pid: int
+    config: str
+    output: TraceOutput | None = None
+    poll_grace_s: float = 12.0
+    poll_deadline_s: float = 0.0
+    handed_s: float | None = None
+    handed_wall: float = 0.0
+    file: str | None = None
+    error: str | None = None
+    refused: bool = False
+    note: str | None = None
+    result_note: str | None = None
+    queued_behind: str | None = None
+    busy_since_s: float | None = None
+    ident: ProcIdentity | None = None
+    start_wall: float | None = None
+    """The trace's start as handed (seconds since the epoch); None for iterations."""
+    rehanded: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.file is not None or self.error is not None
+
+    @property
+    def watched(self) -> str:
+        """The directory watched, for messages."""
+        return f"{self.output.directory}/" if self.output is not None else "nothing"
+
+
+@dataclass(slots=True)
+class Job:
+    """One request's bookkeeping (mutable; only touched under the table lock)."""
+
+    request_id: str
+    request: TraceRequest
+    tasks: dict[int, PidTask]
+    future: Future[TraceResult]
+    started_s: float
+    state: TraceState = TraceState.WAITING_FOR_POLL
+    detail: str = ""
+    files: dict[int, str] = field(default_factory=dict)
+
+    def snapshot(self) -> TraceJob:
+        return TraceJob(
+            request_id=self.request_id,
+            request=self.request,
+            pids=tuple(self.tasks),
+            state=self.state,
+            detail=self.detail,
+            started_s=self.started_s,
+            files=dict(self.files),
+        )
+
+
+def refresh(job: Job, stepped: dict[int, bool]) -> None:
+    """The job's state and detail from its tasks' (only while it is open)."""
+    if job.future.done():
+        return
+    open_tasks = [t for t in job.tasks.values() if not t.finished]
+    if not open_tasks:
+        return
+    handed = [t for t in open_tasks if t.handed_s is not None]
+    pending = [t for t in open_tasks if t.handed_s is None and t.queued_behind is None]
+    req = job.request
+    if handed:
+        t = handed[0]
+        started = t.start_wall if t.start_wall is not None else t.handed_wall + req.warmup_s
+        if req.duration_ms is not None and time.time() > window_end_wall(started, req.duration_ms):
+            job.state = TraceState.WRITING
+            job.detail = f"waiting for process {t.pid} to write its trace"
+        else:
+            job.state = TraceState.TRACING
+            job.detail = f"config handed to process {t.pid}; {tracing_what(req, t.pid, stepped)}"
+    elif pending:
+        job.state = TraceState.WAITING_FOR_POLL
+        busy = [t.pid for t in pending if t.busy_since_s is not None]
+        if busy:
+            job.detail = (
+                f"process {busy[0]}'s profiler is busy with another trace (not this request); "
+                "the config goes at its first poll after that trace is written"
+            )
+        else:
+            job.detail = "the target picks the request up at its next poll (up to one poll interval)"
+    else:
+        job.state = TraceState.QUEUED
+        t = open_tasks[0]
+        job.detail = (
+            f"queued behind trace {t.queued_behind} of process {t.pid}; starts when that trace's "
+            "file has landed"
+        )
+
+def finish(job: Job, now: float) -> None:
+    """Resolve the job's Future: the files that landed, or one error naming every pid's reason."""
+    missing = {t.pid: t.error or "" for t in job.tasks.values() if t.file is None}
+    notes = {t.pid: t.result_note for t in job.tasks.values() if t.result_note}
+    if job.files:
+        job.state = TraceState.DONE
+        job.detail = ", ".join(job.files.values()) + "".join(f"; {n}" for n in notes.values())
+        owners = {
+            pid: t.output.owner_uid for pid, t in job.tasks.items() if pid in job.files and t.output is not None
+        }
+        job.future.set_result(
+            TraceResult(job.request_id, dict(job.files), missing, now - job.started_s, owners=owners, notes=notes)
+        )
+        return
+    job.state = TraceState.FAILED
+    job.detail = "; ".join(f"{pid}: {why}" for pid, why in missing.items())
+    timed_out = all(t.handed_s is not None for t in job.tasks.values()) and not any(
+        "exited" in (t.error or "") for t in job.tasks.values()
+    )
+    err_cls: type[TraceError] = TraceTimeout if timed_out else NotTraceable
+    if any(t.refused for t in job.tasks.values()):
+        err_cls = TraceError
+    job.future.set_exception(err_cls(job.detail))
+
+
+def start_missed(req: TraceRequest) -> bool:
+    """True when ``req`` has a common start time too close (or past) for a config handed now.
+
+    Kineto's profiler loop must see the config ``MIN_LEAD_S`` (one tick + a little) plus the
+    warm-up before the start, else it drops it ("start timestamp is in the past").
+    """
+    return (
+        req.start_time_ms is not None
+        and time.time() > req.start_time_ms / 1000 - MIN_LEAD_S - warmup_secs(req)
+    )
+
+
+def tracing_what(req: TraceRequest, pid: int, stepped: dict[int, bool]) -> str:
+    """What is being traced, honestly: an iterations request may become a duration trace."""
+    if req.iterations is None:
+        when = " from the common start time" if req.start_time_ms is not None else ""
+        return f"tracing {req.describe()}{when}"
+    if stepped.get(pid):
+        return f"tracing {req.describe()} (the next optimizer steps)"
+    return (
+        f"tracing {req.describe()} if it steps an optimizer, else {ITERATION_FALLBACK_MS} ms "
+        "(Kineto's fallback before the first optimizer.step())"
+    )

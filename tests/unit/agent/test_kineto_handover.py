@@ -1,0 +1,375 @@
+"""Endpoint hand-over without torch: who may ask, the drain, the wire exchange, the TUI's switch.
+
+The real flow with PyTorch and a real agent is tests/integration/test_kineto_handover.py;
+another uid asking for real is tests/integration/test_security_handover.py.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpulens.agent.agent import endpoint_owner
+from gpulens.ipc.control import control_name
+from gpulens.ipc.handover import KIND, handover_allowed, request_handover
+from gpulens.ipc.kineto import codec
+from gpulens.ipc.kineto.endpoint import holder_of
+from gpulens.ipc.kineto.requests import TraceRequest, TraceResult, TraceState
+from gpulens.ipc.kineto.service import LocalTraceService
+from gpulens.ipc.principal import Principal, owner, peer
+from gpulens.sources.owner_switch import HandoverTraceService
+
+ME = os.geteuid()
+
+
+@pytest.fixture
+def sock() -> Iterator[Path]:
+    d = Path(tempfile.mkdtemp(prefix="gh", dir="/tmp"))
+    (d / "s").mkdir()
+    yield d / "s"
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_only_root_or_the_holders_own_user_may_ask() -> None:
+    assert handover_allowed(peer(0), 1000) and handover_allowed(peer(1000), 1000) and handover_allowed(peer(0), 0)
+    assert not handover_allowed(peer(1001), 1000)
+    assert not handover_allowed(peer(1000), 0)  # a user cannot take root's endpoint
+    # Only the kernel's word counts: a token or stdio principal (the owner's authority) is no peer credential.
+    assert not handover_allowed(Principal("token", 1000), 1000)
+    assert not handover_allowed(Principal("stdio", 0), 0)
+    assert not handover_allowed(Principal("none", None), 1000)
+    assert not handover_allowed(owner("token"), ME)
+
+
+def _poll(svc: LocalTraceService) -> str:
+    reply = svc.endpoint.handle_datagram(codec.encode_request(codec.ConfigRequest(3, 0, (os.getpid(), 1))))
+    assert reply is not None
+    return str(codec.decode_config_reply(reply))
+
+
+def test_release_waits_for_accepted_traces_to_reach_kineto(sock: Path) -> None:
+    svc = LocalTraceService(str(sock), use_dynolog=False, tick_s=0.02)
+    svc.start()
+    try:
+        _poll(svc)  # we poll: traceable
+        fut = svc.request_trace(TraceRequest(pids=(os.getpid(),), duration_ms=100, timeout_s=30))
+        assert svc.unhanded() == 1
+        # Not handed yet: the name is kept, the reason said, and requests are accepted again.
+        why = svc.release_endpoint("handing over", 0.2)
+        assert why is not None and "1 trace(s)" in why and "poll" in why
+        assert svc.endpoint.running and holder_of(str(sock)) is not None
+        again = svc.request_trace(TraceRequest(pids=(os.getpid(),), duration_ms=100, timeout_s=30))
+        assert not again.done()  # queued behind the first, not refused
+        # The target polls during the drain: the first config goes out, then the name is released...
+        threading.Timer(0.3, _poll, (svc,)).start()
+        why = svc.release_endpoint("handing over", 0.6)
+        assert why is not None and "1 trace(s)" in why  # ...but the queued one has not reached Kineto
+        assert not fut.done()
+        accepted = svc.request_trace(TraceRequest(pids=(os.getpid(),), duration_ms=100))
+        assert not accepted.done()  # the name kept: requests are taken again
+    finally:
+        svc.stop()
+
+
+def test_release_then_new_requests_are_refused_with_the_reason(sock: Path) -> None:
+    svc = LocalTraceService(str(sock), use_dynolog=False, tick_s=0.02)
+    svc.start()
+    try:
+        _poll(svc)
+        fut = svc.request_trace(TraceRequest(pids=(os.getpid(),), duration_ms=100, timeout_s=30))
+        threading.Timer(0.2, _poll, (svc,)).start()
+        assert svc.release_endpoint("handed over to the agent", 5.0) is None
+        assert not svc.endpoint.running and holder_of(str(sock)) is None and not (sock / "dynolog").exists()
+        assert not fut.done()  # handed to Kineto: still watched, its file would land here
+        assert [j.state for j in svc.jobs()] == [TraceState.TRACING]
+        refused = svc.request_trace(TraceRequest(pids=(os.getpid(),), duration_ms=100))
+        assert "handed over to the agent" in str(refused.exception(timeout=1))
+        svc.rebind()  # the name back (the new owner did not check out)
+        assert holder_of(str(sock)) is not None and svc.endpoint.running
+    finally:
+        svc.stop()
+
+
+def test_an_owner_that_does_not_hand_over_says_so(sock: Path) -> None:
+    own = endpoint_owner("h", str(sock))  # gpulens trace's owner: no allow_handover
+    try:
+        answer = request_handover(str(sock), os.getpid(), ME, 10.0)
+        assert not answer.released and not answer.supported and "does not hand" in answer.reason
+        assert holder_of(str(sock)) is not None
+    finally:
+        own.stop()
+
+
+def test_the_agent_asks_only_the_process_holding_the_name(sock: Path) -> None:
+    squat = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    squat.bind(control_name(str(sock), ME))
+    squat.listen(1)
+    try:
+        answer = request_handover(str(sock), 1, ME, 5.0)  # pid 1 "holds" the name; we hold its control name
+        assert not answer.released and "not to the holder (pid 1)" in answer.reason
+    finally:
+        squat.close()
+
+
+class _Events:
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def __call__(self, event: str) -> None:
+        self.seen.append(event)
+
+
+def test_an_owner_hands_over_to_its_own_user(sock: Path) -> None:
+    own = endpoint_owner("h", str(sock))
+    events = _Events()
+    assert KIND not in own.requests.served_kinds()
+    own.allow_handover(events)
+    assert KIND in own.requests.served_kinds()
+    try:
+        answer = request_handover(str(sock), os.getpid(), ME, 20.0)
+        assert answer.released, answer.reason
+        assert events.seen == ["draining", "released"]
+        assert holder_of(str(sock)) is None  # free for the agent that asked
+        with pytest.raises(OSError):  # its control socket is gone too (the agent binds its own)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.connect(control_name(str(sock), ME))
+            finally:
+                s.close()
+        svc = own.requests.trace_service
+        assert svc is not None
+        refused = svc.request_trace(TraceRequest(pids=(os.getpid(),), duration_ms=100))
+        assert "handed the Kineto endpoint over to the agent of uid" in str(refused.exception(timeout=1))
+    finally:
+        own.stop()
+
+
+class _Local:
+    """The owner's LocalTraceService, as the switch sees it."""
+
+    address = "local endpoint"
+
+    def __init__(self, rebind_error: Exception | None = None) -> None:
+        self.asked: list[TraceRequest] = []
+        self.rebound = False
+        self._rebind_error = rebind_error
+
+    def request_trace(self, req: TraceRequest) -> Future[TraceResult]:
+        self.asked.append(req)
+        fut: Future[TraceResult] = Future()
+        fut.set_result(TraceResult("local", {req.pids[0]: "/local"}))
+        return fut
+
+    def rebind(self) -> None:
+        if self._rebind_error is not None:
+            raise self._rebind_error
+        self.rebound = True
+
+    def jobs(self) -> list[Any]:
+        return []
+
+    def add_listener(self, fn: Any) -> None:
+        pass
+
+    def remove_listener(self, fn: Any) -> None:
+        pass
+
+    def polling_pids(self) -> set[int]:
+        return {1}
+
+    def diagnose(self, pid: int) -> str | None:
+        return None
+
+
+class _Remote(_Local):
+    address = "the agent"
+
+    def request_trace(self, req: TraceRequest) -> Future[TraceResult]:
+        self.asked.append(req)
+        fut: Future[TraceResult] = Future()
+        fut.set_result(TraceResult("remote", {req.pids[0]: "/remote"}))
+        return fut
+
+    def stop(self) -> None:
+        pass
+
+
+def _wait(pred: Any) -> None:
+    deadline = time.monotonic() + 10
+    while not pred():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+def test_the_switch_holds_requests_while_draining_then_sends_them_to_the_checked_new_owner() -> None:
+    local, remote = _Local(), _Remote()
+    svc = HandoverTraceService(local, connect=lambda: remote, holder=lambda: 4242, bound=lambda: True)
+    seen: list[Any] = []
+    svc.add_listener(seen.append)
+    svc.on_handover("draining")
+    held = svc.request_trace(TraceRequest(pids=(7,), duration_ms=100))
+    assert not held.done() and seen[-1].state is TraceState.QUEUED and "handed over" in seen[-1].detail
+    assert [j.request.pids for j in svc.jobs()] == [(7,)]
+    svc.on_handover("released")
+    assert held.result(timeout=10).files == {7: "/remote"}
+    assert local.asked == [] and svc.state == "remote" and svc.address == "the agent"
+    assert svc.request_trace(TraceRequest(pids=(8,), duration_ms=100)).result(timeout=1).request_id == "remote"
+
+
+def test_a_hand_over_that_did_not_happen_sends_held_requests_locally() -> None:
+    local = _Local()
+    svc = HandoverTraceService(local, connect=lambda: _Remote(), holder=lambda: 4242, bound=lambda: True)
+    svc.on_handover("draining")
+    held = svc.request_trace(TraceRequest(pids=(7,), duration_ms=100))
+    svc.on_handover("resumed")
+    assert held.result(timeout=1).request_id == "local" and svc.state == "local"
+
+
+def test_an_impostor_holder_gets_nothing_the_name_is_taken_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpulens.sources.owner_switch as sw
+
+    monkeypatch.setattr(sw, "NEW_OWNER_WAIT_S", 0.3)
+    from gpulens.ipc.errors import StreamError
+
+    def impostor() -> Any:
+        raise StreamError("the Kineto name is held by pid 99 of uid 1234, not by a gpulens agent of yours or root's")
+
+    local = _Local()
+    svc = HandoverTraceService(local, connect=impostor, holder=lambda: 99, bound=lambda: True)
+    svc.on_handover("draining")
+    held = svc.request_trace(TraceRequest(pids=(7,), duration_ms=100))
+    svc.on_handover("released")
+    assert held.result(timeout=10).request_id == "local"
+    assert local.rebound and svc.state == "local"
+
+
+def test_an_impostor_holding_on_stops_tracing_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpulens.sources.owner_switch as sw
+
+    monkeypatch.setattr(sw, "NEW_OWNER_WAIT_S", 0.3)
+    from gpulens.ipc.errors import EndpointBusy, StreamError
+
+    def impostor() -> Any:
+        raise StreamError("held by pid 99 of uid 1234: it may be squatting")
+
+    svc = HandoverTraceService(_Local(EndpointBusy("taken by pid 99")), connect=impostor, holder=lambda: 99,
+                               bound=lambda: True)
+    svc.on_handover("draining")
+    held = svc.request_trace(TraceRequest(pids=(7,), duration_ms=100))
+    svc.on_handover("released")
+    err = held.exception(timeout=10)
+    assert err is not None and "may be squatting" in str(err) and "tracing is off" in str(err)
+    assert svc.state == "failed" and "may be squatting" in (svc.diagnose(7) or "")
+    _wait(lambda: svc.polling_pids() == set())
+
+
+def _fake_holder(sock: Path, script: Any) -> tuple[socket.socket, threading.Thread]:
+    """A hostile 'holder' on our own control name (so SO_PEERCRED shows our pid): ``script(conn)`` talks."""
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(control_name(str(sock), ME))
+    srv.listen(1)
+
+    def run() -> None:
+        conn, _ = srv.accept()
+        try:
+            script(conn)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return srv, t
+
+
+def _hello(conn: socket.socket) -> None:
+    from gpulens.ipc import stream
+
+    conn.sendall(stream.encode(stream.Hello(proto=stream.PROTOCOL_VERSION, role="agent", caps=(KIND,))))
+
+
+@pytest.mark.parametrize("case", ["escapes", "silent", "huge", "garbage"])
+def test_a_hostile_holder_gets_one_clean_line_in_bounded_time(sock: Path, case: str) -> None:
+    from gpulens.ipc import stream
+
+    def script(conn: socket.socket) -> None:
+        if case == "huge":
+            conn.sendall((1 << 30).to_bytes(4, "big"))
+            time.sleep(1.5)
+            return
+        if case == "garbage":
+            conn.sendall(b"\x00\x00\x00\x05\xc1\xc1\xc1\xc1\xc1")
+            time.sleep(1.5)
+            return
+        _hello(conn)
+        conn.recv(4096)
+        if case == "escapes":
+            conn.sendall(stream.encode(stream.Response(id=1, ok=False, error="\x1b[31mno\x1b]0;pwned\x07\u202e!")))
+        time.sleep(1.5)
+
+    srv, t = _fake_holder(sock, script)
+    try:
+        started = time.monotonic()
+        answer = request_handover(str(sock), os.getpid(), ME, 1.0)
+        assert time.monotonic() - started < 2.5
+        assert not answer.released and answer.reason
+        assert not any(ord(c) < 32 or c in "\x7f\u202e" for c in answer.reason), answer.reason
+        expect = {"escapes": "no", "silent": "did not answer in time", "huge": "not the gpulens protocol",
+                  "garbage": "not the gpulens protocol"}[case]
+        assert expect in answer.reason
+    finally:
+        srv.close()
+        t.join(timeout=5)
+
+
+def test_when_the_new_owner_exits_the_tui_takes_the_name_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpulens.sources.owner_switch as sw
+
+    monkeypatch.setattr(sw, "RECHECK_S", 0.0)
+    bound = [True]
+    local = _Local()
+    svc = HandoverTraceService(local, connect=lambda: _Remote(), holder=lambda: 4242 if bound[0] else None,
+                               bound=lambda: bound[0])
+    svc.on_handover("draining")
+    svc.on_handover("released")
+    _wait(lambda: svc.state == "remote")
+    assert svc.polling_pids() == {1} and svc.state == "remote"  # same holder: nothing to do
+    bound[0] = False  # the agent exited: nobody holds the name
+    svc.polling_pids()
+    _wait(lambda: svc.state == "local")
+    assert local.rebound
+    assert svc.request_trace(TraceRequest(pids=(7,), duration_ms=100)).result(timeout=1).request_id == "local"
+
+
+def test_a_replaced_owner_is_checked_and_followed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpulens.sources.owner_switch as sw
+
+    monkeypatch.setattr(sw, "RECHECK_S", 0.0)
+    holder = [4242]
+    remotes = [_Remote(), _Remote()]
+    made: list[Any] = []
+
+    def connect() -> Any:
+        made.append(remotes[len(made)])
+        return made[-1]
+
+    svc = HandoverTraceService(_Local(), connect=connect, holder=lambda: holder[0], bound=lambda: True)
+    svc.on_handover("draining")
+    svc.on_handover("released")
+    _wait(lambda: svc.state == "remote" and len(made) == 1)
+    holder[0] = 5151  # the agent restarted: another pid holds the name now
+    svc.polling_pids()
+    _wait(lambda: len(made) == 2 and svc.state == "remote")
+    svc.request_trace(TraceRequest(pids=(7,), duration_ms=100)).result(timeout=1)
+    assert remotes[1].asked and not remotes[0].asked

@@ -1,0 +1,31 @@
+"""The demo (SIMULATED) fills every GPU field the screens show, with an energy counter that only grows."""
+
+from __future__ import annotations
+
+from gpulens.sources.demo import DemoSource
+
+T0 = 1_700_000_000.0
+
+
+def test_demo_energy_is_a_counter_and_tensor_activity_stays_under_sm_activity() -> None:
+    demo = DemoSource(seed=1, clock=lambda: T0, live=False)
+    for h in range(16):
+        prev = None
+        for k in range(60):
+            s = demo.sample(h, T0 + k)
+            assert s.simulated
+            for g in s.gpus:
+                if g.utilization_percent is None:  # the lost GPU: every field n/a with its reason
+                    assert "utilization_percent" in g.unavailable
+                    continue
+                assert g.energy_joules is not None and g.tensor_active_percent is not None
+                assert g.tensor_active_percent <= (g.sm_activity_percent or 0.0)
+                assert g.nvlink_total_bytes_per_s is not None and g.nvlink_total_bytes_per_s >= 0
+            energies = [g.energy_joules for g in s.gpus if g.energy_joules is not None]
+            if prev is not None:
+                assert all(e >= p for e, p in zip(energies, prev, strict=True))
+            prev = energies
+        # The rate the GPU screen shows (J per s between samples) is a plausible draw for an H100.
+        first = demo.sample(h, T0).gpus[0].energy_joules
+        last = demo.sample(h, T0 + 59).gpus[0].energy_joules
+        assert first is not None and last is not None and 50 <= (last - first) / 59 <= 700

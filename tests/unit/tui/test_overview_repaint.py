@@ -1,0 +1,248 @@
+"""The overview at 1 Hz repaints only what changed (issue 13, "Cost"), and the heatmap's cursor.
+
+A tick in which one host sent a sample rebuilds and repaints only that host's
+sparkline and heatmap rows; the closed columns are read once per column
+(``Store.series_stamp``), the newest one per tick. Counted, not timed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Hashable
+from typing import Any
+
+from gpulens.core.events import SampleEvent
+from gpulens.core.units import pct
+from gpulens.store.store import Store
+from gpulens.tui.app import GpulensApp
+from gpulens.tui.screens.gpu import GpuScreen
+from gpulens.tui.widgets._columns import nice_columns, span_text
+from gpulens.tui.widgets._lines import CURSOR_MARK, LazyLines
+from gpulens.tui.widgets.heatmap import GLYPHS, GpuHeatmap, level
+from gpulens.tui.widgets.sparklines import HostSparklines
+from tests.fakes.tui_fakes import demo_app, settle, sync
+
+SIZE = (160, 45)
+
+
+class Spy:
+    """Counts a LazyLines' make_line keys and the screen lines Textual asked it to render."""
+
+    def __init__(self, lines: LazyLines) -> None:
+        self.made: Counter[Hashable] = Counter()
+        self.rendered: Counter[int] = Counter()
+        make, render = lines.make_line, lines.render_line
+
+        def make_line(key: Hashable, width: int) -> Any:
+            self.made[key] += 1
+            return make(key, width)
+
+        def render_line(y: int) -> Any:
+            self.rendered[y] += 1
+            return render(y)
+
+        lines.make_line = make_line  # type: ignore[method-assign]
+        lines.render_line = render_line  # type: ignore[method-assign]
+
+    def clear(self) -> None:
+        self.made.clear()
+        self.rendered.clear()
+
+
+def screen_lines(lines: LazyLines, keys: set[Hashable]) -> set[int]:
+    """The screen lines showing rows ``keys``."""
+    top = int(lines.scroll_offset.y)
+    room = lines.size.height - lines.header_lines - (1 if lines._more(lines.size.width, lines.size.height, top)
+                                                     else 0)
+    return {i - top + lines.header_lines for i, k in enumerate(lines.rows)
+            if k in keys and top <= i < top + room}
+
+
+def flipped_sample(app: GpulensApp, host: str, dt: float) -> SampleEvent:
+    """``host``'s newest sample ``dt`` seconds later, every GPU's utilization moved to the other end."""
+    s = app.store.latest(host)
+    assert s is not None
+    gpus = tuple(dataclasses.replace(g, utilization_percent=0.0 if (g.utilization_percent or 0) >= 50 else 100.0)
+                 for g in s.gpus)
+    return SampleEvent(dataclasses.replace(s, time=s.time + dt, gpus=gpus))
+
+
+async def tick(app: GpulensApp, pilot: Any) -> None:
+    app.refresh_data()
+    for _ in range(2):
+        await pilot.pause()
+
+
+def glyphs(lines: LazyLines, y: int) -> str:
+    return str(lines.render_line(y).text)
+
+
+@sync
+async def test_a_tick_with_one_host_changed_repaints_only_that_hosts_rows() -> None:
+    app = demo_app(backfill_s=120)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+        heat = app.screen.query_one(GpuHeatmap)
+        spark = app.screen.query_one(HostSparklines)
+        store, w = app.store, app.window_s
+        host = str(heat.rows[0][0])  # its GPUs are at the top of the heatmap
+        points = heat.grid(heat.row_width)[0]
+        cols = spark.columns_at(spark.row_width)[0]
+        others = [h for h in store.hosts() if h != host]
+        stamps = {h: (store.series_stamp(h, w, points), store.series_stamp(h, w, cols)) for h in others}
+        spies = Spy(heat), Spy(spark)
+        reads = heat._columns.full_reads, spark._columns.full_reads
+
+        store.apply(flipped_sample(app, host, 1.0))
+        # The premise: the sample lands in the newest column, no other host's columns moved.
+        assert {h: (store.series_stamp(h, w, points), store.series_stamp(h, w, cols)) for h in others} == stamps
+        await tick(app, pilot)
+
+        heat_spy, spark_spy = spies
+        mine = {k for k in heat.rows if k[0] == host}
+        assert heat_spy.made and set(heat_spy.made) <= mine  # no other host's row was rebuilt
+        assert set(spark_spy.made) == {host}
+        assert heat_spy.rendered and set(heat_spy.rendered) <= screen_lines(heat, mine)
+        assert set(spark_spy.rendered) == screen_lines(spark, {host})  # not the header, not the others
+        # Only the newest column was read: the closed ones came from the cache.
+        assert (heat._columns.full_reads, spark._columns.full_reads) == reads
+
+
+@sync
+async def test_an_unchanged_tick_repaints_nothing_and_a_new_column_rereads_the_window() -> None:
+    app = demo_app(backfill_s=120)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+        heat = app.screen.query_one(GpuHeatmap)
+        spark = app.screen.query_one(HostSparklines)
+        spies = Spy(heat), Spy(spark)
+        await tick(app, pilot)  # no new data
+        assert all(not s.made and not s.rendered for s in spies)
+
+        store, w = app.store, app.window_s
+        points, span = heat.grid(heat.row_width)
+        host = str(heat.rows[0][0])
+        before = heat._columns.full_reads
+        store.apply(flipped_sample(app, host, span))  # the next column starts, for every host
+        await tick(app, pilot)
+        shown = screen_lines(heat, set(heat.rows))
+        assert heat._columns.full_reads - before == len(shown)  # each shown row read its window once
+        for y in sorted(shown)[:10]:
+            h, g = heat.rows[int(heat.scroll_offset.y) + y - heat.header_lines]
+            values = store.series(h, heat.metric.metric, w, points, gpu=g, aligned=True)
+            expected = "".join("·" if v != v else GLYPHS[level(v, heat.metric.lo, heat.metric.hi)]
+                               for v in values)
+            assert glyphs(heat, y)[11:11 + points] == expected
+        await tick(app, pilot)
+        before = heat._columns.full_reads
+        await tick(app, pilot)
+        assert heat._columns.full_reads == before
+
+
+@sync
+async def test_heatmap_states_its_column_span() -> None:
+    app = demo_app(backfill_s=120)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+        heat = app.screen.query_one(GpuHeatmap)
+        for key, window_s in (("2", 300), ("4", 3600), ("1", 60)):
+            await pilot.press(key)
+            await settle(app, pilot)
+            points, span = heat.grid(heat.row_width)
+            assert points * span == window_s  # the columns cover the window exactly
+            legend = glyphs(heat, 0)
+            assert f"1 col = {'1m' if span == 60 else f'{span:g}s'}" in legend
+            row = glyphs(heat, 1)[11:]
+            assert len(row.rstrip()) <= points <= heat.row_width - 11
+            assert sum(row.count(c) for c in GLYPHS[1:] + "·") >= points - row.count(" ")
+
+
+@sync
+async def test_heatmap_cursor_moves_scrolls_and_enter_opens_the_gpu() -> None:
+    app = demo_app(backfill_s=60)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+        heat = app.screen.query_one(GpuHeatmap)
+        for _ in range(4):
+            if heat.has_focus:
+                break
+            await pilot.press("tab")
+        assert heat.has_focus
+        await pilot.pause()
+        assert glyphs(heat, 1).startswith(CURSOR_MARK)  # the top row
+        await pilot.press("down", "down")
+        await pilot.pause()
+        assert glyphs(heat, 3).startswith(CURSOR_MARK) and not glyphs(heat, 1).startswith(CURSOR_MARK)
+        assert heat.cursor == 2
+        await pilot.press("end")
+        await pilot.pause()
+        assert heat.cursor == len(heat.rows) - 1 and int(heat.scroll_offset.y) > 0
+        last = heat.size.height - 2  # above the "rows ... · end" line
+        assert glyphs(heat, last).startswith(CURSOR_MARK) and "end" in glyphs(heat, last + 1)
+        await pilot.press("home", "down", "down", "down")
+        await pilot.pause()
+        host, gpu = heat.rows[3]
+        await pilot.press("enter")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, GpuScreen) and (screen.host, screen.index) == (host, gpu)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert heat.cursor == 3  # back where it was
+        heat.blur()
+        await pilot.pause()
+        assert not any(glyphs(heat, y).startswith(CURSOR_MARK) for y in range(heat.size.height))
+
+
+@sync
+async def test_box_subtitles_are_set_only_when_they_change() -> None:
+    app = demo_app(backfill_s=60)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+        boxes = [app.screen.query_one(s) for s in ("#hosts-box", "#jobs-box", "#sparklines", "#heatmap")]
+        refreshed: Counter[str] = Counter()
+        for box in boxes:  # assigning a border subtitle refreshes the whole box
+            def refresh(*regions: Any, _box: Any = box, _orig: Any = box.refresh, **kw: Any) -> Any:
+                if not regions:
+                    refreshed[str(_box.id)] += 1
+                return _orig(*regions, **kw)
+
+            box.refresh = refresh  # type: ignore[method-assign]
+        for _ in range(3):
+            await tick(app, pilot)
+        assert not refreshed
+        await pilot.press("slash", "n", "o", "d", "e", "0", "1")
+        await settle(app, pilot)
+        assert refreshed["hosts-box"] >= 1 and "node01" in str(boxes[0].border_subtitle)
+
+
+def test_heatmap_columns_are_round_spans_that_tile_the_window() -> None:
+    store = Store()  # 1 s buckets for 5 min, then 10 s ones
+    assert nice_columns(store, 300, 66) == (60, 5.0)  # 160 columns: 1 col = 5s
+    assert nice_columns(store, 60, 66) == (60, 1.0)
+    assert nice_columns(store, 3600, 66) == (60, 60.0)
+    assert nice_columns(store, 900, 66) == (45, 20.0)  # 15 s is not a whole number of 10 s buckets
+    for window_s in (60, 300, 900, 3600):
+        for room in (3, 7, 40, 66, 86, 200):
+            points, span = nice_columns(store, window_s, room)
+            assert points <= room and abs(points * span - window_s) < 1e-6
+    assert span_text(5.0) == "5s" and span_text(60.0) == "1m" and span_text(90.0) == "1.5m"
+
+
+@sync
+async def test_sparkline_now_is_the_newest_sample() -> None:
+    app = demo_app(backfill_s=120)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+        spark = app.screen.query_one(HostSparklines)
+        cols = spark.columns_at(spark.row_width)[0]
+        checked = 0
+        for i, host in enumerate(spark.rows[: spark.size.height - 1]):
+            sample = app.store.latest(str(host))
+            assert sample is not None
+            utils = [g.utilization_percent for g in sample.gpus if g.utilization_percent is not None]
+            text = glyphs(spark, i + 1)
+            assert text[12 + cols: 12 + cols + 5].strip() == pct(sum(utils) / len(utils))
+            checked += 1
+        assert checked >= 8
