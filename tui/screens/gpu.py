@@ -129,7 +129,11 @@ class GpuScreen(DataScreen):
         yield Footer()
 
     def on_mount(self) -> None:
-        """First draw."""
+        """First draw; opened from elsewhere than its host's screen (the heatmap), the crumb names the host."""
+        stack = self.app.screen_stack
+        below = stack[-2] if len(stack) > 1 and stack[-1] is self else None
+        if getattr(below, "host", None) != self.host:
+            self.crumb = f"{self.host} GPU{self.index}"
         configure_plots(self, GPU_PLOTS, self.ctx.cfg)
         self.query_one("#body").focus()
         self.refresh_data(force=True)

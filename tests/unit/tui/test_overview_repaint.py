@@ -187,6 +187,7 @@ async def test_heatmap_cursor_moves_scrolls_and_enter_opens_the_gpu() -> None:
         await pilot.pause()
         screen = app.screen
         assert isinstance(screen, GpuScreen) and (screen.host, screen.index) == (host, gpu)
+        assert screen.crumb == f"{host} GPU{gpu}"  # not on its host's screen: the crumb names the host
         await pilot.press("escape")
         await pilot.pause()
         assert heat.cursor == 3  # back where it was
