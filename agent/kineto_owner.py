@@ -157,8 +157,9 @@ class HandoverServer:
     def __call__(self, principal: Principal) -> dict[str, Any]:
         me = os.geteuid()
         if not handover_allowed(principal, me):
-            log.warning("%s", refusal(principal, me))
-            raise RequestError(refusal(principal, me))
+            why = refusal(principal, me)
+            log.warning("%s", why)
+            raise RequestError(why)
         if not self._lock.acquire(blocking=False):
             raise RequestError("endpoint hand-over already in progress")
         try:

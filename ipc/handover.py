@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from gpulens.core.sanitize import clean_text
 from gpulens.ipc import stream
-from gpulens.ipc.control import control_name, peer_cred
+from gpulens.ipc.control import control_name, peer_allowed, peer_cred
 from gpulens.ipc.errors import IpcError
 from gpulens.ipc.principal import Principal
 
@@ -53,7 +53,7 @@ def handover_allowed(principal: Principal, holder_uid: int) -> bool:
     Only a control-socket peer (its uid from ``SO_PEERCRED``) that is root or
     the holder's own user: nobody else can make a user's TUI stop owning it.
     """
-    return principal.how == "peercred" and principal.uid is not None and principal.uid in (0, holder_uid)
+    return principal.how == "peercred" and principal.uid is not None and peer_allowed(principal.uid, holder_uid)
 
 
 def refusal(principal: Principal, holder_uid: int) -> str:

@@ -322,18 +322,15 @@ class HandoverTraceService:
 
     def _name_bound(self) -> bool:
         """Does anyone hold the Kineto name now (a connect, no /proc scan)?"""
-        from gpulens.ipc.kineto.endpoint import ABSTRACT_NAME, SOCKET_NAME, resolve_socket_dir
+        from gpulens.ipc.kineto.endpoint import (
+            ABSTRACT_NAME,
+            SOCKET_NAME,
+            is_live,
+            resolve_socket_dir,
+        )
 
         directory = resolve_socket_dir(self.socket_dir)
-        name: str | bytes = os.path.join(directory, SOCKET_NAME) if directory else ABSTRACT_NAME
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        try:
-            probe.connect(name)
-            return True
-        except OSError:
-            return False
-        finally:
-            probe.close()
+        return is_live(os.path.join(directory, SOCKET_NAME) if directory else ABSTRACT_NAME)
 
     def _remote_alive(self) -> bool:
         """False once the link to the owner we trace through has closed (it exited or restarted)."""

@@ -143,10 +143,11 @@ def late_arrival(
         for rank, v in metric[it].items():
             flagged[rank] = flagged.get(rank, 0) + (1 if v >= threshold else 0)
     order = sorted(flagged, key=lambda rk: (-flagged[rk], rk))
+    earliest = {it: min(metric[it].values()) for it in its}
     rows = []
     for rank in sorted(flagged):
         starts = tuple(metric[it].get(rank) for it in its)
-        late = tuple(None if s is None else (s - min(metric[it].values())) * mean_iter / 1000.0
+        late = tuple(None if s is None else (s - earliest[it]) * mean_iter / 1000.0
                      for s, it in zip(starts, its, strict=True))
         rows.append(ArrivalRank(rank, flagged[rank], starts, late))
     return LateArrival("", k, include_last_step, tuple(order[:k]), name, stream, tuple(its), mean_iter, min_dur,

@@ -263,7 +263,7 @@ class KinetoEndpoint:
                 f"{path} is {kind} (uid {st.st_uid}); gpulens will not replace or follow it: "
                 "remove it, or use another KINETO_IPC_SOCKET_DIR"
             )
-        if _is_live(path):
+        if is_live(path):
             raise self._busy()
         if st.st_uid != os.geteuid():
             raise UnsafePath(
@@ -464,7 +464,8 @@ def _is_gpulens(pid: int) -> bool:
         return False
 
 
-def _is_live(path: str) -> bool:
+def is_live(path: str | bytes) -> bool:
+    """Does a socket answer at ``path`` (a datagram connect: someone holds the name)?"""
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     try:
         probe.connect(path)

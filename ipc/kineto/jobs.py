@@ -130,6 +130,12 @@ class JobTable:
         with self._lock:
             return [t for pid, (rid, t) in self._pending.items() if rid == request_id]
 
+    def unhanded(self) -> int:
+        """Tasks accepted whose config has not reached Kineto yet: waiting for their target's poll, or queued."""
+        with self._lock:
+            waiting = sum(not t.finished for _, t in self._pending.values())
+            return waiting + sum(not t.finished for line in self._queued.values() for _, t in line)
+
     def hand_over(self, pid: int, accepts: bool = True) -> tuple[str, TraceJob] | None:
         """Config text for a polling pid with a pending request, and the job's new snapshot.
 

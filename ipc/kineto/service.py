@@ -79,7 +79,6 @@ class LocalTraceService:
         self._tick_s = tick_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._open: list[PidTask] = []  # tasks accepted and not finished (for a hand-over's drain)
         self._refusal: str | None = None  # set while handing the endpoint over, and after
         self._accepting = threading.Lock()
 
@@ -129,8 +128,7 @@ class LocalTraceService:
     def unhanded(self) -> int:
         """Accepted traces whose config has not reached Kineto yet (waiting for a poll, or queued)."""
         with self._accepting:
-            self._open = [t for t in self._open if not t.finished]
-            return sum(1 for t in self._open if t.handed_s is None)
+            return self._table.unhanded()
 
     def release_endpoint(self, refusal: str, drain_s: float) -> str | None:
         """Give up the Kineto name for another owner, losing no accepted trace; None when released.
@@ -149,7 +147,8 @@ class LocalTraceService:
         while (waiting := self.unhanded()) and time.monotonic() < deadline:
             time.sleep(self._tick_s)
         if waiting:
-            self._refusal = None
+            with self._accepting:
+                self._refusal = None
             return f"{waiting} trace(s) accepted here still wait for their target's poll"
         self.endpoint.stop()
         return None
@@ -157,7 +156,8 @@ class LocalTraceService:
     def rebind(self) -> None:
         """Take the Kineto name back after a hand-over that did not complete; raises as ``start``."""
         self.endpoint.start()
-        self._refusal = None
+        with self._accepting:
+            self._refusal = None
 
     def stop(self) -> None:
         """Stop serving; pending requests fail with 'service stopped'."""
@@ -243,7 +243,6 @@ class LocalTraceService:
         with OutputPlanner() as planner:
             for pid in dict.fromkeys(pids):  # once each, in order
                 tasks[pid] = self._task(req, request_id, pid, planner, live.get(pid), now)
-        self._open += [t for t in tasks.values() if not t.finished]
         job = self._table.add(request_id, req, tasks, fut)
         if self.dynolog is not None:
             self._send_via_dynolog(job.request_id)

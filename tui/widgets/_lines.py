@@ -110,9 +110,7 @@ class LazyLines(ScrollView, can_focus=False):
 
     def set_rows(self, rows: Sequence[Hashable], versions: Mapping[Any, object]) -> None:
         """Show ``rows``; a row whose version differs is rebuilt, and repainted if it now reads differently."""
-        for key, ver in versions.items():
-            if self._versions.get(key) != ver:
-                self._versions[key] = ver
+        self._versions.update(versions)
         rows = list(rows)
         if rows != self.rows:
             self.rows = rows

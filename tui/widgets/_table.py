@@ -166,13 +166,12 @@ class IncrementalTable(ScrollView, can_focus=True):
         state when it draws.
         """
         width = self._row_width()
-        dirty = 0
-        for y in range(self.size.height):
-            if self._painted.get(y) != self._line_state(y, width):
-                # The row's width only: a region over the scrollbar would repaint it too.
-                self.refresh(Region(0, y, width, 1))
-                dirty += 1
-        return dirty
+        # The row's width only: a region over the scrollbar would repaint it too.
+        changed = [Region(0, y, width, 1) for y in range(self.size.height)
+                   if self._painted.get(y) != self._line_state(y, width)]
+        if changed:
+            self.refresh(*changed)  # one call: each works out the widget's offsets again
+        return len(changed)
 
     def selected_key(self) -> str | None:
         """Key of the row under the cursor."""
