@@ -47,7 +47,20 @@ class Grid:
 
     @staticmethod
     def of(now_fb: int, window_s: float, points: int, resolution_s: float, fine_slots: int) -> Grid:
-        """The grid the store reads ``window_s`` in: fine buckets when the fine history holds the window."""
+        """The grid the store reads ``window_s`` in: fine buckets when the fine history holds the window.
+
+        The same few grids are asked for many times a tick (every row of every widget): kept.
+        """
+        key = (now_fb, window_s, points, resolution_s, fine_slots)
+        grid = _GRIDS.get(key)
+        if grid is None:
+            if len(_GRIDS) > 256:
+                _GRIDS.clear()
+            grid = _GRIDS[key] = Grid._make(now_fb, window_s, points, resolution_s, fine_slots)
+        return grid
+
+    @staticmethod
+    def _make(now_fb: int, window_s: float, points: int, resolution_s: float, fine_slots: int) -> Grid:
         n_fine = max(1, math.ceil(window_s / resolution_s))
         if n_fine <= fine_slots:
             return Grid(False, n_fine, max(1, points), now_fb)
@@ -78,6 +91,9 @@ class Grid:
         u0 = self.first(lo)
         count = self.now - u0 + 1
         raw = ring.coarse_series(m, self.now, count) if self.coarse else ring.fine_series(m, self.now, count)
+        if n == 1 and self.width >= self.points:  # the newest column alone: every tick, every row
+            part = [v for v in raw if v == v]
+            return [sum(part) / len(part) if part else NAN]
         if self.width < self.points:
             return [raw[self.first(c) - u0] for c in range(lo, cur + 1)]
         out: list[float] = []
@@ -99,6 +115,10 @@ class Grid:
         """
         start_fb = self.first(self.current) * self.unit
         return self.current, late, min(newest_fb, start_fb - 1), gpus
+
+
+_GRIDS: dict[tuple[int, float, int, float, int], Grid] = {}
+"""Grids by what :meth:`Grid.of` was asked (the same few, many times a tick)."""
 
 
 def stale(grid: Grid, old: tuple[object, ...] | None, new: tuple[object, ...]) -> int:

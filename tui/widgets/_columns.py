@@ -52,19 +52,24 @@ def nice_columns(store: Store, window_s: float, room: int) -> tuple[int, float]:
 
 
 class ColumnCache(Generic[T]):
-    """Per row key: what ``derive`` made of the closed aligned columns, and the stamp they were read under.
+    """Per row key: the aligned columns, what ``derive`` made of the closed ones, and the stamp they were read under.
 
     ``derive`` turns the closed columns (all but the newest) into what the
     widget draws of them (glyphs, runs of levels); it runs once per new column.
+    When a new column starts the kept columns shift left and only the stale
+    newest ones are read (:meth:`Store.stale_columns`): a whole window is read
+    only for a late sample, a new GPU, a new window or width.
     """
 
     def __init__(self, derive: Callable[[list[float]], T]) -> None:
         self._derive = derive
-        self._rows: dict[Hashable, tuple[tuple[object, ...], T]] = {}
+        self._rows: dict[Hashable, tuple[tuple[object, ...], T, list[float]]] = {}
         self._stamps: dict[str, tuple[int, ...]] = {}
         self._stamped_at: tuple[object, ...] = ()
         self.full_reads = 0
-        """Whole-window reads so far (tests count them: one per row per new column)."""
+        """Whole-window reads so far (tests count them)."""
+        self.shifted_reads = 0
+        """Reads of only the stale newest columns when a new column started (tests count them)."""
 
     def stamp(self, store: Store, host: str, window_s: float, points: int) -> tuple[int, ...]:
         """``store.series_stamp``, once per host while the store is unchanged (a tick reads it per row)."""
@@ -80,15 +85,27 @@ class ColumnCache(Generic[T]):
     def read(self, store: Store, key: Hashable, host: str, metric: str, window_s: float, points: int,
              gpu: int | None = None) -> tuple[tuple[object, ...], T, float]:
         """(stamp, derived closed columns, newest value); only the newest is read while the stamp holds."""
-        stamp = (self.stamp(store, host, window_s, points), metric, window_s, points, gpu)
+        host_stamp = self.stamp(store, host, window_s, points)
+        stamp = (host_stamp, metric, window_s, points, gpu)
         hit = self._rows.get(key)
         if hit is not None and hit[0] == stamp:
             last = store.series(host, metric, window_s, points, gpu=gpu, aligned=True, tail=1)
             return stamp, hit[1], last[-1]
-        values = store.series(host, metric, window_s, points, gpu=gpu, aligned=True)
-        self.full_reads += 1
+        values: list[float] | None = None
+        if hit is not None and hit[0][1:] == stamp[1:]:
+            old = hit[0][0]
+            assert isinstance(old, tuple)
+            n = store.stale_columns(window_s, points, old, host_stamp)
+            shift = host_stamp[0] - old[0]
+            if n < points and 0 <= shift < points:
+                values = hit[2][shift: points - n + shift]
+                values += store.series(host, metric, window_s, points, gpu=gpu, aligned=True, tail=n)
+                self.shifted_reads += 1
+        if values is None:
+            values = store.series(host, metric, window_s, points, gpu=gpu, aligned=True)
+            self.full_reads += 1
         derived = self._derive(values[:-1])
-        self._rows[key] = (stamp, derived)
+        self._rows[key] = (stamp, derived, values)
         return stamp, derived, values[-1]
 
     def keep(self, keys: Iterable[Hashable]) -> None:

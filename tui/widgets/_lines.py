@@ -63,6 +63,8 @@ class LazyLines(ScrollView, can_focus=False):
         super().__init__(name=name, id=id, classes=classes)
         self.rows: list[Hashable] = []
         self._versions: dict[Hashable, object] = {}
+        self._unknown: object = object()
+        """The version of a row the last :meth:`set_rows` gave none (it is built again after each)."""
         self._cache: dict[Hashable, tuple[object, int, Strip, list[Segment]]] = {}
         self._painted: dict[int, Strip] = {}
         self._fixed_lines: dict[tuple[Hashable, ...], tuple[tuple[Hashable, ...], Strip | None]] = {}
@@ -111,6 +113,7 @@ class LazyLines(ScrollView, can_focus=False):
     def set_rows(self, rows: Sequence[Hashable], versions: Mapping[Any, object]) -> None:
         """Show ``rows``; a row whose version differs is rebuilt, and repainted if it now reads differently."""
         self._versions.update(versions)
+        self._unknown = object()  # a row without a version is built again after every tick
         rows = list(rows)
         if rows != self.rows:
             self.rows = rows
@@ -227,7 +230,7 @@ class LazyLines(ScrollView, can_focus=False):
 
     def _row(self, index: int, width: int, focused: bool) -> Strip:
         key = self.rows[index]
-        ver = self._versions.get(key)
+        ver = self._versions.get(key, self._unknown)
         hit = self._cache.get(key)
         if hit is None or hit[0] != ver or hit[1] != width:
             segs = self.make_line(key, width)
@@ -252,13 +255,19 @@ class LazyLines(ScrollView, can_focus=False):
             return more
         index = top + y - self.header_lines
         if not self.rows and self._placeholder:
-            # Wrapped, so a long reason ("NVML init failed: ...") is read whole.
-            lines = textwrap.wrap(self._placeholder, max(10, width - 2)) or [""]
-            text = lines[index] if 0 <= index < len(lines) else ""
-            return Strip([Segment(" " + text, self.base_style)]).crop_extend(0, width, self.base_style)
+            # Wrapped, so a long reason ("NVML init failed: ...") is read whole; once per text and width.
+            key = ("placeholder", index, width, self._placeholder)
+            strip = self._fixed(key, lambda: self._placeholder_line(index, width))
+            assert strip is not None
+            return strip
         if index >= len(self.rows):
             return Strip.blank(width, self.base_style)
         return self._row(index, width, focused)
+
+    def _placeholder_line(self, index: int, width: int) -> Strip:
+        lines = textwrap.wrap(self._placeholder, max(10, width - 2)) or [""]
+        text = lines[index] if 0 <= index < len(lines) else ""
+        return Strip([Segment(" " + text, self.base_style)]).crop_extend(0, width, self.base_style)
 
     def render_line(self, y: int) -> Strip:
         """Textual's Line API: build (or reuse) the row at screen line ``y``."""

@@ -96,6 +96,7 @@ class IncrementalTable(ScrollView, can_focus=True):
         self._layout: tuple[tuple[int, int], ...] = ()
         self._cursor_line = False
         self._width_for: tuple[object, int] = ((), 0)
+        self._wrapped: tuple[tuple[str, int], list[str]] = (("", -1), [])
 
     # ---- data --------------------------------------------------------------
     @property
@@ -144,7 +145,19 @@ class IncrementalTable(ScrollView, can_focus=True):
             return ("blank", width)
         key = self.order[row]
         mode = 0 if row != self.cursor else (1 if self.has_focus else 2)
-        return ("row", width, key, self._cells[key], mode)
+        return ("row", width, key, self._shown_cells(key, width), mode)
+
+    def _shown_cells(self, key: str, width: int) -> tuple[str, ...]:
+        """The texts of the row's cells in the columns shown at ``width``.
+
+        A dropped column's text (a power draw that changes every second) must
+        not repaint the row: only what is drawn is compared.
+        """
+        cells = self._cells[key]
+        layout = self.column_layout(width)
+        if len(layout) == len(cells):
+            return cells
+        return tuple(cells[i] for i, _ in layout)
 
     def _row_width(self) -> int:
         """The rows' width: the content's without the vertical scrollbar (a column under it would be cut).
@@ -310,22 +323,23 @@ class IncrementalTable(ScrollView, can_focus=True):
             return self._header(width)
         if kind == "placeholder":
             muted = self.get_component_rich_style("table--placeholder")
-            lines = textwrap.wrap(self.placeholder, max(10, width - 2)) or [""]
+            lines = self._placeholder_lines(width)
             text = lines[y - 1] if y - 1 < len(lines) else ""
             return Strip([Segment(" " + text, muted)]).crop_extend(0, width, self.rich_style)
         if kind == "blank":
             return Strip.blank(width, self.rich_style)
-        _, _, key, cells, mode = state
-        assert isinstance(key, str) and isinstance(cells, tuple) and isinstance(mode, int)
+        _, _, key, shown, mode = state
+        assert isinstance(key, str) and isinstance(shown, tuple) and isinstance(mode, int)
         self.column_layout(width)  # a new layout empties the cache
         hit = self._cache.get(key)
-        if hit is not None and hit[0] == cells and hit[1] == mode and hit[2] == width:
+        if hit is not None and hit[0] == shown and hit[1] == mode and hit[2] == width:
             return hit[3]
+        cells = self._cells[key]
         name = ("table--row", "table--cursor", "table--cursor-blur")[mode]
         self._cursor_line = mode != 0  # level colours would vanish on the cursor's background
         strip = self._line(cells, self.get_component_rich_style(name), width)
         self._cursor_line = False
-        self._cache[key] = (cells, mode, width, strip)
+        self._cache[key] = (shown, mode, width, strip)
         if len(self._cache) > 4 * max(64, len(self.order)):
             self._cache.clear()
         return strip
@@ -375,7 +389,14 @@ class IncrementalTable(ScrollView, can_focus=True):
     def _placeholder_rows(self) -> int:
         if self.order or not self.placeholder:
             return 1
-        return max(1, len(textwrap.wrap(self.placeholder, max(10, self.size.width - 2))))
+        return len(self._placeholder_lines(self.size.width))
+
+    def _placeholder_lines(self, width: int) -> list[str]:
+        """The placeholder wrapped to ``width`` (once per text and width: a tick asks for it)."""
+        key = (self.placeholder, width)
+        if self._wrapped[0] != key:
+            self._wrapped = (key, textwrap.wrap(self.placeholder, max(10, width - 2)) or [""])
+        return self._wrapped[1]
 
     def notify_style_update(self) -> None:
         """A theme or class change: the cached strips hold the old styles."""

@@ -114,10 +114,23 @@ class GpuHeatmap(LazyLines, can_focus=True):
     def set_rows(self, rows: Sequence[Hashable], versions: Mapping[Any, object]) -> None:
         """As :meth:`LazyLines.set_rows`; a row also changes when its host's closed columns may have."""
         points = self.grid(self.row_width)[0]
-        store, w, stamp = self.store, self.window_s, self._columns.stamp
+        store, w, stamp, mk = self.store, self.window_s, self._columns.stamp, self.metric.key
+        rows = rows if isinstance(rows, list) else list(rows)
+        if rows == self.rows:
+            # Only the rows on screen are drawn: a row scrolled to later has no version, so it is built then.
+            top = int(self.scroll_offset.y)
+            shown = rows[max(0, top - 1): top + self.size.height + 1]
+            self._versions = {}
+            for key in shown:
+                ver = versions.get(key)
+                if ver is not None:
+                    host = cast("tuple[str, int]", key)[0]
+                    self._versions[key] = (ver, stamp(store, host, w, points), w, mk)
+            super().set_rows(rows, {})
+            return
         for key, ver in versions.items():
-            self._versions[key] = (ver, stamp(store, key[0], w, points), w, self.metric.key)
-        if list(rows) != self.rows:
+            self._versions[key] = (ver, stamp(store, key[0], w, points), w, mk)
+        if rows != self.rows:
             self._columns.keep(rows)
             self._memo = {k: v for k, v in self._memo.items() if k in versions}
         super().set_rows(rows, {})

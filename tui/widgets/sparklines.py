@@ -13,7 +13,6 @@ from textual.strip import Strip
 from gpulens.core.model import HostSample
 from gpulens.core.units import pct
 from gpulens.store.store import Store
-from gpulens.store.views import HOST_METRICS, gpu_block_values, host_values_flat
 from gpulens.tui.widgets._columns import ColumnCache
 from gpulens.tui.widgets._lines import LazyLines
 
@@ -64,7 +63,7 @@ class HostSparklines(LazyLines):
         self._columns: ColumnCache[tuple[str, float]] = ColumnCache(_closed)
         self._parts: dict[tuple[str, str], tuple[tuple[object, ...], list[Segment]]] = {}
         self._memo: dict[str, tuple[int, list[list[Segment]], list[Segment]]] = {}
-        self._newest: dict[str, tuple[HostSample, dict[str, float]]] = {}
+        self._newest: dict[str, tuple[HostSample, tuple[float, float]]] = {}
 
     @staticmethod
     def columns_at(width: int) -> tuple[int, bool]:
@@ -146,9 +145,8 @@ class HostSparklines(LazyLines):
             return math.nan
         hit = self._newest.get(host)
         if hit is None or hit[0] is not sample:
-            values = host_values_flat(sample, gpu_block_values(sample.gpus))
-            hit = self._newest[host] = (sample, {m: values[HOST_METRICS.index(m)] for m in self.METRICS})
-        return hit[1][metric]
+            hit = self._newest[host] = (sample, _gpu_means(sample))
+        return hit[1][self.METRICS.index(metric)]
 
     def styles_changed(self) -> None:
         """Theme or focus: the memoised rows carry the old styles."""
@@ -160,3 +158,19 @@ def _closed(values: list[float]) -> tuple[str, float]:
     """The closed columns' sparkline and their newest known value (NaN if none)."""
     prev = next((v for v in reversed(values) if v == v and abs(v) != math.inf), math.nan)
     return spark(values), prev
+
+
+def _gpu_means(sample: HostSample) -> tuple[float, float]:
+    """The host's GPU utilization and SM activity in ``sample``: each the mean over the GPUs that report it.
+
+    As the store's host means (:func:`gpulens.store.views.host_values_flat`), for two metrics only:
+    this runs for every host's every sample.
+    """
+    util: list[float] = []
+    sm: list[float] = []
+    for g in sample.gpus:
+        if (u := g.utilization_percent) is not None and (x := float(u)) == x:
+            util.append(x)
+        if (a := g.sm_activity_percent) is not None and (y := float(a)) == y:
+            sm.append(y)
+    return (sum(util) / len(util) if util else math.nan, sum(sm) / len(sm) if sm else math.nan)

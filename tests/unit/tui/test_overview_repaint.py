@@ -110,7 +110,7 @@ async def test_a_tick_with_one_host_changed_repaints_only_that_hosts_rows() -> N
 
 
 @sync
-async def test_an_unchanged_tick_repaints_nothing_and_a_new_column_rereads_the_window() -> None:
+async def test_an_unchanged_tick_repaints_nothing_and_a_new_column_shifts_the_kept_columns() -> None:
     app = demo_app(backfill_s=120)
     async with app.run_test(size=SIZE) as pilot:
         await settle(app, pilot)
@@ -123,11 +123,13 @@ async def test_an_unchanged_tick_repaints_nothing_and_a_new_column_rereads_the_w
         store, w = app.store, app.window_s
         points, span = heat.grid(heat.row_width)
         host = str(heat.rows[0][0])
-        before = heat._columns.full_reads
+        before, shifted = heat._columns.full_reads, heat._columns.shifted_reads
         store.apply(flipped_sample(app, host, span))  # the next column starts, for every host
         await tick(app, pilot)
         shown = screen_lines(heat, set(heat.rows))
-        assert heat._columns.full_reads - before == len(shown)  # each shown row read its window once
+        # Each shown row shifted its kept columns and read only the new ones: no whole window.
+        assert heat._columns.shifted_reads - shifted == len(shown)
+        assert heat._columns.full_reads == before
         for y in sorted(shown)[:10]:
             h, g = heat.rows[int(heat.scroll_offset.y) + y - heat.header_lines]
             values = store.series(h, heat.metric.metric, w, points, gpu=g, aligned=True)
@@ -247,3 +249,60 @@ async def test_sparkline_now_is_the_newest_sample() -> None:
             assert text[12 + cols: 12 + cols + 5].strip() == pct(sum(utils) / len(utils))
             checked += 1
         assert checked >= 8
+
+
+def test_sparkline_now_equals_the_stores_host_mean_with_gpus_missing() -> None:
+    from gpulens.store.views import HOST_METRICS, gpu_block_values, host_values_flat
+    from gpulens.tui.widgets.sparklines import _gpu_means
+
+    app = demo_app(backfill_s=5)
+    src = app.source
+    base = src.sample(4, 1_780_000_000.0)  # node05: throttled GPU, noisy utilization
+    lost = src.sample(10, 1_780_000_000.0)  # node11: GPU 3 reports nothing
+    g0 = base.gpus[0]
+    odd = dataclasses.replace(base, gpus=(
+        dataclasses.replace(g0, utilization_percent=float("nan")), dataclasses.replace(g0, sm_activity_percent=None),
+        *base.gpus[2:]))
+    none = dataclasses.replace(base, gpus=())
+    for sample in (base, lost, odd, none):
+        values = host_values_flat(sample, gpu_block_values(sample.gpus))
+        want = [values[HOST_METRICS.index(m)] for m in HostSparklines.METRICS]
+        got = list(_gpu_means(sample))
+        assert [repr(v) for v in got] == [repr(v) for v in want], (got, want)  # equal, NaN for NaN
+
+
+@sync
+async def test_rows_equal_a_full_read_at_every_tick_across_column_boundaries_and_a_late_sample() -> None:
+    """Kept, shifted and newest columns together draw what a whole-window read draws, tick after tick."""
+    from gpulens.tui.widgets.sparklines import spark
+    from tests.fakes.tui_fakes import FROZEN
+
+    app = demo_app(backfill_s=120)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+        heat = app.screen.query_one(GpuHeatmap)
+        spk = app.screen.query_one(HostSparklines)
+        store, w, src = app.store, app.window_s, app.source
+        points = heat.grid(heat.row_width)[0]
+        cols = spk.columns_at(spk.row_width)[0]
+        shifted = heat._columns.shifted_reads + spk._columns.shifted_reads
+        hosts = store.hosts()
+        for k in range(1, 26):  # crosses several 5 s heatmap and ~11 s sparkline columns
+            t = FROZEN + k
+            for h in range(len(hosts)):
+                if k == 17 and h == 2:
+                    continue  # node03 lags one tick, and its sample arrives late at tick 18
+                store.apply(SampleEvent(src.sample(h, t)))
+            if k == 18:
+                store.apply(SampleEvent(src.sample(2, t - 1)))
+            await tick(app, pilot)
+            top = int(heat.scroll_offset.y)
+            for y in range(heat.header_lines, heat.size.height - 1):
+                host, g = heat.rows[top + y - heat.header_lines]
+                values = store.series(host, heat.metric.metric, w, points, gpu=g, aligned=True)
+                want = "".join("·" if v != v else GLYPHS[level(v, heat.metric.lo, heat.metric.hi)] for v in values)
+                assert glyphs(heat, y)[11:11 + points] == want, (k, host, g)
+            for i, host in enumerate(spk.rows[: spk.size.height - 1]):
+                values = store.series(str(host), HostSparklines.METRICS[0], w, cols, aligned=True)
+                assert glyphs(spk, i + 1)[12:12 + cols] == spark(values), (k, host)
+        assert heat._columns.shifted_reads + spk._columns.shifted_reads > shifted  # the shift path ran

@@ -148,3 +148,47 @@ async def test_a_row_moving_repaints_the_lines_whose_row_changed() -> None:
         table.sync({}, [])  # no rows: the placeholder replaces them (a new scroll size: a whole repaint)
         await pilot.pause()
         assert "nothing here" in table.render_line(1).text
+
+
+class Narrow(IncrementalTable):
+    """A three-column table whose "power" column is dropped first when narrow (as the host table's Power)."""
+
+    COLUMNS = (("name", "Name", False, 10), ("value", "Value", True, 8), ("power", "Power", True, 8))
+    DROP: ClassVar[tuple[str, ...]] = ("power",)
+
+    def __init__(self) -> None:
+        super().__init__(id="t")
+        self.rendered: Counter[int] = Counter()
+
+    def render_line(self, y: int) -> Strip:
+        self.rendered[y] += 1
+        return super().render_line(y)
+
+
+class NarrowApp(App[None]):
+    CSS = "Narrow { height: 8; }"
+
+    def compose(self) -> ComposeResult:
+        yield Narrow()
+
+
+@sync
+async def test_a_change_in_a_dropped_column_repaints_nothing() -> None:
+    app = NarrowApp()
+    async with app.run_test(size=(24, 12)) as pilot:  # room for name and value only
+        table = app.query_one(Narrow)
+        data = {f"h{i}": (f"h{i}", str(i), f"{100 + i}W") for i in range(5)}
+        table.sync(data, sorted(data))
+        await pilot.pause()
+        await pilot.pause()
+        assert [i for i, _ in table.column_layout(table._row_width())] == [0, 1]  # power dropped
+        table.rendered.clear()
+        hidden = {k: (v[0], v[1], "999W") for k, v in data.items()}  # only the hidden column changed
+        table.sync(hidden, sorted(hidden))
+        await pilot.pause()
+        assert not table.rendered, table.rendered
+        shown = dict(hidden, h2=("h2", "77", "999W"))  # a shown cell changed: its line only
+        table.sync(shown, sorted(shown))
+        await pilot.pause()
+        assert set(table.rendered) == {3}, table.rendered
+        assert "77" in table.render_line(3).text
