@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from gpulens.core.model import GpuSample
 
 MAX_EVENTS_PER_GPU = 64
+_REASONS = attrgetter("throttle_reasons")
+_XIDS = attrgetter("xid_events")
 BENIGN_THROTTLE = frozenset({"gpu_idle", "idle", "none", "applications_clocks_setting"})
 """Clock-event reasons that are not a slowdown (an idle GPU, clocks the admin set)."""
 
@@ -35,6 +38,8 @@ class GpuEventLog:
 
     def add(self, t: float, gpus: Sequence[GpuSample]) -> None:
         """Record what the GPUs of a sample taken at ``t`` (the newest so far) show."""
+        if not self._throttle and not any(map(_REASONS, gpus)) and not any(map(_XIDS, gpus)):
+            return  # nothing to record (the common case, checked without a loop here)
         for g in gpus:
             reasons = g.throttle_reasons
             if reasons or g.index in self._throttle:

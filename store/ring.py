@@ -27,6 +27,12 @@ in C over three short runs of memory; one column's history is a strided
 slice (``arr[m::n]``), also done in C. A coarse count is the bucket's
 samples (``cfull``) less the column's missing values (``cmiss``), so a
 sample bumps one counter plus one per missing value, not ``n``.
+
+The extremes of the newest coarse bucket are not updated per sample (two
+``max``/``min`` calls per column were most of a sample's cost): its samples
+stay in the fine tier, and their extremes are folded into ``cmax``/``cmin`` in
+one pass when the bucket closes (and read with them until then). A sample for
+an older bucket (backfill) or a duplicate updates them at once, as before.
 """
 
 from __future__ import annotations
@@ -34,8 +40,8 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Sequence
-from itertools import compress
-from operator import add, ne, sub
+from itertools import compress, repeat
+from operator import add, ne, sub, truediv
 from typing import TypeVar
 
 NAN = float("nan")
@@ -50,11 +56,13 @@ class Ring:
 
     __slots__ = (
         "_cols",
+        "_lazy",
         "_means",
         "_mkey",
         "_nan_row",
         "_past",
         "_pcache",
+        "_pending",
         "_stamp",
         "_wcache",
         "cbuf",
@@ -97,6 +105,11 @@ class Ring:
         self._mkey: tuple[int, int, int] | None = None
         self._means: dict[tuple[int, int, int], list[float]] = {}
         self._stamp = 0
+        # Fine-row offsets (arrival order) of the newest coarse bucket whose extremes are not yet
+        # in cmax/cmin: folded in one pass when the bucket closes (:meth:`_fold`), read with them
+        # until then. Needs the bucket's fine rows to stay in the fine tier.
+        self._lazy = fine_slots >= COARSE_FACTOR
+        self._pending: list[int] = []
 
     @staticmethod
     def nbytes(n_metrics: int, fine_slots: int, coarse_slots: int) -> int:
@@ -146,11 +159,17 @@ class Ring:
         lo = ci * n
         hi = lo + n
         csum = self.cbuf
-        missing = list(compress(self._cols, map(ne, values, values)))  # v != v: NaN
-        # max(old, NaN) is old (NaN > old is False): a missing value leaves the extremes alone.
-        self.cmax[lo:hi] = array("f", list(map(max, self.cmax[lo:hi], values)))
-        self.cmin[lo:hi] = array("f", list(map(min, self.cmin[lo:hi], values)))
-        if self.mask[ci] & bit:
+        total = sum(values)  # finite: no NaN (nor inf) among them, the common case
+        missing = [] if total - total == 0.0 else list(compress(self._cols, map(ne, values, values)))
+        dup = self.mask[ci] & bit
+        lazy = self._lazy and cb == self.cnewest
+        if dup and lazy:
+            self._fold()  # the fine row is about to be overwritten
+        if not lazy or dup:
+            # max(old, NaN) is old (NaN > old is False): a missing value leaves the extremes alone.
+            self.cmax[lo:hi] = array("f", list(map(max, self.cmax[lo:hi], values)))
+            self.cmin[lo:hi] = array("f", list(map(min, self.cmin[lo:hi], values)))
+        if dup:
             self._add_checked(ci, values, missing)  # the same bucket twice: counts may saturate
         elif not missing:
             csum[lo:hi] = array("f", list(map(add, csum[lo:hi], values)))
@@ -175,6 +194,27 @@ class Ring:
             return
         fi = (fb % self.fine_slots) * n
         self.fbuf[fi : fi + n] = array("f", values)
+        if lazy and not dup:
+            self._pending.append(fi)
+
+    def _fold(self) -> None:
+        """Add the extremes of the newest coarse bucket's pending fine rows to ``cmax``/``cmin``.
+
+        Row after row in arrival order, as an eager ``max(old, v)`` per put would (NaN is never
+        greater nor smaller, and the stored extreme is never NaN, so missing values drop out); the
+        float32 fine values give the float32 extremes of the values put (rounding is monotonic).
+        """
+        rows = self._pending
+        if not rows:
+            return
+        n = self.n
+        lo = (self.cnewest % self.coarse_slots) * n
+        hi = lo + n
+        fbuf = self.fbuf
+        cols = [fbuf[o : o + n] for o in rows]
+        self.cmax[lo:hi] = array("f", map(max, self.cmax[lo:hi], *cols))
+        self.cmin[lo:hi] = array("f", map(min, self.cmin[lo:hi], *cols))
+        self._pending = []
 
     def _add_checked(self, ci: int, values: Sequence[float], missing: list[int]) -> None:
         if self.cfull[ci] >= 255:
@@ -189,6 +229,7 @@ class Ring:
         self.cfull[ci] += 1
 
     def _advance_coarse(self, cb: int) -> None:
+        self._fold()
         if self.cnewest != _FRESH:  # a fresh ring is already clear
             start = max(self.cnewest + 1, cb - self.coarse_slots + 1)
             n, slots = self.n, self.coarse_slots
@@ -202,6 +243,7 @@ class Ring:
 
     def widened(self, n_metrics: int) -> Ring:
         """A copy of this ring with ``n_metrics`` (>= n) columns; the new ones are empty."""
+        self._fold()
         new = Ring(n_metrics, self.fine_slots, self.coarse_slots)
         n, m2 = self.n, n_metrics
         for m in range(n):
@@ -254,15 +296,15 @@ class Ring:
         hit = self._means.get(key)
         if hit is not None:
             return hit
-        lo, hi = self._range(self.cnewest, self.coarse_slots, now_cb, n)
+        cnewest, slots = self.cnewest, self.coarse_slots
+        lo, hi = max(now_cb - n + 1, cnewest - slots + 1), min(now_cb, cnewest)  # _range, inlined
         if lo > hi:
             means = [NAN] * len(range(start, stop, step))
         else:
-            slot = hi % self.coarse_slots
+            slot = hi % slots
             a = slot * cols
-            sums: list[float] = list(self.cbuf[a + start : a + stop : step])
-            full = self.cfull[slot]
-            counts: list[float] = [full - c for c in self.cmiss[a + start : a + stop : step]]
+            sums = self.cbuf[a + start : a + stop : step]
+            counts = map(sub, repeat(self.cfull[slot]), self.cmiss[a + start : a + stop : step])
             if lo < hi:
                 pkey = (lo, hi - 1, self._past, start, stop, step)
                 past = self._pcache.get(pkey)
@@ -270,17 +312,27 @@ class Ring:
                     if len(self._pcache) > 8:
                         self._pcache.clear()
                     past = self._pcache[pkey] = self._past_sums(lo, hi - 1, range(start, stop, step))
-                sums = list(map(add, past[0], sums))
-                counts = list(map(add, past[1], counts))
-            means = [s / c if c else NAN for s, c in zip(sums, counts, strict=True)]
+                totals, known = list(map(add, past[0], sums)), list(map(add, past[1], counts))
+                try:  # every column has data: the common case, without a Python-level loop
+                    means = list(map(truediv, totals, known))
+                except ZeroDivisionError:
+                    means = [s / c if c else NAN for s, c in zip(totals, known, strict=True)]
+            else:
+                means = [s / c if c else NAN for s, c in zip(sums, counts, strict=True)]
         self._means[key] = means
         return means
 
     def _past_sums(self, lo: int, hi: int, cols: range) -> tuple[array[float], array[float]]:
         """Per column of ``cols``: sum and count over buckets lo..hi, added as window_mean adds."""
         full = _column_sum(self.cfull, 1, 0, lo, hi)
-        return (array("d", [_column_sum(self.cbuf, self.n, m, lo, hi) for m in cols]),
-                array("d", [full - _column_sum(self.cmiss, self.n, m, lo, hi) for m in cols]))
+        n, slots = self.n, self.coarse_slots
+        i0, i1 = lo % slots, hi % slots
+        if i0 <= i1 and hi - lo < slots:  # one run of slots: cut it once, then each column of it
+            sums, miss = self.cbuf[i0 * n : (i1 + 1) * n], self.cmiss[i0 * n : (i1 + 1) * n]
+            return (array("d", [float(sum(sums[m::n])) for m in cols]),
+                    array("d", [full - float(sum(miss[m::n])) for m in cols]))
+        return (array("d", [_column_sum(self.cbuf, n, m, lo, hi) for m in cols]),
+                array("d", [full - _column_sum(self.cmiss, n, m, lo, hi) for m in cols]))
 
     def window_extremes(self, m: int, now_cb: int, n: int) -> tuple[float, float]:
         """(min, max) of metric ``m``'s raw samples in the ``n`` coarse buckets ending at ``now_cb``.
@@ -290,10 +342,17 @@ class Ring:
         lo, hi = self._range(self.cnewest, self.coarse_slots, now_cb, n)
         if lo > hi:
             return NAN, NAN
-        top = max(_column(self.cmax, self.n, m, lo, hi))
+        tops = _column(self.cmax, self.n, m, lo, hi)
+        bottoms = _column(self.cmin, self.n, m, lo, hi)
+        if self._pending and hi == self.cnewest:  # as :meth:`_fold` would add them
+            fbuf = self.fbuf
+            rows = [fbuf[o + m] for o in self._pending]
+            tops[-1] = max(tops[-1], *rows)
+            bottoms[-1] = min(bottoms[-1], *rows)
+        top = max(tops)
         if top == -math.inf:
             return NAN, NAN
-        return min(_column(self.cmin, self.n, m, lo, hi)), top
+        return min(bottoms), top
 
     def window_count(self, m: int, now_cb: int, n: int) -> int:
         """How many samples hold a value of metric ``m`` in the ``n`` coarse buckets ending at ``now_cb``."""

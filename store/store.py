@@ -8,7 +8,9 @@ later ones for a filled bucket (duplicates) are ignored. ``now`` is the
 newest sample time seen, so replayed data reads the same as live data.
 
 Every accepted sample bumps the host's ``version`` and the store's
-``version``; the UI redraws only what changed. Views are cached per version.
+``version``; the UI redraws only what changed. Views are cached per version;
+:meth:`Store.jobs` also keeps each job's view while its hosts' versions and
+``now`` hold (:class:`~gpulens.store.jobs.JobViews`).
 
 Memory is bounded and does not grow with run time: see
 :func:`gpulens.store.aligned.memory_estimate_bytes`.
@@ -22,7 +24,7 @@ and cached until the ring next changes.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from operator import attrgetter
 
 from gpulens.core.events import (
     HostStatusEvent,
@@ -36,7 +38,9 @@ from gpulens.store.alerts import host_alerts
 from gpulens.store.aligned import Grid, memory_estimate_bytes, stale
 from gpulens.store.aligned import slots as _slots
 from gpulens.store.fleet import fleet_means
-from gpulens.store.gpu_events import BENIGN_THROTTLE, GpuEvent, GpuEventLog
+from gpulens.store.gpu_events import BENIGN_THROTTLE, GpuEvent
+from gpulens.store.host import HostState
+from gpulens.store.jobs import MAX_JOBS_PER_HOST, JobViews, add_jobs, evict_jobs
 from gpulens.store.panels import combine, combine_columns, panel_series
 from gpulens.store.processes import PROC_METRICS, ProcessHistory
 from gpulens.store.ring import COARSE_FACTOR, NAN, Columns, Ring, resample
@@ -51,41 +55,19 @@ from gpulens.store.views import (
     WindowStats,
     gpu_block_values,
     host_values_flat,
-    job_key,
-    job_values,
 )
 from gpulens.store.window import merge, stats_of
 
 _HOST_INDEX = {m: i for i, m in enumerate(HOST_METRICS)}
 MAX_HOSTS = 4096
 MAX_GPUS_PER_HOST = 64
-MAX_JOBS_PER_HOST = 256
-__all__ = ["BENIGN_THROTTLE", "GpuEvent", "Store", "memory_estimate_bytes"]
+__all__ = ["BENIGN_THROTTLE", "MAX_JOBS_PER_HOST", "GpuEvent", "Store", "memory_estimate_bytes"]
 
-
+_INDEX = attrgetter("index")
+_XIDS = attrgetter("xid_events")
 _GPU_WIDTH = len(GPU_METRICS)
 _NAN_GPU = [NAN] * _GPU_WIDTH
 _HOST_WIDTH = len(HOST_METRICS)
-
-
-@dataclass(slots=True)
-class _Host:
-    # The host's series, then its GPUs' (``gorder``: their indices in column
-    # order, by first appearance): a sample is one ring write, not one per GPU.
-    # ``gpus`` reads each GPU's columns like a ring of its own.
-    ring: Ring
-    gorder: tuple[int, ...] = ()
-    gpus: dict[int, Columns] = field(default_factory=dict)
-    jobs: dict[str, Ring] = field(default_factory=dict)
-    job_seen: dict[str, float] = field(default_factory=dict)
-    xid_last: dict[int, tuple[float, int]] = field(default_factory=dict)
-    events: GpuEventLog = field(default_factory=GpuEventLog)
-    latest: HostSample | None = None
-    up: bool = True
-    reason: str = ""
-    version: int = 0
-    late: int = 0
-    """Samples accepted older than the host's newest bucket (aligned columns: ``series_stamp``)."""
 
 
 class Store:
@@ -100,8 +82,9 @@ class Store:
         self.version = 0
         self.dropped = 0
         self.source_status: SourceStatusEvent | None = None
-        self._hosts: dict[str, _Host] = {}
+        self._hosts: dict[str, HostState] = {}
         self._cache: dict[tuple[object, ...], tuple[tuple[object, ...], object]] = {}
+        self._job_views = JobViews()
         self.processes = ProcessHistory(self.fine_slots, self.coarse_slots)
         """History of the processes a screen tracks (:meth:`track_process`)."""
 
@@ -130,19 +113,19 @@ class Store:
             changed = self.apply(e) or changed
         return changed
 
-    def _host(self, name: str) -> _Host | None:
+    def _host(self, name: str) -> HostState | None:
         h = self._hosts.get(name)
         if h is None:
             if len(self._hosts) >= MAX_HOSTS:
                 self.dropped += 1
                 return None
-            h = self._hosts[name] = _Host(ring=self._ring(len(HOST_METRICS)))
+            h = self._hosts[name] = HostState(ring=self._ring(len(HOST_METRICS)))
         return h
 
     def _ring(self, n: int) -> Ring:
         return Ring(n, self.fine_slots, self.coarse_slots)
 
-    def _bump(self, h: _Host) -> None:
+    def _bump(self, h: HostState) -> None:
         h.version += 1
         self.version += 1
 
@@ -157,30 +140,46 @@ class Store:
         block = gpu_block_values(gpus)
         values = host_values_flat(s, block)
         h.late += fb < h.ring.fnewest
+        util: dict[str, float] | None = None
         if gpus:
-            order = tuple(g.index for g in gpus)
-            values += block if order == h.gorder else self._regroup(h, order, block)
-            for g in gpus:
-                if g.xid_events and g.index in h.gpus and s.time >= h.xid_last.get(g.index, (-1.0, 0))[0]:
-                    h.xid_last[g.index] = (s.time, g.xid_events[-1])
+            order = tuple(map(_INDEX, gpus))
+            if order == h.gorder:
+                values += block
+                if s.jobs and gpus is s.gpus:
+                    util = dict(zip(h.gkeys, block[::_GPU_WIDTH], strict=True))
+            else:
+                values += self._regroup(h, order, block)
+            if any(map(_XIDS, gpus)):
+                for g in gpus:
+                    if g.xid_events and g.index in h.gpus and s.time >= h.xid_last.get(g.index, (-1.0, 0))[0]:
+                        h.xid_last[g.index] = (s.time, g.xid_events[-1])
         elif h.gorder:
             values += _NAN_GPU * len(h.gorder)
         h.ring.put(fb, values)
+        groups: dict[str, list[JobInfo]] = {}
+        totals: dict[str, tuple[set[str], int]] = {}
         if s.jobs:
-            self._add_jobs(h, s, fb)
+            if util is None:
+                util = {str(g.index): NAN if (u := g.utilization_percent) is None else float(u) for g in s.gpus}
+            groups, totals = add_jobs(h, s, fb, util, self._job_ring, self.history_s)
         elif h.job_seen:
-            self._evict_jobs(h, s.time, force=False)
+            evict_jobs(h, s.time, self.history_s, force=False)
         if self.processes.watching(s.host):
             self.processes.add(s, fb)
         if h.latest is None or s.time >= h.latest.time:
             h.events.add(s.time, gpus)
             h.latest = s
+            h.latest_jobs, h.latest_sorted, h.latest_totals = groups, False, totals
             h.up, h.reason = True, ""
-        self.now = max(self.now, s.time)
+        if s.time > self.now:
+            self.now = s.time
         self._bump(h)
         return True
 
-    def _regroup(self, h: _Host, order: tuple[int, ...], block: list[float]) -> list[float]:
+    def _job_ring(self) -> Ring:
+        return self._ring(len(JOB_METRICS))
+
+    def _regroup(self, h: HostState, order: tuple[int, ...], block: list[float]) -> list[float]:
         """``block`` (GPUs in ``order``) laid out in the host's column order, new GPUs added."""
         new = [i for i in dict.fromkeys(order) if i not in h.gpus][: MAX_GPUS_PER_HOST - len(h.gpus)]
         if new:
@@ -190,6 +189,7 @@ class Store:
             for k, i in enumerate(new, len(h.gorder)):
                 h.gpus[i] = Columns(ring, _HOST_WIDTH + k * _GPU_WIDTH)
             h.ring, h.gorder = ring, h.gorder + tuple(new)
+            h.gkeys = tuple(map(str, h.gorder))
             if order == h.gorder:
                 return block
         pos = {i: k * _GPU_WIDTH for k, i in enumerate(order)}  # a repeated index: the last wins
@@ -198,29 +198,6 @@ class Store:
             at = pos.get(i)
             out += _NAN_GPU if at is None else block[at : at + _GPU_WIDTH]
         return out
-
-    def _add_jobs(self, h: _Host, s: HostSample, fb: int) -> None:
-        groups: dict[str, list[JobInfo]] = {}
-        for j in s.jobs:
-            groups.setdefault(job_key(s.host, j), []).append(j)
-        gpus = {str(g.index): g for g in s.gpus}
-        for key, procs in groups.items():
-            ring = h.jobs.get(key)
-            if ring is None:
-                if len(h.jobs) >= MAX_JOBS_PER_HOST:
-                    self._evict_jobs(h, s.time, force=True)
-                ring = h.jobs[key] = self._ring(len(JOB_METRICS))
-            ring.put(fb, job_values(procs, gpus))
-            h.job_seen[key] = max(h.job_seen.get(key, s.time), s.time)
-        self._evict_jobs(h, s.time, force=False)
-
-    def _evict_jobs(self, h: _Host, now: float, force: bool) -> None:
-        old = [k for k, t in h.job_seen.items() if now - t > self.history_s]
-        if force and not old:
-            old = [min(h.job_seen, key=h.job_seen.__getitem__)]
-        for k in old:
-            h.jobs.pop(k, None)
-            h.job_seen.pop(k, None)
 
     # ---- simple reads ----------------------------------------------------
     def hosts(self) -> list[str]:
@@ -399,7 +376,7 @@ class Store:
             alerts=self._alerts(h, window_s, now_cb, k),
         )
 
-    def _alerts(self, h: _Host, window_s: float, now_cb: int, k: int) -> tuple[str, ...]:
+    def _alerts(self, h: HostState, window_s: float, now_cb: int, k: int) -> tuple[str, ...]:
         return host_alerts(h.up, h.latest, h.xid_last, h.gpus, h.ring, self.now, window_s, now_cb, k)
 
     def fleet(self, window_s: float) -> FleetStats:
@@ -422,35 +399,8 @@ class Store:
                             lambda: self._jobs(window_s))
 
     def _jobs(self, window_s: float) -> list[JobView]:
-        groups: dict[str, list[tuple[str, JobInfo]]] = {}
-        for host, h in self._hosts.items():
-            if h.latest is None:
-                continue
-            for j in h.latest.jobs:
-                groups.setdefault(job_key(host, j), []).append((host, j))
-        return [self._job_view(k, procs, window_s) for k, procs in sorted(groups.items())]
-
-    def _job_view(self, key: str, procs: list[tuple[str, JobInfo]], window_s: float) -> JobView:
-        procs.sort(key=lambda hp: (hp[0], hp[1].pid))
-        hosts = tuple(sorted({h for h, _ in procs}))
-        gpus = tuple(sorted({(h, i) for h, p in procs for i in p.gpu_mem_bytes}))
-        utils = [self.window_mean(h, "job.gpu_utilization_percent", window_s, job=key) for h in hosts]
-        cpu = [p.cpu_percent for _, p in procs if p.cpu_percent is not None]
-        first = min(procs, key=lambda hp: hp[1].start_time)[1]
-        return JobView(
-            key=key, tree_id=first.tree_id, user=first.user, cmdline=first.cmdline, hosts=hosts,
-            gpus=gpus, util_percent=combine(utils, False),
-            gpu_mem_bytes=self._job_gpu_mem(hosts, procs),
-            cpu_percent=sum(cpu) if cpu else NAN, start_time=first.start_time,
-            runtime_s=max(0.0, self.now - first.start_time), processes=tuple(procs),
-        )
-
-    def _job_gpu_mem(self, hosts: tuple[str, ...], procs: list[tuple[str, JobInfo]]) -> float:
-        """Bytes of GPU memory the job holds; NaN (n/a) when none of its hosts reads GPUs."""
-        if not any((h := self._hosts.get(name)) is not None and h.latest is not None and h.latest.gpus
-                   for name in hosts):
-            return NAN
-        return float(sum(sum(p.gpu_mem_bytes.values()) for _, p in procs))
+        _, now_cb, k = self._buckets(window_s)
+        return self._job_views.jobs(self._hosts, self.now, window_s, now_cb, k)
 
     def job(self, key: str, window_s: float) -> JobView | None:
         """One job by key (None when it is not running)."""

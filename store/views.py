@@ -5,9 +5,8 @@ Also the metric names the store records, and how each is read from a sample.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from operator import eq
 
 from gpulens.core.model import GpuSample, HostSample, JobInfo
 
@@ -111,7 +110,7 @@ def host_values_flat(s: HostSample, gpu_block: list[float]) -> list[float]:
     mem, cpu, net, sto, cache = s.memory, s.cpu, s.network, s.storage, s.cache
     used, total = mem.used_bytes, mem.total_bytes
     w = len(GPU_METRICS)
-    if gpu_block and all(map(eq, gpu_block, gpu_block)):  # every GPU value known (v == v)
+    if gpu_block and (t := sum(gpu_block)) - t == 0.0:  # finite: every GPU value known (no NaN)
         n = len(gpu_block) // w
         util, sm, gmem = sum(gpu_block[0::w]) / n, sum(gpu_block[1::w]) / n, sum(gpu_block[2::w]) / n
         power = sum(gpu_block[3::w])
@@ -142,18 +141,24 @@ def job_key(host: str, job: JobInfo) -> str:
     return job.job_key or f"{host}:{job.pid}"
 
 
-def job_values(procs: list[JobInfo], gpus: dict[str, GpuSample]) -> list[float]:
-    """One job's values on one host in :data:`JOB_METRICS` order."""
+def job_values(procs: list[JobInfo], util: Mapping[str, float]) -> list[float]:
+    """One job's values on one host in :data:`JOB_METRICS` order (``util``: GPU utilization by index)."""
+    return job_totals(procs, util)[0]
+
+
+def job_totals(procs: list[JobInfo], util: Mapping[str, float]) -> tuple[list[float], set[str], int]:
+    """:func:`job_values`, the GPU indices the processes hold memory on, and the bytes they hold."""
     used: set[str] = set()
     mem = 0
     cpu: list[float] = []
     for p in procs:
-        used.update(p.gpu_mem_bytes)
-        mem += sum(p.gpu_mem_bytes.values())
-        if p.cpu_percent is not None:
-            cpu.append(p.cpu_percent)
-    utils = [_f(gpus[i].utilization_percent) for i in used if i in gpus]
-    return [_mean(utils), float(mem) if used else NAN, sum(cpu) if cpu else NAN]
+        held = p.gpu_mem_bytes
+        used.update(held)
+        mem += sum(held.values())
+        if (c := p.cpu_percent) is not None:
+            cpu.append(c)
+    utils = [util[i] for i in used if i in util]
+    return [_mean(utils), float(mem) if used else NAN, sum(cpu) if cpu else NAN], used, mem
 
 
 # Where a metric's "unavailable" reason is looked up: (host key, GPU key).

@@ -55,8 +55,11 @@ class OverviewScreen(FindingScreen):
         yield AppHeader()
         yield StatsBar(id="stats")
         with Horizontal(id="charts"):
-            yield HostSparklines(store, id="sparklines")
-            yield GpuHeatmap(store, id="heatmap")
+            # The borders are the boxes': a line repainted inside a borderless widget costs less.
+            with Vertical(id="sparklines-box"):
+                yield HostSparklines(store, id="sparklines")
+            with Vertical(id="heatmap-box"):
+                yield GpuHeatmap(store, id="heatmap")
         with Horizontal(id="tables"):
             with Vertical(id="hosts-box"):
                 yield HostTable(id="hosts")
@@ -67,8 +70,8 @@ class OverviewScreen(FindingScreen):
 
     def on_mount(self) -> None:
         """Titles and the first draw."""
-        self.query_one("#sparklines").border_title = "GPU util · SM activity per host"
-        self.query_one("#heatmap").border_title = "per-GPU heatmap"
+        self.query_one("#sparklines-box").border_title = "GPU util · SM activity per host"
+        self.query_one("#heatmap-box").border_title = "per-GPU heatmap"
         self.query_one("#hosts-box").border_title = "Hosts"
         self.query_one("#jobs-box").border_title = "Jobs"
         super().on_mount()
@@ -124,7 +127,7 @@ class OverviewScreen(FindingScreen):
         note = self.filter_note()
         self.subtitle("#hosts-box", host_table.sort_label() + note + host_table.sort_hint())
         self.subtitle("#jobs-box", jobs.sort_label() + note + jobs.sort_hint())
-        self.subtitle("#sparklines", f" · {len(hosts)} of {len(all_hosts)} hosts" if self.finder.active else "")
+        self.subtitle("#sparklines-box", f" · {len(hosts)} of {len(all_hosts)} hosts" if self.finder.active else "")
 
     def subtitle(self, selector: str, text: str) -> None:
         """Set a border subtitle only when it changes (each assignment repaints the whole box)."""
@@ -173,4 +176,4 @@ class OverviewScreen(FindingScreen):
         """Switch the heatmap's metric."""
         heat = self.query_one(GpuHeatmap)
         heat.set_metric(key)
-        heat.border_title = f"per-GPU heatmap: {heat.metric.label}"
+        self.query_one("#heatmap-box").border_title = f"per-GPU heatmap: {heat.metric.label}"

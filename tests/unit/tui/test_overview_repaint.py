@@ -172,6 +172,10 @@ async def test_heatmap_cursor_moves_scrolls_and_enter_opens_the_gpu() -> None:
             await pilot.press("tab")
         assert heat.has_focus
         await pilot.pause()
+        box = app.screen.query_one("#heatmap-box")
+        accent = app.theme_variables["accent"]
+        assert box.styles.border.top[1].hex.lower() == accent.lower()[:7]  # the focused panel's box says so
+        assert app.screen.query_one("#sparklines-box").styles.border.top[1].hex.lower() != accent.lower()[:7]
         assert glyphs(heat, 1).startswith(CURSOR_MARK)  # the top row
         await pilot.press("down", "down")
         await pilot.pause()
@@ -203,7 +207,7 @@ async def test_box_subtitles_are_set_only_when_they_change() -> None:
     app = demo_app(backfill_s=60)
     async with app.run_test(size=SIZE) as pilot:
         await settle(app, pilot)
-        boxes = [app.screen.query_one(s) for s in ("#hosts-box", "#jobs-box", "#sparklines", "#heatmap")]
+        boxes = [app.screen.query_one(s) for s in ("#hosts-box", "#jobs-box", "#sparklines-box", "#heatmap-box")]
         refreshed: Counter[str] = Counter()
         for box in boxes:  # assigning a border subtitle refreshes the whole box
             def refresh(*regions: Any, _box: Any = box, _orig: Any = box.refresh, **kw: Any) -> Any:

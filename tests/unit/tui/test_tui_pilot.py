@@ -207,7 +207,7 @@ async def test_narrow_layout_and_quit() -> None:
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(app, pilot)
         assert app.screen.has_class("narrow")
-        assert not app.screen.query_one("#sparklines").display
+        assert not app.screen.query_one("#sparklines-box").display
         await pilot.press("q")
         await pilot.pause()
     assert app.return_code in (None, 0)
@@ -290,7 +290,7 @@ async def test_mouse_click_on_heatmap_and_table_rows() -> None:
     app = demo_app(backfill_s=60)
     async with app.run_test(size=SIZE) as pilot:
         await settle(app, pilot)
-        await pilot.click("#heatmap", offset=(3, 3))  # border, legend, then node01:1
+        await pilot.click("#heatmap", offset=(3, 2))  # legend, then node01:1 (the border is its box's)
         await settle(app, pilot)
         assert isinstance(app.screen, HostScreen) and app.screen.host == "gpu-node01"
         await pilot.press("escape")
