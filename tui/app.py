@@ -43,6 +43,7 @@ from gpulens.core.events import (
 from gpulens.ipc.kineto.protocol import TraceService
 from gpulens.sources.local import ReplaySource
 from gpulens.store.store import Store
+from gpulens.tui._theme_cache import ThemeCache
 from gpulens.tui.messages import OpenFlame, OpenHost, OpenJob, OpenProfiler
 from gpulens.tui.replay import SEEK_STEP_S, ReplayBar, ReplayControl
 from gpulens.tui.screens.base import DataScreen
@@ -59,9 +60,11 @@ from gpulens.tui.widgets.heatmap import HEAT_METRICS
 from gpulens.tui.workers import notify_failure
 
 MIN_REFRESH_S = 0.25
+BURST_S = 0.02
+"""How long a redraw waits for the rest of a burst of samples (one per host, sent together)."""
 
 
-class GpulensApp(App[int]):
+class GpulensApp(ThemeCache, App[int]):
     """The gpulens TUI.
 
     | key | action |
@@ -249,12 +252,14 @@ class GpulensApp(App[int]):
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
 
     def schedule_refresh(self) -> None:
-        """Redraw soon: at once, or when ``refresh_s`` has passed since the last redraw."""
-        due = self._last_refresh + self.refresh_s - time.monotonic()
-        if due <= 0:
-            self.refresh_data()
-        elif self._timer is None:
-            self._timer = self.set_timer(due, self._timed_refresh)
+        """Redraw once the rest of a burst has landed (``BURST_S``), and ``refresh_s`` after the last redraw.
+
+        Sixteen hosts' samples arrive within a few ms of each other: redrawn at the first,
+        the screen would be redrawn again for the other fifteen.
+        """
+        if self._timer is None:
+            due = self._last_refresh + self.refresh_s - time.monotonic()
+            self._timer = self.set_timer(max(BURST_S, due), self._timed_refresh)
 
     def _timed_refresh(self) -> None:
         self._timer = None

@@ -1,0 +1,206 @@
+"""The demo fleet's figures: one host's sample at one time, cheaply.
+
+What never changes for a (host, GPU) — names, UUIDs, PIDs, memory held, process
+lists, the jobs' command lines — is worked out once per host (:func:`host_plan`);
+each tick then only draws the random numbers, in the same order as ever, and
+fills the frozen samples through :func:`~gpulens.sources._demo_fast.fast_builder`.
+Every figure is a pure function of (seed, host, time bucket): the tests pin a
+digest of the output, so a change here that moves one digit fails them.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from math import cos, log, pi, sin, sqrt
+
+from gpulens.core import model as m
+from gpulens.sources._demo_fast import fast_builder, field_names, round1
+
+GIB = 1024**3
+MIB = 1024**2
+GPU_MEM = 80 * GIB
+GPU_NAME = "NVIDIA H100 80GB HBM3"
+NO_COUNTERS = "perf_event_open: ENOENT (no hardware cache counters in this VM)"
+LOST = "GPU is lost (XID 79: fallen off the bus)"
+_LOST_FIELDS = ("utilization_percent", "mem_used_bytes", "power_w", "temperature_c",
+                "sm_activity_percent")
+_NO_CACHE_FIELDS = ("cache.l2_hit_ratio", "cache.l3_hit_ratio", "cache.mem_bandwidth_bytes_per_s")
+_THROTTLES = ("sw_thermal_slowdown", "hw_thermal_slowdown")
+_XID79 = (79,)
+_NO_CACHE = m.CacheSample()
+_TWOPI = 2.0 * pi
+
+Role = tuple[str, str, str, float, float, int]
+"""(job key, user, command, util base, util noise, period s)."""
+# role of host (index % 16)
+ROLES: dict[int, Role] = {
+    **{i: ("4711", "alice", "train.py --model llama-13b", 96, 3, 60) for i in range(4)},
+    **{i: ("4712", "bob", "finetune.py --lora", 82, 8, 30) for i in (4, 5)},
+    6: ("4720", "carol", "ipykernel_launcher.py", 0, 0, 0),
+    **{i: ("4731", "dave", "train_vit.py --epochs 90", 60, 12, 45) for i in (7, 8, 9)},
+    10: ("4731", "dave", "train_vit.py --epochs 90", 55, 10, 45),
+    **{i: ("", "erin", "serve.py --port 8000", 30, 15, 20) for i in (11, 12)},
+}
+
+# What a GPU's utilization is: none, held at 0 % (the idle notebook), or the role's load.
+IDLE, HELD, BUSY = 0, 1, 2
+
+JobPlan = tuple[int, str, str, str, float, bool, str, int, "str | None", tuple[int, ...]]
+"""(pid, tree_id, cmdline, user, start_time, launched by torchrun, GPU index, GPU bytes,
+job key, ancestors): a job's fields that never change."""
+GpuPlan = tuple[int, int, bool, bool, str, int, "tuple[m.GpuProcess, ...]", "JobPlan | None"]
+"""(index, IDLE/HELD/BUSY, lost, throttled, uuid, memory used, processes, job)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HostPlan:
+    """What never changes about one simulated host."""
+
+    h: int
+    name: str
+    role: Role | None
+    no_cache: bool
+    energy_w: float
+    gpus: tuple[GpuPlan, ...]
+
+
+_GPU_FIELDS = (
+    "index", "name", "uuid", "utilization_percent", "memory_utilization_percent",
+    "mem_used_bytes", "mem_total_bytes", "power_w", "power_limit_w", "temperature_c",
+    "sm_clock_mhz", "mem_clock_mhz", "pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s",
+    "nvlink_rx_bytes_per_s", "nvlink_tx_bytes_per_s", "ecc_corrected", "ecc_uncorrected",
+    "xid_events", "throttle_reasons", "sm_activity_percent", "sm_occupancy_percent",
+    "dram_bw_util_percent", "processes", "unavailable", "tensor_active_percent",
+    "nvlink_total_bytes_per_s", "energy_joules")
+_JOB_FIELDS = ("pid", "tree_id", "cmdline", "user", "start_time", "cpu_percent", "rss_bytes",
+               "gpu_mem_bytes", "job_key", "ancestors", "kineto_polling")
+_HOST_FIELDS = ("host", "time", "cpu", "memory", "network", "storage", "cache", "infiniband",
+                "gpus", "jobs", "unavailable", "simulated")
+# The tuples below are written in these orders; a model change must show here first.
+for _cls, _names in ((m.GpuSample, _GPU_FIELDS), (m.JobInfo, _JOB_FIELDS),
+                     (m.HostSample, _HOST_FIELDS)):
+    if field_names(_cls) != _names:
+        raise ImportError(f"the demo's {_cls.__name__} fields are out of date: {field_names(_cls)}")
+
+_gpu = fast_builder(m.GpuSample)
+_job = fast_builder(m.JobInfo)
+_host = fast_builder(m.HostSample)
+_cpu = fast_builder(m.CpuSample)
+_memory = fast_builder(m.MemorySample)
+_network = fast_builder(m.NetworkSample)
+_storage = fast_builder(m.StorageSample)
+_cache = fast_builder(m.CacheSample)
+
+
+def host_plan(h: int, gpus_per_host: int, epoch: int, name: str) -> HostPlan:
+    """The constant part of host ``h`` (0-based) of a demo whose jobs began at ``epoch``."""
+    role = ROLES.get(h % 16)
+    gpus: list[GpuPlan] = []
+    for g in range(gpus_per_host):
+        kind = IDLE
+        if role is not None:
+            key = role[0]
+            if key == "4720":
+                kind = HELD if g < 4 else IDLE
+            elif key or g == 0:
+                kind = BUSY
+        held = 0.5 if kind == HELD else 1.0 if kind == BUSY else 0.0
+        pid = 10_000 + h * 100 + g
+        mem_used = int((0.55 + 0.35 * min(1.0, held)) * GPU_MEM) if held else 600 * MIB
+        processes = (m.GpuProcess(pid=pid, used_memory_bytes=mem_used - 500 * MIB),) if held else ()
+        job: JobPlan | None = None
+        if role is not None and held and (role[0] or g == 0):
+            key, user, cmd, *_ = role
+            launcher = "torchrun/" if key and key != "4720" else ""
+            job = (pid, f"systemd/slurmstepd/bash/{launcher}python3.11",
+                   f"python3.11 {cmd}" + (f" --local-rank {g}" if launcher else ""),
+                   user, epoch + (h % 16) * 600.0, bool(launcher), str(g), mem_used - 500 * MIB,
+                   key or None, (1, 900 + h, 901 + h))
+        gpus.append((g, kind, h % 16 == 10 and g == 3, h % 16 == 4 and g == 2,
+                     f"GPU-de000000-{h:04d}-{g:04d}", mem_used, processes, job))
+    return HostPlan(h=h, name=name, role=role, no_cache=h % 16 == 8,
+                    energy_w=110.0 + (h % 16) * 9.0, gpus=tuple(gpus))
+
+
+def host_sample(plan: HostPlan, seed: str, t: float, epoch: int) -> m.HostSample:
+    """Host ``plan.h``'s sample at ``t``, drawing from a ``random.Random(seed)``."""
+    rand = random.Random(seed).random
+    gauss_next: float | None = None  # rng.gauss inlined (as random.py has it): two at a time
+    role = plan.role
+    u: float = 0.0
+    noise: float = 0.0
+    if role is not None:
+        key, _, _, base, noise, period = role
+        phase = (t + plan.h * 7) % period if period else 0
+        if key == "4731":
+            u = base * (0.6 + 0.8 * phase / period)
+        elif phase < period * 0.13:
+            u = base * 0.18  # evaluation / checkpoint dip
+        else:
+            u = base
+    # A counter: the GPU's mean draw since the demo's epoch, so it only grows.
+    energy = round(max(0.0, t - epoch) * plan.energy_w, 1)
+    gpus: list[m.GpuSample] = []
+    jobs: list[m.JobInfo] = []
+    utils: list[float] = []
+    for g, kind, lost, throttled, uuid, mem_used, processes, job in plan.gpus:
+        util = 0.0
+        if kind == BUSY:
+            z = gauss_next
+            gauss_next = None
+            if z is None:
+                x2pi = rand() * _TWOPI
+                g2rad = sqrt(-2.0 * log(1.0 - rand()))
+                z = cos(x2pi) * g2rad
+                gauss_next = sin(x2pi) * g2rad
+            util = max(0.0, min(100.0, u + (0 + z * noise)))  # u + rng.gauss(0, noise)
+        if lost:
+            gpus.append(_gpu(g, GPU_NAME, uuid, None, None, None, None, None, None, None,
+                              None, None, None, None, None, None, None, None,
+                              _XID79 if rand() < 0.05 else (), (), None, None, None, (),
+                              dict.fromkeys(_LOST_FIELDS, LOST), None, None, None))
+            utils.append(0)
+        elif kind == BUSY:
+            if throttled:
+                util *= 0.7
+            sm = util * (0.78 + rand() * 0.08)
+            up = round1(util)
+            utils.append(up or 0)
+            nvlink = util * 3e9
+            gpus.append(_gpu(
+                g, GPU_NAME, uuid, up, round1(util * 0.45), mem_used, GPU_MEM,
+                round1(72 + util * 6.2 + rand() * 10), 700.0,
+                89.0 if throttled else round1(33 + util * 0.3),
+                1410 if throttled else 1980, 2619, util * 2e8, util * 1.5e8, nvlink, nvlink, 0, 0,
+                (), _THROTTLES if throttled else (), round1(sm), round1(sm * 0.55),
+                round1(util * 0.5), processes, {}, round1(sm * 0.6), util * 6e9, energy))
+        else:  # 0 %: every figure that scales with utilization is 0.0; the draws still happen
+            rand()
+            gpus.append(_gpu(
+                g, GPU_NAME, uuid, 0.0, 0.0, mem_used, GPU_MEM, round1(72.0 + rand() * 10), 700.0,
+                89.0 if throttled else 33.0, 1410 if throttled else 1980, 2619, 0.0, 0.0, 0.0, 0.0,
+                0, 0, (), _THROTTLES if throttled else (), 0.0, 0.0, 0.0, processes, {}, 0.0, 0.0,
+                energy))
+            utils.append(0)
+        if job is not None:
+            pid, tree_id, cmdline, user, start, launcher, gkey, gmem, jkey, ancestors = job
+            jobs.append(_job(
+                pid, tree_id, cmdline, user, start,
+                round1(95 + rand() * 10 if launcher else 1 + rand() * 4),
+                int((12 + rand()) * GIB), {gkey: gmem}, jkey, ancestors, False))
+    busy = sum(utils) / max(1, len(utils))
+    if plan.no_cache:
+        cache = _NO_CACHE
+        unavailable = dict.fromkeys(_NO_CACHE_FIELDS, NO_COUNTERS)
+    else:
+        cache = _cache(0.62 + rand() * 0.1, 0.41 + rand() * 0.1,
+                       (20 + busy) * 1e9 * (0.9 + rand() * 0.2))
+        unavailable = {}
+    net = (busy * 0.08 + rand() * 0.5) * 1e9
+    cpu = _cpu(min(100.0, 3 + busy * 0.35 + rand() * 4), (), 2 + busy * 0.4, 128)
+    memory = _memory(2048 * GIB, int((180 + busy * 9) * GIB), int((1868 - busy * 9) * GIB), None)
+    network = _network(net, net * 0.97, ())
+    storage = _storage((5 + rand() * 40) * 1e6 * (1 + busy / 20), (2 + rand() * 8) * 1e6, ())
+    return _host(plan.name, t, cpu, memory, network, storage, cache, (), tuple(gpus),
+                 tuple(jobs), unavailable, True)
