@@ -105,6 +105,16 @@ class Grid:
             a = b
         return out
 
+    def newest(self, ring: SeriesRing, m: int) -> float:
+        """``read(ring, m, tail=1)[0]``: the newest (still filling) column alone, without the lists."""
+        now = self.now
+        u0 = self.first(now * self.points // self.width)
+        raw = ring.coarse_series(m, now, now - u0 + 1) if self.coarse else ring.fine_series(m, now, now - u0 + 1)
+        if self.width < self.points:
+            return raw[0]
+        part = [v for v in raw if v == v]
+        return sum(part) / len(part) if part else NAN
+
     def stamp(self, late: int, newest_fb: int, gpus: int) -> tuple[int, ...]:
         """What the closed columns of a host depend on (see ``Store.series_stamp``).
 

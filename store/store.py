@@ -59,6 +59,7 @@ from gpulens.store.views import (
 from gpulens.store.window import merge, stats_of
 
 _HOST_INDEX = {m: i for i, m in enumerate(HOST_METRICS)}
+_GPU_INDEX = {m: i for i, m in enumerate(GPU_METRICS)}
 MAX_HOSTS = 4096
 MAX_GPUS_PER_HOST = 64
 __all__ = ["BENIGN_THROTTLE", "MAX_JOBS_PER_HOST", "GpuEvent", "Store", "memory_estimate_bytes"]
@@ -313,6 +314,16 @@ class Store:
             cols = [resample(r.fine_series(idx, now_fb, n_fine) if n_fine <= self.fine_slots
                              else r.coarse_series(idx, now_cb, k), points) for r in rings]
         return cols[0] if len(cols) == 1 else combine_columns(cols, metric in SUMMED)
+
+    def newest(self, host: str, metric: str, window_s: float, points: int, gpu: int | None = None) -> float:
+        """``series(..., aligned=True, tail=1)[-1]`` of a host or GPU metric: what every row reads every tick."""
+        h = self._hosts.get(host)
+        if h is not None:
+            if gpu is None and (i := _HOST_INDEX.get(metric)) is not None:
+                return self._grid(window_s, points).newest(h.ring, i)
+            if gpu is not None and (i := _GPU_INDEX.get(metric)) is not None and (cols := h.gpus.get(gpu)):
+                return self._grid(window_s, points).newest(cols, i)
+        return self.series(host, metric, window_s, points, gpu=gpu, aligned=True, tail=1)[-1]
 
     def _grid(self, window_s: float, points: int) -> Grid:
         return Grid.of(math.floor(self.now / self.resolution_s), window_s, points, self.resolution_s,

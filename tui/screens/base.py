@@ -20,6 +20,10 @@ from gpulens.tui.workers import Background
 NARROW_WIDTH = 100
 
 
+_HEADER_FIELDS = ("crumbs", "source", "simulated", "window", "paused", "status", "clock")
+"""The header's fields, in the order :meth:`DataScreen.update_header` works them out."""
+
+
 class DataScreen(Screen[None]):
     """A screen fed by the store; the app calls :meth:`refresh_data` after new data.
 
@@ -77,11 +81,14 @@ class DataScreen(Screen[None]):
         status = ctx.store.source_status
         state = (crumbs_of(self.app.screen_stack, self), ctx.source.name, ctx.source.simulated, ctx.window,
                  ctx.paused, (status.message, status.ok) if status else ("", True), ctx.clock_text())
-        if state == self._header_state.get(id(header)):
-            return  # a tick whose clock reads the same second: nothing to set (each set costs a reactive's checks)
+        last = self._header_state.get(id(header))
+        if state == last:
+            return  # a tick whose clock reads the same second: nothing to set
         self._header_state = {id(header): state}
-        (header.crumbs, header.source, header.simulated, header.window, header.paused, header.status,
-         header.clock) = state
+        # Only what changed (the clock, most ticks): each set costs a reactive's checks.
+        for name, value, old in zip(_HEADER_FIELDS, state, last or (None,) * len(state), strict=True):
+            if value != old:
+                setattr(header, name, value)
 
     def torn_down(self) -> bool:
         """True while the app exits: a refresh queued before finds the widgets gone (not an error)."""

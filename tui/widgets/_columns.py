@@ -86,11 +86,13 @@ class ColumnCache(Generic[T]):
              gpu: int | None = None) -> tuple[tuple[object, ...], T, float]:
         """(stamp, derived closed columns, newest value); only the newest is read while the stamp holds."""
         host_stamp = self.stamp(store, host, window_s, points)
-        stamp = (host_stamp, metric, window_s, points, gpu)
         hit = self._rows.get(key)
-        if hit is not None and hit[0] == stamp:
-            last = store.series(host, metric, window_s, points, gpu=gpu, aligned=True, tail=1)
-            return stamp, hit[1], last[-1]
+        if hit is not None:
+            kept = hit[0]
+            if (kept[0] == host_stamp and kept[1] == metric and kept[2] == window_s and kept[3] == points
+                    and kept[4] == gpu):  # field by field: no tuple built per row per tick
+                return kept, hit[1], store.newest(host, metric, window_s, points, gpu)
+        stamp = (host_stamp, metric, window_s, points, gpu)
         values: list[float] | None = None
         if hit is not None and hit[0][1:] == stamp[1:]:
             old = hit[0][0]

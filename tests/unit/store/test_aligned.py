@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -176,3 +177,30 @@ def test_stale_columns_reading_only_those_keeps_the_series_equal_to_a_full_read(
             assert _same(lag_kept, store.series("lag", "cpu.total_percent", window, points, aligned=True)), \
                 ("lag", window, points, i)
         assert partial_reads > 600, (window, points)
+
+
+def test_newest_equals_the_tail_of_a_full_aligned_read() -> None:
+    """``Store.newest`` (every row's per-tick read) is the newest column of ``series(aligned=True)``."""
+    store = Store(resolution_s=1.0, history_s=3600.0)
+    rng = random.Random(11)
+    checked = 0
+    for i in range(700):
+        if i % 17 == 5:
+            continue  # gaps
+        s = sample(T0 + i, cpu=round(rng.uniform(0, 100), 2), util=round(rng.uniform(0, 100), 1))
+        g1 = dataclasses.replace(s.gpus[0], index=1, utilization_percent=round(rng.uniform(0, 100), 1),
+                                 power_w=None if i % 5 == 0 else 200.0 + i % 7)
+        store.apply(SampleEvent(dataclasses.replace(s, gpus=(s.gpus[0], g1))))
+        if i % 37:
+            continue
+        for window in (60.0, 300.0, 900.0, 3600.0):
+            for points in (7, 26, 60, 69, 301):  # fewer and more columns than buckets
+                for metric, gpu in (("cpu.total_percent", None), ("gpu.utilization_percent", None),
+                                    ("gpu.utilization_percent", 0), ("gpu.utilization_percent", 1),
+                                    ("gpu.power_w", 1), ("gpu.utilization_percent", 7)):
+                    want = store.series("h1", metric, window, points, gpu=gpu, aligned=True)[-1]
+                    got = store.newest("h1", metric, window, points, gpu)
+                    assert (want != want and got != got) or want == got, (i, window, points, metric, gpu)
+                    checked += 1
+    assert store.newest("nope", "cpu.total_percent", 300.0, 60) != store.newest("nope", "cpu.total_percent", 300.0, 60)
+    assert checked > 1000
