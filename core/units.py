@@ -39,13 +39,17 @@ def size(v: float | None, suffix: str = "B") -> str:
 
 
 def rate(v: float | None) -> str:
-    """Decimal throughput: ``1.2GB/s``, or n/a."""
+    """Decimal throughput: ``1.2GB/s``, ``13.9GB/s``, ``504MB/s``, or n/a.
+
+    At most three significant digits, as btop shows rates: a fourth
+    (``503.9MB/s``) changes with every sample and says nothing a reader uses.
+    """
     if not known(v):
         return NA
     assert v is not None
     for unit in ("", "k", "M", "G", "T"):
         if abs(v) < 1000 or unit == "T":
-            return f"{v:.0f}B/s" if unit == "" else f"{v:.1f}{unit}B/s"
+            return f"{v:.0f}{unit}B/s" if unit == "" or abs(v) >= 99.95 else f"{v:.1f}{unit}B/s"
         v /= 1000
     return NA  # pragma: no cover
 

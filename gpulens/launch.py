@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
+import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -73,6 +75,27 @@ def _nothing() -> None:
     """No trace service to release."""
 
 
+GC_THRESHOLDS = (10_000, 50, 100)
+"""``gc.set_threshold`` while the TUI runs (Python's default: 700, 10, 10)."""
+GC_FREEZE_AFTER_S = 15.0
+"""When what start-up made (screens, styles, the backfilled history) is set aside from collections."""
+
+
+def _tune_gc() -> None:
+    """Collect less often, and leave start-up's objects out of every later collection.
+
+    Nearly all of a viewer's garbage is freed at once (no cycles). At Python's
+    thresholds the young generation is collected ~2 times a second, each time
+    scanning the last second's samples, and every ~50 s a full collection walks
+    every object start-up made (~70 ms): 1-2.5 ms of CPU a second, a tenth of
+    the viewer's budget (benchmarks/RESULTS.md, issue 13, third pass).
+    """
+    gc.set_threshold(*GC_THRESHOLDS)
+    freeze = threading.Timer(GC_FREEZE_AFTER_S, gc.freeze)
+    freeze.daemon = True
+    freeze.start()
+
+
 def launch(args: argparse.Namespace) -> int:
     """Run the TUI until the user quits; the exit code.
 
@@ -90,6 +113,7 @@ def launch(args: argparse.Namespace) -> int:
         source = RecordingSource(source, Recorder(args.record, source.name, source.simulated))
     app = GpulensApp(source=source, cfg=cfg, trace_service=service, trace_error=trace_error,
                      readonly=bool(getattr(args, "readonly", False)))
+    _tune_gc()
     try:
         app.run()
     finally:

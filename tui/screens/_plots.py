@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 from textual.containers import Grid
@@ -111,10 +111,10 @@ def add_series(a: list[float], b: list[float]) -> list[float]:
 
 
 def mean_series(cols: list[list[float]], n: int) -> list[float]:
-    """Element-wise mean ignoring NaN."""
+    """Element-wise mean of the first ``n`` values of ``cols``, ignoring NaN."""
     out = []
-    for i in range(n):
-        vals = [c[i] for c in cols if not math.isnan(c[i])]
+    for column in zip(*[c[:n] for c in cols], strict=True) if cols else [()] * n:
+        vals = [v for v in column if v == v]  # not NaN
         out.append(sum(vals) / len(vals) if vals else math.nan)
     return out
 
@@ -128,6 +128,19 @@ def summed_stats(parts: Sequence[WindowStats]) -> WindowStats | None:
 SeriesKey = tuple[str, str, int | None, str | None, int | None]
 """(host or job key, metric, gpu, job, pid): one series a screen draws."""
 
+Read = tuple[list[float], int, int, int, int]
+"""One read of :class:`SeriesFeed`: (values, shift, kept, base, serial). ``values[:kept]`` are the
+values of entry ``base`` (the series' previous read) shifted left by ``shift`` columns (``kept`` 0: a
+whole read); ``serial`` names the entry this read left."""
+
+
+def total(cols: Sequence[list[float]]) -> list[float]:
+    """:func:`add_series` of ``cols`` in order (the first as it is when it is the only one)."""
+    out = cols[0]
+    for c in cols[1:]:
+        out = add_series(out, c)
+    return out
+
 
 class SeriesFeed:
     """A screen's aligned series: the closed columns kept, only the stale newest ones read again.
@@ -138,22 +151,43 @@ class SeriesFeed:
     that was filling) are read: :meth:`Store.stale_columns` says how many, from
     the old and new :meth:`Store.series_stamp`. One entry per series (a window
     or width change replaces it), so the feed stays as small as the screen.
+
+    A plot of several series (a job's GPUs averaged, rx + tx summed) keeps its
+    combined columns too (:meth:`combined`): only those its parts read again
+    are combined again.
     """
 
     def __init__(self) -> None:
-        self._cols: dict[SeriesKey, tuple[tuple[object, ...], list[float]]] = {}
+        self._cols: dict[SeriesKey, tuple[tuple[object, ...], list[float], int]] = {}
+        self._combined: dict[Hashable, tuple[tuple[int, ...], list[float]]] = {}
+        self._serial = 0
+        self._memo_for: tuple[Store | None, int, float] = (None, -1, 0.0)
+        self._stamps: dict[tuple[str, str, float, int], tuple[object, ...]] = {}
+        """(kind, host or job, window, points) -> its stamp, while the store holds (one per host, not per series)."""
+        self._stale: dict[tuple[tuple[object, ...], tuple[object, ...], float, int], int] = {}
+        """(old stamp, new stamp, window, points) -> columns to read again, while the store holds."""
         self.full_reads = 0
         """Whole-window reads (a late sample, a new GPU, a new window or width)."""
         self.tail_reads = 0
         """Reads of the newest columns only."""
+        self.combined_columns = 0
+        """Columns worked out by :meth:`combined` (all of them only when a part was read whole)."""
 
     def _read(self, store: Store, key: SeriesKey, window_s: float, points: int, stamp: tuple[object, ...],
-              read: Callable[[int | None], list[float]]) -> list[float]:
+              read: Callable[[int | None], list[float]]) -> Read:
         hit = self._cols.get(key)
         old = hit[0] if hit is not None and hit[0][:2] == (window_s, points) else None
-        n = store.stale_columns(window_s, points, old[2:] if old is not None else None, stamp)
+        if old is None:
+            n = points
+        else:
+            memo = (old[2:], stamp, window_s, points)
+            n = self._stale.get(memo, -1)
+            if n < 0:
+                n = self._stale[memo] = store.stale_columns(window_s, points, old[2:], stamp)
         if hit is None or old is None or n >= points:
             vals = read(None)
+            shift = kept = 0
+            base = -1
             self.full_reads += 1
         else:
             new_c, old_c = stamp[0], old[2]
@@ -161,24 +195,73 @@ class SeriesFeed:
             if isinstance(new_c, tuple):  # a job's stamp: (hosts, *host stamps); every host shifts alike
                 shift = max((int(sn[0]) - int(so[0]) for sn, so in zip(stamp[1:], old[3:], strict=True)  # type: ignore[index]
                              ), default=0)
-            vals = hit[1][shift : points - n + shift] + read(n)
+            kept = points - n
+            vals = hit[1][shift : kept + shift] + read(n)
+            base = hit[2]
             self.tail_reads += 1
-        self._cols[key] = ((window_s, points, *stamp), vals)
-        return list(vals)
+        self._serial += 1
+        self._cols[key] = ((window_s, points, *stamp), vals, self._serial)
+        return vals, shift, kept, base, self._serial
+
+    def _stamp(self, store: Store, kind: str, name: str, window_s: float, points: int) -> tuple[object, ...]:
+        """``store.series_stamp`` (or ``job_series_stamp``), asked once per host (job) while the store holds.
+
+        Every series of a host shares its stamp: a plot of a job's 32 GPUs asks for 4, not 32.
+        """
+        held = (store, store.version, store.now)
+        if held[0] is not self._memo_for[0] or held[1:] != self._memo_for[1:]:
+            self._memo_for = held
+            self._stamps.clear()
+            self._stale.clear()
+        key = (kind, name, window_s, points)
+        stamp = self._stamps.get(key)
+        if stamp is None:
+            stamp = self._stamps[key] = (store.series_stamp(name, window_s, points) if kind == "host"
+                                         else store.job_series_stamp(name, window_s, points))
+        return stamp
+
+    def read(self, store: Store, host: str, metric: str, window_s: float, points: int,
+             gpu: int | None = None, job: str | None = None, pid: int | None = None) -> Read:
+        """:meth:`series` as a :data:`Read` for :meth:`combined` (its values are the feed's: not to be changed)."""
+        return self._read(store, (host, metric, gpu, job, pid), window_s, points,
+                          self._stamp(store, "host", host, window_s, points),
+                          lambda tail: store.series(host, metric, window_s, points, gpu=gpu, job=job, pid=pid,
+                                                    aligned=True, tail=tail))
 
     def series(self, store: Store, host: str, metric: str, window_s: float, points: int,
                gpu: int | None = None, job: str | None = None, pid: int | None = None) -> list[float]:
         """``store.series(..., aligned=True)``, reading only the columns that may have changed."""
-        return self._read(store, (host, metric, gpu, job, pid), window_s, points,
-                          store.series_stamp(host, window_s, points),
-                          lambda tail: store.series(host, metric, window_s, points, gpu=gpu, job=job, pid=pid,
-                                                    aligned=True, tail=tail))
+        return list(self.read(store, host, metric, window_s, points, gpu, job, pid)[0])
 
     def job_series(self, store: Store, key: str, metric: str, window_s: float, points: int) -> list[float]:
         """:meth:`series` of a job over its hosts (``store.job_series``, ``job_series_stamp``)."""
-        return self._read(store, (key, metric, None, key, None), window_s, points,
-                          store.job_series_stamp(key, window_s, points),
-                          lambda tail: store.job_series(key, metric, window_s, points, aligned=True, tail=tail))
+        return list(self._read(store, (key, metric, None, key, None), window_s, points,
+                               self._stamp(store, "job", key, window_s, points),
+                               lambda tail: store.job_series(key, metric, window_s, points, aligned=True,
+                                                             tail=tail))[0])
+
+    def combined(self, key: Hashable, parts: Sequence[Read],
+                 combine: Callable[[list[list[float]]], list[float]]) -> list[float]:
+        """``combine`` of the parts' values, element-wise (a mean, a sum): worked out again only for the
+        columns a part read again, while every part shifted alike since the last call with ``key``.
+
+        ``combine`` gets the parts' values (or their newest columns) in order and
+        must treat each column alone, so that a column comes out the same either way.
+        """
+        hit = self._combined.get(key)
+        first = parts[0]
+        shift, kept = first[1], first[2]
+        if (hit is not None and kept > 0 and hit[0] == tuple([p[3] for p in parts])
+                and all(p[1] == shift and p[2] == kept for p in parts)):
+            out = hit[1][shift : shift + kept] + combine([p[0][kept:] for p in parts])
+            self.combined_columns += len(out) - kept
+        else:
+            out = combine([p[0] for p in parts])
+            self.combined_columns += len(out)
+        if key not in self._combined and len(self._combined) >= 256:  # keys of parts gone (a job's GPUs)
+            self._combined.clear()
+        self._combined[key] = (tuple([p[4] for p in parts]), out)
+        return list(out)
 
 
 def host_plot(store: Store, host: str, spec: PlotSpec, window_s: float, points: int,
@@ -193,9 +276,11 @@ def host_plot(store: Store, host: str, spec: PlotSpec, window_s: float, points: 
             return store.series(host, metric, window_s, points, gpu=g)
         return feed.series(store, host, metric, window_s, points, gpu=g)
 
-    values = series(spec.metrics[0], gpu)
-    for m in spec.metrics[1:]:
-        values = add_series(values, series(m, gpu))
+    if feed is not None and len(spec.metrics) > 1:  # rx + tx: only the newest columns summed again
+        values = feed.combined(("sum", host, spec.metrics, gpu),
+                               [feed.read(store, host, m, window_s, points, gpu=gpu) for m in spec.metrics], total)
+    else:
+        values = total([series(m, gpu) for m in spec.metrics])
     parts = [store.window_stats(host, m, window_s, gpu=gpu) for m in spec.metrics]
     stats = summed_stats(parts)
     note = "per GPU" if gpus else ""

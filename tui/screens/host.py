@@ -10,6 +10,10 @@ from textual import events
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Grid, VerticalScroll
+from textual.errors import NoWidget
+from textual.geometry import Region
+from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import Footer, Static
 
 from gpulens.core.units import duration, window_name
@@ -116,6 +120,7 @@ class HostScreen(DataScreen):
         """Narrow layout, and plots as tall as the terminal allows."""
         super().on_resize(event)
         self._layout(event.size.width, event.size.height)
+        self.draw_tables(every=True)
         self.call_after_refresh(self.draw_plots)
 
     def _layout(self, width: int, height: int) -> None:
@@ -193,31 +198,50 @@ class HostScreen(DataScreen):
         since = ctx.down_since(self.host)
         when = "" if since is None else (
             f" since {ctx.clock_text(since)} ({duration(ctx.clock() - since)} ago)")
-        self._update("#host-status", f"host down{when}: {reason} — figures below are the last received"
-                     if not up else "", display=not up)
+        moved = self._update("#host-status", f"host down{when}: {reason} — figures below are the last received"
+                             if not up else "", display=not up)
         self.draw_plots()
+        self.draw_tables(every=force or moved)
+
+    def draw_tables(self, every: bool = False) -> None:
+        """The custom panels, GPU and job tables; those scrolled out of view wait until they are scrolled to.
+
+        A widget repainted off screen makes Textual map every widget of the
+        screen again (~1 ms, each tick); ``every``: draw them all (after a
+        scroll, a resize or a layout change, when what is in view is not known).
+        """
+        ctx = self.ctx
+        store, w = ctx.store, ctx.window_s
+        view = self.region
         for i, panel in enumerate(ctx.cfg.panels):
-            self.query_one(f"#panel-{i}", CustomPanel).show(
-                ctx.panel_data(panel, host=self.host, job=None), window_name(w))
+            box = self.query_one(f"#panel-{i}", CustomPanel)
+            if every or _in_view(self, box, view):
+                box.show(ctx.panel_data(panel, host=self.host, job=None), window_name(w))
         gpus = self.query_one(GpuTable)
-        gpus.placeholder = f"no GPUs: {store.unavailable(self.host, 'gpu.utilization_percent') or 'none reported'}"
-        gpus.show(store.latest(self.host))
+        if every or _in_view(self, gpus, view):
+            gpus.placeholder = f"no GPUs: {store.unavailable(self.host, 'gpu.utilization_percent') or 'none reported'}"
+            rows = gpus.row_count
+            gpus.show(store.latest(self.host))
+            every = every or gpus.row_count != rows  # the widgets below it moved
         alerts = store.host_row(self.host, w).alerts
         if self._shown.get("#legend") != alerts:
             self._shown["#legend"] = alerts
             self.query_one("#legend", Static).update(legend(alerts))
+            every = True
         jobs = self.query_one(JobTable)
-        jobs.placeholder = "no process on this host matches the job pattern"
-        jobs.show([j for j in store.jobs(w) if self.host in j.hosts])
+        if every or _in_view(self, jobs, view):
+            jobs.placeholder = "no process on this host matches the job pattern"
+            jobs.show([j for j in store.jobs(w) if self.host in j.hosts])
 
-    def _update(self, selector: str, text: str, display: bool = True) -> None:
-        """Show ``text`` in a Static (and whether it shows): an update, hence a layout, only on change."""
+    def _update(self, selector: str, text: str, display: bool = True) -> bool:
+        """Show ``text`` in a Static (and whether it shows): an update, hence a layout, only on change (True)."""
         if self._shown.get(selector) == (text, display):
-            return
+            return False
         self._shown[selector] = (text, display)
         box = self.query_one(selector, Static)
         box.display = display
         box.update(text)
+        return True
 
     def draw_plots(self) -> None:
         """Fill the plots on screen; those scrolled out of view wait until they are scrolled to.
@@ -230,12 +254,13 @@ class HostScreen(DataScreen):
         if not self._plots:
             self._plots = [(self.query_one(f"#{spec.id}", TimeSeriesPlot), spec.per_gpu) for spec in HOST_PLOTS]
         for spec, (plot, per_gpu) in zip(HOST_PLOTS, self._plots, strict=True):
-            if plot.region.area and view.area and not plot.region.overlaps(view):
+            if not _in_view(self, plot, view):
                 continue
             plot.set_data(host_plot(store, self.host, spec, w, plot.points, indices if per_gpu else (),
                                     feed=self.feed))
 
     def _scrolled(self, _: float) -> None:
+        self.draw_tables(every=True)  # before the scrolled frame: rows that come into view are current
         self.call_after_refresh(self.draw_plots)
 
     def on_incremental_table_row_selected(self, event: JobTable.RowSelected) -> None:
@@ -245,3 +270,12 @@ class HostScreen(DataScreen):
             self.post_message(OpenJob(event.key))
         elif isinstance(event.table, GpuTable) and event.key.isdigit():
             self.app.push_screen(GpuScreen(self.host, int(event.key), context=self.ctx))
+
+
+def _in_view(screen: Screen[None], widget: Widget, view: Region) -> bool:
+    """Whether ``widget`` overlaps the screen's ``view`` (True while either is not laid out yet)."""
+    try:  # widget.region without looking its screen up through the DOM (each plot, each tick)
+        region = screen.find_widget(widget).region
+    except NoWidget:
+        return True
+    return not region.area or not view.area or region.overlaps(view)

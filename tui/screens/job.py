@@ -23,10 +23,10 @@ from gpulens.tui.profiling import PROFILE_BINDINGS, Profiling
 from gpulens.tui.screens._plots import (
     JOB_PLOTS,
     SeriesFeed,
-    add_series,
     configure_plots,
     mean_series,
     plot_rows,
+    total,
 )
 from gpulens.tui.screens.base import DataScreen
 from gpulens.tui.screens.process import ProcessScreen, update_static
@@ -209,10 +209,7 @@ class JobScreen(DataScreen):
         self._info(view)
         for spec in JOB_PLOTS:
             plot = self.query_one(f"#{spec.id}", TimeSeriesPlot)
-            n = plot.points
-            values = self._series(spec.metrics[0], w, n, view)
-            for m in spec.metrics[1:]:
-                values = add_series(values, self._series(m, w, n, view))
+            values = self._values(spec.metrics, w, plot.points, view)
             reason = None if view.gpus or not spec.id.startswith("job-") else "the job holds no GPU memory"
             if reason is None:
                 reason = store.unavailable(view.hosts[0], spec.metrics[0])
@@ -322,19 +319,32 @@ class JobScreen(DataScreen):
             return merge(parts, False) if parts else None
         return merge([store.window_stats(h, metric, w) for h in view.hosts], metric in SUMMED)
 
-    def _series(self, metric: str, w: float, n: int, view: JobView) -> list[float]:
-        """``n`` aligned columns of ``metric`` over the job (its GPUs, or its hosts); newest read per tick."""
+    def _values(self, metrics: tuple[str, ...], w: float, n: int, view: JobView) -> list[float]:
+        """``n`` aligned columns of the sum of ``metrics`` over the job (its GPUs averaged, its hosts
+        summed); per tick only the newest columns are read and combined again (:meth:`SeriesFeed.combined`)."""
         store, feed = self.ctx.store, self.feed
-        if metric.startswith("job."):
-            return feed.job_series(store, self.key, metric, w, n)
-        if metric.startswith("gpu."):
-            cols = [feed.series(store, h, metric, w, n, gpu=int(g)) for h, g in view.gpus if g.isdigit()]
-            return mean_series(cols, n)
-        cols = [feed.series(store, h, metric, w, n) for h in view.hosts]
-        out: list[float] = cols[0]
-        for c in cols[1:]:
-            out = add_series(out, c)
-        return out
+        if metrics[0].startswith("job."):
+            return total([feed.job_series(store, self.key, m, w, n) for m in metrics])
+        if metrics[0].startswith("gpu."):
+            gpus = tuple((h, int(g)) for h, g in view.gpus if g.isdigit())
+            if not gpus:
+                return mean_series([], n)
+            parts = [feed.read(store, h, m, w, n, gpu=g) for m in metrics for h, g in gpus]
+            count = len(gpus)
+
+            def gpu_mean(cols: list[list[float]]) -> list[float]:
+                width = len(cols[0])
+                return total([mean_series(cols[i:i + count], width) for i in range(0, len(cols), count)])
+
+            return feed.combined(("gpus", metrics, gpus), parts, gpu_mean)
+        hosts = view.hosts
+        parts = [feed.read(store, h, m, w, n) for m in metrics for h in hosts]
+        per = len(hosts)
+
+        def host_sum(cols: list[list[float]]) -> list[float]:
+            return total([total(cols[i:i + per]) for i in range(0, len(cols), per)])
+
+        return feed.combined(("hosts", metrics, hosts), parts, host_sum)
 
     def _info(self, v: JobView) -> None:
         """The job line, rebuilt only when one of its texts changed."""

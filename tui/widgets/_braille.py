@@ -11,14 +11,6 @@ _LEFT = (0x40, 0x04, 0x02, 0x01)   # dots of the left column, bottom to top
 _RIGHT = (0x80, 0x20, 0x10, 0x08)
 
 
-def _dots(v: float, lo: float, span: float, dots: int) -> int:
-    """How many of ``dots`` a value fills: 0 for NaN, clamped for anything huge or infinite."""
-    x = (v - lo) / span * dots  # inf - inf and inf / inf are NaN; nothing here raises
-    if x != x or x <= 0:
-        return 0
-    return dots if x >= dots else round(x)
-
-
 def _cell(a: int, b: int) -> str:
     code = 0
     for k in range(a):
@@ -37,22 +29,60 @@ def braille_area(values: Sequence[float], rows: int, lo: float, hi: float) -> li
 
     Never raises on inf, 1e308 or NaN (values or bounds): they clamp or leave a gap.
     """
+    return braille_rows(dot_counts(values, rows, lo, hi), rows)
+
+
+def dot_counts(values: Sequence[float], rows: int, lo: float, hi: float) -> list[int]:
+    """How many of its ``4 * rows`` dots each value fills (0 for NaN; clamped): one per column.
+
+    A column's count depends only on its value and the scale, so a chart whose
+    columns shifted keeps the counts of the ones it still shows.
+    """
     span = hi - lo
     if not span or span != span:
         span = 1.0
     dots = rows * 4
-    filled = [_dots(v, lo, span, dots) for v in values]
-    if len(filled) % 2:
-        filled.append(0)
-    left, right = filled[0::2], filled[1::2]
-    lines = []
-    cells = _CELLS
+    # 0 for NaN (inf - inf and inf / inf are NaN; nothing here raises), clamped for anything huge.
+    return [0 if (x := (v - lo) / span * dots) != x or x <= 0 else dots if x >= dots else round(x)
+            for v in values]
+
+
+def braille_rows(filled: Sequence[int], rows: int) -> list[str]:
+    """The rows (top first) of columns filling ``filled`` dots each (:func:`dot_counts`).
+
+    Each cell's characters, top to bottom, depend only on its two counts, so
+    they are looked up (:func:`_cell_column`) and the rows come from
+    transposing the cells: no Python loop per row and cell.
+    """
+    if not filled:
+        return [""] * rows
+    known = _COLUMNS.get(rows)
+    if known is None or len(known) > 8192:
+        known = _COLUMNS[rows] = {}
+    get = known.get
+    right = filled[1::2]
+    if len(right) < len(filled) - len(right):
+        right = [*right, 0]
+    cells = []
+    for key in zip(filled[0::2], right, strict=True):
+        col = get(key)
+        if col is None:
+            col = known[key] = _cell_column(key[0], key[1], rows)
+        cells.append(col)
+    return ["".join(row) for row in zip(*cells, strict=True)]
+
+
+_COLUMNS: dict[int, dict[tuple[int, int], tuple[str, ...]]] = {}
+"""Rows -> (left dots, right dots) -> the cell's characters top to bottom (filled as seen)."""
+
+
+def _cell_column(a: int, b: int, rows: int) -> tuple[str, ...]:
+    """The characters, top row first, of a cell whose columns fill ``a`` and ``b`` dots of ``4 * rows``."""
+    out = []
     for cy in range(rows):
         base = (rows - 1 - cy) * 4
-        lines.append("".join([cells[0 if a <= base else 4 if a >= base + 4 else a - base]
-                              [0 if b <= base else 4 if b >= base + 4 else b - base]
-                              for a, b in zip(left, right, strict=True)]))
-    return lines
+        out.append(_CELLS[min(4, max(0, a - base))][min(4, max(0, b - base))])
+    return tuple(out)
 
 
 def axis_label(text: str, width: int = 7) -> str:

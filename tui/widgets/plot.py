@@ -24,7 +24,14 @@ from textual.widget import Widget
 from gpulens.core.units import duration
 from gpulens.store.ring import resample
 from gpulens.store.views import WindowStats
-from gpulens.tui.widgets._braille import axis_label, braille_area, runs, time_axis
+from gpulens.tui.widgets._braille import (
+    axis_label,
+    braille_area,
+    braille_rows,
+    dot_counts,
+    runs,
+    time_axis,
+)
 from gpulens.tui.widgets.na import na_text
 
 __all__ = ["PlotData", "TimeSeriesPlot", "axis_label", "braille_area", "chart_columns", "time_axis"]
@@ -123,9 +130,11 @@ class TimeSeriesPlot(Widget):
         """The strip of each line (None: draw it again from its runs)."""
         self._drawn_size: tuple[int, int] | None = None
         self._plot_styles: dict[str, Style] = {}
-        self._charts: dict[int, tuple[tuple[object, ...], tuple[float | None, ...], list[str], list[Line]]] = {}
-        """Band -> (geometry, scale and labels; values; braille rows; their lines) last drawn: a new
-        newest column redraws one cell of each row, and only the rows it changed are built again."""
+        self._charts: dict[int, tuple[tuple[object, ...], tuple[float | None, ...], list[str], list[Line],
+                                      list[int]]] = {}
+        """Band -> (geometry, scale and labels; values; braille rows; their lines; dots per column) last
+        drawn: a new newest column redraws one cell of each row, shifted columns keep their dot counts,
+        and only the rows whose text changed are built again."""
         self._axis: tuple[tuple[float, int], Line] | None = None
         self.repainted = 0
         """Content lines marked for repaint by :meth:`set_data` (all of them on a full refresh)."""
@@ -169,6 +178,7 @@ class TimeSeriesPlot(Widget):
             self.repainted += height
             self.refresh()
             return
+        regions: list[Region] = []
         start = -1  # consecutive changed lines are refreshed as one region
         for y, (old, line) in enumerate([*zip(self._lines, new, strict=True), ((), ())]):
             if old is not line and old != line:
@@ -177,8 +187,10 @@ class TimeSeriesPlot(Widget):
                 if start < 0:
                     start = y
             elif start >= 0:
-                self.refresh(Region(0, start, width, y - start))
+                regions.append(Region(0, start, width, y - start))
                 start = -1
+        if regions:
+            self.refresh(*regions)  # one call: each works out the widget's offsets again
         self._lines = new
 
     def inner_size(self) -> tuple[int, int]:
@@ -267,13 +279,16 @@ class TimeSeriesPlot(Widget):
         """Summary line, the chart with a y axis, the time axis: each line's runs."""
         d = self.data
         axis = self._style("plot--axis")
-        series = [v for _, vals in d.lines for v in vals] if d.lines else d.values
-        known = _known(series)
+        if self.hi is not None and not d.lines and d.stats is not None and not d.stats.empty:
+            # A fixed scale and exact figures: the values are only looked at for whether any is known.
+            known: Sequence[float] = (1.0,) if any(v is not None and -_INF < v < _INF for v in d.values) else ()
+        else:
+            known = _known([v for _, vals in d.lines for v in vals] if d.lines else d.values)
         if not known:
             plain = na_text(d.reason, width).plain
             bold = min(3, len(plain))
             return [tuple(p for p in ((plain[:bold], axis + _BOLD), (plain[bold:], axis)) if p[0])]
-        hi, _ = self.scale(known)
+        hi = self.hi if self.hi is not None else self.scale(known)[0]
         head = self._summary((_known(d.values) or known) if d.lines else known)
         out: list[Line] = [()]
         show_axis = height >= 4 and d.window_s > 0
@@ -309,23 +324,51 @@ class TimeSeriesPlot(Widget):
 
     def _chart(self, band: int, values: tuple[float | None, ...], cols: int, hi: float,
                labels: tuple[str, ...], axis: Style, area: Style) -> list[Line]:
-        """The rows of one series (one per label); when only its newest column changed, only the
-        last cell is drawn, and only the rows whose cell changed are built again."""
+        """The rows of one series (one per label), built again only where their text changed.
+
+        When only the newest column changed, only the last cell is drawn; when
+        the columns shifted (aligned columns move left as time passes), the dot
+        counts of the kept ones are reused and only the new ones are worked out.
+        """
         rows = len(labels)
         key = (cols, self.lo, hi, labels, axis, area)
         prev = self._charts.get(band)
-        if prev is not None and prev[0] == key and len(values) == cols and values[:-2] == prev[1][:-2]:
-            if values[-2:] == prev[1][-2:]:
-                return prev[3]
-            cell = braille_area(_fit(values[-2:], 2), rows, self.lo, hi)
-            chart = [line[:-1] + c for line, c in zip(prev[2], cell, strict=True)]
-            made = [old if line == was else _row(label, line, axis, area)
-                    for label, line, was, old in zip(labels, chart, prev[2], prev[3], strict=True)]
+        if prev is not None and prev[0] == key and len(values) == cols and len(prev[1]) == cols:
+            old = prev[1]
+            if values[:-2] == old[:-2]:
+                if values[-2:] == old[-2:]:
+                    return prev[3]
+                cell = dot_counts(_fit(values[-2:], 2), rows, self.lo, hi)
+                filled = [*prev[4][:-2], *cell]
+                chart = [line[:-1] + c for line, c in zip(prev[2], braille_rows(cell, rows), strict=True)]
+            else:
+                kept = _kept(old, values)
+                if kept is None:
+                    filled = dot_counts(_fit(values, cols), rows, self.lo, hi)
+                else:
+                    start, count = kept
+                    filled = [*prev[4][start:start + count],
+                              *dot_counts(_fit(values[count:], cols - count), rows, self.lo, hi)]
+                chart = braille_rows(filled, rows)
+            made = [old_line if line == was else _row(label, line, axis, area)
+                    for label, line, was, old_line in zip(labels, chart, prev[2], prev[3], strict=True)]
         else:
-            chart = braille_area(_fit(values, cols), rows, self.lo, hi)
+            filled = dot_counts(_fit(values, cols), rows, self.lo, hi)
+            chart = braille_rows(filled, rows)
             made = [_row(label, line, axis, area) for label, line in zip(labels, chart, strict=True)]
-        self._charts[band] = (key, values, chart, made)
+        self._charts[band] = (key, values, chart, made, filled)
         return made
+
+
+def _kept(old: tuple[float | None, ...], new: tuple[float | None, ...]) -> tuple[int, int] | None:
+    """(start, count): ``new`` begins with ``old[start:start + count]``, the columns that shifted left
+    (the newest of ``old`` may have filled further, so it is not counted); None when none did."""
+    n = len(new)
+    for shift in range(1, min(8, n - 2)):
+        count = n - shift - 1
+        if new[:count] == old[shift:shift + count]:
+            return shift, count
+    return None
 
 
 def chart_columns(width: int) -> int:
