@@ -118,6 +118,8 @@ class KinetoEndpoint:
         self._listeners: list[PollListener] = []
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
+        self._wake: tuple[int, ...] = ()
+        """(read, write) ends of the pipe that wakes the serving thread to stop."""
         self._stop = threading.Event()
         self._bound: tuple[int, int] | None = None  # (st_dev, st_ino) of our socket file
         self.received = 0
@@ -222,6 +224,8 @@ class KinetoEndpoint:
         sock.setblocking(False)  # the thread polls; replies never wait for a slow reader
         self._sock = sock
         self._stop.clear()
+        # The thread sleeps until a datagram or stop()'s byte: no wake-ups while idle.
+        self._wake = os.pipe()
         self._thread = start_thread(self._serve, "gpulens-kineto")
 
     def _bind(self, sock: socket.socket) -> None:
@@ -315,8 +319,12 @@ class KinetoEndpoint:
         cmsg_size = socket.CMSG_SPACE(UCRED.size)
         poller = select.poll()
         poller.register(sock, select.POLLIN)
+        wake = self._wake[0] if self._wake else -1
+        if wake >= 0:
+            poller.register(wake, select.POLLIN)
         while not self._stop.is_set():
-            if not poller.poll(200):
+            ready = poller.poll(None if wake >= 0 else 200)
+            if not ready or self._stop.is_set() or all(fd == wake for fd, _ in ready):
                 continue
             try:
                 data, ancdata, flags, addr = sock.recvmsg(codec.MAX_DATAGRAM_BYTES + 1, cmsg_size)
@@ -349,8 +357,17 @@ class KinetoEndpoint:
 
     def stop(self) -> None:
         """Stop serving, close the socket and remove our filesystem socket file."""
+        self._stop.set()
+        if self._wake:
+            with contextlib.suppress(OSError):
+                os.write(self._wake[1], b"\0")
         stop_thread(self._stop, self._thread)
         self._thread = None
+        if self._wake:
+            for fd in self._wake:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._wake = ()
         if self._sock is not None:
             self._sock.close()
             self._sock = None

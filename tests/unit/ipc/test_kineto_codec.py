@@ -10,6 +10,7 @@ import socket
 import struct
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -348,3 +349,39 @@ def test_other_users_processes_are_refused(short_dir: Path) -> None:
             gone.result(timeout=5)
     finally:
         svc.stop()
+
+
+def test_an_idle_endpoint_sleeps_until_a_datagram_or_stop(short_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No wake-ups while nothing arrives (each costs a viewer CPU on a VM); stop() still returns at once."""
+    import select as select_module
+
+    polls: list[object] = []
+    real = select_module.poll
+
+    class Counted:
+        def __init__(self) -> None:
+            self._p = real()
+
+        def register(self, fd: int, mask: int) -> None:
+            self._p.register(fd, mask)
+
+        def poll(self, timeout: object = None) -> list[tuple[int, int]]:
+            polls.append(timeout)
+            return self._p.poll(timeout)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("gpulens.ipc.kineto.endpoint.select.poll", Counted)
+    ep = KinetoEndpoint(str(short_dir), config_provider=lambda msg, uid: "")
+    ep.start()
+    try:
+        time.sleep(1.0)  # the old loop woke every 200 ms: 5 polls here
+        assert len(polls) == 1 and polls[0] is None, polls
+        c = _client(short_dir)
+        c.sendto(b"\xff" * 40, str(short_dir / "dynolog"))  # garbage: dropped, and the loop waits again
+        deadline = time.monotonic() + 5
+        while ep.dropped < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert ep.dropped == 1
+        c.close()
+    finally:
+        ep.stop()
+    assert not ep.running  # stop()'s byte woke it (it no longer wakes on its own)
