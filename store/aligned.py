@@ -86,14 +86,13 @@ class Grid:
     def read(self, ring: SeriesRing, m: int, tail: int | None = None) -> list[float]:
         """Column values of metric ``m``, oldest first: all ``points``, or the newest ``tail``."""
         n = self.points if tail is None else max(1, min(tail, self.points))
+        if n == 1:  # the newest column alone: every tick, every row
+            return [self.newest(ring, m)]
         cur = self.current
         lo = cur - n + 1
         u0 = self.first(lo)
         count = self.now - u0 + 1
         raw = ring.coarse_series(m, self.now, count) if self.coarse else ring.fine_series(m, self.now, count)
-        if n == 1 and self.width >= self.points:  # the newest column alone: every tick, every row
-            part = [v for v in raw if v == v]
-            return [sum(part) / len(part) if part else NAN]
         if self.width < self.points:
             return [raw[self.first(c) - u0] for c in range(lo, cur + 1)]
         out: list[float] = []
@@ -108,7 +107,7 @@ class Grid:
     def newest(self, ring: SeriesRing, m: int) -> float:
         """``read(ring, m, tail=1)[0]``: the newest (still filling) column alone, without the lists."""
         now = self.now
-        u0 = self.first(now * self.points // self.width)
+        u0 = self.first(self.current)
         raw = ring.coarse_series(m, now, now - u0 + 1) if self.coarse else ring.fine_series(m, now, now - u0 + 1)
         if self.width < self.points:
             return raw[0]

@@ -16,7 +16,7 @@ from gpulens.core.model import HostSample, JobInfo
 from gpulens.store.host import HostState
 from gpulens.store.panels import combine
 from gpulens.store.ring import NAN, Ring
-from gpulens.store.views import JobView, job_totals
+from gpulens.store.views import JobView, job_key, job_totals
 
 MAX_JOBS_PER_HOST = 256
 Groups = dict[str, list[JobInfo]]
@@ -36,7 +36,7 @@ def add_jobs(h: HostState, s: HostSample, fb: int, util: Mapping[str, float],
     host, t = s.host, s.time
     groups: dict[str, list[JobInfo]] = {}
     for j in s.jobs:
-        key = j.job_key or f"{host}:{j.pid}"
+        key = job_key(host, j)
         procs = groups.get(key)
         if procs is None:
             groups[key] = [j]
@@ -76,7 +76,7 @@ def latest_jobs(name: str, h: HostState) -> dict[str, list[JobInfo]]:
     if groups is None:
         groups = {}
         for j in h.latest.jobs if h.latest is not None else ():
-            groups.setdefault(j.job_key or f"{name}:{j.pid}", []).append(j)
+            groups.setdefault(job_key(name, j), []).append(j)
         h.latest_jobs, h.latest_sorted, h.latest_totals = groups, False, {}
     if not h.latest_sorted:
         for procs in groups.values():

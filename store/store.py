@@ -38,7 +38,7 @@ from gpulens.store.alerts import host_alerts
 from gpulens.store.aligned import Grid, memory_estimate_bytes, stale
 from gpulens.store.aligned import slots as _slots
 from gpulens.store.fleet import fleet_means
-from gpulens.store.gpu_events import BENIGN_THROTTLE, GpuEvent
+from gpulens.store.gpu_events import _XIDS, BENIGN_THROTTLE, GpuEvent
 from gpulens.store.host import HostState
 from gpulens.store.jobs import MAX_JOBS_PER_HOST, JobViews, add_jobs, evict_jobs
 from gpulens.store.panels import combine, combine_columns, panel_series
@@ -65,7 +65,6 @@ MAX_GPUS_PER_HOST = 64
 __all__ = ["BENIGN_THROTTLE", "MAX_JOBS_PER_HOST", "GpuEvent", "Store", "memory_estimate_bytes"]
 
 _INDEX = attrgetter("index")
-_XIDS = attrgetter("xid_events")
 _GPU_WIDTH = len(GPU_METRICS)
 _NAN_GPU = [NAN] * _GPU_WIDTH
 _HOST_WIDTH = len(HOST_METRICS)

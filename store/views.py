@@ -141,13 +141,9 @@ def job_key(host: str, job: JobInfo) -> str:
     return job.job_key or f"{host}:{job.pid}"
 
 
-def job_values(procs: list[JobInfo], util: Mapping[str, float]) -> list[float]:
-    """One job's values on one host in :data:`JOB_METRICS` order (``util``: GPU utilization by index)."""
-    return job_totals(procs, util)[0]
-
-
 def job_totals(procs: list[JobInfo], util: Mapping[str, float]) -> tuple[list[float], set[str], int]:
-    """:func:`job_values`, the GPU indices the processes hold memory on, and the bytes they hold."""
+    """One job's values on one host in :data:`JOB_METRICS` order (``util``: GPU utilization by index),
+    the GPU indices its processes hold memory on, and the bytes they hold."""
     used: set[str] = set()
     mem = 0
     cpu: list[float] = []

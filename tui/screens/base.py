@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import inspect
+import re
 from collections.abc import Iterable, Sequence
 
+from rich.text import Text
 from textual import events
 from textual.app import ComposeResult, SystemCommand
 from textual.containers import Grid
 from textual.css.query import NoMatches
 from textual.screen import Screen
+from textual.widgets import Static
 
 from gpulens.tui.context import ScreenContext
 from gpulens.tui.screens._plots import PlotSpec
@@ -18,6 +22,35 @@ from gpulens.tui.widgets.plot import TimeSeriesPlot
 from gpulens.tui.workers import Background
 
 NARROW_WIDTH = 100
+UPDATE_TAKES_LAYOUT = "layout" in inspect.signature(Static.update).parameters
+"""Textual >= 8: ``Static.update(..., layout=False)`` repaints without laying the screen out again."""
+_NON_BLANK = re.compile(r"\S")
+
+
+def update_static(shown: dict[str, object], widget: Static, content: Text | str, *,
+                  display: bool | None = None, same_shape_repaints: bool = False) -> bool:
+    """``widget.update(content)`` only when it differs from what ``shown`` says it was given; True if it did.
+
+    ``Static.update`` repaints and lays out the widget even for equal content:
+    a screen calling it every tick for an unchanged line pays for nothing.
+    ``display``: show or hide the widget too. ``same_shape_repaints``: text whose
+    words keep their lengths wraps to the same lines, so it is only repainted
+    (a layout costs ~17 ms).
+    """
+    key = widget.id or str(id(widget))
+    state = content if display is None else (content, display)
+    old = shown.get(key)
+    if old == state:
+        return False
+    shown[key] = state
+    if display is not None:
+        widget.display = display
+    if (same_shape_repaints and UPDATE_TAKES_LAYOUT and isinstance(old, Text) and isinstance(content, Text)
+            and _NON_BLANK.sub("x", old.plain) == _NON_BLANK.sub("x", content.plain)):
+        widget.update(content, layout=False)
+    else:
+        widget.update(content)
+    return True
 
 
 _HEADER_FIELDS = ("crumbs", "source", "simulated", "window", "paused", "status", "clock")
@@ -38,7 +71,9 @@ class DataScreen(Screen[None]):
         self._screen_context = context
         self.background = Background(self)
         """This screen's thread workers, cancelled when it goes away."""
-        self._header_state: dict[int, tuple[object, ...]] = {}
+        self._header_state: tuple[AppHeader, tuple[object, ...]] | None = None
+        self._shown: dict[str, object] = {}
+        """What each Static last showed (:meth:`update_static`)."""
         """What :meth:`update_header` last set, by header: an equal tick sets nothing."""
 
     @property
@@ -81,14 +116,20 @@ class DataScreen(Screen[None]):
         status = ctx.store.source_status
         state = (crumbs_of(self.app.screen_stack, self), ctx.source.name, ctx.source.simulated, ctx.window,
                  ctx.paused, (status.message, status.ok) if status else ("", True), ctx.clock_text())
-        last = self._header_state.get(id(header))
+        last = self._header_state[1] if self._header_state and self._header_state[0] is header else None
         if state == last:
             return  # a tick whose clock reads the same second: nothing to set
-        self._header_state = {id(header): state}
+        self._header_state = (header, state)
         # Only what changed (the clock, most ticks): each set costs a reactive's checks.
         for name, value, old in zip(_HEADER_FIELDS, state, last or (None,) * len(state), strict=True):
             if value != old:
                 setattr(header, name, value)
+
+    def update_static(self, selector: str, content: Text | str, *, display: bool | None = None,
+                      same_shape_repaints: bool = False) -> bool:
+        """:func:`update_static` of the Static ``selector`` on this screen."""
+        return update_static(self._shown, self.query_one(selector, Static), content, display=display,
+                             same_shape_repaints=same_shape_repaints)
 
     def torn_down(self) -> bool:
         """True while the app exits: a refresh queued before finds the widgets gone (not an error)."""

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
-import re
 from typing import ClassVar
 
 from rich.text import Text
@@ -27,11 +25,7 @@ from gpulens.tui.widgets.plot import TimeSeriesPlot
 from gpulens.tui.widgets.process_table import GpuProcessTable
 from gpulens.tui.widgets.thresholds import CRIT, MARKS, STYLES, WARN, gpu_levels, throttle_level
 
-UPDATE_TAKES_LAYOUT = "layout" in inspect.signature(Static.update).parameters
-"""Textual >= 8: ``Static.update(..., layout=False)`` repaints without laying the screen out again."""
-
 MAX_EVENT_LINES = 12
-_NON_BLANK = re.compile(r"\S")
 NOT_REPORTED = "not reported by this source"
 """The reason shown for a field the sample leaves out without saying why."""
 
@@ -106,8 +100,6 @@ class GpuScreen(DataScreen):
         self.index = index
         self.crumb = f"GPU{index}"
         self._seen: tuple[object, ...] = ()
-        self._shown: dict[str, object] = {}
-        """What each Static last showed: updated (a layout) only when it changes."""
         self.feed = SeriesFeed()
         """The plots' aligned columns: per tick only the newest is read."""
         self._plots: list[TimeSeriesPlot] = []
@@ -158,7 +150,7 @@ class GpuScreen(DataScreen):
         self._seen = seen
         sample, g = self.gpu()
         self._note_energy(sample, g)
-        self._update("#gpu-info", self._info(g))
+        self.update_static("#gpu-info", self._info(g), same_shape_repaints=True)
         if not self._plots:
             self._plots = [self.query_one(f"#{spec.id}", TimeSeriesPlot) for spec in GPU_PLOTS]
         for spec, plot in zip(GPU_PLOTS, self._plots, strict=True):
@@ -169,23 +161,6 @@ class GpuScreen(DataScreen):
         table.show([(p, jobs.get(p.pid), job_key(self.host, jobs[p.pid]) if p.pid in jobs else "")
                     for p in (g.processes if g else ())])
         self._events()
-
-    def _update(self, selector: str, text: Text) -> None:
-        """Show ``text`` in a Static when it changed; a layout (~17 ms) only when its shape did.
-
-        The figures change every tick (``62%`` -> ``63%``), but text whose words
-        keep their lengths wraps to the same lines: the Static is only repainted.
-        """
-        old = self._shown.get(selector)
-        if old == text:
-            return
-        self._shown[selector] = text
-        same = isinstance(old, Text) and _NON_BLANK.sub("x", old.plain) == _NON_BLANK.sub("x", text.plain)
-        widget = self.query_one(selector, Static)
-        if UPDATE_TAKES_LAYOUT:
-            widget.update(text, layout=not same)
-        else:  # Textual < 8 (the floor in pyproject.toml): update always lays the widget out
-            widget.update(text)
 
     def _note_energy(self, sample: HostSample | None, g: GpuSample | None) -> None:
         if sample is None or g is None or g.energy_joules is None:
@@ -238,8 +213,9 @@ class GpuScreen(DataScreen):
     def _events(self) -> None:
         evs = self.ctx.store.gpu_events(self.host, self.index)
         if not evs:
-            self._update("#gpu-events", Text("none seen since the viewer started (throttling starts/ends and "
-                                             "XID errors are listed here)", style="dim"))
+            self.update_static("#gpu-events", Text("none seen since the viewer started (throttling starts/ends and "
+                                                   "XID errors are listed here)", style="dim"),
+                               same_shape_repaints=True)
             return
         lines = Text()
         for i, e in enumerate(reversed(evs[-MAX_EVENT_LINES:])):
@@ -249,7 +225,7 @@ class GpuScreen(DataScreen):
         if len(evs) > MAX_EVENT_LINES:
             lines.append(f"\n… {len(evs) - MAX_EVENT_LINES} older", style="dim")
         lines.append(f"\n{MARKS[CRIT]} critical  {MARKS[WARN]} warning", style="dim")
-        self._update("#gpu-events", lines)
+        self.update_static("#gpu-events", lines, same_shape_repaints=True)
 
     def on_incremental_table_row_selected(self, event: GpuProcessTable.RowSelected) -> None:
         """Enter on a process opens its screen."""

@@ -85,8 +85,6 @@ class HostScreen(DataScreen):
         self.per_gpu = False
         """GPU plots draw one band per GPU (``g``) instead of the host's aggregate."""
         self._seen: tuple[object, ...] = ()
-        self._shown: dict[str, object] = {}
-        """What each Static last showed: updated (a layout) only when it changes."""
         self.feed = SeriesFeed()
         """The plots' aligned columns: per tick only the newest is read."""
         self._plots: list[tuple[TimeSeriesPlot, bool]] = []
@@ -198,7 +196,7 @@ class HostScreen(DataScreen):
         since = ctx.down_since(self.host)
         when = "" if since is None else (
             f" since {ctx.clock_text(since)} ({duration(ctx.clock() - since)} ago)")
-        moved = self._update("#host-status", f"host down{when}: {reason} — figures below are the last received"
+        moved = self.update_static("#host-status", f"host down{when}: {reason} — figures below are the last received"
                              if not up else "", display=not up)
         self.draw_plots()
         self.draw_tables(every=force or moved)
@@ -232,16 +230,6 @@ class HostScreen(DataScreen):
         if every or _in_view(self, jobs, view):
             jobs.placeholder = "no process on this host matches the job pattern"
             jobs.show([j for j in store.jobs(w) if self.host in j.hosts])
-
-    def _update(self, selector: str, text: str, display: bool = True) -> bool:
-        """Show ``text`` in a Static (and whether it shows): an update, hence a layout, only on change (True)."""
-        if self._shown.get(selector) == (text, display):
-            return False
-        self._shown[selector] = (text, display)
-        box = self.query_one(selector, Static)
-        box.display = display
-        box.update(text)
-        return True
 
     def draw_plots(self) -> None:
         """Fill the plots on screen; those scrolled out of view wait until they are scrolled to.

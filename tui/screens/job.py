@@ -29,7 +29,7 @@ from gpulens.tui.screens._plots import (
     total,
 )
 from gpulens.tui.screens.base import DataScreen
-from gpulens.tui.screens.process import ProcessScreen, update_static
+from gpulens.tui.screens.process import ProcessScreen
 from gpulens.tui.widgets.header import AppHeader
 from gpulens.tui.widgets.panel import CustomPanel
 from gpulens.tui.widgets.plot import TimeSeriesPlot, plot_data
@@ -70,8 +70,6 @@ class JobScreen(DataScreen):
         self.profiling = Profiling(self, self.profile_pids, self.remote_profile_pids)
         self.feed = SeriesFeed()
         """The plots' aligned columns: per tick only the newest is read while the store's stamp holds."""
-        self._shown: dict[str, object] = {}
-        """Widget id -> what it was last given (a tick with equal values touches nothing)."""
 
     def compose(self) -> ComposeResult:
         """Header, job line, plots, custom panels, processes, Profile slot."""
@@ -182,7 +180,7 @@ class JobScreen(DataScreen):
         view = store.job(self.key, ctx.window_s)
         if view is None:
             self._shown.pop("info-fields", None)
-            self._update("#job-info", Text(f"job {self.key} is not running (last seen data kept below)",
+            self.update_static("#job-info", Text(f"job {self.key} is not running (last seen data kept below)",
                                            style="bold"))
             # The job ended: no stale "Open Profiler" line or key for processes that are gone.
             self.query_one("#profiler-action", Static).display = False
@@ -220,10 +218,6 @@ class JobScreen(DataScreen):
                 ctx.panel_data(panel, host=None, job=self.key), window_name(w))
         self.query_one(ProcessTable).show(view.processes)  # repaints the rows whose text changed
 
-    def _update(self, selector: str, content: Text | str) -> None:
-        """Update a Static only when its content differs (:func:`update_static`)."""
-        update_static(self._shown, self.query_one(selector, Static), content)
-
     def _show_profiler_line(self, polling: tuple[int, ...]) -> None:
         """"o: Open Profiler", or why the job's processes cannot be traced (with the fix)."""
         action = self.query_one("#profiler-action", Static)
@@ -231,7 +225,7 @@ class JobScreen(DataScreen):
             action.set_class(False, "-unavailable")
             action.display = True
             where = f"of the agent on {self._polling_host}" if self._polling_host else ""
-            self._update("#profiler-action",
+            self.update_static("#profiler-action",
                          f"o: Open Profiler — {len(polling)} process(es) poll the Kineto endpoint {where}".rstrip())
             return
         simulated = self.ctx.source.simulated
@@ -242,7 +236,7 @@ class JobScreen(DataScreen):
         action.display = why is not None
         if why is not None:
             action.set_class(True, "-unavailable")
-            self._update("#profiler-action", f"Open Profiler unavailable: {why}")
+            self.update_static("#profiler-action", f"Open Profiler unavailable: {why}")
 
     def _why_not_traceable(self, pids: list[int]) -> str | None:
         """The trace service's diagnosis of the job's local processes (every 5 s at most)."""
@@ -360,7 +354,7 @@ class JobScreen(DataScreen):
         for label, value in fields:
             text.append(f"{label} ", style="dim")
             text.append(f"{value}   ", style="bold")
-        self._update("#job-info", text)
+        self.update_static("#job-info", text)
 
     def action_open_profiler(self) -> None:
         """Open the PyTorch profiler screen for every polling process of the job, on every host."""

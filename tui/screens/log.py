@@ -46,7 +46,7 @@ class LogScreen(DataScreen):
 
     def __init__(self, *, context: ScreenContext | None = None) -> None:
         super().__init__(context=context)
-        self._shown = -1
+        self._logged = -1
 
     def compose(self) -> ComposeResult:
         """Header, the records, footer."""
@@ -63,9 +63,9 @@ class LogScreen(DataScreen):
         """Redraw when the logbook has something new."""
         super().refresh_data(force)
         version = logbook.version()
-        if version == self._shown and not force:
+        if version == self._logged and not force:
             return
-        self._shown = version
+        self._logged = version
         path = logbook.log_file()
         self.query_one("#log", Static).update(log_text(logbook.entries(), str(path) if path else None))
         self.query_one("#log-box", VerticalScroll).scroll_end(animate=False)

@@ -27,7 +27,7 @@ from gpulens.store.views import job_key
 from gpulens.tui.context import ScreenContext
 from gpulens.tui.screens._plots import PROCESS_PLOTS, SeriesFeed, configure_plots, plot_rows
 from gpulens.tui.screens._signals import refusal, send
-from gpulens.tui.screens.base import DataScreen
+from gpulens.tui.screens.base import DataScreen, update_static
 from gpulens.tui.widgets.header import AppHeader
 from gpulens.tui.widgets.plot import TimeSeriesPlot, plot_data
 
@@ -58,18 +58,6 @@ class ConfirmSignal(ModalScreen[bool]):
     def action_answer(self, yes: bool) -> None:
         """Close with the answer."""
         self.dismiss(yes)
-
-
-def update_static(shown: dict[str, object], widget: Static, content: Text | str) -> None:
-    """``widget.update(content)`` only when it differs from what ``shown`` says it was given.
-
-    ``Static.update`` repaints and lays out the widget even for equal content:
-    a screen calling it every tick for an unchanged line pays for nothing.
-    """
-    key = widget.id or str(id(widget))
-    if shown.get(key) != content:
-        shown[key] = content
-        widget.update(content)
 
 
 def ancestry(job: JobInfo) -> str:
@@ -107,8 +95,6 @@ class ProcessScreen(DataScreen):
         self._seen: tuple[object, ...] = ()
         self.feed = SeriesFeed()
         """The plots' aligned columns: per tick only the newest is read while the store's stamp holds."""
-        self._shown: dict[str, object] = {}
-        """Widget id -> what it was last given (a tick with equal values touches nothing)."""
         self._why: str | bool | None = False
         """The refusal the footer's bindings were last refreshed for (False: never)."""
 

@@ -68,8 +68,9 @@ class LazyLines(ScrollView, can_focus=False):
         """The version of a row the last :meth:`set_rows` gave none (it is built again after each)."""
         self._cache: dict[Hashable, tuple[object, int, Strip, list[Segment]]] = {}
         self._painted: dict[int, Strip] = {}
-        self._fixed_lines: dict[tuple[Hashable, ...], tuple[tuple[Hashable, ...], Strip | None]] = {}
         """Screen line -> the strip last handed to Textual for it."""
+        self._fixed_lines: dict[tuple[Hashable, ...], tuple[tuple[Hashable, ...], Strip | None]] = {}
+        """Header and "more" lines by slot: the key they were built for, and the strip."""
         self.header_lines = 0
         self._placeholder = ""
         self._base: Style | None = None

@@ -130,9 +130,8 @@ class GpuHeatmap(LazyLines, can_focus=True):
             return
         for key, ver in versions.items():
             self._versions[key] = (ver, stamp(store, key[0], w, points), w, mk)
-        if rows != self.rows:
-            self._columns.keep(rows)
-            self._memo = {k: v for k, v in self._memo.items() if k in versions}
+        self._columns.keep(rows)  # the rows changed
+        self._memo = {k: v for k, v in self._memo.items() if k in versions}
         super().set_rows(rows, {})
 
     def header_key(self) -> Hashable:

@@ -86,7 +86,8 @@ class HostSparklines(LazyLines):
         store, w, stamp = self.store, self.window_s, self._columns.stamp
         for key, ver in versions.items():
             self._versions[key] = (ver, stamp(store, str(key), w, cols), w)
-        if list(rows) != self.rows:
+        rows = rows if isinstance(rows, list) else list(rows)
+        if rows != self.rows:
             self._columns.keep((h, m) for h in rows for m in self.METRICS)
             self._parts = {k: v for k, v in self._parts.items() if k[0] in versions}
             self._memo = {k: v for k, v in self._memo.items() if k in versions}

@@ -23,7 +23,8 @@ from gpulens.core.events import SampleEvent
 from gpulens.core.model import GpuSample
 from gpulens.core.units import pct
 from gpulens.store.store import Store
-from gpulens.tui.screens.gpu import NOT_REPORTED, UPDATE_TAKES_LAYOUT, GpuScreen
+from gpulens.tui.screens.base import UPDATE_TAKES_LAYOUT
+from gpulens.tui.screens.gpu import NOT_REPORTED, GpuScreen
 from gpulens.tui.screens.host import HostScreen
 from gpulens.tui.widgets._braille import braille_area
 from gpulens.tui.widgets.plot import Y_LABEL, TimeSeriesPlot, plot_data
