@@ -43,6 +43,7 @@ from gpulens.core.events import (
 from gpulens.ipc.kineto.protocol import TraceService
 from gpulens.sources.local import ReplaySource
 from gpulens.store.store import Store
+from gpulens.tui._driver import IdleInput
 from gpulens.tui._theme_cache import ThemeCache
 from gpulens.tui.messages import OpenFlame, OpenHost, OpenJob, OpenProfiler
 from gpulens.tui.replay import SEEK_STEP_S, ReplayBar, ReplayControl
@@ -64,7 +65,7 @@ BURST_S = 0.02
 """How long a redraw waits for the rest of a burst of samples (one per host, sent together)."""
 
 
-class GpulensApp(ThemeCache, App[int]):
+class GpulensApp(IdleInput, ThemeCache, App[int]):
     """The gpulens TUI.
 
     | key | action |

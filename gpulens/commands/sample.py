@@ -8,6 +8,8 @@ import sys
 import time
 from typing import Any
 
+from gpulens.core.sanitize import clean_text
+
 HELP = "print samples of this machine (one JSON object per line with --json)"
 
 
@@ -62,7 +64,7 @@ def summary(d: dict[str, Any]) -> str:
         )
     lines.append(f"  jobs    {len(d['jobs'])}")
     for j in d["jobs"][:10]:
-        lines.append(f"    {j['pid']:>7} {j['user']:<10} {_pct(j['cpu_percent']):>7}  {j['cmdline'][:60]}")
+        lines.append(f"    {j['pid']:>7} {j['user']:<10} {_pct(j['cpu_percent']):>7}  {clean_text(j['cmdline'])[:60]}")
     for key, reason in sorted(d["unavailable"].items()):
         lines.append(f"  n/a {key}: {reason}")
     return "\n".join(lines)

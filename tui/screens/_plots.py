@@ -6,6 +6,7 @@ import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
+from rich.text import Text
 from textual.containers import Grid
 from textual.dom import DOMNode
 
@@ -313,3 +314,37 @@ def configure_plots(screen: DOMNode, specs: Sequence[PlotSpec], cfg: Config) -> 
         plot.floor = spec.floor
         if spec.threshold is not None:
             plot.style_of = value_style(spec.threshold, cfg.thresholds)
+
+
+def absent_reason(store: Store, host: str, spec: PlotSpec, window_s: float) -> str | None:
+    """Why ``spec`` has nothing to draw on ``host``: each of its metrics is n/a, none has a value in the window.
+
+    None while any metric reads or the window holds a value (the plot shows the values it has).
+    """
+    reason = store.unavailable(host, spec.metrics[0])
+    if reason is None:
+        return None
+    for m in spec.metrics:
+        if (m != spec.metrics[0] and store.unavailable(host, m) is None) or not store.window_stats(
+                host, m, window_s).empty:
+            return None
+    return reason
+
+
+def short_title(spec: PlotSpec) -> str:
+    """``GPU Power``: the title without how it combines GPUs."""
+    return spec.title.replace(" (sum)", "").replace(" (mean)", "")
+
+
+def absent_text(absent: Sequence[tuple[PlotSpec, str]]) -> Text:
+    """The plots left out, one line per reason: ``n/a here  GPU Utilization, GPU Power — NVML init failed ...``."""
+    by_reason: dict[str, list[str]] = {}
+    for spec, reason in absent:
+        by_reason.setdefault(reason, []).append(short_title(spec))
+    text = Text(no_wrap=False)
+    for i, (reason, titles) in enumerate(by_reason.items()):
+        text.append("\n" if i else "")
+        text.append("n/a here  " if i == 0 else "          ", "bold")
+        text.append(", ".join(titles))
+        text.append(f" — {reason}", "dim")
+    return text

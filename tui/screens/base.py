@@ -15,7 +15,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from gpulens.tui.context import ScreenContext
-from gpulens.tui.screens._plots import PlotSpec
+from gpulens.tui.screens._plots import PlotSpec, absent_text
 from gpulens.tui.widgets.header import AppHeader, crumbs_of
 from gpulens.tui.widgets.panel import CustomPanel
 from gpulens.tui.widgets.plot import TimeSeriesPlot
@@ -52,6 +52,9 @@ def update_static(shown: dict[str, object], widget: Static, content: Text | str,
         widget.update(content)
     return True
 
+
+_LEFT_OUT = "#plots-na:left-out"
+"""The key under which :meth:`DataScreen.leave_out_plots` keeps the reasons it was last given."""
 
 _HEADER_FIELDS = ("crumbs", "source", "simulated", "window", "paused", "status", "clock")
 """The header's fields, in the order :meth:`DataScreen.update_header` works them out."""
@@ -131,6 +134,28 @@ class DataScreen(Screen[None]):
         return update_static(self._shown, self.query_one(selector, Static), content, display=display,
                              same_shape_repaints=same_shape_repaints)
 
+    def leave_out_plots(self, specs: Sequence[PlotSpec], reasons: Sequence[str | None]) -> bool:
+        """Hide the plots of ``specs`` that have a reason (nothing to draw), named with it on one line.
+
+        Eight empty GPU boxes on a host without GPUs tell less than one line
+        that names them and says why; the plots that do read get the room.
+        True when what is left out changed (the screen lays its plots out again).
+        """
+        key = tuple(reasons)
+        if self._shown.get(_LEFT_OUT) == key:
+            return False
+        self._shown[_LEFT_OUT] = key
+        for spec, reason in zip(specs, reasons, strict=True):
+            self.query_one(f"#{spec.id}", TimeSeriesPlot).display = reason is None
+        absent = [(spec, r) for spec, r in zip(specs, reasons, strict=True) if r is not None]
+        self.update_static("#plots-na", absent_text(absent) if absent else "", display=bool(absent))
+        return True
+
+    def shown_plots(self, specs: Sequence[PlotSpec]) -> int:
+        """How many of ``specs`` are not left out (all of them before :meth:`leave_out_plots` ran)."""
+        key = self._shown.get(_LEFT_OUT)
+        return len(specs) if not isinstance(key, tuple) else sum(1 for r in key if r is None)
+
     def torn_down(self) -> bool:
         """True while the app exits: a refresh queued before finds the widgets gone (not an error)."""
         flags = (getattr(self.app, "_closing", False), getattr(self, "_closing", False),
@@ -150,7 +175,8 @@ class DataScreen(Screen[None]):
         return ()
 
     def compose_plots(self, specs: Sequence[PlotSpec]) -> ComposeResult:
-        """The screen's plot grid, then the user's custom panels from config.toml."""
+        """The screen's plot grid (after the line naming those left out), then the user's custom panels."""
+        yield Static("", id="plots-na")
         with Grid(id="plots", classes="plots"):
             for spec in specs:
                 yield TimeSeriesPlot(spec.title, spec.fmt, lo=spec.lo, hi=spec.hi, id=spec.id)

@@ -20,7 +20,14 @@ from gpulens.core.units import duration, window_name
 from gpulens.tui.context import ScreenContext
 from gpulens.tui.messages import OpenJob
 from gpulens.tui.profiling import PROFILE_BINDINGS, Profiling
-from gpulens.tui.screens._plots import HOST_PLOTS, SeriesFeed, configure_plots, host_plot, plot_rows
+from gpulens.tui.screens._plots import (
+    HOST_PLOTS,
+    SeriesFeed,
+    absent_reason,
+    configure_plots,
+    host_plot,
+    plot_rows,
+)
 from gpulens.tui.screens.base import DataScreen
 from gpulens.tui.screens.gpu import GpuScreen
 from gpulens.tui.widgets.gpu_table import GpuTable
@@ -127,7 +134,7 @@ class HostScreen(DataScreen):
         jobs = len(sample.jobs) if sample else 0
         reserved = 12 + min(20, gpus + 1) + min(20, jobs + 1)
         least = min(gpus, 16) + 4 if self.per_gpu else 0  # a band per GPU, summary, axis, border
-        plot_rows(self.query_one("#plots", Grid), len(HOST_PLOTS), height, reserved, width, least)
+        plot_rows(self.query_one("#plots", Grid), self.shown_plots(HOST_PLOTS), height, reserved, width, least)
 
     def profile_pids(self) -> list[int]:
         """The pids of every job process on this host, when it is this machine."""
@@ -198,6 +205,10 @@ class HostScreen(DataScreen):
             f" since {ctx.clock_text(since)} ({duration(ctx.clock() - since)} ago)")
         moved = self.update_static("#host-status", f"host down{when}: {reason} — figures below are the last received"
                              if not up else "", display=not up)
+        reasons = [absent_reason(store, self.host, spec, w) for spec in HOST_PLOTS]
+        if self.leave_out_plots(HOST_PLOTS, reasons):
+            self._layout(self.size.width, self.size.height)
+            moved = True
         self.draw_plots()
         self.draw_tables(every=force or moved)
 
@@ -242,7 +253,7 @@ class HostScreen(DataScreen):
         if not self._plots:
             self._plots = [(self.query_one(f"#{spec.id}", TimeSeriesPlot), spec.per_gpu) for spec in HOST_PLOTS]
         for spec, (plot, per_gpu) in zip(HOST_PLOTS, self._plots, strict=True):
-            if not _in_view(self, plot, view):
+            if not plot.display or not _in_view(self, plot, view):
                 continue
             plot.set_data(host_plot(store, self.host, spec, w, plot.points, indices if per_gpu else (),
                                     feed=self.feed))

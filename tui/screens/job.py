@@ -14,6 +14,7 @@ from textual.containers import Grid, VerticalScroll
 from textual.widgets import Footer, Static
 
 from gpulens.core.events import RequestSource
+from gpulens.core.sanitize import clean_text
 from gpulens.core.units import duration, pct, size, window_name
 from gpulens.store.views import SUMMED, JobView, WindowStats
 from gpulens.store.window import merge
@@ -92,9 +93,11 @@ class JobScreen(DataScreen):
     def on_resize(self, event: events.Resize) -> None:
         """Narrow layout; plots as tall as the terminal allows."""
         super().on_resize(event)
+        self._layout_plots(event.size.width, event.size.height)
+
+    def _layout_plots(self, width: int, height: int) -> None:
         procs = len(self.view.processes) if self.view is not None else 4
-        plot_rows(self.query_one("#plots", Grid), len(JOB_PLOTS), event.size.height, 12 + min(20, procs + 1),
-                  event.size.width)
+        plot_rows(self.query_one("#plots", Grid), self.shown_plots(JOB_PLOTS), height, 12 + min(20, procs + 1), width)
 
     def on_incremental_table_row_selected(self, event: ProcessTable.RowSelected) -> None:
         """Enter on a process opens the process screen."""
@@ -205,6 +208,7 @@ class JobScreen(DataScreen):
             return
         self._seen = seen
         self._info(view)
+        drawn, left_out = [], []
         for spec in JOB_PLOTS:
             plot = self.query_one(f"#{spec.id}", TimeSeriesPlot)
             values = self._values(spec.metrics, w, plot.points, view)
@@ -212,7 +216,14 @@ class JobScreen(DataScreen):
             if reason is None:
                 reason = store.unavailable(view.hosts[0], spec.metrics[0])
             stats = self._stats(spec.metrics, w, view)
-            plot.set_data(plot_data(values, reason, window_name(w), w, stats))  # repaints the lines that differ
+            empty = reason is not None and (stats is None or stats.empty) and all(v != v for v in values)
+            left_out.append(reason if empty else None)
+            drawn.append((plot, plot_data(values, reason, window_name(w), w, stats)))
+        if self.leave_out_plots(JOB_PLOTS, left_out):
+            self._layout_plots(self.size.width, self.size.height)
+        for plot, data in drawn:
+            if plot.display:
+                plot.set_data(data)  # repaints the lines that differ
         for i, panel in enumerate(ctx.cfg.panels):
             self.query_one(f"#panel-{i}", CustomPanel).show(
                 ctx.panel_data(panel, host=None, job=self.key), window_name(w))
@@ -346,7 +357,7 @@ class JobScreen(DataScreen):
         fields = (("job", v.key), ("user", v.user), ("tree ID", v.tree_id),
                   ("hosts", hosts), ("GPUs", str(len(v.gpus))),
                   ("util", pct(v.util_percent)), ("GPU mem", size(v.gpu_mem_bytes)),
-                  ("runtime", duration(v.runtime_s)), ("command", v.cmdline))
+                  ("runtime", duration(v.runtime_s)), ("command", clean_text(v.cmdline)))
         if self._shown.get("info-fields") == fields:
             return
         self._shown["info-fields"] = fields

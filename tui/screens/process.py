@@ -22,6 +22,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
 from gpulens.core.model import JobInfo
+from gpulens.core.sanitize import clean_text
 from gpulens.core.units import pct, size, window_name
 from gpulens.store.views import job_key
 from gpulens.tui.context import ScreenContext
@@ -205,7 +206,7 @@ class ProcessScreen(DataScreen):
         who.append("ancestors ", style="dim")
         who.append(ancestry(job))
         who.append("\ncommand ", style="dim")
-        who.append(job.cmdline[:2000])
+        who.append(clean_text(job.cmdline[:2000]))
         return text, who
 
     def action_signal(self, name: str) -> None:
@@ -222,4 +223,4 @@ class ProcessScreen(DataScreen):
                 result = send(target, name)
                 self.notify(result, severity="information" if " sent to " in result else "error")
 
-        self.app.push_screen(ConfirmSignal(f"Send {name} to pid {job.pid} ({job.cmdline[:60]})?"), answered)
+        self.app.push_screen(ConfirmSignal(f"Send {name} to pid {job.pid} ({clean_text(job.cmdline[:60])})?"), answered)

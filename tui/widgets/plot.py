@@ -241,7 +241,7 @@ class TimeSeriesPlot(Widget):
             mean, top = (sum(known) / len(known), max(known)) if known else (math.nan, math.nan)
             covered = ""
         if top == top and top <= self.lo and self.hi is None:
-            out += (("idle", self._style("plot--idle")), (f"  {self.fmt(top)} throughout", title))
+            out += (("idle", self._style("plot--idle")), (f"  {self.fmt(top)} throughout  ", title))
         else:
             for label, v in (("now", now), ("avg", mean), ("max", top)):
                 past = self.style_of(v) if self.style_of is not None and v == v else None

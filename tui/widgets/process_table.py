@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpulens.core.model import GpuProcess, JobInfo
+from gpulens.core.sanitize import clean_text
 from gpulens.core.units import NA, pct, size
 from gpulens.tui.widgets._table import IncrementalTable
 
@@ -34,7 +35,7 @@ class ProcessTable(IncrementalTable):
     def cells(host: str, p: JobInfo) -> tuple[str, ...]:
         """The texts of one process's row."""
         gpus = ",".join(sorted(p.gpu_mem_bytes, key=lambda i: (len(i), i))) or "-"
-        cmd = p.cmdline if len(p.cmdline) <= 400 else p.cmdline[:399] + "…"
+        cmd = clean_text(p.cmdline if len(p.cmdline) <= 400 else p.cmdline[:399] + "…")  # a -c script's newlines
         return (f"{host}:{p.pid}", p.tree_id, p.user, pct(p.cpu_percent), size(p.rss_bytes),
                 gpus, size(sum(p.gpu_mem_bytes.values())), cmd)
 
@@ -65,7 +66,7 @@ class GpuProcessTable(IncrementalTable):
     @staticmethod
     def cells(p: GpuProcess, job: JobInfo | None, key: str) -> tuple[str, ...]:
         """One process's row (n/a where NVML or the job collector gave nothing)."""
-        cmd = job.cmdline if job is not None else "(not a job process: the job pattern does not match it)"
+        cmd = clean_text(job.cmdline) if job is not None else "(not a job process: the job pattern does not match it)"
         return (str(p.pid), job.user if job is not None else NA, size(p.used_memory_bytes),
                 pct(p.sm_util_percent), key if job is not None else "-",
                 cmd if len(cmd) <= 400 else cmd[:399] + "…")

@@ -112,3 +112,66 @@ async def test_plots_grow_with_the_terminal() -> None:
             await settle(app, pilot)
             heights.append(app.screen.query_one("#job-util", TimeSeriesPlot).size.height)
     assert heights[1] > heights[0] + 3, heights
+
+
+@sync
+async def test_a_host_without_gpus_names_its_empty_plots_on_one_line_and_gives_the_room_to_the_rest() -> None:
+    from dataclasses import replace
+
+    from textual.widgets import Static
+
+    from gpulens.tui.screens._plots import HOST_PLOTS
+    from gpulens.tui.screens.host import HostScreen
+
+    reason = "NVML init failed: no NVIDIA driver (test double)"
+    bare = [replace(sample(T0 + i, host="this-host"), gpus=(), unavailable={"gpus": reason}) for i in range(30)]
+    ctx = FakeContext(StaticSource([SampleEvent(s) for s in bare]), [SampleEvent(s) for s in bare])
+    app: App[None] = App()
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = HostScreen("this-host", context=ctx)
+        app.push_screen(screen)
+        await pilot.pause()
+        gpu_plots = [s.id for s in HOST_PLOTS if s.metrics[0].startswith("gpu.")]
+        assert len(gpu_plots) == 8
+        assert not any(screen.query_one(f"#{i}", TimeSeriesPlot).display for i in gpu_plots)
+        assert screen.query_one("#cpu", TimeSeriesPlot).display
+        na = screen.query_one("#plots-na", Static)
+        text = str(na.render())
+        assert na.display and text.count(reason) == 1, text  # one line for the eight, with the reason
+        assert "GPU Utilization" in text and "GPU Power" in text and "NVLink rx+tx" in text
+        assert "CPU" not in text
+        cpu_rows = screen.query_one("#cpu", TimeSeriesPlot).size.height
+
+        # A GPU appears: its plots come back, the line goes.
+        for i in range(30, 33):
+            ctx.store.apply(SampleEvent(sample(T0 + i, host="this-host")))
+        screen.refresh_data()
+        await pilot.pause()
+        assert all(screen.query_one(f"#{i}", TimeSeriesPlot).display for i in gpu_plots)
+        assert not na.display
+        assert screen.query_one("#cpu", TimeSeriesPlot).size.height < cpu_rows  # 14 plots share the room now
+
+        # Utilisation turns n/a, but the window holds its values: the plot stays, with what it has.
+        ctx.store.apply(SampleEvent(sample(T0 + 33, host="this-host", util=None)))
+        screen.refresh_data()
+        await pilot.pause()
+        assert screen.query_one("#gpu-util", TimeSeriesPlot).display
+
+
+@sync
+async def test_a_python_c_scripts_newlines_read_as_spaces_in_the_job_screen_and_process_table() -> None:
+    from gpulens.core.model import JobInfo
+
+    script = "/usr/bin/python3 -c import time\nfor _ in range(9):\n\ttime.sleep(1)"
+    job = JobInfo(pid=4242, tree_id="systemd/bash/python3", cmdline=script, user="alice", start_time=T0)
+    cells = ProcessTable.cells("this-host", job)
+    assert cells[-1] == "/usr/bin/python3 -c import time for _ in range(9):  time.sleep(1)"
+    me = sample(T0, host="this-host", jobs=(job,))
+    ctx = FakeContext(StaticSource([SampleEvent(me)]), [SampleEvent(me)])
+    app: App[None] = App()
+    async with app.run_test(size=(160, 45)) as pilot:
+        key = ctx.store.jobs(300)[0].key
+        app.push_screen(JobScreen(key, context=ctx))
+        await pilot.pause()
+        info = str(app.screen.query_one("#job-info").render())
+        assert "import time for _ in range(9):" in info and "\t" not in info

@@ -90,11 +90,12 @@ async def test_na_with_reason_on_host_without_counters() -> None:
         await settle(app, pilot)
         app.jump("host gpu-node09")
         await settle(app, pilot)
-        plot = app.screen.query_one("#l2", TimeSeriesPlot)
-        plot.scroll_visible(animate=False)
-        await settle(app, pilot)
-        assert plot.reason is not None and "perf_event_open" in plot.reason
-        assert "n/a" in str(plot.render())
+        # An n/a plot with nothing in the window is left out, named on one line with its reason.
+        assert not app.screen.query_one("#l2", TimeSeriesPlot).display
+        line = next(ln for ln in str(app.screen.query_one("#plots-na").render()).splitlines() if "L2" in ln)
+        assert "n/a" in str(app.screen.query_one("#plots-na").render())
+        assert "L2 Cache Hit Ratio" in line and "perf_event_open" in line
+        assert app.screen.query_one("#cpu", TimeSeriesPlot).display
 
 
 @sync
@@ -281,8 +282,10 @@ async def test_host_without_gpus_says_why_in_no_color(monkeypatch: pytest.Monkey
         await pilot.press("enter")
         await settle(app, pilot)
         assert why in app.screen.query_one(GpuTable).placeholder
-        plot = app.screen.query_one("#gpu-util", TimeSeriesPlot)
-        assert plot.reason == why and "n/a" in str(plot.render())
+        assert not app.screen.query_one("#gpu-util", TimeSeriesPlot).display  # left out, and said why:
+        na = str(app.screen.query_one("#plots-na").render())
+        assert na.startswith("n/a here  GPU Utilization") and why in na
+        assert app.screen.query_one("#cpu", TimeSeriesPlot).display
 
 
 @sync
