@@ -328,6 +328,11 @@ class Store:
         return Grid.of(math.floor(self.now / self.resolution_s), window_s, points, self.resolution_s,
                        self.fine_slots)
 
+    def newest_column(self, window_s: float, points: int) -> int:
+        """The absolute index of the newest aligned column of ``points`` over ``window_s`` (its parity
+        pairs columns into braille cells the same way in every plot, however long it has been open)."""
+        return self._grid(window_s, points).current
+
     def series_stamp(self, host: str, window_s: float, points: int) -> tuple[int, ...]:
         """Changes whenever an aligned column of ``host`` other than the newest may have changed.
 

@@ -289,7 +289,7 @@ def host_plot(store: Store, host: str, spec: PlotSpec, window_s: float, points: 
         note = f"{note} over {duration(parts[0].covered_s)} of data".strip()
     lines = [(f"GPU{i}", series(spec.metrics[0], i)) for i in gpus]
     return plot_data(values, store.unavailable(host, spec.metrics[0]), window_name(window_s), window_s,
-                     stats, lines, note)
+                     stats, lines, note, store.newest_column(window_s, points) if feed is not None else None)
 
 
 def plot_rows(grid: Grid, count: int, height: int, reserved: int, width: int, least: int = 0) -> None:

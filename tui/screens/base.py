@@ -6,6 +6,7 @@ import inspect
 import re
 from collections.abc import Iterable, Sequence
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult, SystemCommand
@@ -150,6 +151,14 @@ class DataScreen(Screen[None]):
         absent = [(spec, r) for spec, r in zip(specs, reasons, strict=True) if r is not None]
         self.update_static("#plots-na", absent_text(absent) if absent else "", display=bool(absent))
         return True
+
+    def left_out_lines(self, width: int) -> int:
+        """Lines the line naming the left-out plots takes at ``width`` (0 while none is left out)."""
+        state = self._shown.get("plots-na")
+        if not isinstance(state, tuple) or not state[1]:
+            return 0
+        room = max(1, width - 2)  # its padding
+        return sum(max(1, -(-cell_len(line) // room)) for line in str(state[0]).split("\n"))
 
     def shown_plots(self, specs: Sequence[PlotSpec]) -> int:
         """How many of ``specs`` are not left out (all of them before :meth:`leave_out_plots` ran)."""

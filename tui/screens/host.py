@@ -9,7 +9,7 @@ from rich.text import Text
 from textual import events
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
-from textual.containers import Grid, VerticalScroll
+from textual.containers import Grid, Vertical, VerticalScroll
 from textual.errors import NoWidget
 from textual.geometry import Region
 from textual.screen import Screen
@@ -103,12 +103,15 @@ class HostScreen(DataScreen):
         with VerticalScroll(id="body"):
             yield Static("", id="host-status")
             yield from self.compose_plots(HOST_PLOTS)
-            yield Static("GPUs (enter: GPU detail)", classes="section")
-            yield GpuTable(id="gpus")
-            yield Static("", id="legend")
-            yield Static("Jobs on this host", classes="section")
-            yield JobTable(id="host-jobs")
-            yield ProfilePanel(self.profiling.count(), id="profile")
+            # Their own container, so their own clip: a frame that repaints plot lines only
+            # leaves them out (Textual re-renders every widget whose clip meets what changed).
+            with Vertical(id="below-plots"):
+                yield Static("GPUs (enter: GPU detail)", classes="section")
+                yield GpuTable(id="gpus")
+                yield Static("", id="legend")
+                yield Static("Jobs on this host", classes="section")
+                yield JobTable(id="host-jobs")
+                yield ProfilePanel(self.profiling.count(), id="profile")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -132,7 +135,7 @@ class HostScreen(DataScreen):
         sample = self.ctx.store.latest(self.host)
         gpus = len(sample.gpus) if sample else 0
         jobs = len(sample.jobs) if sample else 0
-        reserved = 12 + min(20, gpus + 1) + min(20, jobs + 1)
+        reserved = 12 + min(20, gpus + 1) + min(20, jobs + 1) + self.left_out_lines(width)
         least = min(gpus, 16) + 4 if self.per_gpu else 0  # a band per GPU, summary, axis, border
         plot_rows(self.query_one("#plots", Grid), self.shown_plots(HOST_PLOTS), height, reserved, width, least)
 

@@ -97,7 +97,8 @@ class JobScreen(DataScreen):
 
     def _layout_plots(self, width: int, height: int) -> None:
         procs = len(self.view.processes) if self.view is not None else 4
-        plot_rows(self.query_one("#plots", Grid), self.shown_plots(JOB_PLOTS), height, 12 + min(20, procs + 1), width)
+        plot_rows(self.query_one("#plots", Grid), self.shown_plots(JOB_PLOTS), height,
+                  12 + min(20, procs + 1) + self.left_out_lines(width), width)
 
     def on_incremental_table_row_selected(self, event: ProcessTable.RowSelected) -> None:
         """Enter on a process opens the process screen."""
@@ -218,7 +219,8 @@ class JobScreen(DataScreen):
             stats = self._stats(spec.metrics, w, view)
             empty = reason is not None and (stats is None or stats.empty) and all(v != v for v in values)
             left_out.append(reason if empty else None)
-            drawn.append((plot, plot_data(values, reason, window_name(w), w, stats)))
+            drawn.append((plot, plot_data(values, reason, window_name(w), w, stats,
+                                          newest_column=store.newest_column(w, plot.points))))
         if self.leave_out_plots(JOB_PLOTS, left_out):
             self._layout_plots(self.size.width, self.size.height)
         for plot, data in drawn:

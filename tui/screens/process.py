@@ -180,7 +180,8 @@ class ProcessScreen(DataScreen):
             reason = ("the process is no longer reported" if job is None
                       else "NVML gives no per-process utilization here" if metric == "proc.gpu_util_percent"
                       else "no sample since this screen opened")
-            plot.set_data(plot_data(values, reason, window_name(w), w, stats))  # repaints the lines that differ
+            plot.set_data(plot_data(values, reason, window_name(w), w, stats,  # repaints the lines that differ
+                                    newest_column=store.newest_column(w, plot.points)))
         why = self.why_not()
         update_static(shown, self.query_one("#proc-actions", Static),
                       Text(f"signals: {why}", style="dim") if why else

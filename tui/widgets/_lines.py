@@ -137,8 +137,12 @@ class LazyLines(ScrollView, can_focus=False):
         top = int(self.scroll_offset.y)
         focused = self.has_focus
         painted = self._painted
-        changed = [Region(0, y, width, 1) for y in range(height)
-                   if self._line(y, width, height, top, focused) != painted.get(y)]
+        changed = []
+        for y in range(height):
+            strip = self._line(y, width, height, top, focused)
+            if strip != painted.get(y):
+                painted[y] = strip  # now, not only when drawn: a clipped line is never drawn
+                changed.append(Region(0, y, width, 1))
         if changed:
             self.refresh(*changed)  # one call: each works out the widget's offsets again
         return len(changed)

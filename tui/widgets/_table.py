@@ -179,9 +179,15 @@ class IncrementalTable(ScrollView, can_focus=True):
         state when it draws.
         """
         width = self._row_width()
-        # The row's width only: a region over the scrollbar would repaint it too.
-        changed = [Region(0, y, width, 1) for y in range(self.size.height)
-                   if self._painted.get(y) != self._line_state(y, width)]
+        painted = self._painted
+        changed = []
+        for y in range(self.size.height):
+            state = self._line_state(y, width)
+            if painted.get(y) != state:
+                # Kept now, not only when drawn: a line clipped out of view is never drawn, and
+                # marking it every tick stretched each frame's crop over the whole screen.
+                painted[y] = state
+                changed.append(Region(0, y, width, 1))  # the row's width: not over the scrollbar
         if changed:
             self.refresh(*changed)  # one call: each works out the widget's offsets again
         return len(changed)

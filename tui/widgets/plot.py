@@ -57,14 +57,26 @@ class PlotData:
     """Per-series bands (``GPU0``, ...) drawn one under the other instead of ``values``."""
     note: str = ""
     """Appended to the summary line (``per GPU``, ``since 12:00:01``)."""
+    newest_even: bool = False
+    """The newest aligned column has an even absolute index: it starts a braille cell.
+
+    A cell holds two columns, an even one and the odd one after it, so the
+    chart moves left one whole cell every two columns (and only the newest
+    cell changes in between) instead of moving every dot every column. The
+    oldest column is then left out and the newest cell's right half is empty.
+    """
 
 
 def plot_data(values: Sequence[float], reason: str | None, window: str, window_s: float = 0.0,
               stats: WindowStats | None = None, lines: Sequence[tuple[str, Sequence[float]]] = (),
-              note: str = "") -> PlotData:
-    """A :class:`PlotData` from float series (NaN becomes None, so equal data compares equal)."""
+              note: str = "", newest_column: int | None = None) -> PlotData:
+    """A :class:`PlotData` from float series (NaN becomes None, so equal data compares equal).
+
+    ``newest_column``: the absolute index of the newest aligned column (``Store.newest_column``).
+    """
     return PlotData(_clean(values), reason, window, window_s, stats,
-                    tuple((label, _clean(v)) for label, v in lines), note)
+                    tuple((label, _clean(v)) for label, v in lines), note,
+                    newest_column is not None and newest_column % 2 == 0)
 
 
 def _clean(values: Sequence[float]) -> tuple[float | None, ...]:
@@ -303,7 +315,8 @@ class TimeSeriesPlot(Widget):
             top, bottom = self.fmt(hi), self.fmt(self.lo)
             labels = tuple(top if i == 0 else bottom if i == rows - 1 else (mid if i == rows // 2 else "")
                            for i in range(rows))
-            out += self._chart(0, d.values, cols, hi, labels, axis, axis + self._style("plot--area"))
+            out += self._chart(0, self._paired(d.values, cols), cols, hi, labels, axis,
+                               axis + self._style("plot--area"))
         out[0] = tuple(head)
         if show_axis:
             key = (d.window_s, width)
@@ -320,7 +333,13 @@ class TimeSeriesPlot(Widget):
         styles = (axis + self._style("plot--area"), axis + self._style("plot--alt"))
         for n, (label, vals) in enumerate(shown):
             labels = (label, *([""] * (each - 1)))
-            out += self._chart(n + 1, vals, cols, hi, labels, axis, styles[n % 2])
+            out += self._chart(n + 1, self._paired(vals, cols), cols, hi, labels, axis, styles[n % 2])
+
+    def _paired(self, values: tuple[float | None, ...], cols: int) -> tuple[float | None, ...]:
+        """``values`` as the cells pair them (:attr:`PlotData.newest_even`)."""
+        if self.data.newest_even and len(values) == cols:
+            return (*values[1:], None)
+        return values
 
     def _chart(self, band: int, values: tuple[float | None, ...], cols: int, hi: float,
                labels: tuple[str, ...], axis: Style, area: Style) -> list[Line]:

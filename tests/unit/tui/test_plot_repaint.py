@@ -261,3 +261,40 @@ async def test_new_figures_in_the_gpu_info_repaint_it_without_a_layout_unless_it
         # 61% -> 62%: repainted in place; 62% again: nothing; 62% -> 9%: the words moved, a layout.
         assert updates == [False, True]
         assert "util 9%" in str(info.render())
+
+
+@sync
+async def test_the_chart_moves_one_whole_cell_every_two_columns_and_only_its_newest_cell_between() -> None:
+    app: App[None] = App()
+    plot = TimeSeriesPlot("Util", pct)
+    async with app.run_test(size=(60, 14)) as pilot:
+        await app.mount(plot)
+        plot.styles.height = 12
+        await pilot.pause()
+        cols = plot.points
+        rows = plot.content_size.height - 2  # the summary line and the time axis
+
+        def column(c: int) -> float:
+            return float(c * 37 % 100)  # every column differs from its neighbours
+
+        def chart(newest: int) -> list[str]:
+            values = [column(c) for c in range(newest - cols + 1, newest + 1)]
+            plot.set_data(plot_data(values, None, "5m", 300, newest_column=newest))
+            return [line[Y_LABEL + 1:] for line in plot.render().plain.splitlines()[1:1 + rows]]
+
+        odd = chart(1001)
+        assert not plot.data.newest_even
+        # Odd newest column: columns 1001 - cols + 1 (even) .. 1001 fill the cells, two each.
+        assert odd == braille_area([column(c) for c in range(1002 - cols, 1002)], rows, 0, 100)
+        even = chart(1002)
+        assert plot.data.newest_even
+        # Even: one whole cell to the left, and the new cell holds only its left column.
+        assert [e[:-1] for e in even] == [o[1:] for o in odd]
+        assert even == braille_area([column(c) for c in range(1004 - cols, 1003)] + [math.nan], rows, 0, 100)
+        await pilot.pause()  # the shift is drawn
+        drawn = _spy_lines(plot)
+        later = chart(1003)
+        await pilot.pause()
+        assert [x[:-1] for x in later] == [e[:-1] for e in even]  # only the newest cell changed
+        changed = {y + 1 for y in range(rows) if later[y] != even[y]}
+        assert set(drawn) <= changed | {0}  # repainted: those rows and the summary, no others

@@ -192,3 +192,33 @@ async def test_a_change_in_a_dropped_column_repaints_nothing() -> None:
         await pilot.pause()
         assert set(table.rendered) == {3}, table.rendered
         assert "77" in table.render_line(3).text
+
+
+class ClippedApp(App[None]):
+    """The table's last lines lie below its scrolling parent's bottom: Textual never draws them."""
+
+    CSS = "VerticalScroll { height: 5; } #pad { height: 3; } Counted { height: 4; }"
+
+    def compose(self) -> ComposeResult:
+        from textual.containers import VerticalScroll
+        from textual.widgets import Static
+
+        with VerticalScroll():
+            yield Static("above", id="pad")
+            yield Counted()
+
+
+@sync
+async def test_a_line_clipped_out_of_view_is_marked_once_not_every_tick() -> None:
+    app = ClippedApp()
+    async with app.run_test(size=(40, 12)) as pilot:
+        table = await drawn(app, pilot, VALUES)  # type: ignore[arg-type]
+        assert table.size.height == 4 and table.rendered[1] and not table.rendered[3]  # line 3: never drawn
+        table.sync(rows(VALUES), sorted(VALUES))
+        # Nothing changed: no line is marked. (It was marked every tick: each frame's crop then
+        # reached the clipped line, and Textual re-rendered every widget above it.)
+        assert table._repaint_changed() == 0
+        changed = dict(VALUES, host11=999)
+        table.sync(rows(changed), sorted(changed))
+        assert table._repaint_changed() == 0  # the change was marked by sync, once
+        assert table.get_cell("host11", "value") == "999"
