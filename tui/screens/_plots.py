@@ -11,7 +11,7 @@ from textual.containers import Grid
 from textual.dom import DOMNode
 
 from gpulens.core.config import Config
-from gpulens.core.units import duration, num, pct, rate, size, window_name
+from gpulens.core.units import num, pct, rate, size, window_name
 from gpulens.store.store import Store
 from gpulens.store.views import WindowStats
 from gpulens.tui.widgets.plot import PlotData, TimeSeriesPlot, plot_data
@@ -285,11 +285,12 @@ def host_plot(store: Store, host: str, spec: PlotSpec, window_s: float, points: 
     parts = [store.window_stats(host, m, window_s, gpu=gpu) for m in spec.metrics]
     stats = summed_stats(parts)
     note = "per GPU" if gpus else ""
-    if stats is None and parts and not parts[0].empty:  # a sum (rx + tx): figures from the series
-        note = f"{note} over {duration(parts[0].covered_s)} of data".strip()
+    # A sum (rx + tx): figures from the series, over as much data as its first part holds.
+    covered = parts[0].covered_s if stats is None and parts and not parts[0].empty else 0.0
     lines = [(f"GPU{i}", series(spec.metrics[0], i)) for i in gpus]
     return plot_data(values, store.unavailable(host, spec.metrics[0]), window_name(window_s), window_s,
-                     stats, lines, note, store.newest_column(window_s, points) if feed is not None else None)
+                     stats, lines, note, store.newest_column(window_s, points) if feed is not None else None,
+                     covered)
 
 
 def plot_rows(grid: Grid, count: int, height: int, reserved: int, width: int, least: int = 0) -> None:

@@ -57,6 +57,8 @@ class PlotData:
     """Per-series bands (``GPU0``, ...) drawn one under the other instead of ``values``."""
     note: str = ""
     """Appended to the summary line (``per GPU``, ``since 12:00:01``)."""
+    covered_s: float = 0.0
+    """How much data the figures cover, when ``stats`` does not say (a sum: rx + tx)."""
     newest_even: bool = False
     """The newest aligned column has an even absolute index: it starts a braille cell.
 
@@ -69,13 +71,13 @@ class PlotData:
 
 def plot_data(values: Sequence[float], reason: str | None, window: str, window_s: float = 0.0,
               stats: WindowStats | None = None, lines: Sequence[tuple[str, Sequence[float]]] = (),
-              note: str = "", newest_column: int | None = None) -> PlotData:
+              note: str = "", newest_column: int | None = None, covered_s: float = 0.0) -> PlotData:
     """A :class:`PlotData` from float series (NaN becomes None, so equal data compares equal).
 
     ``newest_column``: the absolute index of the newest aligned column (``Store.newest_column``).
     """
     return PlotData(_clean(values), reason, window, window_s, stats,
-                    tuple((label, _clean(v)) for label, v in lines), note,
+                    tuple((label, _clean(v)) for label, v in lines), note, covered_s,
                     newest_column is not None and newest_column % 2 == 0)
 
 
@@ -251,7 +253,7 @@ class TimeSeriesPlot(Widget):
         else:
             now = known[-1] if known else math.nan
             mean, top = (sum(known) / len(known), max(known)) if known else (math.nan, math.nan)
-            covered = ""
+            covered = duration(d.covered_s) if d.covered_s > 0 else ""
         if top == top and top <= self.lo and self.hi is None:
             out += (("idle", self._style("plot--idle")), (f"  {self.fmt(top)} throughout  ", title))
         else:
