@@ -219,10 +219,10 @@ class JobScreen(DataScreen):
             stats = self._stats(spec.metrics, w, view)
             empty = reason is not None and (stats is None or stats.empty) and all(v != v for v in values)
             left_out.append(reason if empty else None)
-            first = self._stats(spec.metrics[:1], w, view) if stats is None and len(spec.metrics) > 1 else None
+            part = self._stats(spec.metrics[:1], w, view) if stats is None and len(spec.metrics) > 1 else None
             drawn.append((plot, plot_data(values, reason, window_name(w), w, stats,
                                           newest_column=store.newest_column(w, plot.points),
-                                          covered_s=first.covered_s if first and not first.empty else 0.0)))
+                                          covered_s=part.covered_s if part and not part.empty else 0.0)))
         if self.leave_out_plots(JOB_PLOTS, left_out):
             self._layout_plots(self.size.width, self.size.height)
         for plot, data in drawn:
