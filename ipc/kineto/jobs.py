@@ -222,6 +222,11 @@ class JobTable:
                     )
                 refresh(job, self.stepped)
 
+    def busy(self) -> bool:
+        """Whether a job is still open: only then has the watch thread anything to look at."""
+        with self._lock:
+            return any(not j.future.done() for j in self._jobs.values())
+
     def watch_interval(self, default_s: float) -> float:
         """How long the watch thread may sleep: ``DUE_TICK_S`` while a handed trace's file is due.
 

@@ -78,6 +78,8 @@ class LocalTraceService:
         self._table = JobTable(inspect=shows_optimizer_steps)
         self._tick_s = tick_s
         self._stop = threading.Event()
+        self._wake = threading.Event()
+        """Set when a job is added (and on stop): the watch thread sleeps on it while no job is open."""
         self._thread: threading.Thread | None = None
         self._refusal: str | None = None  # set while handing the endpoint over, and after
         self._accepting = threading.Lock()
@@ -161,6 +163,8 @@ class LocalTraceService:
 
     def stop(self) -> None:
         """Stop serving; pending requests fail with 'service stopped'."""
+        self._stop.set()
+        self._wake.set()  # after the stop flag: the thread checks it when it wakes
         stop_thread(self._stop, self._thread)
         self._thread = None
         self.endpoint.stop()
@@ -244,6 +248,7 @@ class LocalTraceService:
             for pid in dict.fromkeys(pids):  # once each, in order
                 tasks[pid] = self._task(req, request_id, pid, planner, live.get(pid), now)
         job = self._table.add(request_id, req, tasks, fut)
+        self._wake.set()
         if self.dynolog is not None:
             self._send_via_dynolog(job.request_id)
         self._table.notify(self._table.snapshot(request_id))
@@ -311,7 +316,13 @@ class LocalTraceService:
         return handed[0]
 
     def _watch(self) -> None:
-        while not self._stop.wait(self._table.watch_interval(self._tick_s)):
+        # Every tick_s while a job is open; otherwise asleep until one is added (an idle
+        # viewer's watch thread used to wake 10 times a second for nothing).
+        while not self._stop.is_set():
+            self._wake.wait(self._table.watch_interval(self._tick_s) if self._table.busy() else None)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             for snap in self._table.tick(self._diagnose_late):
                 self._table.notify(snap)
 

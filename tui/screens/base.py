@@ -15,6 +15,7 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Static
 
+from gpulens.tui._compositor import SparseScreen
 from gpulens.tui.context import ScreenContext
 from gpulens.tui.screens._plots import PlotSpec, absent_text
 from gpulens.tui.widgets.header import AppHeader, crumbs_of
@@ -61,7 +62,7 @@ _HEADER_FIELDS = ("crumbs", "source", "simulated", "window", "paused", "status",
 """The header's fields, in the order :meth:`DataScreen.update_header` works them out."""
 
 
-class DataScreen(Screen[None]):
+class DataScreen(SparseScreen, Screen[None]):
     """A screen fed by the store; the app calls :meth:`refresh_data` after new data.
 
     It reads through :attr:`ctx` (the ``context`` given, else the app, which

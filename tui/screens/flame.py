@@ -28,6 +28,7 @@ from gpulens.analysis.flame.group import ProfileGroup
 from gpulens.analysis.flame.labels import format_value
 from gpulens.analysis.flame.model import Profile
 from gpulens.analysis.flame.query import frame_nodes, sandwich
+from gpulens.tui._compositor import SparseScreen
 from gpulens.tui.screens.flame_views import (
     ExportScreen,
     FlameHelpScreen,
@@ -55,7 +56,7 @@ def _stem(title: str) -> str:
     return f"flame-{text}" if text else "flame"
 
 
-class FlameScreen(Screen[None]):
+class FlameScreen(SparseScreen, Screen[None]):
     """A full-screen flame graph of ``profile``; escape at the top focus level leaves.
 
     ``group``: the file's profiles when it has several (``T`` picks one);

@@ -15,6 +15,7 @@ from gpulens.analysis.flame.group import ALL, ProfileGroup
 from gpulens.analysis.flame.labels import format_value
 from gpulens.analysis.flame.model import Profile
 from gpulens.analysis.flame.query import FunctionRow, Sandwich, function_table
+from gpulens.tui._compositor import SparseScreen
 from gpulens.tui.widgets.flamegraph import FlameGraph
 
 READING_GUIDE = """\
@@ -78,7 +79,7 @@ class FlameHelpScreen(ModalScreen[None]):
         yield Static(keys_text(self.keys) + "\n\n" + READING_GUIDE)
 
 
-class SandwichScreen(Screen[None]):
+class SandwichScreen(SparseScreen, Screen[None]):
     """Callers (above: the function at the bottom, its callers on it) and callees."""
 
     DEFAULT_CSS = """
@@ -111,7 +112,7 @@ class SandwichScreen(Screen[None]):
         self.app.push_screen(FlameHelpScreen([*message.control.key_help(), ("q", "quit"), ("?", "this guide")]))
 
 
-class FunctionTableScreen(Screen[str | None]):
+class FunctionTableScreen(SparseScreen, Screen[str | None]):
     """Functions merged across the tree; ``s``/``t`` sort by self/total, enter searches."""
 
     DEFAULT_CSS = """

@@ -44,6 +44,7 @@ from textual.widgets import Button, Checkbox, DataTable, Footer, Input, Label, P
 from gpulens.ipc.kineto.protocol import JobListener, TraceService
 from gpulens.ipc.kineto.registry import DEFAULT_POLL_INTERVAL_S
 from gpulens.ipc.kineto.requests import TraceJob, TraceRequest, TraceResult
+from gpulens.tui._compositor import SparseScreen
 from gpulens.tui.screens import profiler_work as work
 from gpulens.tui.screens.profiler_rows import (
     FileRow,
@@ -78,7 +79,7 @@ class OptionBox(Checkbox):
         return button
 
 
-class ProfilerScreen(Screen[None]):
+class ProfilerScreen(SparseScreen, Screen[None]):
     """Trace, View, Analyze and Export PyTorch traces of ``pids`` on ``host`` (and of ``others``)."""
 
     DEFAULT_CSS = """

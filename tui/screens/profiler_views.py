@@ -16,6 +16,7 @@ from textual.widgets import DataTable, Footer, Static
 from gpulens.analysis.trace.report import fmt_bytes, fmt_us
 from gpulens.analysis.trace.summary import ProcessSummary, TraceSummary
 from gpulens.analysis.trace.timeline import Timeline
+from gpulens.tui._compositor import SparseScreen
 from gpulens.tui.widgets.step_chart import (
     ChartView,
     kernel_histogram,
@@ -26,7 +27,7 @@ from gpulens.tui.widgets.step_chart import (
 from gpulens.tui.widgets.timeline import TraceTimeline
 
 
-class TimelineScreen(Screen[None]):
+class TimelineScreen(SparseScreen, Screen[None]):
     """A trace's timeline with a detail pane for the selected event."""
 
     DEFAULT_CSS = """
@@ -129,7 +130,7 @@ WIDE = 120
 SHORT = 32
 
 
-class AnalyzeScreen(Screen[None]):
+class AnalyzeScreen(SparseScreen, Screen[None]):
     """Summary of an analysed trace (or of every rank): findings, charts and the torch-style op table.
 
     Charts (plotext, each drawn once per size): step time (per rank when there

@@ -24,6 +24,7 @@ from gpulens.ipc.errors import (
     IpcError,
     MalformedDatagram,
     NotTraceable,
+    TraceError,
     TraceTimeout,
 )
 from gpulens.ipc.kineto import codec
@@ -385,3 +386,31 @@ def test_an_idle_endpoint_sleeps_until_a_datagram_or_stop(short_dir: Path, monke
     finally:
         ep.stop()
     assert not ep.running  # stop()'s byte woke it (it no longer wakes on its own)
+
+
+def test_an_idle_trace_service_looks_at_nothing_until_a_trace_is_requested(short_dir: Path) -> None:
+    """The watch thread ticks only while a trace is open: idle, it used to wake every tick_s (10 Hz) for nothing."""
+    svc = LocalTraceService(socket_dir=str(short_dir), use_dynolog=False, tick_s=0.02)
+    ticks: list[float] = []
+    real_tick = svc._table.tick
+
+    def counted(*args: object, **kwargs: object) -> object:
+        ticks.append(time.monotonic())
+        return real_tick(*args, **kwargs)  # type: ignore[arg-type]
+
+    svc._table.tick = counted  # type: ignore[method-assign]
+    svc.diagnose = lambda pid: None  # type: ignore[method-assign]  # as if this process could be traced
+    svc.start()
+    try:
+        time.sleep(0.5)  # 25 ticks of the old loop
+        assert ticks == []
+        fut = svc.request_trace(TraceRequest(pids=(os.getpid(),), duration_ms=100))  # we never poll
+        time.sleep(0.5)
+        assert not fut.done(), fut.exception()
+        assert len(ticks) >= 5, ticks  # open: watched every tick_s again
+    finally:
+        started = time.monotonic()
+        svc.stop()
+    assert time.monotonic() - started < 1.5  # the stop woke it
+    with pytest.raises(TraceError, match="stopped"):
+        fut.result(timeout=1)

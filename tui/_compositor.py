@@ -1,0 +1,103 @@
+"""A compositor whose partial updates render only what they repaint.
+
+Textual's :class:`~textual._compositor.Compositor` makes a partial update from
+the union of the dirty regions (the *crop*): it renders, in full, every widget
+whose *clip* meets the crop. A widget's clip is its container's region, so a
+child of the screen (the footer, a panel, the screen itself) is rendered on
+every frame, and a plot is rendered whole when one of its lines changed. Only
+the dirty spans are then written to the terminal: the other lines are made and
+thrown away. With the header's clock at the top and a table row at the bottom
+changing every second, that is every widget, every second (``benchmarks/tui_screens.py``).
+
+:class:`SparseCompositor` renders, for a partial update, only the widgets whose
+visible part meets a dirty region, and of each only the rows from the first to
+the last that a dirty region touches. The other rows are padded with a blank
+strip: a line outside the dirty regions is never written, and a cut beside a
+dirty span on a repainted line is never written either (Textual writes only
+the spans), so the terminal receives exactly what Textual's own update sends;
+``tests/unit/tui/test_sparse_compositor.py`` compares the two, byte for byte.
+Full updates (a resize, a new screen) are Textual's own.
+
+The hook is ``Compositor._get_renders``, the same in Textual 4.0 and 8.2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from textual._compositor import ChopsUpdate, Compositor
+from textual.geometry import Region
+from textual.strip import Strip
+
+
+class SparseCompositor(Compositor):
+    """:class:`Compositor` with partial updates that render only the dirty widgets' dirty rows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._repaint: list[tuple[int, int, int, int]] | None = None
+        """The dirty regions of the partial update being made (None otherwise)."""
+        self.rendered_rows = 0
+        """Widget rows rendered by partial updates (for the tests)."""
+
+    def render_partial_update(self) -> ChopsUpdate | None:
+        """As Textual's, rendering only the widgets and rows the dirty regions meet."""
+        self._repaint = [tuple(r) for r in self._dirty_regions]  # type: ignore[misc]
+        try:
+            return super().render_partial_update()
+        finally:
+            self._repaint = None
+
+    def _get_renders(self, crop: Region | None = None) -> Iterable[tuple[Region, Region, list[Strip]]]:
+        repaint = self._repaint
+        if repaint is None or crop is None:
+            return super()._get_renders(crop)
+        return self._dirty_renders(repaint)
+
+    def _dirty_renders(self, repaint: list[tuple[int, int, int, int]]
+                       ) -> Iterable[tuple[Region, Region, list[Strip]]]:
+        """(region, clip, strips) of each widget a dirty region meets, in Textual's order.
+
+        ``strips`` covers the widget's visible part (its region within its clip), as
+        Textual's do; rows no dirty region meets hold a blank strip that is never written.
+        """
+        for widget, (region, clip) in self.visible_widgets.items():
+            vx, vy, vw, vh = region.intersection(clip)
+            if not (vw and vh):
+                continue
+            vx2, vy2 = vx + vw, vy + vh
+            top, bottom = vy2, vy
+            for rx, ry, rw, rh in repaint:
+                if rx < vx2 and vx < rx + rw and ry < vy2 and vy < ry + rh:
+                    top = min(top, max(ry, vy))
+                    bottom = max(bottom, min(ry + rh, vy2))
+            if top >= bottom:
+                continue
+            self.rendered_rows += bottom - top
+            strips = widget.render_lines(Region(vx - region.x, top - region.y, vw, bottom - top))
+            if top > vy or bottom < vy2:
+                pad = _blank(vw)
+                strips = [*([pad] * (top - vy)), *strips, *([pad] * (vy2 - bottom))]
+            yield region, clip, strips
+
+
+_BLANKS: dict[int, Strip] = {}
+
+
+def _blank(width: int) -> Strip:
+    """A blank strip ``width`` cells wide (one per width: it is only cut, never written)."""
+    strip = _BLANKS.get(width)
+    if strip is None:
+        strip = _BLANKS[width] = Strip.blank(width)
+    return strip
+
+
+class SparseScreen:
+    """Mixin for a :class:`~textual.screen.Screen`: its frames use :class:`SparseCompositor`."""
+
+    _compositor: Compositor
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._compositor = SparseCompositor()
