@@ -10,8 +10,9 @@ thrown away. With the header's clock at the top and a table row at the bottom
 changing every second, that is every widget, every second (``benchmarks/tui_screens.py``).
 
 :class:`SparseCompositor` renders, for a partial update, only the widgets whose
-visible part meets a dirty region, and of each only the rows from the first to
-the last that a dirty region touches. The other rows are padded with a blank
+visible part meets a dirty region not already held whole by a widget in front
+of it, and of each only the rows from the first to the last that such a region
+touches. The other rows are padded with a blank
 strip: a line outside the dirty regions is never written, and a cut beside a
 dirty span on a repainted line is never written either (Textual writes only
 the spans), so the terminal receives exactly what Textual's own update sends;
@@ -57,21 +58,34 @@ class SparseCompositor(Compositor):
 
     def _dirty_renders(self, repaint: list[tuple[int, int, int, int]]
                        ) -> Iterable[tuple[Region, Region, list[Strip]]]:
-        """(region, clip, strips) of each widget a dirty region meets, in Textual's order.
+        """(region, clip, strips) of each widget a dirty region meets, front to back as Textual's.
 
         ``strips`` covers the widget's visible part (its region within its clip), as
         Textual's do; rows no dirty region meets hold a blank strip that is never written.
+        A dirty region lies within the widget that made it dirty; once a widget whose
+        visible part holds the whole region is drawn, the widgets behind it cannot show
+        there (the front one takes every cut), so the region is dropped for them; when
+        none is left, nothing behind is drawn at all.
         """
+        pending = repaint
         for widget, (region, clip) in self.visible_widgets.items():
+            if not pending:
+                return
             vx, vy, vw, vh = region.intersection(clip)
             if not (vw and vh):
                 continue
             vx2, vy2 = vx + vw, vy + vh
             top, bottom = vy2, vy
-            for rx, ry, rw, rh in repaint:
+            behind: list[tuple[int, int, int, int]] = []
+            for r in pending:
+                rx, ry, rw, rh = r
                 if rx < vx2 and vx < rx + rw and ry < vy2 and vy < ry + rh:
                     top = min(top, max(ry, vy))
                     bottom = max(bottom, min(ry + rh, vy2))
+                    if vx <= rx and vy <= ry and rx + rw <= vx2 and ry + rh <= vy2:
+                        continue  # held whole by this widget: hidden behind it
+                behind.append(r)
+            pending = behind
             if top >= bottom:
                 continue
             self.rendered_rows += bottom - top
