@@ -17,6 +17,7 @@ from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual.app import ComposeResult
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
@@ -34,7 +35,7 @@ from gpulens.tui.widgets._braille import (
 )
 from gpulens.tui.widgets.na import na_text
 
-__all__ = ["PlotData", "TimeSeriesPlot", "axis_label", "braille_area", "chart_columns", "time_axis"]
+__all__ = ["PlotData", "PlotLines", "TimeSeriesPlot", "axis_label", "braille_area", "chart_columns", "time_axis"]
 
 Y_LABEL = 7
 """Cells of the y-axis labels (one more for the gap to the chart)."""
@@ -99,13 +100,33 @@ Line = tuple[tuple[str, Style], ...]
 _BOLD = Style(bold=True)
 
 
+class PlotLines(Widget):
+    """A plot's content lines, inside its border: :meth:`TimeSeriesPlot.content_line` draws each.
+
+    Textual draws a repainted line of a bordered widget at about twice the cost
+    of one without a border (it builds the border's cells again for every line);
+    the plot keeps the border and this borderless child repaints.
+    """
+
+    DEFAULT_CSS = "PlotLines { width: 1fr; height: 1fr; }"
+
+    def __init__(self, plot: TimeSeriesPlot) -> None:
+        super().__init__()
+        self.plot = plot
+
+    def render_line(self, y: int) -> Strip:
+        """The plot's content line ``y``."""
+        return self.plot.content_line(y)
+
+
 class TimeSeriesPlot(Widget):
     """Summary line (now/avg/max over how much data), braille area chart, time axis.
 
     Each line is kept as (text, style) runs and as the :class:`Strip` drawn
     from them; new data repaints only the lines whose runs changed (at 1 Hz
     with aligned columns: the summary, and the chart rows whose newest cell
-    changed), through :meth:`Widget.refresh` with that line's region.
+    changed), through :meth:`Widget.refresh` of its :class:`PlotLines` with
+    that line's region. The plot itself draws the border and title.
     """
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {"plot--title", "plot--area", "plot--alt", "plot--axis",
@@ -152,6 +173,12 @@ class TimeSeriesPlot(Widget):
         self._axis: tuple[tuple[float, int], Line] | None = None
         self.repainted = 0
         """Content lines marked for repaint by :meth:`set_data` (all of them on a full refresh)."""
+        self.lines = PlotLines(self)
+        """The child that draws the content."""
+
+    def compose(self) -> ComposeResult:
+        """The content, inside the border."""
+        yield self.lines
 
     @property
     def points(self) -> int:
@@ -184,13 +211,13 @@ class TimeSeriesPlot(Widget):
         if not self.is_mounted or not width or self._drawn_size != (width, height):
             self._drawn_size = None
             self.repainted += height
-            self.refresh()
+            self.lines.refresh()
             return
         new = self._compute(width, height)
         if len(new) != len(self._lines):
             self._lines, self._strips = new, [None] * len(new)
             self.repainted += height
-            self.refresh()
+            self.lines.refresh()
             return
         regions: list[Region] = []
         start = -1  # consecutive changed lines are refreshed as one region
@@ -204,7 +231,7 @@ class TimeSeriesPlot(Widget):
                 regions.append(Region(0, start, width, y - start))
                 start = -1
         if regions:
-            self.refresh(*regions)  # one call: each works out the widget's offsets again
+            self.lines.refresh(*regions)  # one call: each works out the widget's offsets again
         self._lines = new
 
     def inner_size(self) -> tuple[int, int]:
@@ -276,6 +303,10 @@ class TimeSeriesPlot(Widget):
         return Text("\n").join(Text.assemble(*line) for line in self._compute(width, height))
 
     def render_line(self, y: int) -> Strip:
+        """Blank: :class:`PlotLines` covers the content area."""
+        return Strip.blank(self.inner_size()[0], self._style(""))
+
+    def content_line(self, y: int) -> Strip:
         """Line ``y`` of the content, from strips kept until their runs (or the size) change."""
         width, height = self.inner_size()
         if self._drawn_size != (width, height):

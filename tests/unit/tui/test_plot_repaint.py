@@ -44,15 +44,18 @@ class Shown(App[None]):
 
 
 def _spy_lines(plot: TimeSeriesPlot) -> list[int]:
-    """The content lines Textual asks the plot to draw from now on (it asks only for dirty ones)."""
-    drawn: list[int] = []
-    draw: Callable[[int], Strip] = plot.render_line
+    """The content lines Textual asks the plot to draw from now on (it asks only for dirty ones).
 
-    def render_line(y: int) -> Strip:
+    Textual asks the plot's :class:`PlotLines`, which draws each through ``content_line``.
+    """
+    drawn: list[int] = []
+    draw: Callable[[int], Strip] = plot.content_line
+
+    def content_line(y: int) -> Strip:
         drawn.append(y)
         return draw(y)
 
-    plot.render_line = render_line  # type: ignore[method-assign]
+    plot.content_line = content_line  # type: ignore[method-assign]
     return drawn
 
 
@@ -124,7 +127,7 @@ async def test_the_incremental_chart_draws_what_a_fresh_plot_draws() -> None:
         fresh.set_data(live.data)
         await pilot.pause()
         assert live.render().plain == fresh.render().plain
-        assert [live.render_line(y).text for y in range(9)] == [fresh.render_line(y).text for y in range(9)]
+        assert [live.content_line(y).text for y in range(9)] == [fresh.content_line(y).text for y in range(9)]
 
 
 def _host_ctx(seconds: int) -> FakeContext:
