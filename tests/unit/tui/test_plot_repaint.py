@@ -44,15 +44,17 @@ class Shown(App[None]):
 
 
 def _spy_lines(plot: TimeSeriesPlot) -> list[int]:
-    """The content lines Textual asks the plot to draw from now on (it asks only for dirty ones).
+    """The content lines the plot draws anew from now on (a line it kept is not drawn again).
 
-    Textual asks the plot's :class:`PlotLines`, which draws each through ``content_line``.
+    Textual asks the plot's :class:`PlotLines` for its lines, which takes each from
+    ``content_line``; a line ``set_data`` found changed has no strip kept until then.
     """
     drawn: list[int] = []
     draw: Callable[[int], Strip] = plot.content_line
 
     def content_line(y: int) -> Strip:
-        drawn.append(y)
+        if y >= len(plot._strips) or plot._strips[y] is None:
+            drawn.append(y)
         return draw(y)
 
     plot.content_line = content_line  # type: ignore[method-assign]
