@@ -269,8 +269,8 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
     def refresh_data(self, force: bool = False) -> None:
         """Redraw the top screen from the store (only its header while paused)."""
         self._last_refresh = time.monotonic()
-        screen = self.screen
-        if not isinstance(screen, DataScreen):
+        # No screen left: a timed redraw that fires while the app exits.
+        if not self.screen_stack or not isinstance(screen := self.screen, DataScreen):
             return
         with self.batch_update():
             if self.paused:

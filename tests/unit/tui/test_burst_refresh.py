@@ -37,3 +37,13 @@ async def test_a_burst_split_by_the_main_thread_is_one_redraw(monkeypatch: pytes
         await pilot.pause()
         assert len(calls) == 1, calls  # not one for the first and one for the rest
         assert all(app.store.latest(h).time == later[0].sample.time for h in hosts)  # type: ignore[union-attr]
+
+
+@sync
+async def test_a_timed_redraw_that_fires_while_the_app_exits_does_nothing() -> None:
+    app = demo_app(backfill_s=10)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await settle(app, pilot)
+    assert not app.screen_stack  # exited: every screen is gone
+    app._timed_refresh()  # raised ScreenStackError ("No screens on stack") from a timer left behind
+    assert app._timer is None
