@@ -19,6 +19,7 @@ from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.color import Color
+from textual.filter import LineFilter
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
@@ -139,7 +140,7 @@ class PlotLines(Widget):
         background = self._background
         if background is None:
             background = self._background = self.background_colors[1]
-        filters = self.app.get_line_filters()
+        filters = _line_filters(self)
         strips = []
         for y in crop.line_range:
             strip = plot.content_line(y)
@@ -150,6 +151,14 @@ class PlotLines(Widget):
         if (x1, x2) != (0, self.size.width):
             strips = [strip.crop(x1, x2) for strip in strips]
         return strips
+
+
+def _line_filters(widget: Widget) -> Sequence[LineFilter]:
+    """The line filters Textual applies to ``widget``'s lines: ``get_line_filters`` where Textual has it."""
+    get: Callable[[], Sequence[LineFilter]] | None = getattr(widget, "get_line_filters", None)
+    if get is not None:
+        return get()
+    return [f for f in widget.app._filters if f.enabled]  # Textual 4.0, as its styles cache reads them
 
 
 class TimeSeriesPlot(Widget):
