@@ -288,6 +288,8 @@ class TimeSeriesPlot(Widget):
         super().notify_style_update()
         self._plot_styles = {}
         self._drawn_size = None
+        self._charts = {}  # their lines carry the old styles
+        self._axis = None
 
     def _style(self, name: str) -> Style:
         """A component's style (``plot--axis``), or the widget's own (``""``), cached until the styles change."""
