@@ -25,6 +25,7 @@ The hook is ``Compositor._get_renders``, the same in Textual 4.0 and 8.2.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import lru_cache
 from typing import Any
 
 from textual._compositor import ChopsUpdate, Compositor
@@ -96,15 +97,10 @@ class SparseCompositor(Compositor):
             yield region, clip, strips
 
 
-_BLANKS: dict[int, Strip] = {}
-
-
+@lru_cache(maxsize=64)
 def _blank(width: int) -> Strip:
     """A blank strip ``width`` cells wide (one per width: it is only cut, never written)."""
-    strip = _BLANKS.get(width)
-    if strip is None:
-        strip = _BLANKS[width] = Strip.blank(width)
-    return strip
+    return Strip.blank(width)
 
 
 class SparseScreen:

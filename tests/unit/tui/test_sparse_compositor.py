@@ -16,7 +16,9 @@ import re
 from typing import Any, ClassVar
 
 import pytest
+from rich.console import Console
 from textual._compositor import ChopsUpdate, Compositor
+from textual.geometry import Region
 
 from gpulens.core.events import SampleEvent
 from gpulens.tui import _compositor
@@ -52,8 +54,6 @@ class Twin(SparseCompositor):
         if sparse is None or textual is None:
             assert sparse is textual
             return sparse
-        from rich.console import Console
-
         console = Console(width=self.size.width, height=self.size.height, color_system="truecolor",
                           force_terminal=True, legacy_windows=False)
         Twin.frames.append((written(sparse, console), written(textual, console)))
@@ -62,8 +62,6 @@ class Twin(SparseCompositor):
 
     def _rows_textual_renders(self, regions: set[Any]) -> int:
         """The widget rows Textual's partial update renders: every widget whose clip meets the crop, whole."""
-        from textual.geometry import Region
-
         crop = Region.from_union(list(regions)).intersection(self.size.region)
         return sum(region.intersection(clip).height for region, clip in self.visible_widgets.values()
                    if crop.overlaps(clip))
