@@ -8,8 +8,8 @@
 #    and installs gpulens into it (editable);
 # 2. runs a small CUDA load (a torch matmul loop) on GPU 0 in the background;
 # 3. prints a real `gpulens sample --json --count 3` taken while the load runs;
-# 4. checks that GPU 0's utilization, memory and power are read, and on Hopper
-#    (name has H100/H200/GH) that GPM SM activity is read too.
+# 4. checks that GPU 0's utilization, memory, power and energy counter are read, and on
+#    Hopper (name has H100/H200/GH) that GPM SM activity and tensor activity are read too.
 # Exit 0: all checks passed. Non-zero: a line starting "GPU SMOKE FAILED" says why.
 # Paste the whole output into docs/gpu-verification.md.
 set -euo pipefail
@@ -97,7 +97,8 @@ if not gpus:
 g = next((x for x in gpus if x["index"] == 0), gpus[0])
 hopper = any(tag in g["name"] for tag in ("H100", "H200", "GH"))
 checks = [("utilization_percent", True), ("mem_used_bytes", True), ("mem_total_bytes", True),
-          ("power_w", True), ("sm_activity_percent", hopper)]
+          ("power_w", True), ("energy_joules", True), ("sm_activity_percent", hopper),
+          ("tensor_active_percent", hopper)]
 bad = []
 for field, required in checks:
     value = g.get(field)
@@ -109,6 +110,8 @@ if g.get("utilization_percent") == 0:
     bad.append("utilization_percent is 0 while the CUDA load runs")
 if hopper and g.get("sm_activity_percent") == 0:
     bad.append("sm_activity_percent is 0 while the CUDA load runs")
+if hopper and g.get("tensor_active_percent") == 0:
+    bad.append("tensor_active_percent is 0 while a bfloat16 matmul loop runs")
 print("  other fields:", {k: g[k] for k in ("temperature_c", "sm_clock_mhz", "pcie_rx_bytes_per_s",
       "nvlink_rx_bytes_per_s", "ecc_uncorrected", "throttle_reasons", "sm_occupancy_percent",
       "dram_bw_util_percent", "xid_events")})

@@ -49,8 +49,12 @@ IDLE, HELD, BUSY = 0, 1, 2
 JobPlan = tuple[int, str, str, str, float, bool, str, int, "str | None", tuple[int, ...]]
 """(pid, tree_id, cmdline, user, start_time, launched by torchrun, GPU index, GPU bytes,
 job key, ancestors): a job's fields that never change."""
-GpuPlan = tuple[int, int, bool, bool, str, int, "tuple[m.GpuProcess, ...]", "JobPlan | None"]
-"""(index, IDLE/HELD/BUSY, lost, throttled, uuid, memory used, processes, job)."""
+GpuPlan = tuple[int, int, bool, bool, str, int, "tuple[m.GpuProcess, ...]", "JobPlan | None", float]
+"""(index, IDLE/HELD/BUSY, lost, throttled, uuid, memory used, processes, job, mean power in W:
+what its energy counter adds per second)."""
+
+IDLE_W = 77.0
+"""The mean power of a GPU at 0 %: ``72 + rand() * 10``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +65,6 @@ class HostPlan:
     name: str
     role: Role | None
     no_cache: bool
-    energy_w: float
     gpus: tuple[GpuPlan, ...]
 
 
@@ -117,10 +120,16 @@ def host_plan(h: int, gpus_per_host: int, epoch: int, name: str) -> HostPlan:
                    f"python3.11 {cmd}" + (f" --local-rank {g}" if launcher else ""),
                    user, epoch + (h % 16) * 600.0, bool(launcher), str(g), mem_used - 500 * MIB,
                    key or None, (1, 900 + h, 901 + h))
-        gpus.append((g, kind, h % 16 == 10 and g == 3, h % 16 == 4 and g == 2,
-                     f"GPU-de000000-{h:04d}-{g:04d}", mem_used, processes, job))
-    return HostPlan(h=h, name=name, role=role, no_cache=h % 16 == 8,
-                    energy_w=110.0 + (h % 16) * 9.0, gpus=tuple(gpus))
+        throttled = h % 16 == 4 and g == 2
+        watts = IDLE_W
+        if kind == BUSY and role is not None:
+            # The mean of the power drawn (72 + util x 6.2 + rand() x 10) over the role's cycle:
+            # train_vit ramps 0.6-1.4 x base; the others dip to 0.18 x base for 13 % of it.
+            mean_util = role[3] * (1.0 if role[0] == "4731" else 0.87 + 0.13 * 0.18)
+            watts += 6.2 * mean_util * (0.7 if throttled else 1.0)
+        gpus.append((g, kind, h % 16 == 10 and g == 3, throttled,
+                     f"GPU-de000000-{h:04d}-{g:04d}", mem_used, processes, job, watts))
+    return HostPlan(h=h, name=name, role=role, no_cache=h % 16 == 8, gpus=tuple(gpus))
 
 
 def host_sample(plan: HostPlan, seed: str, t: float, epoch: int) -> m.HostSample:
@@ -140,11 +149,12 @@ def host_sample(plan: HostPlan, seed: str, t: float, epoch: int) -> m.HostSample
         else:
             u = base
     # A counter: the GPU's mean draw since the demo's epoch, so it only grows.
-    energy = round(max(0.0, t - epoch) * plan.energy_w, 1)
+    span = max(0.0, t - epoch)
     gpus: list[m.GpuSample] = []
     jobs: list[m.JobInfo] = []
     utils: list[float] = []
-    for g, kind, lost, throttled, uuid, mem_used, processes, job in plan.gpus:
+    for g, kind, lost, throttled, uuid, mem_used, processes, job, watts in plan.gpus:
+        energy = round(span * watts, 1)
         util = 0.0
         if kind == BUSY:
             z = gauss_next

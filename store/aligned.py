@@ -172,9 +172,12 @@ def memory_estimate_bytes(hosts: int, gpus_per_host: int, jobs_per_host: int = 0
 
     Memory is bounded: per series ``300 x 4 B`` (fine, 5 min at 1 s) plus
     ``361 x 13 B`` (coarse, 1 h at 10 s: sum, min, max, missing count), about
-    5,900 B. A host has one ring of 13 series followed by 8 per GPU, so 1,000
-    hosts x 8 GPUs x 1 h costs ``1000 x (13 + 8 x 8) x 5,900 B`` = 450 MB of
-    arrays (:func:`memory_estimate_bytes`). The per-bucket min and max (8 of the
+    5,900 B. A host has one ring of 13 series followed by 13 per GPU, so 1,000
+    hosts x 8 GPUs x 1 h costs ``1000 x (13 + 8 x 13) x 5,900 B`` = 690 MB of
+    arrays (:func:`memory_estimate_bytes`; 16 hosts: 11 MB). Five of the 13 per
+    GPU (SM occupancy, tensor activity, DRAM bandwidth, memory clock, energy
+    rate) are drawn only on the GPU screen, which must have their history when
+    it opens. The per-bucket min and max (8 of the
     13 B) are the price of exact window extremes: before them a 1 h max was the
     max of 10 s means (benchmarks/store_memory.py measured 183 MB for 5 series
     per GPU without them). It does not grow

@@ -53,6 +53,7 @@ from gpulens.store.views import (
     HostRow,
     JobView,
     WindowStats,
+    fill_energy_rates,
     gpu_block_values,
     host_values_flat,
 )
@@ -138,6 +139,8 @@ class Store:
             return False
         gpus = s.gpus if len(s.gpus) <= MAX_GPUS_PER_HOST else s.gpus[:MAX_GPUS_PER_HOST]
         block = gpu_block_values(gpus)
+        if any(g.energy_joules is not None for g in gpus):
+            fill_energy_rates(h.energy, s.time, gpus, block)
         values = host_values_flat(s, block)
         h.late += fb < h.ring.fnewest
         util: dict[str, float] | None = None

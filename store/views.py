@@ -38,8 +38,16 @@ GPU_METRICS: tuple[str, ...] = (
     "gpu.sm_clock_mhz",
     "gpu.pcie_bytes_per_s",
     "gpu.nvlink_bytes_per_s",
+    "gpu.sm_occupancy_percent",
+    "gpu.tensor_active_percent",
+    "gpu.dram_bw_util_percent",
+    "gpu.mem_clock_mhz",
+    "gpu.energy_rate_w",
 )
-"""Per-GPU series (PCIe and NVLink: rx + tx)."""
+"""Per-GPU series (PCIe and NVLink: rx + tx; energy: the energy counter's J/s between samples)."""
+
+ENERGY_AT = GPU_METRICS.index("gpu.energy_rate_w")
+"""Where the energy rate sits in a GPU's values; :func:`gpu_block_values` leaves it NaN."""
 
 JOB_METRICS: tuple[str, ...] = (
     "job.gpu_utilization_percent",
@@ -82,6 +90,8 @@ def gpu_block_values(gpus: Sequence[GpuSample]) -> list[float]:
         p, t, clk = g.power_w, g.temperature_c, g.sm_clock_mhz
         prx, ptx, nrx, ntx = g.pcie_rx_bytes_per_s, g.pcie_tx_bytes_per_s, g.nvlink_rx_bytes_per_s, \
             g.nvlink_tx_bytes_per_s
+        occ, ten, dram, mclk = g.sm_occupancy_percent, g.tensor_active_percent, g.dram_bw_util_percent, \
+            g.mem_clock_mhz
         out += (
             NAN if u is None else float(u),
             NAN if sm is None else float(sm),
@@ -91,8 +101,35 @@ def gpu_block_values(gpus: Sequence[GpuSample]) -> list[float]:
             NAN if clk is None else float(clk),
             NAN if prx is None or ptx is None else float(prx) + float(ptx),
             NAN if nrx is None or ntx is None else float(nrx) + float(ntx),
+            NAN if occ is None else float(occ),
+            NAN if ten is None else float(ten),
+            NAN if dram is None else float(dram),
+            NAN if mclk is None else float(mclk),
+            NAN,  # the energy rate needs the previous sample: fill_energy_rates
         )
     return out
+
+
+def fill_energy_rates(last: dict[int, tuple[float, float]], t: float, gpus: Sequence[GpuSample],
+                      block: list[float]) -> None:
+    """Put each GPU's energy counter rate (J/s since its previous sample) into ``block``.
+
+    ``last`` holds each GPU's previous (time, joules) and is updated. The
+    rate stays NaN for a GPU's first sample, a sample older than its
+    previous one (a backfill), and a counter that went back (driver reloaded).
+    """
+    w = len(GPU_METRICS)
+    for k, g in enumerate(gpus):
+        j = g.energy_joules
+        if j is None:
+            continue
+        prev = last.get(g.index)
+        if prev is not None:
+            if t <= prev[0]:
+                continue
+            if j >= prev[1]:
+                block[k * w + ENERGY_AT] = (j - prev[1]) / (t - prev[0])
+        last[g.index] = (t, j)
 
 
 def _mean(vals: list[float]) -> float:
@@ -176,6 +213,11 @@ UNAVAILABLE_KEYS: dict[str, tuple[str, ...]] = {
     "gpu.sm_clock_mhz": ("sm_clock_mhz", "gpus"),
     "gpu.pcie_bytes_per_s": ("pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s", "gpus"),
     "gpu.nvlink_bytes_per_s": ("nvlink_rx_bytes_per_s", "nvlink_tx_bytes_per_s", "gpus"),
+    "gpu.sm_occupancy_percent": ("sm_occupancy_percent", "gpus"),
+    "gpu.tensor_active_percent": ("tensor_active_percent", "gpus"),
+    "gpu.dram_bw_util_percent": ("dram_bw_util_percent", "gpus"),
+    "gpu.mem_clock_mhz": ("mem_clock_mhz", "gpus"),
+    "gpu.energy_rate_w": ("energy_joules", "gpus"),
 }
 
 

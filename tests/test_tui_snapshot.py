@@ -61,18 +61,24 @@ DETAIL_SCREENS = ("gpu", "process")
 @pytest.mark.parametrize("screen", DETAIL_SCREENS)
 def test_detail_screen(snap_compare: Any, screen: str, size: tuple[int, int]) -> None:
     """The GPU screen (node05 GPU 2: hot, throttled) and a process screen, pushed from the host screen."""
-    from gpulens.tui.screens.gpu import GpuScreen
-    from gpulens.tui.screens.process import ProcessScreen
-
     app = demo_app()
 
     async def run_before(pilot: Any) -> None:
-        await _open(pilot, (), "host gpu-node05")
-        if screen == "gpu":
-            app.push_screen(GpuScreen("gpu-node05", 2, context=app))
-        else:
-            sample = app.store.latest("gpu-node05")
-            app.push_screen(ProcessScreen("gpu-node05", sample.jobs[0].pid, context=app))
-        await _open(pilot, (), None)
+        await open_detail(pilot, screen)
 
     assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+async def open_detail(pilot: Any, screen: str) -> None:
+    """Open detail screen ``screen`` (of :data:`DETAIL_SCREENS`) from node05's host screen."""
+    from gpulens.tui.screens.gpu import GpuScreen
+    from gpulens.tui.screens.process import ProcessScreen
+
+    app = pilot.app
+    await _open(pilot, (), "host gpu-node05")
+    if screen == "gpu":
+        app.push_screen(GpuScreen("gpu-node05", 2, context=app))
+    else:
+        sample = app.store.latest("gpu-node05")
+        app.push_screen(ProcessScreen("gpu-node05", sample.jobs[0].pid, context=app))
+    await _open(pilot, (), None)

@@ -116,6 +116,7 @@ class GpuDevice:
         temp = q("temperature_c", "nvmlDeviceGetTemperature", h, nvml.NVML_TEMPERATURE_GPU)
         sm_mhz = q("sm_clock_mhz", "nvmlDeviceGetClockInfo", h, nvml.NVML_CLOCK_SM)
         mem_mhz = q("mem_clock_mhz", "nvmlDeviceGetClockInfo", h, nvml.NVML_CLOCK_MEM)
+        energy_mj = q("energy_joules", "nvmlDeviceGetTotalEnergyConsumption", h)  # since the driver loaded
         # NVML reports PCIe throughput in KB/s over a 20 ms window; KiB as nvidia-smi does.
         rx_kb = q("pcie_rx_bytes_per_s", "nvmlDeviceGetPcieThroughput", h,
                   nvml.NVML_PCIE_UTIL_RX_BYTES)
@@ -156,6 +157,8 @@ class GpuDevice:
             dram_bw_util_percent=gpm.get("dram_bw_util_percent"),
             processes=processes,
             unavailable={**self._identity_reasons, **q.reasons},
+            tensor_active_percent=gpm.get("tensor_active_percent"),
+            energy_joules=None if energy_mj is None else energy_mj / 1000.0,
         )
 
     def _drain_xids(self) -> tuple[int, ...]:

@@ -1,5 +1,6 @@
 """NVML GPM (GPU Performance Monitoring, Hopper and newer): SM activity, SM
-occupancy and DRAM bandwidth utilization, as DCGM's profiling fields report them.
+occupancy, DRAM bandwidth utilization and tensor activity (any tensor pipe), as
+DCGM's profiling fields report them.
 
 GPM metrics are computed from two samples: :class:`GpmSampler` keeps the
 previous sample of one GPU and, on each read, takes a new one and asks
@@ -20,6 +21,7 @@ GPM_METRICS: tuple[tuple[str, str, int], ...] = (
     ("sm_activity_percent", "NVML_GPM_METRIC_SM_UTIL", 2),
     ("sm_occupancy_percent", "NVML_GPM_METRIC_SM_OCCUPANCY", 3),
     ("dram_bw_util_percent", "NVML_GPM_METRIC_DRAM_BW_UTIL", 10),
+    ("tensor_active_percent", "NVML_GPM_METRIC_ANY_TENSOR_UTIL", 5),
 )
 GPM_FIELDS = tuple(name for name, _, _ in GPM_METRICS)
 NO_GPM = "GPM not supported on this GPU (needs Hopper or newer, not in MIG mode)"

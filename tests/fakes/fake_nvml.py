@@ -73,6 +73,8 @@ class FakeGpu:
     temperature_c: int = 61
     sm_clock_mhz: int = 1980
     mem_clock_mhz: int = 2619
+    energy_mj: int = 123_456_789_000
+    """Millijoules since the driver loaded (nvmlDeviceGetTotalEnergyConsumption)."""
     pcie_rx_kbs: int = 1200
     pcie_tx_kbs: int = 800
     nvlink_links: int = 18
@@ -84,7 +86,7 @@ class FakeGpu:
     ecc_uncorrected: int = 0
     clock_reasons: int = 0x4  # sw_power_cap
     gpm_supported: bool = True
-    gpm: dict[int, float] = field(default_factory=lambda: {2: 71.5, 3: 33.0, 10: 41.25})
+    gpm: dict[int, float] = field(default_factory=lambda: {2: 71.5, 3: 33.0, 10: 41.25, 5: 22.5})
     gpm_errors: dict[int, int] = field(default_factory=dict)
     field_errors: dict[int, int] = field(default_factory=dict)
     processes: list[FakeProcess] = field(default_factory=list)
@@ -237,6 +239,10 @@ class FakeNvml:
     def nvmlDeviceGetPowerUsage(self, h: FakeGpu) -> int:
         self._check("nvmlDeviceGetPowerUsage", h)
         return h.power_mw
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: FakeGpu) -> int:
+        self._check("nvmlDeviceGetTotalEnergyConsumption", h)
+        return h.energy_mj
 
     def nvmlDeviceGetEnforcedPowerLimit(self, h: FakeGpu) -> int:
         self._check("nvmlDeviceGetEnforcedPowerLimit", h)

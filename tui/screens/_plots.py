@@ -92,11 +92,20 @@ JOB_PLOTS: tuple[PlotSpec, ...] = (
              ("storage.read_bytes_per_s", "storage.write_bytes_per_s"), rate, hi=None, floor=KB),
 )
 
-GPU_PLOTS: tuple[PlotSpec, ...] = tuple(
+GPU_ONLY_PLOTS: tuple[PlotSpec, ...] = (
+    PlotSpec("gpu-occ", "SM Occupancy", ("gpu.sm_occupancy_percent",), pct),
+    PlotSpec("gpu-tensor", "Tensor Pipes Active", ("gpu.tensor_active_percent",), pct),
+    PlotSpec("gpu-dram", "DRAM Bandwidth (of peak)", ("gpu.dram_bw_util_percent",), pct),
+    PlotSpec("gpu-memclk", "GPU Memory Clock", ("gpu.mem_clock_mhz",), mhz, hi=None, floor=100.0),
+    PlotSpec("gpu-energy", "Energy Counter Rate (J/s)", ("gpu.energy_rate_w",), watts, hi=None, floor=50.0),
+)
+"""The GPU screen's plots of what only it shows (the host screen has the rest, per GPU)."""
+
+GPU_PLOTS: tuple[PlotSpec, ...] = (*tuple(
     PlotSpec(s.id, s.title.replace(" (sum)", "").replace(" (mean)", ""), s.metrics, s.fmt, s.lo, s.hi,
              s.floor, False, s.threshold)
-    for s in HOST_PLOTS if s.per_gpu)
-"""One GPU's plots (the GPU screen)."""
+    for s in HOST_PLOTS if s.per_gpu), *GPU_ONLY_PLOTS)
+"""One GPU's plots (the GPU screen): every metric the store keeps per GPU."""
 
 PROCESS_PLOTS: tuple[PlotSpec, ...] = (
     PlotSpec("proc-cpu", "CPU (% of one core)", ("proc.cpu_percent",), pct, hi=None, floor=100.0),

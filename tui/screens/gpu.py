@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 from rich.text import Text
@@ -103,8 +104,6 @@ class GpuScreen(DataScreen):
         self.feed = SeriesFeed()
         """The plots' aligned columns: per tick only the newest is read."""
         self._plots: list[TimeSeriesPlot] = []
-        self._energy: list[tuple[float, float]] = []
-        """(sample time, joules) of the last two samples with an energy counter: the rate."""
 
     def compose(self) -> ComposeResult:
         """Header, the GPU's figures, its plots, processes and event history."""
@@ -149,7 +148,6 @@ class GpuScreen(DataScreen):
             return
         self._seen = seen
         sample, g = self.gpu()
-        self._note_energy(sample, g)
         self.update_static("#gpu-info", self._info(g), same_shape_repaints=True)
         if not self._plots:
             self._plots = [self.query_one(f"#{spec.id}", TimeSeriesPlot) for spec in GPU_PLOTS]
@@ -162,22 +160,12 @@ class GpuScreen(DataScreen):
                     for p in (g.processes if g else ())])
         self._events()
 
-    def _note_energy(self, sample: HostSample | None, g: GpuSample | None) -> None:
-        if sample is None or g is None or g.energy_joules is None:
-            return
-        if not self._energy or self._energy[-1][0] != sample.time:
-            self._energy = [*self._energy[-1:], (sample.time, g.energy_joules)]
-
     def energy_rate(self) -> tuple[float | None, str]:
-        """J/s between the last two samples with the counter, or None and why."""
-        if len(self._energy) < 2:
+        """The energy counter's J/s between its newest two samples (the store's), or None and why."""
+        now = self.ctx.store.window_stats(self.host, "gpu.energy_rate_w", self.ctx.window_s, gpu=self.index).now
+        if math.isnan(now):
             return None, "needs two samples"
-        (t0, j0), (t1, j1) = self._energy
-        if t1 <= t0:
-            return None, "samples out of order"
-        if j1 < j0:
-            return None, "counter went back (driver reloaded)"
-        return (j1 - j0) / (t1 - t0), ""
+        return now, ""
 
     def _info(self, g: GpuSample | None) -> Text:
         if g is None:

@@ -23,7 +23,7 @@ def _open(fake: FakeNvml, advance: float = 1.0) -> tuple[NvmlCollector, GpuReadi
 # --- GPM -----------------------------------------------------------------------------------
 
 
-def test_gpm_on_reads_three_metrics_every_read() -> None:
+def test_gpm_on_reads_four_metrics_every_read() -> None:
     fake = make_fake_nvml(2, gpm=True)
     collector, first = _open(fake)
     assert first.gpus[0].sm_activity_percent == 71.5
@@ -33,6 +33,7 @@ def test_gpm_on_reads_three_metrics_every_read() -> None:
     assert second.gpus[1].sm_activity_percent == 12.5
     assert second.gpus[1].sm_occupancy_percent == 33.0
     assert second.gpus[1].dram_bw_util_percent == 41.25
+    assert second.gpus[1].tensor_active_percent == 22.5  # NVML_GPM_METRIC_ANY_TENSOR_UTIL
     assert fake.gpm_samples_live == 4  # two per GPU, reused
     collector.close()
     assert fake.gpm_samples_live == 0
@@ -42,8 +43,8 @@ def test_gpm_off_is_none_with_reason() -> None:
     fake = make_fake_nvml(2, gpm=False, name="NVIDIA A100-SXM4-80GB")
     _, reading = _open(fake)
     for g in reading.gpus:
-        assert (g.sm_activity_percent, g.sm_occupancy_percent, g.dram_bw_util_percent) == (
-            None, None, None)
+        assert (g.sm_activity_percent, g.sm_occupancy_percent, g.dram_bw_util_percent,
+                g.tensor_active_percent) == (None, None, None, None)
         assert all(g.unavailable[f] == NO_GPM for f in GPM_FIELDS)
         assert g.utilization_percent == 87.0  # the rest still read
     assert fake.gpm_samples_live == 0
@@ -60,6 +61,18 @@ def test_gpm_mixed_gpus_and_one_failing_metric() -> None:
     assert g.sm_occupancy_percent is None and g.sm_activity_percent == 71.5
     assert "not supported" in g.unavailable["sm_occupancy_percent"]
     assert set(g.unavailable) == {"sm_occupancy_percent"}
+
+
+def test_energy_counter_in_joules_or_none_with_the_drivers_reason() -> None:
+    fake = make_fake_nvml(2)
+    fake.gpus[0].energy_mj = 5_000_250
+    fake.fail("nvmlDeviceGetTotalEnergyConsumption", NOT_SUPPORTED, gpu=1)  # pre-Volta GPUs
+    _, reading = _open(fake)
+    assert reading.gpus[0].energy_joules == 5000.25
+    assert "energy_joules" not in reading.gpus[0].unavailable
+    assert reading.gpus[1].energy_joules is None
+    assert "not supported" in reading.gpus[1].unavailable["energy_joules"]
+    assert reading.gpus[1].power_w is not None  # the rest still read
 
 
 def test_gpm_query_missing_from_old_driver() -> None:

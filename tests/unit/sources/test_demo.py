@@ -29,3 +29,19 @@ def test_demo_energy_is_a_counter_and_tensor_activity_stays_under_sm_activity() 
         first = demo.sample(h, T0).gpus[0].energy_joules
         last = demo.sample(h, T0 + 59).gpus[0].energy_joules
         assert first is not None and last is not None and 50 <= (last - first) / 59 <= 700
+
+
+def test_each_gpus_energy_counter_grows_by_its_mean_power_draw() -> None:
+    """Over a few of the roles' cycles, the counter's J/s matches the sampled power (SIMULATED, but consistent)."""
+    demo = DemoSource(seed=3, clock=lambda: T0, live=False)
+    span = 900  # 20 cycles of the longest role (45 s)
+    for h in range(16):
+        first, last = demo.sample(h, T0), demo.sample(h, T0 + span)
+        for k, g in enumerate(first.gpus):
+            if g.power_w is None:
+                continue
+            powers = [p for t in range(0, span, 3) if (p := demo.sample(h, T0 + t).gpus[k].power_w) is not None]
+            j0, j1 = g.energy_joules, last.gpus[k].energy_joules
+            assert j0 is not None and j1 is not None
+            mean_power = sum(powers) / len(powers)
+            assert abs((j1 - j0) / span - mean_power) < 0.1 * mean_power, (h, k)

@@ -18,7 +18,7 @@ from gpulens.core.events import SampleEvent, SourceEvent
 from gpulens.sources.demo import DemoSource
 
 T0 = 1_700_000_000.0
-GOLDEN = "2321792cb91e45022e1b3df240c494e58ac9eb73e19b2955bdcc58579809770c"
+GOLDEN = "6236ee5e5a2b430c588260c198c88ba30ab7ba42c973d04728935750d82e40b1"
 TIMES = (T0, T0 + 0.5, T0 + 1.25, T0 + 59.999, T0 + 7200.3, 1_800_000_123.7, 3600.0 * 5, 12.0)
 
 
@@ -138,9 +138,19 @@ class Reference(DemoSource):
             sm_activity_percent=round(sm, 1), sm_occupancy_percent=round(sm * 0.55, 1),
             dram_bw_util_percent=round(util * 0.5, 1), tensor_active_percent=round(sm * 0.6, 1),
             nvlink_total_bytes_per_s=util * 6e9,
-            energy_joules=round(max(0.0, t - self._epoch) * (110.0 + (h % 16) * 9.0), 1),
+            energy_joules=round(max(0.0, t - self._epoch) * self._mean_power(h, g), 1),
             processes=(m.GpuProcess(pid=pid, used_memory_bytes=mem_used - 500 * 1024**2),) if pid else (),
         )
+
+    @staticmethod
+    def _mean_power(h: int, g: int) -> float:
+        """What the GPU's energy counter adds per second: the mean of its power draw over the role's cycle."""
+        role = ROLES.get(h % 16)
+        if role is None or role[0] == "4720" or (not role[0] and g > 0):
+            return 77.0  # 72 + rand() x 10 at 0 %
+        key, base = role[0], role[3]
+        util = base if key == "4731" else base * (0.87 * 1.0 + 0.13 * 0.18)  # ramps, or dips for 13 %
+        return 77.0 + 6.2 * util * (0.7 if h % 16 == 4 and g == 2 else 1.0)
 
     def _job(self, h: int, g: int, role: Role, pid: int, mem_used: int,
              rng: random.Random) -> m.JobInfo:

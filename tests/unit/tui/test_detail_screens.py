@@ -8,6 +8,7 @@ from textual.app import App
 
 from gpulens.core.events import SampleEvent
 from gpulens.core.units import rate
+from gpulens.tui.screens._plots import GPU_PLOTS
 from gpulens.tui.screens.gpu import GpuScreen
 from gpulens.tui.screens.job import JobScreen
 from gpulens.tui.screens.process import ProcessScreen
@@ -68,6 +69,25 @@ async def test_enter_on_a_gpu_row_and_on_a_process_row_open_their_screens() -> N
         await pilot.press("escape")
         await settle(app, pilot)
         assert app.store.processes.since(host, pid) is None  # and forgotten when closed
+
+
+@sync
+async def test_the_gpu_screen_plots_every_metric_the_store_keeps_for_the_gpu() -> None:
+    app = demo_app(backfill_s=120)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settle(app, pilot)
+        app.push_screen(GpuScreen("gpu-node01", 0, context=app))
+        await settle(app, pilot)
+        for spec in GPU_PLOTS:
+            plot = app.screen.query_one(f"#{spec.id}", TimeSeriesPlot)
+            want = app.store.window_stats("gpu-node01", spec.metrics[0], 300, gpu=0)
+            st = plot.data.stats
+            assert st is not None and not want.empty and (st.max, st.now) == (want.max, want.now), spec.id
+        energy = app.screen.query_one("#gpu-energy", TimeSeriesPlot).data.stats
+        power = app.screen.query_one("#gpu-power", TimeSeriesPlot).data.stats
+        assert energy is not None and power is not None
+        assert abs(energy.mean - power.mean) < 0.15 * power.mean  # the counter's J/s is the mean draw
+        assert f"{energy.now:.0f}J/s" in str(app.screen.query_one("#gpu-info").render())
 
 
 @sync
