@@ -7,6 +7,7 @@ Example::
     history_minutes = 15
     window = "5m"
     job_key_env = ["SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"]
+    signal_ssh = ["ssh", "-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]  # [] = local only
 
     [cache]            # traces and downloads ($XDG_CACHE_HOME/gpulens, /tmp/gpulens-UID)
     max_mib = 1024     # oldest removed first above this
@@ -55,6 +56,8 @@ else:  # pragma: no cover
 
 WINDOWS = {"1m": 60, "5m": 300, "15m": 900, "1h": 3600}
 MAX_CONFIG_BYTES = 1 << 20
+DEFAULT_SIGNAL_SSH = ("ssh", "-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5")
+"""ssh as the user, never asking for a password or a host key (the TUI holds the terminal)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +142,8 @@ class Config:
     cache_max_age_days: float = 7.0
     thresholds: Thresholds = Thresholds()
     prometheus: PrometheusAccess = PrometheusAccess()
+    signal_ssh: tuple[str, ...] = DEFAULT_SIGNAL_SSH
+    """The ssh command that signals a process on another host, as the user (``[]``: no remote signals)."""
     source_path: str | None = field(default=None, compare=False)
     warnings: tuple[str, ...] = field(default=(), compare=False)
     """Unknown keys, each as one line naming the closest known key; shown, then ignored."""
@@ -166,7 +171,7 @@ def parse_config(data: Mapping[str, Any], where: str) -> Config:
     """Validate a parsed TOML table; raises ConfigError naming ``where`` and the key."""
     cfg = Config(source_path=where)
     known = {"interval_s", "job_pattern", "history_minutes", "window", "job_key_env", "panels", "cache",
-             "thresholds", "prometheus"}
+             "thresholds", "prometheus", "signal_ssh"}
     warnings = _unknown_keys(data, known, where, "")
     if warnings:
         cfg = replace(cfg, warnings=warnings)
@@ -195,6 +200,13 @@ def parse_config(data: Mapping[str, Any], where: str) -> Config:
         if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
             raise _expect(where, "job_key_env", "a list of environment variable names", v)
         cfg = replace(cfg, job_key_env=tuple(v))
+    if "signal_ssh" in data:
+        v = data["signal_ssh"]
+        if (not isinstance(v, list) or not all(isinstance(x, str) and x and "\0" not in x for x in v)
+                or (v and v[0].startswith("-")) or len(v) > 64):
+            raise _expect(where, "signal_ssh", "a command as a list of strings (e.g. [\"ssh\", \"-o\", "
+                          "\"BatchMode=yes\"]), or [] for no signals to other hosts", v)
+        cfg = replace(cfg, signal_ssh=tuple(v))
     if "panels" in data:
         panels, notes = _parse_panels(data["panels"], where)
         cfg = replace(cfg, panels=panels, warnings=cfg.warnings + notes)

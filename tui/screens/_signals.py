@@ -1,8 +1,11 @@
-"""Sending a signal to a process from the process screen: only one's own, only on this machine.
+"""Sending a signal to a process from the process screen: only one's own.
 
 :func:`refusal` says why a signal may not be sent (None: it may), checked
 again right before :func:`send`, so a process that exited and whose pid was
 reused by someone else's is never hit: the start time must still match.
+On this machine gpulens checks and sends itself; another host's process is
+checked and signalled there, through the user's own ssh
+(:mod:`gpulens.tui.screens._ssh_signal`).
 """
 
 from __future__ import annotations
@@ -31,16 +34,24 @@ def start_time(pid: int, proc: Path = PROC) -> float | None:
     return btime + ticks / _CLK_TCK
 
 
-def refusal(job: JobInfo | None, *, local: bool, readonly: bool, remote_kind: bool = False,
+NO_REMOTE = "signals to another host's processes go through ssh, which this source does not offer"
+
+
+def refusal(job: JobInfo | None, *, local: bool, readonly: bool, remote_why: str | None = NO_REMOTE,
             proc: Path = PROC, uid: int | None = None) -> str | None:
-    """Why no signal may be sent to ``job``'s process (None when it may)."""
+    """Why no signal may be sent to ``job``'s process (None when it may).
+
+    ``remote_why``: for another host's process, why ssh cannot be used (None:
+    it can; the checks then run on that host).
+    """
     if readonly:
         return "read-only (--readonly): no actions"
-    if not local:
-        return ("signals to another host's processes are not supported: its agent has no request for it"
-                if not remote_kind else None)
+    if not local and remote_why is not None:
+        return remote_why
     if job is None:
         return "the process is no longer reported"
+    if not local:
+        return None
     owner = proc_uid(job.pid, proc)
     if owner is None:
         return f"pid {job.pid} has exited"

@@ -1,8 +1,9 @@
 """One process (Enter on a process row; nvitop's process screen is the peer).
 
 Its CPU, RSS, GPU memory and (where NVML gives it) GPU utilization over
-time, its ancestor chain and job key, and signals to one's own processes
-on this machine, each after a confirmation. ``--readonly`` removes them.
+time, its ancestor chain and job key, and signals to one's own processes,
+each after a confirmation: on this machine directly, on another host through
+the user's own ssh (config ``signal_ssh``). ``--readonly`` removes them.
 
 The store keeps per-process history only for processes a screen tracks
 (a fleet runs thousands), so the plots start when the screen opens, and
@@ -11,6 +12,8 @@ say so.
 
 from __future__ import annotations
 
+import contextlib
+import shlex
 from typing import ClassVar
 
 from rich.text import Text
@@ -24,10 +27,12 @@ from textual.widgets import Footer, Static
 from gpulens.core.model import JobInfo
 from gpulens.core.sanitize import clean_text
 from gpulens.core.units import pct, size, window_name
+from gpulens.sources.local import ReplaySource
 from gpulens.store.views import job_key
 from gpulens.tui.context import ScreenContext
 from gpulens.tui.screens._plots import PROCESS_PLOTS, SeriesFeed, configure_plots, plot_rows
 from gpulens.tui.screens._signals import refusal, send
+from gpulens.tui.screens._ssh_signal import send_over_ssh, ssh_refusal
 from gpulens.tui.screens.base import DataScreen, update_static
 from gpulens.tui.widgets.header import AppHeader
 from gpulens.tui.widgets.plot import TimeSeriesPlot, plot_data
@@ -76,7 +81,7 @@ class ProcessScreen(DataScreen):
 
     | key | action |
     | --- | --- |
-    | I | send SIGINT (asks first; your own local processes only) |
+    | I | send SIGINT (asks first; your own processes only; another host's through ssh) |
     | T | send SIGTERM (asks first) |
     | K | send SIGKILL (asks first) |
     | esc | back |
@@ -98,6 +103,8 @@ class ProcessScreen(DataScreen):
         """The plots' aligned columns: per tick only the newest is read while the store's stamp holds."""
         self._why: str | bool | None = False
         """The refusal the footer's bindings were last refreshed for (False: never)."""
+        self._sends = 0
+        """Signals sent through ssh (each in a worker of its own)."""
 
     @property
     def readonly(self) -> bool:
@@ -139,9 +146,20 @@ class ProcessScreen(DataScreen):
         s = self.ctx.store.latest(self.host)
         return next((j for j in s.jobs if j.pid == self.pid), None) if s else None
 
-    def why_not(self) -> str | None:
-        """Why no signal can be sent now (None: it can)."""
-        return refusal(self.job(), local=self.is_local(self.host), readonly=self.readonly)
+    def remote_why(self) -> str | None:
+        """Why ssh cannot signal this host's processes (None: it can)."""
+        source = self.ctx.source
+        if source.simulated:
+            return "the demo's hosts are SIMULATED: they have no processes to signal"
+        if isinstance(source, ReplaySource):
+            return "a recording: its processes are not running now"
+        return ssh_refusal(self.host, self.ctx.cfg.signal_ssh)
+
+    def why_not(self, job: JobInfo | None = None) -> str | None:
+        """Why no signal can be sent now to ``job`` (default: the process as last reported; None: it can)."""
+        local = self.is_local(self.host)
+        return refusal(job or self.job(), local=local, readonly=self.readonly,
+                       remote_why=None if local else self.remote_why())
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Signals: hidden with --readonly; shown greyed out while refused."""
@@ -213,15 +231,38 @@ class ProcessScreen(DataScreen):
     def action_signal(self, name: str) -> None:
         """Ask, then send ``name`` to the process (refused with the reason when it is not yours)."""
         job = self.job()
-        why = refusal(job, local=self.is_local(self.host), readonly=self.readonly)
+        why = self.why_not(job)
         if why is not None or job is None:
             self.notify(f"{name} not sent: {why}", severity="warning")
             return
-        target = job
+        target, what = job, clean_text(job.cmdline[:60])
+        if not self.is_local(self.host):
+            self._ask_remote(target, name, what)
+            return
 
         def answered(yes: bool | None) -> None:
             if yes:
                 result = send(target, name)
                 self.notify(result, severity="information" if " sent to " in result else "error")
 
-        self.app.push_screen(ConfirmSignal(f"Send {name} to pid {job.pid} ({clean_text(job.cmdline[:60])})?"), answered)
+        self.app.push_screen(ConfirmSignal(f"Send {name} to pid {job.pid} ({what})?"), answered)
+
+    def _ask_remote(self, job: JobInfo, name: str, what: str) -> None:
+        """Ask, then send ``name`` through ssh in a thread; the answer is a notice, even after Esc."""
+        ssh, host, app = self.ctx.cfg.signal_ssh, self.host, self.app
+
+        def work() -> None:
+            result = send_over_ssh(ssh, host, job, name)
+            with contextlib.suppress(RuntimeError):  # the app has exited meanwhile
+                app.call_from_thread(app.notify, result, severity="information" if " sent to " in result
+                                     else "error", timeout=10)
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._sends += 1
+                self.notify(f"{name} to {host} pid {job.pid}: running ssh {host}", timeout=3)
+                self.background.start(work, name=f"{name} through ssh", group=f"signal-{self._sends}")
+
+        self.app.push_screen(ConfirmSignal(
+            f"Send {name} to pid {job.pid} on {host} ({what})?\nThrough `{shlex.join(ssh)} -- {host}`, as you "
+            f"there: it checks on {host} that pid {job.pid} is still this process and yours."), answered)

@@ -63,7 +63,7 @@ async def test_enter_on_a_gpu_row_and_on_a_process_row_open_their_screens() -> N
         await settle(app, pilot)
         assert isinstance(app.screen, ProcessScreen) and key == f"{app.screen.host}:{app.screen.pid}"
         assert app.store.processes.since(app.screen.host, app.screen.pid) is not None  # tracked while open
-        assert "signals: signals to another host's processes are not supported" in str(
+        assert "signals: the demo's hosts are SIMULATED" in str(
             app.screen.query_one("#proc-actions").render())
         host, pid = app.screen.host, app.screen.pid
         await pilot.press("escape")

@@ -88,7 +88,9 @@ def test_signals_only_to_own_live_local_processes(tmp_path: Path) -> None:
         assert started is not None and abs(started - time.time()) < 60
         job = JobInfo(pid=child.pid, tree_id="t", cmdline="sleep", user="me", start_time=started)
         assert refusal(job, local=True, readonly=True) == "read-only (--readonly): no actions"
-        assert "not supported" in (refusal(job, local=False, readonly=False) or "")
+        assert "through ssh" in (refusal(job, local=False, readonly=False) or "")  # no ssh for this source
+        assert refusal(job, local=False, readonly=False, remote_why=None) is None  # checked on that host
+        assert refusal(job, local=False, readonly=True, remote_why=None) == "read-only (--readonly): no actions"
         assert "belongs to uid" in (refusal(job, local=True, readonly=False, uid=os.getuid() + 1) or "")
         reused = JobInfo(pid=child.pid, tree_id="t", cmdline="old", user="me", start_time=started - 3600)
         assert "another process" in (refusal(reused, local=True, readonly=False) or "")
