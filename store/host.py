@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from gpulens.core.model import HostSample, JobInfo
 from gpulens.store.gpu_events import GpuEventLog
 from gpulens.store.ring import Columns, Ring
+from gpulens.store.views import EnergyPoint
 
 
 @dataclass(slots=True)
@@ -24,8 +25,8 @@ class HostState:
     jobs: dict[str, Ring] = field(default_factory=dict)
     job_seen: dict[str, float] = field(default_factory=dict)
     xid_last: dict[int, tuple[float, int]] = field(default_factory=dict)
-    energy: dict[int, tuple[float, float]] = field(default_factory=dict)
-    """Per GPU index: (time, joules) of its newest energy reading (the rate's previous point)."""
+    energy: EnergyPoint | None = None
+    """The newest sample's energy counters (the rate's previous point)."""
     events: GpuEventLog = field(default_factory=GpuEventLog)
     latest: HostSample | None = None
     latest_jobs: dict[str, list[JobInfo]] | None = None

@@ -139,13 +139,13 @@ class Store:
             return False
         gpus = s.gpus if len(s.gpus) <= MAX_GPUS_PER_HOST else s.gpus[:MAX_GPUS_PER_HOST]
         block = gpu_block_values(gpus)
-        if any(g.energy_joules is not None for g in gpus):
-            fill_energy_rates(h.energy, s.time, gpus, block)
+        order = tuple(map(_INDEX, gpus))
+        if h.energy is not None or any(g.energy_joules is not None for g in gpus):
+            h.energy = fill_energy_rates(h.energy, s.time, order, gpus, block)
         values = host_values_flat(s, block)
         h.late += fb < h.ring.fnewest
         util: dict[str, float] | None = None
         if gpus:
-            order = tuple(map(_INDEX, gpus))
             if order == h.gorder:
                 values += block
                 if s.jobs and gpus is s.gpus:

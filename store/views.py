@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from gpulens.core.model import GpuSample, HostSample, JobInfo
 
@@ -110,26 +111,37 @@ def gpu_block_values(gpus: Sequence[GpuSample]) -> list[float]:
     return out
 
 
-def fill_energy_rates(last: dict[int, tuple[float, float]], t: float, gpus: Sequence[GpuSample],
-                      block: list[float]) -> None:
-    """Put each GPU's energy counter rate (J/s since its previous sample) into ``block``.
+EnergyPoint = tuple[float, tuple[int, ...], list["float | None"]]
+"""(time, GPU indices, their energy counters) of a host's newest sample with a counter."""
 
-    ``last`` holds each GPU's previous (time, joules) and is updated. The
-    rate stays NaN for a GPU's first sample, a sample older than its
-    previous one (a backfill), and a counter that went back (driver reloaded).
+_ENERGY = attrgetter("energy_joules")
+
+
+def fill_energy_rates(prev: EnergyPoint | None, t: float, order: tuple[int, ...], gpus: Sequence[GpuSample],
+                      block: list[float]) -> EnergyPoint | None:
+    """Put each GPU's energy counter rate (J/s since the previous sample) into ``block``; the new point.
+
+    ``prev`` is what the previous call returned (None at first). The rate
+    stays NaN for a GPU's first sample, one after a sample without its
+    counter, a sample older than the previous one (a backfill: ``prev`` is
+    kept), and a counter that went back (driver reloaded). A changed GPU
+    list starts again.
     """
-    w = len(GPU_METRICS)
-    for k, g in enumerate(gpus):
-        j = g.energy_joules
-        if j is None:
-            continue
-        prev = last.get(g.index)
-        if prev is not None:
-            if t <= prev[0]:
-                continue
-            if j >= prev[1]:
-                block[k * w + ENERGY_AT] = (j - prev[1]) / (t - prev[0])
-        last[g.index] = (t, j)
+    joules = list(map(_ENERGY, gpus))
+    if joules.count(None) == len(joules):
+        return prev if prev is not None and t <= prev[0] else None
+    if prev is not None:
+        if t <= prev[0]:
+            return prev
+        if prev[1] == order:
+            dt = t - prev[0]
+            at = ENERGY_AT
+            w = len(GPU_METRICS)
+            for j, p in zip(joules, prev[2], strict=True):
+                if j is not None and p is not None and j >= p:
+                    block[at] = (j - p) / dt
+                at += w
+    return t, order, joules
 
 
 def _mean(vals: list[float]) -> float:
