@@ -7,7 +7,7 @@ Example::
     history_minutes = 15
     window = "5m"
     job_key_env = ["SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"]
-    signal_ssh = ["ssh", "-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]  # [] = local only
+    signal_ssh = ["ssh", "-o", "ConnectTimeout=5"]  # [] = local only
 
     [cache]            # traces and downloads ($XDG_CACHE_HOME/gpulens, /tmp/gpulens-UID)
     max_mib = 1024     # oldest removed first above this
@@ -56,8 +56,8 @@ else:  # pragma: no cover
 
 WINDOWS = {"1m": 60, "5m": 300, "15m": 900, "1h": 3600}
 MAX_CONFIG_BYTES = 1 << 20
-DEFAULT_SIGNAL_SSH = ("ssh", "-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5")
-"""ssh as the user, never asking for a password or a host key (the TUI holds the terminal)."""
+DEFAULT_SIGNAL_SSH = ("ssh", "-o", "ConnectTimeout=5")
+"""ssh as the user; gpulens adds its guards (no prompt, no new host key, nothing forwarded)."""
 
 
 @dataclass(frozen=True, slots=True)

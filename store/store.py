@@ -278,6 +278,18 @@ class Store:
         _, now_cb, k = self._buckets(window_s)
         return stats_of(rings, idx, now_cb, k, window_s, self.resolution_s, metric in SUMMED)
 
+    def last_value(self, host: str, metric: str, gpu: int | None = None) -> float:
+        """``metric`` of one host or GPU in the host's newest sample; NaN when that sample has none.
+
+        Unlike ``window_stats(...).now``, no older value stands in for a missing newest one.
+        """
+        h = self._hosts.get(host)
+        rings, idx = self._rings(host, metric, gpu, None)
+        if h is None or idx < 0 or len(rings) != 1:
+            return NAN
+        fb, value = rings[0].last(idx, max_age=1)
+        return value if fb == h.ring.fnewest else NAN
+
     def job_stats(self, key: str, metric: str, window_s: float) -> WindowStats:
         """:meth:`window_stats` of a job's series, joined over its hosts."""
         job = self.job(key, window_s)

@@ -57,7 +57,8 @@ JOB_METRICS: tuple[str, ...] = (
 )
 """Per (host, job) series: mean utilization of the job's GPUs, their memory, CPU %."""
 
-SUMMED = frozenset({"gpu.power_w", "job.gpu_mem_bytes", "job.cpu_percent", "proc.gpu_mem_bytes"})
+SUMMED = frozenset({"gpu.power_w", "gpu.energy_rate_w", "job.gpu_mem_bytes", "job.cpu_percent",
+                    "proc.gpu_mem_bytes"})
 """Metrics added (not averaged) when several GPUs or hosts are combined."""
 
 IDLE_UTIL_PERCENT = 1.0
@@ -124,8 +125,8 @@ def fill_energy_rates(prev: EnergyPoint | None, t: float, order: tuple[int, ...]
     ``prev`` is what the previous call returned (None at first). The rate
     stays NaN for a GPU's first sample, one after a sample without its
     counter, a sample older than the previous one (a backfill: ``prev`` is
-    kept), and a counter that went back (driver reloaded). A changed GPU
-    list starts again.
+    kept), and a counter that went back (driver reloaded). GPUs are matched
+    by index, whatever their order in the sample.
     """
     joules = list(map(_ENERGY, gpus))
     if joules.count(None) == len(joules):
@@ -133,14 +134,15 @@ def fill_energy_rates(prev: EnergyPoint | None, t: float, order: tuple[int, ...]
     if prev is not None:
         if t <= prev[0]:
             return prev
-        if prev[1] == order:
-            dt = t - prev[0]
-            at = ENERGY_AT
-            w = len(GPU_METRICS)
-            for j, p in zip(joules, prev[2], strict=True):
-                if j is not None and p is not None and j >= p:
-                    block[at] = (j - p) / dt
-                at += w
+        dt = t - prev[0]
+        at = ENERGY_AT
+        w = len(GPU_METRICS)
+        # The previous counters in this sample's GPU order (by index when the order changed).
+        before = prev[2] if prev[1] == order else list(map(dict(zip(prev[1], prev[2], strict=True)).get, order))
+        for j, p in zip(joules, before, strict=True):
+            if j is not None and p is not None and j >= p:
+                block[at] = (j - p) / dt
+            at += w
     return t, order, joules
 
 
@@ -159,14 +161,15 @@ def host_values_flat(s: HostSample, gpu_block: list[float]) -> list[float]:
     mem, cpu, net, sto, cache = s.memory, s.cpu, s.network, s.storage, s.cache
     used, total = mem.used_bytes, mem.total_bytes
     w = len(GPU_METRICS)
-    if gpu_block and (t := sum(gpu_block)) - t == 0.0:  # finite: every GPU value known (no NaN)
+    util = sm = gmem = power = NAN
+    if gpu_block:
         n = len(gpu_block) // w
-        util, sm, gmem = sum(gpu_block[0::w]) / n, sum(gpu_block[1::w]) / n, sum(gpu_block[2::w]) / n
-        power = sum(gpu_block[3::w])
-    else:
-        util, sm, gmem = _mean(gpu_block[0::w]), _mean(gpu_block[1::w]), _mean(gpu_block[2::w])
-        known = [v for v in gpu_block[3::w] if v == v]
-        power = sum(known) if known else NAN
+        util, sm, gmem, power = (sum(gpu_block[0::w]) / n, sum(gpu_block[1::w]) / n, sum(gpu_block[2::w]) / n,
+                                 sum(gpu_block[3::w]))
+        if (t := util + sm + gmem + power) - t != 0.0:  # a NaN (or inf) among them: of the known values
+            util, sm, gmem = _mean(gpu_block[0::w]), _mean(gpu_block[1::w]), _mean(gpu_block[2::w])
+            known = [v for v in gpu_block[3::w] if v == v]
+            power = sum(known) if known else NAN
     # Inlined _f: this runs for every sample.
     return [
         NAN if (v := cpu.total_percent) is None else float(v),

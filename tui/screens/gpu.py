@@ -161,10 +161,10 @@ class GpuScreen(DataScreen):
         self._events()
 
     def energy_rate(self) -> tuple[float | None, str]:
-        """The energy counter's J/s between its newest two samples (the store's), or None and why."""
-        now = self.ctx.store.window_stats(self.host, "gpu.energy_rate_w", self.ctx.window_s, gpu=self.index).now
+        """The energy counter's J/s between the newest sample and the one before (the store's), or None and why."""
+        now = self.ctx.store.last_value(self.host, "gpu.energy_rate_w", gpu=self.index)
         if math.isnan(now):
-            return None, "needs two samples"
+            return None, "needs two samples in a row; a counter that went back starts again"
         return now, ""
 
     def _info(self, g: GpuSample | None) -> Text:

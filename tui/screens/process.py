@@ -32,10 +32,11 @@ from gpulens.store.views import job_key
 from gpulens.tui.context import ScreenContext
 from gpulens.tui.screens._plots import PROCESS_PLOTS, SeriesFeed, configure_plots, plot_rows
 from gpulens.tui.screens._signals import refusal, send
-from gpulens.tui.screens._ssh_signal import send_over_ssh, ssh_refusal
+from gpulens.tui.screens._ssh_signal import Answer, look_over_ssh, send_over_ssh, ssh_refusal
 from gpulens.tui.screens.base import DataScreen, update_static
 from gpulens.tui.widgets.header import AppHeader
 from gpulens.tui.widgets.plot import TimeSeriesPlot, plot_data
+from gpulens.tui.workers import call_in_app
 
 
 class ConfirmSignal(ModalScreen[bool]):
@@ -248,10 +249,15 @@ class ProcessScreen(DataScreen):
         self.app.push_screen(ConfirmSignal(f"Send {name} to pid {job.pid} ({what})?"), answered)
 
     def _ask_remote(self, job: JobInfo, name: str, what: str) -> None:
-        """Ask, then send ``name`` through ssh in a thread; the answer is a notice, even after Esc."""
+        """Look at the process on its host (ssh), ask with the command line the host reports, then send.
+
+        Both ssh runs are workers: the screen never waits. The confirmation is
+        dropped if the screen has gone by then; the result of a send is a
+        notice even after Esc.
+        """
         ssh, host, app = self.ctx.cfg.signal_ssh, self.host, self.app
 
-        def work() -> None:
+        def send_it() -> None:
             result = send_over_ssh(ssh, host, job, name)
             with contextlib.suppress(RuntimeError):  # the app has exited meanwhile
                 app.call_from_thread(app.notify, result, severity="information" if " sent to " in result
@@ -261,8 +267,17 @@ class ProcessScreen(DataScreen):
             if yes:
                 self._sends += 1
                 self.notify(f"{name} to {host} pid {job.pid}: running ssh {host}", timeout=3)
-                self.background.start(work, name=f"{name} through ssh", group=f"signal-{self._sends}")
+                self.background.start(send_it, name=f"{name} through ssh", group=f"signal-{self._sends}")
 
-        self.app.push_screen(ConfirmSignal(
-            f"Send {name} to pid {job.pid} on {host} ({what})?\nThrough `{shlex.join(ssh)} -- {host}`, as you "
-            f"there: it checks on {host} that pid {job.pid} is still this process and yours."), answered)
+        def ask(seen: Answer) -> None:
+            if not seen.ok:
+                self.notify(f"{name} not sent: {seen.text}", severity="error", timeout=10)
+                return
+            self.app.push_screen(ConfirmSignal(
+                f"Send {name} to pid {job.pid} on {host}?\n{host} says it runs: {seen.text[:200]}\n"
+                f"(the stream said: {what})\nThrough `{shlex.join(ssh)} -- {host}`, as you there: it checks "
+                f"again that pid {job.pid} is still this process and yours."), answered)
+
+        self.notify(f"{name}: looking at pid {job.pid} on {host} through ssh", timeout=3)
+        self.background.start(lambda: call_in_app(ask, look_over_ssh(ssh, host, job)),
+                              name="ssh look", group="signal-look")

@@ -73,3 +73,25 @@ def test_a_gpu_reporting_none_of_them_says_why() -> None:
     assert store.unavailable("h1", "gpu.energy_rate_w") == "Not Supported"
     for metric in DETAIL:
         assert store.window_stats("h1", metric, 60, gpu=0).empty
+
+
+def test_gpus_listed_in_another_order_keep_their_rates_and_the_host_adds_them() -> None:
+    store = Store()
+    store.apply(SampleEvent(with_gpus(T0, gpu(0, 1000.0), gpu(1, 2000.0))))
+    store.apply(SampleEvent(with_gpus(T0 + 1, gpu(1, 2300.0), gpu(0, 1100.0))))  # swapped: matched by index
+    assert store.window_stats("h1", "gpu.energy_rate_w", 60, gpu=0).now == 100.0
+    assert store.window_stats("h1", "gpu.energy_rate_w", 60, gpu=1).now == 300.0
+    # Over the host, watts add up (as gpu.power_w does), they are not averaged.
+    assert store.window_stats("h1", "gpu.energy_rate_w", 60).now == 400.0
+
+
+def test_the_last_value_is_the_newest_samples_only() -> None:
+    store = Store()
+    store.apply(SampleEvent(with_gpus(T0, gpu(0, 1000.0))))
+    store.apply(SampleEvent(with_gpus(T0 + 1, gpu(0, 1200.0))))
+    assert store.last_value("h1", "gpu.energy_rate_w", gpu=0) == 200.0
+    store.apply(SampleEvent(with_gpus(T0 + 2, gpu(0, 10.0))))  # the driver reloaded: no rate now
+    assert math.isnan(store.last_value("h1", "gpu.energy_rate_w", gpu=0))
+    assert store.window_stats("h1", "gpu.energy_rate_w", 60, gpu=0).now == 200.0  # what the figure used to show
+    assert math.isnan(store.last_value("h1", "gpu.energy_rate_w", gpu=7))
+    assert math.isnan(store.last_value("nowhere", "gpu.energy_rate_w", gpu=0))

@@ -233,7 +233,7 @@ async def test_the_gpu_screen_says_why_tensor_nvlink_and_energy_are_missing() ->
     assert f"energy n/a ({NOT_REPORTED})" in text
     with_energy = dataclasses.replace(g, energy_joules=5.0)
     text = await _info([with_energy])  # one sample: a total but no rate yet
-    assert "energy 5J total, n/a J/s (needs two samples)" in text
+    assert "energy 5J total, n/a J/s (needs two samples in a row" in text
     nvlink = dataclasses.replace(g, nvlink_rx_bytes_per_s=1.0e9, nvlink_tx_bytes_per_s=2.0e9)
     assert "NVLink total 3.0GB/s" in await _info([nvlink])  # rx + tx where both are known
 

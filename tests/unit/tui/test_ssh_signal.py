@@ -24,7 +24,13 @@ from gpulens.core.model import JobInfo
 from gpulens.sources.local import Recorder, ReplaySource
 from gpulens.tui.screens import _ssh_signal
 from gpulens.tui.screens._signals import start_time
-from gpulens.tui.screens._ssh_signal import send_over_ssh, ssh_argv, ssh_refusal
+from gpulens.tui.screens._ssh_signal import (
+    GUARDS,
+    look_over_ssh,
+    send_over_ssh,
+    ssh_argv,
+    ssh_refusal,
+)
 from gpulens.tui.screens.process import ConfirmSignal, ProcessScreen
 from tests.fakes.tui_fakes import FakeContext, StaticSource, demo_app, sync
 from tests.unit.store.test_store import T0, sample
@@ -72,13 +78,15 @@ def test_a_host_name_that_could_be_an_option_or_a_shell_word_never_reaches_ssh(
     assert not (tmp_path / "hosts").exists() and sleeper.poll() is None
 
 
-def test_the_command_is_ssh_options_then_the_host_then_one_quoted_word() -> None:
+def test_the_command_is_ssh_options_then_the_guards_then_the_host_then_one_quoted_word() -> None:
     job = JobInfo(pid=4711, tree_id="t", cmdline="x", user="me", start_time=1_700_000_123.9)
     argv = ssh_argv(DEFAULT_SIGNAL_SSH, "node01.cluster", job, "SIGTERM")
-    assert argv[: len(DEFAULT_SIGNAL_SSH)] == list(DEFAULT_SIGNAL_SSH)
-    assert argv[len(DEFAULT_SIGNAL_SSH):len(DEFAULT_SIGNAL_SSH) + 2] == ["--", "node01.cluster"]
-    assert len(argv) == len(DEFAULT_SIGNAL_SSH) + 3
-    assert argv[-1].startswith("sh -c '") and argv[-1].endswith("' gpulens-signal 4711 1700000123 TERM")
+    n = len(DEFAULT_SIGNAL_SSH) + len(GUARDS)
+    assert argv[:n] == [*DEFAULT_SIGNAL_SSH, *GUARDS]  # the user's options first: ssh keeps the first value
+    assert argv[n:n + 2] == ["--", "node01.cluster"] and len(argv) == n + 3
+    assert argv[-1].startswith("sh -c '") and argv[-1].endswith("' gpulens-signal 4711 1700000123 TERM send")
+    assert ssh_argv(["/usr/bin/ssh"], "h", job, "SIGINT", "look")[1:1 + len(GUARDS)] == list(GUARDS)
+    assert ssh_argv(["my-ssh-wrapper", "-x"], "h", job, "SIGINT")[:3] == ["my-ssh-wrapper", "-x", "--"]
     assert not any(c in _ssh_signal.SCRIPT for c in "!'\\\n")  # what csh or fish would read differently
 
 
@@ -86,18 +94,23 @@ def test_the_command_is_ssh_options_then_the_host_then_one_quoted_word() -> None
 def test_the_real_ssh_client_reads_the_host_as_the_destination() -> None:
     job = JobInfo(pid=1, tree_id="t", cmdline="x", user="me", start_time=0.0)
     argv = ssh_argv(DEFAULT_SIGNAL_SSH, "node01.cluster", job, "SIGTERM")
+    cut = argv.index("--")
     # -G: print the configuration ssh would use for this command line, and connect nowhere.
-    done = subprocess.run([*argv[:len(DEFAULT_SIGNAL_SSH)], "-G", *argv[len(DEFAULT_SIGNAL_SSH):]],
-                          capture_output=True, text=True, timeout=30)
+    done = subprocess.run([*argv[:cut], "-G", *argv[cut:]], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
-    assert "hostname node01.cluster" in done.stdout.splitlines()
-    assert "batchmode yes" in done.stdout.splitlines()
+    config = done.stdout.splitlines()
+    for line in ("hostname node01.cluster", "batchmode yes", "stricthostkeychecking true", "forwardagent no",
+                 "clearallforwardings yes", "permitlocalcommand no", "controlmaster false"):
+        assert line in config, line
 
 
 @pytest.mark.parametrize("shell", [s for s in ("dash", "bash") if shutil.which(s)])
 def test_the_remote_check_sends_only_to_the_same_live_process(
         tmp_path: Path, shell: str, sleeper: subprocess.Popen[bytes]) -> None:
     ssh = fake_ssh(tmp_path, shutil.which(shell) or shell)
+    seen = look_over_ssh(ssh, "node01", job_of(sleeper))
+    assert seen.ok and seen.text == f"{sys.executable} -c import time; time.sleep(60)"  # as that host reads it
+    assert sleeper.poll() is None
     changed = job_of(sleeper, (start_time(sleeper.pid) or 0.0) - 3600)
     assert send_over_ssh(ssh, "node01", changed, "SIGKILL") == (
         f"not sent: node01 pid {sleeper.pid} is now another process (its start time changed)")
@@ -106,7 +119,8 @@ def test_the_remote_check_sends_only_to_the_same_live_process(
     assert sleeper.wait(5) == -15
     assert send_over_ssh(ssh, "node01", job_of(sleeper, 0.0), "SIGTERM") == (
         f"not sent: node01 pid {sleeper.pid} has exited")
-    assert (tmp_path / "hosts").read_text().split() == ["node01"] * 3
+    assert not look_over_ssh(ssh, "node01", job_of(sleeper, 0.0)).ok
+    assert (tmp_path / "hosts").read_text().split() == ["node01"] * 5
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
@@ -131,17 +145,29 @@ def test_ssh_failures_read_as_one_line(tmp_path: Path, sleeper: subprocess.Popen
     refused = fake_ssh(tmp_path, body="echo 'alice@node01: Permission denied (publickey).' >&2; exit 255")
     assert send_over_ssh(refused, "node01", job, "SIGTERM") == (
         "not sent: ssh node01: alice@node01: Permission denied (publickey).")
+    # An exit status the check uses, without the line it prints (a login script, a ForceCommand): ssh's failure.
+    for code in (3, 4, 5):
+        odd = fake_ssh(tmp_path, body=f"echo 'welcome to node01'; exit {code}")
+        assert send_over_ssh(odd, "node01", job, "SIGTERM") == f"not sent: ssh node01: exit status {code}"
     assert send_over_ssh(["/nonexistent/ssh"], "node01", job, "SIGTERM") == (
         "not sent: '/nonexistent/ssh' not found (config: signal_ssh)")
     assert send_over_ssh([], "node01", job, "SIGTERM") == (
         "not sent: signals to other hosts are off (config: signal_ssh = [])")
     monkeypatch.setattr(_ssh_signal, "TIMEOUT_S", 0.5)
-    hung = fake_ssh(tmp_path, body="sleep 30")
+    helper = tmp_path / "helper.pid"
+    hung = fake_ssh(tmp_path, body=f"sleep 300 & echo $! > {helper}; wait")  # ssh with a ProxyCommand child
     started = time.monotonic()
     assert send_over_ssh(hung, "node01", job, "SIGTERM") == (
-        "not known whether sent: no answer from node01 in 0.5 s")
+        "not sent: no answer from node01 in 0.5 s (it may have been sent)")
     assert time.monotonic() - started < 20
     assert sleeper.poll() is None
+    left = int(helper.read_text())
+    for _ in range(50):  # the whole session is killed, the helper too
+        if not Path(f"/proc/{left}").exists() or "Z" in Path(f"/proc/{left}/stat").read_text().split()[2]:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"ssh's child {left} outlived the timeout")
 
 
 def test_the_config_key_takes_a_command_or_nothing() -> None:
@@ -212,6 +238,15 @@ def test_a_real_sshd_carries_the_signal_and_a_wrong_key_is_refused(
     said = send_over_ssh(wrong, "127.0.0.1", job, "SIGTERM")
     assert said.startswith("not sent: ssh 127.0.0.1: ") and "Permission denied" in said
     assert sleeper.poll() is None
+    # gpulens' guards: without the test's own StrictHostKeyChecking=no, an unknown host key is refused.
+    at = sshd.index("StrictHostKeyChecking=no")
+    strict = [f"UserKnownHostsFile={tmp_path / 'none'}" if a.startswith("UserKnownHostsFile=") else a
+              for a in sshd[: at - 1] + sshd[at + 1:]]  # without that "-o" and its value; no key known yet
+    said = send_over_ssh(strict, "127.0.0.1", job, "SIGTERM")
+    assert said.startswith("not sent: ssh 127.0.0.1: ") and "Host key verification failed" in said, said
+    assert sleeper.poll() is None
+    seen = look_over_ssh(sshd, "127.0.0.1", job)
+    assert seen.ok and "time.sleep(60)" in seen.text
     stale = job_of(sleeper, job.start_time - 3600)
     assert "is now another process" in send_over_ssh(sshd, "127.0.0.1", stale, "SIGTERM")
     assert sleeper.poll() is None
@@ -237,10 +272,15 @@ async def test_t_then_y_on_another_hosts_process_signals_it_through_ssh(
         assert isinstance(screen, ProcessScreen)
         assert screen.check_action("signal", ("SIGTERM",)) is True
         assert "I: SIGINT" in str(screen.query_one("#proc-actions").render())
-        await pilot.press("T")
-        await pilot.pause()
+        await pilot.press("T")  # first a look over ssh, then the question with what node07 itself reports
+        for _ in range(100):
+            await pilot.pause(0.05)
+            if isinstance(app.screen, ConfirmSignal):
+                break
         assert isinstance(app.screen, ConfirmSignal) and "on node07" in app.screen.question
-        assert "-- node07`" in app.screen.question
+        assert f"node07 says it runs: {sys.executable} -c import time; time.sleep(60)" in app.screen.question
+        assert "(the stream said: sleep)" in app.screen.question and "-- node07`" in app.screen.question
+        assert sleeper.poll() is None
         await pilot.press("y")
         for _ in range(100):
             await pilot.pause(0.05)
@@ -249,7 +289,7 @@ async def test_t_then_y_on_another_hosts_process_signals_it_through_ssh(
         messages = [str(n.message) for n in app._notifications]
         assert f"SIGTERM sent to node07 pid {sleeper.pid}" in messages
         assert sleeper.wait(5) == -15
-        assert (tmp_path / "hosts").read_text().split() == ["node07"]
+        assert (tmp_path / "hosts").read_text().split() == ["node07", "node07"]  # look, then send
 
 
 @sync
@@ -271,3 +311,23 @@ async def test_the_demo_and_a_recording_offer_no_remote_signals(tmp_path: Path) 
             await pilot.pause()
             assert not isinstance(app.screen, ConfirmSignal)
     assert not (tmp_path / "hosts").exists()
+
+
+@sync
+async def test_a_look_that_fails_asks_nothing_and_says_why(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
+    stale = job_of(sleeper, (start_time(sleeper.pid) or 0.0) - 3600)  # the stream's pid is now another process
+    there = dataclasses.replace(sample(T0, host="node07"), jobs=(stale,))
+    ctx = FakeContext(StaticSource([SampleEvent(there)]), [SampleEvent(there)])
+    ctx.cfg = dataclasses.replace(ctx.cfg, signal_ssh=tuple(fake_ssh(tmp_path)))
+    app: App[None] = App()
+    async with app.run_test(size=(120, 35)) as pilot:
+        app.push_screen(ProcessScreen("node07", sleeper.pid, context=ctx))
+        await pilot.pause()
+        await pilot.press("K")
+        want = f"SIGKILL not sent: node07 pid {sleeper.pid} is now another process (its start time changed)"
+        for _ in range(100):
+            await pilot.pause(0.05)
+            if any(str(n.message) == want for n in app._notifications):
+                break
+        assert want in [str(n.message) for n in app._notifications]
+        assert not isinstance(app.screen, ConfirmSignal) and sleeper.poll() is None
