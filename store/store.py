@@ -56,6 +56,7 @@ from gpulens.store.views import (
     fill_energy_rates,
     gpu_block_values,
     host_values_flat,
+    unavailable_reason,
 )
 from gpulens.store.window import merge, stats_of
 
@@ -278,6 +279,17 @@ class Store:
         _, now_cb, k = self._buckets(window_s)
         return stats_of(rings, idx, now_cb, k, window_s, self.resolution_s, metric in SUMMED)
 
+    def has_data(self, host: str, metric: str, window_s: float) -> bool:
+        """Whether ``metric`` of ``host`` (any GPU's, for a GPU metric) has a value in the window.
+
+        ``not window_stats(...).empty``, without working out the figures: asked per plot per tick.
+        """
+        rings, idx = self._rings(host, metric, None, None)
+        if idx < 0:
+            return False
+        _, now_cb, k = self._buckets(window_s)
+        return any(r.window_count(idx, now_cb, k) for r in rings)
+
     def last_value(self, host: str, metric: str, gpu: int | None = None) -> float:
         """``metric`` of one host or GPU in the host's newest sample; NaN when that sample has none.
 
@@ -362,8 +374,6 @@ class Store:
 
     def unavailable(self, host: str, metric: str) -> str | None:
         """The reason ``metric`` is n/a on ``host`` per its newest sample."""
-        from gpulens.store.views import unavailable_reason
-
         s = self.latest(host)
         return unavailable_reason(s, metric) if s else None
 

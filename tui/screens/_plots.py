@@ -335,8 +335,7 @@ def absent_reason(store: Store, host: str, spec: PlotSpec, window_s: float) -> s
     if reason is None:
         return None
     for m in spec.metrics:
-        if (m != spec.metrics[0] and store.unavailable(host, m) is None) or not store.window_stats(
-                host, m, window_s).empty:
+        if (m != spec.metrics[0] and store.unavailable(host, m) is None) or store.has_data(host, m, window_s):
             return None
     return reason
 

@@ -95,3 +95,18 @@ def test_the_last_value_is_the_newest_samples_only() -> None:
     assert store.window_stats("h1", "gpu.energy_rate_w", 60, gpu=0).now == 200.0  # what the figure used to show
     assert math.isnan(store.last_value("h1", "gpu.energy_rate_w", gpu=7))
     assert math.isnan(store.last_value("nowhere", "gpu.energy_rate_w", gpu=0))
+
+
+def test_has_data_says_what_window_stats_says() -> None:
+    store = Store()
+    for i in range(40):
+        gpus = (gpu(0, 100.0 * i, sm_occupancy_percent=5.0),) if i < 10 else (gpu(0, None),)
+        store.apply(SampleEvent(with_gpus(T0 + 20 * i, *gpus)))  # the occupancy stops after 200 s
+    for metric in ("cpu.total_percent", "gpu.utilization_percent", "gpu.sm_occupancy_percent",
+                   "gpu.energy_rate_w", "gpu.temperature_c", "storage.read_bytes_per_s", "no.such"):
+        for window in (60, 300, 900, 3600):
+            assert store.has_data("h1", metric, window) == (not store.window_stats("h1", metric, window).empty), (
+                metric, window)
+    assert store.has_data("h1", "gpu.sm_occupancy_percent", 3600)
+    assert not store.has_data("h1", "gpu.sm_occupancy_percent", 300)
+    assert not store.has_data("elsewhere", "cpu.total_percent", 300)
