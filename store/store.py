@@ -141,7 +141,7 @@ class Store:
         gpus = s.gpus if len(s.gpus) <= MAX_GPUS_PER_HOST else s.gpus[:MAX_GPUS_PER_HOST]
         block = gpu_block_values(gpus)
         order = tuple(map(_INDEX, gpus))
-        if h.energy is not None or any(g.energy_joules is not None for g in gpus):
+        if gpus:
             h.energy = fill_energy_rates(h.energy, s.time, order, gpus, block)
         values = host_values_flat(s, block)
         h.late += fb < h.ring.fnewest

@@ -60,6 +60,11 @@ class PlotSpec:
     """The thresholds key that colours its figures (``util``, ``temp``, ``mem``)."""
 
 
+def short_title(spec: PlotSpec) -> str:
+    """``GPU Power``: the title without how it combines GPUs."""
+    return spec.title.replace(" (sum)", "").replace(" (mean)", "")
+
+
 HOST_PLOTS: tuple[PlotSpec, ...] = (
     PlotSpec("gpu-util", "GPU Utilization", ("gpu.utilization_percent",), pct, per_gpu=True),
     PlotSpec("gpu-sm", "GPU SM Activity", ("gpu.sm_activity_percent",), pct, per_gpu=True),
@@ -101,10 +106,10 @@ GPU_ONLY_PLOTS: tuple[PlotSpec, ...] = (
 )
 """The GPU screen's plots of what only it shows (the host screen has the rest, per GPU)."""
 
-GPU_PLOTS: tuple[PlotSpec, ...] = (*tuple(
-    PlotSpec(s.id, s.title.replace(" (sum)", "").replace(" (mean)", ""), s.metrics, s.fmt, s.lo, s.hi,
-             s.floor, False, s.threshold)
-    for s in HOST_PLOTS if s.per_gpu), *GPU_ONLY_PLOTS)
+GPU_PLOTS: tuple[PlotSpec, ...] = (
+    *(PlotSpec(s.id, short_title(s), s.metrics, s.fmt, s.lo, s.hi, s.floor, False, s.threshold)
+      for s in HOST_PLOTS if s.per_gpu),
+    *GPU_ONLY_PLOTS)
 """One GPU's plots (the GPU screen): every metric the store keeps per GPU."""
 
 PROCESS_PLOTS: tuple[PlotSpec, ...] = (
@@ -338,11 +343,6 @@ def absent_reason(store: Store, host: str, spec: PlotSpec, window_s: float) -> s
         if (m != spec.metrics[0] and store.unavailable(host, m) is None) or store.has_data(host, m, window_s):
             return None
     return reason
-
-
-def short_title(spec: PlotSpec) -> str:
-    """``GPU Power``: the title without how it combines GPUs."""
-    return spec.title.replace(" (sum)", "").replace(" (mean)", "")
 
 
 def absent_text(absent: Sequence[tuple[PlotSpec, str]]) -> Text:

@@ -104,8 +104,6 @@ class ProcessScreen(DataScreen):
         """The plots' aligned columns: per tick only the newest is read while the store's stamp holds."""
         self._why: str | bool | None = False
         """The refusal the footer's bindings were last refreshed for (False: never)."""
-        self._sends = 0
-        """Signals sent through ssh (each in a worker of its own)."""
 
     @property
     def readonly(self) -> bool:
@@ -265,9 +263,9 @@ class ProcessScreen(DataScreen):
 
         def answered(yes: bool | None) -> None:
             if yes:
-                self._sends += 1
                 self.notify(f"{name} to {host} pid {job.pid}: running ssh {host}", timeout=3)
-                self.background.start(send_it, name=f"{name} through ssh", group=f"signal-{self._sends}")
+                # A newer send marks this one cancelled, which it ignores: each runs to its notice.
+                self.background.start(send_it, name=f"{name} through ssh", group="signal-send")
 
         def ask(seen: Answer) -> None:
             if not seen.ok:

@@ -11,8 +11,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from textual.app import App
@@ -257,35 +258,41 @@ def test_a_real_sshd_carries_the_signal_and_a_wrong_key_is_refused(
 # --- the process screen -----------------------------------------------------------------------
 
 
-@sync
-async def test_t_then_y_on_another_hosts_process_signals_it_through_ssh(
-        tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
-    job = job_of(sleeper)
+async def open_remote(pilot: Any, tmp_path: Path, job: JobInfo) -> None:
+    """The process screen of ``job`` on node07 (another host), its signals through :func:`fake_ssh`."""
     there = dataclasses.replace(sample(T0, host="node07"), jobs=(job,))
     ctx = FakeContext(StaticSource([SampleEvent(there)]), [SampleEvent(there)])
     ctx.cfg = dataclasses.replace(ctx.cfg, signal_ssh=tuple(fake_ssh(tmp_path)))
+    pilot.app.push_screen(ProcessScreen("node07", job.pid, context=ctx))
+    await pilot.pause()
+
+
+async def until(pilot: Any, cond: Callable[[], bool]) -> None:
+    """Let the app run until ``cond`` holds, 5 s at most (the caller asserts what it waited for)."""
+    for _ in range(100):
+        if cond():
+            return
+        await pilot.pause(0.05)
+
+
+@sync
+async def test_t_then_y_on_another_hosts_process_signals_it_through_ssh(
+        tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
     app: App[None] = App()
     async with app.run_test(size=(120, 35)) as pilot:
-        app.push_screen(ProcessScreen("node07", sleeper.pid, context=ctx))
-        await pilot.pause()
+        await open_remote(pilot, tmp_path, job_of(sleeper))
         screen = app.screen
         assert isinstance(screen, ProcessScreen)
         assert screen.check_action("signal", ("SIGTERM",)) is True
         assert "I: SIGINT" in str(screen.query_one("#proc-actions").render())
         await pilot.press("T")  # first a look over ssh, then the question with what node07 itself reports
-        for _ in range(100):
-            await pilot.pause(0.05)
-            if isinstance(app.screen, ConfirmSignal):
-                break
+        await until(pilot, lambda: isinstance(app.screen, ConfirmSignal))
         assert isinstance(app.screen, ConfirmSignal) and "on node07" in app.screen.question
         assert f"node07 says it runs: {sys.executable} -c import time; time.sleep(60)" in app.screen.question
         assert "(the stream said: sleep)" in app.screen.question and "-- node07`" in app.screen.question
         assert sleeper.poll() is None
         await pilot.press("y")
-        for _ in range(100):
-            await pilot.pause(0.05)
-            if any("sent to" in str(n.message) for n in app._notifications):
-                break
+        await until(pilot, lambda: any("sent to" in str(n.message) for n in app._notifications))
         messages = [str(n.message) for n in app._notifications]
         assert f"SIGTERM sent to node07 pid {sleeper.pid}" in messages
         assert sleeper.wait(5) == -15
@@ -316,18 +323,11 @@ async def test_the_demo_and_a_recording_offer_no_remote_signals(tmp_path: Path) 
 @sync
 async def test_a_look_that_fails_asks_nothing_and_says_why(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
     stale = job_of(sleeper, (start_time(sleeper.pid) or 0.0) - 3600)  # the stream's pid is now another process
-    there = dataclasses.replace(sample(T0, host="node07"), jobs=(stale,))
-    ctx = FakeContext(StaticSource([SampleEvent(there)]), [SampleEvent(there)])
-    ctx.cfg = dataclasses.replace(ctx.cfg, signal_ssh=tuple(fake_ssh(tmp_path)))
     app: App[None] = App()
     async with app.run_test(size=(120, 35)) as pilot:
-        app.push_screen(ProcessScreen("node07", sleeper.pid, context=ctx))
-        await pilot.pause()
+        await open_remote(pilot, tmp_path, stale)
         await pilot.press("K")
         want = f"SIGKILL not sent: node07 pid {sleeper.pid} is now another process (its start time changed)"
-        for _ in range(100):
-            await pilot.pause(0.05)
-            if any(str(n.message) == want for n in app._notifications):
-                break
+        await until(pilot, lambda: any(str(n.message) == want for n in app._notifications))
         assert want in [str(n.message) for n in app._notifications]
         assert not isinstance(app.screen, ConfirmSignal) and sleeper.poll() is None
