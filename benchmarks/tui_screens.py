@@ -1,8 +1,9 @@
 """Viewer CPU and RSS per screen, with btop (update_ms = 1000) measured in the same run.
 
 CPU: every viewer runs at once in its own 160x45 tmux pane at 1 Hz, for
-``--seconds``: gpulens on this machine (overview, this host's screen, and a
-job screen when this machine runs a job the job pattern matches) and
+``--seconds``: gpulens on this machine (overview, this host's screen, and the
+job screen of a light CPU workload the benchmark starts, renamed
+``gl-cpu-workload``, the local viewers' job pattern matching it alone) and
 ``--demo`` (16 hosts x 8 GPUs: overview, host gpu-node05, job 4711), plus
 ``btop --utf-force``. CPU is utime + stime from /proc/PID/stat (threads
 included), as % of one core; each figure is printed with its ratio to btop
@@ -101,18 +102,18 @@ def reach(tmux: Tmux, name: str, jump: str | None) -> None:
         print(f"warning: {name} does not show {jump!r}")
 
 
-def local_job_pid() -> int | None:
-    """A pid of a job the local job collector sees (None when this machine runs none)."""
-    try:
-        out = subprocess.run([str(Path(sys.executable).parent / "gpulens"), "jobs"], capture_output=True,
-                             text=True, timeout=60).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    for line in out.splitlines():
-        for word in line.split():
-            if word.isdigit() and int(word) > 1 and Path(f"/proc/{word}").exists():
-                return int(word)
-    return None
+JOB_COMM = "gl-cpu-workload"
+"""The local job's ``comm``: the local viewers' job pattern matches it and nothing else here."""
+_JOB = (f"import time; open('/proc/self/comm', 'w').write({JOB_COMM!r}); print('READY', flush=True)\n"
+        "while True:\n    sum(range(20000)); time.sleep(0.05)")
+
+
+def local_job() -> subprocess.Popen[str]:
+    """A light CPU workload (a few % of a core) for this machine's job screen; ready when it returns."""
+    proc = subprocess.Popen([sys.executable, "-c", _JOB], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    proc.stdout.readline()
+    return proc
 
 
 def main() -> int:
@@ -138,16 +139,16 @@ def main() -> int:
         rss(gpulens, env, args.minutes, not args.no_trace)
         return 0
     here = socket.gethostname()
-    job = local_job_pid()
+    job = local_job()
+    local = f"--interval 1 --pattern '/{JOB_COMM}$'"
     viewers: dict[str, tuple[str, str | None]] = {
-        "local-overview": ("--interval 1", None),
-        "local-host": ("--interval 1", f"host {here}"),
+        "local-overview": (local, None),
+        "local-host": (local, f"host {here}"),
+        "local-job": (local, f"job {job.pid}"),
         "demo-overview": ("--demo --interval 1", None),
         "demo-host": ("--demo --interval 1", "host gpu-node05"),
         "demo-job": ("--demo --interval 1", "job 4711"),
     }
-    if job is not None:
-        viewers["local-job"] = ("--interval 1", f"job {job}")
     tmux = Tmux("cpu")
     try:
         pids = {n: tmux.start(n, f"{env} exec {gpulens} {flags}") for n, (flags, _) in viewers.items()}
@@ -163,6 +164,8 @@ def main() -> int:
         used = {n: (cpu_s(p) - start[n]) / wall * 100 for n, p in pids.items()}
     finally:
         tmux.stop()
+        job.kill()
+        job.wait()
     btop = max(used["btop"], 0.01)
     print(f"CPU at 1 Hz, 160x45 tmux, all at once over {wall:.0f} s (% of one core):")
     print(f"  btop --utf-force (update_ms = 1000): {used['btop']:.2f} %")
@@ -170,8 +173,6 @@ def main() -> int:
         base = used["local-overview" if n.startswith("local") else "demo-overview"]
         print(f"  gpulens {n:15s}: {used[n]:.2f} %   x{used[n] / btop:.1f} btop   "
               f"x{used[n] / max(base, 0.01):.2f} its overview")
-    if job is None:
-        print("  gpulens local-job      : skipped (this machine runs no process the job pattern matches)")
     sys.stdout.flush()
     if not args.no_rss:
         rss(gpulens, env, args.minutes, not args.no_trace)

@@ -31,6 +31,7 @@ from gpulens.tui.screens._plots import (
 )
 from gpulens.tui.screens.base import DataScreen
 from gpulens.tui.screens.process import ProcessScreen
+from gpulens.tui.widgets.fields import FieldsLine
 from gpulens.tui.widgets.header import AppHeader
 from gpulens.tui.widgets.panel import CustomPanel
 from gpulens.tui.widgets.plot import TimeSeriesPlot, plot_data
@@ -76,7 +77,7 @@ class JobScreen(DataScreen):
         """Header, job line, plots, custom panels, processes, Profile slot."""
         yield AppHeader()
         with VerticalScroll(id="body"):
-            yield Static("", id="job-info")
+            yield FieldsLine(id="job-info")
             yield from self.compose_plots(JOB_PLOTS)
             yield Static("Processes", classes="section")
             yield ProcessTable(id="processes")
@@ -184,8 +185,8 @@ class JobScreen(DataScreen):
         view = store.job(self.key, ctx.window_s)
         if view is None:
             self._shown.pop("info-fields", None)
-            self.update_static("#job-info", Text(f"job {self.key} is not running (last seen data kept below)",
-                                           style="bold"))
+            self.query_one("#job-info", FieldsLine).show(
+                Text(f"job {self.key} is not running (last seen data kept below)", style="bold"))
             # The job ended: no stale "Open Profiler" line or key for processes that are gone.
             self.query_one("#profiler-action", Static).display = False
             if self._polling:
@@ -369,7 +370,7 @@ class JobScreen(DataScreen):
         for label, value in fields:
             text.append(f"{label} ", style="dim")
             text.append(f"{value}   ", style="bold")
-        self.update_static("#job-info", text)
+        self.query_one("#job-info", FieldsLine).show(text)  # a runtime tick repaints one line
 
     def action_open_profiler(self) -> None:
         """Open the PyTorch profiler screen for every polling process of the job, on every host."""

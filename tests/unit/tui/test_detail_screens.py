@@ -12,6 +12,7 @@ from gpulens.tui.screens._plots import GPU_PLOTS
 from gpulens.tui.screens.gpu import GpuScreen
 from gpulens.tui.screens.job import JobScreen
 from gpulens.tui.screens.process import ProcessScreen
+from gpulens.tui.widgets.fields import FieldsLine
 from gpulens.tui.widgets.gpu_table import GpuTable
 from gpulens.tui.widgets.plot import TimeSeriesPlot, plot_data
 from gpulens.tui.widgets.process_table import ProcessTable
@@ -193,5 +194,5 @@ async def test_a_python_c_scripts_newlines_read_as_spaces_in_the_job_screen_and_
         key = ctx.store.jobs(300)[0].key
         app.push_screen(JobScreen(key, context=ctx))
         await pilot.pause()
-        info = str(app.screen.query_one("#job-info").render())
+        info = app.screen.query_one("#job-info", FieldsLine).text.plain
         assert "import time for _ in range(9):" in info and "\t" not in info

@@ -19,6 +19,7 @@ from gpulens.core.events import SampleEvent
 from gpulens.tui.app import GpulensApp
 from gpulens.tui.screens.job import JobScreen
 from gpulens.tui.screens.process import ProcessScreen
+from gpulens.tui.widgets.fields import FieldsLine
 from gpulens.tui.widgets.process_table import ProcessTable
 from tests.fakes.tui_fakes import demo_app, settle, sync
 
@@ -39,19 +40,19 @@ class Watch:
         self.table = screen.query_one(ProcessTable)
         self.lines: Counter[int] = Counter()
         self.info_updates = 0
-        table, info = self.table, screen.query_one("#job-info", Static)
-        render, update = table.render_line, info.update
+        table, info = self.table, screen.query_one("#job-info", FieldsLine)
+        render, show = table.render_line, info.show
 
         def counted_render(y: int) -> Strip:
             self.lines[y] += 1
             return render(y)
 
-        def counted_update(content: Any = "", **kw: Any) -> None:
+        def counted_show(text: Any) -> None:
             self.info_updates += 1
-            update(content, **kw)
+            show(text)
 
         table.render_line = counted_render  # type: ignore[method-assign]
-        info.update = counted_update  # type: ignore[method-assign]
+        info.show = counted_show  # type: ignore[method-assign]
 
     def clear(self) -> None:
         self.lines.clear()
@@ -74,14 +75,14 @@ async def test_a_tick_without_job_change_repaints_no_row_and_keeps_the_job_line(
             app.refresh_data()
             await pilot.pause()
         watch.clear()
-        before = screen.query_one("#job-info", Static).render()
+        before = screen.query_one("#job-info", FieldsLine).text.copy()
         tick(app, hosts)
         app.refresh_data()
         await pilot.pause()
         assert screen.view is not None and screen.view.hosts == hosts  # the tick reached the screen
         assert not watch.lines, watch.lines
         assert watch.info_updates == 0
-        assert str(screen.query_one("#job-info", Static).render()) == str(before)
+        assert screen.query_one("#job-info", FieldsLine).text == before
 
 
 @sync

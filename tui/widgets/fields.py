@@ -1,0 +1,179 @@
+"""A screen's info line (``job 4711   user alice   runtime 3h55m ...``), cheap to show every tick.
+
+A ``Static`` given new text each tick costs Textual its whole text pipeline
+(parse, wrap, format, style every span) and, unless told otherwise, a layout
+of the screen: on a job screen whose runtime ticks every second that was a
+fifth of a percent of a core, more than the screen's plots. ``FieldsLine``
+wraps the text itself (as ``Static`` does: at spaces, over-long words folded,
+the spaces at a break dropped), keeps one strip per line, repaints only the
+lines whose text or styles changed, and asks for a layout only when the
+number of lines does.
+"""
+
+from __future__ import annotations
+
+import re
+from itertools import pairwise
+
+from rich.cells import cell_len, get_character_cell_size
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+from textual.geometry import Size
+from textual.strip import Strip
+from textual.widget import Widget
+
+__all__ = ["FieldsLine", "wrap_offsets"]
+
+_WORD = re.compile(r"\s*\S+\s*")
+
+
+def wrap_offsets(plain: str, width: int) -> list[int]:
+    """Where ``plain`` breaks into lines of at most ``width`` cells, as Textual's ``Static`` breaks it:
+    before a word (its leading and trailing spaces included) whose letters do not fit what is left
+    of the line; a word wider than a line is folded, cell by cell."""
+    breaks: list[int] = []
+    used = 0
+    for m in _WORD.finditer(plain):
+        start, word = m.start(), m.group(0)
+        need = cell_len(word.rstrip())
+        if width - used >= need:
+            used += cell_len(word)
+        elif need > width:  # on no line: fold it
+            if start:
+                breaks.append(start)
+            used = 0
+            for i, ch in enumerate(word, start):
+                cw = get_character_cell_size(ch)
+                if used + cw > width and used:
+                    breaks.append(i)
+                    used = 0
+                used += cw
+        elif used and start:
+            breaks.append(start)
+            used = cell_len(word)
+    return breaks
+
+
+class FieldsLine(Widget):
+    """Styled text wrapped to the widget's width; a changed text repaints, and lays out only when its
+    line count changes."""
+
+    DEFAULT_CSS = "FieldsLine { height: auto; }"
+
+    def __init__(self, text: Text | str = "", *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._text = Text(text) if isinstance(text, str) else text
+        self._lines: list[list[tuple[str, str | Style]]] = []
+        """Each line's runs (text, span style) at ``_width``."""
+        self._strips: list[Strip | None] = []
+        self._width = -1
+        self._base: Style | None = None
+
+    @property
+    def text(self) -> Text:
+        """What the widget shows."""
+        return self._text
+
+    def show(self, text: Text | str) -> None:
+        """Show ``text``; only the lines that differ are repainted."""
+        text = Text(text) if isinstance(text, str) else text
+        if text == self._text:
+            return
+        self._text = text
+        if self._width < 0:
+            self.refresh(layout=True)
+            return
+        old = self._lines
+        self._lines = self._wrap(self._width)
+        if len(old) != len(self._lines):
+            self._strips = [None] * len(self._lines)
+            self.refresh(layout=True)
+            return
+        changed = False
+        for y, (was, now) in enumerate(zip(old, self._lines, strict=True)):
+            if was != now:
+                self._strips[y], changed = None, True
+        if changed:
+            self.refresh()  # a repaint: the unchanged lines come back from their kept strips
+
+    def notify_style_update(self) -> None:
+        """A theme or class change: the strips are styled again."""
+        super().notify_style_update()
+        self._base = None
+        self._strips = [None] * len(self._lines)
+
+    def get_content_width(self, container: Size, viewport: Size) -> int:
+        """The widest line unwrapped (used only where the width is auto)."""
+        return max((cell_len(line) for line in self._text.plain.split("\n")), default=0)
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        """How many lines the text wraps to at ``width``."""
+        self._lay_out(width)
+        return len(self._lines)
+
+    def _lay_out(self, width: int) -> None:
+        if width != self._width:
+            self._width = width
+            self._lines = self._wrap(width)
+            self._strips = [None] * len(self._lines)
+
+    def _wrap(self, width: int) -> list[list[tuple[str, str | Style]]]:
+        """Each line's runs: the text cut at its wrap offsets, the spaces before a break dropped."""
+        text = self._text
+        plain = text.plain
+        if width <= 0 or not plain:
+            return [[]] if plain == "" else []
+        out: list[list[tuple[str, str | Style]]] = []
+        pos = 0
+        for part in plain.split("\n"):
+            cuts = [0, *wrap_offsets(part, width), len(part)]
+            for i, (a, b) in enumerate(pairwise(cuts)):
+                if i < len(cuts) - 2:  # a line that breaks: its trailing spaces go
+                    b = a + len(part[a:b].rstrip())
+                out.append(_runs(text, pos + a, pos + b))
+            pos += len(part) + 1
+        return out
+
+    def render_line(self, y: int) -> Strip:
+        """Content line ``y``: its runs on the widget's style, padded to the width."""
+        width = self.size.width
+        self._lay_out(width)
+        base = self._base
+        if base is None:
+            base = self._base = self.rich_style
+        if y >= len(self._lines):
+            return Strip.blank(width, Style.from_color(bgcolor=base.bgcolor))
+        strip = self._strips[y]
+        if strip is None:
+            segments = [Segment(t, base + (Style.parse(s) if isinstance(s, str) else s)) for t, s in self._lines[y]]
+            used = sum(cell_len(t) for t, _ in self._lines[y])
+            if used < width:  # the rest in the background alone, as Textual pads a line
+                segments.append(Segment(" " * (width - used), Style.from_color(bgcolor=base.bgcolor)))
+            strip = self._strips[y] = Strip(segments, max(used, width)).crop(0, width)
+        return strip
+
+
+def _runs(text: Text, start: int, end: int) -> list[tuple[str, str | Style]]:
+    """``text.plain[start:end]`` split where its spans' styles change, each piece with its style."""
+    plain = text.plain
+    edges = {start, end}
+    for sp in text.spans:
+        if sp.start < end and sp.end > start:
+            edges.add(max(sp.start, start))
+            edges.add(min(sp.end, end))
+    cut = sorted(edges)
+    runs: list[tuple[str, str | Style]] = []
+    for a, b in pairwise(cut):
+        styles = [sp.style for sp in text.spans if sp.start <= a and sp.end >= b]
+        style: str | Style = text.style if not styles else (
+            styles[0] if len(styles) == 1 and not text.style else _combine(text.style, styles))
+        runs.append((plain[a:b], style))
+    return runs
+
+
+def _combine(first: str | Style, styles: list[str | Style]) -> Style:
+    out = Style.parse(first) if isinstance(first, str) and first else first if isinstance(first, Style) else Style()
+    for s in styles:
+        out += Style.parse(s) if isinstance(s, str) else s
+    return out
