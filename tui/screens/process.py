@@ -46,6 +46,7 @@ class ConfirmSignal(ModalScreen[bool]):
     ConfirmSignal { align: center middle; }
     ConfirmSignal > Vertical { width: auto; max-width: 90%; height: auto; border: thick $warning;
                                padding: 1 2; background: $surface; }
+    ConfirmSignal Static { width: auto; max-width: 100%; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("y", "answer(True)", "Yes, send it"),
