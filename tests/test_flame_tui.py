@@ -404,3 +404,73 @@ async def test_export_acts_on_the_focus(tmp_path: Path) -> None:
 def test_snapshot_thread_picker(snap_compare: Any) -> None:
     group = _threads_group()
     assert snap_compare(FlameApp(group.pick(), group=group), terminal_size=SIZE, press=["T"])
+
+
+def _screen_lines(app: App[Any]) -> list[str]:
+    """What the terminal shows of the top screen, line by line."""
+    return ["".join(seg.text for seg in strip) for strip in app.screen._compositor.render_strips()]
+
+
+@run_async
+async def test_every_flame_screen_keeps_its_crumbs_on_the_first_line() -> None:
+    app = FlameApp(load_profile(str(DATA / "stacks" / "perf-vertx-stacks-01-collapsed-all.txt")))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert _screen_lines(app)[0].startswith(" gpulens flame › Flame graph  ·  ")
+        await pilot.press("t")  # more functions than lines: the table scrolls, not the screen
+        await pilot.pause()
+        assert isinstance(app.screen, FunctionTableScreen)
+        for keys in ([], ["end"], ["home"], ["pagedown", "pageup"]):
+            await pilot.press(*keys)
+            await pilot.pause()
+            lines = _screen_lines(app)
+            assert lines[0].strip() == "gpulens flame › Flame graph › Functions", keys
+            assert {"self", "file"} & set(lines[1].split()), keys  # the column header under it
+        assert app.screen.scroll_offset.y == 0 and app.screen.max_scroll_y == 0
+        await pilot.press("escape", "up", "s")
+        await pilot.pause()
+        assert isinstance(app.screen, SandwichScreen)
+        first = _screen_lines(app)[0].strip()
+        assert first.startswith("gpulens flame › Flame graph › Sandwich: ")
+        await pilot.press("up", "s")  # a sandwich from a sandwich: its crumbs name both
+        await pilot.pause()
+        assert _screen_lines(app)[0].strip().startswith(f"{first} › Sandwich: ")
+
+
+@run_async
+async def test_main_tui_shows_the_flame_crumbs_once() -> None:
+    """The main app puts its header on the flame screens: their own crumbs line goes."""
+    from gpulens.tui.app import GpulensApp
+    from gpulens.tui.widgets.header import AppHeader
+    from tests.fakes.tui_fakes import StaticSource, frozen_clock, settle
+
+    def crumb_lines() -> list[str]:
+        return [line.strip() for line in _screen_lines(app) if "gpulens ›" in line]
+
+    app = GpulensApp(source=StaticSource([]), clock=frozen_clock)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await settle(app, pilot)
+        app.push_screen(FlameScreen(training_profile(), "test"))
+        await settle(app, pilot)
+        screen = app.screen
+        assert isinstance(screen, FlameScreen)
+        assert screen.query_one(AppHeader).crumbs == ("gpulens", "Overview", "Flame graph")
+        (line,) = crumb_lines()
+        assert line.startswith("gpulens › Overview › Flame graph ")  # the header
+        title = _screen_lines(app)[1].strip()
+        assert title.startswith("100 samples  ·  ") and title.endswith("test")  # total and title stay
+        await pilot.press("t")
+        await settle(app, pilot)
+        assert isinstance(app.screen, FunctionTableScreen)
+        (line,) = crumb_lines()
+        assert line.startswith("gpulens › Overview › Flame graph › Functions ")
+        assert _screen_lines(app)[1].split()[:2] == ["self", "self"]
+        await pilot.press("escape", "up", "up", "up", "s")
+        await settle(app, pilot)
+        assert isinstance(app.screen, SandwichScreen)
+        (line,) = crumb_lines()
+        assert line.startswith("gpulens › Overview › Flame graph › Sandwich: Trainer.fit ")
+        await pilot.press("up", "s")  # a sandwich from a sandwich: the crumbs grow as the stack does
+        await settle(app, pilot)
+        (line,) = crumb_lines()
+        assert line.startswith("gpulens › Overview › Flame graph › Sandwich: Trainer.fit › Sandwich: ")

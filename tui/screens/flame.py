@@ -18,7 +18,6 @@ from typing import ClassVar
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
-from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 from textual.worker import Worker
 
@@ -28,8 +27,8 @@ from gpulens.analysis.flame.group import ProfileGroup
 from gpulens.analysis.flame.labels import format_value
 from gpulens.analysis.flame.model import Profile
 from gpulens.analysis.flame.query import frame_nodes, sandwich
-from gpulens.tui._compositor import SparseScreen
 from gpulens.tui.screens.flame_views import (
+    CrumbedScreen,
     ExportScreen,
     FlameHelpScreen,
     FunctionTableScreen,
@@ -56,11 +55,12 @@ def _stem(title: str) -> str:
     return f"flame-{text}" if text else "flame"
 
 
-class FlameScreen(SparseScreen, Screen[None]):
+class FlameScreen(CrumbedScreen[None]):
     """A full-screen flame graph of ``profile``; escape at the top focus level leaves.
 
     ``group``: the file's profiles when it has several (``T`` picks one);
     ``live``: the graph will be fed newer profiles (then ``p`` pauses them).
+    The title line starts with the crumbs unless the app's header shows them (:class:`CrumbedScreen`).
     """
 
     crumb = "Flame graph"
@@ -109,7 +109,12 @@ class FlameScreen(SparseScreen, Screen[None]):
         unit = f" {p.unit}" if p.unit == "samples" else ""
         part = f"{self.group.label(self.choice)} (T: threads)  ·  " if self.group is not None else ""
         # The total before the title: a narrow terminal cuts the end of the line.
-        return f"{self.crumbs}  ·  {format_value(p.total, p.unit)}{unit}  ·  {part}{self.title_text}"
+        line = f"{format_value(p.total, p.unit)}{unit}  ·  {part}{self.title_text}"
+        return line if self.has_header else f"{self.crumbs}  ·  {line}"
+
+    def header_mounted(self) -> None:
+        """The app's header shows the crumbs: the title line leaves them out."""
+        self.query_one("#flame-title", Static).update(self._title_line())
 
     @property
     def graph(self) -> FlameGraph:

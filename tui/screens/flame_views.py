@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen, Screen
+from textual.widget import AwaitMount, Widget
 from textual.widgets import DataTable, Footer, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
@@ -17,6 +18,9 @@ from gpulens.analysis.flame.model import Profile
 from gpulens.analysis.flame.query import FunctionRow, Sandwich, function_table
 from gpulens.tui._compositor import SparseScreen
 from gpulens.tui.widgets.flamegraph import FlameGraph
+from gpulens.tui.widgets.header import AppHeader
+
+ResultT = TypeVar("ResultT")
 
 READING_GUIDE = """\
 [b]How to read a flame graph[/b]
@@ -79,12 +83,45 @@ class FlameHelpScreen(ModalScreen[None]):
         yield Static(keys_text(self.keys) + "\n\n" + READING_GUIDE)
 
 
-class SandwichScreen(SparseScreen, Screen[None]):
+class CrumbedScreen(SparseScreen, Screen[ResultT]):
+    """A flame screen that draws its own breadcrumbs until an :class:`AppHeader` shows them.
+
+    ``gpulens flame`` has no header: each screen's first line is its crumbs. The main
+    TUI mounts an :class:`AppHeader` on every screen without one, with crumbs from the
+    screens' ``crumb``; the screen's own crumbs would repeat them, so they go
+    (:meth:`header_mounted`) in the layout that brings the header.
+    """
+
+    DEFAULT_CSS = """
+    CrumbedScreen .flame-crumbs { height: 1; background: $panel; text-style: bold; padding: 0 1; }
+    CrumbedScreen.-app-header .flame-crumbs { display: none; }
+    """
+
+    crumb = ""
+    """This screen's name in the breadcrumbs (``Functions``)."""
+
+    def mount(self, *widgets: Widget, before: int | str | Widget | None = None,
+              after: int | str | Widget | None = None) -> AwaitMount:
+        """As Textual's; an :class:`AppHeader` among ``widgets`` takes over the crumbs."""
+        if not self.has_header and any(isinstance(w, AppHeader) for w in widgets):
+            self.add_class("-app-header")
+            self.header_mounted()
+        return super().mount(*widgets, before=before, after=after)
+
+    @property
+    def has_header(self) -> bool:
+        """An :class:`AppHeader` shows the crumbs (the main TUI's screens)."""
+        return self.has_class("-app-header")
+
+    def header_mounted(self) -> None:
+        """Called as an :class:`AppHeader` is mounted; the ``.flame-crumbs`` line is hidden by then."""
+
+
+class SandwichScreen(CrumbedScreen[None]):
     """Callers (above: the function at the bottom, its callers on it) and callees."""
 
     DEFAULT_CSS = """
     SandwichScreen .sandwich-title { height: 1; background: $primary-muted; color: $foreground; padding: 0 1; }
-    SandwichScreen .flame-crumbs { height: 1; background: $panel; text-style: bold; padding: 0 1; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "app.pop_screen", "Back"),
                                               Binding("q", "app.quit", "Quit")]
@@ -93,10 +130,17 @@ class SandwichScreen(SparseScreen, Screen[None]):
         super().__init__()
         self.sandwich = sandwich
         self.crumbs = crumbs
+        """The crumbs of the screens below (``gpulens flame › Flame graph``)."""
+        self.crumb = f"Sandwich: {sandwich.name}"
+
+    @property
+    def crumbs_line(self) -> str:
+        """``gpulens flame › Flame graph › Sandwich: step``."""
+        return f"{self.crumbs} › {self.crumb}".lstrip(" ›")
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static(f"{self.crumbs} › Sandwich: {self.sandwich.name}".lstrip(" ›"), classes="flame-crumbs")
+            yield Static(self.crumbs_line, classes="flame-crumbs")
             yield Static(f"callers of {self.sandwich.name} (read upwards: who called it)", classes="sandwich-title")
             yield FlameGraph(self.sandwich.callers, id="callers")
             yield Static(f"callees of {self.sandwich.name} (what it spent its value on)", classes="sandwich-title")
@@ -106,18 +150,20 @@ class SandwichScreen(SparseScreen, Screen[None]):
     def on_flame_graph_sandwich_requested(self, message: FlameGraph.SandwichRequested) -> None:
         from gpulens.analysis.flame.query import sandwich
 
-        self.app.push_screen(SandwichScreen(sandwich(message.control.profile, message.node), self.crumbs))
+        self.app.push_screen(SandwichScreen(sandwich(message.control.profile, message.node), self.crumbs_line))
 
     def on_flame_graph_help_requested(self, message: FlameGraph.HelpRequested) -> None:
         self.app.push_screen(FlameHelpScreen([*message.control.key_help(), ("q", "quit"), ("?", "this guide")]))
 
 
-class FunctionTableScreen(SparseScreen, Screen[str | None]):
+class FunctionTableScreen(CrumbedScreen[str | None]):
     """Functions merged across the tree; ``s``/``t`` sort by self/total, enter searches."""
 
     DEFAULT_CSS = """
-    FunctionTableScreen .flame-crumbs { height: 1; background: $panel; text-style: bold; padding: 0 1; }
+    /* The table scrolls, not the screen: at its auto height it would push the crumbs off the top. */
+    FunctionTableScreen DataTable { height: 1fr; }
     """
+    crumb = "Functions"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "close", "Back"),
         Binding("s", "sort('self')", "Sort by self"),
@@ -133,7 +179,7 @@ class FunctionTableScreen(SparseScreen, Screen[str | None]):
         self._rows: list[FunctionRow] = []
 
     def compose(self) -> ComposeResult:
-        yield Static(f"{self.crumbs} › Functions".lstrip(" ›"), classes="flame-crumbs")
+        yield Static(f"{self.crumbs} › {self.crumb}".lstrip(" ›"), classes="flame-crumbs")
         yield DataTable(cursor_type="row", zebra_stripes=True)
         yield Footer()
 
