@@ -27,8 +27,16 @@ HOST_METRICS: tuple[str, ...] = (
     "gpu.sm_activity_percent",
     "gpu.mem_used_percent",
     "gpu.power_w",
+    "gpu.temperature_c",
+    "gpu.sm_clock_mhz",
+    "gpu.pcie_bytes_per_s",
+    "gpu.nvlink_bytes_per_s",
+    "network.total_bytes_per_s",
+    "storage.total_bytes_per_s",
 )
-"""Per-host series; the ``gpu.*`` ones are the host's mean (power: sum) over its GPUs."""
+"""Per-host series; the ``gpu.*`` ones are the host's mean (power, PCIe, NVLink: sum) over its GPUs, and
+the totals rx + tx and read + write: each sample's own, so a window's min, max and "now" of a host
+figure are the raw samples' (never the extremes of one GPU, nor a sum of two maxima)."""
 
 GPU_METRICS: tuple[str, ...] = (
     "gpu.utilization_percent",
@@ -57,8 +65,9 @@ JOB_METRICS: tuple[str, ...] = (
 )
 """Per (host, job) series: mean utilization of the job's GPUs, their memory, CPU %."""
 
-SUMMED = frozenset({"gpu.power_w", "gpu.energy_rate_w", "job.gpu_mem_bytes", "job.cpu_percent",
-                    "proc.gpu_mem_bytes"})
+SUMMED = frozenset({"gpu.power_w", "gpu.energy_rate_w", "gpu.pcie_bytes_per_s", "gpu.nvlink_bytes_per_s",
+                    "network.total_bytes_per_s", "storage.total_bytes_per_s",
+                    "job.gpu_mem_bytes", "job.cpu_percent", "proc.gpu_mem_bytes"})
 """Metrics added (not averaged) when several GPUs or hosts are combined."""
 
 IDLE_UTIL_PERCENT = 1.0
@@ -151,6 +160,16 @@ def _mean(vals: list[float]) -> float:
     return sum(known) / len(known) if known else NAN
 
 
+def _sum(vals: list[float]) -> float:
+    known = [v for v in vals if v == v]
+    return sum(known) if known else NAN
+
+
+def _plus(a: float, b: float) -> float:
+    """``a + b`` of the known ones (NaN only when both are)."""
+    return b if a != a else a if b != b else a + b
+
+
 def host_values(s: HostSample, per_gpu: list[list[float]]) -> list[float]:
     """The host's values in :data:`HOST_METRICS` order (NaN = unavailable)."""
     return host_values_flat(s, [v for g in per_gpu for v in g])
@@ -161,23 +180,29 @@ def host_values_flat(s: HostSample, gpu_block: list[float]) -> list[float]:
     mem, cpu, net, sto, cache = s.memory, s.cpu, s.network, s.storage, s.cache
     used, total = mem.used_bytes, mem.total_bytes
     w = len(GPU_METRICS)
-    util = sm = gmem = power = NAN
+    util = sm = gmem = power = temp = clock = pcie = nvlink = NAN
     if gpu_block:
         n = len(gpu_block) // w
         util, sm, gmem, power = (sum(gpu_block[0::w]) / n, sum(gpu_block[1::w]) / n, sum(gpu_block[2::w]) / n,
                                  sum(gpu_block[3::w]))
-        if (t := util + sm + gmem + power) - t != 0.0:  # a NaN (or inf) among them: of the known values
+        temp, clock, pcie, nvlink = (sum(gpu_block[4::w]) / n, sum(gpu_block[5::w]) / n, sum(gpu_block[6::w]),
+                                     sum(gpu_block[7::w]))
+        if (t := util + sm + gmem + power + temp + clock + pcie + nvlink) - t != 0.0:  # a NaN (or inf): known ones
             util, sm, gmem = _mean(gpu_block[0::w]), _mean(gpu_block[1::w]), _mean(gpu_block[2::w])
-            known = [v for v in gpu_block[3::w] if v == v]
-            power = sum(known) if known else NAN
+            temp, clock = _mean(gpu_block[4::w]), _mean(gpu_block[5::w])
+            power, pcie, nvlink = _sum(gpu_block[3::w]), _sum(gpu_block[6::w]), _sum(gpu_block[7::w])
+    rx = NAN if (v := net.rx_bytes_per_s) is None else float(v)
+    tx = NAN if (v := net.tx_bytes_per_s) is None else float(v)
+    read = NAN if (v := sto.read_bytes_per_s) is None else float(v)
+    write = NAN if (v := sto.write_bytes_per_s) is None else float(v)
     # Inlined _f: this runs for every sample.
     return [
         NAN if (v := cpu.total_percent) is None else float(v),
         100.0 * used / total if used is not None and total else NAN,
-        NAN if (v := net.rx_bytes_per_s) is None else float(v),
-        NAN if (v := net.tx_bytes_per_s) is None else float(v),
-        NAN if (v := sto.read_bytes_per_s) is None else float(v),
-        NAN if (v := sto.write_bytes_per_s) is None else float(v),
+        rx,
+        tx,
+        read,
+        write,
         NAN if (v := cache.l2_hit_ratio) is None else float(v),
         NAN if (v := cache.l3_hit_ratio) is None else float(v),
         NAN if (v := cache.mem_bandwidth_bytes_per_s) is None else float(v),
@@ -185,6 +210,12 @@ def host_values_flat(s: HostSample, gpu_block: list[float]) -> list[float]:
         sm,
         gmem,
         power,
+        temp,
+        clock,
+        pcie,
+        nvlink,
+        _plus(rx, tx),
+        _plus(read, write),
     ]
 
 
@@ -217,6 +248,8 @@ UNAVAILABLE_KEYS: dict[str, tuple[str, ...]] = {
     "network.tx_bytes_per_s": ("network.tx_bytes_per_s", "network"),
     "storage.read_bytes_per_s": ("storage.read_bytes_per_s", "storage"),
     "storage.write_bytes_per_s": ("storage.write_bytes_per_s", "storage"),
+    "network.total_bytes_per_s": ("network.rx_bytes_per_s", "network.tx_bytes_per_s", "network"),
+    "storage.total_bytes_per_s": ("storage.read_bytes_per_s", "storage.write_bytes_per_s", "storage"),
     "cache.l2_hit_ratio": ("cache.l2_hit_ratio", "cache"),
     "cache.l3_hit_ratio": ("cache.l3_hit_ratio", "cache"),
     "cache.mem_bandwidth_bytes_per_s": ("cache.mem_bandwidth_bytes_per_s", "cache"),

@@ -80,10 +80,8 @@ HOST_PLOTS: tuple[PlotSpec, ...] = (
     PlotSpec("mem-bw", "Memory Bandwidth", ("cache.mem_bandwidth_bytes_per_s",), rate, hi=None, floor=KB),
     PlotSpec("l2", "L2 Cache Hit Ratio", ("cache.l2_hit_ratio",), ratio, hi=1.0),
     PlotSpec("l3", "L3 Cache Hit Ratio", ("cache.l3_hit_ratio",), ratio, hi=1.0),
-    PlotSpec("net", "Network Bandwidth (rx+tx)",
-             ("network.rx_bytes_per_s", "network.tx_bytes_per_s"), rate, hi=None, floor=KB),
-    PlotSpec("disk", "Storage Bandwidth (read+write)",
-             ("storage.read_bytes_per_s", "storage.write_bytes_per_s"), rate, hi=None, floor=KB),
+    PlotSpec("net", "Network Bandwidth (rx+tx)", ("network.total_bytes_per_s",), rate, hi=None, floor=KB),
+    PlotSpec("disk", "Storage Bandwidth (read+write)", ("storage.total_bytes_per_s",), rate, hi=None, floor=KB),
 )
 
 JOB_PLOTS: tuple[PlotSpec, ...] = (
@@ -91,10 +89,10 @@ JOB_PLOTS: tuple[PlotSpec, ...] = (
     PlotSpec("job-sm", "GPU SM Activity (job's GPUs)", ("gpu.sm_activity_percent",), pct),
     PlotSpec("job-mem", "GPU Memory (job)", ("job.gpu_mem_bytes",), size, hi=None, floor=float(1 << 20)),
     PlotSpec("job-cpu", "CPU (job's processes)", ("job.cpu_percent",), pct, hi=None, floor=100.0),
-    PlotSpec("job-net", "Network Bandwidth (job's hosts)",
-             ("network.rx_bytes_per_s", "network.tx_bytes_per_s"), rate, hi=None, floor=KB),
-    PlotSpec("job-disk", "Storage Bandwidth (job's hosts)",
-             ("storage.read_bytes_per_s", "storage.write_bytes_per_s"), rate, hi=None, floor=KB),
+    PlotSpec("job-net", "Network Bandwidth (job's hosts)", ("network.total_bytes_per_s",), rate, hi=None,
+             floor=KB),
+    PlotSpec("job-disk", "Storage Bandwidth (job's hosts)", ("storage.total_bytes_per_s",), rate, hi=None,
+             floor=KB),
 )
 
 GPU_ONLY_PLOTS: tuple[PlotSpec, ...] = (

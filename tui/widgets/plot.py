@@ -303,42 +303,53 @@ class TimeSeriesPlot(Widget):
         """(full scale, idle): the fixed ``hi``, else the data's max with headroom, at least ``floor``."""
         top = max(known) if known else 0.0
         st = self.data.stats
-        if st is not None and math.isfinite(st.max):
+        if st is not None and math.isfinite(st.max) and not self.data.lines:  # bands: each GPU's own values
             top = max(top, st.max)
         idle = top <= self.lo
         if self.hi is not None:
             return self.hi, idle
         return max(top * 1.1, self.floor) or 1.0, idle
 
-    def summary(self, known: Sequence[float]) -> Text:
-        """``now 75%  avg 63%  max 86%  over 4m50s of data [5m]`` (or ``idle``)."""
-        return Text.assemble(*self._summary(known), no_wrap=True, overflow="crop")
+    def summary(self, known: Sequence[float], width: int = 1 << 16) -> Text:
+        """``now 75%  avg 63%  min 12%  max 86%  over 4m50s of data [5m]`` (or ``idle``), fitted to ``width``."""
+        return Text.assemble(*self._summary(known, width), no_wrap=True, overflow="crop")
 
-    def _summary(self, known: Sequence[float]) -> list[tuple[str, Style]]:
+    def _summary(self, known: Sequence[float], width: int = 1 << 16) -> list[tuple[str, Style]]:
+        """The summary's runs, the longest form that fits ``width``: without "of data", then without the
+        min, then without how much data, before anything is cut."""
         d = self.data
         st = d.stats
         title = self._style("plot--title")
-        out: list[tuple[str, Style]] = []
         if st is not None and not st.empty:
-            now, mean, top, covered = st.now, st.mean, st.max, duration(st.covered_s)
+            now, mean, low, top, covered = st.now, st.mean, st.min, st.max, duration(st.covered_s)
+            bound = st.combined  # several series joined: their extremes bound the joined one's
         else:
             now = known[-1] if known else math.nan
-            mean, top = (sum(known) / len(known), max(known)) if known else (math.nan, math.nan)
+            mean, low, top = (sum(known) / len(known), min(known), max(known)) if known else (math.nan,) * 3
             covered = duration(d.covered_s) if d.covered_s > 0 else ""
+            bound = False
+        tail = [(f"[{d.window}]" + (f" {d.note}" if d.note else ""), title)]
         if top == top and top <= self.lo and self.hi is None:
-            out += (("idle", self._style("plot--idle")), (f"  {self.fmt(top)} throughout  ", title))
+            figures = [[("idle", self._style("plot--idle")), (f"  {self.fmt(top)} throughout  ", title)]] * 2
         else:
-            for label, v in (("now", now), ("avg", mean), ("max", top)):
-                past = self.style_of(v) if self.style_of is not None and v == v else None
-                out.append((f"{label} ", title))
-                if past is None:
-                    out.append((self.fmt(v if v == v else None), title))
-                else:  # the marker keeps the meaning without colour (NO_COLOR)
-                    out.append((self.fmt(v) + past[1], title + past[0]))
-                out.append(("  ", title))
-        if covered:
-            out.append((f"over {covered} of data ", title))
-        out.append((f"[{d.window}]" + (f" {d.note}" if d.note else ""), title))
+            every = (("now", now), ("avg", mean), ("min≥" if bound else "min", low), ("max≤" if bound else "max", top))
+            figures = [self._figures(every, title), self._figures((every[0], every[1], every[3]), title)]
+        forms = [figures[0] + [(f"over {covered} of data ", title)] * bool(covered) + tail,
+                 figures[0] + [(f"over {covered} ", title)] * bool(covered) + tail,
+                 figures[1] + [(f"over {covered} ", title)] * bool(covered) + tail,
+                 figures[1] + tail]
+        return next((f for f in forms if sum(len(t) for t, _ in f) <= width), forms[-1])
+
+    def _figures(self, pairs: Sequence[tuple[str, float]], title: Style) -> list[tuple[str, Style]]:
+        out: list[tuple[str, Style]] = []
+        for label, v in pairs:
+            past = self.style_of(v) if self.style_of is not None and v == v else None
+            out.append((f"{label} ", title))
+            if past is None:
+                out.append((self.fmt(v if v == v else None), title))
+            else:  # the marker keeps the meaning without colour (NO_COLOR)
+                out.append((self.fmt(v) + past[1], title + past[0]))
+            out.append(("  ", title))
         return out
 
     def render(self) -> Text:
@@ -378,12 +389,13 @@ class TimeSeriesPlot(Widget):
             bold = min(3, len(plain))
             return [tuple(p for p in ((plain[:bold], axis + _BOLD), (plain[bold:], axis)) if p[0])]
         hi = self.hi if self.hi is not None else self.scale(known)[0]
-        head = self._summary((_known(d.values) or known) if d.lines else known)
+        head = self._summary((_known(d.values) or known) if d.lines else known, width)
         out: list[Line] = [()]
         show_axis = height >= 4 and d.window_s > 0
         rows = max(1, height - 1 - show_axis)
         cols = chart_columns(width)
         if d.lines:
+            head.append((f" · each {self.fmt(self.lo)}–{self.fmt(hi)}", axis))  # the bands' own scale
             if rows < len(d.lines):
                 head.append((f" · {rows} of {len(d.lines)} shown", axis))
             self._bands(out, rows, cols, hi, axis)
