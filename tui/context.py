@@ -53,7 +53,7 @@ class ScreenContext(Protocol):
 
     @property
     def readonly(self) -> bool:
-        """``--readonly``: offer no action that changes anything (no signals to processes, no traces)."""
+        """``--readonly``: offer no action that changes anything (no signals, no py-spy, no traces)."""
         ...
 
     @property

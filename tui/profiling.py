@@ -54,6 +54,12 @@ PROFILE_BINDINGS: list[BindingType] = [
 ]
 """The keys a screen with a :class:`Profiling` adds to its own ``f`` and ``d``."""
 
+READONLY_HIDES = frozenset({"profile", "quick_look", "profile_seconds", "last_flame", "open_profiler",
+                            "profiler_hint"})
+"""The actions ``--readonly`` removes from a host or job screen: py-spy attaches to a process (ptrace
+stops it while it reads the stacks) and a trace request makes it run the profiler."""
+READONLY_NOTE = "read-only (--readonly): no py-spy sampling, no traces"
+
 
 class DurationPrompt(ModalScreen[float | None]):
     """Ask how many seconds ``f`` samples for."""
@@ -115,14 +121,26 @@ class Profiling:
         self._deadline = 0.0
         self._doing = ""
 
+    @property
+    def readonly(self) -> bool:
+        """``--readonly``: nothing is sampled or traced."""
+        return bool(getattr(self.screen.ctx, "readonly", False))
+
+    def allows(self, action: str) -> bool:
+        """Whether the screen offers ``action`` (``--readonly`` removes :data:`READONLY_HIDES`)."""
+        return not (self.readonly and action in READONLY_HIDES)
+
     def count(self) -> int:
         """How many processes ``f`` would sample (here, or else through an agent)."""
-        if self.screen.ctx.source.simulated:
+        if self.screen.ctx.source.simulated or self.readonly:
             return 0
         return len(self.local_pids()) or sum(len(p) for p in self.remote_pids().values())
 
     def _can_profile(self) -> bool:
         """False, with a notice, when there is nothing real to sample or no flame graphs."""
+        if self.readonly:
+            self.screen.notify(READONLY_NOTE, severity="warning")
+            return False
         if self.screen.ctx.source.simulated:
             self.screen.notify("SIMULATED data: there are no real processes to profile", severity="warning")
             return False
@@ -189,7 +207,9 @@ class Profiling:
         self.screen.post_message(OpenFlame(profile, title))
 
     def commands(self) -> list[SystemCommand]:
-        """Profile, its duration, the last graph and Quick look, for the command palette."""
+        """Profile, its duration, the last graph and Quick look, for the command palette (none read-only)."""
+        if self.readonly:
+            return []
         return [
             SystemCommand("Profile", f"f: py-spy the job processes for {self.duration_s:g} s, open a flame graph",
                           self.profile),

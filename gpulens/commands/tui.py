@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--pattern", metavar="RE", help="job pattern (regex on the process-tree ID)")
     t.add_argument("--window", metavar="W", help="statistics window: 1m, 5m, 15m or 1h")
     t.add_argument("--readonly", action="store_true",
-                   help="watch only: no action that changes anything (no signals to processes, no traces)")
+                   help="watch only: no action that touches a process (no signals, no py-spy sampling, no traces)")
 
 
 def run(args: argparse.Namespace) -> int:

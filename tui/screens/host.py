@@ -119,6 +119,10 @@ class HostScreen(DataScreen):
         configure_plots(self, HOST_PLOTS, self.ctx.cfg)
         self.query_one(GpuTable).thresholds = self.ctx.cfg.thresholds
         self.query_one("#legend", Static).styles.padding = (0, 1)
+        if self.profiling.readonly:
+            panel = self.query_one(ProfilePanel)
+            panel.set_state(ProfilePanel.idle_text(0, readonly=True))
+            panel.set_note("")
         body = self.query_one("#body")
         body.focus()
         self.watch(body, "scroll_y", self._scrolled, init=False)
@@ -152,6 +156,10 @@ class HostScreen(DataScreen):
         if sample is None or self.is_local(self.host) or not sample.jobs:
             return {}
         return {self.host: sorted(j.pid for j in sample.jobs)}
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """``--readonly`` removes profiling and traces."""
+        return self.profiling.allows(action)
 
     def action_profiler_hint(self) -> None:
         """``o`` traces a job: say to open one first, or that no job on this host polls Kineto."""

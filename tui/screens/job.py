@@ -172,7 +172,9 @@ class JobScreen(DataScreen):
         return host, tuple(sorted(set(by_host[host])))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Show "Open Profiler" only when the job's processes poll the endpoint."""
+        """Show "Open Profiler" only when the job's processes poll the endpoint; none of it read-only."""
+        if not self.profiling.allows(action):
+            return False
         if action == "open_profiler":
             return bool(self._polling)
         return True
@@ -196,7 +198,10 @@ class JobScreen(DataScreen):
         first = self.view is None
         self.view = view
         if first:
-            self.query_one(ProfilePanel).set_state(ProfilePanel.idle_text(self.profiling.count()))
+            panel = self.query_one(ProfilePanel)
+            panel.set_state(ProfilePanel.idle_text(self.profiling.count(), self.profiling.readonly))
+            if self.profiling.readonly:
+                panel.set_note("")
         w = ctx.window_s
         seen = (tuple(store.host_version(h) for h in view.hosts), w)
         polling, polling_host = self.polling_pids(), None
@@ -237,6 +242,9 @@ class JobScreen(DataScreen):
     def _show_profiler_line(self, polling: tuple[int, ...]) -> None:
         """"o: Open Profiler", or why the job's processes cannot be traced (with the fix)."""
         action = self.query_one("#profiler-action", Static)
+        if self.profiling.readonly:
+            action.display = False
+            return
         if polling:
             action.set_class(False, "-unavailable")
             action.display = True

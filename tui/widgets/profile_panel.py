@@ -29,8 +29,10 @@ class ProfilePanel(Static):
         self._draw()
 
     @staticmethod
-    def idle_text(pids: int) -> str:
+    def idle_text(pids: int, readonly: bool = False) -> str:
         """The panel's resting text."""
+        if readonly:
+            return "read-only (--readonly): no py-spy sampling, no traces"
         if pids == 0:
             return "f: no job processes to sample here (py-spy needs real processes of this job)"
         return f"f: sample the stacks of {pids} job process(es) with py-spy and open a flame graph"

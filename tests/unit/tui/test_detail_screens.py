@@ -107,6 +107,43 @@ async def test_readonly_removes_the_signal_actions() -> None:
 
 
 @sync
+async def test_readonly_removes_py_spy_and_traces_from_the_host_and_job_screens() -> None:
+    """py-spy stops a process while it reads its stacks, a trace makes it run the profiler: not read-only."""
+    from dataclasses import replace
+
+    from gpulens.core.model import JobInfo
+    from gpulens.tui.screens.host import HostScreen
+    from gpulens.tui.widgets.profile_panel import ProfilePanel
+
+    job = JobInfo(pid=4242, tree_id="systemd/bash/python3", cmdline="python3 train.py", user="me", start_time=T0)
+    me = replace(sample(T0, host="this-host"), jobs=(job,))
+    for readonly in (False, True):
+        ctx = FakeContext(StaticSource([SampleEvent(me)]), [SampleEvent(me)])
+        ctx.readonly = readonly  # type: ignore[attr-defined]
+        ctx.hostname = "this-host"  # type: ignore[attr-defined]
+        app: App[None] = App()
+        async with app.run_test(size=(160, 45)) as pilot:
+            for screen in (HostScreen("this-host", context=ctx), JobScreen(ctx.store.jobs(300)[0].key, context=ctx)):
+                app.push_screen(screen)
+                await pilot.pause()
+                offered = {a for a in ("profile", "quick_look", "profile_seconds", "last_flame", "profiler_hint",
+                                       "open_profiler") if screen.check_action(a, ())}
+                panel = str(screen.query_one(ProfilePanel).render())
+                names = {c.title for c in screen.profiling.commands()}
+                if readonly:
+                    assert not offered and not names, (screen, offered, names)
+                    assert panel.startswith("read-only (--readonly)"), panel
+                    screen.action_profile()  # the key itself does nothing but say why
+                    await pilot.pause()
+                    assert any("read-only" in n.message for n in app._notifications)
+                else:
+                    assert {"profile", "quick_look"} <= offered and "Profile" in names, (screen, offered)
+                    assert not panel.startswith("read-only")
+                app.pop_screen()
+                await pilot.pause()
+
+
+@sync
 async def test_a_flat_zero_rate_reads_idle_on_a_floor_scale() -> None:
     app: App[None] = App()
     plot = TimeSeriesPlot("Net", rate, hi=None, floor=1000.0)
