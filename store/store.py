@@ -308,6 +308,11 @@ class Store:
         hosts = job.hosts if job is not None else ()
         return merge([self.window_stats(h, metric, window_s, job=key) for h in hosts], metric in SUMMED)
 
+    def recent_xids(self, host: str, window_s: float) -> dict[int, int]:
+        """The last XID of each GPU of ``host`` that reported one in the window (as its alert counts them)."""
+        h = self._hosts.get(host)
+        return {g: x for g, (t, x) in h.xid_last.items() if self.now - t <= window_s} if h else {}
+
     def gpu_events(self, host: str, gpu: int) -> tuple[GpuEvent, ...]:
         """Throttling and XID events of one GPU, oldest first (the last 64)."""
         h = self._hosts.get(host)

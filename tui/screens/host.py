@@ -241,7 +241,7 @@ class HostScreen(DataScreen):
         if every or _in_view(self, gpus, view):
             gpus.placeholder = f"no GPUs: {store.unavailable(self.host, 'gpu.utilization_percent') or 'none reported'}"
             rows = gpus.row_count
-            gpus.show(store.latest(self.host))
+            gpus.show(store.latest(self.host), store.recent_xids(self.host, w))
             every = every or gpus.row_count != rows  # the widgets below it moved
         alerts = store.host_row(self.host, w).alerts
         if self._shown.get("#legend") != alerts:

@@ -39,7 +39,7 @@ class GpuFleetTable(IncrementalTable):
 
     COLUMNS = (
         ("host", "Host", False, 14), ("gpu", "GPU", True, 4), ("name", "Model", False, 12),
-        ("util", "Util", True, 5), ("mem", "Memory", True, 15), ("power", "Power", True, 6),
+        ("util", "Util avg", True, 8), ("mem", "Memory", True, 15), ("power", "Power", True, 6),
         ("temp", "Temp", True, 5), ("procs", "Procs", True, 6), ("throttle", "Throttle", False, 10),
     )
     FLEX = ("name", "throttle", "host")
@@ -193,7 +193,7 @@ class GpusView(_View):
 
     def boxes(self) -> list[tuple[IncrementalTable, str]]:
         """The GPU table."""
-        return [(GpuFleetTable(), "GPUs")]
+        return [(GpuFleetTable(), "GPUs · util: mean over the window; memory, power, temperature: now")]
 
     def refresh_data(self, force: bool = False) -> None:
         """The GPUs the filter keeps (a host's, or those a matching job holds)."""

@@ -6,7 +6,7 @@ drawn in its level's colour; the marker alone keeps the meaning under NO_COLOR.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from rich.segment import Segment
 from rich.style import Style
@@ -17,7 +17,15 @@ from gpulens.core.model import GpuSample, HostSample
 from gpulens.core.units import NA, num, pct, rate, size
 from gpulens.store.views import gpu_mem_percent
 from gpulens.tui.widgets._table import IncrementalTable
-from gpulens.tui.widgets.thresholds import DEFAULT, OK, STYLES, gpu_levels, level_of_text, marked
+from gpulens.tui.widgets.thresholds import (
+    CRIT,
+    DEFAULT,
+    OK,
+    STYLES,
+    gpu_levels,
+    level_of_text,
+    marked,
+)
 
 
 def _ecc(g: GpuSample) -> str:
@@ -74,9 +82,15 @@ class GpuTable(IncrementalTable):
     """Where values turn warning or critical (the config's ``[thresholds]``)."""
 
     @staticmethod
-    def cells(g: GpuSample, t: Thresholds = DEFAULT) -> tuple[str, ...]:
-        """The texts of one GPU's row (n/a for a field NVML did not give), markers past thresholds."""
+    def cells(g: GpuSample, t: Thresholds = DEFAULT, xid: int | None = None) -> tuple[str, ...]:
+        """The texts of one GPU's row (n/a for a field NVML did not give), markers past thresholds.
+
+        ``xid``: the GPU's last XID in the window, shown when this sample reports none (a GPU that
+        fell off the bus reports its XID 79 once, then nothing at all).
+        """
         lv = gpu_levels(g, t)
+        if not g.xid_events and xid is not None:
+            lv = {**lv, "xid": CRIT}  # as gpu_levels rates a reported XID
         power = NA if g.power_w is None else f"{g.power_w:.0f}/{num(g.power_limit_w)}W"
         clk = NA if g.sm_clock_mhz is None else f"{g.sm_clock_mhz}/{g.mem_clock_mhz or NA}"
         return (
@@ -87,17 +101,18 @@ class GpuTable(IncrementalTable):
             marked(power, lv["power"]), marked(num(g.temperature_c, "C"), lv["temp"]), clk,
             NA if g.pcie_rx_bytes_per_s is None else pair(g.pcie_rx_bytes_per_s, g.pcie_tx_bytes_per_s, rate),
             NA if g.nvlink_rx_bytes_per_s is None else pair(g.nvlink_rx_bytes_per_s, g.nvlink_tx_bytes_per_s, rate),
-            _ecc(g), marked(",".join(map(str, g.xid_events)), lv["xid"]) if g.xid_events else "-",
+            _ecc(g), marked(",".join(map(str, g.xid_events or ((xid,) if xid is not None else ()))), lv["xid"])
+            if g.xid_events or xid is not None else "-",
             marked(",".join(THROTTLE_SHORT.get(r, r.removesuffix("_slowdown")) for r in g.throttle_reasons),
                    lv["throttle"]) if g.throttle_reasons else "-",
             str(len(g.processes)),
         )
 
-    def show(self, sample: HostSample | None) -> bool:
-        """Show the GPUs of ``sample``; True if anything changed."""
+    def show(self, sample: HostSample | None, xids: Mapping[int, int] | None = None) -> bool:
+        """Show the GPUs of ``sample`` (``xids``: each GPU's last XID in the window); True if anything changed."""
         gpus = sample.gpus if sample else ()
-        t = self.thresholds
-        return self.sync({str(g.index): self.cells(g, t) for g in gpus}, [str(g.index) for g in gpus])
+        t, xids = self.thresholds, xids or {}
+        return self.sync({str(g.index): self.cells(g, t, xids.get(g.index)) for g in gpus}, [str(g.index) for g in gpus])
 
     def _line(self, cells: Sequence[str], style: Style, width: int) -> Strip:
         """A row; a cell ending in a level's marker is drawn in that level's style."""

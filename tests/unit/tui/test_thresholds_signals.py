@@ -51,6 +51,26 @@ def test_gpu_levels_of_a_hot_throttled_gpu() -> None:
     assert cells["xid"] == "79" + MARKS[CRIT]
 
 
+def test_a_gpu_that_reported_an_xid_once_keeps_it_in_its_row_while_the_window_holds_it() -> None:
+    """A GPU that falls off the bus reports XID 79 once, then nothing: its row says 79, as the alert does."""
+    from dataclasses import replace
+
+    from gpulens.core.events import SampleEvent
+    from gpulens.store.store import Store
+    from tests.unit.store.test_store import T0, sample
+
+    store = Store()
+    lost = GpuSample(index=0, name="H100", uuid="u", utilization_percent=None, xid_events=(79,))
+    store.apply(SampleEvent(replace(sample(T0), gpus=(lost,))))
+    for i in range(1, 90):
+        store.apply(SampleEvent(replace(sample(T0 + i), gpus=(replace(lost, xid_events=()),))))
+    assert store.recent_xids("h1", 300) == {0: 79} and store.recent_xids("h1", 60) == {}
+    column = [c[0] for c in GpuTable.COLUMNS].index("xid")
+    quiet = replace(lost, xid_events=())
+    assert GpuTable.cells(quiet, Thresholds(), store.recent_xids("h1", 300).get(0))[column] == "79" + MARKS[CRIT]
+    assert GpuTable.cells(quiet, Thresholds(), store.recent_xids("h1", 60).get(0))[column] == "-"
+
+
 def test_every_alert_code_has_a_level_marker_and_an_explanation() -> None:
     assert alert_level("XID 79") == CRIT and alert_level("DOWN") == CRIT
     assert alert_level("THROTTLE") == WARN and alert_level("IDLE-HELD 4") == LOW
