@@ -310,11 +310,11 @@ def plot_rows(grid: Grid, count: int, height: int, reserved: int, width: int, le
 
     ``reserved``: the lines the screen needs besides the plots (tables,
     headings); the plots take the rest, 8 lines each at least (6 when narrow, ``least`` when
-    more), 16 at most.
+    more), 24 at most (a taller plot only spreads the same figures).
     """
     cols = 1 if width < 100 else 3 if width >= 180 and count >= 6 else 2
     rows = max(1, math.ceil(count / cols))
-    each = max(least, 6 if width < 100 else 8, min(16, (height - reserved) // rows))
+    each = max(least, 6 if width < 100 else 8, min(24, (height - reserved) // rows))
     if (grid.styles.grid_size_columns, [r.value for r in grid.styles.grid_rows or ()]) != (cols, [each]):
         grid.styles.grid_size_columns = cols
         grid.styles.grid_rows = str(each)
