@@ -50,8 +50,9 @@ JobPlan = tuple[int, str, str, str, float, bool, str, int, "str | None", tuple[i
 """(pid, tree_id, cmdline, user, start_time, launched by torchrun, GPU index, GPU bytes,
 job key, ancestors): a job's fields that never change."""
 GpuPlan = tuple[int, int, bool, bool, str, int, "tuple[m.GpuProcess, ...]", "JobPlan | None", float]
-"""(index, IDLE/HELD/BUSY, lost, throttled, uuid, memory used, processes, job, mean power in W:
-what its energy counter adds per second)."""
+"""(index, IDLE/HELD/BUSY, lost, throttled, uuid, memory used, processes, job, the W its load adds
+to the idle draw at the role's base load (0 unless busy): its energy counter integrates the power
+it draws, ``IDLE_W`` plus that times the load's cycle)."""
 
 IDLE_W = 77.0
 """The mean power of a GPU at 0 %: ``72 + rand() * 10``."""
@@ -121,15 +122,29 @@ def host_plan(h: int, gpus_per_host: int, epoch: int, name: str) -> HostPlan:
                    user, epoch + (h % 16) * 600.0, bool(launcher), str(g), mem_used - 500 * MIB,
                    key or None, (1, 900 + h, 901 + h))
         throttled = h % 16 == 4 and g == 2
-        watts = IDLE_W
-        if kind == BUSY and role is not None:
-            # The mean of the power drawn (72 + util x 6.2 + rand() x 10) over the role's cycle:
-            # train_vit ramps 0.6-1.4 x base; the others dip to 0.18 x base for 13 % of it.
-            mean_util = role[3] * (1.0 if role[0] == "4731" else 0.87 + 0.13 * 0.18)
-            watts += 6.2 * mean_util * (0.7 if throttled else 1.0)
+        watts = 0.0
+        if kind == BUSY and role is not None:  # power drawn: 72 + util x 6.2 + rand() x 10
+            watts = 6.2 * role[3] * (0.7 if throttled else 1.0)
         gpus.append((g, kind, h % 16 == 10 and g == 3, throttled,
                      f"GPU-de000000-{h:04d}-{g:04d}", mem_used, processes, job, watts))
     return HostPlan(h=h, name=name, role=role, no_cache=h % 16 == 8, gpus=tuple(gpus))
+
+
+def load_integral(role: tuple[str, str, str, float, float, int] | None, h: int, t: float) -> float:
+    """An antiderivative in ``t`` of a role's load (utilization over its base), in seconds: the load
+    over a span is the difference of two. train_vit ramps 0.6-1.4 x base over its cycle; the others
+    dip to 0.18 x base for its first 13 %."""
+    if role is None or not role[5]:
+        return t
+    period = role[5]
+    cycles, phase = divmod(t + h * 7, period)
+    if role[0] == "4731":
+        whole, part = float(period), 0.6 * phase + 0.4 * phase * phase / period
+    else:
+        dip = 0.13 * period
+        whole = 0.18 * dip + (period - dip)
+        part = 0.18 * phase if phase < dip else 0.18 * dip + (phase - dip)
+    return cycles * whole + part
 
 
 def host_sample(plan: HostPlan, seed: str, t: float, epoch: int) -> m.HostSample:
@@ -148,13 +163,14 @@ def host_sample(plan: HostPlan, seed: str, t: float, epoch: int) -> m.HostSample
             u = base * 0.18  # evaluation / checkpoint dip
         else:
             u = base
-    # A counter: the GPU's mean draw since the demo's epoch, so it only grows.
+    # A counter of the power drawn since the demo's epoch (its noise's mean), so it only grows.
     span = max(0.0, t - epoch)
+    load = load_integral(role, plan.h, t) - load_integral(role, plan.h, epoch) if t > epoch else 0.0
     gpus: list[m.GpuSample] = []
     jobs: list[m.JobInfo] = []
     utils: list[float] = []
     for g, kind, lost, throttled, uuid, mem_used, processes, job, watts in plan.gpus:
-        energy = round(span * watts, 1)
+        energy = round(IDLE_W * span + watts * load, 1)
         util = 0.0
         if kind == BUSY:
             z = gauss_next

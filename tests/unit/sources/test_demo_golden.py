@@ -18,7 +18,7 @@ from gpulens.core.events import SampleEvent, SourceEvent
 from gpulens.sources.demo import DemoSource
 
 T0 = 1_700_000_000.0
-GOLDEN = "6236ee5e5a2b430c588260c198c88ba30ab7ba42c973d04728935750d82e40b1"
+GOLDEN = "7f573ae911b0a776932494ed7a2589d5d5127f262849cd026b90993c1bb38992"
 TIMES = (T0, T0 + 0.5, T0 + 1.25, T0 + 59.999, T0 + 7200.3, 1_800_000_123.7, 3600.0 * 5, 12.0)
 
 
@@ -138,19 +138,35 @@ class Reference(DemoSource):
             sm_activity_percent=round(sm, 1), sm_occupancy_percent=round(sm * 0.55, 1),
             dram_bw_util_percent=round(util * 0.5, 1), tensor_active_percent=round(sm * 0.6, 1),
             nvlink_total_bytes_per_s=util * 6e9,
-            energy_joules=round(max(0.0, t - self._epoch) * self._mean_power(h, g), 1),
+            energy_joules=round(77.0 * max(0.0, t - self._epoch) + self._load_watts(h, g) * self._load(h, t), 1),
             processes=(m.GpuProcess(pid=pid, used_memory_bytes=mem_used - 500 * 1024**2),) if pid else (),
         )
 
     @staticmethod
-    def _mean_power(h: int, g: int) -> float:
-        """What the GPU's energy counter adds per second: the mean of its power draw over the role's cycle."""
+    def _load_watts(h: int, g: int) -> float:
+        """What the GPU's load adds to its 77 W idle draw at the role's base utilization."""
         role = ROLES.get(h % 16)
         if role is None or role[0] == "4720" or (not role[0] and g > 0):
-            return 77.0  # 72 + rand() x 10 at 0 %
-        key, base = role[0], role[3]
-        util = base if key == "4731" else base * (0.87 * 1.0 + 0.13 * 0.18)  # ramps, or dips for 13 %
-        return 77.0 + 6.2 * util * (0.7 if h % 16 == 4 and g == 2 else 1.0)
+            return 0.0
+        return 6.2 * role[3] * (0.7 if h % 16 == 4 and g == 2 else 1.0)
+
+    def _load(self, h: int, t: float) -> float:
+        """The role's load (utilization / base) summed over the seconds since the epoch, stepwise."""
+        role = ROLES.get(h % 16)
+        if role is None or t <= self._epoch or not role[5]:
+            return max(0.0, t - self._epoch)
+        key, period = role[0], role[5]
+
+        def at(x: float) -> float:  # the load's integral over [0, x] of the phase
+            if key == "4731":
+                return 0.6 * x + 0.4 * x * x / period
+            return 0.18 * x if x < 0.13 * period else 0.18 * 0.13 * period + (x - 0.13 * period)
+
+        def upto(s: float) -> float:
+            cycles, phase = divmod(s + h * 7, period)
+            return cycles * at(period) + at(phase)
+
+        return upto(t) - upto(self._epoch)
 
     def _job(self, h: int, g: int, role: Role, pid: int, mem_used: int,
              rng: random.Random) -> m.JobInfo:
