@@ -198,10 +198,10 @@ class JobScreen(DataScreen):
         first = self.view is None
         self.view = view
         if first:
-            panel = self.query_one(ProfilePanel)
-            panel.set_state(ProfilePanel.idle_text(self.profiling.count(), self.profiling.readonly))
+            profile = self.query_one(ProfilePanel)
+            profile.set_state(ProfilePanel.idle_text(self.profiling.count(), self.profiling.readonly))
             if self.profiling.readonly:
-                panel.set_note("")
+                profile.set_note("")
         w = ctx.window_s
         seen = (tuple(store.host_version(h) for h in view.hosts), w)
         polling, polling_host = self.polling_pids(), None
