@@ -18,7 +18,7 @@ from gpulens.tui.widgets.header import AppHeader
 from gpulens.tui.widgets.heatmap import HEAT_METRICS, GpuHeatmap
 from gpulens.tui.widgets.host_table import HostTable
 from gpulens.tui.widgets.job_table import JobTable
-from gpulens.tui.widgets.sparklines import HostSparklines
+from gpulens.tui.widgets.sparklines import HostSparklines, TimeAxisLine
 from gpulens.tui.widgets.stats import StatsBar
 
 
@@ -48,18 +48,25 @@ class OverviewScreen(FindingScreen):
         super().__init__(context=context)
         self._subtitles: dict[str, str] = {}
         """Box subtitles as last set (set again only when they change)."""
+        self._axes: tuple[TimeAxisLine, ...] = ()
+        """The time axes under the sparklines and the heatmap (each tick asks whether theirs changed)."""
 
     def compose(self) -> ComposeResult:
         """Header, stats, charts, tables, filter, footer."""
         store = self.ctx.store
         yield AppHeader()
         yield StatsBar(id="stats")
+        spark, heat = HostSparklines(store, id="sparklines"), GpuHeatmap(store, id="heatmap")
+        self._axes = (TimeAxisLine(spark.axis_text, id="sparklines-axis", classes="time-axis"),
+                      TimeAxisLine(heat.axis_text, id="heatmap-axis", classes="time-axis"))
         with Horizontal(id="charts"):
             # The borders are the boxes': a line repainted inside a borderless widget costs less.
             with Vertical(id="sparklines-box"):
-                yield HostSparklines(store, id="sparklines")
+                yield spark
+                yield self._axes[0]
             with Vertical(id="heatmap-box"):
-                yield GpuHeatmap(store, id="heatmap")
+                yield heat
+                yield self._axes[1]
         with Horizontal(id="tables"):
             with Vertical(id="hosts-box"):
                 yield HostTable(id="hosts")
@@ -113,6 +120,8 @@ class OverviewScreen(FindingScreen):
                           "none reported yet")
             heat.placeholder = (f"no GPU matches the filter '{self.finder.text}'" if all_gpus
                                 else f"no GPUs: {reason}")  # repaints only when it changed
+        for axis in self._axes:
+            axis.refresh_text()  # only a new window or width changes the labels
         f = self.finder.text
         host_table = self.query_one(HostTable)
         host_table.down_at = {h: ctx.clock_text(t) for h, t in ctx.down_hosts().items()}

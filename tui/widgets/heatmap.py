@@ -10,9 +10,12 @@ from rich.color import Color
 from rich.segment import Segment
 from rich.style import Style
 from textual.binding import BindingType
+from textual.geometry import Size
 from textual.strip import Strip
 
 from gpulens.store.store import Store
+from gpulens.store.views import HOST_METRICS
+from gpulens.tui.widgets._braille import time_axis
 from gpulens.tui.widgets._columns import ColumnCache, nice_columns, span_text
 from gpulens.tui.widgets._keys import cursor_bindings
 from gpulens.tui.widgets._lines import LazyLines
@@ -43,6 +46,10 @@ HEAT_METRICS: tuple[HeatMetric, ...] = (
 )
 
 
+NO_DATA = -2
+"""The level of a column from before the host's first sample (blank); -1 is n/a (``·``)."""
+
+
 def level(v: float, lo: float, hi: float) -> int:
     """0..4 (glyph) for a value on the scale."""
     x = int((v - lo) / ((hi - lo) or 1) * 4.999) if -1e300 < v < 1e300 else (0 if v < 0 else 4)
@@ -62,7 +69,12 @@ class GpuHeatmap(LazyLines, can_focus=True):
 
     Each column is a fixed span of absolute time (``1 col = 5s`` in the
     legend): a tick reads only the newest column of a row, and repaints a row
-    only when its glyphs changed.
+    only when its glyphs changed. The spans are round, so the columns may not
+    fill the width the widget is given: with ``width: auto`` it is as wide as
+    its labels and columns (:meth:`get_content_width`), and its box aligns it
+    right, so "now" is at the box's right edge; :meth:`axis_text` is the time
+    axis under the columns. Columns from before a host's first sample in the
+    window are blank (no data yet); ``·`` is a GPU that reported no value.
     """
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {"heatmap--label", "heatmap--na", "heatmap--cursor"}
@@ -88,6 +100,12 @@ class GpuHeatmap(LazyLines, can_focus=True):
         self._columns: ColumnCache[list[tuple[int, int]]] = ColumnCache(self._runs)
         self._memo: dict[Hashable, tuple[tuple[object, ...], list[Segment]]] = {}
         self._grid: tuple[tuple[float, ...], tuple[int, float]] | None = None
+        self._starts: dict[str, tuple[tuple[object, ...], int | None, object]] = {}
+        """Host -> (grid, absolute column of its first sample in the window or None, the stamp it was read at)."""
+        self._fit: tuple[object, ...] = ()
+        """What the width laid out last depends on (:meth:`get_content_width`)."""
+        self._axis: tuple[tuple[object, ...], str] = ((), "")
+        """(window, grid, widths, rows shown) -> the time axis under the columns."""
 
     def set_metric(self, key: str) -> bool:
         """Switch to the metric bound to ``key``; False if none is."""
@@ -102,7 +120,37 @@ class GpuHeatmap(LazyLines, can_focus=True):
         """Drop every cached row and column (the metric, window or store changed)."""
         self._columns.clear()
         self._memo.clear()
+        self._starts.clear()
         super().invalidate()
+
+    def get_content_width(self, container: Size, viewport: Size) -> int:
+        """``width: auto``: the labels and the columns that fit the box (all of it for the placeholder)."""
+        room = container.width - self.styles.scrollbar_size_vertical
+        if not self.rows:
+            return room
+        return min(room, self.label_cells + nice_columns(self.store, self.window_s, room - self.label_cells)[0])
+
+    def _fit_width(self) -> None:
+        """Lay the widget out again when its width would change (window, store resolution, rows or none)."""
+        fit = (self.window_s, self.store.resolution_s, self.store.fine_slots, bool(self.rows))
+        if fit != self._fit:
+            self._fit = fit
+            self.refresh(layout=True)
+
+    def axis_text(self) -> str:
+        """``-5m … now`` under the columns, as wide as the widget (blank without rows).
+
+        Worked out again only when the window, the grid or the width changes:
+        the labels are relative, so a new sample or a new column leaves them as they are.
+        """
+        width, full = self.row_width, self.size.width
+        grid = self.grid(width)
+        key = (self.window_s, grid, width, full, bool(self.rows))
+        if self._axis[0] != key:
+            points = grid[0]
+            line = " " * self.label_cells + f"{time_axis(self.window_s, points):<{points}}"
+            self._axis = (key, line.ljust(full) if self.rows else "")
+        return self._axis[1]
 
     def grid(self, width: int) -> tuple[int, float]:
         """(columns, seconds per column) at ``width``."""
@@ -127,12 +175,16 @@ class GpuHeatmap(LazyLines, can_focus=True):
                     host = cast("tuple[str, int]", key)[0]
                     self._versions[key] = (ver, stamp(store, host, w, points), w, mk)
             super().set_rows(rows, {})
+            self._fit_width()
             return
         for key, ver in versions.items():
             self._versions[key] = (ver, stamp(store, key[0], w, points), w, mk)
         self._columns.keep(rows)  # the rows changed
         self._memo = {k: v for k, v in self._memo.items() if k in versions}
+        hosts = {str(k[0]) for k in versions}
+        self._starts = {h: v for h, v in self._starts.items() if h in hosts}
         super().set_rows(rows, {})
+        self._fit_width()
 
     def header_key(self) -> Hashable:
         """The legend shows the metric and the column span (window, store resolution)."""
@@ -176,20 +228,40 @@ class GpuHeatmap(LazyLines, can_focus=True):
         stamp, runs, last = self._columns.read(self.store, key, host, self.metric.metric, self.window_s,
                                                points, gpu)
         lv = -1 if last != last else level(last, self.metric.lo, self.metric.hi)
+        blank = self._blank_columns(host, points)
         memo = self._memo.get(key)
-        if memo is not None and memo[0] == (stamp, lv, width):
+        if memo is not None and memo[0] == (stamp, lv, width, blank):
             return memo[1]  # same glyphs: the row is not repainted
         label = f"{host.removeprefix('gpu-')[-7:]}:{gpu}"
         segs = [Segment(f"{label:<10} ", self.component_style("heatmap--label"))]
         na = self.component_style("heatmap--na")
         runs = [*runs[:-1], (lv, runs[-1][1] + 1)] if runs and runs[-1][0] == lv else [*runs, (lv, 1)]
-        for run_level, run in runs:  # run-length: fewer segments to paint
-            if run_level < 0:
+        for run_level, run in _blanked(runs, blank):  # run-length: fewer segments to paint
+            if run_level == NO_DATA:
+                segs.append(Segment(" " * run, self.base_style))
+            elif run_level < 0:
                 segs.append(Segment("·" * run, na))
             else:
                 segs.append(Segment(GLYPHS[run_level] * run, self._styles[run_level]))
-        self._memo[key] = ((stamp, lv, width), segs)
+        self._memo[key] = ((stamp, lv, width, blank), segs)
         return segs
+
+    def _blank_columns(self, host: str, points: int) -> int:
+        """How many of the oldest columns come before ``host``'s first sample in the window (no data yet).
+
+        The first sample's column is found once per window and grid (it does not
+        move as columns shift); a host without one in the window is looked at
+        again when its columns change.
+        """
+        store, w = self.store, self.window_s
+        grid = (id(store), w, points)
+        stamp = self._columns.stamp(store, host, w, points)
+        oldest = store.newest_column(w, points) - points + 1  # the absolute index of the window's first column
+        hit = self._starts.get(host)
+        if hit is None or hit[0] != grid or (hit[1] is None and hit[2] != stamp):
+            first = first_column(store, host, w, points)
+            hit = self._starts[host] = (grid, None if first is None else oldest + first, stamp)
+        return points if hit[1] is None else max(0, min(points, hit[1] - oldest))
 
     def styles_changed(self) -> None:
         """Theme or focus: the memoised rows carry the old styles."""
@@ -209,3 +281,33 @@ class GpuHeatmap(LazyLines, can_focus=True):
     def action_choose(self) -> None:
         """Enter: open the GPU under the cursor."""
         self.choose()
+
+
+def first_column(store: Store, host: str, window_s: float, points: int) -> int | None:
+    """The oldest of the ``points`` aligned columns over the window holding any of ``host``'s series (None: none).
+
+    Every sample writes the host's series, so this is the column of its first sample in the window.
+    """
+    first: int | None = None
+    for metric in HOST_METRICS:
+        values = store.series(host, metric, window_s, points, aligned=True)
+        i = next((i for i, v in enumerate(values[: first]) if v == v), None)
+        if i is not None:
+            first = i
+            if i == 0:
+                break
+    return first
+
+
+def _blanked(runs: list[tuple[int, int]], n: int) -> list[tuple[int, int]]:
+    """``runs`` of (level, count) with their first ``n`` columns at :data:`NO_DATA`."""
+    if n <= 0:
+        return runs
+    out = [(NO_DATA, n)]
+    for lv, count in runs:
+        if n >= count:
+            n -= count
+        else:
+            out.append((lv, count - n))
+            n = 0
+    return out

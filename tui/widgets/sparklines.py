@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from rich.segment import Segment
 from rich.style import Style
 from textual.strip import Strip
+from textual.widget import Widget
 
 from gpulens.core.model import HostSample
 from gpulens.core.units import pct
 from gpulens.store.store import Store
+from gpulens.tui.widgets._braille import time_axis
 from gpulens.tui.widgets._columns import ColumnCache
 from gpulens.tui.widgets._lines import LazyLines
 
@@ -37,11 +39,58 @@ def spark(values: Sequence[float], lo: float = 0.0, hi: float = 100.0) -> str:
     return "".join(out)
 
 
+class TimeAxisLine(Widget):
+    """The line under an overview panel: ``-5m … now`` under its chart's columns (as a plot's time axis).
+
+    ``text_of`` is the chart's axis, as wide as the chart (its label column
+    blank), which keeps it until the window or its width changes; it is
+    drawn right-aligned, so it stays under a chart narrower than its box and
+    aligned to the box's right edge. A tick repaints the line only when that
+    text changed (:meth:`refresh_text`): never for a new sample or column.
+    """
+
+    DEFAULT_CSS = "TimeAxisLine { height: 1; color: $text-muted; }"
+
+    def __init__(self, text_of: Callable[[], str], *, name: str | None = None, id: str | None = None,
+                 classes: str | None = None) -> None:
+        super().__init__(name=name, id=id, classes=classes)
+        self.text_of = text_of
+        self._drawn: tuple[str, int, Strip] | None = None
+        """(text, width, strip) as last drawn."""
+        self.drawn = 0
+        """Strips built so far (tests count them)."""
+
+    def refresh_text(self) -> bool:
+        """Repaint the line if the chart's axis changed since it was drawn; whether it did."""
+        if self._drawn is not None and self.text_of() == self._drawn[0]:
+            return False
+        self.refresh()
+        return True
+
+    def render_line(self, y: int) -> Strip:
+        """The axis, right-aligned (its strip kept while the text and width hold)."""
+        text, width = self.text_of(), self.size.width
+        drawn = self._drawn
+        if drawn is None or drawn[0] != text or drawn[1] != width:
+            style = self.rich_style
+            line = text[max(0, len(text) - width):]  # too wide: the blank label column goes first
+            strip = Strip([Segment(" " * (width - len(line)) + line, style)], width)
+            drawn = self._drawn = (text, width, strip)
+            self.drawn += 1
+        return drawn[2]
+
+    def notify_style_update(self) -> None:
+        """Theme or class change: the kept strip carries the old style."""
+        super().notify_style_update()
+        self._drawn = None
+
+
 class HostSparklines(LazyLines):
     """One line per host: ``name  util-spark  95%  SM sm-spark  80%``.
 
     Columns are fixed spans of absolute time: a tick reads only a row's newest
     column (and its "now"), and repaints the row only when its text changed.
+    :meth:`axis_text` is the time axis under them (a :class:`TimeAxisLine`).
     """
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {"sparklines--label", "sparklines--util", "sparklines--sm", "sparklines--na"}
@@ -64,6 +113,8 @@ class HostSparklines(LazyLines):
         self._parts: dict[tuple[str, str], tuple[tuple[object, ...], list[Segment]]] = {}
         self._memo: dict[str, tuple[int, list[list[Segment]], list[Segment]]] = {}
         self._newest: dict[str, tuple[HostSample, tuple[float, float]]] = {}
+        self._axis: tuple[tuple[object, ...], str] = ((), "")
+        """(window, widths, rows shown) -> the time axis under the sparklines."""
 
     @staticmethod
     def columns_at(width: int) -> tuple[int, bool]:
@@ -101,6 +152,18 @@ class HostSparklines(LazyLines):
         sm = f"  {'SM activity':<{cols}} {'now':>4}" if both else ""
         text = f"{'host':<12}{util}{sm}"
         return Strip([Segment(text, st)]).crop_extend(0, width, self.base_style)
+
+    def axis_text(self) -> str:
+        """``-5m … now`` under each sparkline's columns, as wide as the widget (blank without rows).
+
+        Worked out again only when the window or the width changes: the labels
+        are relative, so a new sample or a new column leaves them as they are.
+        """
+        width, full = self.row_width, self.size.width
+        key = (self.window_s, width, full, bool(self.rows))
+        if self._axis[0] != key:
+            self._axis = (key, sparkline_axis(self.window_s, width).ljust(full) if self.rows else "")
+        return self._axis[1]
 
     def make_line(self, key: Hashable, width: int) -> list[Segment]:
         host = str(key)
@@ -153,6 +216,13 @@ class HostSparklines(LazyLines):
         """Theme or focus: the memoised rows carry the old styles."""
         self._memo.clear()
         self._parts.clear()
+
+
+def sparkline_axis(window_s: float, width: int) -> str:
+    """The time axis of the rows :class:`HostSparklines` draws ``width`` cells wide: one under each sparkline."""
+    cols, both = HostSparklines.columns_at(width)
+    one = f"{time_axis(window_s, cols):<{cols}}"
+    return " " * 12 + one + (" " * 7 + one if both else "")
 
 
 def _closed(values: list[float]) -> tuple[str, float]:

@@ -78,6 +78,15 @@ def glyphs(lines: LazyLines, y: int) -> str:
     return str(lines.render_line(y).text)
 
 
+def heat_row(store: Store, heat: GpuHeatmap, host: str, gpu: int, points: int) -> str:
+    """A heatmap row's columns from a whole-window read: blank before the host's first sample, ``·`` for n/a."""
+    w, m = heat.window_s, heat.metric
+    values = store.series(host, m.metric, w, points, gpu=gpu, aligned=True)
+    cpu = store.series(host, "cpu.total_percent", w, points, aligned=True)
+    first = next((i for i, v in enumerate(cpu) if v == v), points)
+    return " " * first + "".join("·" if v != v else GLYPHS[level(v, m.lo, m.hi)] for v in values[first:])
+
+
 @sync
 async def test_a_tick_with_one_host_changed_repaints_only_that_hosts_rows() -> None:
     app = demo_app(backfill_s=120)
@@ -120,7 +129,7 @@ async def test_an_unchanged_tick_repaints_nothing_and_a_new_column_shifts_the_ke
         await tick(app, pilot)  # no new data
         assert all(not s.made and not s.rendered for s in spies)
 
-        store, w = app.store, app.window_s
+        store = app.store
         points, span = heat.grid(heat.row_width)
         host = str(heat.rows[0][0])
         before, shifted = heat._columns.full_reads, heat._columns.shifted_reads
@@ -132,10 +141,7 @@ async def test_an_unchanged_tick_repaints_nothing_and_a_new_column_shifts_the_ke
         assert heat._columns.full_reads == before
         for y in sorted(shown)[:10]:
             h, g = heat.rows[int(heat.scroll_offset.y) + y - heat.header_lines]
-            values = store.series(h, heat.metric.metric, w, points, gpu=g, aligned=True)
-            expected = "".join("·" if v != v else GLYPHS[level(v, heat.metric.lo, heat.metric.hi)]
-                               for v in values)
-            assert glyphs(heat, y)[11:11 + points] == expected
+            assert glyphs(heat, y)[11:11 + points] == heat_row(store, heat, h, g, points)
         await tick(app, pilot)
         before = heat._columns.full_reads
         await tick(app, pilot)
@@ -303,9 +309,7 @@ async def test_rows_equal_a_full_read_at_every_tick_across_column_boundaries_and
             top = int(heat.scroll_offset.y)
             for y in range(heat.header_lines, heat.size.height - 1):
                 host, g = heat.rows[top + y - heat.header_lines]
-                values = store.series(host, heat.metric.metric, w, points, gpu=g, aligned=True)
-                want = "".join("·" if v != v else GLYPHS[level(v, heat.metric.lo, heat.metric.hi)] for v in values)
-                assert glyphs(heat, y)[11:11 + points] == want, (k, host, g)
+                assert glyphs(heat, y)[11:11 + points] == heat_row(store, heat, host, g, points), (k, host, g)
             for i, host in enumerate(spk.rows[: spk.size.height - 1]):
                 values = store.series(str(host), HostSparklines.METRICS[0], w, cols, aligned=True)
                 assert glyphs(spk, i + 1)[12:12 + cols] == spark(values), (k, host)
