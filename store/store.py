@@ -24,6 +24,7 @@ and cached until the ring next changes.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from operator import attrgetter
 
 from gpulens.core.events import (
@@ -424,18 +425,25 @@ class Store:
     def _alerts(self, h: HostState, window_s: float, now_cb: int, k: int) -> tuple[str, ...]:
         return host_alerts(h.up, h.latest, h.xid_last, h.gpus, h.ring, self.now, window_s, now_cb, k)
 
-    def fleet(self, window_s: float) -> FleetStats:
-        """Headline statistics of every host over the window."""
-        return self._cached(("fleet", window_s), (self.version,),  # type: ignore[return-value]
-                            lambda: self._fleet(window_s))
+    def fleet(self, window_s: float, hosts: Sequence[str] | None = None) -> FleetStats:
+        """Headline statistics of every host over the window (of ``hosts`` only, when a filter names them:
+        then ``of_hosts`` counts every host and ``jobs`` those running on the named ones)."""
+        chosen = None if hosts is None else tuple(hosts)
+        return self._cached(("fleet", window_s, chosen), (self.version,),  # type: ignore[return-value]
+                            lambda: self._fleet(window_s, chosen))
 
-    def _fleet(self, window_s: float) -> FleetStats:
+    def _fleet(self, window_s: float, hosts: tuple[str, ...] | None) -> FleetStats:
         _, now_cb, k = self._buckets(window_s)
-        means, busy, total, up = fleet_means(((h.up, len(h.gpus), h.ring) for h in self._hosts.values()), now_cb, k)
+        states = list(self._hosts.values()) if hosts is None else [self._hosts[h] for h in hosts if h in self._hosts]
+        means, busy, total, up = fleet_means(((h.up, len(h.gpus), h.ring) for h in states), now_cb, k)
+        jobs = self.jobs(window_s)
+        if hosts is not None:
+            named = set(hosts)
+            jobs = [j for j in jobs if named.intersection(j.hosts)]
         return FleetStats(
             window_s=window_s, gpu_util_percent=means[0], sm_activity_percent=means[1],
             gpu_mem_used_percent=means[2], busy_gpus=busy, total_gpus=total,
-            hosts=len(self._hosts), hosts_up=up, jobs=len(self.jobs(window_s)),
+            hosts=len(states), hosts_up=up, jobs=len(jobs), of_hosts=0 if hosts is None else len(self._hosts),
         )
 
     def jobs(self, window_s: float) -> list[JobView]:

@@ -328,6 +328,8 @@ class FleetStats:
     hosts: int
     hosts_up: int
     jobs: int
+    of_hosts: int = 0
+    """Every host, when the figures are of those a filter keeps (0: they are of every host)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,11 @@ def sort_bindings(*tables: type[IncrementalTable]) -> list[BindingType]:
             for letter, names in labels.items()]
 
 
+HOSTS_TITLE = "Hosts · means over the window"
+"""The host table's title (overview, ``:hosts``): its figures are window means."""
+JOBS_TITLE = "Jobs · util: mean over the window; GPU memory: now"
+"""The job table's title (overview, ``:jobs``)."""
+
 class FilterInput(Input):
     """The ``/`` line. Keys that reach it after Enter hid it (typed fast, queued
     behind the Enter) go on to the table that now has focus."""

@@ -369,7 +369,7 @@ class JobScreen(DataScreen):
         hosts = ", ".join(v.hosts[:6]) + (f" (+{len(v.hosts) - 6})" if len(v.hosts) > 6 else "")
         fields = (("job", v.key), ("user", v.user), ("tree ID", v.tree_id),
                   ("hosts", hosts), ("GPUs", str(len(v.gpus))),
-                  ("util", pct(v.util_percent)), ("GPU mem", size(v.gpu_mem_bytes)),
+                  ("util avg", pct(v.util_percent)), ("GPU mem", size(v.gpu_mem_bytes)),
                   ("runtime", duration(v.runtime_s)), ("command", clean_text(v.cmdline)))
         if self._shown.get("info-fields") == fields:
             return

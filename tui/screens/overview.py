@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from textual.app import ComposeResult, SystemCommand
@@ -12,7 +13,7 @@ from textual.css.query import NoMatches
 from textual.widgets import Footer
 
 from gpulens.tui.messages import OpenHost, OpenJob
-from gpulens.tui.screens._finding import FindingScreen, sort_bindings
+from gpulens.tui.screens._finding import HOSTS_TITLE, JOBS_TITLE, FindingScreen, sort_bindings
 from gpulens.tui.screens.gpu import GpuScreen
 from gpulens.tui.widgets.header import AppHeader
 from gpulens.tui.widgets.heatmap import HEAT_METRICS, GpuHeatmap
@@ -79,8 +80,8 @@ class OverviewScreen(FindingScreen):
         """Titles and the first draw."""
         self.query_one("#sparklines-box").border_title = "GPU util · SM activity per host"
         self.query_one("#heatmap-box").border_title = "per-GPU heatmap"
-        self.query_one("#hosts-box").border_title = "Hosts"
-        self.query_one("#jobs-box").border_title = "Jobs"
+        self.query_one("#hosts-box").border_title = HOSTS_TITLE
+        self.query_one("#jobs-box").border_title = JOBS_TITLE
         super().on_mount()
         self.query_one(HostTable).focus()
         self.refresh_data(force=True)
@@ -105,7 +106,10 @@ class OverviewScreen(FindingScreen):
         # The widgets add their own time stamp (Store.series_stamp): a row changes when its host
         # does or when a new column starts, not every second.
         versions = {h: (store.host_version(h), w) for h in hosts}
-        self.query_one(StatsBar).set_stats(store.fleet(w))
+        stats = store.fleet(w, hosts) if self.finder.active else store.fleet(w)
+        if self.finder.active:  # the jobs the table below shows
+            stats = replace(stats, jobs=len(sel.jobs))
+        self.query_one(StatsBar).set_stats(stats)
         spark = self.query_one(HostSparklines)
         spark.window_s = w
         spark.store = store  # a replay seek hands the app a new store

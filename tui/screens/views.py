@@ -19,7 +19,7 @@ from gpulens.core.model import GpuSample
 from gpulens.core.units import NA, num, pct
 from gpulens.store.views import JobView
 from gpulens.tui.messages import OpenHost, OpenJob
-from gpulens.tui.screens._finding import FindingScreen, sort_bindings
+from gpulens.tui.screens._finding import HOSTS_TITLE, JOBS_TITLE, FindingScreen, sort_bindings
 from gpulens.tui.widgets._table import IncrementalTable
 from gpulens.tui.widgets.gpu_table import THROTTLE_SHORT, mem_pair
 from gpulens.tui.widgets.header import AppHeader
@@ -144,7 +144,7 @@ class HostsView(_View):
 
     def boxes(self) -> list[tuple[IncrementalTable, str]]:
         """The host table."""
-        return [(HostTable(), "Hosts")]
+        return [(HostTable(), HOSTS_TITLE)]
 
     def refresh_data(self, force: bool = False) -> None:
         """The hosts the filter keeps."""
@@ -168,7 +168,7 @@ class JobsView(_View):
 
     def boxes(self) -> list[tuple[IncrementalTable, str]]:
         """The job table."""
-        return [(JobTable(), "Jobs")]
+        return [(JobTable(), JOBS_TITLE)]
 
     def refresh_data(self, force: bool = False) -> None:
         """The jobs the filter keeps."""

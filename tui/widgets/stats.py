@@ -36,6 +36,8 @@ class StatsBar(Widget):
     def parts(s: FleetStats) -> list[tuple[str, str]]:
         """(label, value) pairs as shown."""
         hosts = f"{s.hosts_up}/{s.hosts}" if s.hosts_up != s.hosts else str(s.hosts)
+        if s.of_hosts:
+            hosts += f" of {s.of_hosts} (filter)"
         return [
             ("GPU util", pct(s.gpu_util_percent)), ("SM activity", pct(s.sm_activity_percent)),
             ("GPU mem", pct(s.gpu_mem_used_percent)), ("busy GPUs", f"{s.busy_gpus}/{s.total_gpus}"),

@@ -13,6 +13,7 @@ from gpulens.tui.widgets.heatmap import GpuHeatmap
 from gpulens.tui.widgets.host_table import HostTable
 from gpulens.tui.widgets.job_table import JobTable
 from gpulens.tui.widgets.sparklines import HostSparklines
+from gpulens.tui.widgets.stats import StatsBar
 from tests.fakes.tui_fakes import DemoSource, demo_app, frozen_clock, settle, sync
 
 
@@ -104,6 +105,13 @@ async def test_filter_narrows_every_panel_and_a_bad_regex_keeps_the_old_one() ->
         assert set(jobs.order) == want_jobs and "4711" in jobs.order
         assert set(screen.query_one(HostSparklines).rows) == want_hosts
         assert {h for h, _ in screen.query_one(GpuHeatmap).rows} == want_hosts
+        # The headline too: the figures of the hosts shown, the jobs the table shows.
+        stats = screen.query_one(StatsBar).stats
+        assert stats is not None and (stats.hosts, stats.of_hosts, stats.jobs) == (3, 16, len(want_jobs))
+        assert stats.total_gpus == 24
+        assert stats.gpu_util_percent == app.store.fleet(app.window_s, sorted(want_hosts)).gpu_util_percent
+        assert stats.gpu_util_percent != app.store.fleet(app.window_s).gpu_util_percent
+        assert dict(StatsBar.parts(stats))["hosts"] == "3 of 16 (filter)"
         await pilot.press("left_square_bracket")  # now 'node0[1-3][': invalid
         await settle(app, pilot)
         error = screen.query_one("#filter-error")
@@ -112,6 +120,8 @@ async def test_filter_narrows_every_panel_and_a_bad_regex_keeps_the_old_one() ->
         await pilot.press("escape")
         await settle(app, pilot)
         assert hosts.row_count == 16 and not error.display
+        stats = screen.query_one(StatsBar).stats
+        assert stats is not None and (stats.hosts, stats.of_hosts) == (16, 0)
 
 
 @sync
