@@ -5,6 +5,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from rich.cells import cell_len
+from rich.segment import Segment
+from rich.style import Style
+from textual.strip import Strip
+
 from gpulens.core.units import duration
 
 _LEFT = (0x40, 0x04, 0x02, 0x01)   # dots of the left column, bottom to top
@@ -138,3 +143,18 @@ def runs(line: str) -> list[str]:
 
 
 _RUNS = re.compile(r" +|[^ ]+")
+
+
+Line = tuple[tuple[str, Style], ...]
+"""One line of a plot: (text, style) runs, drawn as segments without Rich's Text."""
+
+
+def line_strip(line: Line, width: int, base: Style) -> Strip:
+    """``line`` as a strip exactly ``width`` cells wide (padded with ``base``, or cut)."""
+    segments = [Segment(text, style) for text, style in line]
+    used = cell_len("".join([text for text, _ in line]))  # one measure, not one per segment
+    if used > width:
+        return Strip(segments, used).crop(0, width)
+    if used < width:
+        segments.append(Segment(" " * (width - used), base))
+    return Strip(segments, width)

@@ -13,8 +13,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rich.cells import cell_len
-from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
@@ -28,10 +26,12 @@ from gpulens.core.units import duration
 from gpulens.store.ring import resample
 from gpulens.store.views import WindowStats
 from gpulens.tui.widgets._braille import (
+    Line,
     axis_label,
     braille_area,
     braille_rows,
     dot_counts,
+    line_strip,
     runs,
     time_axis,
 )
@@ -96,8 +96,6 @@ def _known(values: Sequence[float | None]) -> list[float]:
     return [v for v in values if v is not None and -_INF < v < _INF]
 
 
-Line = tuple[tuple[str, Style], ...]
-"""One line of a plot: (text, style) runs, drawn as segments without Rich's Text."""
 
 _BOLD = Style(bold=True)
 
@@ -372,7 +370,7 @@ class TimeSeriesPlot(Widget):
             return Strip.blank(width, self._style(""))
         strip = self._strips[y]
         if strip is None:
-            strip = self._strips[y] = _strip(self._lines[y], width, self._style(""))
+            strip = self._strips[y] = line_strip(self._lines[y], width, self._style(""))
         return strip
 
     def _compute(self, width: int, height: int) -> list[Line]:
@@ -488,17 +486,6 @@ def _fit(values: Sequence[float | None], cols: int) -> list[float]:
     """``values`` as the chart's columns: as they are when they number ``cols``, else resampled."""
     vals = [math.nan if v is None else v for v in values]
     return vals if len(vals) == cols else resample(vals, cols)
-
-
-def _strip(line: Line, width: int, base: Style) -> Strip:
-    """``line`` as a strip exactly ``width`` cells wide (padded with ``base``, or cut)."""
-    segments = [Segment(text, style) for text, style in line]
-    used = cell_len("".join([text for text, _ in line]))  # one measure, not one per segment
-    if used > width:
-        return Strip(segments, used).crop(0, width)
-    if used < width:
-        segments.append(Segment(" " * (width - used), base))
-    return Strip(segments, width)
 
 
 def _row(label: str, line: str, axis: Style, area: Style) -> Line:
