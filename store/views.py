@@ -185,12 +185,20 @@ def host_values_flat(s: HostSample, gpu_block: list[float]) -> list[float]:
         n = len(gpu_block) // w
         util, sm, gmem, power = (sum(gpu_block[0::w]) / n, sum(gpu_block[1::w]) / n, sum(gpu_block[2::w]) / n,
                                  sum(gpu_block[3::w]))
+        if (t := util + sm + gmem + power) - t != 0.0:  # a NaN (or inf) among them: of the known values
+            util, sm, gmem = _mean(gpu_block[0::w]), _mean(gpu_block[1::w]), _mean(gpu_block[2::w])
+            power = _sum(gpu_block[3::w])
         temp, clock, pcie, nvlink = (sum(gpu_block[4::w]) / n, sum(gpu_block[5::w]) / n, sum(gpu_block[6::w]),
                                      sum(gpu_block[7::w]))
-        if (t := util + sm + gmem + power + temp + clock + pcie + nvlink) - t != 0.0:  # a NaN (or inf): known ones
-            util, sm, gmem = _mean(gpu_block[0::w]), _mean(gpu_block[1::w]), _mean(gpu_block[2::w])
-            temp, clock = _mean(gpu_block[4::w]), _mean(gpu_block[5::w])
-            power, pcie, nvlink = _sum(gpu_block[3::w]), _sum(gpu_block[6::w]), _sum(gpu_block[7::w])
+        # One at a time: a GPU without NVLink (L4, T4, A10) must not send every sample down the slow path.
+        if temp - temp != 0.0:
+            temp = _mean(gpu_block[4::w])
+        if clock - clock != 0.0:
+            clock = _mean(gpu_block[5::w])
+        if pcie - pcie != 0.0:
+            pcie = _sum(gpu_block[6::w])
+        if nvlink - nvlink != 0.0:
+            nvlink = _sum(gpu_block[7::w])
     rx = NAN if (v := net.rx_bytes_per_s) is None else float(v)
     tx = NAN if (v := net.tx_bytes_per_s) is None else float(v)
     read = NAN if (v := sto.read_bytes_per_s) is None else float(v)
