@@ -13,7 +13,6 @@ from textual.dom import DOMNode
 from gpulens.core.config import Config
 from gpulens.core.units import num, pct, rate, size, window_name
 from gpulens.store.store import Store
-from gpulens.store.views import WindowStats
 from gpulens.tui.widgets.plot import PlotData, TimeSeriesPlot, plot_data
 from gpulens.tui.widgets.thresholds import value_style
 
@@ -44,11 +43,11 @@ KB = 1000.0
 
 @dataclass(frozen=True, slots=True)
 class PlotSpec:
-    """One plot: its title, the metrics summed into it, format, scale and threshold."""
+    """One plot: its title, the metric it draws (the store keeps totals such as rx + tx), format, scale, threshold."""
 
     id: str
     title: str
-    metrics: tuple[str, ...]
+    metric: str
     fmt: Callable[[float | None], str]
     lo: float = 0.0
     hi: float | None = 100.0
@@ -66,55 +65,55 @@ def short_title(spec: PlotSpec) -> str:
 
 
 HOST_PLOTS: tuple[PlotSpec, ...] = (
-    PlotSpec("gpu-util", "GPU Utilization", ("gpu.utilization_percent",), pct, per_gpu=True),
-    PlotSpec("gpu-sm", "GPU SM Activity", ("gpu.sm_activity_percent",), pct, per_gpu=True),
-    PlotSpec("gpu-mem", "GPU Memory Used", ("gpu.mem_used_percent",), pct, per_gpu=True, threshold="mem"),
-    PlotSpec("gpu-power", "GPU Power (sum)", ("gpu.power_w",), watts, hi=None, floor=50.0, per_gpu=True),
-    PlotSpec("gpu-temp", "GPU Temperature (mean)", ("gpu.temperature_c",), celsius, hi=None, floor=50.0,
+    PlotSpec("gpu-util", "GPU Utilization", "gpu.utilization_percent", pct, per_gpu=True),
+    PlotSpec("gpu-sm", "GPU SM Activity", "gpu.sm_activity_percent", pct, per_gpu=True),
+    PlotSpec("gpu-mem", "GPU Memory Used", "gpu.mem_used_percent", pct, per_gpu=True, threshold="mem"),
+    PlotSpec("gpu-power", "GPU Power (sum)", "gpu.power_w", watts, hi=None, floor=50.0, per_gpu=True),
+    PlotSpec("gpu-temp", "GPU Temperature (mean)", "gpu.temperature_c", celsius, hi=None, floor=50.0,
              per_gpu=True, threshold="temp"),
-    PlotSpec("gpu-clock", "GPU SM Clock (mean)", ("gpu.sm_clock_mhz",), mhz, hi=None, floor=100.0, per_gpu=True),
-    PlotSpec("gpu-pcie", "PCIe rx+tx (sum)", ("gpu.pcie_bytes_per_s",), rate, hi=None, floor=KB, per_gpu=True),
-    PlotSpec("gpu-nvlink", "NVLink rx+tx (sum)", ("gpu.nvlink_bytes_per_s",), rate, hi=None, floor=KB,
+    PlotSpec("gpu-clock", "GPU SM Clock (mean)", "gpu.sm_clock_mhz", mhz, hi=None, floor=100.0, per_gpu=True),
+    PlotSpec("gpu-pcie", "PCIe rx+tx (sum)", "gpu.pcie_bytes_per_s", rate, hi=None, floor=KB, per_gpu=True),
+    PlotSpec("gpu-nvlink", "NVLink rx+tx (sum)", "gpu.nvlink_bytes_per_s", rate, hi=None, floor=KB,
              per_gpu=True),
-    PlotSpec("cpu", "CPU Utilization", ("cpu.total_percent",), pct),
-    PlotSpec("mem-bw", "Memory Bandwidth", ("cache.mem_bandwidth_bytes_per_s",), rate, hi=None, floor=KB),
-    PlotSpec("l2", "L2 Cache Hit Ratio", ("cache.l2_hit_ratio",), ratio, hi=1.0),
-    PlotSpec("l3", "L3 Cache Hit Ratio", ("cache.l3_hit_ratio",), ratio, hi=1.0),
-    PlotSpec("net", "Network Bandwidth (rx+tx)", ("network.total_bytes_per_s",), rate, hi=None, floor=KB),
-    PlotSpec("disk", "Storage Bandwidth (read+write)", ("storage.total_bytes_per_s",), rate, hi=None, floor=KB),
+    PlotSpec("cpu", "CPU Utilization", "cpu.total_percent", pct),
+    PlotSpec("mem-bw", "Memory Bandwidth", "cache.mem_bandwidth_bytes_per_s", rate, hi=None, floor=KB),
+    PlotSpec("l2", "L2 Cache Hit Ratio", "cache.l2_hit_ratio", ratio, hi=1.0),
+    PlotSpec("l3", "L3 Cache Hit Ratio", "cache.l3_hit_ratio", ratio, hi=1.0),
+    PlotSpec("net", "Network Bandwidth (rx+tx)", "network.total_bytes_per_s", rate, hi=None, floor=KB),
+    PlotSpec("disk", "Storage Bandwidth (read+write)", "storage.total_bytes_per_s", rate, hi=None, floor=KB),
 )
 
 JOB_PLOTS: tuple[PlotSpec, ...] = (
-    PlotSpec("job-util", "GPU Utilization (job's GPUs)", ("job.gpu_utilization_percent",), pct),
-    PlotSpec("job-sm", "GPU SM Activity (job's GPUs)", ("gpu.sm_activity_percent",), pct),
-    PlotSpec("job-mem", "GPU Memory (job)", ("job.gpu_mem_bytes",), size, hi=None, floor=float(1 << 20)),
-    PlotSpec("job-cpu", "CPU (job's processes)", ("job.cpu_percent",), pct, hi=None, floor=100.0),
-    PlotSpec("job-net", "Network Bandwidth (job's hosts)", ("network.total_bytes_per_s",), rate, hi=None,
+    PlotSpec("job-util", "GPU Utilization (job's GPUs)", "job.gpu_utilization_percent", pct),
+    PlotSpec("job-sm", "GPU SM Activity (job's GPUs)", "gpu.sm_activity_percent", pct),
+    PlotSpec("job-mem", "GPU Memory (job)", "job.gpu_mem_bytes", size, hi=None, floor=float(1 << 20)),
+    PlotSpec("job-cpu", "CPU (job's processes)", "job.cpu_percent", pct, hi=None, floor=100.0),
+    PlotSpec("job-net", "Network Bandwidth (job's hosts)", "network.total_bytes_per_s", rate, hi=None,
              floor=KB),
-    PlotSpec("job-disk", "Storage Bandwidth (job's hosts)", ("storage.total_bytes_per_s",), rate, hi=None,
+    PlotSpec("job-disk", "Storage Bandwidth (job's hosts)", "storage.total_bytes_per_s", rate, hi=None,
              floor=KB),
 )
 
 GPU_ONLY_PLOTS: tuple[PlotSpec, ...] = (
-    PlotSpec("gpu-occ", "SM Occupancy", ("gpu.sm_occupancy_percent",), pct),
-    PlotSpec("gpu-tensor", "Tensor Pipes Active", ("gpu.tensor_active_percent",), pct),
-    PlotSpec("gpu-dram", "DRAM Bandwidth (of peak)", ("gpu.dram_bw_util_percent",), pct),
-    PlotSpec("gpu-memclk", "GPU Memory Clock", ("gpu.mem_clock_mhz",), mhz, hi=None, floor=100.0),
-    PlotSpec("gpu-energy", "Energy Counter Rate (J/s)", ("gpu.energy_rate_w",), watts, hi=None, floor=50.0),
+    PlotSpec("gpu-occ", "SM Occupancy", "gpu.sm_occupancy_percent", pct),
+    PlotSpec("gpu-tensor", "Tensor Pipes Active", "gpu.tensor_active_percent", pct),
+    PlotSpec("gpu-dram", "DRAM Bandwidth (of peak)", "gpu.dram_bw_util_percent", pct),
+    PlotSpec("gpu-memclk", "GPU Memory Clock", "gpu.mem_clock_mhz", mhz, hi=None, floor=100.0),
+    PlotSpec("gpu-energy", "Energy Counter Rate (J/s)", "gpu.energy_rate_w", watts, hi=None, floor=50.0),
 )
 """The GPU screen's plots of what only it shows (the host screen has the rest, per GPU)."""
 
 GPU_PLOTS: tuple[PlotSpec, ...] = (
-    *(PlotSpec(s.id, short_title(s), s.metrics, s.fmt, s.lo, s.hi, s.floor, False, s.threshold)
+    *(PlotSpec(s.id, short_title(s), s.metric, s.fmt, s.lo, s.hi, s.floor, False, s.threshold)
       for s in HOST_PLOTS if s.per_gpu),
     *GPU_ONLY_PLOTS)
 """One GPU's plots (the GPU screen): every metric the store keeps per GPU."""
 
 PROCESS_PLOTS: tuple[PlotSpec, ...] = (
-    PlotSpec("proc-cpu", "CPU (% of one core)", ("proc.cpu_percent",), pct, hi=None, floor=100.0),
-    PlotSpec("proc-rss", "Resident memory (RSS)", ("proc.rss_bytes",), size, hi=None, floor=float(1 << 20)),
-    PlotSpec("proc-gpumem", "GPU memory", ("proc.gpu_mem_bytes",), size, hi=None, floor=float(1 << 20)),
-    PlotSpec("proc-gpuutil", "GPU SM utilization (NVML, this process)", ("proc.gpu_util_percent",), pct),
+    PlotSpec("proc-cpu", "CPU (% of one core)", "proc.cpu_percent", pct, hi=None, floor=100.0),
+    PlotSpec("proc-rss", "Resident memory (RSS)", "proc.rss_bytes", size, hi=None, floor=float(1 << 20)),
+    PlotSpec("proc-gpumem", "GPU memory", "proc.gpu_mem_bytes", size, hi=None, floor=float(1 << 20)),
+    PlotSpec("proc-gpuutil", "GPU SM utilization (NVML, this process)", "proc.gpu_util_percent", pct),
 )
 
 
@@ -130,12 +129,6 @@ def mean_series(cols: list[list[float]], n: int) -> list[float]:
         vals = [v for v in column if v == v]  # not NaN
         out.append(sum(vals) / len(vals) if vals else math.nan)
     return out
-
-
-def summed_stats(parts: Sequence[WindowStats]) -> WindowStats | None:
-    """Statistics of a plot that adds metrics (rx + tx): exact for one part, else None (from the series)."""
-    known = [p for p in parts if not p.empty]
-    return known[0] if len(known) == 1 and len(parts) == 1 else None
 
 
 SeriesKey = tuple[str, str, int | None, str | None, int | None]
@@ -289,20 +282,13 @@ def host_plot(store: Store, host: str, spec: PlotSpec, window_s: float, points: 
             return store.series(host, metric, window_s, points, gpu=g)
         return feed.series(store, host, metric, window_s, points, gpu=g)
 
-    if feed is not None and len(spec.metrics) > 1:  # rx + tx: only the newest columns summed again
-        values = feed.combined(("sum", host, spec.metrics, gpu),
-                               [feed.read(store, host, m, window_s, points, gpu=gpu) for m in spec.metrics], total)
-    else:
-        values = total([series(m, gpu) for m in spec.metrics])
-    parts = [store.window_stats(host, m, window_s, gpu=gpu) for m in spec.metrics]
-    stats = summed_stats(parts)
+    values = series(spec.metric, gpu)
+    part = store.window_stats(host, spec.metric, window_s, gpu=gpu)
+    stats = None if part.empty else part
     note = "per GPU" if gpus else ""
-    # A sum (rx + tx): figures from the series, over as much data as its first part holds.
-    covered = parts[0].covered_s if stats is None and parts and not parts[0].empty else 0.0
-    lines = [(f"GPU{i}", series(spec.metrics[0], i)) for i in gpus]
-    return plot_data(values, store.unavailable(host, spec.metrics[0]), window_name(window_s), window_s,
-                     stats, lines, note, store.newest_column(window_s, points) if feed is not None else None,
-                     covered)
+    lines = [(f"GPU{i}", series(spec.metric, i)) for i in gpus]
+    return plot_data(values, store.unavailable(host, spec.metric), window_name(window_s), window_s,
+                     stats, lines, note, store.newest_column(window_s, points) if feed is not None else None)
 
 
 def plot_rows(grid: Grid, count: int, height: int, reserved: int, width: int, least: int = 0) -> None:
@@ -330,16 +316,13 @@ def configure_plots(screen: DOMNode, specs: Sequence[PlotSpec], cfg: Config) -> 
 
 
 def absent_reason(store: Store, host: str, spec: PlotSpec, window_s: float) -> str | None:
-    """Why ``spec`` has nothing to draw on ``host``: each of its metrics is n/a, none has a value in the window.
+    """Why ``spec`` has nothing to draw on ``host``: its metric is n/a and has no value in the window.
 
     None while any metric reads or the window holds a value (the plot shows the values it has).
     """
-    reason = store.unavailable(host, spec.metrics[0])
-    if reason is None:
+    reason = store.unavailable(host, spec.metric)
+    if reason is None or store.has_data(host, spec.metric, window_s):
         return None
-    for m in spec.metrics:
-        if (m != spec.metrics[0] and store.unavailable(host, m) is None) or store.has_data(host, m, window_s):
-            return None
     return reason
 
 

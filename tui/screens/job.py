@@ -218,17 +218,15 @@ class JobScreen(DataScreen):
         drawn, left_out = [], []
         for spec in JOB_PLOTS:
             plot = self.query_one(f"#{spec.id}", TimeSeriesPlot)
-            values = self._values(spec.metrics, w, plot.points, view)
+            values = self._values(spec.metric, w, plot.points, view)
             reason = None if view.gpus or not spec.id.startswith("job-") else "the job holds no GPU memory"
             if reason is None:
-                reason = store.unavailable(view.hosts[0], spec.metrics[0])
-            stats = self._stats(spec.metrics, w, view)
+                reason = store.unavailable(view.hosts[0], spec.metric)
+            stats = self._stats(spec.metric, w, view)
             empty = reason is not None and (stats is None or stats.empty) and all(v != v for v in values)
             left_out.append(reason if empty else None)
-            part = self._stats(spec.metrics[:1], w, view) if stats is None and len(spec.metrics) > 1 else None
             drawn.append((plot, plot_data(values, reason, window_name(w), w, stats,
-                                          newest_column=store.newest_column(w, plot.points),
-                                          covered_s=part.covered_s if part and not part.empty else 0.0)))
+                                          newest_column=store.newest_column(w, plot.points))))
         if self.leave_out_plots(JOB_PLOTS, left_out):
             self._layout_plots(self.size.width, self.size.height)
         for plot, data in drawn:
@@ -325,11 +323,9 @@ class JobScreen(DataScreen):
         if not self._polling:
             self._show_profiler_line(())
 
-    def _stats(self, metrics: tuple[str, ...], w: float, view: JobView) -> WindowStats | None:
-        """Exact window figures of a plot of one metric (None for sums: the plot's series says them)."""
-        if len(metrics) != 1:
-            return None
-        store, metric = self.ctx.store, metrics[0]
+    def _stats(self, metric: str, w: float, view: JobView) -> WindowStats | None:
+        """The window figures of a plot: exact on one host or GPU, bounds when joined over several."""
+        store = self.ctx.store
         if metric.startswith("job."):
             return store.job_stats(self.key, metric, w)
         if metric.startswith("gpu."):
@@ -337,32 +333,20 @@ class JobScreen(DataScreen):
             return merge(parts, False) if parts else None
         return merge([store.window_stats(h, metric, w) for h in view.hosts], metric in SUMMED)
 
-    def _values(self, metrics: tuple[str, ...], w: float, n: int, view: JobView) -> list[float]:
-        """``n`` aligned columns of the sum of ``metrics`` over the job (its GPUs averaged, its hosts
-        summed); per tick only the newest columns are read and combined again (:meth:`SeriesFeed.combined`)."""
+    def _values(self, metric: str, w: float, n: int, view: JobView) -> list[float]:
+        """``n`` aligned columns of ``metric`` over the job (its GPUs averaged, its hosts summed); per
+        tick only the newest columns are read and combined again (:meth:`SeriesFeed.combined`)."""
         store, feed = self.ctx.store, self.feed
-        if metrics[0].startswith("job."):
-            return total([feed.job_series(store, self.key, m, w, n) for m in metrics])
-        if metrics[0].startswith("gpu."):
+        if metric.startswith("job."):
+            return feed.job_series(store, self.key, metric, w, n)
+        if metric.startswith("gpu."):
             gpus = tuple((h, int(g)) for h, g in view.gpus if g.isdigit())
             if not gpus:
                 return mean_series([], n)
-            parts = [feed.read(store, h, m, w, n, gpu=g) for m in metrics for h, g in gpus]
-            count = len(gpus)
-
-            def gpu_mean(cols: list[list[float]]) -> list[float]:
-                width = len(cols[0])
-                return total([mean_series(cols[i:i + count], width) for i in range(0, len(cols), count)])
-
-            return feed.combined(("gpus", metrics, gpus), parts, gpu_mean)
+            parts = [feed.read(store, h, metric, w, n, gpu=g) for h, g in gpus]
+            return feed.combined(("gpus", metric, gpus), parts, lambda cols: mean_series(cols, len(cols[0])))
         hosts = view.hosts
-        parts = [feed.read(store, h, m, w, n) for m in metrics for h in hosts]
-        per = len(hosts)
-
-        def host_sum(cols: list[list[float]]) -> list[float]:
-            return total([total(cols[i:i + per]) for i in range(0, len(cols), per)])
-
-        return feed.combined(("hosts", metrics, hosts), parts, host_sum)
+        return feed.combined(("hosts", metric, hosts), [feed.read(store, h, metric, w, n) for h in hosts], total)
 
     def _info(self, v: JobView) -> None:
         """The job line, rebuilt only when one of its texts changed."""

@@ -192,7 +192,7 @@ class ProcessScreen(DataScreen):
                            style="dim"))
         for spec in PROCESS_PLOTS:
             plot = self.query_one(f"#{spec.id}", TimeSeriesPlot)
-            metric = spec.metrics[0]
+            metric = spec.metric
             values = self.feed.series(store, self.host, metric, w, plot.points, pid=self.pid)
             stats = store.window_stats(self.host, metric, w, pid=self.pid)
             reason = ("the process is no longer reported" if job is None

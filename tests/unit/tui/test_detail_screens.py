@@ -81,7 +81,7 @@ async def test_the_gpu_screen_plots_every_metric_the_store_keeps_for_the_gpu() -
         await settle(app, pilot)
         for spec in GPU_PLOTS:
             plot = app.screen.query_one(f"#{spec.id}", TimeSeriesPlot)
-            want = app.store.window_stats("gpu-node01", spec.metrics[0], 300, gpu=0)
+            want = app.store.window_stats("gpu-node01", spec.metric, 300, gpu=0)
             st = plot.data.stats
             assert st is not None and not want.empty and (st.max, st.now) == (want.max, want.now), spec.id
         energy = app.screen.query_one("#gpu-energy", TimeSeriesPlot).data.stats
@@ -189,7 +189,7 @@ async def test_a_host_without_gpus_names_its_empty_plots_on_one_line_and_gives_t
         screen = HostScreen("this-host", context=ctx)
         app.push_screen(screen)
         await pilot.pause()
-        gpu_plots = [s.id for s in HOST_PLOTS if s.metrics[0].startswith("gpu.")]
+        gpu_plots = [s.id for s in HOST_PLOTS if s.metric.startswith("gpu.")]
         assert len(gpu_plots) == 8
         assert not any(screen.query_one(f"#{i}", TimeSeriesPlot).display for i in gpu_plots)
         assert screen.query_one("#cpu", TimeSeriesPlot).display
