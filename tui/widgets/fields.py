@@ -13,7 +13,6 @@ number of lines does.
 from __future__ import annotations
 
 import re
-from itertools import pairwise
 
 from rich.cells import cell_len, get_character_cell_size
 from rich.segment import Segment
@@ -64,8 +63,8 @@ class FieldsLine(Widget):
     def __init__(self, text: Text | str = "", *, id: str | None = None) -> None:
         super().__init__(id=id)
         self._text = Text(text) if isinstance(text, str) else text
-        self._lines: list[list[tuple[str, str | Style]]] = []
-        """Each line's runs (text, span style) at ``_width``."""
+        self._lines: list[Text] = []
+        """The text's lines at ``_width``."""
         self._strips: list[Strip | None] = []
         self._width = -1
         self._base: Style | None = None
@@ -118,21 +117,17 @@ class FieldsLine(Widget):
             self._lines = self._wrap(width)
             self._strips = [None] * len(self._lines)
 
-    def _wrap(self, width: int) -> list[list[tuple[str, str | Style]]]:
-        """Each line's runs: the text cut at its wrap offsets, the spaces before a break dropped."""
+    def _wrap(self, width: int) -> list[Text]:
+        """The text's lines at ``width`` (Rich's ``split`` and ``divide``), the spaces before a break dropped."""
         text = self._text
-        plain = text.plain
-        if width <= 0 or not plain:
-            return [[]] if plain == "" else []
-        out: list[list[tuple[str, str | Style]]] = []
-        pos = 0
-        for part in plain.split("\n"):
-            cuts = [0, *wrap_offsets(part, width), len(part)]
-            for i, (a, b) in enumerate(pairwise(cuts)):
-                if i < len(cuts) - 2:  # a line that breaks: its trailing spaces go
-                    b = a + len(part[a:b].rstrip())
-                out.append(_runs(text, pos + a, pos + b))
-            pos += len(part) + 1
+        if width <= 0 or not text.plain:
+            return [Text()] if text.plain == "" else []
+        out: list[Text] = []
+        for part in text.split("\n", allow_blank=True):
+            pieces = part.divide(wrap_offsets(part.plain, width))
+            for piece in pieces[:-1]:
+                piece.rstrip()  # a line that breaks: its trailing spaces go
+            out.extend(pieces)
         return out
 
     def render_line(self, y: int) -> Strip:
@@ -146,34 +141,11 @@ class FieldsLine(Widget):
             return Strip.blank(width, Style.from_color(bgcolor=base.bgcolor))
         strip = self._strips[y]
         if strip is None:
-            segments = [Segment(t, base + (Style.parse(s) if isinstance(s, str) else s)) for t, s in self._lines[y]]
-            used = sum(cell_len(t) for t, _ in self._lines[y])
+            line, console = self._lines[y], self.app.console
+            own = base + console.get_style(line.style) if line.style else base  # Text.render leaves it out
+            segments = [Segment(seg.text, own + seg.style if seg.style else own) for seg in line.render(console)]
+            used = line.cell_len
             if used < width:  # the rest in the background alone, as Textual pads a line
                 segments.append(Segment(" " * (width - used), Style.from_color(bgcolor=base.bgcolor)))
             strip = self._strips[y] = Strip(segments, max(used, width)).crop(0, width)
         return strip
-
-
-def _runs(text: Text, start: int, end: int) -> list[tuple[str, str | Style]]:
-    """``text.plain[start:end]`` split where its spans' styles change, each piece with its style."""
-    plain = text.plain
-    edges = {start, end}
-    for sp in text.spans:
-        if sp.start < end and sp.end > start:
-            edges.add(max(sp.start, start))
-            edges.add(min(sp.end, end))
-    cut = sorted(edges)
-    runs: list[tuple[str, str | Style]] = []
-    for a, b in pairwise(cut):
-        styles = [sp.style for sp in text.spans if sp.start <= a and sp.end >= b]
-        style: str | Style = text.style if not styles else (
-            styles[0] if len(styles) == 1 and not text.style else _combine(text.style, styles))
-        runs.append((plain[a:b], style))
-    return runs
-
-
-def _combine(first: str | Style, styles: list[str | Style]) -> Style:
-    out = Style.parse(first) if isinstance(first, str) and first else first if isinstance(first, Style) else Style()
-    for s in styles:
-        out += Style.parse(s) if isinstance(s, str) else s
-    return out
