@@ -166,8 +166,8 @@ def _sum(vals: list[float]) -> float:
 
 
 def _plus(a: float, b: float) -> float:
-    """``a + b`` of the known ones (NaN only when both are)."""
-    return b if a != a else a if b != b else a + b
+    """``a + b``, NaN when either is unknown: one direction alone is not the total (n/a, never a guess)."""
+    return a + b
 
 
 def host_values(s: HostSample, per_gpu: list[list[float]]) -> list[float]:

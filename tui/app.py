@@ -341,6 +341,9 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
 
     def on_open_profiler(self, message: OpenProfiler) -> None:
         """The profiler for processes here (the trace service) or on another host (its agent)."""
+        if self.readonly:  # the screens offer no "o" then; this guards any other way a message gets here
+            self.notify("read-only (--readonly): no traces", severity="warning")
+            return
         if importlib.util.find_spec("gpulens.tui.screens.profiler") is None:
             self.notify("the profiler screen is not available", severity="warning")
             return

@@ -74,13 +74,22 @@ def screen_bindings(screen: Screen[object]) -> list[Binding]:
     return out
 
 
+def _hidden(screen: Screen[object], b: Binding) -> bool:
+    """Whether the screen hides ``b`` now (its ``check_action`` says False: ``--readonly``, no Kineto)."""
+    try:
+        return screen.check_action(b.action.split("(")[0], ()) is False
+    except Exception:  # a screen not mounted (a unit test builds the rows from the class)
+        return False
+
+
 def key_rows(screen: Screen[object], app_bindings: list[BindingType]) -> list[tuple[str, str]]:
     """(keys, what) rows: the screen's keys and its widgets', then the app's, then the global extras.
 
     Keys with the same description share a row (``q / ctrl+c``); three or
     more keys whose descriptions share a first word share one too (``1 2 3 4
     Window: 1m / 5m / 15m / 1h``); a key the screen binds hides the app's. The
-    app's window and pause keys are listed on data screens only.
+    app's window and pause keys are listed on data screens only, and a key the
+    screen hides now (``--readonly``, a job that does not poll Kineto) not at all.
     """
     from gpulens.tui.screens.base import DataScreen
 
@@ -93,6 +102,8 @@ def key_rows(screen: Screen[object], app_bindings: list[BindingType]) -> list[tu
         if not b.description or b.key in seen:
             continue
         if b in app_own and not data and b.action.startswith(DATA_ONLY_ACTIONS):
+            continue
+        if b not in app_own and _hidden(screen, b):
             continue
         seen.add(b.key)
         if b.action.startswith(MOVE_ACTIONS):

@@ -33,10 +33,16 @@ def run(seconds: int = 1800, seed: int = 7) -> tuple[Store, list[dict[str, float
         s = replace(sample(T0 + i), network=NetworkSample(rx_bytes_per_s=rx, tx_bytes_per_s=tx),
                     storage=StorageSample(read_bytes_per_s=rd, write_bytes_per_s=wr), gpus=gpus, unavailable={})
         store.apply(SampleEvent(s))
-        raw.append({"network.total_bytes_per_s": rx + tx, "storage.total_bytes_per_s": rd + (wr or 0.0),
+        raw.append({"network.total_bytes_per_s": rx + tx, "storage.total_bytes_per_s": math.nan if wr is None else rd + wr,
                     "gpu.temperature_c": sum(temps) / 4, "gpu.pcie_bytes_per_s": sum(pcie),
                     "gpu.sm_clock_mhz": sum(1000.0 + 10 * g + i % 50 for g in range(4)) / 4})
     return store, raw
+
+
+def known_tail(values: list[float], n: int) -> list[float]:
+    """The newest ``n`` known (not NaN) values."""
+    known = [v for v in values if v == v]
+    return known[len(known) - n:]
 
 
 def test_every_total_has_the_raw_samples_extremes_and_newest_value_over_every_window() -> None:
@@ -45,13 +51,15 @@ def test_every_total_has_the_raw_samples_extremes_and_newest_value_over_every_wi
         nows = set()
         for w in WINDOWS:
             st = store.window_stats("h1", metric, w)
-            inside = [r[metric] for r in raw][-min(st.samples, len(raw)):]
-            assert st.samples >= min(w, len(raw)) - 5 and not st.combined, (metric, w, st)
+            inside = known_tail([r[metric] for r in raw], st.samples)
+            assert st.samples >= (min(w, len(raw)) - 5) * (6 / 7 if metric.startswith("storage") else 1), (metric, w)
+            assert not st.combined, (metric, w, st)
             assert math.isclose(st.max, max(inside), rel_tol=1e-6), (metric, w, st.max, max(inside))
             assert math.isclose(st.min, min(inside), rel_tol=1e-6), (metric, w)
             assert math.isclose(st.mean, sum(inside) / len(inside), rel_tol=1e-6), (metric, w)
             nows.add(st.now)
-        assert len(nows) == 1 and math.isclose(nows.pop(), raw[-1][metric], rel_tol=1e-6), metric  # the newest sample (float32 kept), in every window
+        assert len(nows) == 1 and math.isclose(nows.pop(), known_tail([r[metric] for r in raw], 1)[0],
+                                             rel_tol=1e-6), metric  # the newest sample (float32 kept), in every window
 
 
 def test_a_longer_window_never_has_a_smaller_max() -> None:
@@ -61,7 +69,7 @@ def test_a_longer_window_never_has_a_smaller_max() -> None:
         assert maxima == sorted(maxima), (metric, maxima)
 
 
-def test_a_total_is_na_with_the_reason_only_when_both_parts_are() -> None:
+def test_a_total_is_na_with_the_reason_when_either_part_is() -> None:
     store = Store()
     s = replace(sample(T0), storage=StorageSample(read_bytes_per_s=None, write_bytes_per_s=None),
                 unavailable={"storage": "no block devices"})
@@ -70,4 +78,8 @@ def test_a_total_is_na_with_the_reason_only_when_both_parts_are() -> None:
     assert store.unavailable("h1", "storage.total_bytes_per_s") == "no block devices"
     store.apply(SampleEvent(replace(s, time=T0 + 1, storage=StorageSample(read_bytes_per_s=5.0,
                                                                         write_bytes_per_s=None))))
-    assert store.window_stats("h1", "storage.total_bytes_per_s", 60).now == 5.0
+    # One direction alone is not the total: still n/a (a write that is not reported is not 0 B/s).
+    assert store.window_stats("h1", "storage.total_bytes_per_s", 60).empty
+    store.apply(SampleEvent(replace(s, time=T0 + 2, storage=StorageSample(read_bytes_per_s=5.0,
+                                                                        write_bytes_per_s=2.0))))
+    assert store.window_stats("h1", "storage.total_bytes_per_s", 60).now == 7.0

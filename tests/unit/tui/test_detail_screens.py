@@ -10,6 +10,7 @@ from gpulens.core.events import SampleEvent
 from gpulens.core.units import rate
 from gpulens.tui.screens._plots import GPU_PLOTS
 from gpulens.tui.screens.gpu import GpuScreen
+from gpulens.tui.screens.help import key_rows
 from gpulens.tui.screens.job import JobScreen
 from gpulens.tui.screens.process import ProcessScreen
 from gpulens.tui.widgets.fields import FieldsLine
@@ -104,6 +105,7 @@ async def test_readonly_removes_the_signal_actions() -> None:
         assert isinstance(screen, ProcessScreen)
         assert screen.check_action("signal", ("SIGTERM",)) is False
         assert "read-only" in str(screen.query_one("#proc-actions").render())
+        assert not {"I", "T", "K"} & {k for k, _ in key_rows(screen, [])}
 
 
 @sync
@@ -130,7 +132,10 @@ async def test_readonly_removes_py_spy_and_traces_from_the_host_and_job_screens(
                                        "open_profiler") if screen.check_action(a, ())}
                 panel = str(screen.query_one(ProfilePanel).render())
                 names = {c.title for c in screen.profiling.commands()}
+                helped = {k for k, _ in key_rows(screen, [])}
                 if readonly:
+                    # ? lists the screen's keys as they are now: none of the removed ones.
+                    assert not {"f", "d", "F", "L", "o"} & helped, helped
                     assert not offered and not names, (screen, offered, names)
                     assert panel.startswith("read-only (--readonly)"), panel
                     screen.action_profile()  # the key itself does nothing but say why
@@ -138,6 +143,7 @@ async def test_readonly_removes_py_spy_and_traces_from_the_host_and_job_screens(
                     assert any("read-only" in n.message for n in app._notifications)
                 else:
                     assert {"profile", "quick_look"} <= offered and "Profile" in names, (screen, offered)
+                    assert {"f", "d"} <= helped, helped
                     assert not panel.startswith("read-only")
                 app.pop_screen()
                 await pilot.pause()
