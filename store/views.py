@@ -34,7 +34,8 @@ HOST_METRICS: tuple[str, ...] = (
     "network.total_bytes_per_s",
     "storage.total_bytes_per_s",
 )
-"""Per-host series; the ``gpu.*`` ones are the host's mean (power, PCIe, NVLink: sum) over its GPUs, and
+"""Per-host series; the ``gpu.*`` ones are the host's mean (power, PCIe, NVLink: sum; temperature: the
+hottest GPU's) over its GPUs, and
 the totals rx + tx and read + write: each sample's own, so a window's min, max and "now" of a host
 figure are the raw samples' (never the extremes of one GPU, nor a sum of two maxima)."""
 
@@ -165,6 +166,11 @@ def _sum(vals: list[float]) -> float:
     return sum(known) if known else NAN
 
 
+def _max(vals: list[float]) -> float:
+    known = [v for v in vals if v == v]
+    return max(known) if known else NAN
+
+
 def _plus(a: float, b: float) -> float:
     """``a + b``, NaN when either is unknown: one direction alone is not the total (n/a, never a guess)."""
     return a + b
@@ -188,11 +194,11 @@ def host_values_flat(s: HostSample, gpu_block: list[float]) -> list[float]:
         if (t := util + sm + gmem + power) - t != 0.0:  # a NaN (or inf) among them: of the known values
             util, sm, gmem = _mean(gpu_block[0::w]), _mean(gpu_block[1::w]), _mean(gpu_block[2::w])
             power = _sum(gpu_block[3::w])
-        temp, clock, pcie, nvlink = (sum(gpu_block[4::w]) / n, sum(gpu_block[5::w]) / n, sum(gpu_block[6::w]),
-                                     sum(gpu_block[7::w]))
+        temps = gpu_block[4::w]
+        temp, clock, pcie, nvlink = sum(temps), sum(gpu_block[5::w]) / n, sum(gpu_block[6::w]), sum(gpu_block[7::w])
+        # The hottest GPU, not the mean: one GPU at 89C among seven at 50C must cross the threshold.
         # One at a time: a GPU without NVLink (L4, T4, A10) must not send every sample down the slow path.
-        if temp - temp != 0.0:
-            temp = _mean(gpu_block[4::w])
+        temp = max(temps) if temp - temp == 0.0 else _max(temps)
         if clock - clock != 0.0:
             clock = _mean(gpu_block[5::w])
         if pcie - pcie != 0.0:

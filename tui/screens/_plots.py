@@ -61,7 +61,7 @@ class PlotSpec:
 
 def short_title(spec: PlotSpec) -> str:
     """``GPU Power``: the title without how it combines GPUs."""
-    return spec.title.replace(" (sum)", "").replace(" (mean)", "")
+    return spec.title.replace(" (sum)", "").replace(" (mean)", "").replace(" (hottest)", "")
 
 
 HOST_PLOTS: tuple[PlotSpec, ...] = (
@@ -69,7 +69,7 @@ HOST_PLOTS: tuple[PlotSpec, ...] = (
     PlotSpec("gpu-sm", "GPU SM Activity", "gpu.sm_activity_percent", pct, per_gpu=True),
     PlotSpec("gpu-mem", "GPU Memory Used", "gpu.mem_used_percent", pct, per_gpu=True, threshold="mem"),
     PlotSpec("gpu-power", "GPU Power (sum)", "gpu.power_w", watts, hi=None, floor=50.0, per_gpu=True),
-    PlotSpec("gpu-temp", "GPU Temperature (mean)", "gpu.temperature_c", celsius, hi=None, floor=50.0,
+    PlotSpec("gpu-temp", "GPU Temperature (hottest)", "gpu.temperature_c", celsius, hi=None, floor=50.0,
              per_gpu=True, threshold="temp"),
     PlotSpec("gpu-clock", "GPU SM Clock (mean)", "gpu.sm_clock_mhz", mhz, hi=None, floor=100.0, per_gpu=True),
     PlotSpec("gpu-pcie", "PCIe rx+tx (sum)", "gpu.pcie_bytes_per_s", rate, hi=None, floor=KB, per_gpu=True),

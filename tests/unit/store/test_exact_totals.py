@@ -1,5 +1,5 @@
-"""A host's totals (rx + tx, read + write, PCIe and NVLink over its GPUs, the GPUs' mean temperature and
-clock) are each sample's own: min, max and "now" over any window are the raw samples', whatever the window.
+"""A host's totals (rx + tx, read + write, PCIe and NVLink over its GPUs, its hottest GPU's temperature, the
+GPUs' mean clock) are each sample's own: min, max and "now" over any window are the raw samples', whatever the window.
 
 A user saw the network plot read max 14.0GB/s over 1m and 12.0GB/s over 1h (raw: 14.22), and "now" move
 with the window: the figures came from the averaged buckets of a sum, or from one GPU's extremes.
@@ -34,7 +34,7 @@ def run(seconds: int = 1800, seed: int = 7) -> tuple[Store, list[dict[str, float
                     storage=StorageSample(read_bytes_per_s=rd, write_bytes_per_s=wr), gpus=gpus, unavailable={})
         store.apply(SampleEvent(s))
         raw.append({"network.total_bytes_per_s": rx + tx, "storage.total_bytes_per_s": math.nan if wr is None else rd + wr,
-                    "gpu.temperature_c": sum(temps) / 4, "gpu.pcie_bytes_per_s": sum(pcie),
+                    "gpu.temperature_c": max(temps), "gpu.pcie_bytes_per_s": sum(pcie),
                     "gpu.sm_clock_mhz": sum(1000.0 + 10 * g + i % 50 for g in range(4)) / 4})
     return store, raw
 
