@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
@@ -312,9 +313,11 @@ class TimeSeriesPlot(Widget):
         """``now 75%  avg 63%  min 12%  max 86%  over 4m50s of data [5m]`` (or ``idle``), fitted to ``width``."""
         return Text.assemble(*self._summary(known, width), no_wrap=True, overflow="crop")
 
-    def _summary(self, known: Sequence[float], width: int = 1 << 16) -> list[tuple[str, Style]]:
-        """The summary's runs, the longest form that fits ``width``: without "of data", then without the
-        min, then without how much data, before anything is cut."""
+    def _summary(self, known: Sequence[float], width: int = 1 << 16,
+                 notes: Sequence[tuple[str, Style]] = ()) -> list[tuple[str, Style]]:
+        """The summary's runs and ``notes`` after them, the longest form that fits ``width`` cells: without
+        "of data", then without the min, then without how much data, then without the mean, before
+        anything is cut."""
         d = self.data
         st = d.stats
         title = self._style("plot--title")
@@ -326,17 +329,19 @@ class TimeSeriesPlot(Widget):
             mean, low, top = (sum(known) / len(known), min(known), max(known)) if known else (math.nan,) * 3
             covered = duration(d.covered_s) if d.covered_s > 0 else ""
             bound = False
-        tail = [(f"[{d.window}]" + (f" {d.note}" if d.note else ""), title)]
+        tail = [(f"[{d.window}]" + (f" {d.note}" if d.note else ""), title), *notes]
         if top == top and top <= self.lo and self.hi is None:
-            figures = [[("idle", self._style("plot--idle")), (f"  {self.fmt(top)} throughout  ", title)]] * 2
+            figures = [[("idle", self._style("plot--idle")), (f"  {self.fmt(top)} throughout  ", title)]] * 3
         else:
             every = (("now", now), ("avg", mean), ("min≥" if bound else "min", low), ("max≤" if bound else "max", top))
-            figures = [self._figures(every, title), self._figures((every[0], every[1], every[3]), title)]
+            figures = [self._figures(every, title), self._figures((every[0], every[1], every[3]), title),
+                       self._figures((every[0], every[3]), title)]
         forms = [figures[0] + [(f"over {covered} of data ", title)] * bool(covered) + tail,
                  figures[0] + [(f"over {covered} ", title)] * bool(covered) + tail,
                  figures[1] + [(f"over {covered} ", title)] * bool(covered) + tail,
-                 figures[1] + tail]
-        return next((f for f in forms if sum(len(t) for t, _ in f) <= width), forms[-1])
+                 figures[1] + tail,
+                 figures[2] + tail]
+        return next((f for f in forms if sum(cell_len(t) for t, _ in f) <= width), forms[-1])
 
     def _figures(self, pairs: Sequence[tuple[str, float]], title: Style) -> list[tuple[str, Style]]:
         out: list[tuple[str, Style]] = []
@@ -387,15 +392,17 @@ class TimeSeriesPlot(Widget):
             bold = min(3, len(plain))
             return [tuple(p for p in ((plain[:bold], axis + _BOLD), (plain[bold:], axis)) if p[0])]
         hi = self.hi if self.hi is not None else self.scale(known)[0]
-        head = self._summary((_known(d.values) or known) if d.lines else known, width)
         out: list[Line] = [()]
         show_axis = height >= 4 and d.window_s > 0
         rows = max(1, height - 1 - show_axis)
         cols = chart_columns(width)
-        if d.lines:
-            head.append((f" · each {self.fmt(self.lo)}–{self.fmt(hi)}", axis))  # the bands' own scale
+        notes: list[tuple[str, Style]] = []
+        if d.lines:  # the bands' own scale, and how many fit: part of the line the summary is fitted to
+            notes.append((f" · each {self.fmt(self.lo)}–{self.fmt(hi)}", axis))
             if rows < len(d.lines):
-                head.append((f" · {rows} of {len(d.lines)} shown", axis))
+                notes.append((f" · {rows} of {len(d.lines)} shown", axis))
+        head = self._summary((_known(d.values) or known) if d.lines else known, width, notes)
+        if d.lines:
             self._bands(out, rows, cols, hi, axis)
         else:
             mid = self.fmt((hi + self.lo) / 2) if rows >= 5 else ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 from textual.app import App
 
@@ -240,3 +241,20 @@ async def test_a_python_c_scripts_newlines_read_as_spaces_in_the_job_screen_and_
         await pilot.pause()
         info = app.screen.query_one("#job-info", FieldsLine).text.plain
         assert "import time for _ in range(9):" in info and "\t" not in info
+
+
+@sync
+async def test_per_gpu_bands_keep_their_scale_note_when_the_summary_is_fitted() -> None:
+    """The bands' "each lo–hi" and "N of M shown" are part of the line fitted: min and "over" go first."""
+    app: App[None] = App()
+    plot = TimeSeriesPlot("GPU Utilization", lambda v: "n/a" if v is None else f"{v:.0f}%")
+    async with app.run_test(size=(70, 10)) as pilot:
+        await app.mount(plot)
+        plot.styles.height = 6
+        values = [float(i % 100) for i in range(120)]
+        lines = [(f"GPU{i}", values) for i in range(8)]
+        plot.set_data(plot_data(values, None, "5m", 300, lines=lines, note="per GPU", covered_s=120.0))
+        await pilot.pause()
+        head = plot.render().plain.splitlines()[0]
+        assert re.search(r"\[5m\] per GPU · each 0%–100% · \d of 8 shown$", head), head
+        assert len(head) <= plot.content_size.width and "min" not in head, head
