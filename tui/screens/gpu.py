@@ -17,7 +17,15 @@ from gpulens.core.units import NA, num, pct, rate
 from gpulens.store.gpu_events import GpuEvent
 from gpulens.store.views import job_key
 from gpulens.tui.context import ScreenContext
-from gpulens.tui.screens._plots import GPU_PLOTS, SeriesFeed, configure_plots, host_plot, plot_rows
+from gpulens.tui.screens._plots import (
+    GPU_PLOTS,
+    SeriesFeed,
+    configure_plots,
+    host_plot,
+    mhz,
+    plot_rows,
+    watts,
+)
 from gpulens.tui.screens.base import DataScreen
 from gpulens.tui.screens.process import ProcessScreen
 from gpulens.tui.widgets.gpu_table import THROTTLE_SHORT, mem_pair, pair
@@ -175,12 +183,12 @@ class GpuScreen(DataScreen):
         fields: list[tuple[str, str, int]] = [
             ("GPU", f"{g.index} {g.name}", 0), ("uuid", g.uuid or NA, 0),
             ("util", pct(g.utilization_percent), lv["util"]), ("mem", used, lv["mem"]),
-            ("power", f"{num(g.power_w, 'W')}/{num(g.power_limit_w, 'W')}", lv["power"]),
+            ("power", pair(g.power_w, g.power_limit_w, watts), lv["power"]),
             ("temp", num(g.temperature_c, "C"), lv["temp"]),
-            ("clocks", f"{num(g.sm_clock_mhz)}/{num(g.mem_clock_mhz)} MHz", 0),
+            ("clocks", pair(g.sm_clock_mhz, g.mem_clock_mhz, mhz), 0),
             ("PCIe rx/tx", pair(g.pcie_rx_bytes_per_s, g.pcie_tx_bytes_per_s, rate), 0),
             ("NVLink rx/tx", pair(g.nvlink_rx_bytes_per_s, g.nvlink_tx_bytes_per_s, rate), 0),
-            ("ECC c/u", f"{num(g.ecc_corrected)}/{num(g.ecc_uncorrected)}", 0),
+            ("ECC c/u", pair(g.ecc_corrected, g.ecc_uncorrected, num), 0),
             ("throttle", ",".join(THROTTLE_SHORT.get(r, r) for r in g.throttle_reasons) or "-", lv["throttle"]),
         ]
         text = Text()

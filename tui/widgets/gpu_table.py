@@ -44,7 +44,9 @@ THROTTLE_SHORT = {
 
 
 def pair(a: float | None, b: float | None, fmt: Callable[[float | None], str]) -> str:
-    """``3.6/2.7GB/s``: one unit when both share it, else both in full (n/a kept)."""
+    """``3.6/2.7GB/s``: one unit when both share it, else both in full (n/a kept; one n/a when both are)."""
+    if a is None and b is None:
+        return NA
     left, right = fmt(a), fmt(b)
     unit = left.lstrip("0123456789.-")
     if unit and NA not in (left, right) and right.lstrip("0123456789.-") == unit:

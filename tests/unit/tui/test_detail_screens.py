@@ -258,3 +258,17 @@ async def test_per_gpu_bands_keep_their_scale_note_when_the_summary_is_fitted() 
         head = plot.render().plain.splitlines()[0]
         assert re.search(r"\[5m\] per GPU · each 0%–100% · \d of 8 shown$", head), head
         assert len(head) <= plot.content_size.width and "min" not in head, head
+
+
+def test_a_gpu_that_reports_nothing_reads_one_na_per_field_not_na_slash_na() -> None:
+    from gpulens.core.model import GpuSample
+
+    me = sample(T0, host="h")
+    ctx = FakeContext(StaticSource([SampleEvent(me)]), [SampleEvent(me)])
+    lost = GpuSample(index=3, name="H100", uuid="u3", unavailable={"power_w": "GPU is lost"})
+    text = GpuScreen("h", 3, context=ctx)._info(lost).plain
+    assert "n/a/n/a" not in text, text
+    for field in ("power n/a", "clocks n/a", "ECC c/u n/a", "PCIe rx/tx n/a"):
+        assert field in text, (field, text)
+    half = GpuScreen("h", 3, context=ctx)._info(GpuSample(index=3, name="H100", uuid="u3", power_w=250.0)).plain
+    assert "power 250W/n/a" in half  # a known draw beside an unknown limit keeps both
