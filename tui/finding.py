@@ -56,7 +56,8 @@ class Filter:
         Not inverted: hosts that match and the hosts of jobs that match; jobs
         that match and the jobs on hosts that match; every GPU of a host that
         matches, and the GPUs a matching job holds on the others (all of that
-        host's GPUs if the job holds none). Inverted (``!``): everything else.
+        host's GPUs if the job holds none). Inverted (``!``): the other hosts and their GPUs,
+        and the other jobs that run on one of those hosts.
         """
         p = self.pattern
         if p is None:
@@ -78,9 +79,13 @@ class Filter:
             return h in job_hosts and (i in held[h] if h in held else True)
 
         if self.inverted:
-            return Selection(tuple(h for h in hosts if h not in shown_hosts),
-                             frozenset(j.key for j in jobs if j.key not in shown_jobs),
-                             tuple((h, i) for h, i in gpus if h not in shown_hosts))
+            kept = [h for h in hosts if h not in shown_hosts]
+            kept_set = set(kept)
+            # Linked as the plain filter is: a job is kept only beside one of its hosts (bob's job on the
+            # host that /!alice hides goes with the host, not alone into the jobs table).
+            return Selection(tuple(kept),
+                             frozenset(j.key for j in jobs if j.key not in shown_jobs and kept_set.intersection(j.hosts)),
+                             tuple((h, i) for h, i in gpus if h in kept_set))
         return Selection(tuple(h for h in hosts if h in shown_hosts), frozenset(shown_jobs),
                          tuple((h, i) for h, i in gpus if gpu_shown(h, i)))
 

@@ -7,6 +7,7 @@ import re
 import pytest
 
 from gpulens.store.store import Store
+from gpulens.store.views import JobView
 from gpulens.tui.finding import FilterError, compile_filter
 from gpulens.tui.screens.overview import OverviewScreen
 from gpulens.tui.widgets.heatmap import GpuHeatmap
@@ -75,6 +76,21 @@ def test_inverted_filter_is_the_complement() -> None:
     assert set(plain.hosts) | set(inverted.hosts) == set(store.hosts())
     assert not set(plain.hosts) & set(inverted.hosts)
     assert inverted.jobs == {j.key for j in jobs} - plain.jobs
+
+
+def test_an_inverted_filter_links_jobs_to_the_hosts_it_keeps() -> None:
+    """``/!alice`` hides alice's hosts; bob's job on one of them goes with it, not alone into the jobs table."""
+    def job(key: str, user: str, *hosts: str) -> JobView:
+        return JobView(key, "systemd/python", user, "python train.py", hosts, (), 0.0, 0.0, 0.0, 0.0, 0.0, ())
+
+    jobs = [job("1", "alice", "n1"), job("2", "bob", "n1"), job("3", "bob", "n2"), job("4", "carol", "n1", "n3")]
+    hosts = ["n1", "n2", "n3"]
+    gpus = [(h, 0) for h in hosts]
+    sel = compile_filter("!alice").select(hosts, jobs, gpus)
+    assert sel.hosts == ("n2", "n3") and sel.gpus == (("n2", 0), ("n3", 0))
+    assert sel.jobs == {"3", "4"}  # bob's job 2 runs only on n1, hidden; carol's job 4 also runs on n3
+    for j in jobs:
+        assert (j.key in sel.jobs) <= bool(set(j.hosts) & set(sel.hosts)), j.key
 
 
 def test_invalid_regex_is_one_line_error() -> None:
