@@ -1,24 +1,21 @@
 """The store: bounded history of every host, GPU and job, and window statistics.
 
-Sources hand it events (:meth:`Store.apply`); the TUI reads views from it.
-Samples are kept in :class:`~gpulens.store.ring.Ring` buffers indexed by
-time bucket (``resolution_s``, default 1 s), so live and backfilled samples
-may arrive in any order; at most one sample per host per bucket is kept and
-later ones for a filled bucket (duplicates) are ignored. ``now`` is the
-newest sample time seen, so replayed data reads the same as live data.
+Sources hand it events (:meth:`Store.apply`); the TUI reads views from it. Samples are kept in
+:class:`~gpulens.store.ring.Ring` buffers indexed by time bucket (``resolution_s``, default 1 s), so
+live and backfilled samples may arrive in any order; at most one sample per host per bucket is kept
+and later ones for a filled bucket (duplicates) are ignored. ``now`` is the newest sample time seen,
+so replayed data reads the same as live data.
 
-Every accepted sample bumps the host's ``version`` and the store's
-``version``; the UI redraws only what changed. Views are cached per version;
-:meth:`Store.jobs` also keeps each job's view while its hosts' versions and
-``now`` hold (:class:`~gpulens.store.jobs.JobViews`).
+Every accepted sample bumps the host's ``version`` and the store's ``version``; the UI redraws only
+what changed. Views are cached per version; :meth:`Store.jobs` also keeps each job's view while its
+hosts' versions and ``now`` hold (:class:`~gpulens.store.jobs.JobViews`).
 
 Memory is bounded and does not grow with run time: see
 :func:`gpulens.store.aligned.memory_estimate_bytes`.
 
-Ingest cost is what the 1,000-host target is about, so a sample is stored
-with one ring write (host and GPU series) of a few C-level slice operations;
-window statistics are computed when read, for all columns of a ring at once,
-and cached until the ring next changes.
+Ingest cost is what the 1,000-host target is about, so a sample is stored with one ring write (host
+and GPU series) of a few C-level slice operations; window statistics are computed when read, for all
+columns of a ring at once, and cached until the ring next changes.
 """
 
 from __future__ import annotations
@@ -365,6 +362,11 @@ class Store:
         """The absolute index of the newest aligned column of ``points`` over ``window_s`` (its parity
         pairs columns into braille cells the same way in every plot, however long it has been open)."""
         return self._grid(window_s, points).current
+
+    def late_writes(self, host: str) -> int:
+        """How many of ``host``'s samples arrived older than its newest (backfill can move its first one)."""
+        h = self._hosts.get(host)
+        return h.late if h else 0
 
     def series_stamp(self, host: str, window_s: float, points: int) -> tuple[int, ...]:
         """Changes whenever an aligned column of ``host`` other than the newest may have changed.

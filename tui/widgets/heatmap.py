@@ -250,11 +250,11 @@ class GpuHeatmap(LazyLines, can_focus=True):
         """How many of the oldest columns come before ``host``'s first sample in the window (no data yet).
 
         The first sample's column is found once per window and grid (it does not
-        move as columns shift); a host without one in the window is looked at
-        again when its columns change.
+        move as columns shift) and again after a backfilled sample (which can be
+        older); a host without one in the window is looked at again when its columns change.
         """
         store, w = self.store, self.window_s
-        grid = (id(store), w, points)
+        grid = (id(store), w, points, store.late_writes(host))
         stamp = self._columns.stamp(store, host, w, points)
         oldest = store.newest_column(w, points) - points + 1  # the absolute index of the window's first column
         hit = self._starts.get(host)

@@ -121,6 +121,36 @@ async def test_before_the_first_sample_is_blank_and_na_is_a_dot() -> None:
 
 
 @sync
+async def test_backfilled_samples_older_than_the_first_fill_the_blank() -> None:
+    """A source that sends a host's history late (a reconnecting agent, Prometheus): the blank shrinks."""
+    from dataclasses import replace
+
+    from gpulens.core.events import SampleEvent
+
+    app = demo_app(backfill_s=60)
+    async with app.run_test(size=WIDE) as pilot:
+        await settle(app, pilot)
+        heat = app.screen.query_one(GpuHeatmap)
+        store, w, host = app.store, app.window_s, "gpu-node01"
+        points, cells = heat.grid(heat.row_width)[0], heat.label_cells
+
+        def blank() -> int:
+            line = "".join(s.text for s in heat.make_line((host, 0), heat.row_width))[cells:cells + points]
+            return len(line) - len(line.lstrip(" "))
+
+        before = first_sample_column(store, host, w, points)
+        assert blank() == before > 10
+        newest = store.latest(host)
+        assert newest is not None
+        oldest = newest.time - 60
+        for k in range(1, 121):  # two more minutes, older than anything the store holds for the host
+            store.apply(SampleEvent(replace(newest, time=oldest - k)))
+        await settle(app, pilot)
+        after = first_sample_column(store, host, w, points)
+        assert after < before - 10 and blank() == after
+
+
+@sync
 async def test_a_tick_without_a_new_column_does_not_redraw_the_axes(monkeypatch: pytest.MonkeyPatch) -> None:
     computed: Counter[str] = Counter()
 
