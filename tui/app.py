@@ -1,13 +1,12 @@
 """GpulensApp: the TUI, handed its source; the store sits between them.
 
-Sources call ``emit`` from their threads; events queue under a lock and one
-``SourceEvents`` message at a time drains them, so a burst of 256 host
-samples costs one store update and one redraw (at most every 0.25 s).
+Sources call ``emit`` from their threads; events queue under a lock and one ``SourceEvents``
+message at a time drains them, so a burst of 256 host samples costs one store update and one
+redraw (at most every 0.25 s).
 
-The app is the screens' :class:`~gpulens.tui.context.ScreenContext` and routes
-the navigation messages they post (:mod:`gpulens.tui.messages`); screens never
-import it. Its one ``Worker.StateChanged`` handler shows any background
-worker's failure.
+The app is the screens' :class:`~gpulens.tui.context.ScreenContext` and routes the navigation
+messages they post (:mod:`gpulens.tui.messages`); screens never import it. Its one
+``Worker.StateChanged`` handler shows any background worker's failure.
 """
 
 from __future__ import annotations
@@ -341,11 +340,10 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
 
     def on_open_profiler(self, message: OpenProfiler) -> None:
         """The profiler for processes here (the trace service) or on another host (its agent)."""
-        if self.readonly:  # the screens offer no "o" then; this guards any other way a message gets here
-            self.notify("read-only (--readonly): no traces", severity="warning")
-            return
-        if importlib.util.find_spec("gpulens.tui.screens.profiler") is None:
-            self.notify("the profiler screen is not available", severity="warning")
+        # --readonly: the screens offer no "o"; this guards any other way a message gets here.
+        if self.readonly or importlib.util.find_spec("gpulens.tui.screens.profiler") is None:
+            why = "read-only (--readonly): no traces" if self.readonly else "the profiler screen is not available"
+            self.notify(why, severity="warning")
             return
         from gpulens.tui.screens.profiler import ProfilerScreen
         from gpulens.tui.screens.profiler_rows import Target

@@ -1,9 +1,8 @@
 """A time-series plot drawn with braille dots (2 x 4 per cell): fast, and fine in tmux.
 
-Every plot says what it covers: a summary line with the exact window
-statistics from the store (now, avg, max, and how much data they are over),
-a y axis with units and a floor (a flat zero reads ``idle`` on a 1kB/s
-scale, not a full-scale ``1B/s``), and a time axis (``-5m … now``).
+Every plot says what it covers: a summary line with the exact window statistics from the store
+(now, avg, max, and how much data they are over), a y axis with units and a floor (a flat zero
+reads ``idle`` on a 1kB/s scale, not a full-scale ``1B/s``), and a time axis (``-5m … now``).
 """
 
 from __future__ import annotations
