@@ -101,6 +101,7 @@ class GpuScreen(DataScreen):
     | esc | back |
     """
 
+    SHOWS_LEVELS = True
     BINDINGS: ClassVar[list[BindingType]] = []
 
     def __init__(self, host: str, index: int, *, context: ScreenContext | None = None) -> None:

@@ -154,6 +154,19 @@ def alert_rows(screen: Screen[object]) -> list[tuple[str, str]]:
     return [(f"{MARKS[info.level]} {code}".strip(), info.meaning) for code, info in ALERT_HELP.items()]
 
 
+def level_rows(screen: Screen[object]) -> list[tuple[str, str]]:
+    """Where coloured values start, for screens that colour GPU values (``SHOWS_LEVELS``), as configured."""
+    if not getattr(screen, "SHOWS_LEVELS", False):
+        return []
+    from gpulens.tui.widgets.thresholds import DEFAULT, threshold_rows
+
+    try:
+        thresholds = screen.ctx.cfg.thresholds  # type: ignore[attr-defined]
+    except Exception:  # a screen not mounted (a unit test reads the class): the defaults
+        thresholds = DEFAULT
+    return threshold_rows(thresholds)
+
+
 def key_table(screen: Screen[object], app_bindings: list[BindingType]) -> Table:
     """Keys of ``screen`` and the app as a two-column table."""
     table = Table(box=None, show_header=False, padding=(0, 2))
@@ -166,6 +179,12 @@ def key_table(screen: Screen[object], app_bindings: list[BindingType]) -> Table:
         table.add_row("", "")
         table.add_row("alerts", "(! critical · ▲ warning · ▽ idle; the marker keeps the meaning without colour)")
         for k, d in alerts:
+            table.add_row(k, d)
+    levels = level_rows(screen)
+    if levels:
+        table.add_row("", "")
+        table.add_row("values", "marked where they pass the thresholds ([thresholds] in the config file)")
+        for k, d in levels:
             table.add_row(k, d)
     return table
 

@@ -75,6 +75,7 @@ class HostScreen(DataScreen):
     """
 
     SHOWS_ALERTS = True
+    SHOWS_LEVELS = True
     """Its tables show alert codes: ``?`` explains each (help.alert_rows)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [

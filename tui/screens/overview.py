@@ -36,6 +36,7 @@ class OverviewScreen(FindingScreen):
     """
 
     SHOWS_ALERTS = True
+    SHOWS_LEVELS = True
     """Its tables show alert codes: ``?`` explains each (help.alert_rows)."""
 
     crumb = "Overview"

@@ -188,6 +188,7 @@ class GpusView(_View):
     """``:gpus``: every GPU of the fleet as one table (newest sample; util over the window)."""
 
     crumb = "gpus"
+    SHOWS_LEVELS = True
     DEFAULT_CSS = VIEW_CSS.format(name="GpusView")
     BINDINGS: ClassVar[list[BindingType]] = sort_bindings(GpuFleetTable)
 

@@ -54,6 +54,18 @@ ALERT_HELP: dict[str, AlertInfo] = {
 """The legend: every alert code of the host table, its level and meaning."""
 
 
+def threshold_rows(t: Thresholds = DEFAULT) -> list[tuple[str, str]]:
+    """The legend of the coloured values, with the thresholds in force: (markers, where they start)."""
+    return [
+        (f"{MARKS[WARN]} / {MARKS[CRIT]}", f"temperature from {t.temp_warn_c:g} / {t.temp_crit_c:g} °C"),
+        (f"{MARKS[WARN]} / {MARKS[CRIT]}", f"GPU memory used from {t.mem_warn_percent:g} / {t.mem_crit_percent:g} %"),
+        (f"{MARKS[WARN]} / {MARKS[CRIT]}",
+         f"power from {t.power_warn_percent:g} / {t.power_crit_percent:g} % of the GPU's limit"),
+        (f"{MARKS[WARN]} / {MARKS[CRIT]}", "throttle: power cap or sync boost / thermal or hardware slowdown"),
+        (MARKS[LOW], f"utilization under {t.util_low_percent:g} % on a GPU a process holds memory on"),
+    ]
+
+
 def alert_level(code: str) -> int:
     """The level of one alert code (``XID 79`` -> CRIT, ``IDLE-HELD 4`` -> LOW, unknown -> WARN)."""
     head = code.split(" ", 1)[0]

@@ -188,3 +188,23 @@ def test_help_explains_every_alert_code_on_screens_that_show_them() -> None:
         assert set(rows) == {"! DOWN", "! XID n", "▲ THROTTLE", "▽ IDLE-HELD n"}
         assert "utilization" in rows["▽ IDLE-HELD n"] and rows["! XID n"] == ALERT_HELP["XID n"].meaning
     assert alert_rows(ProfilerScreen.__new__(ProfilerScreen)) == []
+
+
+@sync
+async def test_help_gives_the_thresholds_in_force_on_screens_that_colour_gpu_values() -> None:
+    from dataclasses import replace
+
+    from gpulens.tui.screens.gpu import GpuScreen
+    from gpulens.tui.screens.help import level_rows
+    from gpulens.tui.screens.profiler import ProfilerScreen
+    from gpulens.tui.screens.views import GpusView
+
+    app = demo_app(backfill_s=10)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await settle(app, pilot)
+        app.cfg = replace(app.cfg, thresholds=replace(app.cfg.thresholds, temp_warn_c=77.0, mem_crit_percent=95.5))
+        for screen in (app.screen, GpuScreen("gpu-node01", 0, context=app), GpusView(context=app)):
+            text = " ".join(d for _, d in level_rows(screen))
+            assert "temperature from 77 / 90 °C" in text and "from 90 / 95.5 %" in text, (screen, text)
+            assert "of the GPU's limit" in text and "under 10 %" in text
+        assert level_rows(ProfilerScreen.__new__(ProfilerScreen)) == []
