@@ -57,7 +57,8 @@ class Filter:
         that match and the jobs on hosts that match; every GPU of a host that
         matches, and the GPUs a matching job holds on the others (all of that
         host's GPUs if the job holds none). Inverted (``!``): the other hosts and their GPUs,
-        and the other jobs that run on one of those hosts.
+        and the jobs that do not match and run on one of those hosts (a job on node08 and node10
+        stays under ``!node0``, beside node10).
         """
         p = self.pattern
         if p is None:
@@ -81,10 +82,11 @@ class Filter:
         if self.inverted:
             kept = [h for h in hosts if h not in shown_hosts]
             kept_set = set(kept)
-            # Linked as the plain filter is: a job is kept only beside one of its hosts (bob's job on the
-            # host that /!alice hides goes with the host, not alone into the jobs table).
+            # Linked as the plain filter is: a host kept shows its jobs (but not those that match), and
+            # a job is kept only beside one of its hosts (bob's job on a host /!alice hides goes with it).
+            direct = {j.key for j in direct_jobs}
             return Selection(tuple(kept),
-                             frozenset(j.key for j in jobs if j.key not in shown_jobs and kept_set.intersection(j.hosts)),
+                             frozenset(j.key for j in jobs if j.key not in direct and kept_set.intersection(j.hosts)),
                              tuple((h, i) for h, i in gpus if h in kept_set))
         return Selection(tuple(h for h in hosts if h in shown_hosts), frozenset(shown_jobs),
                          tuple((h, i) for h, i in gpus if gpu_shown(h, i)))

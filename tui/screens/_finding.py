@@ -89,6 +89,8 @@ class FindingScreen(DataScreen):
         super().__init__(context=context)
         self.finder: Filter = NO_FILTER
         """The filter in force (compiled once, when typed)."""
+        self._kept: Filter = NO_FILTER
+        """The filter Enter last kept: what an invalid regex leaves in force (not its valid beginning)."""
         self._selection_key: tuple[object, ...] | None = None
         self._selection: Selection | None = None
 
@@ -166,7 +168,12 @@ class FindingScreen(DataScreen):
         event.stop()
         error = self.set_filter(event.value)
         if error is not None:
+            # As you typed, "bob|(" applied "bob|" (all of it valid): the filter kept before stays.
+            self.set_filter(self._kept.text)
+            with event.input.prevent(Input.Changed):
+                event.input.value = self._kept.text
             self.notify(error, severity="error", timeout=4)
+        self._kept = self.finder
         event.input.display = False
         self.query_one("#filter-error").display = False
         tables = self.tables()
@@ -181,6 +188,7 @@ class FindingScreen(DataScreen):
             box.value = ""
         box.display = False
         self.set_filter("")
+        self._kept = self.finder
         tables = self.tables()
         if tables:
             self.set_focus(tables[0])

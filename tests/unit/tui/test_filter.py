@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from textual.widgets import Input
 
 from gpulens.store.store import Store
 from gpulens.store.views import JobView
@@ -67,15 +68,18 @@ def test_job_filter_narrows_the_heatmap_to_the_gpus_it_holds() -> None:
     assert len(sel.gpus) < len(store.gpu_indices("gpu-node12"))
 
 
-def test_inverted_filter_is_the_complement() -> None:
+def test_inverted_filter_keeps_the_other_hosts_and_their_jobs() -> None:
     store = demo_store()
     jobs = store.jobs(300)
     gpus = [(h, g) for h in store.hosts() for g in store.gpu_indices(h)]
-    plain = compile_filter("node0[1-4]").select(store.hosts(), jobs, gpus)
-    inverted = compile_filter("!node0[1-4]").select(store.hosts(), jobs, gpus)
+    plain = compile_filter("node0[1-8]").select(store.hosts(), jobs, gpus)
+    inverted = compile_filter("!node0[1-8]").select(store.hosts(), jobs, gpus)
     assert set(plain.hosts) | set(inverted.hosts) == set(store.hosts())
     assert not set(plain.hosts) & set(inverted.hosts)
-    assert inverted.jobs == {j.key for j in jobs} - plain.jobs
+    # Every job of a host kept is kept (a host shows its jobs), even one that also runs on a hidden host.
+    kept = set(inverted.hosts)
+    assert inverted.jobs == {j.key for j in jobs if kept & set(j.hosts)}
+    assert any(set(j.hosts) - kept for j in jobs if j.key in inverted.jobs)  # the case is exercised
 
 
 def test_an_inverted_filter_links_jobs_to_the_hosts_it_keeps() -> None:
@@ -138,6 +142,31 @@ async def test_filter_narrows_every_panel_and_a_bad_regex_keeps_the_old_one() ->
         assert hosts.row_count == 16 and not error.display
         stats = screen.query_one(StatsBar).stats
         assert stats is not None and (stats.hosts, stats.of_hosts) == (16, 0)
+
+
+@sync
+async def test_enter_on_a_bad_regex_keeps_the_filter_kept_before_not_its_valid_beginning() -> None:
+    """``/!node0`` Enter, then ``/`` and ``bob|(`` Enter: as typed, ``bob|`` (which matches all) applied."""
+    app = demo_app(backfill_s=20)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await settle(app, pilot)
+        screen = app.screen
+        assert isinstance(screen, OverviewScreen)
+        await _type(pilot, "!node0")
+        await pilot.press("enter")
+        await settle(app, pilot)
+        kept = set(screen.query_one(HostTable).order)
+        assert kept and not any("node0" in h for h in kept)
+        await pilot.press("slash")
+        for _ in range(6):
+            await pilot.press("backspace")
+        for ch in "bob|(":
+            await pilot.press(ch)
+        await pilot.press("enter")
+        await settle(app, pilot)
+        assert screen.finder.text == "!node0" and set(screen.query_one(HostTable).order) == kept
+        assert any("bad regex 'bob|('" in n.message for n in app._notifications)
+        assert screen.query_one("#filter", Input).value == "!node0"  # / again edits what is in force
 
 
 @sync
