@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from rich.table import Table
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
@@ -173,19 +174,19 @@ def key_table(screen: Screen[object], app_bindings: list[BindingType]) -> Table:
     table.add_column(style="bold", max_width=26)
     table.add_column()
     for k, d in key_rows(screen, app_bindings):
-        table.add_row(k, d)
+        table.add_row(Text(k), Text(d))  # plain: "[thresholds]", "[ ]" are not markup
     alerts = alert_rows(screen)
     if alerts:
         table.add_row("", "")
         table.add_row("alerts", "(! critical · ▲ warning · ▽ idle; the marker keeps the meaning without colour)")
         for k, d in alerts:
-            table.add_row(k, d)
+            table.add_row(Text(k), Text(d))
     levels = level_rows(screen)
     if levels:
         table.add_row("", "")
-        table.add_row("values", "marked where they pass the thresholds ([thresholds] in the config file)")
+        table.add_row(Text("values"), Text("marked where they pass the thresholds ([thresholds] in the config file)"))
         for k, d in levels:
-            table.add_row(k, d)
+            table.add_row(Text(k), Text(d))
     return table
 
 
@@ -194,6 +195,12 @@ class HelpScreen(ModalScreen[None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,question_mark,q", "dismiss", "Close"),
+        Binding("j,down", "scroll_by(1)", "Down", show=False),
+        Binding("k,up", "scroll_by(-1)", "Up", show=False),
+        Binding("space,pagedown,ctrl+f", "scroll_by(10)", "Page down", show=False),
+        Binding("pageup,ctrl+b", "scroll_by(-10)", "Page up", show=False),
+        Binding("g,home", "scroll_by(-1000)", "Top", show=False),
+        Binding("G,end", "scroll_by(1000)", "Bottom", show=False),
     ]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
@@ -211,6 +218,28 @@ class HelpScreen(ModalScreen[None]):
         with VerticalScroll() as box:
             box.border_title = f"keys · {crumb_of(self.below)}"
             yield Static(key_table(self.below, self.app_bindings), id="keys")
+
+    def on_mount(self) -> None:
+        """Say when the list goes on below the box (the alert legend and thresholds come last)."""
+        box = self.query_one(VerticalScroll)
+        self.watch(box, "scroll_y", lambda _: self._more(), init=False)
+        self.call_after_refresh(self._more)
+
+    def on_resize(self, event: object) -> None:
+        """A new size: more may fit, or less."""
+        self.call_after_refresh(self._more)
+
+    def _more(self) -> None:
+        box = self.query_one(VerticalScroll)
+        below = int(box.max_scroll_y - box.scroll_y)
+        box.border_subtitle = f"↓ j: {below} more line{'s' * (below != 1)}" if below > 0 else ""
+
+    def action_scroll_by(self, lines: int) -> None:
+        """j / k, space / pgup, g / G: scroll the list (page: the box's height)."""
+        box = self.query_one(VerticalScroll)
+        step = lines if abs(lines) == 1 or abs(lines) >= 1000 else (lines // abs(lines)) * max(1, box.size.height - 1)
+        box.scroll_to(y=max(0, min(box.max_scroll_y, box.scroll_y + step)), animate=False)
+        self._more()
 
     async def action_dismiss(self, result: None = None) -> None:
         """Close."""

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 from pathlib import Path
 
 from textual.binding import Binding
@@ -208,3 +209,38 @@ async def test_help_gives_the_thresholds_in_force_on_screens_that_colour_gpu_val
             assert "temperature from 77 / 90 °C" in text and "from 90 / 95.5 %" in text, (screen, text)
             assert "of the GPU's limit" in text and "under 10 %" in text
         assert level_rows(ProfilerScreen.__new__(ProfilerScreen)) == []
+
+
+@sync
+async def test_help_says_what_is_below_and_scrolls_with_j_k_space_g() -> None:
+    from textual.containers import VerticalScroll
+
+    app = demo_app(backfill_s=5)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("question_mark")
+        await settle(app, pilot)
+        assert isinstance(app.screen, HelpScreen)
+        box = app.screen.query_one(VerticalScroll)
+        assert box.max_scroll_y > 0, "the overview's help fits at 160x45: the case is not exercised"
+        assert str(box.border_subtitle).startswith(f"↓ j: {int(box.max_scroll_y)} more line")
+        await pilot.press("j", "j")
+        await pilot.pause()
+        assert box.scroll_y == 2
+        await pilot.press("k")
+        await pilot.pause()
+        assert box.scroll_y == 1
+        await pilot.press("G")
+        await pilot.pause()
+        assert box.scroll_y == box.max_scroll_y and not box.border_subtitle
+        from rich.console import Console
+
+        from gpulens.tui.screens.help import key_table
+
+        console = Console(width=120, record=True, file=io.StringIO())
+        console.print(key_table(app.screen.below, []))
+        keys = console.export_text()
+        assert "([thresholds] in the config file)" in keys  # plain text, not a markup tag
+        await pilot.press("g")
+        await pilot.pause()
+        assert box.scroll_y == 0
