@@ -50,7 +50,7 @@ from gpulens.tui.screens.base import DataScreen
 from gpulens.tui.screens.help import HelpScreen
 from gpulens.tui.screens.host import HostScreen
 from gpulens.tui.screens.job import JobScreen
-from gpulens.tui.screens.jump import JumpScreen, parse_jump
+from gpulens.tui.screens.jump import JumpScreen, parse_jump, placement
 from gpulens.tui.screens.log import LogScreen
 from gpulens.tui.screens.overview import OverviewScreen
 from gpulens.tui.screens.views import VIEWS, UserView
@@ -113,8 +113,7 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
         self.cfg = cfg or Config()
         self.clock = clock
         self.trace_service = trace_service
-        self.trace_error = trace_error
-        """Why there is no trace service (shown where "Open Profiler" would be)."""
+        self.trace_error = trace_error  # why there is no trace service (where "Open Profiler" would be)
         self.store = store or Store(resolution_s=self.cfg.interval_s,
                                     history_s=max(3600.0, self.cfg.history_minutes * 60.0))
         self.window = self.cfg.window
@@ -135,10 +134,8 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
         """Least time between two redraws (``:interval S``); sampling keeps its own interval."""
         self.replay: ReplayControl | None = None
         """The scrubbing control when the source is one recording."""
-        if isinstance(source, ReplaySource):
-            self.replay = ReplayControl(self, source)
-            control = self.replay
-            # The recording's own clock, not the wall clock.
+        if isinstance(source, ReplaySource):  # the recording's own clock, not the wall clock
+            control = self.replay = ReplayControl(self, source)
             self.clock = lambda: control.position if control.ready else self.store.now or clock()
 
     @property
@@ -417,19 +414,16 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
             self.notify(parsed, severity="error")
             return
         kind, arg = parsed
-        if kind in VIEWS:
-            self.push_screen(VIEWS[kind](context=self))
-        elif kind == "user":
-            self.push_screen(UserView(arg, context=self))
-        elif kind == "log":
-            self.push_screen(LogScreen(context=self))
+        if kind in ("user", "log", *VIEWS):
+            self._go(UserView(arg, context=self) if kind == "user" else LogScreen(context=self) if kind == "log"
+                     else VIEWS[kind](context=self))
         elif kind == "interval":
             self.set_refresh_interval(float(arg))
         elif kind == "host":
             hosts = self.store.hosts()
             match = arg if arg in hosts else next((h for h in hosts if arg in h), None)
             if match is not None:
-                self.open_host(match)
+                self._go(HostScreen(match, context=self))
             elif self.replay is not None and (said := self.replay.reach_host(arg, self.open_host)):
                 self.notify(said, timeout=4)
             else:
@@ -437,11 +431,17 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
         else:
             job = self.store.find_job(arg, self.window_s)
             if job is not None:
-                self.open_job(job.key)
+                self._go(JobScreen(job.key, context=self))
             elif self.replay is not None and (said := self.replay.reach_job(arg, self.open_job)):
                 self.notify(said, timeout=4)
             else:
                 self.notify(f"no job with pid or key {arg!r}", severity="error")
+
+    def _go(self, screen: Screen[Any]) -> None:
+        """Show a ``:`` jump's screen (:func:`placement`: over the top one, instead of it, or not again)."""
+        how = placement(self.screen, screen, (*VIEWS.values(), UserView, LogScreen))
+        if how != "same":
+            (self.switch_screen if how == "replace" else self.push_screen)(screen)
 
     def set_refresh_interval(self, seconds: float) -> None:
         """``:interval S``: redraw at most every ``S`` seconds (sampling keeps its own interval)."""

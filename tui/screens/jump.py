@@ -7,13 +7,25 @@ from typing import ClassVar
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.screen import ModalScreen
+from textual.screen import ModalScreen, Screen
 from textual.widgets import Input
+
+from gpulens.tui.widgets.header import crumb_of
 
 COMMANDS = "hosts, jobs, gpus, user NAME, host NAME, job PID, interval S, log"
 _NO_ARG = {"hosts": "hosts", "jobs": "jobs", "gpus": "gpus", "log": "log"}
 _WITH_ARG = {"host": "host", "h": "host", "job": "job", "j": "job", "user": "user", "u": "user",
              "interval": "interval"}
+
+
+def placement(top: Screen[object], new: Screen[object], views: tuple[type, ...]) -> str:
+    """How a ``:`` jump shows ``new`` over ``top``, as k9s does: ``same`` (already shown: nothing),
+    ``replace`` (a view over a view, a host over a host: ``:hosts`` thrice is one step back), else ``push``."""
+    if type(top) is type(new) and crumb_of(top) == crumb_of(new):
+        return "same"
+    if type(top) is type(new) or (isinstance(top, views) and isinstance(new, views)):
+        return "replace"
+    return "push"
 
 
 def parse_jump(text: str) -> tuple[str, str] | str:

@@ -244,3 +244,36 @@ async def test_help_says_what_is_below_and_scrolls_with_j_k_space_g() -> None:
         await pilot.press("g")
         await pilot.pause()
         assert box.scroll_y == 0
+
+
+@sync
+async def test_colon_views_replace_each_other_as_in_k9s_and_the_same_one_is_not_stacked() -> None:
+    from gpulens.tui.widgets.header import crumb_of
+
+    app = demo_app(backfill_s=10)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await settle(app, pilot)
+
+        def stack() -> list[str]:
+            return [crumb_of(s) for s in app.screen_stack[1:]]
+
+        for command in ("hosts", "hosts", "hosts"):
+            app.jump(command)
+            await settle(app, pilot)
+        assert stack() == ["Overview", "hosts"]
+        app.jump("gpus")
+        await settle(app, pilot)
+        app.jump("user alice")
+        await settle(app, pilot)
+        assert stack() == ["Overview", "user alice"]
+        app.jump("job 4711")  # a job over a view: pushed (Esc comes back to the view)
+        await settle(app, pilot)
+        app.jump("job 4711")
+        app.jump("host gpu-node11")
+        await settle(app, pilot)
+        app.jump("host gpu-node03")  # a host over a host: instead of it
+        await settle(app, pilot)
+        assert stack() == ["Overview", "user alice", "job 4711", "gpu-node03"], stack()
+        await pilot.press("escape")
+        await settle(app, pilot)
+        assert stack() == ["Overview", "user alice", "job 4711"]
