@@ -141,7 +141,7 @@ class OverviewScreen(FindingScreen):
         note = self.filter_note()
         self.subtitle("#hosts-box", host_table.sort_label() + note + host_table.sort_hint())
         self.subtitle("#jobs-box", jobs.sort_label() + note + jobs.sort_hint())
-        self.subtitle("#sparklines-box", f" · {len(hosts)} of {len(all_hosts)} hosts" if self.finder.active else "")
+        self.subtitle("#sparklines-box", f"{len(hosts)} of {len(all_hosts)} hosts{note}" if self.finder.active else "")
 
     def subtitle(self, selector: str, text: str) -> None:
         """Set a border subtitle only when it changes (each assignment repaints the whole box)."""

@@ -132,6 +132,7 @@ async def test_filter_narrows_every_panel_and_a_bad_regex_keeps_the_old_one() ->
         assert stats.gpu_util_percent == app.store.fleet(app.window_s, sorted(want_hosts)).gpu_util_percent
         assert stats.gpu_util_percent != app.store.fleet(app.window_s).gpu_util_percent
         assert dict(StatsBar.parts(stats))["hosts"] == "3 of 16 (filter)"
+        assert str(screen.query_one("#sparklines-box").border_subtitle) == "3 of 16 hosts · filter 'node0[1-3]'"
         await pilot.press("left_square_bracket")  # now 'node0[1-3][': invalid
         await settle(app, pilot)
         error = screen.query_one("#filter-error")
