@@ -59,6 +59,8 @@ READONLY_HIDES = frozenset({"profile", "quick_look", "profile_seconds", "last_fl
 """The actions ``--readonly`` removes from a host or job screen: py-spy attaches to a process (ptrace
 stops it while it reads the stacks) and a trace request makes it run the profiler."""
 READONLY_NOTE = "read-only (--readonly): no py-spy sampling, no traces"
+REPLAY_NOTE = "a recording: its processes are not running now (no py-spy sampling, no traces)"
+"""Also :data:`READONLY_HIDES` gone: a recorded pid may name another process now."""
 
 
 class DurationPrompt(ModalScreen[float | None]):
@@ -122,9 +124,18 @@ class Profiling:
         self._doing = ""
 
     @property
+    def refusal(self) -> str:
+        """Why nothing is sampled or traced here at all ("" when it can be): ``--readonly``, a replay."""
+        if getattr(self.screen.ctx, "readonly", False):
+            return READONLY_NOTE
+        from gpulens.sources.local import ReplaySource
+
+        return REPLAY_NOTE if isinstance(self.screen.ctx.source, ReplaySource) else ""
+
+    @property
     def readonly(self) -> bool:
-        """``--readonly``: nothing is sampled or traced."""
-        return bool(getattr(self.screen.ctx, "readonly", False))
+        """``--readonly`` or a replay: nothing is sampled or traced, the keys are gone."""
+        return bool(self.refusal)
 
     def allows(self, action: str) -> bool:
         """Whether the screen offers ``action`` (``--readonly`` removes :data:`READONLY_HIDES`)."""
@@ -139,7 +150,7 @@ class Profiling:
     def _can_profile(self) -> bool:
         """False, with a notice, when there is nothing real to sample or no flame graphs."""
         if self.readonly:
-            self.screen.notify(READONLY_NOTE, severity="warning")
+            self.screen.notify(self.refusal, severity="warning")
             return False
         if self.screen.ctx.source.simulated:
             self.screen.notify("SIMULATED data: there are no real processes to profile", severity="warning")

@@ -122,7 +122,7 @@ class HostScreen(DataScreen):
         self.query_one("#legend", Static).styles.padding = (0, 1)
         if self.profiling.readonly:
             panel = self.query_one(ProfilePanel)
-            panel.set_state(ProfilePanel.idle_text(0, readonly=True))
+            panel.set_state(ProfilePanel.idle_text(0, self.profiling.refusal))
             panel.set_note("")
         body = self.query_one("#body")
         body.focus()
@@ -159,7 +159,7 @@ class HostScreen(DataScreen):
         return {self.host: sorted(j.pid for j in sample.jobs)}
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """``--readonly`` removes profiling and traces."""
+        """``--readonly`` (and a replay) removes profiling and traces."""
         return self.profiling.allows(action)
 
     def action_profiler_hint(self) -> None:

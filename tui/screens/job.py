@@ -199,7 +199,7 @@ class JobScreen(DataScreen):
         self.view = view
         if first:
             profile = self.query_one(ProfilePanel)
-            profile.set_state(ProfilePanel.idle_text(self.profiling.count(), self.profiling.readonly))
+            profile.set_state(ProfilePanel.idle_text(self.profiling.count(), self.profiling.refusal))
             if self.profiling.readonly:
                 profile.set_note("")
         w = ctx.window_s

@@ -29,10 +29,10 @@ class ProfilePanel(Static):
         self._draw()
 
     @staticmethod
-    def idle_text(pids: int, readonly: bool = False) -> str:
-        """The panel's resting text."""
-        if readonly:
-            return "read-only (--readonly): no py-spy sampling, no traces"
+    def idle_text(pids: int, refusal: str = "") -> str:
+        """The panel's resting text (``refusal``: why nothing can be sampled here, e.g. ``--readonly``)."""
+        if refusal:
+            return refusal
         if pids == 0:
             return "f: no job processes to sample here (py-spy needs real processes of this job)"
         return f"f: sample the stacks of {pids} job process(es) with py-spy and open a flame graph"

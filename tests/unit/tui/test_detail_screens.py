@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 
 from textual.app import App
 
@@ -148,6 +149,37 @@ async def test_readonly_removes_py_spy_and_traces_from_the_host_and_job_screens(
                     assert not panel.startswith("read-only")
                 app.pop_screen()
                 await pilot.pause()
+
+
+@sync
+async def test_a_replay_offers_no_py_spy_nor_traces_a_recorded_pid_may_be_another_process_now(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from gpulens.core.model import JobInfo
+    from gpulens.sources.local import Recorder, ReplaySource
+    from gpulens.tui.profiling import REPLAY_NOTE
+    from gpulens.tui.screens.host import HostScreen
+    from gpulens.tui.widgets.profile_panel import ProfilePanel
+
+    job = JobInfo(pid=4242, tree_id="systemd/bash/python3", cmdline="python3 train.py", user="me", start_time=T0)
+    me = SampleEvent(replace(sample(T0, host="this-host"), jobs=(job,)))
+    rec = Recorder(str(tmp_path / "r.gpulens"), "test")
+    rec.write(me)
+    rec.close()
+    ctx = FakeContext(ReplaySource(str(tmp_path / "r.gpulens")), [me])  # a recording made on this very host
+    app: App[None] = App()
+    async with app.run_test(size=(160, 45)) as pilot:
+        for screen in (HostScreen("this-host", context=ctx), JobScreen(ctx.store.jobs(300)[0].key, context=ctx)):
+            app.push_screen(screen)
+            await pilot.pause()
+            assert not any(screen.check_action(a, ()) for a in ("profile", "quick_look", "open_profiler"))
+            assert str(screen.query_one(ProfilePanel).render()).startswith(REPLAY_NOTE)
+            assert not {"f", "d", "o"} & {k for k, _ in key_rows(screen, [])}
+            screen.action_profile()
+            await pilot.pause()
+            assert any(REPLAY_NOTE in n.message for n in app._notifications)
+            app.pop_screen()
+            await pilot.pause()
 
 
 @sync
