@@ -65,18 +65,8 @@ BURST_S = 0.02
 
 
 class GpulensApp(IdleInput, ThemeCache, App[int]):
-    """The gpulens TUI.
-
-    | key | action |
-    | --- | --- |
-    | q / ctrl+c | quit |
-    | ? | this screen's keys |
-    | esc | back |
-    | : | command: ``hosts``, ``jobs``, ``gpus``, ``user NAME``, ``host NAME``, ``job PID``, ``interval S``, ``log`` |
-    | 1 2 3 4 | window 1m 5m 15m 1h |
-    | p | pause / resume updates |
-    | space ← → [ ] | replay only: play/pause, seek 10 s (shift: 1 min), slower / faster |
-    """
+    """The gpulens TUI. Its keys are :attr:`BINDINGS` (q quit, ? keys, esc back, : command, 1-4 window,
+    p pause / resume, replay's space ← → [ ]); ``?`` lists each screen's, the README all of them."""
 
     CSS_PATH = "app.tcss"
     TITLE = "gpulens"
@@ -92,6 +82,7 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
         Binding("3", "window('15m')", "Window 15m", show=False),
         Binding("4", "window('1h')", "Window 1h", show=False),
         Binding("p", "pause", "Pause"),
+        Binding("p", "resume", "Resume"),  # one of the two, as check_action says: the footer names what p does
         Binding("space", "replay_toggle", "Replay: play / pause", show=False),
         Binding("left", f"replay_seek({-SEEK_STEP_S})", "Replay: back 10 s", show=False),
         Binding("right", f"replay_seek({SEEK_STEP_S})", "Replay: ahead 10 s", show=False),
@@ -381,7 +372,9 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
             self.push_screen(HelpScreen(self.screen, active))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Replay keys only while replaying (elsewhere space and the arrows stay the screens')."""
+        """Replay keys only while replaying (elsewhere space and the arrows stay the screens'); p pauses or resumes."""
+        if action in ("pause", "resume"):
+            return self.paused == (action == "resume")
         return not (action.startswith("replay_") and self.replay is None)
 
     def action_replay_toggle(self) -> None:
@@ -459,6 +452,9 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
         """Pause or resume redrawing (data keeps being recorded)."""
         self.paused = not self.paused
         self.refresh_data(force=True)
+        self.refresh_bindings()
+
+    action_resume = action_pause
 
     async def action_heatmap(self, key: str) -> None:
         """Heatmap metric, from the command palette (the overview's ``heat``; elsewhere nothing)."""

@@ -141,10 +141,15 @@ async def test_keys_window_pause_filter_sort_heatmap_help() -> None:
         await settle(app, pilot)
         await pilot.press("3")
         assert app.window == "15m" and app.screen.query_one(AppHeader).window == "15m"
+        def footer_p() -> str:
+            return next(b.binding.description for k, b in app.screen.active_bindings.items() if k == "p")
+
+        assert footer_p() == "Pause"
         await pilot.press("p")
         assert app.paused and app.screen.query_one(AppHeader).paused
+        assert footer_p() == "Resume"  # the footer names what p does now
         await pilot.press("p", "1")
-        assert not app.paused and app.window == "1m"
+        assert not app.paused and app.window == "1m" and footer_p() == "Pause"
         await pilot.press("slash")
         for ch in "node1":
             await pilot.press(ch)
