@@ -32,7 +32,7 @@ CLEARER = {"help:Keys": "the keys of this screen (this list)", "jump:Jump": "com
            "pause:Pause": "pause / resume redrawing", "reverse:Reverse sort": "reverse the focused table's order",
            "select:Open": "open the row under the cursor", "open:Open": "open the row under the cursor"}
 """Longer help texts than the footer's word, by ``action:description`` (of the app and gpulens tables)."""
-DATA_ONLY_ACTIONS = ("window(", "pause")
+DATA_ONLY_ACTIONS = ("window(", "pause", "resume")
 """App keys that act on data screens only: not listed over a flame graph or a profiler."""
 NAMES = (("question_mark", "?"), ("slash", "/"), ("colon", ":"), ("escape", "esc"), ("space", "space"),
          ("left_square_bracket", "["), ("right_square_bracket", "]"), ("plus", "+"), ("minus", "-"),

@@ -46,7 +46,7 @@ class GpuFleetTable(IncrementalTable):
     MARKED = True
     DROP = ("name", "procs", "throttle", "power")
     SORT_KEYS: ClassVar[dict[str, str]] = {"host": "H", "gpu": "G", "name": "O", "util": "U", "mem": "M", "power": "P",
-                 "temp": "T", "procs": "R", "throttle": "A"}
+                 "temp": "T", "procs": "R", "throttle": "L"}
 
     thresholds: Thresholds = DEFAULT
     """Where values turn warning or critical (the config's ``[thresholds]``)."""

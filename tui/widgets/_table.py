@@ -29,6 +29,8 @@ from gpulens.tui.widgets._keys import cursor_bindings
 from gpulens.tui.widgets.thresholds import OK, level_of_text
 from gpulens.tui.widgets.thresholds import STYLES as LEVEL_STYLES
 
+ASCENDING_FIRST = frozenset({"gpu", "pid"})
+"""Right-aligned columns of ids, not figures: their first sort is ascending."""
 
 class IncrementalTable(ScrollView, can_focus=True):
     """Keyed rows with a cursor; subclasses set ``COLUMNS``.
@@ -208,15 +210,18 @@ class IncrementalTable(ScrollView, can_focus=True):
         self.refresh()
 
     def sort_by_letter(self, letter: str) -> str | None:
-        """Sort by the column bound to ``letter`` (its second press reverses); its label, None if unbound."""
+        """Sort by the column bound to ``letter`` (its second press reverses); its label, None if unbound.
+
+        A column of figures sorts largest first (the busiest, hottest, biggest on top), names and ids A-Z.
+        """
         column = next((k for k, v in self.SORT_KEYS.items() if v == letter), None)
         if column is None:
             return None
         index = next(i for i, c in enumerate(self.COLUMNS) if c[0] == column)
         if index == self.sort_index:
             self.sort_reverse = not self.sort_reverse
-        else:
-            self.sort_index, self.sort_reverse = index, False
+        else:  # figures largest first, as htop and nvitop sort (ids and names A-Z)
+            self.sort_index, self.sort_reverse = index, self.COLUMNS[index][2] and column not in ASCENDING_FIRST
         self.refresh()
         return self.COLUMNS[index][1]
 

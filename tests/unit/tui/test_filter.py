@@ -195,22 +195,25 @@ async def test_sort_by_column_letter_and_again_reverses() -> None:
         await settle(app, pilot)
         hosts = app.screen.query_one(HostTable)
         rows = {h: app.store.host_row(h, app.window_s) for h in app.store.hosts()}
-        await pilot.press("P")  # Power
+        await pilot.press("P")  # Power: the largest first, as htop and nvitop sort figures
         await settle(app, pilot)
-        assert [rows[h].power_w for h in hosts.order] == sorted(r.power_w for r in rows.values())
+        assert [rows[h].power_w for h in hosts.order] == sorted((r.power_w for r in rows.values()), reverse=True)
         header = hosts.render_line(0)
-        assert "Power↑" in header.text
+        assert "Power↓" in header.text
         underlined = [seg.text for seg in header if seg.style is not None and seg.style.underline]
         assert "P" in underlined and "U" in underlined  # each sort letter marked, as htop marks F-keys
         await pilot.press("P")
         await settle(app, pilot)
-        assert [rows[h].power_w for h in hosts.order] == sorted((r.power_w for r in rows.values()), reverse=True)
-        assert "Power↓" in hosts.render_line(0).text
+        assert [rows[h].power_w for h in hosts.order] == sorted(r.power_w for r in rows.values())
+        assert "Power↑" in hosts.render_line(0).text
+        await pilot.press("H")  # a name: A-Z first
+        await settle(app, pilot)
+        assert list(hosts.order) == sorted(rows)
         await pilot.press("tab", "R")  # the job table: Runtime
         await settle(app, pilot)
         jobs = app.screen.query_one(JobTable)
         views = {j.key: j for j in app.store.jobs(app.window_s)}
-        assert [views[k].runtime_s for k in jobs.order] == sorted(v.runtime_s for v in views.values())
+        assert [views[k].runtime_s for k in jobs.order] == sorted((v.runtime_s for v in views.values()), reverse=True)
 
 
 @sync

@@ -116,7 +116,7 @@ async def test_views_hosts_jobs_gpus_and_user() -> None:
         temps = [app.store.latest(k.rsplit(":", 1)[0]).gpus[int(k.rsplit(":", 1)[1])].temperature_c  # type: ignore[union-attr]
                  for k in table.order]
         known = [t for t in temps if t is not None]
-        assert known == sorted(known)
+        assert known == sorted(known, reverse=True)  # the hottest first
         await pilot.press("escape")
         app.jump("user alice")
         await settle(app, pilot)
@@ -277,3 +277,21 @@ async def test_colon_views_replace_each_other_as_in_k9s_and_the_same_one_is_not_
         await pilot.press("escape")
         await settle(app, pilot)
         assert stack() == ["Overview", "user alice", "job 4711"]
+
+
+def test_every_sort_letter_is_in_its_columns_label_so_the_header_can_underline_it() -> None:
+    import gpulens.tui.screens.views
+    import gpulens.tui.widgets.host_table
+    import gpulens.tui.widgets.job_table
+    import gpulens.tui.widgets.process_table  # noqa: F401  (their tables register as subclasses)
+    from gpulens.tui.widgets._table import IncrementalTable
+
+    def every(cls: type) -> list[type]:
+        return [cls, *(s for sub in cls.__subclasses__() for s in every(sub))]
+
+    tables = [t for t in every(IncrementalTable) if t.SORT_KEYS]
+    assert {"HostTable", "JobTable", "GpuFleetTable"} <= {t.__name__ for t in tables}
+    for table in tables:
+        labels = {c[0]: c[1] for c in table.COLUMNS}
+        for column, letter in table.SORT_KEYS.items():
+            assert letter.lower() in labels[column].lower(), (table.__name__, column, letter)
