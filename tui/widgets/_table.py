@@ -32,6 +32,7 @@ from gpulens.tui.widgets.thresholds import STYLES as LEVEL_STYLES
 ASCENDING_FIRST = frozenset({"gpu", "pid"})
 """Right-aligned columns of ids, not figures: their first sort is ascending."""
 
+
 class IncrementalTable(ScrollView, can_focus=True):
     """Keyed rows with a cursor; subclasses set ``COLUMNS``.
 
