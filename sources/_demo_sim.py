@@ -25,6 +25,8 @@ NO_COUNTERS = "perf_event_open: ENOENT (no hardware cache counters in this VM)"
 LOST = "GPU is lost (XID 79: fallen off the bus)"
 _LOST_FIELDS = ("utilization_percent", "mem_used_bytes", "power_w", "temperature_c",
                 "sm_activity_percent")
+_LOST_REASONS = {**dict.fromkeys(_LOST_FIELDS, LOST), "gpu": LOST}
+"""As the NVML collector reports a lost GPU (``unavailable["gpu"]``), with the fields' own reasons too."""
 _NO_CACHE_FIELDS = ("cache.l2_hit_ratio", "cache.l3_hit_ratio", "cache.mem_bandwidth_bytes_per_s")
 _THROTTLES = ("sw_thermal_slowdown", "hw_thermal_slowdown")
 _XID79 = (79,)
@@ -185,7 +187,7 @@ def host_sample(plan: HostPlan, seed: str, t: float, epoch: int) -> m.HostSample
             gpus.append(_gpu(g, GPU_NAME, uuid, None, None, None, None, None, None, None,
                               None, None, None, None, None, None, None, None,
                               _XID79 if rand() < 0.05 else (), (), None, None, None, (),
-                              dict.fromkeys(_LOST_FIELDS, LOST), None, None, None))
+                              _LOST_REASONS, None, None, None))
             utils.append(0)
         elif kind == BUSY:
             if throttled:
@@ -214,7 +216,8 @@ def host_sample(plan: HostPlan, seed: str, t: float, epoch: int) -> m.HostSample
             jobs.append(_job(
                 pid, tree_id, cmdline, user, start,
                 round1(95 + rand() * 10 if launcher else 1 + rand() * 4),
-                int((12 + rand()) * GIB), {gkey: gmem}, jkey, ancestors, False))
+                int((12 + rand()) * GIB), {} if lost else {gkey: gmem}, jkey, ancestors, False))
+            # A lost GPU lists no processes (NVML cannot read it): its job holds no memory there.
     busy = sum(utils) / max(1, len(utils))
     if plan.no_cache:
         cache = _NO_CACHE

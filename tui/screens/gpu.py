@@ -32,7 +32,15 @@ from gpulens.tui.widgets.gpu_table import THROTTLE_SHORT, mem_pair, pair
 from gpulens.tui.widgets.header import AppHeader
 from gpulens.tui.widgets.plot import TimeSeriesPlot
 from gpulens.tui.widgets.process_table import GpuProcessTable
-from gpulens.tui.widgets.thresholds import CRIT, MARKS, STYLES, WARN, gpu_levels, throttle_level
+from gpulens.tui.widgets.thresholds import (
+    CRIT,
+    MARKS,
+    STYLES,
+    WARN,
+    gpu_levels,
+    throttle_level,
+    xid_meaning,
+)
 
 MAX_EVENT_LINES = 12
 NOT_REPORTED = "not reported by this source"
@@ -77,13 +85,27 @@ def extra_fields(g: GpuSample, energy_rate: float | None, rate_why: str) -> list
     return out
 
 
-def event_line(e: GpuEvent, clock: str) -> Text:
-    """``12:00:03  ! XID 79`` / ``12:01:10  ! throttle SW-therm,HW-therm`` / ``... throttle ended``."""
+def group_events(evs: list[GpuEvent]) -> list[tuple[GpuEvent, float, int]]:
+    """Runs of the same event in a row (an XID reported sample after sample) as (first, last time, count)."""
+    out: list[tuple[GpuEvent, float, int]] = []
+    for e in evs:
+        if out and (out[-1][0].kind, out[-1][0].detail) == (e.kind, e.detail):
+            out[-1] = (out[-1][0], e.time, out[-1][2] + 1)
+        else:
+            out.append((e, e.time, 1))
+    return out
+
+
+def event_line(e: GpuEvent, clock: str, times: int = 1, last: str = "") -> Text:
+    """``12:00:03  ! XID 79 ×15, last 12:04:10  the GPU has fallen off the bus`` / ``12:01:10  ! throttle
+    SW-therm,HW-therm`` / ``... throttle ended``."""
     text = Text(f"{clock}  ", style="dim")
     short = ",".join(THROTTLE_SHORT.get(r, r) for r in e.detail.split(","))
     if e.kind == "xid":
         text.append(f"{MARKS[CRIT]} XID {e.detail}", STYLES[CRIT])
-        text.append("  an NVIDIA driver error report (see `nvidia-smi -q`, the kernel log)", "dim")
+        if times > 1:
+            text.append(f" ×{times}, last {last}", STYLES[CRIT])
+        text.append(f"  {xid_meaning(e.detail)}", "dim")
     elif e.kind == "throttle":
         lvl = throttle_level(tuple(e.detail.split(",")))
         text.append(f"{MARKS[lvl]} throttle {short}", STYLES[lvl])
@@ -190,7 +212,8 @@ class GpuScreen(DataScreen):
             ("PCIe rx/tx", pair(g.pcie_rx_bytes_per_s, g.pcie_tx_bytes_per_s, rate), 0),
             ("NVLink rx/tx", pair(g.nvlink_rx_bytes_per_s, g.nvlink_tx_bytes_per_s, rate), 0),
             ("ECC c/u", pair(g.ecc_corrected, g.ecc_uncorrected, num), 0),
-            ("throttle", ",".join(THROTTLE_SHORT.get(r, r) for r in g.throttle_reasons) or "-", lv["throttle"]),
+            ("throttle", ",".join(THROTTLE_SHORT.get(r, r) for r in g.throttle_reasons)
+             or (NA if "gpu" in g.unavailable or "throttle_reasons" in g.unavailable else "-"), lv["throttle"]),
         ]
         text = Text()
         for label, value, lvl in fields:
@@ -215,12 +238,14 @@ class GpuScreen(DataScreen):
                                same_shape_repaints=True)
             return
         lines = Text()
-        for i, e in enumerate(reversed(evs[-MAX_EVENT_LINES:])):
+        runs = group_events(evs)
+        clock = self.ctx.clock_text
+        for i, (e, last, times) in enumerate(reversed(runs[-MAX_EVENT_LINES:])):
             if i:
                 lines.append("\n")
-            lines.append_text(event_line(e, self.ctx.clock_text(e.time)))
-        if len(evs) > MAX_EVENT_LINES:
-            lines.append(f"\n… {len(evs) - MAX_EVENT_LINES} older", style="dim")
+            lines.append_text(event_line(e, clock(e.time), times, clock(last)))
+        if len(runs) > MAX_EVENT_LINES:
+            lines.append(f"\n… {len(runs) - MAX_EVENT_LINES} older", style="dim")
         lines.append(f"\n{MARKS[CRIT]} critical  {MARKS[WARN]} warning", style="dim")
         self.update_static("#gpu-events", lines, same_shape_repaints=True)
 

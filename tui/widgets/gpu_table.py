@@ -106,7 +106,7 @@ class GpuTable(IncrementalTable):
             _ecc(g), marked(",".join(map(str, g.xid_events or ((xid,) if xid is not None else ()))), lv["xid"])
             if g.xid_events or xid is not None else "-",
             marked(",".join(THROTTLE_SHORT.get(r, r.removesuffix("_slowdown")) for r in g.throttle_reasons),
-                   lv["throttle"]) if g.throttle_reasons else "-",
+                   lv["throttle"]) if g.throttle_reasons else NA if "gpu" in g.unavailable else "-",
             str(len(g.processes)),
         )
 

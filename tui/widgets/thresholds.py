@@ -54,6 +54,33 @@ ALERT_HELP: dict[str, AlertInfo] = {
 """The legend: every alert code of the host table, its level and meaning."""
 
 
+XID_MEANING: dict[int, str] = {
+    13: "graphics engine exception (usually the application's fault)",
+    31: "GPU memory page fault (usually the application's fault)",
+    43: "GPU stopped processing (usually the application's fault)",
+    45: "preemptive cleanup after an earlier error",
+    48: "double-bit ECC error",
+    63: "ECC page retirement or row remapping recorded",
+    64: "ECC page retirement or row remapping failed",
+    74: "NVLink error",
+    79: "the GPU has fallen off the bus",
+    92: "high single-bit ECC error rate",
+    94: "contained ECC error",
+    95: "uncontained ECC error",
+    119: "GSP RPC timeout",
+    120: "GSP error",
+}
+"""What the common NVIDIA XID codes mean (NVIDIA's XID catalogue); others: see the kernel log."""
+
+
+def xid_meaning(code: int | str) -> str:
+    """``the GPU has fallen off the bus`` for 79; a pointer to the kernel log for a code not listed."""
+    try:
+        return XID_MEANING[int(code)]
+    except (KeyError, ValueError):
+        return "an NVIDIA driver error (see the kernel log, `nvidia-smi -q`)"
+
+
 def threshold_rows(t: Thresholds = DEFAULT) -> list[tuple[str, str]]:
     """The legend of the coloured values, with the thresholds in force: (markers, where they start)."""
     return [

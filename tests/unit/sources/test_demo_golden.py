@@ -18,7 +18,7 @@ from gpulens.core.events import SampleEvent, SourceEvent
 from gpulens.sources.demo import DemoSource
 
 T0 = 1_700_000_000.0
-GOLDEN = "7f573ae911b0a776932494ed7a2589d5d5127f262849cd026b90993c1bb38992"
+GOLDEN = "160a4916c99b79701dfafebc3c76edf6a77f88dd5d77eefaea68901bbe569b67"
 TIMES = (T0, T0 + 0.5, T0 + 1.25, T0 + 59.999, T0 + 7200.3, 1_800_000_123.7, 3600.0 * 5, 12.0)
 
 
@@ -118,9 +118,9 @@ class Reference(DemoSource):
             why = "GPU is lost (XID 79: fallen off the bus)"
             xid = (79,) if rng.random() < 0.05 else ()
             return m.GpuSample(index=g, name="NVIDIA H100 80GB HBM3", uuid=f"GPU-de000000-{h:04d}-{g:04d}",
-                               xid_events=xid, unavailable={k: why for k in (
+                               xid_events=xid, unavailable={**{k: why for k in (
                                    "utilization_percent", "mem_used_bytes", "power_w", "temperature_c",
-                                   "sm_activity_percent")})
+                                   "sm_activity_percent")}, "gpu": why})
         if throttled:
             util *= 0.7
         sm = util * (0.78 + rng.random() * 0.08)
@@ -178,7 +178,7 @@ class Reference(DemoSource):
             user=user, start_time=self._epoch + (h % 16) * 600.0,
             cpu_percent=round(95 + rng.random() * 10 if launcher else 1 + rng.random() * 4, 1),
             rss_bytes=int((12 + rng.random()) * GIB),
-            gpu_mem_bytes={str(g): mem_used - 500 * 1024**2},
+            gpu_mem_bytes={} if h % 16 == 10 and g == 3 else {str(g): mem_used - 500 * 1024**2},
             job_key=key or None, ancestors=(1, 900 + h, 901 + h))
 
 

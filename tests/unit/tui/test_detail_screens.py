@@ -304,3 +304,33 @@ def test_a_gpu_that_reports_nothing_reads_one_na_per_field_not_na_slash_na() -> 
         assert field in text, (field, text)
     half = GpuScreen("h", 3, context=ctx)._info(GpuSample(index=3, name="H100", uuid="u3", power_w=250.0)).plain
     assert "power 250W/n/a" in half  # a known draw beside an unknown limit keeps both
+
+
+def test_an_xid_reported_sample_after_sample_is_one_line_with_its_meaning() -> None:
+    from gpulens.store.gpu_events import GpuEvent
+    from gpulens.tui.screens.gpu import event_line, group_events
+
+    evs = [GpuEvent(T0 + i, "xid", "79") for i in range(0, 30, 2)]
+    evs += [GpuEvent(T0 + 40, "throttle", "hw_slowdown"), GpuEvent(T0 + 50, "throttle_end", "hw_slowdown"),
+            GpuEvent(T0 + 60, "xid", "999")]
+    runs = group_events(evs)
+    assert [(e.detail, last - e.time, n) for e, last, n in runs] == [
+        ("79", 28.0, 15), ("hw_slowdown", 0.0, 1), ("hw_slowdown", 0.0, 1), ("999", 0.0, 1)]
+    line = event_line(runs[0][0], "12:00:00", runs[0][2], "12:00:28").plain.replace("  ", " ")
+    assert "XID 79 ×15, last 12:00:28" in line and "fallen off the bus" in line
+    assert "kernel log" in event_line(runs[-1][0], "12:01:00").plain  # a code the catalogue does not list
+
+
+@sync
+async def test_a_lost_gpu_holds_no_job_memory_and_reads_na_not_dash() -> None:
+    app = demo_app(backfill_s=10)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await settle(app, pilot)
+        lost = app.store.latest("gpu-node11")
+        assert lost is not None and "gpu" in lost.gpus[3].unavailable
+        job = next(j for j in app.store.jobs(300) if "gpu-node11" in j.hosts)
+        assert ("gpu-node11", "3") not in job.gpus  # NVML lists no process on a lost GPU
+        cells = GpuTable.cells(lost.gpus[3])
+        assert cells[-2] == "n/a"  # throttle: not known, not "-"
+        info = GpuScreen("gpu-node11", 3, context=app)._info(lost.gpus[3]).plain
+        assert "throttle n/a" in info and "fallen off the bus" in info
