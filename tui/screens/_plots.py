@@ -291,12 +291,12 @@ def host_plot(store: Store, host: str, spec: PlotSpec, window_s: float, points: 
                      stats, lines, note, store.newest_column(window_s, points) if feed is not None else None)
 
 
-def plot_rows(grid: Grid, count: int, height: int, reserved: int, width: int, least: int = 0) -> None:
+def plot_rows(grid: Grid, count: int, height: int, reserved: int, width: int, least: int = 0) -> int:
     """Lay out ``count`` plots in ``grid``: 1-3 columns by width, rows as tall as ``height`` allows.
 
     ``reserved``: the lines the screen needs besides the plots (tables,
     headings); the plots take the rest, 8 lines each at least (6 when narrow, ``least`` when
-    more), 24 at most (a taller plot only spreads the same figures).
+    more), 24 at most (a taller plot only spreads the same figures). Returns the lines they take.
     """
     cols = 1 if width < 100 else 3 if width >= 180 and count >= 6 else 2
     rows = max(1, math.ceil(count / cols))
@@ -304,6 +304,7 @@ def plot_rows(grid: Grid, count: int, height: int, reserved: int, width: int, le
     if (grid.styles.grid_size_columns, [r.value for r in grid.styles.grid_rows or ()]) != (cols, [each]):
         grid.styles.grid_size_columns = cols
         grid.styles.grid_rows = str(each)
+    return rows * each
 
 
 def configure_plots(screen: DOMNode, specs: Sequence[PlotSpec], cfg: Config) -> None:

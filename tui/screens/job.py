@@ -98,8 +98,13 @@ class JobScreen(DataScreen):
 
     def _layout_plots(self, width: int, height: int) -> None:
         procs = len(self.view.processes) if self.view is not None else 4
-        plot_rows(self.query_one("#plots", Grid), self.shown_plots(JOB_PLOTS), height,
-                  12 + min(20, procs + 1) + self.left_out_lines(width), width)
+        others = 12 + self.left_out_lines(width)
+        plots = plot_rows(self.query_one("#plots", Grid), self.shown_plots(JOB_PLOTS), height,
+                          others + min(20, procs + 1), width)
+        # The process table takes what the plots leave (20 rows at least): no blank screen below it.
+        table = self.query_one(ProcessTable)
+        if table.styles.max_height is None or table.styles.max_height.value != (room := max(20, height - plots - others)):
+            table.styles.max_height = room
 
     def on_incremental_table_row_selected(self, event: ProcessTable.RowSelected) -> None:
         """Enter on a process opens the process screen."""

@@ -334,3 +334,16 @@ async def test_a_lost_gpu_holds_no_job_memory_and_reads_na_not_dash() -> None:
         assert cells[-2] == "n/a"  # throttle: not known, not "-"
         info = GpuScreen("gpu-node11", 3, context=app)._info(lost.gpus[3]).plain
         assert "throttle n/a" in info and "fallen off the bus" in info
+
+
+@sync
+async def test_the_job_screens_process_table_takes_the_room_the_plots_leave() -> None:
+    app = demo_app(backfill_s=10)
+    async with app.run_test(size=(200, 140)) as pilot:
+        await settle(app, pilot)
+        app.jump("job 4711")
+        await settle(app, pilot)
+        table = app.screen.query_one(ProcessTable)
+        rows = len(app.store.job("4711", 300).processes)  # type: ignore[union-attr]
+        assert rows > 20 and table.region.height == rows + 1  # every row and the header, nothing to scroll
+        assert not app.screen.query_one("#body").show_vertical_scrollbar
