@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import ClassVar
 
+from rich.cells import cell_len
+from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
@@ -164,6 +166,7 @@ class GpuScreen(DataScreen):
         """Narrow layout; plots fill the height."""
         super().on_resize(event)
         plot_rows(self.query_one("#plots", Grid), len(GPU_PLOTS), event.size.height, 22, event.size.width)
+        self.call_after_refresh(self.refresh_data, True)  # the info line's fields, packed to the new width
 
     def gpu(self) -> tuple[HostSample | None, GpuSample | None]:
         """The host's newest sample and this GPU in it."""
@@ -216,15 +219,24 @@ class GpuScreen(DataScreen):
              or (NA if "gpu" in g.unavailable or "throttle_reasons" in g.unavailable else "-"), lv["throttle"]),
         ]
         text = Text()
-        for label, value, lvl in fields:
-            text.append(f"{label} ", style="dim")
-            text.append(f"{value}{MARKS[lvl]}", style=STYLES[lvl] if lvl else "bold")
-            text.append("   ")
-        text.append("\n")
-        for label, value in extra_fields(g, *self.energy_rate()):
-            text.append(f"{label} ", style="dim")
-            text.append(value, style="bold")
-            text.append("   ")
+        width = max(20, self.size.width - 2)  # a field is never split between its label and its value
+        first = [(label, f"{value}{MARKS[lvl]}", STYLES[lvl] if lvl else Style(bold=True))
+                 for label, value, lvl in fields]
+        extra = [(label, value, Style(bold=True)) for label, value in extra_fields(g, *self.energy_rate())]
+        for n, group in enumerate((first, extra)):
+            text.append("\n" if n else "")
+            at = 0
+            for label, value, style in group:
+                cells = cell_len(f"{label} {value}")
+                if at and at + 3 + cells > width:
+                    text.append("\n")
+                    at = 0
+                elif at:
+                    text.append("   ")
+                    at += 3
+                text.append(f"{label} ", style="dim")
+                text.append(value, style=style)
+                at += cells
         reasons = sorted(set(g.unavailable.values()))
         if reasons:
             text.append(f"\nn/a: {'; '.join(reasons)[:300]}", style="dim")

@@ -347,3 +347,21 @@ async def test_the_job_screens_process_table_takes_the_room_the_plots_leave() ->
         rows = len(app.store.job("4711", 300).processes)  # type: ignore[union-attr]
         assert rows > 20 and table.region.height == rows + 1  # every row and the header, nothing to scroll
         assert not app.screen.query_one("#body").show_vertical_scrollbar
+
+
+@sync
+async def test_the_gpu_info_never_splits_a_label_from_its_value() -> None:
+    app = demo_app(backfill_s=10)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        app.push_screen(GpuScreen("gpu-node05", 2, context=app))
+        await settle(app, pilot)
+        for size in ((120, 40), (84, 30), (200, 50)):
+            await pilot.resize_terminal(*size)
+            await settle(app, pilot)
+            info = app.screen.query_one("#gpu-info")
+            lines = [str(info.render_line(y).text).rstrip() for y in range(info.size.height)]
+            assert all(len(line) <= info.size.width for line in lines)
+            for label in ("PCIe rx/tx", "NVLink rx/tx", "ECC c/u", "clocks", "power"):
+                line = next(x for x in lines if label in x)
+                assert not line.endswith(label), (size, line)  # the value is on the label's line
