@@ -219,7 +219,8 @@ class GpuScreen(DataScreen):
              or (NA if "gpu" in g.unavailable or "throttle_reasons" in g.unavailable else "-"), lv["throttle"]),
         ]
         text = Text()
-        width = max(20, self.size.width - 2)  # a field is never split between its label and its value
+        # Packed to the width: a field is never split between its label and its value.
+        width = max(20, self.size.width - 2) if self.is_mounted else 1 << 16
         first = [(label, f"{value}{MARKS[lvl]}", STYLES[lvl] if lvl else Style(bold=True))
                  for label, value, lvl in fields]
         extra = [(label, value, Style(bold=True)) for label, value in extra_fields(g, *self.energy_rate())]
