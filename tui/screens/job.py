@@ -57,6 +57,7 @@ class JobScreen(DataScreen):
         Binding("d", "quick_look", "Quick look", tooltip="one py-spy dump of each local process"),
         *PROFILE_BINDINGS,
         Binding("o", "open_profiler", "Open Profiler"),
+        Binding("enter", "to_processes", "Go to the processes (again: open one)", show=False),
     ]
 
     def __init__(self, key: str, *, context: ScreenContext | None = None) -> None:
@@ -105,6 +106,12 @@ class JobScreen(DataScreen):
         table = self.query_one(ProcessTable)
         if table.styles.max_height is None or table.styles.max_height.value != (room := max(20, height - plots - others)):
             table.styles.max_height = room
+
+    def action_to_processes(self) -> None:
+        """Enter outside the process table: to its cursor row (the next Enter opens that process)."""
+        table = self.query_one(ProcessTable)
+        table.focus()
+        table.scroll_visible(animate=False)
 
     def on_incremental_table_row_selected(self, event: ProcessTable.RowSelected) -> None:
         """Enter on a process opens the process screen."""

@@ -365,3 +365,20 @@ async def test_the_gpu_info_never_splits_a_label_from_its_value() -> None:
             for label in ("PCIe rx/tx", "NVLink rx/tx", "ECC c/u", "clocks", "power"):
                 line = next(x for x in lines if label in x)
                 assert not line.endswith(label), (size, line)  # the value is on the label's line
+
+
+@sync
+async def test_enter_on_the_job_screen_goes_to_the_processes_and_again_opens_one() -> None:
+    app = demo_app(backfill_s=10)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await settle(app, pilot)
+        app.jump("job 4711")
+        await settle(app, pilot)
+        table = app.screen.query_one(ProcessTable)
+        assert not table.has_focus
+        await pilot.press("enter")
+        await settle(app, pilot)
+        assert table.has_focus
+        await pilot.press("enter")
+        await settle(app, pilot)
+        assert isinstance(app.screen, ProcessScreen)
