@@ -23,6 +23,7 @@ from gpulens.core.events import (
     SourceEvent,
     SourceStatusEvent,
 )
+from gpulens.core.units import size
 from gpulens.ipc.recording import (
     decode_stream,
     encode_event,
@@ -285,11 +286,13 @@ class Recorder:
         self.path = path
         self._lock = threading.Lock()
         self.count = 0
+        self.bytes = 0
+        """How much has been written (the header shows it beside REC)."""
         try:
             self._fh: IO[bytes] | None = open(path, "wb")  # noqa: SIM115 - held until close()
         except OSError as err:
             raise ConfigError(f"--record {path}: cannot create: {err.strerror}") from err
-        self._fh.write(header(source_name, simulated, time.time()))
+        self.bytes = self._fh.write(header(source_name, simulated, time.time()))
         self._last_flush = time.monotonic()
 
     def write(self, event: SourceEvent) -> None:
@@ -298,7 +301,7 @@ class Recorder:
         with self._lock:
             if self._fh is None:
                 return
-            self._fh.write(data)
+            self.bytes += self._fh.write(data)
             self.count += 1
             if time.monotonic() - self._last_flush > 1.0:
                 self._fh.flush()
@@ -330,8 +333,8 @@ class RecordingSource:
 
     @property
     def name(self) -> str:
-        """The inner source's name."""
-        return self.inner.name
+        """The inner source's name and what is being recorded: ``demo · REC run.gpulens 12.3MB``."""
+        return f"{self.inner.name} · REC {os.path.basename(self.recorder.path)} {size(self.recorder.bytes)}"
 
     @property
     def simulated(self) -> bool:

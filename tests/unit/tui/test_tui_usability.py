@@ -9,6 +9,7 @@ profiled, checkboxes unreadable without colour, MultiSource hosts, --tls-ca.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,6 +38,7 @@ from gpulens.tui.widgets.plot import TimeSeriesPlot, axis_label
 from gpulens.tui.widgets.sparklines import HostSparklines
 from tests.fakes.tui_fakes import (
     FROZEN,
+    DemoSource,
     FakeTraceService,
     StaticSource,
     demo_app,
@@ -471,3 +473,22 @@ async def test_filter_line_takes_q_colon_and_slash_as_text() -> None:
         await settle(app, pilot)
         assert app.screen.query_one(Input).value == "q:/x"  # ':' and '/' are priority keys elsewhere
         assert isinstance(app.screen, OverviewScreen) and app.is_running
+
+
+@sync
+async def test_recording_says_rec_the_file_and_its_size_in_the_header(tmp_path: Path) -> None:
+    from gpulens.sources.local import Recorder, RecordingSource
+    from gpulens.tui.widgets.header import AppHeader
+
+    path = tmp_path / "run.gpulens"
+    source = RecordingSource(DemoSource(seed=7, clock=frozen_clock, live=False, backfill_s=5),
+                             Recorder(str(path), "demo", True))
+    app = GpulensApp(source, clock=frozen_clock)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await settle(app, pilot)
+        written = source.recorder.bytes
+        assert written > 1000
+        header = str(app.screen.query_one(AppHeader).render())
+        assert f"REC run.gpulens {fmt.size(written)}" in header, header
+    source.recorder.close()
+    assert path.stat().st_size == source.recorder.bytes
