@@ -324,6 +324,15 @@ class Recorder:
                 self._fh = None
 
 
+def replays(source: object) -> bool:
+    """Whether ``source`` is, or wraps, a replayed recording (``--replay F --record G``, a mix of sources):
+    its pids are from then, and may name other processes now."""
+    if isinstance(source, ReplaySource):
+        return True
+    inner = getattr(source, "inner", None)
+    return (inner is not None and replays(inner)) or any(replays(s) for s in getattr(source, "sources", ()))
+
+
 class RecordingSource:
     """Wraps a source so that every event it emits is also written by a :class:`Recorder`."""
 
@@ -333,8 +342,9 @@ class RecordingSource:
 
     @property
     def name(self) -> str:
-        """The inner source's name and what is being recorded: ``demo · REC run.gpulens 12.3MB``."""
-        return f"{self.inner.name} · REC {os.path.basename(self.recorder.path)} {size(self.recorder.bytes)}"
+        """The inner source's name and how much is recorded: ``demo · REC 12.3MiB`` (short: a header at
+        80 columns keeps its window and clock)."""
+        return f"{self.inner.name} · REC {size(self.recorder.bytes)}"
 
     @property
     def simulated(self) -> bool:

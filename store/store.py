@@ -420,7 +420,7 @@ class Store:
             util_percent=w("gpu.utilization_percent"), sm_percent=w("gpu.sm_activity_percent"),
             gpu_mem_percent=w("gpu.mem_used_percent"), power_w=w("gpu.power_w"),
             cpu_percent=w("cpu.total_percent"),
-            net_bytes_per_s=w("network.rx_bytes_per_s") + w("network.tx_bytes_per_s"),
+            net_bytes_per_s=w("network.total_bytes_per_s"),  # as the host plot: each sample's rx + tx
             alerts=self._alerts(h, window_s, now_cb, k),
         )
 

@@ -40,11 +40,12 @@ from gpulens.core.events import (
     SourceStatusEvent,
 )
 from gpulens.ipc.kineto.protocol import TraceService
-from gpulens.sources.local import ReplaySource
+from gpulens.sources.local import ReplaySource, replays
 from gpulens.store.store import Store
 from gpulens.tui._driver import IdleInput
 from gpulens.tui._theme_cache import ThemeCache
 from gpulens.tui.messages import OpenFlame, OpenHost, OpenJob, OpenProfiler
+from gpulens.tui.profiling import REPLAY_NOTE
 from gpulens.tui.replay import SEEK_STEP_S, ReplayBar, ReplayControl
 from gpulens.tui.screens.base import DataScreen
 from gpulens.tui.screens.help import HelpScreen
@@ -328,9 +329,10 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
 
     def on_open_profiler(self, message: OpenProfiler) -> None:
         """The profiler for processes here (the trace service) or on another host (its agent)."""
-        # --readonly: the screens offer no "o"; this guards any other way a message gets here.
-        if self.readonly or importlib.util.find_spec("gpulens.tui.screens.profiler") is None:
-            why = "read-only (--readonly): no traces" if self.readonly else "the profiler screen is not available"
+        # --readonly or a replay: the screens offer no "o"; this guards any other way a message gets here.
+        if self.readonly or replays(self.source) or importlib.util.find_spec("gpulens.tui.screens.profiler") is None:
+            why = ("the profiler screen is not available" if not (self.readonly or replays(self.source))
+                   else "read-only (--readonly): no traces" if self.readonly else REPLAY_NOTE)
             self.notify(why, severity="warning")
             return
         from gpulens.tui.screens.profiler import ProfilerScreen
@@ -417,7 +419,8 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
             match = arg if arg in hosts else next((h for h in hosts if arg in h), None)
             if match is not None:
                 self._go(HostScreen(match, context=self))
-            elif self.replay is not None and (said := self.replay.reach_host(arg, self.open_host)):
+            elif self.replay is not None and (said := self.replay.reach_host(
+                    arg, lambda h: self._go(HostScreen(h, context=self)))):
                 self.notify(said, timeout=4)
             else:
                 self.notify(f"no host {arg!r}", severity="error")
@@ -425,7 +428,8 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
             job = self.store.find_job(arg, self.window_s)
             if job is not None:
                 self._go(JobScreen(job.key, context=self))
-            elif self.replay is not None and (said := self.replay.reach_job(arg, self.open_job)):
+            elif self.replay is not None and (said := self.replay.reach_job(
+                    arg, lambda k: self._go(JobScreen(k, context=self)))):
                 self.notify(said, timeout=4)
             else:
                 self.notify(f"no job with pid or key {arg!r}", severity="error")

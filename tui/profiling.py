@@ -128,9 +128,9 @@ class Profiling:
         """Why nothing is sampled or traced here at all ("" when it can be): ``--readonly``, a replay."""
         if getattr(self.screen.ctx, "readonly", False):
             return READONLY_NOTE
-        from gpulens.sources.local import ReplaySource
+        from gpulens.sources.local import replays
 
-        return REPLAY_NOTE if isinstance(self.screen.ctx.source, ReplaySource) else ""
+        return REPLAY_NOTE if replays(self.screen.ctx.source) else ""
 
     @property
     def readonly(self) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import ClassVar
 
 from rich.cells import cell_len
@@ -41,6 +42,7 @@ from gpulens.tui.widgets.thresholds import (
     WARN,
     gpu_levels,
     throttle_level,
+    throttle_text,
     xid_meaning,
 )
 
@@ -87,7 +89,7 @@ def extra_fields(g: GpuSample, energy_rate: float | None, rate_why: str) -> list
     return out
 
 
-def group_events(evs: list[GpuEvent]) -> list[tuple[GpuEvent, float, int]]:
+def group_events(evs: Sequence[GpuEvent]) -> list[tuple[GpuEvent, float, int]]:
     """Runs of the same event in a row (an XID reported sample after sample) as (first, last time, count)."""
     out: list[tuple[GpuEvent, float, int]] = []
     for e in evs:
@@ -215,8 +217,7 @@ class GpuScreen(DataScreen):
             ("PCIe rx/tx", pair(g.pcie_rx_bytes_per_s, g.pcie_tx_bytes_per_s, rate), 0),
             ("NVLink rx/tx", pair(g.nvlink_rx_bytes_per_s, g.nvlink_tx_bytes_per_s, rate), 0),
             ("ECC c/u", pair(g.ecc_corrected, g.ecc_uncorrected, num), 0),
-            ("throttle", ",".join(THROTTLE_SHORT.get(r, r) for r in g.throttle_reasons)
-             or (NA if "gpu" in g.unavailable or "throttle_reasons" in g.unavailable else "-"), lv["throttle"]),
+            ("throttle", throttle_text(g, lambda r: THROTTLE_SHORT.get(r, r)), lv["throttle"]),
         ]
         text = Text()
         # Packed to the width: a field is never split between its label and its value.

@@ -75,8 +75,9 @@ class HostScreen(DataScreen):
     """
 
     SHOWS_ALERTS = True
-    SHOWS_LEVELS = True
     """Its tables show alert codes: ``?`` explains each (help.alert_rows)."""
+    SHOWS_LEVELS = True
+    """Its values are marked past the thresholds: ``?`` says where (help.level_rows)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("g", "per_gpu", "Per GPU", tooltip="GPU plots: aggregate / one line per GPU"),

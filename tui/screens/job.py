@@ -45,7 +45,7 @@ class JobScreen(DataScreen):
 
     | key | action |
     | --- | --- |
-    | enter | open the process under the cursor |
+    | enter | to the process table; there, open the process under the cursor |
     | f | profile the job's processes (flame graph) |
     | d | quick look: one py-spy dump of each local process (flame graph) |
     | o | Open Profiler (only when its processes poll the Kineto endpoint) |
@@ -104,7 +104,8 @@ class JobScreen(DataScreen):
                           others + min(20, procs + 1), width)
         # The process table takes what the plots leave (20 rows at least): no blank screen below it.
         table = self.query_one(ProcessTable)
-        if table.styles.max_height is None or table.styles.max_height.value != (room := max(20, height - plots - others)):
+        room = max(20, height - plots - others)
+        if table.styles.max_height is None or table.styles.max_height.value != room:
             table.styles.max_height = room
 
     def action_to_processes(self) -> None:

@@ -36,8 +36,9 @@ class OverviewScreen(FindingScreen):
     """
 
     SHOWS_ALERTS = True
-    SHOWS_LEVELS = True
     """Its tables show alert codes: ``?`` explains each (help.alert_rows)."""
+    SHOWS_LEVELS = True
+    """Its values are marked past the thresholds: ``?`` says where (help.level_rows)."""
 
     crumb = "Overview"
     BINDINGS: ClassVar[list[BindingType]] = [

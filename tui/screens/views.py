@@ -25,7 +25,13 @@ from gpulens.tui.widgets.gpu_table import THROTTLE_SHORT, mem_pair
 from gpulens.tui.widgets.header import AppHeader
 from gpulens.tui.widgets.host_table import HostTable
 from gpulens.tui.widgets.job_table import JobTable
-from gpulens.tui.widgets.thresholds import DEFAULT, gpu_levels, marked
+from gpulens.tui.widgets.thresholds import (
+    DEFAULT,
+    gpu_levels,
+    marked,
+    throttle_level,
+    throttle_text,
+)
 
 VIEW_CSS = """
 {name} .view-box {{ height: 1fr; border: round $panel; }}
@@ -56,16 +62,16 @@ class GpuFleetTable(IncrementalTable):
         """The texts of one row, marked past the thresholds as the host screen's GPU table marks them."""
         lv = gpu_levels(g, t)
         mem = NA if g.mem_used_bytes is None else mem_pair(g.mem_used_bytes, g.mem_total_bytes)
-        throttle = ",".join(THROTTLE_SHORT.get(r, r.removesuffix("_slowdown")) for r in g.throttle_reasons)
+        throttle = throttle_text(g, lambda r: THROTTLE_SHORT.get(r, r.removesuffix("_slowdown")))
         return (host, str(g.index), g.name.removeprefix("NVIDIA "), pct(util), marked(mem, lv["mem"]),
                 marked(num(g.power_w, "W"), lv["power"]), marked(num(g.temperature_c, "C"), lv["temp"]),
-                str(len(g.processes)), marked(throttle, lv["throttle"]) if throttle else "-")
+                str(len(g.processes)), marked(throttle, lv["throttle"]) if g.throttle_reasons else throttle)
 
     @staticmethod
     def sort_value(host: str, g: GpuSample, util: float, index: int) -> Any:
         """The raw value column ``index`` sorts by (unknown last)."""
         vals: tuple[Any, ...] = (host, g.index, g.name, util, g.mem_used_bytes, g.power_w, g.temperature_c,
-                                 len(g.processes), ",".join(g.throttle_reasons))
+                                 len(g.processes), (throttle_level(g.throttle_reasons), ",".join(g.throttle_reasons)))
         v = vals[index]
         if v is None or (isinstance(v, float) and math.isnan(v)):
             return (1, 0)

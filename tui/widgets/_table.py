@@ -31,6 +31,8 @@ from gpulens.tui.widgets.thresholds import STYLES as LEVEL_STYLES
 
 ASCENDING_FIRST = frozenset({"gpu", "pid"})
 """Right-aligned columns of ids, not figures: their first sort is ascending."""
+DESCENDING_FIRST = frozenset({"alerts", "throttle"})
+"""Left-aligned columns whose first sort puts the most on top: the hosts and GPUs in trouble."""
 
 
 class IncrementalTable(ScrollView, can_focus=True):
@@ -213,7 +215,8 @@ class IncrementalTable(ScrollView, can_focus=True):
     def sort_by_letter(self, letter: str) -> str | None:
         """Sort by the column bound to ``letter`` (its second press reverses); its label, None if unbound.
 
-        A column of figures sorts largest first (the busiest, hottest, biggest on top), names and ids A-Z.
+        A column of figures sorts largest first (the busiest, hottest, biggest on top), alerts and
+        throttling the loudest first, names and ids A-Z.
         """
         column = next((k for k, v in self.SORT_KEYS.items() if v == letter), None)
         if column is None:
@@ -222,7 +225,8 @@ class IncrementalTable(ScrollView, can_focus=True):
         if index == self.sort_index:
             self.sort_reverse = not self.sort_reverse
         else:  # figures largest first, as htop and nvitop sort (ids and names A-Z)
-            self.sort_index, self.sort_reverse = index, self.COLUMNS[index][2] and column not in ASCENDING_FIRST
+            self.sort_index = index
+            self.sort_reverse = (self.COLUMNS[index][2] and column not in ASCENDING_FIRST) or column in DESCENDING_FIRST
         self.refresh()
         return self.COLUMNS[index][1]
 

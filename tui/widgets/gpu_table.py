@@ -25,6 +25,7 @@ from gpulens.tui.widgets.thresholds import (
     gpu_levels,
     level_of_text,
     marked,
+    throttle_text,
 )
 
 
@@ -105,8 +106,7 @@ class GpuTable(IncrementalTable):
             NA if g.nvlink_rx_bytes_per_s is None else pair(g.nvlink_rx_bytes_per_s, g.nvlink_tx_bytes_per_s, rate),
             _ecc(g), marked(",".join(map(str, g.xid_events or ((xid,) if xid is not None else ()))), lv["xid"])
             if g.xid_events or xid is not None else "-",
-            marked(",".join(THROTTLE_SHORT.get(r, r.removesuffix("_slowdown")) for r in g.throttle_reasons),
-                   lv["throttle"]) if g.throttle_reasons else NA if "gpu" in g.unavailable else "-",
+            marked(throttle_text(g, lambda r: THROTTLE_SHORT.get(r, r.removesuffix("_slowdown"))), lv["throttle"]),
             str(len(g.processes)),
         )
 

@@ -176,6 +176,14 @@ def throttle_level(reasons: tuple[str, ...] | list[str]) -> int:
     return WARN if bad else OK
 
 
+def throttle_text(g: GpuSample, names: Callable[[str], str]) -> str:
+    """The throttle cell: the reasons (``names`` shortens each), ``-`` for none, n/a when the GPU
+    (a lost one) or its throttle reasons could not be read."""
+    if g.throttle_reasons:
+        return ",".join(map(names, g.throttle_reasons))
+    return "n/a" if "gpu" in g.unavailable or "throttle_reasons" in g.unavailable else "-"
+
+
 def marked(text: str, lvl: int) -> str:
     """``89C!``: the value with its level's marker."""
     return text + MARKS[lvl]

@@ -332,6 +332,15 @@ async def test_a_lost_gpu_holds_no_job_memory_and_reads_na_not_dash() -> None:
         assert ("gpu-node11", "3") not in job.gpus  # NVML lists no process on a lost GPU
         cells = GpuTable.cells(lost.gpus[3])
         assert cells[-2] == "n/a"  # throttle: not known, not "-"
+        from gpulens.tui.screens.views import GpuFleetTable
+
+        assert GpuFleetTable.cells("gpu-node11", lost.gpus[3], math.nan)[-1] == "n/a"  # :gpus too
+        app.jump("gpus")
+        await settle(app, pilot)
+        fleet = app.screen.query_one(GpuFleetTable)
+        await pilot.press("L")  # throttle: the loudest first
+        await settle(app, pilot)
+        assert fleet.order[0] == "gpu-node05:2"  # HW-therm, the one critical throttle of the demo
         info = GpuScreen("gpu-node11", 3, context=app)._info(lost.gpus[3]).plain
         assert "throttle n/a" in info and "fallen off the bus" in info
 
@@ -382,3 +391,17 @@ async def test_enter_on_the_job_screen_goes_to_the_processes_and_again_opens_one
         await pilot.press("enter")
         await settle(app, pilot)
         assert isinstance(app.screen, ProcessScreen)
+
+
+def test_a_replay_is_found_through_the_sources_that_wrap_it(tmp_path: Path) -> None:
+    from gpulens.sources.local import MultiSource, Recorder, RecordingSource, ReplaySource, replays
+
+    me = SampleEvent(sample(T0, host="this-host"))
+    rec = Recorder(str(tmp_path / "r.gpulens"), "test")
+    rec.write(me)
+    rec.close()
+    replay = ReplaySource(str(tmp_path / "r.gpulens"))
+    again = RecordingSource(replay, Recorder(str(tmp_path / "again.gpulens")))  # --replay F --record G
+    assert replays(replay) and replays(again) and replays(MultiSource([StaticSource([]), again]))
+    assert not replays(StaticSource([])) and not replays(MultiSource([StaticSource([])]))
+    again.recorder.close()

@@ -209,6 +209,10 @@ async def test_sort_by_column_letter_and_again_reverses() -> None:
         await pilot.press("H")  # a name: A-Z first
         await settle(app, pilot)
         assert list(hosts.order) == sorted(rows)
+        await pilot.press("A")  # alerts: the hosts in trouble first (a left-aligned column, not A-Z)
+        await settle(app, pilot)
+        counts = [len(rows[h].alerts) for h in hosts.order]
+        assert counts == sorted(counts, reverse=True) and counts[0] > 0
         await pilot.press("tab", "R")  # the job table: Runtime
         await settle(app, pilot)
         jobs = app.screen.query_one(JobTable)

@@ -476,7 +476,7 @@ async def test_filter_line_takes_q_colon_and_slash_as_text() -> None:
 
 
 @sync
-async def test_recording_says_rec_the_file_and_its_size_in_the_header(tmp_path: Path) -> None:
+async def test_recording_says_rec_and_how_much_in_the_header(tmp_path: Path) -> None:
     from gpulens.sources.local import Recorder, RecordingSource
     from gpulens.tui.widgets.header import AppHeader
 
@@ -489,6 +489,6 @@ async def test_recording_says_rec_the_file_and_its_size_in_the_header(tmp_path: 
         written = source.recorder.bytes
         assert written > 1000
         header = str(app.screen.query_one(AppHeader).render())
-        assert f"REC run.gpulens {fmt.size(written)}" in header, header
+        assert f"demo · REC {fmt.size(written)}" in header, header
     source.recorder.close()
     assert path.stat().st_size == source.recorder.bytes
