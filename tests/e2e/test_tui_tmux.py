@@ -99,7 +99,7 @@ def test_fast_typing_and_resize_in_a_real_terminal(gpulens_exe: str, tmp_path: P
         _tmux(sock, "send-keys", "-t", pane, "/node12")
         _wait_for(sock, pane, lambda s: "filter 'node12'" in s)  # no key went to the table
         _tmux(sock, "send-keys", "-t", pane, "Enter", "G")  # shift+g: the GPUs column
-        screen = _wait_for(sock, pane, lambda s: "sort GPUs ↑ · filter 'node12'" in s)
+        screen = _wait_for(sock, pane, lambda s: "sort GPUs ↓ · filter 'node12'" in s)  # a figure: largest first
         assert "Runtime" in screen  # the jobs header fits at 80 columns
         _tmux(sock, "resize-window", "-t", "t", "-x", "160", "-y", "45")
         _wait_for(sock, pane, lambda s: "keys u a g w t" in s and "gpu-node12" in s)
