@@ -84,8 +84,13 @@ class Tmux:
 
 def shows(tmux: Tmux, name: str, jump: str) -> bool:
     """The pane's breadcrumbs end in the jump's target (``› gpu-node05``, ``› job 4711``)."""
-    first = tmux.screen(name).splitlines()[:1]
-    return any(f"› {jump.removeprefix('host ')}" in line for line in first)
+    first = (tmux.screen(name).splitlines() or [""])[0]
+    target = jump.removeprefix("host ")
+    if f"› {target}" in first:
+        return True
+    # A job without a job key is named host:pid (``› job vm:20859`` for ``job 20859``).
+    shown = first.split("› job ", 1)[1].split() if target.startswith("job ") and "› job " in first else []
+    return bool(shown) and shown[0].endswith(f":{target.removeprefix('job ')}")
 
 
 def reach(tmux: Tmux, name: str, jump: str | None) -> None:
