@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable
 from typing import ClassVar
@@ -231,12 +232,14 @@ class JobScreen(DataScreen):
         drawn, left_out = [], []
         for spec in JOB_PLOTS:
             plot = self.query_one(f"#{spec.id}", TimeSeriesPlot)
-            values = self._values(spec.metric, w, plot.points, view)
             reason = None if view.gpus or not spec.id.startswith("job-") else "the job holds no GPU memory"
             if reason is None:
                 reason = store.unavailable(view.hosts[0], spec.metric)
             stats = self._stats(spec.metric, w, view)
-            empty = reason is not None and (stats is None or stats.empty) and all(v != v for v in values)
+            # n/a with nothing in the window: the plot is left out, its series not read (a third of a
+            # CPU job's plots, every tick).
+            empty = reason is not None and (stats is None or stats.empty)
+            values = [math.nan] if empty else self._values(spec.metric, w, plot.points, view)
             left_out.append(reason if empty else None)
             drawn.append((plot, plot_data(values, reason, window_name(w), w, stats,
                                           newest_column=store.newest_column(w, plot.points))))
