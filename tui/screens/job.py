@@ -58,6 +58,7 @@ class JobScreen(DataScreen):
         Binding("d", "quick_look", "Quick look", tooltip="one py-spy dump of each local process"),
         *PROFILE_BINDINGS,
         Binding("o", "open_profiler", "Open Profiler"),
+        Binding("o", "profiler_hint", "Open Profiler", show=False),  # the other o: says why not
         Binding("enter", "to_processes", "Go to the processes (again: open one)", show=False),
     ]
 
@@ -70,6 +71,8 @@ class JobScreen(DataScreen):
         self._polling: tuple[int, ...] = ()
         self._polling_host: str | None = None  # set when the polling processes run on another host
         self._why: tuple[float, str | None] | None = None
+        self._trace_why = ""
+        """Why the job's processes cannot be traced, as the profiler line last said ("" when it said nothing)."""
         self._remote_why: tuple[float, str | None] | None = None  # (asked at, the agent's reason)
         self.profiling = Profiling(self, self.profile_pids, self.remote_profile_pids)
         self.feed = SeriesFeed()
@@ -186,12 +189,18 @@ class JobScreen(DataScreen):
         return host, tuple(sorted(set(by_host[host])))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Show "Open Profiler" only when the job's processes poll the endpoint; none of it read-only."""
+        """"Open Profiler" when the job's processes poll the endpoint, else the o that says why; none read-only."""
         if not self.profiling.allows(action):
             return False
-        if action == "open_profiler":
-            return bool(self._polling)
+        if action in ("open_profiler", "profiler_hint"):
+            return bool(self._polling) == (action == "open_profiler")
         return True
+
+    def action_profiler_hint(self) -> None:
+        """``o`` while no process of the job polls Kineto: why, and how to make it poll."""
+        why = f" ({self._trace_why})" if self._trace_why else ""
+        self.notify(f"no process of this job polls Kineto{why}: start it with KINETO_USE_DAEMON=1 "
+                    "(and the agent's KINETO_IPC_SOCKET_DIR), then press o here", timeout=8)
 
     def refresh_data(self, force: bool = False) -> None:
         """Redraw when the job's data changed."""
@@ -271,6 +280,7 @@ class JobScreen(DataScreen):
         why = self._why_not_traceable(pids) if pids else None
         if not pids and not simulated:
             why = self._why_not_traceable_remote()
+        self._trace_why = why or ""
         action.display = why is not None
         if why is not None:
             action.set_class(True, "-unavailable")

@@ -9,7 +9,7 @@ from textual.widgets import Input
 
 from gpulens.core.config import Panel
 from gpulens.tui.app import GpulensApp
-from gpulens.tui.screens.help import HelpScreen
+from gpulens.tui.screens.help import HelpScreen, key_rows
 from gpulens.tui.screens.host import HostScreen
 from gpulens.tui.screens.job import JobScreen
 from gpulens.tui.screens.overview import OverviewScreen
@@ -129,6 +129,10 @@ async def test_no_profiler_action_without_service_and_profile_notice() -> None:
         await settle(app, pilot)
         assert isinstance(app.screen, JobScreen)
         assert app.screen.check_action("open_profiler", ()) is False
+        await pilot.press("o")  # not offered: the other o says why, instead of nothing
+        await pilot.pause()
+        assert any("no process of this job polls Kineto" in str(n.message) for n in app._notifications)
+        assert ("o", "open Profiler") in key_rows(app.screen, [])  # ? lists it: it does something
         await pilot.press("f")
         await pilot.pause()
         assert any("SIMULATED" in str(n.message) for n in app._notifications)
