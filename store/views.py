@@ -171,11 +171,6 @@ def _max(vals: list[float]) -> float:
     return max(known) if known else NAN
 
 
-def _plus(a: float, b: float) -> float:
-    """``a + b``, NaN when either is unknown: one direction alone is not the total (n/a, never a guess)."""
-    return a + b
-
-
 def host_values(s: HostSample, per_gpu: list[list[float]]) -> list[float]:
     """The host's values in :data:`HOST_METRICS` order (NaN = unavailable)."""
     return host_values_flat(s, [v for g in per_gpu for v in g])
@@ -228,8 +223,8 @@ def host_values_flat(s: HostSample, gpu_block: list[float]) -> list[float]:
         clock,
         pcie,
         nvlink,
-        _plus(rx, tx),
-        _plus(read, write),
+        rx + tx,  # NaN when either is unknown: one direction alone is not the total (n/a, never a guess)
+        read + write,
     ]
 
 

@@ -40,12 +40,12 @@ from gpulens.core.events import (
     SourceStatusEvent,
 )
 from gpulens.ipc.kineto.protocol import TraceService
-from gpulens.sources.local import ReplaySource, replays
+from gpulens.sources.local import ReplaySource
 from gpulens.store.store import Store
 from gpulens.tui._driver import IdleInput
 from gpulens.tui._theme_cache import ThemeCache
 from gpulens.tui.messages import OpenFlame, OpenHost, OpenJob, OpenProfiler
-from gpulens.tui.profiling import REPLAY_NOTE
+from gpulens.tui.profiling import refusal
 from gpulens.tui.replay import SEEK_STEP_S, ReplayBar, ReplayControl
 from gpulens.tui.screens.base import DataScreen
 from gpulens.tui.screens.help import HelpScreen
@@ -330,9 +330,9 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
     def on_open_profiler(self, message: OpenProfiler) -> None:
         """The profiler for processes here (the trace service) or on another host (its agent)."""
         # --readonly or a replay: the screens offer no "o"; this guards any other way a message gets here.
-        if self.readonly or replays(self.source) or importlib.util.find_spec("gpulens.tui.screens.profiler") is None:
-            why = ("the profiler screen is not available" if not (self.readonly or replays(self.source))
-                   else "read-only (--readonly): no traces" if self.readonly else REPLAY_NOTE)
+        why = refusal(self) or ("" if importlib.util.find_spec("gpulens.tui.screens.profiler")
+                                else "the profiler screen is not available")
+        if why:
             self.notify(why, severity="warning")
             return
         from gpulens.tui.screens.profiler import ProfilerScreen

@@ -33,6 +33,7 @@ from textual.screen import ModalScreen
 from textual.timer import Timer
 from textual.widgets import Input, Static
 
+from gpulens.sources.local import replays
 from gpulens.tui.context import requester
 from gpulens.tui.messages import OpenFlame
 from gpulens.tui.widgets.profile_panel import ProfilePanel
@@ -61,6 +62,13 @@ stops it while it reads the stacks) and a trace request makes it run the profile
 READONLY_NOTE = "read-only (--readonly): no py-spy sampling, no traces"
 REPLAY_NOTE = "a recording: its processes are not running now (no py-spy sampling, no traces)"
 """Also :data:`READONLY_HIDES` gone: a recorded pid may name another process now."""
+
+
+def refusal(ctx: object) -> str:
+    """Why ``ctx`` (a screen context) samples and traces nothing at all: ``--readonly``, a replay ("" if it can)."""
+    if getattr(ctx, "readonly", False):
+        return READONLY_NOTE
+    return REPLAY_NOTE if replays(getattr(ctx, "source", None)) else ""
 
 
 class DurationPrompt(ModalScreen[float | None]):
@@ -126,11 +134,7 @@ class Profiling:
     @property
     def refusal(self) -> str:
         """Why nothing is sampled or traced here at all ("" when it can be): ``--readonly``, a replay."""
-        if getattr(self.screen.ctx, "readonly", False):
-            return READONLY_NOTE
-        from gpulens.sources.local import replays
-
-        return REPLAY_NOTE if replays(self.screen.ctx.source) else ""
+        return refusal(self.screen.ctx)
 
     @property
     def readonly(self) -> bool:

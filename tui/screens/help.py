@@ -13,6 +13,7 @@ from textual.dom import DOMNode
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Static
 
+from gpulens.tui.widgets._keys import cursor_bindings
 from gpulens.tui.widgets.header import crumb_of
 
 GLOBAL_EXTRA = (
@@ -195,12 +196,11 @@ class HelpScreen(ModalScreen[None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,question_mark,q", "dismiss", "Close"),
-        Binding("j,down", "scroll_by(1)", "Down", show=False),
-        Binding("k,up", "scroll_by(-1)", "Up", show=False),
-        Binding("space,pagedown,ctrl+f", "scroll_by(10)", "Page down", show=False),
-        Binding("pageup,ctrl+b", "scroll_by(-10)", "Page up", show=False),
-        Binding("g,home", "scroll_by(-1000)", "Top", show=False),
-        Binding("G,end", "scroll_by(1000)", "Bottom", show=False),
+        *cursor_bindings("dismiss", "Close"),  # the tables' keys move the list: k j pgup pgdn home end
+        Binding("space,ctrl+f", "page(1)", "Page down", show=False),
+        Binding("ctrl+b", "page(-1)", "Page up", show=False),
+        Binding("g", "cursor(-1000000)", "Top", show=False),
+        Binding("G", "cursor(1000000)", "Bottom", show=False),
     ]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
@@ -234,12 +234,15 @@ class HelpScreen(ModalScreen[None]):
         below = int(box.max_scroll_y - box.scroll_y)
         box.border_subtitle = f"↓ j: {below} more line{'s' * (below != 1)}" if below > 0 else ""
 
-    def action_scroll_by(self, lines: int) -> None:
-        """j / k, space / pgup, g / G: scroll the list (page: the box's height)."""
+    def action_cursor(self, lines: int) -> None:
+        """j / k, g / G (home / end): scroll the list by ``lines``."""
         box = self.query_one(VerticalScroll)
-        step = lines if abs(lines) == 1 or abs(lines) >= 1000 else (lines // abs(lines)) * max(1, box.size.height - 1)
-        box.scroll_to(y=max(0, min(box.max_scroll_y, box.scroll_y + step)), animate=False)
+        box.scroll_to(y=max(0, min(box.max_scroll_y, box.scroll_y + lines)), animate=False)
         self._more()
+
+    def action_page(self, pages: int) -> None:
+        """space / pgdn, pgup: scroll the list by ``pages`` of the box's height."""
+        self.action_cursor(pages * max(1, self.query_one(VerticalScroll).size.height - 1))
 
     async def action_dismiss(self, result: None = None) -> None:
         """Close."""

@@ -16,6 +16,7 @@ from rich.style import Style
 
 from gpulens.core.config import Thresholds
 from gpulens.core.model import GpuSample
+from gpulens.core.units import NA
 
 OK, LOW, WARN, CRIT = 0, 1, 2, 3
 """Levels: fine, underused (idle while held), warning, critical."""
@@ -181,7 +182,7 @@ def throttle_text(g: GpuSample, names: Callable[[str], str]) -> str:
     (a lost one) or its throttle reasons could not be read."""
     if g.throttle_reasons:
         return ",".join(map(names, g.throttle_reasons))
-    return "n/a" if "gpu" in g.unavailable or "throttle_reasons" in g.unavailable else "-"
+    return NA if "gpu" in g.unavailable or "throttle_reasons" in g.unavailable else "-"
 
 
 def marked(text: str, lvl: int) -> str:
