@@ -190,10 +190,10 @@ def host_values_flat(s: HostSample, gpu_block: list[float]) -> list[float]:
             util, sm, gmem = _mean(gpu_block[0::w]), _mean(gpu_block[1::w]), _mean(gpu_block[2::w])
             power = _sum(gpu_block[3::w])
         temps = gpu_block[4::w]
-        temp, clock, pcie, nvlink = sum(temps), sum(gpu_block[5::w]) / n, sum(gpu_block[6::w]), sum(gpu_block[7::w])
         # The hottest GPU, not the mean: one GPU at 89C among seven at 50C must cross the threshold.
+        temp = max(temps) if (t := sum(temps)) - t == 0.0 else _max(temps)  # max() is unsure beside a NaN
+        clock, pcie, nvlink = sum(gpu_block[5::w]) / n, sum(gpu_block[6::w]), sum(gpu_block[7::w])
         # One at a time: a GPU without NVLink (L4, T4, A10) must not send every sample down the slow path.
-        temp = max(temps) if temp - temp == 0.0 else _max(temps)
         if clock - clock != 0.0:
             clock = _mean(gpu_block[5::w])
         if pcie - pcie != 0.0:
