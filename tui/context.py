@@ -9,7 +9,7 @@ navigation messages (:mod:`gpulens.tui.messages`) that the app routes.
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 from gpulens.core.config import Config, Panel
 from gpulens.core.events import PanelData, RequestSource, Source
@@ -95,4 +95,12 @@ class ScreenContext(Protocol):
 def requester(ctx: ScreenContext) -> RequestSource | None:
     """The context's source when it can send requests to agents (stream, multi), else None."""
     source = ctx.source
-    return source if isinstance(source, RequestSource) else None
+    kind = type(source)
+    sends = _SENDS_REQUESTS.get(kind)
+    if sends is None:  # a protocol check costs ~10 µs, and the screens ask every tick: once a class
+        sends = _SENDS_REQUESTS[kind] = isinstance(source, RequestSource)
+    return cast(RequestSource, source) if sends else None
+
+
+_SENDS_REQUESTS: dict[type, bool] = {}
+"""Whether sources of a class are :class:`RequestSource` (the same methods on every instance)."""

@@ -75,6 +75,9 @@ class JobScreen(DataScreen):
         """Why the job's processes cannot be traced, as the profiler line last said ("" when it said nothing)."""
         self._remote_why: tuple[float, str | None] | None = None  # (asked at, the agent's reason)
         self.profiling = Profiling(self, self.profile_pids, self.remote_profile_pids)
+        self._plots: list[TimeSeriesPlot] = []
+        self._cmdline = ("", "")
+        """The job's command and its text made safe to show (:meth:`_command`)."""
         self.feed = SeriesFeed()
         """The plots' aligned columns: per tick only the newest is read while the store's stamp holds."""
 
@@ -239,8 +242,9 @@ class JobScreen(DataScreen):
         self._seen = seen
         self._info(view)
         drawn, left_out = [], []
-        for spec in JOB_PLOTS:
-            plot = self.query_one(f"#{spec.id}", TimeSeriesPlot)
+        if not self._plots:  # looked up once: a query a plot a tick adds up
+            self._plots = [self.query_one(f"#{spec.id}", TimeSeriesPlot) for spec in JOB_PLOTS]
+        for spec, plot in zip(JOB_PLOTS, self._plots, strict=True):
             reason = None if view.gpus or not spec.id.startswith("job-") else "the job holds no GPU memory"
             if reason is None:
                 reason = store.unavailable(view.hosts[0], spec.metric)
@@ -380,7 +384,7 @@ class JobScreen(DataScreen):
         fields = (("job", v.key), ("user", v.user), ("tree ID", v.tree_id),
                   ("hosts", hosts), ("GPUs", str(len(v.gpus))),
                   ("util avg", pct(v.util_percent)), ("GPU mem", size(v.gpu_mem_bytes)),
-                  ("runtime", duration(v.runtime_s)), ("command", clean_text(v.cmdline)))
+                  ("runtime", duration(v.runtime_s)), ("command", self._command(v.cmdline)))
         if self._shown.get("info-fields") == fields:
             return
         self._shown["info-fields"] = fields
@@ -389,6 +393,12 @@ class JobScreen(DataScreen):
             text.append(f"{label} ", style="dim")
             text.append(f"{value}   ", style="bold")
         self.query_one("#job-info", FieldsLine).show(text)  # a runtime tick repaints one line
+
+    def _command(self, cmdline: str) -> str:
+        """``cmdline`` made safe to show, kept while the job's command reads the same (every tick)."""
+        if self._cmdline[0] != cmdline:
+            self._cmdline = (cmdline, clean_text(cmdline))
+        return self._cmdline[1]
 
     def action_open_profiler(self) -> None:
         """Open the PyTorch profiler screen for every polling process of the job, on every host."""

@@ -333,14 +333,14 @@ class TimeSeriesPlot(Widget):
             figures = [[("idle", self._style("plot--idle")), (f"  {self.fmt(top)} throughout  ", title)]] * 3
         else:
             every = (("now", now), ("avg", mean), ("min≥" if bound else "min", low), ("max≤" if bound else "max", top))
-            figures = [self._figures(every, title), self._figures((every[0], every[1], every[3]), title),
-                       self._figures((every[0], every[3]), title)]
-        forms = [figures[0] + [(f"over {covered} of data ", title)] * bool(covered) + tail,
-                 figures[0] + [(f"over {covered} ", title)] * bool(covered) + tail,
-                 figures[1] + [(f"over {covered} ", title)] * bool(covered) + tail,
-                 figures[1] + tail,
-                 figures[2] + tail]
-        return next((f for f in forms if sum(cell_len(t) for t, _ in f) <= width), forms[-1])
+            full = self._figures(every, title)  # three runs a figure: without the min, without the mean too
+            figures = [full, full[:6] + full[9:], full[:3] + full[9:]]
+        over = [[(f"over {covered} of data ", title)], [(f"over {covered} ", title)], []] if covered else [[]] * 3
+        for fig, cov in ((0, 0), (0, 1), (1, 1), (1, 2), (2, 2)):  # built one by one until one fits
+            form = figures[fig] + over[cov] + tail
+            if sum(cell_len(t) for t, _ in form) <= width:
+                break
+        return form
 
     def _figures(self, pairs: Sequence[tuple[str, float]], title: Style) -> list[tuple[str, Style]]:
         out: list[tuple[str, Style]] = []

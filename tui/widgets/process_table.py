@@ -32,10 +32,13 @@ class ProcessTable(IncrementalTable):
         """Row key -> the process record its texts were made from (a host that sent nothing new keeps it)."""
 
     @staticmethod
-    def cells(host: str, p: JobInfo) -> tuple[str, ...]:
-        """The texts of one process's row."""
+    def cells(host: str, p: JobInfo, was: tuple[JobInfo, tuple[str, ...]] | None = None) -> tuple[str, ...]:
+        """The texts of one process's row (its command's cleaned text kept from ``was`` while it reads the same)."""
         gpus = ",".join(sorted(p.gpu_mem_bytes, key=lambda i: (len(i), i))) or "-"
-        cmd = clean_text(p.cmdline if len(p.cmdline) <= 400 else p.cmdline[:399] + "…")  # a -c script's newlines
+        if was is not None and was[0].cmdline == p.cmdline:
+            cmd = was[1][-1]
+        else:
+            cmd = clean_text(p.cmdline if len(p.cmdline) <= 400 else p.cmdline[:399] + "…")  # a -c script's newlines
         return (f"{host}:{p.pid}", p.tree_id, p.user, pct(p.cpu_percent), size(p.rss_bytes),
                 gpus, size(sum(p.gpu_mem_bytes.values())), cmd)
 
@@ -47,7 +50,7 @@ class ProcessTable(IncrementalTable):
         for h, p in processes:
             key = f"{h}:{p.pid}"
             hit = made.get(key)
-            kept[key] = hit if hit is not None and hit[0] is p else (p, self.cells(h, p))
+            kept[key] = hit if hit is not None and hit[0] is p else (p, self.cells(h, p, hit))
             rows[key] = kept[key][1]
         self._made = kept
         return self.sync(rows, list(rows))

@@ -123,3 +123,55 @@ def test_wrap_offsets_are_the_ones_textual_wraps_a_static_at(plain: str, width: 
     )
 
     assert wrap_offsets(plain, width) == divide_line(plain, width, fold=True), (plain, width)
+
+
+def _restyled(text: Text, plain: str) -> Text:
+    """``plain`` with ``text``'s spans (a tick's new figures in the same fields)."""
+    out = Text(plain, style=text.style)
+    out.spans = list(text.spans)
+    return out
+
+
+_SAME_WIDTH = {"a": "bcx", "-": "+/", "訓": "練🚀", "🚀": "訓"}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("ab  -\n訓🚀")), max_size=120), st.integers(2, 60),
+       st.lists(st.tuples(st.integers(0, 119), st.integers(0, 2)), max_size=8))
+def test_a_same_shape_text_keeps_its_breaks_and_draws_what_a_fresh_wrap_draws(
+        plain: str, width: int, changes: list[tuple[int, int]]) -> None:
+    """The refilled lines of a changed text equal the lines a new widget wraps it into."""
+    old = fields(("runtime", plain[:40]), ("command", plain[40:]))
+    chars = list(old.plain)
+    for at, pick in changes:
+        if at < len(chars) and chars[at] in _SAME_WIDTH:
+            swaps = _SAME_WIDTH[chars[at]]
+            chars[at] = swaps[pick % len(swaps)]
+    new = _restyled(old, "".join(chars))
+    line = FieldsLine(old)
+    line._lay_out(width)
+    wrapped: list[int] = []
+    line._wrap = lambda w, wrap=line._wrap: wrapped.append(w) or wrap(w)  # type: ignore[method-assign]
+    line.show(new)
+    fresh = FieldsLine(new)
+    fresh._lay_out(width)
+    assert [(t.plain, t.spans) for t in line._lines] == [(t.plain, t.spans) for t in fresh._lines]
+    assert wrapped == []  # the same shape: no wrap
+
+
+def test_a_changed_shape_is_wrapped_again() -> None:
+    """A space where a letter was, a wider character, other spans or a new length: wrapped anew."""
+    line = FieldsLine(JOB)
+    line._lay_out(40)
+    wrapped: list[int] = []
+    wrap = line._wrap
+    line._wrap = lambda w: wrapped.append(w) or wrap(w)  # type: ignore[method-assign]
+    for plain in (JOB.plain.replace("3h13m", "3h 3m"), JOB.plain.replace("3h13m", "3h1訓"),
+                  JOB.plain.replace("3h13m", "3h13m5s")):
+        wrapped.clear()
+        new = _restyled(JOB, plain) if len(plain) == len(JOB.plain) else Text(plain)
+        line.show(new)
+        assert wrapped == [40], plain
+        fresh = FieldsLine(new)
+        fresh._lay_out(40)
+        assert [t.plain for t in line._lines] == [t.plain for t in fresh._lines]
