@@ -474,3 +474,27 @@ async def test_main_tui_shows_the_flame_crumbs_once() -> None:
         await settle(app, pilot)
         (line,) = crumb_lines()
         assert line.startswith("gpulens › Overview › Flame graph › Sandwich: Trainer.fit › Sandwich: ")
+
+
+@run_async
+async def test_the_flame_screens_header_follows_the_data_as_a_data_screens_does() -> None:
+    """A recording's REC size and the clock keep moving in the header of a flame screen opened meanwhile."""
+    from gpulens.tui.app import GpulensApp
+    from gpulens.tui.widgets.header import AppHeader
+    from tests.fakes.tui_fakes import StaticSource, settle
+
+    now = [1_700_000_000.0]
+    source = StaticSource([])
+    app = GpulensApp(source=source, clock=lambda: now[0])
+    async with app.run_test(size=(120, 30)) as pilot:
+        await settle(app, pilot)
+        app.push_screen(FlameScreen(training_profile(), "test"))
+        await settle(app, pilot)
+        header = app.screen.query_one(AppHeader)
+        before = header.clock
+        source._name = "demo · REC 2.0MiB"  # what a recording's name says as it grows
+        now[0] += 7
+        app.refresh_data()  # a tick of new data
+        await pilot.pause()
+        assert header.source == "demo · REC 2.0MiB"
+        assert header.clock != before and header.clock == app.clock_text()

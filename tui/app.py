@@ -257,8 +257,11 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
     def refresh_data(self, force: bool = False) -> None:
         """Redraw the top screen from the store (only its header while paused)."""
         self._last_refresh = time.monotonic()
-        # No screen left: a timed redraw that fires while the app exits.
-        if not self.screen_stack or not isinstance(screen := self.screen, DataScreen):
+        if not self.screen_stack:  # no screen left: a timed redraw that fires while the app exits
+            return
+        if not isinstance(screen := self.screen, DataScreen):
+            for header in () if isinstance(screen, ModalScreen) else screen.query(AppHeader):
+                header.follow(self)  # a flame, profiler or timeline screen's (:meth:`_decorate`): REC size, clock
             return
         with self.batch_update():
             if self.paused:
@@ -296,10 +299,7 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
             return
         if not screen.query(AppHeader):
             header = AppHeader()
-            header.source = self.source.name
-            header.simulated = self.source.simulated
-            header.window = self.window
-            header.clock = self.clock_text()
+            header.follow(self)
             screen.mount(header)
         if self.replay is not None and isinstance(screen, DataScreen) and not screen.query(ReplayBar):
             screen.mount(ReplayBar(self.replay))

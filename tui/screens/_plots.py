@@ -11,8 +11,10 @@ from textual.containers import Grid
 from textual.dom import DOMNode
 
 from gpulens.core.config import Config
+from gpulens.core.model import HostSample
 from gpulens.core.units import num, pct, rate, size, window_name
 from gpulens.store.store import Store
+from gpulens.store.views import GPU_METRICS, gpu_block_values
 from gpulens.tui.widgets.plot import PlotData, TimeSeriesPlot, plot_data
 from gpulens.tui.widgets.thresholds import value_style
 
@@ -286,9 +288,29 @@ def host_plot(store: Store, host: str, spec: PlotSpec, window_s: float, points: 
     part = store.window_stats(host, spec.metric, window_s, gpu=gpu)
     stats = None if part.empty else part
     note = "per GPU" if gpus else ""
+    if spec.per_gpu and gpu is None and not gpus:
+        reading, of = gpus_reading(store, host, spec.metric)
+        note = f"{reading} of {of} GPUs read" if 0 < reading < of else ""  # a lost GPU's draw is not in the sum
     lines = [(f"GPU{i}", series(spec.metric, i)) for i in gpus]
     return plot_data(values, store.unavailable(host, spec.metric), window_name(window_s), window_s,
                      stats, lines, note, store.newest_column(window_s, points) if feed is not None else None)
+
+
+_READING: dict[str, tuple[HostSample, list[int]]] = {}
+"""Host -> its newest sample and how many of its GPUs read each of :data:`GPU_METRICS` in it."""
+
+
+def gpus_reading(store: Store, host: str, metric: str) -> tuple[int, int]:
+    """(how many of ``host``'s GPUs read ``metric`` in its newest sample, how many GPUs it has): a host
+    aggregate (a sum, the hottest, a mean) covers only the GPUs that read."""
+    sample = store.latest(host)
+    if sample is None or not sample.gpus or metric not in GPU_METRICS:
+        return 0, 0
+    hit = _READING.get(host)
+    if hit is None or hit[0] is not sample:  # once a sample, not once a plot
+        w, values = len(GPU_METRICS), gpu_block_values(sample.gpus)
+        hit = _READING[host] = (sample, [sum(1 for v in values[i::w] if v == v) for i in range(w)])
+    return hit[1][GPU_METRICS.index(metric)], len(sample.gpus)
 
 
 def plot_rows(grid: Grid, count: int, height: int, reserved: int, width: int, least: int = 0) -> int:

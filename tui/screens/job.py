@@ -248,13 +248,13 @@ class JobScreen(DataScreen):
             reason = None if view.gpus or not spec.id.startswith("job-") else "the job holds no GPU memory"
             if reason is None:
                 reason = store.unavailable(view.hosts[0], spec.metric)
-            stats = self._stats(spec.metric, w, view)
+            stats, note = self._stats(spec.metric, w, view)
             # n/a with nothing in the window: the plot is left out, its series not read (a third of a
             # CPU job's plots, every tick).
             empty = reason is not None and (stats is None or stats.empty)
             values = [math.nan] if empty else self._values(spec.metric, w, plot.points, view)
             left_out.append(reason if empty else None)
-            drawn.append((plot, plot_data(values, reason, window_name(w), w, stats,
+            drawn.append((plot, plot_data(values, reason, window_name(w), w, stats, note=note,
                                           newest_column=store.newest_column(w, plot.points))))
         if self.leave_out_plots(JOB_PLOTS, left_out):
             self._layout_plots(self.size.width, self.size.height)
@@ -353,15 +353,17 @@ class JobScreen(DataScreen):
         if not self._polling:
             self._show_profiler_line(())
 
-    def _stats(self, metric: str, w: float, view: JobView) -> WindowStats | None:
-        """The window figures of a plot: exact on one host or GPU, bounds when joined over several."""
+    def _stats(self, metric: str, w: float, view: JobView) -> tuple[WindowStats | None, str]:
+        """The window figures of a plot (exact on one host or GPU, bounds when joined over several), and
+        a note when its newest figure covers only some of the job's GPUs or hosts."""
         store = self.ctx.store
         if metric.startswith("job."):
-            return store.job_stats(self.key, metric, w)
+            return store.job_stats(self.key, metric, w), ""
         if metric.startswith("gpu."):
             parts = [store.window_stats(h, metric, w, gpu=int(g)) for h, g in view.gpus if g.isdigit()]
-            return merge(parts, False) if parts else None
-        return merge([store.window_stats(h, metric, w) for h in view.hosts], metric in SUMMED)
+            return (merge(parts, False), _reading(parts, "GPUs")) if parts else (None, "")
+        parts = [store.window_stats(h, metric, w) for h in view.hosts]
+        return merge(parts, metric in SUMMED), _reading(parts, "hosts")
 
     def _values(self, metric: str, w: float, n: int, view: JobView) -> list[float]:
         """``n`` aligned columns of ``metric`` over the job (its GPUs averaged, its hosts summed); per
@@ -411,3 +413,9 @@ class JobScreen(DataScreen):
             (host, pids, through_agent), *rest = hosts
             self.post_message(OpenProfiler(host, pids, through_agent=through_agent,
                                            others=tuple((h, p) for h, p, _ in rest)))
+
+
+def _reading(parts: list[WindowStats], what: str) -> str:
+    """``"3 of 4 hosts read"`` when only some of ``parts`` have a newest figure (the others are n/a now)."""
+    reading = sum(1 for p in parts if p.now == p.now)
+    return f"{reading} of {len(parts)} {what} read" if 0 < reading < len(parts) else ""

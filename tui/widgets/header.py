@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.cells import cell_len
 from rich.segment import Segment
@@ -13,6 +13,9 @@ from textual.reactive import reactive
 from textual.screen import ModalScreen, Screen
 from textual.strip import Strip
 from textual.widget import Widget
+
+if TYPE_CHECKING:
+    from gpulens.tui.context import ScreenContext
 
 CRUMBS = {"FlameScreen": "flame graph", "ProfilerScreen": "Profiler", "TimelineScreen": "Timeline",
           "AnalyzeScreen": "Analyze", "SandwichScreen": "sandwich", "FunctionTableScreen": "functions"}
@@ -66,6 +69,14 @@ class AppHeader(Widget):
     """Source status message and whether it is good."""
     clock: reactive[str] = reactive("")
     """Time of the newest data, HH:MM:SS."""
+
+    def follow(self, ctx: ScreenContext) -> None:
+        """Take the context's source (its REC size), window, clock, pause and status: the header of a
+        screen that sets none itself (flame, profiler, timeline), as each tick lands."""
+        status = ctx.store.source_status
+        self.source, self.simulated, self.window = ctx.source.name, ctx.source.simulated, ctx.window
+        self.clock, self.paused = ctx.clock_text(), ctx.paused
+        self.status = (status.message, status.ok) if status else ("", True)
 
     def on_mount(self) -> None:
         """On a screen that does not fill it in (flame, profiler, timeline): crumbs from the stack."""

@@ -405,3 +405,29 @@ def test_a_replay_is_found_through_the_sources_that_wrap_it(tmp_path: Path) -> N
     assert replays(replay) and replays(again) and replays(MultiSource([StaticSource([]), again]))
     assert not replays(StaticSource([])) and not replays(MultiSource([StaticSource([])]))
     again.recorder.close()
+
+
+@sync
+async def test_a_host_sum_over_fewer_gpus_than_the_host_has_says_so() -> None:
+    """gpu-node11's GPU 3 is lost: its power, PCIe and hottest temperature cover 7 GPUs, and the plots say it."""
+    app = demo_app(backfill_s=10)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settle(app, pilot)
+        app.jump("host gpu-node11")
+        await settle(app, pilot)
+        power = app.screen.query_one("#gpu-power", TimeSeriesPlot)
+        assert power.data.note == "7 of 8 GPUs read"
+        assert "[5m] 7 of 8 GPUs read" in power.render().plain.splitlines()[0]
+        app.jump("host gpu-node05")
+        await settle(app, pilot)
+        assert app.screen.query_one("#gpu-power", TimeSeriesPlot).data.note == ""  # every GPU reads
+
+
+def test_a_job_plot_over_hosts_names_how_many_read_now() -> None:
+    from gpulens.store.views import WindowStats
+    from gpulens.tui.screens.job import _reading
+
+    read, lost = WindowStats(300, 5.0, 4.0, 1.0, 9.0, 10, 10.0), WindowStats(300, math.nan, 4.0, 1.0, 9.0, 10, 10.0)
+    assert _reading([read, lost, read], "hosts") == "2 of 3 hosts read"
+    assert _reading([read, read], "hosts") == ""  # all of them
+    assert _reading([lost, lost], "hosts") == ""  # none: the plot says n/a itself
