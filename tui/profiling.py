@@ -36,6 +36,7 @@ from textual.widgets import Input, Static
 from gpulens.sources.local import replays
 from gpulens.tui.context import requester
 from gpulens.tui.messages import OpenFlame
+from gpulens.tui.widgets.ordered_input import OrderedInput
 from gpulens.tui.widgets.profile_panel import ProfilePanel
 from gpulens.tui.workers import call_in_app, cancelled, wait
 
@@ -88,7 +89,7 @@ class DurationPrompt(ModalScreen[float | None]):
         with Vertical():
             yield Static(f"py-spy sampling time for f, in seconds (1-{MAX_PROFILE_S:g}); enter sets, esc keeps",
                          id="duration-help")
-            yield Input(value=f"{self.seconds:g}", id="duration")
+            yield OrderedInput(value=f"{self.seconds:g}", id="duration")
 
     def on_mount(self) -> None:
         self.query_one(Input).focus()

@@ -23,6 +23,7 @@ from gpulens.store.views import JobView
 from gpulens.tui.finding import NO_FILTER, Filter, FilterError, Selection, compile_filter
 from gpulens.tui.screens.base import DataScreen
 from gpulens.tui.widgets._table import IncrementalTable
+from gpulens.tui.widgets.ordered_input import OrderedInput
 
 FILTER_HINT = "regex over hosts, jobs, users, tree IDs; !re inverts (Enter keeps, Esc clears)"
 
@@ -44,7 +45,7 @@ HOSTS_TITLE = "Hosts · means over the window"
 JOBS_TITLE = "Jobs · util: mean over the window; GPU memory: now"
 """The job table's title (overview, ``:jobs``)."""
 
-class FilterInput(Input):
+class FilterInput(OrderedInput):
     """The ``/`` line. Keys that reach it after Enter hid it (typed fast, queued
     behind the Enter) go on to the table that now has focus."""
 

@@ -36,6 +36,7 @@ from gpulens.tui.screens.flame_views import (
     SandwichScreen,
 )
 from gpulens.tui.widgets.flamegraph import FlameGraph
+from gpulens.tui.widgets.ordered_input import OrderedInput
 from gpulens.tui.workers import Background, notify_failure
 
 WARM_INDEX_NODES = 50_000
@@ -90,7 +91,7 @@ class FlameScreen(CrumbedScreen[None]):
     def compose(self) -> ComposeResult:
         yield Static(self._title_line(), id="flame-title")
         yield FlameGraph(self.profile, live=self.live, id="flame")
-        yield Input(placeholder="search (regex), enter to keep, esc to close", id="flame-search")
+        yield OrderedInput(placeholder="search (regex), enter to keep, esc to close", id="flame-search")
         yield Footer()
 
     @property

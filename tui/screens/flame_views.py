@@ -19,6 +19,7 @@ from gpulens.analysis.flame.query import FunctionRow, Sandwich, function_table
 from gpulens.tui._compositor import SparseScreen
 from gpulens.tui.widgets.flamegraph import FlameGraph
 from gpulens.tui.widgets.header import AppHeader
+from gpulens.tui.widgets.ordered_input import OrderedInput
 
 ResultT = TypeVar("ResultT")
 
@@ -277,7 +278,7 @@ class ExportScreen(ModalScreen[str | None]):
         with Vertical():
             yield Static(f"Export {self.what}: folded stacks (integer samples/µs/bytes, as the name's suffix "
                          "says) or, for a name ending .json, speedscope. Enter writes, esc cancels.")
-            yield Input(value=self.default, id="export-path")
+            yield OrderedInput(value=self.default, id="export-path")
 
     def on_mount(self) -> None:
         self.query_one(Input).focus()

@@ -11,6 +11,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Input
 
 from gpulens.tui.widgets.header import crumb_of
+from gpulens.tui.widgets.ordered_input import OrderedInput
 
 COMMANDS = "hosts, jobs, gpus, user NAME, host NAME, job PID, interval S, log"
 _NO_ARG = {"hosts": "hosts", "jobs": "jobs", "gpus": "gpus", "log": "log"}
@@ -72,7 +73,7 @@ class JumpScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         """The prompt."""
-        yield Input(placeholder=COMMANDS, id="jump")
+        yield OrderedInput(placeholder=COMMANDS, id="jump")
 
     def on_key(self, event: events.Key) -> None:
         """Keys that arrive before the prompt has focus (typed right after ':') go into it."""

@@ -54,6 +54,7 @@ from gpulens.tui.screens.profiler_rows import (
     poll_interval,
     status_lines,
 )
+from gpulens.tui.widgets.ordered_input import OrderedInput
 from gpulens.tui.workers import Background
 
 NARROW_WIDTH = 140
@@ -142,11 +143,11 @@ class ProfilerScreen(SparseScreen, Screen[None]):
         with Horizontal(id="pf-options"):
             with Horizontal(id="pf-amount"):
                 yield Label("ms")
-                yield Input("500", placeholder="duration ms", id="pf-duration", type="integer")
+                yield OrderedInput("500", placeholder="duration ms", id="pf-duration", type="integer")
                 yield Label("or steps")
-                yield Input("", placeholder="iterations", id="pf-iterations", type="integer")
+                yield OrderedInput("", placeholder="iterations", id="pf-iterations", type="integer")
                 yield Label("warm-up s")
-                yield Input("0", placeholder="warm-up s", id="pf-warmup", type="number")
+                yield OrderedInput("0", placeholder="warm-up s", id="pf-warmup", type="number")
             with Horizontal(id="pf-flags"):
                 yield OptionBox("shapes", id="pf-shapes")
                 yield OptionBox("stack", id="pf-stack")
@@ -157,7 +158,7 @@ class ProfilerScreen(SparseScreen, Screen[None]):
         with Horizontal(id="pf-progress-row"):
             yield Static("", id="pf-progress-label")
             yield ProgressBar(total=1.0, show_eta=False, id="pf-progress")
-        yield Input(placeholder="export to path (enter to write, escape to cancel)", id="pf-export")
+        yield OrderedInput(placeholder="export to path (enter to write, escape to cancel)", id="pf-export")
         yield Footer()
 
     def on_resize(self, event: events.Resize) -> None:

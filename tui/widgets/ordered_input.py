@@ -1,0 +1,31 @@
+"""A text input whose editing keys act in the order they were typed."""
+
+from __future__ import annotations
+
+from textual import events
+from textual.widgets import Input
+
+__all__ = ["OrderedInput"]
+
+
+class OrderedInput(Input):
+    """Textual's ``Input``, its own editing keys (Backspace, Delete, arrows, Ctrl+W; not Enter) run as
+    each key arrives, as a typed character is inserted.
+
+    Textual runs a widget's bindings only once the key has bubbled up to the
+    app, after the keys queued behind it: ``abc``, Backspace, ``d`` sent in one
+    burst (a fast typist, a paste, tmux ``send-keys``) inserted the ``d`` first
+    and then deleted it, leaving ``abc``. The app's priority bindings (Ctrl+C,
+    Ctrl+P) are checked before a key reaches the input, so they still win.
+    """
+
+    async def _on_key(self, event: events.Key) -> None:
+        # Enter keeps Textual's way: what submitting does (a prompt closing, a screen opening) must be
+        # done before the keys behind it reach the screen it leaves.
+        bindings = self._bindings.key_to_bindings.get(event.key) if event.key != "enter" else None
+        # An action that skips (an arrow with nothing to scroll) leaves the key to the screen, as before.
+        if bindings and await self.app.run_action(bindings[0].action, self):
+            event.stop()
+            event.prevent_default()
+            return
+        await super()._on_key(event)
