@@ -1,11 +1,11 @@
-"""A host's alerts (the host table's last column): DOWN, XID n, THROTTLE, IDLE-HELD n."""
+"""A host's alerts (the host table's last column): DOWN, XID n, THROTTLE (HW), IDLE-HELD n."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from gpulens.core.model import HostSample
-from gpulens.store.gpu_events import BENIGN_THROTTLE
+from gpulens.store.gpu_events import BENIGN_THROTTLE, HW_SLOWDOWN
 from gpulens.store.ring import Columns, Ring
 from gpulens.store.views import GPU_METRICS, HOST_METRICS, IDLE_UTIL_PERCENT
 
@@ -19,7 +19,8 @@ def host_alerts(up: bool, latest: HostSample | None, xid_last: Mapping[int, tupl
     """The alert codes of one host over the window (see tui's alert legend for their meaning).
 
     ``DOWN``: no data from the host; ``XID n``: a GPU reported XID error n in the
-    window; ``THROTTLE``: a GPU's clocks are slowed now (thermal, power cap, ...);
+    window; ``THROTTLE``: a GPU's clocks are slowed now (power cap, sync boost), ``THROTTLE HW`` by heat
+    or a hardware brake;
     ``IDLE-HELD n``: n GPUs hold a process's memory but average under 1 % utilization.
     """
     alerts: list[str] = []
@@ -30,8 +31,9 @@ def host_alerts(up: bool, latest: HostSample | None, xid_last: Mapping[int, tupl
     s = latest
     if s is None:
         return tuple(alerts)
-    if any(r not in BENIGN_THROTTLE for g in s.gpus for r in g.throttle_reasons):
-        alerts.append("THROTTLE")
+    slowed = [r for g in s.gpus for r in g.throttle_reasons if r not in BENIGN_THROTTLE]
+    if slowed:  # thermal or a hardware brake: "THROTTLE HW", critical as the GPU table marks it
+        alerts.append("THROTTLE HW" if any(k in r for r in slowed for k in HW_SLOWDOWN) else "THROTTLE")
     held = {int(i) for j in s.jobs for i in j.gpu_mem_bytes if i.isdigit()}
     held |= {g.index for g in s.gpus if g.processes}
     held &= gpus.keys()

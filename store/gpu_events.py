@@ -14,6 +14,8 @@ _REASONS = attrgetter("throttle_reasons")
 _XIDS = attrgetter("xid_events")
 BENIGN_THROTTLE = frozenset({"gpu_idle", "idle", "none", "applications_clocks_setting"})
 """Clock-event reasons that are not a slowdown (an idle GPU, clocks the admin set)."""
+HW_SLOWDOWN = ("thermal", "hw_slowdown", "power_brake")
+"""Parts of the reasons that slow a GPU for its own safety (heat, a hardware or power brake): critical."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from gpulens.tui.widgets.thresholds import (
     DEFAULT,
     MARKS,
     OK,
+    alert_level,
     alert_text,
     level,
     level_of_text,
@@ -72,9 +73,9 @@ class HostTable(IncrementalTable):
     def sort_value(r: HostRow, index: int) -> Any:
         """The raw value column ``index`` sorts by (unknown last)."""
         vals = (r.host, r.gpus, r.util_percent, r.sm_percent, r.gpu_mem_percent, r.power_w,
-                r.cpu_percent, r.net_bytes_per_s, len(r.alerts))
+                r.cpu_percent, r.net_bytes_per_s, (max(map(alert_level, r.alerts), default=OK), len(r.alerts)))
         v = vals[index]
-        return (0, v) if isinstance(v, str) or not math.isnan(v) else (1, 0)
+        return (0, v) if isinstance(v, (str, tuple)) or not math.isnan(v) else (1, 0)  # alerts: loudest, then most
 
     def show(self, hosts: list[str], row_of: Callable[[str], HostRow]) -> bool:
         """Show these hosts (already filtered), sorted; True if anything changed.

@@ -17,6 +17,7 @@ from rich.style import Style
 from gpulens.core.config import Thresholds
 from gpulens.core.model import GpuSample
 from gpulens.core.units import NA
+from gpulens.store.gpu_events import HW_SLOWDOWN
 
 OK, LOW, WARN, CRIT = 0, 1, 2, 3
 """Levels: fine, underused (idle while held), warning, critical."""
@@ -47,8 +48,10 @@ ALERT_HELP: dict[str, AlertInfo] = {
     "DOWN": AlertInfo(CRIT, "no data from the host (agent stopped, network or ssh down); figures are the last received"),
     "XID n": AlertInfo(CRIT, "a GPU reported NVIDIA XID error n in the window (79: fell off the bus, 48/63/64: "
                              "ECC/row remap, 13/31/43: application fault); see the GPU screen's history"),
-    "THROTTLE": AlertInfo(WARN, "a GPU's clocks are slowed now (thermal, power cap, HW slowdown); the GPU "
+    "THROTTLE": AlertInfo(WARN, "a GPU's clocks are slowed now (power cap, sync boost); the GPU "
                                 "table's Throttle column names the reason"),
+    "THROTTLE HW": AlertInfo(CRIT, "a GPU's clocks are cut now by heat or a hardware brake (thermal, HW "
+                                   "slowdown, power brake): check its cooling and power; the GPU table names it"),
     "IDLE-HELD n": AlertInfo(LOW, "n GPUs hold a process's memory but averaged under 1 % utilization over "
                                   "the window: allocated and paid for, doing nothing"),
 }
@@ -96,11 +99,8 @@ def threshold_rows(t: Thresholds = DEFAULT) -> list[tuple[str, str]]:
 
 def alert_level(code: str) -> int:
     """The level of one alert code (``XID 79`` -> CRIT, ``IDLE-HELD 4`` -> LOW, unknown -> WARN)."""
-    head = code.split(" ", 1)[0]
-    for key, info in ALERT_HELP.items():
-        if key.split(" ", 1)[0] == head:
-            return info.level
-    return WARN
+    info = _alert_info(code)
+    return WARN if info is None else info[1].level
 
 
 def alert_style(code: str) -> Style:
@@ -119,12 +119,20 @@ _N = re.compile(r"\bn\b")
 
 def explain(code: str) -> str:
     """``IDLE-HELD 4: 4 GPUs hold a process's memory but ...``: one alert, in words."""
-    head, _, arg = code.partition(" ")
-    for key, info in ALERT_HELP.items():
-        if key.split(" ", 1)[0] == head:
-            meaning = _N.sub(arg, info.meaning) if arg else info.meaning
-            return f"{code}: {meaning}"
-    return f"{code}: unknown alert"
+    found = _alert_info(code)
+    if found is None:
+        return f"{code}: unknown alert"
+    key, info = found
+    arg = code.partition(" ")[2]
+    return f"{code}: {_N.sub(arg, info.meaning) if arg and key.endswith(' n') else info.meaning}"
+
+
+def _alert_info(code: str) -> tuple[str, AlertInfo] | None:
+    """The legend entry of ``code``: its own (``THROTTLE HW``), else the one its first word names (``XID n``)."""
+    if code in ALERT_HELP:
+        return code, ALERT_HELP[code]
+    head = code.split(" ", 1)[0]
+    return next(((k, i) for k, i in ALERT_HELP.items() if k.split(" ", 1)[0] == head), None)
 
 
 def level(kind: str, value: float | None, t: Thresholds = DEFAULT, *, limit: float | None = None,
@@ -165,14 +173,13 @@ def gpu_levels(g: GpuSample, t: Thresholds = DEFAULT) -> dict[str, int]:
     }
 
 
-_THERMAL_OR_HW = ("thermal", "hw_slowdown", "power_brake")
 _BENIGN = ("gpu_idle", "idle", "none", "applications_clocks_setting", "display_clock_setting")
 
 
 def throttle_level(reasons: tuple[str, ...] | list[str]) -> int:
     """CRIT for thermal or hardware slowdowns, WARN for a power cap or sync boost, OK when idle."""
     bad = [r for r in reasons if r not in _BENIGN]
-    if any(k in r for r in bad for k in _THERMAL_OR_HW):
+    if any(k in r for r in bad for k in HW_SLOWDOWN):
         return CRIT
     return WARN if bad else OK
 

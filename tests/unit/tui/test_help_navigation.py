@@ -186,7 +186,7 @@ def test_help_explains_every_alert_code_on_screens_that_show_them() -> None:
     for screen_type in (OverviewScreen, HostScreen):
         screen = screen_type.__new__(screen_type)  # the legend is read from the class
         rows = dict(alert_rows(screen))
-        assert set(rows) == {"! DOWN", "! XID n", "▲ THROTTLE", "▽ IDLE-HELD n"}
+        assert set(rows) == {"! DOWN", "! XID n", "▲ THROTTLE", "! THROTTLE HW", "▽ IDLE-HELD n"}
         assert "utilization" in rows["▽ IDLE-HELD n"] and rows["! XID n"] == ALERT_HELP["XID n"].meaning
     assert alert_rows(ProfilerScreen.__new__(ProfilerScreen)) == []
 

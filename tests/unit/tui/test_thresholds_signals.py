@@ -122,3 +122,22 @@ def test_signals_only_to_own_live_local_processes(tmp_path: Path) -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_thermal_throttle_is_critical_and_alerts_sort_loudest_first() -> None:
+    """The host table's THROTTLE HW is as loud as the GPU table's thermal throttle, and A sorts by level."""
+    from gpulens.tui.widgets.host_table import HostTable
+    from gpulens.tui.widgets.thresholds import CRIT, alert_level, explain
+
+    assert alert_level("THROTTLE HW") == CRIT and alert_level("THROTTLE") == WARN
+    assert explain("THROTTLE HW").startswith("THROTTLE HW: a GPU's clocks are cut now by heat")
+    assert explain("XID 79").startswith("XID 79: a GPU reported NVIDIA XID error 79")
+
+    def key(alerts: tuple[str, ...]) -> object:
+        row = type("Row", (), {"host": "h", "gpus": 8, "util_percent": 1.0, "sm_percent": 1.0,
+                               "gpu_mem_percent": 1.0, "power_w": 1.0, "cpu_percent": 1.0,
+                               "net_bytes_per_s": 1.0, "alerts": alerts})()
+        return HostTable.sort_value(row, 8)  # type: ignore[arg-type]
+
+    order = sorted([("THROTTLE",), ("IDLE-HELD 4", "THROTTLE"), ("XID 79",), ()], key=key, reverse=True)
+    assert order == [("XID 79",), ("IDLE-HELD 4", "THROTTLE"), ("THROTTLE",), ()]
