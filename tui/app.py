@@ -31,14 +31,7 @@ from textual.worker import Worker
 
 from gpulens.core import logbook
 from gpulens.core.config import WINDOWS, Config, Panel
-from gpulens.core.events import (
-    HostStatusEvent,
-    PanelData,
-    PanelProvider,
-    Source,
-    SourceEvent,
-    SourceStatusEvent,
-)
+from gpulens.core.events import HostStatusEvent, PanelData, Source, SourceEvent, SourceStatusEvent
 from gpulens.ipc.kineto.protocol import TraceService
 from gpulens.sources.local import ReplaySource
 from gpulens.store.store import Store
@@ -58,6 +51,7 @@ from gpulens.tui.screens.views import VIEWS, UserView
 from gpulens.tui.widgets._lines import LazyLines
 from gpulens.tui.widgets.header import AppHeader
 from gpulens.tui.widgets.heatmap import HEAT_METRICS
+from gpulens.tui.widgets.panel import panel_series
 from gpulens.tui.workers import notify_failure
 
 MIN_REFRESH_S = 0.25
@@ -271,14 +265,7 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
 
     def panel_data(self, panel: Panel, host: str | None, job: str | None) -> PanelData:
         """A custom panel's series: the store for ``metric``, the source for ``expr``."""
-        try:
-            if panel.metric:
-                return self.store.panel_series(panel.metric, host, job, self.window_s)
-            if panel.expr and isinstance(self.source, PanelProvider):
-                return self.source.panel_series(panel.expr, host, job, self.window_s)
-            return PanelData(error="this source cannot evaluate expressions (use --prometheus)")
-        except Exception as err:  # a bad panel must not take the screen down
-            return PanelData(error=str(err))
+        return panel_series(panel, host, job, self.window_s, self.store, self.source)
 
     # ---- every screen: breadcrumbs, the replay bar ---------------------------
     def _check_screen(self) -> None:
@@ -448,9 +435,13 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
         self.refresh_data(force=True)
 
     def action_window(self, name: str) -> None:
-        """Statistics window: 1m, 5m, 15m or 1h."""
-        self.window = name
+        """Statistics window: 1m, 5m, 15m or 1h; while paused the screen is redrawn once for it (and says so)."""
+        self.window, paused = name, self.paused
+        self.paused = False  # the figures must follow the header's window
         self.refresh_data(force=True)
+        self.paused = paused
+        if paused:
+            self.notify(f"window {name}: redrawn with the data up to now; still paused (p resumes)", timeout=3)
 
     def action_pause(self) -> None:
         """Pause or resume redrawing (data keeps being recorded)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from gpulens.core.config import Panel
-from gpulens.core.events import PanelData
+from gpulens.core.events import PanelData, PanelProvider
 from gpulens.core.units import num
 from gpulens.tui.widgets.plot import TimeSeriesPlot
 
@@ -30,3 +30,17 @@ class CustomPanel(TimeSeriesPlot):
             return
         values = [v for _, v in data.points if not math.isnan(v)]
         self.set_data(values or [], None if values else "no points in the window", window)
+
+
+def panel_series(panel: Panel, host: str | None, job: str | None, window_s: float, store: PanelProvider,
+                 source: object) -> PanelData:
+    """A custom panel's series: ``store``'s for a ``metric``, ``source``'s for an ``expr`` (Prometheus);
+    an error to show in the panel's place, never an exception (a bad panel must not take the screen down)."""
+    try:
+        if panel.metric:
+            return store.panel_series(panel.metric, host, job, window_s)
+        if panel.expr and isinstance(source, PanelProvider):
+            return source.panel_series(panel.expr, host, job, window_s)
+        return PanelData(error="this source cannot evaluate expressions (use --prometheus)")
+    except Exception as err:
+        return PanelData(error=str(err))

@@ -431,3 +431,18 @@ def test_a_job_plot_over_hosts_names_how_many_read_now() -> None:
     assert _reading([read, lost, read], "hosts") == "2 of 3 hosts read"
     assert _reading([read, read], "hosts") == ""  # all of them
     assert _reading([lost, lost], "hosts") == ""  # none: the plot says n/a itself
+
+
+@sync
+async def test_a_window_key_while_paused_redraws_the_plots_for_the_header_s_window() -> None:
+    """Paused at 1h, '2' sets 5m in the header and in the plots alike (they kept 1h), and stays paused."""
+    app = demo_app(backfill_s=120)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await settle(app, pilot)
+        app.jump("host gpu-node05")
+        await settle(app, pilot)
+        await pilot.press("4", "p", "2")
+        await pilot.pause()
+        plot = app.screen.query_one("#gpu-util", TimeSeriesPlot)
+        assert app.paused and app.window == "5m"
+        assert plot.data.window == "5m" and plot.data.window_s == 300
