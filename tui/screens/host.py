@@ -108,10 +108,10 @@ class HostScreen(DataScreen):
             # Their own container, so their own clip: a frame that repaints plot lines only
             # leaves them out (Textual re-renders every widget whose clip meets what changed).
             with Vertical(id="below-plots"):
-                yield Static("GPUs (enter: GPU detail)", classes="section")
+                yield Static("GPUs · now: the newest sample (enter: GPU detail)", classes="section")
                 yield GpuTable(id="gpus")
                 yield Static("", id="legend")
-                yield Static("Jobs on this host", classes="section")
+                yield Static("Jobs on this host · util: mean over the window; GPU memory: now", classes="section")
                 yield JobTable(id="host-jobs")
                 yield ProfilePanel(self.profiling.count(), id="profile")
         yield Footer()

@@ -87,7 +87,7 @@ class JobScreen(DataScreen):
         with VerticalScroll(id="body"):
             yield FieldsLine(id="job-info")
             yield from self.compose_plots(JOB_PLOTS)
-            yield Static("Processes", classes="section")
+            yield Static("Processes · now: the newest sample (enter: process detail)", classes="section")
             yield ProcessTable(id="processes")
             yield Static("", id="profiler-action")
             yield ProfilePanel(0, id="profile")

@@ -1,8 +1,8 @@
 """A time-series plot drawn with braille dots (2 x 4 per cell): fast, and fine in tmux.
 
 Every plot says what it covers: a summary line with the exact window statistics from the store
-(now, avg, max, and how much data they are over), a y axis with units and a floor (a flat zero
-reads ``idle`` on a 1kB/s scale, not a full-scale ``1B/s``), and a time axis (``-5m … now``).
+(now, avg, max, how much data they are over while less than the window), a y axis with units and a
+floor (a flat zero reads ``idle`` on 1kB/s, not a full-scale ``1B/s``), a time axis (``-5m … now``).
 """
 
 from __future__ import annotations
@@ -315,18 +315,19 @@ class TimeSeriesPlot(Widget):
     def _summary(self, known: Sequence[float], width: int = 1 << 16,
                  notes: Sequence[tuple[str, Style]] = ()) -> list[tuple[str, Style]]:
         """The summary's runs and ``notes`` after them, the longest form that fits ``width`` cells: without
-        "of data", then without the min, then without how much data, then without the mean, before
-        anything is cut."""
+        "of data", then without the min, then without the mean, then without how much data (said only
+        while the data covers less than the window), before anything is cut."""
         d = self.data
         st = d.stats
         title = self._style("plot--title")
         if st is not None and not st.empty:
-            now, mean, low, top, covered = st.now, st.mean, st.min, st.max, duration(st.covered_s)
+            now, mean, low, top = st.now, st.mean, st.min, st.max
+            covered = duration(st.covered_s) if st.covered_s < d.window_s else ""  # all of it: [5m] says so
             bound = st.combined  # several series joined: their extremes bound the joined one's
         else:
             now = known[-1] if known else math.nan
             mean, low, top = (sum(known) / len(known), min(known), max(known)) if known else (math.nan,) * 3
-            covered = duration(d.covered_s) if d.covered_s > 0 else ""
+            covered = duration(d.covered_s) if 0 < d.covered_s < d.window_s else ""
             bound = False
         tail = [(f"[{d.window}]" + (f" {d.note}" if d.note else ""), title), *notes]
         if top == top and top <= self.lo and self.hi is None:
@@ -336,7 +337,7 @@ class TimeSeriesPlot(Widget):
             full = self._figures(every, title)  # three runs a figure: without the min, without the mean too
             figures = [full, full[:6] + full[9:], full[:3] + full[9:]]
         over = [[(f"over {covered} of data ", title)], [(f"over {covered} ", title)], []] if covered else [[]] * 3
-        for fig, cov in ((0, 0), (0, 1), (1, 1), (1, 2), (2, 2)):  # built one by one until one fits
+        for fig, cov in ((0, 0), (0, 1), (1, 1), (2, 1), (1, 2), (2, 2)):  # how much data outlasts the mean
             form = figures[fig] + over[cov] + tail
             if sum(cell_len(t) for t, _ in form) <= width:
                 break
@@ -459,8 +460,7 @@ class TimeSeriesPlot(Widget):
                     filled = dot_counts(_fit(values, cols), rows, self.lo, hi)
                 else:
                     start, count = kept
-                    filled = [*prev[4][start:start + count],
-                              *dot_counts(_fit(values[count:], cols - count), rows, self.lo, hi)]
+                    filled = [*prev[4][start:start + count], *dot_counts(_fit(values[count:], cols - count), rows, self.lo, hi)]
                 chart = braille_rows(filled, rows)
             made = [old_line if line == was else _row(label, line, axis, area)
                     for label, line, was, old_line in zip(labels, chart, prev[2], prev[3], strict=True)]

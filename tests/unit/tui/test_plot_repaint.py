@@ -303,3 +303,29 @@ async def test_the_chart_moves_one_whole_cell_every_two_columns_and_only_its_new
         assert [x[:-1] for x in later] == [e[:-1] for e in even]  # only the newest cell changed
         changed = {y + 1 for y in range(rows) if later[y] != even[y]}
         assert set(drawn) <= changed | {0}  # repainted: those rows and the summary, no others
+
+
+class _OnePlot(App[None]):
+    def compose(self) -> Any:
+        yield TimeSeriesPlot("Network", pct, id="p")
+
+
+@sync
+async def test_the_summary_says_how_much_data_while_it_is_less_than_the_window_and_keeps_it_past_the_mean() -> None:
+    from gpulens.store.views import WindowStats
+
+    app = _OnePlot()
+    async with app.run_test(size=(120, 20)) as pilot:
+        plot = app.query_one(TimeSeriesPlot)
+        values = [50.0] * 10
+
+        def head(covered: float, width: int) -> str:
+            stats = WindowStats(900, 50.0, 52.0, 10.0, 90.0, 10, covered)
+            plot.set_data(plot_data(values, None, "15m", 900, stats))
+            return "".join(t for t, _ in plot._summary([50.0], width))
+
+        await pilot.pause()
+        assert head(900, 200).startswith("now 50%  avg 52%  min 10%  max 90%  [15m]")  # all of it: no "over"
+        assert "over 7m42s of data [15m]" in head(462, 200)
+        narrow = head(462, 36)  # no room for the mean and the coverage both: the coverage stays
+        assert "over 7m42s" in narrow and "avg" not in narrow, narrow
