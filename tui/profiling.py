@@ -255,6 +255,9 @@ class Profiling:
         self._deadline = time.monotonic() + self.duration_s
         self._tick()
         self._countdown = self.screen.set_interval(1.0, self._tick)
+        # The Profile panel's countdown may be below the fold (80x24): a toast says it at any size.
+        self.screen.notify(f"{doing} for {self.duration_s:g} s: the flame graph opens when done",
+                           timeout=max(3.0, min(self.duration_s, 10.0)))
 
     def _tick(self) -> None:
         left = self._deadline - time.monotonic()

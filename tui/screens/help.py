@@ -114,6 +114,8 @@ def key_rows(screen: Screen[object], app_bindings: list[BindingType]) -> list[tu
             moves += [ARROWS.get(k, k) for k in b.key.split(",")]
             continue
         key, what = _display(b), CLEARER.get(f"{b.action.split('(')[0]}:{b.description}", b.description)
+        if b.action == "go_back" and not hasattr(screen, "filter_widgets"):
+            what = "back"  # a screen without a / filter has none to clear first
         same = next((i for i, r in enumerate(rows) if r[1] == what), None)
         if same is not None:
             rows[same] = (f"{rows[same][0]} / {key}", what)
@@ -182,6 +184,11 @@ def key_table(screen: Screen[object], app_bindings: list[BindingType]) -> Table:
         table.add_row("alerts", "(! critical · ▲ warning · ▽ idle; the marker keeps the meaning without colour)")
         for k, d in alerts:
             table.add_row(Text(k), Text(d))
+    notes: tuple[tuple[str, str], ...] = getattr(screen, "HELP_NOTES", ())
+    if notes:  # what the screen's figures mean, where a key does not say it
+        table.add_row("", "")
+        for k, d in notes:
+            table.add_row(Text(k), Text(d))
     levels = level_rows(screen)
     if levels:
         table.add_row("", "")
@@ -192,10 +199,10 @@ def key_table(screen: Screen[object], app_bindings: list[BindingType]) -> Table:
 
 
 class HelpScreen(ModalScreen[None]):
-    """All keys; any of esc, ?, q closes it."""
+    """All keys; esc or ? closes it, q quits as everywhere (the list says so)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape,question_mark,q", "dismiss", "Close"),
+        Binding("escape,question_mark", "dismiss", "Close"),
         *cursor_bindings("dismiss", "Close"),  # the tables' keys move the list: k j pgup pgdn home end
         Binding("space,ctrl+f", "page(1)", "Page down", show=False),
         Binding("ctrl+b", "page(-1)", "Page up", show=False),

@@ -93,6 +93,8 @@ class HostScreen(DataScreen):
         self.crumb = host
         self.per_gpu = False
         """GPU plots draw one band per GPU (``g``) instead of the host's aggregate."""
+        self._has_gpus = True
+        """The host reports GPUs (else ``g`` is not offered)."""
         self._seen: tuple[object, ...] = ()
         self.feed = SeriesFeed()
         """The plots' aligned columns: per tick only the newest is read."""
@@ -160,7 +162,9 @@ class HostScreen(DataScreen):
         return {self.host: sorted(j.pid for j in sample.jobs)}
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """``--readonly`` (and a replay) removes profiling and traces."""
+        """``--readonly`` (and a replay) removes profiling and traces; ``g`` needs GPUs to draw one by one."""
+        if action == "per_gpu":
+            return self._has_gpus
         return self.profiling.allows(action)
 
     def action_profiler_hint(self) -> None:
@@ -212,6 +216,9 @@ class HostScreen(DataScreen):
         if seen == self._seen and not force:
             return
         self._seen = seen
+        if self._has_gpus != bool(store.gpu_indices(self.host)):
+            self._has_gpus = not self._has_gpus
+            self.refresh_bindings()
         up, reason = store.host_status(self.host)
         since = ctx.down_since(self.host)
         when = "" if since is None else (

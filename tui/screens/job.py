@@ -53,6 +53,13 @@ class JobScreen(DataScreen):
     | esc | back |
     """
 
+    HELP_NOTES: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("min≥ max≤", "bounds, not exact: a plot joined over several GPUs or hosts takes the min and max of "
+                      "any one of them (a mean), or adds them up (a sum: memory, CPU, network)"),
+        ("N of M … read", "the newest figure covers only N of the job's M GPUs or hosts (the others are n/a now)"),
+    )
+    """What the plots' summaries say beyond now / avg / min / max (``?`` lists them)."""
+
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("f", "profile", "Profile"),
         Binding("d", "quick_look", "Quick look", tooltip="one py-spy dump of each local process"),

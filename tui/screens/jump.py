@@ -15,6 +15,7 @@ from gpulens.tui.widgets.ordered_input import OrderedInput
 
 COMMANDS = "hosts, jobs, gpus, user NAME, host NAME, job PID, interval S, log"
 _NO_ARG = {"hosts": "hosts", "jobs": "jobs", "gpus": "gpus", "log": "log"}
+_EXAMPLE = {"host": "NAME", "job": "PID", "user": "NAME", "interval": "2"}
 _WITH_ARG = {"host": "host", "h": "host", "job": "job", "j": "job", "user": "user", "u": "user",
              "interval": "interval"}
 
@@ -47,7 +48,7 @@ def parse_jump(text: str) -> tuple[str, str] | str:
     if kind is None:
         return f"unknown command {text.strip()!r}: try {COMMANDS}"
     if not arg:
-        return f"':{word}' needs an argument, e.g. ':{word} {'2' if kind == 'interval' else 'NAME'}'"
+        return f"':{word}' needs an argument, e.g. ':{word} {_EXAMPLE[kind]}'"
     if kind == "interval":
         try:
             seconds = float(arg)

@@ -162,12 +162,8 @@ class ProcessScreen(DataScreen):
                        remote_why=None if local else self.remote_why())
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Signals: hidden with --readonly; shown greyed out while refused."""
-        if action == "signal":
-            if self.readonly:
-                return False
-            return self.why_not() is None or None
-        return True
+        """Signals: hidden with --readonly; otherwise offered, and a refused one says why (a greyed key said nothing)."""
+        return not (action == "signal" and self.readonly)
 
     def refresh_data(self, force: bool = False) -> None:
         """Redraw when the host's data or the window changed."""
@@ -235,7 +231,8 @@ class ProcessScreen(DataScreen):
         if why is not None or job is None:
             self.notify(f"{name} not sent: {why}", severity="warning")
             return
-        target, what = job, clean_text(job.cmdline[:60])
+        # The whole command, as far as a confirmation can show it: a cut one can read as another program.
+        target, what = job, clean_text(job.cmdline if len(job.cmdline) <= 240 else job.cmdline[:239] + "…")
         if not self.is_local(self.host):
             self._ask_remote(target, name, what)
             return

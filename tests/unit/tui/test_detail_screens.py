@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from textual.app import App
+from textual.screen import ModalScreen
 
 from gpulens.core.events import SampleEvent
 from gpulens.core.units import rate
@@ -446,3 +447,45 @@ async def test_a_window_key_while_paused_redraws_the_plots_for_the_header_s_wind
         plot = app.screen.query_one("#gpu-util", TimeSeriesPlot)
         assert app.paused and app.window == "5m"
         assert plot.data.window == "5m" and plot.data.window_s == 300
+
+
+@sync
+async def test_a_refused_signal_key_says_why_instead_of_doing_nothing() -> None:
+    """K on a process that has gone (or that is not yours) is answered with the reason, not silence."""
+    me = sample(T0, host="this-host")
+    ctx = FakeContext(StaticSource([SampleEvent(me)]), [SampleEvent(me)])
+    ctx.hostname = "this-host"  # type: ignore[attr-defined]
+    app: App[None] = App()
+    async with app.run_test(size=(120, 35)) as pilot:
+        app.push_screen(ProcessScreen("this-host", 999_999, context=ctx))  # no such process
+        await pilot.pause()
+        screen = app.screen
+        said: list[str] = []
+        screen.notify = lambda message, **kw: said.append(str(message))  # type: ignore[method-assign,assignment]
+        assert screen.check_action("signal", ("SIGKILL",)) is True
+        await pilot.press("K")
+        await pilot.pause()
+        assert said and said[0].startswith("SIGKILL not sent: "), said
+        assert not isinstance(app.screen, ModalScreen)  # nothing to confirm
+
+
+@sync
+async def test_per_gpu_is_offered_only_on_a_host_with_gpus() -> None:
+    from dataclasses import replace
+
+    from gpulens.tui.screens.host import HostScreen
+
+    me = replace(sample(T0, host="cpu-only"), gpus=())
+    ctx = FakeContext(StaticSource([SampleEvent(me)]), [SampleEvent(me)])
+    app: App[None] = App()
+    async with app.run_test(size=(160, 45)) as pilot:
+        app.push_screen(HostScreen("cpu-only", context=ctx))
+        await pilot.pause()
+        assert app.screen.check_action("per_gpu", ()) is False
+        assert "g" not in {k for k, _ in key_rows(app.screen, [])}
+    demo = demo_app(backfill_s=10)
+    async with demo.run_test(size=(160, 45)) as pilot:
+        await settle(demo, pilot)
+        demo.jump("host gpu-node05")
+        await settle(demo, pilot)
+        assert demo.screen.check_action("per_gpu", ()) is True

@@ -81,6 +81,8 @@ async def test_countdown_duration_idle_line_and_reopen(monkeypatch: pytest.Monke
         await pilot.press("f")
         await pilot.pause()
         assert "s left of 2 s" in panel.state  # the countdown
+        # ... and a toast, which shows at any size (the panel may be below the fold at 80x24).
+        assert any("with py-spy for 2 s: the flame graph opens when done" in str(n.message) for n in app._notifications)
         await _wait_for(pilot, lambda: calls)
         assert calls == [([501], 2.0)]
         release.set()

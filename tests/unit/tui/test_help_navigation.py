@@ -142,6 +142,8 @@ def test_colon_commands_parse_or_say_why() -> None:
                      ("gpus 3", "no argument"), ("frob", "unknown command")):
         said = parse_jump(bad)
         assert isinstance(said, str) and why in said and "\n" not in said
+    assert parse_jump("job") == "':job' needs an argument, e.g. ':job PID'"  # as the help says, not NAME
+    assert parse_jump("h").endswith("e.g. ':h NAME'")
 
 
 @sync
@@ -295,3 +297,33 @@ def test_every_sort_letter_is_in_its_columns_label_so_the_header_can_underline_i
         labels = {c[0]: c[1] for c in table.COLUMNS}
         for column, letter in table.SORT_KEYS.items():
             assert letter.lower() in labels[column].lower(), (table.__name__, column, letter)
+
+
+@sync
+async def test_q_in_the_help_quits_as_the_help_says_and_esc_back_says_no_filter_where_there_is_none() -> None:
+    from gpulens.tui.screens.help import HelpScreen, key_rows
+
+    app = demo_app(backfill_s=10)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await settle(app, pilot)
+        overview = dict((w, k) for k, w in key_rows(app.screen, list(app.BINDINGS)))
+        assert "back (first: clear the filter)" in overview  # the overview has a / filter
+        app.jump("host gpu-node03")
+        await settle(app, pilot)
+        host = dict((w, k) for k, w in key_rows(app.screen, list(app.BINDINGS)))
+        assert "back" in host and "back (first: clear the filter)" not in host
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("q")
+        await pilot.pause()
+    assert not app.is_running
+
+
+def test_the_job_screens_help_explains_its_bounds() -> None:
+    from gpulens.tui.screens.help import key_table
+    from gpulens.tui.screens.job import JobScreen
+
+    screen = JobScreen.__new__(JobScreen)  # the notes are read from the class
+    rows = [str(cell) for col in key_table(screen, []).columns for cell in col._cells]
+    assert "min≥ max≤" in rows and any(r.startswith("bounds, not exact") for r in rows)
