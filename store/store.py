@@ -78,7 +78,8 @@ class Store:
         self.resolution_s = max(0.05, float(resolution_s))
         self.fine_slots, self.coarse_slots = _slots(self.resolution_s, fine_history_s, history_s)
         self.history_s = history_s
-        self.now = 0.0
+        self.now = self.first = 0.0
+        """The newest sample's time; the oldest one's (how much data any window can hold)."""
         self.version = 0
         self.dropped = 0
         self.source_status: SourceStatusEvent | None = None
@@ -173,8 +174,7 @@ class Store:
             h.latest = s
             h.latest_jobs, h.latest_sorted, h.latest_totals = groups, False, totals
             h.up, h.reason = True, ""
-        if s.time > self.now:
-            self.now = s.time
+        self.now, self.first = max(self.now, s.time), min(self.first or s.time, s.time)
         self._bump(h)
         return True
 

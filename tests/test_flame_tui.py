@@ -498,3 +498,8 @@ async def test_the_flame_screens_header_follows_the_data_as_a_data_screens_does(
         await pilot.pause()
         assert header.source == "demo · REC 2.0MiB"
         assert header.clock != before and header.clock == app.clock_text()
+        # Pause and the window keys act on data screens: not offered (nor in the footer) over a flame graph.
+        assert app.check_action("pause", ()) is False and app.check_action("window", ("1h",)) is False
+        app.pop_screen()
+        await pilot.pause()
+        assert app.check_action("pause", ()) is True and app.check_action("window", ("1h",)) is True

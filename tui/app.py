@@ -361,7 +361,10 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
             self.push_screen(HelpScreen(self.screen, active))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Replay keys only while replaying (elsewhere space and the arrows stay the screens'); p pauses or resumes."""
+        """Replay keys only while replaying (elsewhere space and the arrows stay the screens'); p pauses or
+        resumes, and it and the window keys only where a screen draws data (not a flame graph or a timeline)."""
+        if action in ("pause", "resume", "window") and self.screen_stack and not isinstance(self.screen, DataScreen):
+            return False
         if action in ("pause", "resume"):
             return self.paused == (action == "resume")
         return not (action.startswith("replay_") and self.replay is None)

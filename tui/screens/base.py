@@ -18,7 +18,7 @@ from textual.widgets import Static
 from gpulens.tui._compositor import SparseScreen
 from gpulens.tui.context import ScreenContext
 from gpulens.tui.screens._plots import PlotSpec, absent_text
-from gpulens.tui.widgets.header import AppHeader, crumbs_of
+from gpulens.tui.widgets.header import AppHeader, crumbs_of, window_text
 from gpulens.tui.widgets.panel import CustomPanel
 from gpulens.tui.widgets.plot import TimeSeriesPlot
 from gpulens.tui.workers import Background
@@ -119,7 +119,7 @@ class DataScreen(SparseScreen, Screen[None]):
                 return
             raise
         status = ctx.store.source_status
-        state = (crumbs_of(self.app.screen_stack, self), ctx.source.name, ctx.source.simulated, ctx.window,
+        state = (crumbs_of(self.app.screen_stack, self), ctx.source.name, ctx.source.simulated, window_text(ctx),
                  ctx.paused, (status.message, status.ok) if status else ("", True), ctx.clock_text())
         last = self._header_state[1] if self._header_state and self._header_state[0] is header else None
         if state == last:

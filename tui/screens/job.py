@@ -32,7 +32,7 @@ from gpulens.tui.screens._plots import (
 )
 from gpulens.tui.screens.base import DataScreen
 from gpulens.tui.screens.process import ProcessScreen
-from gpulens.tui.widgets.fields import FieldsLine
+from gpulens.tui.widgets.fields import NBSP, FieldsLine
 from gpulens.tui.widgets.header import AppHeader
 from gpulens.tui.widgets.panel import CustomPanel
 from gpulens.tui.widgets.plot import TimeSeriesPlot, plot_data
@@ -398,8 +398,8 @@ class JobScreen(DataScreen):
             return
         self._shown["info-fields"] = fields
         text = Text()
-        for label, value in fields:
-            text.append(f"{label} ", style="dim")
+        for label, value in fields:  # a label never ends a line with its value on the next (no-break spaces)
+            text.append(f"{label} ".replace(" ", NBSP), style="dim")
             text.append(f"{value}   ", style="bold")
         self.query_one("#job-info", FieldsLine).show(text)  # a runtime tick repaints one line
 

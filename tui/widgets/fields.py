@@ -26,10 +26,12 @@ from textual.geometry import Size
 from textual.strip import Strip
 from textual.widget import Widget
 
-__all__ = ["FieldsLine", "same_shape", "wrap_offsets"]
+__all__ = ["NBSP", "FieldsLine", "same_shape", "wrap_offsets"]
 
-_WORD = re.compile(r"\s*\S+\s*")
-_SPACE = re.compile(r"\s")
+NBSP = "\u00a0"
+"""A space a line never breaks at (``GPU mem 230GiB`` stays on one line): where FieldsLine parts from Static."""
+_WORD = re.compile(r"[^\S\u00a0]*[\S\u00a0]+[^\S\u00a0]*")
+_SPACE = re.compile(r"[^\S\u00a0]")
 
 
 def same_shape(old: Text, new: Text) -> bool:
@@ -49,7 +51,8 @@ def same_shape(old: Text, new: Text) -> bool:
 def wrap_offsets(plain: str, width: int) -> list[int]:
     """Where ``plain`` breaks into lines of at most ``width`` cells, as Textual's ``Static`` breaks it:
     before a word (its leading and trailing spaces included) whose letters do not fit what is left
-    of the line; a word wider than a line is folded, cell by cell."""
+    of the line; a word wider than a line is folded, cell by cell. A no-break space (:data:`NBSP`)
+    is part of its word."""
     breaks: list[int] = []
     used = 0
     for m in _WORD.finditer(plain):

@@ -14,6 +14,8 @@ from textual.screen import ModalScreen, Screen
 from textual.strip import Strip
 from textual.widget import Widget
 
+from gpulens.core.units import duration
+
 if TYPE_CHECKING:
     from gpulens.tui.context import ScreenContext
 
@@ -62,7 +64,7 @@ class AppHeader(Widget):
     simulated: reactive[bool] = reactive(False)
     """Demo data: shows SIMULATED."""
     window: reactive[str] = reactive("5m")
-    """Statistics window name."""
+    """Statistics window name, and how much data it holds while that is less (:func:`window_text`)."""
     paused: reactive[bool] = reactive(False)
     """Updates paused (``p``)."""
     status: reactive[tuple[str, bool]] = reactive(("", True))
@@ -74,7 +76,7 @@ class AppHeader(Widget):
         """Take the context's source (its REC size), window, clock, pause and status: the header of a
         screen that sets none itself (flame, profiler, timeline), as each tick lands."""
         status = ctx.store.source_status
-        self.source, self.simulated, self.window = ctx.source.name, ctx.source.simulated, ctx.window
+        self.source, self.simulated, self.window = ctx.source.name, ctx.source.simulated, window_text(ctx)
         self.clock, self.paused = ctx.clock_text(), ctx.paused
         self.status = (status.message, status.ok) if status else ("", True)
 
@@ -109,10 +111,11 @@ class AppHeader(Widget):
             right += [(" SIMULATED ", self._style("header--simulated")), (" ", None)]
         if self.paused:
             right += [(" PAUSED ", self._style("header--paused")), (" ", None)]
-        right.append((f"{self.source} · window {self.window} · {self.clock} ", None))
+        width = self.size.width
+        window = self.window if width >= 100 else self.window.replace(" of data)", ")")  # 80x24: 5m (1m01s)
+        right.append((f"{self.source} · window {window} · {self.clock} ", None))
         right_len = sum(cell_len(t) for t, _ in right)
         msg, ok = self.status
-        width = self.size.width
         # Narrow: the oldest crumbs give way first, so PAUSED, the window and the clock stay.
         crumbs = list(self.crumbs)
         while (len(" › ".join(crumbs)) + right_len + 3 > width and len(crumbs) > 2
@@ -156,3 +159,11 @@ class AppHeader(Widget):
             return Strip.blank(width, base)
         segs = [Segment(t, base if st is None else base + st) for t, st in self._parts() if t]
         return Strip(segs).crop_extend(0, width, base)
+
+
+def window_text(ctx: ScreenContext) -> str:
+    """``5m``; ``1h (7m43s of data)`` while the data held covers less of the window (every figure and
+    table mean on the screen is over that much, whatever the window's name says)."""
+    store = ctx.store
+    held = store.now - store.first + store.resolution_s
+    return ctx.window if not store.first or held >= ctx.window_s else f"{ctx.window} ({duration(held)} of data)"

@@ -71,8 +71,8 @@ class GpuHeatmap(LazyLines, can_focus=True):
     legend): a tick reads only the newest column of a row, and repaints a row
     only when its glyphs changed. The spans are round, so the columns may not
     fill the width the widget is given: with ``width: auto`` it is as wide as
-    its labels and columns (:meth:`get_content_width`), and its box aligns it
-    right, so "now" is at the box's right edge; :meth:`axis_text` is the time
+    its labels and columns (:meth:`get_content_width`); the overview gives it its
+    box's width, and blank cells after the labels put "now" at the right edge; :meth:`axis_text` is the time
     axis under the columns. Columns from before a host's first sample in the
     window are blank (no data yet); ``·`` is a GPU that reported no value.
     """
@@ -148,7 +148,7 @@ class GpuHeatmap(LazyLines, can_focus=True):
         key = (self.window_s, grid, width, full, bool(self.rows))
         if self._axis[0] != key:
             points = grid[0]
-            line = " " * self.label_cells + f"{time_axis(self.window_s, points):<{points}}"
+            line = " " * self.first_cell(width) + f"{time_axis(self.window_s, points):<{points}}"
             self._axis = (key, line.ljust(full) if self.rows else "")
         return self._axis[1]
 
@@ -158,6 +158,11 @@ class GpuHeatmap(LazyLines, can_focus=True):
         if self._grid is None or self._grid[0] != key:
             self._grid = (key, nice_columns(self.store, self.window_s, width - 11))
         return self._grid[1]
+
+    def first_cell(self, width: int) -> int:
+        """Where the columns start in a row ``width`` cells wide: the round-span columns end at the right
+        edge ("now"), the labels stay at the left whatever the window, blank cells between."""
+        return max(self.label_cells, width - self.grid(width)[0])
 
     def set_rows(self, rows: Sequence[Hashable], versions: Mapping[Any, object]) -> None:
         """As :meth:`LazyLines.set_rows`; a row also changes when its host's closed columns may have."""
@@ -233,7 +238,7 @@ class GpuHeatmap(LazyLines, can_focus=True):
         if memo is not None and memo[0] == (stamp, lv, width, blank):
             return memo[1]  # same glyphs: the row is not repainted
         label = f"{host.removeprefix('gpu-')[-7:]}:{gpu}"
-        segs = [Segment(f"{label:<10} ", self.component_style("heatmap--label"))]
+        segs = [Segment(f"{label:<10} ".ljust(self.first_cell(width)), self.component_style("heatmap--label"))]
         na = self.component_style("heatmap--na")
         runs = [*runs[:-1], (lv, runs[-1][1] + 1)] if runs and runs[-1][0] == lv else [*runs, (lv, 1)]
         for run_level, run in _blanked(runs, blank):  # run-length: fewer segments to paint

@@ -175,3 +175,15 @@ def test_a_changed_shape_is_wrapped_again() -> None:
         fresh = FieldsLine(new)
         fresh._lay_out(40)
         assert [t.plain for t in line._lines] == [t.plain for t in fresh._lines]
+
+
+def test_a_no_break_space_keeps_a_label_with_its_value_at_every_width() -> None:
+    """The job line at 120 columns read 'GPU' at a line's end and 'mem 230.0GiB' on the next."""
+    from gpulens.tui.widgets.fields import NBSP
+
+    pairs = [("job", "4720"), ("user", "bob"), ("util avg", "0%"), ("GPU mem", "230.0GiB"), ("runtime", "2h56m")]
+    plain = "".join(f"{label} ".replace(" ", NBSP) + f"{value}   " for label, value in pairs)
+    for width in range(17, 80):  # each field fits a line (a wider one is folded)
+        breaks = wrap_offsets(plain, width)
+        for b in breaks:
+            assert plain[b - 1] == " " and plain[b] != NBSP, (width, plain[:b])  # at a plain space only

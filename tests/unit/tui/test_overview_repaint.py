@@ -141,7 +141,8 @@ async def test_an_unchanged_tick_repaints_nothing_and_a_new_column_shifts_the_ke
         assert heat._columns.full_reads == before
         for y in sorted(shown)[:10]:
             h, g = heat.rows[int(heat.scroll_offset.y) + y - heat.header_lines]
-            assert glyphs(heat, y)[11:11 + points] == heat_row(store, heat, h, g, points)
+            start = heat.first_cell(heat.row_width)
+            assert glyphs(heat, y)[start:start + points] == heat_row(store, heat, h, g, points)
         await tick(app, pilot)
         before = heat._columns.full_reads
         await tick(app, pilot)
@@ -161,7 +162,7 @@ async def test_heatmap_states_its_column_span() -> None:
             assert points * span == window_s  # the columns cover the window exactly
             legend = glyphs(heat, 0)
             assert f"1 col = {'1m' if span == 60 else f'{span:g}s'}" in legend
-            row = glyphs(heat, 1)[11:]
+            row = glyphs(heat, 1)[heat.first_cell(heat.row_width):]
             assert len(row.rstrip()) <= points <= heat.row_width - 11
             assert sum(row.count(c) for c in GLYPHS[1:] + "·") >= points - row.count(" ")
 
@@ -309,7 +310,8 @@ async def test_rows_equal_a_full_read_at_every_tick_across_column_boundaries_and
             top = int(heat.scroll_offset.y)
             for y in range(heat.header_lines, heat.size.height - 1):
                 host, g = heat.rows[top + y - heat.header_lines]
-                assert glyphs(heat, y)[11:11 + points] == heat_row(store, heat, host, g, points), (k, host, g)
+                start = heat.first_cell(heat.row_width)
+                assert glyphs(heat, y)[start:start + points] == heat_row(store, heat, host, g, points), (k, host, g)
             for i, host in enumerate(spk.rows[: spk.size.height - 1]):
                 values = store.series(str(host), HostSparklines.METRICS[0], w, cols, aligned=True)
                 assert glyphs(spk, i + 1)[12:12 + cols] == spark(values), (k, host)

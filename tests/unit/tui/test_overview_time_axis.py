@@ -73,7 +73,7 @@ async def test_axes_label_the_window_under_the_columns(key: str, window: str, sp
 
         assert screen_text(heat_axis)[1].split() == heat_labels
         points = heat.grid(heat.row_width)[0]
-        first = heat.region.x + heat.label_cells  # the oldest column: where the data can start
+        first = heat.region.x + heat.first_cell(heat.row_width)  # the oldest column: where the data can start
         assert label_at(heat_axis, first, heat_labels[0])
         assert label_at(heat_axis, first + points - 3, "now")
 
@@ -90,10 +90,12 @@ async def test_heatmap_columns_end_at_the_right_edge_for_every_window() -> None:
             await settle(app, pilot)
             points, span = heat.grid(heat.row_width)
             assert points * span == window_s  # still round spans that tile the window
-            assert heat.row_width == heat.label_cells + points  # no blank cells after "now"
-            assert heat.region.right == box.content_region.right  # right-aligned in its box
+            start = heat.first_cell(heat.row_width)
+            assert heat.row_width == start + points  # no blank cells after "now"
+            assert heat.region.right == box.content_region.right  # it fills its box
             row = glyphs(heat, 1)
-            assert row[heat.label_cells + points - 1] != " "  # the newest column is drawn at the edge
+            assert row[start + points - 1] != " "  # the newest column is drawn at the edge
+            assert row.startswith("node01:0") or row[1:].startswith("node01:0")  # the labels at the left, every window
 
 
 @sync
@@ -104,7 +106,7 @@ async def test_before_the_first_sample_is_blank_and_na_is_a_dot() -> None:
         heat = app.screen.query_one(GpuHeatmap)
         store, w = app.store, app.window_s
         points = heat.grid(heat.row_width)[0]
-        cells = heat.label_cells
+        cells = heat.first_cell(heat.row_width)
         for host, gpu in (("gpu-node01", 0), ("gpu-node11", 3)):  # node11's GPU 3 reports nothing
             first = first_sample_column(store, host, w, points)
             assert 0 < first < points
@@ -132,7 +134,7 @@ async def test_backfilled_samples_older_than_the_first_fill_the_blank() -> None:
         await settle(app, pilot)
         heat = app.screen.query_one(GpuHeatmap)
         store, w, host = app.store, app.window_s, "gpu-node01"
-        points, cells = heat.grid(heat.row_width)[0], heat.label_cells
+        points, cells = heat.grid(heat.row_width)[0], heat.first_cell(heat.row_width)
 
         def blank() -> int:
             line = "".join(s.text for s in heat.make_line((host, 0), heat.row_width))[cells:cells + points]
