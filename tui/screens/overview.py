@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any, ClassVar
 
+from textual import events
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
@@ -77,6 +78,11 @@ class OverviewScreen(FindingScreen):
                 yield JobTable(id="jobs")
         yield from self.filter_widgets()
         yield Footer()
+
+    def on_resize(self, event: events.Resize) -> None:
+        """Narrow layout; once it is laid out, the axes follow their charts' new widths (no tick needed)."""
+        super().on_resize(event)
+        self.call_after_refresh(lambda: [axis.refresh() for axis in self._axes])
 
     def on_mount(self) -> None:
         """Titles and the first draw."""
