@@ -12,7 +12,7 @@ from gpulens.core.model import GpuSample
 MAX_EVENTS_PER_GPU = 64
 _REASONS = attrgetter("throttle_reasons")
 _XIDS = attrgetter("xid_events")
-BENIGN_THROTTLE = frozenset({"gpu_idle", "idle", "none", "applications_clocks_setting"})
+BENIGN_THROTTLE = frozenset({"gpu_idle", "idle", "none", "applications_clocks_setting", "display_clock_setting"})
 """Clock-event reasons that are not a slowdown (an idle GPU, clocks the admin set)."""
 HW_SLOWDOWN = ("thermal", "hw_slowdown", "power_brake")
 """Parts of the reasons that slow a GPU for its own safety (heat, a hardware or power brake): critical."""

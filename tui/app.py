@@ -444,6 +444,7 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
         self.refresh_data(force=True)
         self.paused = paused
         if paused:
+            self.refresh_data()  # the header again: PAUSED (the redraw above cached it unpaused)
             self.notify(f"window {name}: redrawn with the data up to now; still paused (p resumes)", timeout=3)
 
     def action_pause(self) -> None:

@@ -42,7 +42,7 @@ def same_shape(old: Text, new: Text) -> bool:
     if len(a) != len(b) or old.spans != new.spans or old.style != new.style:
         return False
     for x, y in zip(a, b, strict=True):
-        if x != y and ("\n" in (x, y) or bool(_SPACE.match(x)) != bool(_SPACE.match(y))
+        if x != y and ("\n" in (x, y) or NBSP in (x, y) or bool(_SPACE.match(x)) != bool(_SPACE.match(y))
                        or get_character_cell_size(x) != get_character_cell_size(y)):
             return False
     return True

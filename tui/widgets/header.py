@@ -165,5 +165,5 @@ def window_text(ctx: ScreenContext) -> str:
     """``5m``; ``1h (7m43s of data)`` while the data held covers less of the window (every figure and
     table mean on the screen is over that much, whatever the window's name says)."""
     store = ctx.store
-    held = store.now - store.first + store.resolution_s
+    held = min(store.now - store.first, store.history_s) + store.resolution_s  # a sample hours late: not 1h held
     return ctx.window if not store.first or held >= ctx.window_s else f"{ctx.window} ({duration(held)} of data)"

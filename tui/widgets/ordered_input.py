@@ -24,6 +24,8 @@ class OrderedInput(Input):
         # done before the keys behind it reach the screen it leaves.
         bindings = self._bindings.key_to_bindings.get(event.key) if event.key != "enter" else None
         # An action that skips (an arrow with nothing to scroll) leaves the key to the screen, as before.
+        if bindings:
+            self._restart_blink()  # as Input._on_key does for every key: the cursor shows where it moved
         if bindings and await self.app.run_action(bindings[0].action, self):
             event.stop()
             event.prevent_default()

@@ -17,7 +17,7 @@ from rich.style import Style
 from gpulens.core.config import Thresholds
 from gpulens.core.model import GpuSample
 from gpulens.core.units import NA
-from gpulens.store.gpu_events import HW_SLOWDOWN
+from gpulens.store.gpu_events import BENIGN_THROTTLE, HW_SLOWDOWN
 
 OK, LOW, WARN, CRIT = 0, 1, 2, 3
 """Levels: fine, underused (idle while held), warning, critical."""
@@ -173,12 +173,11 @@ def gpu_levels(g: GpuSample, t: Thresholds = DEFAULT) -> dict[str, int]:
     }
 
 
-_BENIGN = ("gpu_idle", "idle", "none", "applications_clocks_setting", "display_clock_setting")
 
 
 def throttle_level(reasons: tuple[str, ...] | list[str]) -> int:
     """CRIT for thermal or hardware slowdowns, WARN for a power cap or sync boost, OK when idle."""
-    bad = [r for r in reasons if r not in _BENIGN]
+    bad = [r for r in reasons if r not in BENIGN_THROTTLE]
     if any(k in r for r in bad for k in HW_SLOWDOWN):
         return CRIT
     return WARN if bad else OK

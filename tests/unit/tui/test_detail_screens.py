@@ -18,6 +18,7 @@ from gpulens.tui.screens.job import JobScreen
 from gpulens.tui.screens.process import ProcessScreen
 from gpulens.tui.widgets.fields import FieldsLine
 from gpulens.tui.widgets.gpu_table import GpuTable
+from gpulens.tui.widgets.header import AppHeader
 from gpulens.tui.widgets.plot import TimeSeriesPlot, plot_data
 from gpulens.tui.widgets.process_table import ProcessTable
 from tests.fakes.tui_fakes import FakeContext, StaticSource, demo_app, settle, sync
@@ -447,6 +448,8 @@ async def test_a_window_key_while_paused_redraws_the_plots_for_the_header_s_wind
         plot = app.screen.query_one("#gpu-util", TimeSeriesPlot)
         assert app.paused and app.window == "5m"
         assert plot.data.window == "5m" and plot.data.window_s == 300
+        header = app.screen.query_one(AppHeader)
+        assert header.paused and header.window.startswith("5m")  # the badge stays (no tick comes to redraw it)
 
 
 @sync

@@ -167,6 +167,7 @@ def test_a_changed_shape_is_wrapped_again() -> None:
     wrap = line._wrap
     line._wrap = lambda w: wrapped.append(w) or wrap(w)  # type: ignore[method-assign]
     for plain in (JOB.plain.replace("3h13m", "3h 3m"), JOB.plain.replace("3h13m", "3h1訓"),
+                  JOB.plain.replace("3h13m", "3h\u00a03m"),  # a no-break space: Rich strips it at a break
                   JOB.plain.replace("3h13m", "3h13m5s")):
         wrapped.clear()
         new = _restyled(JOB, plain) if len(plain) == len(JOB.plain) else Text(plain)

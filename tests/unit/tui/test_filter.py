@@ -209,10 +209,12 @@ async def test_sort_by_column_letter_and_again_reverses() -> None:
         await pilot.press("H")  # a name: A-Z first
         await settle(app, pilot)
         assert list(hosts.order) == sorted(rows)
-        await pilot.press("A")  # alerts: the hosts in trouble first (a left-aligned column, not A-Z)
+        await pilot.press("A")  # alerts: the loudest first, then the most (a left-aligned column, not A-Z)
         await settle(app, pilot)
-        counts = [len(rows[h].alerts) for h in hosts.order]
-        assert counts == sorted(counts, reverse=True) and counts[0] > 0
+        from gpulens.tui.widgets.thresholds import alert_level
+
+        loud = [(max(map(alert_level, rows[h].alerts), default=0), len(rows[h].alerts)) for h in hosts.order]
+        assert loud == sorted(loud, reverse=True) and loud[0][0] == 3  # critical (XID 79, THROTTLE HW) on top
         await pilot.press("tab", "R")  # the job table: Runtime
         await settle(app, pilot)
         jobs = app.screen.query_one(JobTable)

@@ -130,6 +130,11 @@ def test_a_thermal_throttle_is_critical_and_alerts_sort_loudest_first() -> None:
     from gpulens.tui.widgets.thresholds import CRIT, alert_level, explain
 
     assert alert_level("THROTTLE HW") == CRIT and alert_level("THROTTLE") == WARN
+    from gpulens.store.alerts import BENIGN_THROTTLE
+    from gpulens.tui.widgets.thresholds import OK, throttle_level
+
+    # The host alert and the GPU table agree on what is no slowdown at all.
+    assert all(throttle_level((r,)) == OK for r in BENIGN_THROTTLE) and "display_clock_setting" in BENIGN_THROTTLE
     assert explain("THROTTLE HW").startswith("THROTTLE HW: a GPU's clocks are cut now by heat")
     assert explain("XID 79").startswith("XID 79: a GPU reported NVIDIA XID error 79")
 
