@@ -142,9 +142,13 @@ def level(kind: str, value: float | None, t: Thresholds = DEFAULT, *, limit: flo
     Utilization is never "too high"; it is LOW when the GPU is ``held`` (a
     process has memory on it) and under ``util_low_percent``.
     Unknown values (None, NaN) are OK: n/a is shown as n/a, not as an alarm.
+    Degrees and percentages are judged as the cells print them (whole numbers):
+    9.6 % reads ``10%``, and a ``10%▽`` beside "under 10 %" would contradict itself.
     """
     if value is None or value != value:
         return OK
+    if kind != "power" and abs(value) < 1e15:
+        value = float(round(value))
     if kind == "temp":
         return CRIT if value >= t.temp_crit_c else WARN if value >= t.temp_warn_c else OK
     if kind == "mem":

@@ -32,8 +32,10 @@ from gpulens.tui.widgets.thresholds import (
 
 def test_levels_follow_the_configured_thresholds() -> None:
     t = parse_config({"thresholds": {"temp_warn_c": 70, "temp_crit_c": 85}}, "cfg").thresholds
-    assert [level("temp", v, t) for v in (69.9, 70, 84.9, 85)] == [OK, WARN, WARN, CRIT]
-    assert level("temp", 80) == WARN and level("temp", 89.9) == WARN and level("temp", 90) == CRIT  # defaults
+    assert [level("temp", v, t) for v in (69.4, 70, 84.4, 85)] == [OK, WARN, WARN, CRIT]
+    assert level("temp", 80) == WARN and level("temp", 89.4) == WARN and level("temp", 90) == CRIT  # defaults
+    # Judged as printed: 89.6 reads "90C" (critical from 90), 9.6 % reads "10%" (not under 10).
+    assert level("temp", 89.6) == CRIT and level("util", 9.6, held=True) == OK and level("util", 9.4, held=True) == LOW
     assert level("power", 300, limit=300) == CRIT and level("power", 280, limit=300) == WARN
     assert level("power", 280, limit=None) == OK  # no limit known: no judgement
     assert level("util", 2, held=True) == LOW and level("util", 2, held=False) == OK
