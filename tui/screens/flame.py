@@ -107,7 +107,7 @@ class FlameScreen(CrumbedScreen[None]):
 
     def _title_line(self) -> str:
         p = self.profile
-        unit = f" {p.unit}" if p.unit == "samples" else ""
+        unit = (" sample" if p.total == 1 else " samples") if p.unit == "samples" else ""  # "1 sample"
         part = f"{self.group.label(self.choice)} (T: threads)  ·  " if self.group is not None else ""
         # The total before the title: a narrow terminal cuts the end of the line.
         line = f"{format_value(p.total, p.unit)}{unit}  ·  {part}{self.title_text}"
