@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpulens.core.model import HostSample
-from gpulens.store.gpu_events import BENIGN_THROTTLE, HW_SLOWDOWN
+from gpulens.store.gpu_events import slowdown
 from gpulens.store.ring import Columns, Ring
 from gpulens.store.views import GPU_METRICS, HOST_METRICS, IDLE_UTIL_PERCENT
 
@@ -31,9 +31,9 @@ def host_alerts(up: bool, latest: HostSample | None, xid_last: Mapping[int, tupl
     s = latest
     if s is None:
         return tuple(alerts)
-    slowed = [r for g in s.gpus for r in g.throttle_reasons if r not in BENIGN_THROTTLE]
-    if slowed:  # thermal or a hardware brake: "THROTTLE HW", critical as the GPU table marks it
-        alerts.append("THROTTLE HW" if any(k in r for r in slowed for k in HW_SLOWDOWN) else "THROTTLE")
+    slowed = slowdown(r for g in s.gpus for r in g.throttle_reasons)
+    if slowed:  # heat or a hardware brake: "THROTTLE HW", critical as the GPU table marks it
+        alerts.append("THROTTLE HW" if slowed == "hw" else "THROTTLE")
     held = {int(i) for j in s.jobs for i in j.gpu_mem_bytes if i.isdigit()}
     held |= {g.index for g in s.gpus if g.processes}
     held &= gpus.keys()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -16,6 +16,13 @@ BENIGN_THROTTLE = frozenset({"gpu_idle", "idle", "none", "applications_clocks_se
 """Clock-event reasons that are not a slowdown (an idle GPU, clocks the admin set)."""
 HW_SLOWDOWN = ("thermal", "hw_slowdown", "power_brake")
 """Parts of the reasons that slow a GPU for its own safety (heat, a hardware or power brake): critical."""
+
+
+def slowdown(reasons: Iterable[str]) -> str:
+    """How a GPU's clocks are slowed by ``reasons``: ``"hw"`` (heat or a hardware brake), ``"soft"``
+    (a power cap, sync boost) or ``""`` (not at all: idle, clocks the admin set)."""
+    bad = [r for r in reasons if r not in BENIGN_THROTTLE]
+    return "hw" if any(k in r for r in bad for k in HW_SLOWDOWN) else "soft" if bad else ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ functions; the help screen lists :data:`ALERT_HELP` as the legend.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from rich.style import Style
 from gpulens.core.config import Thresholds
 from gpulens.core.model import GpuSample
 from gpulens.core.units import NA
-from gpulens.store.gpu_events import BENIGN_THROTTLE, HW_SLOWDOWN
+from gpulens.store.gpu_events import slowdown
 
 OK, LOW, WARN, CRIT = 0, 1, 2, 3
 """Levels: fine, underused (idle while held), warning, critical."""
@@ -147,7 +148,7 @@ def level(kind: str, value: float | None, t: Thresholds = DEFAULT, *, limit: flo
     """
     if value is None or value != value:
         return OK
-    if kind != "power" and abs(value) < 1e15:
+    if kind != "power" and math.isfinite(value):
         value = float(round(value))
     if kind == "temp":
         return CRIT if value >= t.temp_crit_c else WARN if value >= t.temp_warn_c else OK
@@ -177,14 +178,9 @@ def gpu_levels(g: GpuSample, t: Thresholds = DEFAULT) -> dict[str, int]:
     }
 
 
-
-
 def throttle_level(reasons: tuple[str, ...] | list[str]) -> int:
     """CRIT for thermal or hardware slowdowns, WARN for a power cap or sync boost, OK when idle."""
-    bad = [r for r in reasons if r not in BENIGN_THROTTLE]
-    if any(k in r for r in bad for k in HW_SLOWDOWN):
-        return CRIT
-    return WARN if bad else OK
+    return {"hw": CRIT, "soft": WARN, "": OK}[slowdown(reasons)]
 
 
 def throttle_text(g: GpuSample, names: Callable[[str], str]) -> str:

@@ -132,7 +132,7 @@ def test_a_thermal_throttle_is_critical_and_alerts_sort_loudest_first() -> None:
     from gpulens.tui.widgets.thresholds import CRIT, alert_level, explain
 
     assert alert_level("THROTTLE HW") == CRIT and alert_level("THROTTLE") == WARN
-    from gpulens.store.alerts import BENIGN_THROTTLE
+    from gpulens.store.gpu_events import BENIGN_THROTTLE
     from gpulens.tui.widgets.thresholds import OK, throttle_level
 
     # The host alert and the GPU table agree on what is no slowdown at all.
