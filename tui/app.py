@@ -439,13 +439,14 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
 
     def action_window(self, name: str) -> None:
         """Statistics window: 1m, 5m, 15m or 1h; while paused the screen is redrawn once for it (and says so)."""
-        self.window, paused = name, self.paused
-        self.paused = False  # the figures must follow the header's window
-        self.refresh_data(force=True)
-        self.paused = paused
-        if paused:
-            self.refresh_data()  # the header again: PAUSED (the redraw above cached it unpaused)
-            self.notify(f"window {name}: redrawn with the data up to now; still paused (p resumes)", timeout=3)
+        self.window = name
+        screen = self.screen if self.screen_stack else None
+        if not (self.paused and isinstance(screen, DataScreen)):
+            self.refresh_data(force=True)
+            return
+        with self.batch_update():
+            screen.refresh_data(force=True)  # once, paused: the figures follow the header's window
+        self.notify(f"window {name}: redrawn with the data up to now; still paused (p resumes)", timeout=3)
 
     def action_pause(self) -> None:
         """Pause or resume redrawing (data keeps being recorded)."""

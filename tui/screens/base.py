@@ -18,7 +18,7 @@ from textual.widgets import Static
 from gpulens.tui._compositor import SparseScreen
 from gpulens.tui.context import ScreenContext
 from gpulens.tui.screens._plots import PlotSpec, absent_text
-from gpulens.tui.widgets.header import AppHeader, crumbs_of, window_text
+from gpulens.tui.widgets.header import STATE_FIELDS, AppHeader, crumbs_of, header_state
 from gpulens.tui.widgets.panel import CustomPanel
 from gpulens.tui.widgets.plot import TimeSeriesPlot
 from gpulens.tui.workers import Background
@@ -58,7 +58,7 @@ def update_static(shown: dict[str, object], widget: Static, content: Text | str,
 _LEFT_OUT = "#plots-na:left-out"
 """The key under which :meth:`DataScreen.leave_out_plots` keeps the reasons it was last given."""
 
-_HEADER_FIELDS = ("crumbs", "source", "simulated", "window", "paused", "status", "clock")
+_HEADER_FIELDS = ("crumbs", *STATE_FIELDS)
 """The header's fields, in the order :meth:`DataScreen.update_header` works them out."""
 
 
@@ -118,9 +118,7 @@ class DataScreen(SparseScreen, Screen[None]):
             if self.torn_down():
                 return
             raise
-        status = ctx.store.source_status
-        state = (crumbs_of(self.app.screen_stack, self), ctx.source.name, ctx.source.simulated, window_text(ctx),
-                 ctx.paused, (status.message, status.ok) if status else ("", True), ctx.clock_text())
+        state = (crumbs_of(self.app.screen_stack, self), *header_state(ctx))
         last = self._header_state[1] if self._header_state and self._header_state[0] is header else None
         if state == last:
             return  # a tick whose clock reads the same second: nothing to set

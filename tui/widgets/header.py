@@ -73,12 +73,10 @@ class AppHeader(Widget):
     """Time of the newest data, HH:MM:SS."""
 
     def follow(self, ctx: ScreenContext) -> None:
-        """Take the context's source (its REC size), window, clock, pause and status: the header of a
+        """Take the context's :func:`header_state` (its REC size, window, clock...): the header of a
         screen that sets none itself (flame, profiler, timeline), as each tick lands."""
-        status = ctx.store.source_status
-        self.source, self.simulated, self.window = ctx.source.name, ctx.source.simulated, window_text(ctx)
-        self.clock, self.paused = ctx.clock_text(), ctx.paused
-        self.status = (status.message, status.ok) if status else ("", True)
+        for name, value in zip(STATE_FIELDS, header_state(ctx), strict=True):
+            setattr(self, name, value)
 
     def on_mount(self) -> None:
         """On a screen that does not fill it in (flame, profiler, timeline): crumbs from the stack."""
@@ -159,6 +157,18 @@ class AppHeader(Widget):
             return Strip.blank(width, base)
         segs = [Segment(t, base if st is None else base + st) for t, st in self._parts() if t]
         return Strip(segs).crop_extend(0, width, base)
+
+
+STATE_FIELDS = ("source", "simulated", "window", "paused", "status", "clock")
+"""The header's fields besides its crumbs, in :func:`header_state`'s order."""
+
+
+def header_state(ctx: ScreenContext) -> tuple[object, ...]:
+    """What the header shows of ``ctx``, as :data:`STATE_FIELDS` name it: the source's name, SIMULATED,
+    the window (:func:`window_text`), PAUSED, the source's status and the clock."""
+    status = ctx.store.source_status
+    return (ctx.source.name, ctx.source.simulated, window_text(ctx), ctx.paused,
+            (status.message, status.ok) if status else ("", True), ctx.clock_text())
 
 
 def window_text(ctx: ScreenContext) -> str:
