@@ -289,11 +289,15 @@ def host_plot(store: Store, host: str, spec: PlotSpec, window_s: float, points: 
     stats = None if part.empty else part
     note = "per GPU" if gpus else ""
     if spec.per_gpu and gpu is None and not gpus:
-        reading, of = gpus_reading(store, host, spec.metric)
-        note = f"{reading} of {of} GPUs read" if 0 < reading < of else ""  # a lost GPU's draw is not in the sum
+        note = reading_note(*gpus_reading(store, host, spec.metric), "GPUs")  # a lost GPU's draw is not in the sum
     lines = [(f"GPU{i}", series(spec.metric, i)) for i in gpus]
     return plot_data(values, store.unavailable(host, spec.metric), window_name(window_s), window_s,
                      stats, lines, note, store.newest_column(window_s, points) if feed is not None else None)
+
+
+def reading_note(reading: int, of: int, what: str) -> str:
+    """``"7 of 8 GPUs read"`` when a figure joins only some of its parts now ("" for all, or none: n/a)."""
+    return f"{reading} of {of} {what} read" if 0 < reading < of else ""
 
 
 _READING: dict[str, tuple[HostSample, list[int]]] = {}

@@ -216,8 +216,9 @@ class HostScreen(DataScreen):
         if seen == self._seen and not force:
             return
         self._seen = seen
-        if self._has_gpus != bool(store.gpu_indices(self.host)):
-            self._has_gpus = not self._has_gpus
+        has_gpus = bool(store.gpu_indices(self.host))
+        if has_gpus != self._has_gpus:  # g comes or goes with the GPUs
+            self._has_gpus = has_gpus
             self.refresh_bindings()
         up, reason = store.host_status(self.host)
         since = ctx.down_since(self.host)

@@ -28,6 +28,7 @@ from gpulens.tui.screens._plots import (
     configure_plots,
     mean_series,
     plot_rows,
+    reading_note,
     total,
 )
 from gpulens.tui.screens.base import DataScreen
@@ -424,5 +425,4 @@ class JobScreen(DataScreen):
 
 def _reading(parts: list[WindowStats], what: str) -> str:
     """``"3 of 4 hosts read"`` when only some of ``parts`` have a newest figure (the others are n/a now)."""
-    reading = sum(1 for p in parts if p.now == p.now)
-    return f"{reading} of {len(parts)} {what} read" if 0 < reading < len(parts) else ""
+    return reading_note(sum(1 for p in parts if p.now == p.now), len(parts), what)

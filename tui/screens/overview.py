@@ -82,7 +82,11 @@ class OverviewScreen(FindingScreen):
     def on_resize(self, event: events.Resize) -> None:
         """Narrow layout; once it is laid out, the axes follow their charts' new widths (no tick needed)."""
         super().on_resize(event)
-        self.call_after_refresh(lambda: [axis.refresh() for axis in self._axes])
+        self.call_after_refresh(self._repaint_axes)
+
+    def _repaint_axes(self) -> None:
+        for axis in self._axes:
+            axis.refresh()
 
     def on_mount(self) -> None:
         """Titles and the first draw."""
