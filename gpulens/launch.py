@@ -102,15 +102,21 @@ def launch(args: argparse.Namespace) -> int:
     The source is always stopped and the terminal restored, also on Ctrl-C
     and errors (Textual restores the terminal before raising).
     """
+    from gpulens.core.errors import ConfigError
+    from gpulens.ipc.recording_out import RecordMode
     from gpulens.sources.local import Recorder, RecordingSource
     from gpulens.sources_from_args import build_source
     from gpulens.tui.app import GpulensApp
 
     cfg = args.cfg
-    source = build_source(args, cfg)
-    service, trace_error, release = _trace_service(source, cfg.job_key_env)
-    if getattr(args, "record", None):
-        source = RecordingSource(source, Recorder(args.record, source.name, source.simulated))
+    source = watched = build_source(args, cfg)
+    if getattr(args, "record", None):  # before the trace service: a refused file leaves nothing to release
+        mode: RecordMode = "append" if getattr(args, "append", False) else (
+            "overwrite" if getattr(args, "force", False) else "new")
+        source = RecordingSource(source, Recorder(args.record, source.name, source.simulated, mode=mode))
+    elif getattr(args, "append", False) or getattr(args, "force", False):
+        raise ConfigError("--append and --force go with --record FILE")
+    service, trace_error, release = _trace_service(watched, cfg.job_key_env)
     app = GpulensApp(source=source, cfg=cfg, trace_service=service, trace_error=trace_error,
                      readonly=bool(getattr(args, "readonly", False)))
     _tune_gc()

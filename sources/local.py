@@ -31,6 +31,7 @@ from gpulens.ipc.recording import (
     open_recording,
     read_recording,
 )
+from gpulens.ipc.recording_out import RecordMode, open_for_recording
 from gpulens.sources.replay import RecordingIndex, read_header
 
 
@@ -278,21 +279,29 @@ class MultiSource:
 class Recorder:
     """Writes every event to a recording file (``--record FILE``); thread-safe.
 
+    ``mode``: ``new`` refuses an existing name, ``append`` continues a recording
+    (``--append``), ``overwrite`` replaces one of ours (``--force``); the file is
+    never reached through a link and never a FIFO (``gpulens.ipc.recording_out``).
+
     Raises:
-        ConfigError: the file cannot be created.
+        ConfigError: the file cannot be created or used, in one line.
     """
 
-    def __init__(self, path: str, source_name: str = "", simulated: bool = False) -> None:
+    def __init__(self, path: str, source_name: str = "", simulated: bool = False, *,
+                 mode: RecordMode = "new") -> None:
         self.path = path
         self._lock = threading.Lock()
         self.count = 0
-        self.bytes = 0
-        """How much has been written (the header shows it beside REC)."""
-        try:
-            self._fh: IO[bytes] | None = open(path, "wb")  # noqa: SIM115 - held until close()
-        except OSError as err:
-            raise ConfigError(f"--record {path}: cannot create: {err.strerror}") from err
-        self.bytes = self._fh.write(header(source_name, simulated, time.time()))
+        opened = open_for_recording(path, mode, simulated=simulated)
+        self.bytes = opened.size
+        """How much has been written (the header shows it beside REC); an appended file counts what it held."""
+        self.continued = opened.continued
+        """Whether this continues an existing recording (``--append``)."""
+        self.cut = opened.cut
+        """Bytes of a partial last record cut away before appending (a crash mid-write)."""
+        self._fh: IO[bytes] | None = os.fdopen(opened.fd, "wb")
+        if not opened.continued:
+            self.bytes += self._fh.write(header(source_name, simulated, time.time()))
         self._last_flush = time.monotonic()
 
     def write(self, event: SourceEvent) -> None:

@@ -10,7 +10,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("sources (any mix; default: this machine)")
     g.add_argument("--demo", action="store_true", help="a SIMULATED fleet, for trying the UI")
     g.add_argument("--replay", metavar="FILE", help="replay a recording made with --record")
-    g.add_argument("--record", metavar="FILE", help="record every sample shown to FILE (msgpack)")
+    g.add_argument("--record", metavar="FILE", help="record every sample shown to FILE (msgpack); an existing "
+                   "FILE is refused unless --append or --force")
+    rec = g.add_mutually_exclusive_group()
+    rec.add_argument("--append", action="store_true", help="with --record: continue an existing recording")
+    rec.add_argument("--force", action="store_true", help="with --record: replace an existing recording of yours")
     g.add_argument("--connect", metavar="HOST:PORT[,...]", help="agents listening on TCP (tls://HOST:PORT for TLS)")
     g.add_argument("--ssh", metavar="HOSTLIST", help="run 'gpulens agent --stdio' over ssh, e.g. node[01-16]")
     g.add_argument("--ssh-command", metavar="CMD", help="command run per host instead of ssh ({host} is replaced)")
