@@ -232,9 +232,9 @@ class Agent:
                 raise
             return
 
-        def started() -> LocalTraceService:
+        def started(adopt: socket.socket | None = None) -> LocalTraceService:
             svc = LocalTraceService(socket_dir)
-            svc.start()
+            svc.start(adopt)
             return svc
 
         try:

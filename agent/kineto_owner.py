@@ -4,13 +4,14 @@ Two halves, both given only what they need (never the agent):
 
 - :class:`EndpointClaimer` runs in an agent that found the Kineto name
   taken. When the holder is a local gpulens that can hand the endpoint over
-  (``gpulens.ipc.handover``), it asks it to and binds the name once it is
-  free; otherwise (an older gpulens, ``gpulens trace``, dynolog, anyone
+  (``gpulens.ipc.handover``), it asks it to pass its bound socket on
+  (``SCM_RIGHTS``) and serves that socket: the name is never free; otherwise (an older gpulens, ``gpulens trace``, dynolog, anyone
   else) the agent serves without traces, says why, and tries again every
   ``retry_s`` seconds, so it takes the name when the holder exits.
 - :class:`HandoverServer` runs in an in-process endpoint owner (a TUI's):
   it answers the request, only for root or its own uid (``SO_PEERCRED``),
-  by letting every accepted trace reach Kineto, releasing the name and the
+  by letting every accepted trace reach Kineto, passing its bound socket to
+  the asking agent (serving it again if anything fails), releasing its
   control socket, and telling the owner's user (``on_event``) so that it
   traces through the new owner from then on (after checking who that is).
 """
@@ -19,13 +20,13 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpulens.agent.request_kinds import RequestError
-from gpulens.ipc.handover import handover_allowed, refusal, request_handover
+from gpulens.ipc.handover import handover_allowed, pass_socket, refusal, request_handover
 from gpulens.ipc.principal import Principal
 
 log = logging.getLogger("gpulens.agent")
@@ -36,8 +37,6 @@ DRAIN_S = 30.0
 """How long an owner waits for its accepted traces to reach Kineto before releasing the name."""
 ANSWER_S = DRAIN_S + 15.0
 """How long the asking agent waits for the holder's answer."""
-BIND_AFTER_RELEASE_S = 3.0
-"""How long the agent tries to bind the name the holder said it released."""
 
 EventFn = Callable[[str], None]
 """Told ``draining`` (hold new traces), ``resumed`` (the hand-over did not happen) or ``released``."""
@@ -47,7 +46,8 @@ class EndpointClaimer:
     """Gets the Kineto name for an agent that found it taken (a daemon thread).
 
     ``socket_dir``: the Kineto socket directory served (None: the abstract
-    name). ``start_service()`` builds and starts a trace service (raising
+    name). ``start_service(adopt=None)`` builds and starts a trace service, serving
+    ``adopt`` (a passed, bound socket) when given (raising
     EndpointBusy while the name is taken); ``install(svc)`` hands a started
     one to the agent; ``note(reason)`` records why there is none yet.
     """
@@ -55,7 +55,7 @@ class EndpointClaimer:
     def __init__(
         self,
         socket_dir: str | None,
-        start_service: Callable[[], Any],
+        start_service: Callable[..., Any],
         install: Callable[[Any], None],
         note: Callable[[str], None],
         stop: threading.Event,
@@ -93,7 +93,7 @@ class EndpointClaimer:
                 return
 
     def claim_once(self, taken: Exception | None = None) -> str | None:
-        """One attempt: bind, or ask a gpulens holder to hand over and bind; None when installed.
+        """One attempt: bind, or have a gpulens holder pass its bound socket on and serve it; None when installed.
 
         ``taken``: the EndpointBusy just raised (no second bind attempt first).
         """
@@ -110,25 +110,22 @@ class EndpointClaimer:
             if held is None or uid is None:
                 return str(busy)
             pid = held[0]
-            answer = request_handover(self.socket_dir, pid, uid, ANSWER_S)
-            if not answer.released:
-                return f"{busy} (asked pid {pid} to hand the endpoint over: {answer.reason})"
-            log.info("pid %d (uid %d) handed the Kineto endpoint over; binding it", pid, uid)
-            return self._bind_released(pid)
+            adopted: list[Any] = []
+
+            def adopt(sock: socket.socket) -> Callable[[], None]:
+                if self._stop.is_set():
+                    raise RuntimeError("the agent is stopping")
+                svc = self._start_service(sock)
+                adopted.append(svc)
+                return lambda: _stop_keeping_name(adopted.pop())
+
+            answer = request_handover(self.socket_dir, pid, uid, ANSWER_S, adopt)
+            if not answer.released or not adopted:
+                return f"{busy} (asked pid {pid} to pass the endpoint on: {answer.reason})"
+            log.info("pid %d (uid %d) passed its Kineto endpoint on; serving it", pid, uid)
+            return self._take(adopted[0])
         except Exception as err:  # the agent serves without traces and says why
             return f"{type(err).__name__}: {err}"
-
-    def _bind_released(self, pid: int) -> str | None:
-        from gpulens.ipc.errors import EndpointBusy
-
-        deadline = time.monotonic() + BIND_AFTER_RELEASE_S
-        while True:
-            try:
-                return self._take(self._start_service())
-            except EndpointBusy as busy:
-                if time.monotonic() > deadline:
-                    return f"pid {pid} released the Kineto name but it was taken again at once: {busy}"
-            self._stop.wait(0.05)
 
     def _take(self, svc: Any) -> str | None:
         if self._stop.is_set():
@@ -136,6 +133,14 @@ class EndpointClaimer:
             return "the agent is stopping"
         self._install(svc)
         return None
+
+
+def _stop_keeping_name(svc: Any) -> None:
+    """Stop a service that adopted a passed socket, without unbinding the name (its passer serves it again)."""
+    sock = svc.endpoint.detach()
+    if sock is not None:
+        sock.close()
+    svc.stop()
 
 
 class HandoverServer:
@@ -154,7 +159,7 @@ class HandoverServer:
         self._lock = threading.Lock()
         self.done = False
 
-    def __call__(self, principal: Principal) -> dict[str, Any]:
+    def __call__(self, principal: Principal, params: Mapping[str, Any]) -> dict[str, Any]:
         me = os.geteuid()
         if not handover_allowed(principal, me):
             why = refusal(principal, me)
@@ -166,18 +171,21 @@ class HandoverServer:
             svc = self._service()
             if self.done or svc is None or not hasattr(svc, "release_endpoint"):
                 raise RequestError("this gpulens holds no Kineto endpoint to hand over")
+            receiver = params.get("receiver")
             self._on_event("draining")
             why = svc.release_endpoint(
                 f"this gpulens handed the Kineto endpoint over to the agent of {principal.describe()}: "
                 "trace through that agent ('gpulens trace' finds it)",
                 DRAIN_S,
+                lambda sock: pass_socket(receiver, sock, principal.uid),
             )
             if why is not None:
                 self._on_event("resumed")
+                log.warning("Kineto endpoint kept: %s", why)
                 raise RequestError(f"endpoint hand-over not now: {why}")
             self._release_control()
             self.done = True
-            log.info("Kineto endpoint %s handed over to %s", svc.address, principal.describe())
+            log.info("Kineto endpoint %s passed on to %s", svc.address, principal.describe())
             self._on_event("released")
             return {"released": True}
         finally:

@@ -13,7 +13,7 @@ daemon thread of their own, at most ``Limits.heavy`` at once on the agent,
 ``Limits.per_uid`` per principal uid and ``Limits.in_flight`` per
 connection; one that cannot start is refused at once, naming the limit.
 Both are listed in a connection's capabilities only when available and
-allowed. ``endpoint_handover`` (a TUI's in-process endpoint owner only,
+allowed. ``endpoint_pass`` (a TUI's in-process endpoint owner only,
 ``gpulens.agent.kineto_owner.HandoverServer``) runs on a thread of its own
 too: it waits for the owner's accepted traces to reach Kineto. Every
 failure is an error response naming what went wrong; none ends the
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -103,7 +103,7 @@ class RequestRunner:
         self._closing = False
         self._lock = threading.Lock()
         self._progress = kinds.TraceProgress()
-        self.handover: Callable[[Principal], dict[str, Any]] | None = None
+        self.handover: Callable[[Principal, Mapping[str, Any]], dict[str, Any]] | None = None
         """Hands this owner's Kineto endpoint over (set on a TUI's in-process owner only)."""
 
     def served_kinds(self) -> tuple[str, ...]:
@@ -184,7 +184,7 @@ class RequestRunner:
             return lambda conn, req: kinds.trace_processes(conn, req, svc, self.job_key_env)
         handover = self.handover
         if kind == HANDOVER_KIND and handover is not None:
-            return lambda conn, req: handover(conn.principal)
+            return lambda conn, req: handover(conn.principal, req.params)
         return None
 
     def _reserve(self, key: int, uid: int) -> str | None:

@@ -93,10 +93,18 @@ def unix_socket_holder(shown_name: str, proc: Path = PROC) -> tuple[int, int | N
         if not entry.name.isdigit():
             continue
         try:
-            for fd in (entry / "fd").iterdir():
-                if os.readlink(fd) in inodes:
-                    comm = (entry / "comm").read_text(errors="replace").strip()
-                    return int(entry.name), proc_uid(int(entry.name), proc), comm
+            fds = list((entry / "fd").iterdir())
         except OSError:
             continue
+        for fd in fds:
+            try:
+                target = os.readlink(fd)
+            except OSError:  # closed since the listing (the listing's own descriptor, say): not it
+                continue
+            if target in inodes:
+                try:
+                    comm = (entry / "comm").read_text(errors="replace").strip()
+                except OSError:
+                    comm = "?"
+                return int(entry.name), proc_uid(int(entry.name), proc), comm
     return None

@@ -203,30 +203,78 @@ class KinetoEndpoint:
         return True
 
     # -- socket -------------------------------------------------------------
-    def start(self) -> None:
-        """Bind the daemon name and serve from a daemon thread.
+    def start(self, adopt: socket.socket | None = None) -> None:
+        """Bind the daemon name (or serve ``adopt``, a socket already bound to it) from a daemon thread.
+
+        ``adopt``: the bound socket a previous owner passed over (``SCM_RIGHTS``,
+        :mod:`gpulens.ipc.handover`), or our own one back from :meth:`detach`;
+        checked to be a datagram socket bound to this endpoint's name. The name
+        is then never free between two owners.
 
         Raises:
             EndpointBusy: another process holds the name (message names it and its uid).
-            UnsafePath: the socket directory, or what is at the socket's name, is not safe to use.
+            UnsafePath: the socket directory, or what is at the socket's name, is not safe to use;
+                or ``adopt`` is not bound to this endpoint's name.
             IpcError: the socket directory's path is too long for client names.
             OSError: the socket directory cannot be created or used.
         """
         if self._thread is not None:
             return
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-            self._bind(sock)
-        except BaseException:
-            sock.close()
-            raise
+        if adopt is not None:
+            self._bound = self._check_adopted(adopt)
+            sock = adopt
+        else:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+                self._bind(sock)
+            except BaseException:
+                sock.close()
+                raise
         sock.setblocking(False)  # the thread polls; replies never wait for a slow reader
         self._sock = sock
         self._stop.clear()
         # The thread sleeps until a datagram or stop()'s byte: no wake-ups while idle.
         self._wake = os.pipe()
         self._thread = start_thread(self._serve, "gpulens-kineto")
+
+    def _check_adopted(self, sock: socket.socket) -> tuple[int, int] | None:
+        """Is ``sock`` a datagram socket bound to this endpoint's name? Its file's identity (a path name).
+
+        Raises:
+            UnsafePath: another kind of socket, or bound to another name, or (a path name) the
+                socket file there is not a socket of root's, ours or the passer's kind.
+        """
+        if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_DGRAM:
+            raise UnsafePath(f"the socket passed for {self.address} is not a Unix datagram socket")
+        name = sock.getsockname()
+        if self.socket_dir is None:
+            if name != ABSTRACT_NAME:
+                raise UnsafePath(f"the socket passed is bound to {name!r}, not to {self.address}")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+            return None
+        path = os.path.join(self.socket_dir, SOCKET_NAME)
+        if os.fsdecode(name) != path:
+            raise UnsafePath(f"the socket passed is bound to {os.fsdecode(name)!r}, not to {path}")
+        dfd = open_socket_dir(self.socket_dir, 0o1733 if os.geteuid() == 0 else 0o700)
+        try:
+            st = os.stat(SOCKET_NAME, dir_fd=dfd, follow_symlinks=False)
+        finally:
+            os.close(dfd)
+        if not stat.S_ISSOCK(st.st_mode):
+            raise UnsafePath(f"{path} is not a socket; the socket passed for it is not used")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        return (st.st_dev, st.st_ino)
+
+    def detach(self) -> socket.socket | None:
+        """Stop serving but keep the name bound: the socket, for :meth:`start` (``adopt=``) here or in
+        the next owner (the caller closes it once that owner serves it). None when not serving."""
+        if self._sock is None:
+            return None
+        self._stop_thread()
+        sock, self._sock = self._sock, None
+        self._bound = None  # our stop() must not unlink the name the next owner serves
+        return sock
 
     def _bind(self, sock: socket.socket) -> None:
         if self.socket_dir is None:
@@ -355,8 +403,7 @@ class KinetoEndpoint:
                     self.unsent += 1
                     log.debug("reply to %r not sent: %s", addr, err)
 
-    def stop(self) -> None:
-        """Stop serving, close the socket and remove our filesystem socket file."""
+    def _stop_thread(self) -> None:
         self._stop.set()
         if self._wake:
             with contextlib.suppress(OSError):
@@ -368,6 +415,10 @@ class KinetoEndpoint:
                 with contextlib.suppress(OSError):
                     os.close(fd)
             self._wake = ()
+
+    def stop(self) -> None:
+        """Stop serving, close the socket and remove our filesystem socket file."""
+        self._stop_thread()
         if self._sock is not None:
             self._sock.close()
             self._sock = None

@@ -23,8 +23,10 @@ Usage::
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 
 from gpulens.core.procfs import current_uid, proc_environ, proc_uid
@@ -49,6 +51,10 @@ from gpulens.ipc.kineto.requests import (
 from gpulens.ipc.kineto.steps import shows_optimizer_steps
 
 log = logging.getLogger(__name__)
+
+
+HandFn = Callable[[socket.socket], "str | None"]
+"""Passes the bound Kineto socket to the next owner: None once that owner serves it, else why not."""
 
 
 class LocalTraceService:
@@ -97,16 +103,17 @@ class LocalTraceService:
             return f"dynolog RPC {self.dynolog.host}:{self.dynolog.port}"
         return self.endpoint.address
 
-    def start(self) -> None:
-        """Bind the endpoint and start watching.
+    def start(self, adopt: socket.socket | None = None) -> None:
+        """Bind the endpoint (or serve ``adopt``, the bound socket a previous owner passed) and start watching.
 
         Raises:
             EndpointBusy: the name is taken and no dynolog RPC answers.
+            UnsafePath: ``adopt`` is not bound to this service's Kineto name.
         """
         if self._thread is not None:
             return
         try:
-            self.endpoint.start()
+            self.endpoint.start(adopt)
         except EndpointBusy:
             if not (self._use_dynolog and self._dynolog_client.reachable()):
                 raise
@@ -132,14 +139,19 @@ class LocalTraceService:
         with self._accepting:
             return self._table.unhanded()
 
-    def release_endpoint(self, refusal: str, drain_s: float) -> str | None:
-        """Give up the Kineto name for another owner, losing no accepted trace; None when released.
+    def release_endpoint(self, refusal: str, drain_s: float, hand: HandFn) -> str | None:
+        """Pass the Kineto name to another owner, losing no accepted trace; None when it serves it now.
 
         New requests are refused with ``refusal`` from now on. Accepted traces
         whose config is not handed yet keep the name until their target polled
         (at most ``drain_s``; then the name is kept, requests accepted again,
         and the reason returned). Traces already handed to Kineto need no
         endpoint: the watcher keeps running and their files still land here.
+
+        The name is never unbound: the bound socket stops being served here and
+        ``hand(sock)`` passes it on (``SCM_RIGHTS``), returning None once the
+        other owner serves it, or why not; then this endpoint serves it again,
+        requests are accepted again, and the reason is returned.
         """
         if self.dynolog is not None:
             return "this gpulens sends its traces through dynolog's RPC; it does not hold the Kineto name"
@@ -148,12 +160,23 @@ class LocalTraceService:
         deadline = time.monotonic() + drain_s
         while (waiting := self.unhanded()) and time.monotonic() < deadline:
             time.sleep(self._tick_s)
+        why: str | None
         if waiting:
-            with self._accepting:
-                self._refusal = None
-            return f"{waiting} trace(s) accepted here still wait for their target's poll"
-        self.endpoint.stop()
-        return None
+            why = f"{waiting} trace(s) accepted here still wait for their target's poll"
+        elif (sock := self.endpoint.detach()) is None:
+            why = "this gpulens's Kineto endpoint is not serving"
+        else:
+            try:
+                why = hand(sock)
+            except Exception as err:  # whatever went wrong, the name stays ours
+                why = f"{type(err).__name__}: {err}"
+            if why is None:
+                sock.close()  # the other owner holds its own descriptor of it now
+                return None
+            self.endpoint.start(adopt=sock)
+        with self._accepting:
+            self._refusal = None
+        return why
 
     def rebind(self) -> None:
         """Take the Kineto name back after a hand-over that did not complete; raises as ``start``."""

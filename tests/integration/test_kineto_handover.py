@@ -101,7 +101,7 @@ def test_an_agent_waits_for_an_owner_that_cannot_hand_over(sock: Path, tmp_path:
     try:
         agent = AgentProc(_exe(), tmp_path, "late", extra=["--claim-retry", "0.5", "--simulated-gpus", "0"],
                           trace=True, env=_env(sock, tmp_path))
-        _until(lambda: "does not hand the endpoint over" in agent.log.read_text(), "the agent's reason", agent.log)
+        _until(lambda: "does not pass its endpoint on" in agent.log.read_text(), "the agent's reason", agent.log)
         log = agent.log.read_text()
         assert f"(pid {os.getpid()}, uid {os.geteuid()})" in log and "trying again every 0.5 s" in log
         assert "asking its holder to hand it over" in log
@@ -153,7 +153,7 @@ def test_an_agent_started_after_a_tui_takes_the_endpoint_over(
         for fut in (first, queued):
             res = fut.result(timeout=WAIT_S)
             assert _cpu_ops(res.files[work.pid], work.pid) > 0
-        assert f"pid {os.getpid()} (uid {os.geteuid()}) handed the Kineto endpoint over" in agent.log.read_text()
+        assert f"pid {os.getpid()} (uid {os.geteuid()}) passed its Kineto endpoint on" in agent.log.read_text()
         _until(lambda: service.state == "remote", "the TUI to trace through the agent")
         assert f"pid {agent.proc.pid}" in service.address
         # A remote viewer of the agent traces this host, as if the agent had been first.
@@ -292,7 +292,7 @@ def test_a_users_tui_hands_over_to_roots_agent_and_takes_the_name_back(tmp_path:
             # The user cannot see which root process holds the name: it trusts root's control socket.
             line = _report(rep, lambda line: line.startswith("remote|"))
             assert f"pid {agent.proc.pid}" in line
-            assert f"pid {pid} (uid {user.uid}) handed the Kineto endpoint over" in agent.log.read_text()
+            assert f"pid {pid} (uid {user.uid}) passed its Kineto endpoint on" in agent.log.read_text()
             agent.stop()  # the agent goes away: the user's TUI owns the endpoint again
             _report(rep, lambda line: line.startswith("local|"))
             _until(lambda: _holder(sock) == pid, "the TUI to take the name back")

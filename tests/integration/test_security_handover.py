@@ -21,6 +21,7 @@ from gpulens.agent.agent import endpoint_owner
 from gpulens.ipc.handover import request_handover
 from gpulens.ipc.kineto.endpoint import holder_of
 from gpulens.ipc.kineto.service import LocalTraceService
+from tests.fakes.handover_helpers import Adopter
 from tests.fakes.security_helpers import User, call_as, demote, two_users
 
 __all__ = ["two_users"]
@@ -46,15 +47,19 @@ def test_another_user_cannot_make_roots_owner_hand_over(two_users: tuple[User, U
     events: list[str] = []
     own.allow_handover(events.append)
     try:
-        answer = call_as(attacker, request_handover, str(sock), os.getpid(), 0, 20.0)
+        answer = call_as(attacker, request_handover, str(sock), os.getpid(), 0, 20.0, Adopter(str(sock)))
         assert not answer.released and answer.supported
         assert f"endpoint hand-over refused: uid {attacker.uid} (control socket) is neither root" in answer.reason
         assert events == [] and _holder(sock) == os.getpid()  # nothing drained, nothing released
         svc = own.requests.trace_service
         assert isinstance(svc, LocalTraceService) and svc.endpoint.running
         # The owner's own user (root here) may: the decision is the kernel's uid, nothing else.
-        assert request_handover(str(sock), os.getpid(), 0, 20.0).released
-        assert events == ["draining", "released"] and _holder(sock) is None
+        adopter = Adopter(str(sock))
+        try:
+            assert request_handover(str(sock), os.getpid(), 0, 20.0, adopter).released
+            assert events == ["draining", "released"] and adopter.services[0].endpoint.running
+        finally:
+            adopter.close()
     finally:
         own.stop()
 
@@ -88,17 +93,35 @@ def _owner_as(user: User, sock: Path) -> tuple[int, int]:
 def test_another_user_cannot_take_a_users_endpoint_but_root_can(two_users: tuple[User, User], sock: Path) -> None:
     victim, attacker = two_users
     os.chmod(sock.parent, 0o755)
-    os.chown(sock, victim.uid, victim.gid)  # the victim's own socket directory
+    os.chmod(sock, 0o1777)  # a shared, sticky socket directory of root's (1733 is not listable by users)
     pid, stop_w = _owner_as(victim, sock)
     try:
         assert _holder(sock) == pid
-        answer = call_as(attacker, request_handover, str(sock), pid, victim.uid, 20.0)
+        answer = call_as(attacker, request_handover, str(sock), pid, victim.uid, 20.0, Adopter(str(sock)))
         assert not answer.released and "closed the connection before its hello" in answer.reason
         assert _holder(sock) == pid
-        # Root (the node's agent) may.
-        ok = request_handover(str(sock), pid, victim.uid, 20.0)
+        # Root (the node's agent) may: the victim's very socket is served by root now.
+        adopter = Adopter(str(sock))
+        ok = request_handover(str(sock), pid, victim.uid, 20.0, adopter)
         assert ok.released, ok.reason
-        assert _holder(sock) is None
+        assert _holder(sock) == os.getpid() and adopter.services[0].endpoint.running
+        adopter.close()
+    finally:
+        os.write(stop_w, b"x")
+        os.close(stop_w)
+        os.waitpid(pid, 0)
+
+
+def test_a_pass_root_cannot_serve_leaves_the_user_holding_it(two_users: tuple[User, User], sock: Path) -> None:
+    victim, _attacker = two_users
+    os.chmod(sock.parent, 0o755)
+    os.chown(sock, victim.uid, victim.gid)  # the victim's own socket directory: root will not serve there
+    pid, stop_w = _owner_as(victim, sock)
+    try:
+        adopter = Adopter(str(sock))
+        answer = request_handover(str(sock), pid, victim.uid, 20.0, adopter)
+        assert not answer.released and "belongs to uid" in answer.reason, answer.reason
+        assert adopter.services == [] and _holder(sock) == pid  # the victim serves it still: no gap
     finally:
         os.write(stop_w, b"x")
         os.close(stop_w)

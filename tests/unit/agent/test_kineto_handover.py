@@ -28,6 +28,7 @@ from gpulens.ipc.kineto.requests import TraceRequest, TraceResult, TraceState
 from gpulens.ipc.kineto.service import LocalTraceService
 from gpulens.ipc.principal import Principal, owner, peer
 from gpulens.sources.owner_switch import HandoverTraceService
+from tests.fakes.handover_helpers import Adopter
 
 ME = os.geteuid()
 
@@ -57,6 +58,18 @@ def _poll(svc: LocalTraceService) -> str:
     return str(codec.decode_config_reply(reply))
 
 
+def _poll_name(sock: Path) -> bool:
+    """A real poll sent to the name ``DIR/dynolog``: does whoever serves it now answer?"""
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        client.bind("")  # an autobound abstract name, for the reply
+        client.settimeout(5)
+        client.sendto(codec.encode_request(codec.ConfigRequest(3, 0, (os.getpid(), 1))), str(sock / "dynolog"))
+        return codec.decode_config_reply(client.recv(65536)) is not None
+    finally:
+        client.close()
+
+
 def test_release_waits_for_accepted_traces_to_reach_kineto(sock: Path) -> None:
     svc = LocalTraceService(str(sock), use_dynolog=False, tick_s=0.02)
     svc.start()
@@ -65,15 +78,17 @@ def test_release_waits_for_accepted_traces_to_reach_kineto(sock: Path) -> None:
         fut = svc.request_trace(TraceRequest(pids=(os.getpid(),), duration_ms=100, timeout_s=30))
         assert svc.unhanded() == 1
         # Not handed yet: the name is kept, the reason said, and requests are accepted again.
-        why = svc.release_endpoint("handing over", 0.2)
+        handed: list[socket.socket] = []
+        why = svc.release_endpoint("handing over", 0.2, lambda s: handed.append(s) or None)
         assert why is not None and "1 trace(s)" in why and "poll" in why
+        assert handed == []  # nothing passed while traces wait
         assert svc.endpoint.running and holder_of(str(sock)) is not None
         again = svc.request_trace(TraceRequest(pids=(os.getpid(),), duration_ms=100, timeout_s=30))
         assert not again.done()  # queued behind the first, not refused
         # The target polls during the drain: the first config goes out, then the name is released...
         threading.Timer(0.3, _poll, (svc,)).start()
-        why = svc.release_endpoint("handing over", 0.6)
-        assert why is not None and "1 trace(s)" in why  # ...but the queued one has not reached Kineto
+        why = svc.release_endpoint("handing over", 0.6, lambda s: handed.append(s) or None)
+        assert why is not None and "1 trace(s)" in why and handed == []  # ...but the queued one has not reached Kineto
         assert not fut.done()
         accepted = svc.request_trace(TraceRequest(pids=(os.getpid(),), duration_ms=100))
         assert not accepted.done()  # the name kept: requests are taken again
@@ -84,18 +99,47 @@ def test_release_waits_for_accepted_traces_to_reach_kineto(sock: Path) -> None:
 def test_release_then_new_requests_are_refused_with_the_reason(sock: Path) -> None:
     svc = LocalTraceService(str(sock), use_dynolog=False, tick_s=0.02)
     svc.start()
+    other = Adopter(str(sock))
     try:
         _poll(svc)
         fut = svc.request_trace(TraceRequest(pids=(os.getpid(),), duration_ms=100, timeout_s=30))
         threading.Timer(0.2, _poll, (svc,)).start()
-        assert svc.release_endpoint("handed over to the agent", 5.0) is None
-        assert not svc.endpoint.running and holder_of(str(sock)) is None and not (sock / "dynolog").exists()
+        # The bound socket itself goes to the next owner (a duplicate, as SCM_RIGHTS makes one).
+        assert svc.release_endpoint("handed over to the agent", 5.0,
+                                    lambda s: (other(socket.socket(fileno=os.dup(s.fileno()))), None)[1]) is None
+        assert not svc.endpoint.running and other.services[0].endpoint.running
+        assert holder_of(str(sock)) is not None and (sock / "dynolog").is_socket()  # never unbound
+        assert _poll_name(sock) and other.services[0].endpoint.received == 1  # the next owner answers
         assert not fut.done()  # handed to Kineto: still watched, its file would land here
         assert [j.state for j in svc.jobs()] == [TraceState.TRACING]
         refused = svc.request_trace(TraceRequest(pids=(os.getpid(),), duration_ms=100))
         assert "handed over to the agent" in str(refused.exception(timeout=1))
-        svc.rebind()  # the name back (the new owner did not check out)
+        other.close()  # the new owner exits (its stop unlinks the name it served)
+        assert not (sock / "dynolog").exists()
+        svc.rebind()  # the name back
         assert holder_of(str(sock)) is not None and svc.endpoint.running
+    finally:
+        other.close()
+        svc.stop()
+
+
+def test_a_failed_pass_keeps_the_name_served_here(sock: Path) -> None:
+    svc = LocalTraceService(str(sock), use_dynolog=False, tick_s=0.02)
+    svc.start()
+    try:
+        why = svc.release_endpoint("handing over", 1.0, lambda s: "the agent vanished")
+        assert why == "the agent vanished"
+        assert svc.endpoint.running and (sock / "dynolog").is_socket()
+        before = svc.endpoint.received
+        assert _poll_name(sock) and svc.endpoint.received == before + 1  # still answering on the same socket
+
+        def boom(_s: socket.socket) -> str | None:
+            raise OSError("EPIPE")
+
+        assert "EPIPE" in (svc.release_endpoint("handing over", 0.1, boom) or "")
+        assert svc.endpoint.running and _poll_name(sock)
+        accepted = svc.request_trace(TraceRequest(pids=(os.getpid(),), duration_ms=100))
+        assert not accepted.done()  # requests are taken again
     finally:
         svc.stop()
 
@@ -103,8 +147,8 @@ def test_release_then_new_requests_are_refused_with_the_reason(sock: Path) -> No
 def test_an_owner_that_does_not_hand_over_says_so(sock: Path) -> None:
     own = endpoint_owner("h", str(sock))  # gpulens trace's owner: no allow_handover
     try:
-        answer = request_handover(str(sock), os.getpid(), ME, 10.0)
-        assert not answer.released and not answer.supported and "does not hand" in answer.reason
+        answer = request_handover(str(sock), os.getpid(), ME, 10.0, Adopter(str(sock)))
+        assert not answer.released and not answer.supported and "does not pass" in answer.reason
         assert holder_of(str(sock)) is not None
     finally:
         own.stop()
@@ -115,7 +159,7 @@ def test_the_agent_asks_only_the_process_holding_the_name(sock: Path) -> None:
     squat.bind(control_name(str(sock), ME))
     squat.listen(1)
     try:
-        answer = request_handover(str(sock), 1, ME, 5.0)  # pid 1 "holds" the name; we hold its control name
+        answer = request_handover(str(sock), 1, ME, 5.0, Adopter(str(sock)))  # pid 1 "holds" the name; we hold its control name
         assert not answer.released and "not to the holder (pid 1)" in answer.reason
     finally:
         squat.close()
@@ -135,23 +179,72 @@ def test_an_owner_hands_over_to_its_own_user(sock: Path) -> None:
     assert KIND not in own.requests.served_kinds()
     own.allow_handover(events)
     assert KIND in own.requests.served_kinds()
+    adopter = Adopter(str(sock))
     try:
-        answer = request_handover(str(sock), os.getpid(), ME, 20.0)
+        answer = request_handover(str(sock), os.getpid(), ME, 20.0, adopter)
         assert answer.released, answer.reason
         assert events.seen == ["draining", "released"]
-        assert holder_of(str(sock)) is None  # free for the agent that asked
+        # The name never came free: the asking side serves the very socket now.
+        assert (sock / "dynolog").is_socket() and holder_of(str(sock)) is not None
+        assert len(adopter.services) == 1 and adopter.services[0].endpoint.running
+        old = own.requests.trace_service
+        assert isinstance(old, LocalTraceService) and not old.endpoint.running
+        assert _poll_name(sock) and adopter.services[0].endpoint.received == 1
         with pytest.raises(OSError):  # its control socket is gone too (the agent binds its own)
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 s.connect(control_name(str(sock), ME))
             finally:
                 s.close()
-        svc = own.requests.trace_service
-        assert svc is not None
-        refused = svc.request_trace(TraceRequest(pids=(os.getpid(),), duration_ms=100))
+        refused = old.request_trace(TraceRequest(pids=(os.getpid(),), duration_ms=100))
         assert "handed the Kineto endpoint over to the agent of uid" in str(refused.exception(timeout=1))
     finally:
+        adopter.close()
         own.stop()
+
+
+def test_an_adopter_that_fails_leaves_the_holder_serving(sock: Path) -> None:
+    own = endpoint_owner("h", str(sock))
+    events = _Events()
+    own.allow_handover(events)
+
+    def refuse(_sock: socket.socket) -> Any:
+        raise RuntimeError("the agent is stopping")
+
+    try:
+        answer = request_handover(str(sock), os.getpid(), ME, 20.0, refuse)
+        assert not answer.released and "the agent is stopping" in answer.reason
+        assert events.seen == ["draining", "resumed"]
+        svc = own.requests.trace_service
+        assert isinstance(svc, LocalTraceService) and svc.endpoint.running and _poll_name(sock)
+        # It may be asked again, and then it passes the name on.
+        adopter = Adopter(str(sock))
+        try:
+            assert request_handover(str(sock), os.getpid(), ME, 20.0, adopter).released
+            assert adopter.services[0].endpoint.running
+        finally:
+            adopter.close()
+    finally:
+        own.stop()
+
+
+def test_a_socket_bound_elsewhere_is_not_adopted(sock: Path) -> None:
+    svc = LocalTraceService(str(sock), use_dynolog=False)
+    stray = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    stray.bind(str(sock.parent / "elsewhere"))
+    stream_sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        from gpulens.core.safefs import UnsafePath
+
+        with pytest.raises(UnsafePath, match="not to"):
+            svc.start(adopt=stray)
+        with pytest.raises(UnsafePath, match="not a Unix datagram socket"):
+            svc.start(adopt=stream_sock)
+        assert not svc.endpoint.running
+    finally:
+        stray.close()
+        stream_sock.close()
+        svc.stop()
 
 
 class _Local:
@@ -321,7 +414,7 @@ def test_a_hostile_holder_gets_one_clean_line_in_bounded_time(sock: Path, case: 
     srv, t = _fake_holder(sock, script)
     try:
         started = time.monotonic()
-        answer = request_handover(str(sock), os.getpid(), ME, 1.0)
+        answer = request_handover(str(sock), os.getpid(), ME, 1.0, Adopter(str(sock)))
         assert time.monotonic() - started < 2.5
         assert not answer.released and answer.reason
         assert not any(ord(c) < 32 or c in "\x7f\u202e" for c in answer.reason), answer.reason
