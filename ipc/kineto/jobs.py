@@ -332,10 +332,11 @@ class JobTable:
                 task.error = f"process {task.pid} exited during the trace"
             elif now - task.handed_s > req.timeout_s:
                 task.note = found.note or task.note
+                placed = task.output.note if task.output is not None else None
                 task.error = (
                     f"no trace file from process {task.pid} within {req.timeout_s:.0f} s "
                     f"after the config was handed over (watched {task.watched})"
-                ) + (f"; {task.note}" if task.note else "")
+                ) + "".join(f"; {n}" for n in (placed, task.note) if n)
             else:
                 task.note = found.note or task.note
             if task.finished:

@@ -119,7 +119,7 @@ def refresh(job: Job, stepped: dict[int, bool]) -> None:
 def finish(job: Job, now: float) -> None:
     """Resolve the job's Future: the files that landed, or one error naming every pid's reason."""
     missing = {t.pid: t.error or "" for t in job.tasks.values() if t.file is None}
-    notes = {t.pid: t.result_note for t in job.tasks.values() if t.result_note}
+    notes = {t.pid: "; ".join(n) for t in job.tasks.values() if (n := task_notes(t))}
     if job.files:
         job.state = TraceState.DONE
         job.detail = ", ".join(job.files.values()) + "".join(f"; {n}" for n in notes.values())
@@ -139,6 +139,12 @@ def finish(job: Job, now: float) -> None:
     if any(t.refused for t in job.tasks.values()):
         err_cls = TraceError
     job.future.set_exception(err_cls(job.detail))
+
+
+def task_notes(task: PidTask) -> list[str]:
+    """What the result should say about ``task`` besides its file: where it went instead, what it holds."""
+    placed = task.output.note if task.output is not None else None
+    return [n for n in (placed, task.result_note) if n]
 
 
 def start_missed(req: TraceRequest) -> bool:

@@ -19,10 +19,14 @@ nothing it did not check; docs/security.md):
   a leaf made with ``mkdir`` at that directory's descriptor and handed to the
   target with ``fchown`` on its descriptor, mode 0700.
 - When the target sets ``KINETO_ONDEMAND_TRACE_DIR`` (newer Kineto writes
-  only there): that directory must be the target's or root's, with no
-  symlink on its path, not writable by others unless sticky. The target's
-  own: gpulens creates nothing there, Kineto writes ``gpulens-<random>_<pid>.json``
-  into it. Root's: a fresh ``gpulens-<random>`` leaf as above.
+  only there): it is used only when the target's uid owns it, with no
+  symlink on its path, not writable by others unless sticky; then gpulens
+  creates nothing there and Kineto writes ``gpulens-<random>_<pid>.json``
+  into it. Any other directory (root's included: a root agent would create
+  entries wherever the target pointed) is not touched: the trace goes to the
+  default place above and the request's notes say so. Newer Kineto ignores a
+  log file outside that directory and writes its default path
+  ``/tmp/libkineto_activities_<pid>.json``, which is watched as well.
 - Reading back: the watcher and the sender open the file with ``O_NOFOLLOW``
   and ``O_NONBLOCK`` and keep it only if ``fstat`` shows a regular file owned
   by the target's uid (recorded when the request was accepted,
@@ -33,11 +37,11 @@ nothing it did not check; docs/security.md):
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import itertools
 import logging
 import os
-import re
 import secrets
 import stat
 import threading
@@ -53,6 +57,8 @@ from gpulens.core.safefs import UnsafePath
 # Re-exported: they lived here first (kconfig holds the config text and Kineto's timing).
 from gpulens.ipc.kineto.kconfig import ITERATION_FALLBACK_MS as ITERATION_FALLBACK_MS
 from gpulens.ipc.kineto.kconfig import config_text as config_text
+from gpulens.ipc.kineto.tracefile import TAIL_BYTES as TAIL_BYTES
+from gpulens.ipc.kineto.tracefile import trace_complete as trace_complete
 
 log = logging.getLogger(__name__)
 MAX_DURATION_MS = 10 * 60 * 1000
@@ -188,13 +194,16 @@ class TraceOutput:
     when prepared: a directory found at that path later with another identity
     was swapped in and is refused. ``log`` is the ACTIVITIES_LOG_FILE handed to
     Kineto. ``owner_uid`` is the target's uid, captured when the request was
-    accepted: the only uid whose file gpulens reads back.
+    accepted: the only uid whose file gpulens reads back. ``note``: why the
+    place is not the one the target asked for (its ``KINETO_ONDEMAND_TRACE_DIR``
+    cannot be used), for the request's result.
     """
 
     directory: Path
     dir_key: tuple[int, int]
     log: Path
     owner_uid: int
+    note: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,10 +243,29 @@ class OutputPlanner:
             self._run = None
 
     def place(self, pid: int, target_uid: int, target_env: Mapping[str, str] | None) -> TraceOutput:
-        """Prepare the place of ``pid``'s trace; the target (``target_uid``) will write it."""
+        """Prepare the place of ``pid``'s trace; the target (``target_uid``) will write it.
+
+        The target's ``KINETO_ONDEMAND_TRACE_DIR`` (in ``target_env``) is used only
+        when that uid owns it; otherwise the default place is used and
+        ``TraceOutput.note`` says why (logged too).
+        """
         chosen = (target_env or {}).get(TRACE_DIR_ENV, "")
-        if chosen:
+        if not chosen:
+            return self._default_place(pid, target_uid)
+        try:
             return _in_target_dir(chosen, target_uid)
+        except UnsafePath as err:
+            why = str(err)
+        out = self._default_place(pid, target_uid)
+        note = f"{why}: tracing into {out.directory}/ instead"
+        if not os.path.normpath(out.directory).startswith(os.path.normpath(chosen).rstrip("/") + "/"):
+            # Newer Kineto refuses an on-demand log file outside the directory it was given.
+            note += (f" (a Kineto that writes only under {TRACE_DIR_ENV} puts it at "
+                     f"{KINETO_DEFAULT_DIR}/libkineto_activities_{pid}.json, watched too)")
+        log.warning("process %d: %s", pid, note)
+        return dataclasses.replace(out, note=note)
+
+    def _default_place(self, pid: int, target_uid: int) -> TraceOutput:
         run_path, run_fd = self._run_dir()
         # The run dir is fresh (128 random bits), ours, mode 0711/0700, under a base only we
         # can change: nobody else can create, rename or remove entries in it, so the leaf
@@ -281,25 +309,31 @@ def _own_base(root_fd: int, euid: int, mode: int) -> tuple[str, int]:
 
 
 def _in_target_dir(chosen: str, target_uid: int) -> TraceOutput:
-    """A place under the target's own ``KINETO_ONDEMAND_TRACE_DIR`` (newer Kineto writes only there)."""
+    """The target's own ``KINETO_ONDEMAND_TRACE_DIR`` (newer Kineto writes only there); creates nothing.
+
+    Raises:
+        UnsafePath: naming why the directory is not used: not absolute, a link on
+            its path, not the target uid's, or writable by others and not sticky.
+    """
     path = Path(chosen)
     if not path.is_absolute():
-        raise UnsafePath(f"{TRACE_DIR_ENV}={chosen} is not an absolute path; gpulens does not use it")
-    with safefs.opened_dir(path) as dfd:  # no symlink anywhere on the path
-        st = safefs.check_dir(dfd, str(path), owners=tuple({target_uid, 0}), shared_ok=True)
-        if st.st_uid == target_uid:
-            # The target's own directory: it can rename anything in it at any time (even
-            # between our mkdir and open, putting some other root-owned directory there for
-            # us to chown), so root creates nothing here: Kineto writes a file of a random
-            # name directly into it, and only a regular file of the target's is read back.
-            name = f"gpulens-{secrets.token_hex(16)}.json"
-            return TraceOutput(path, (st.st_dev, st.st_ino), path / name, target_uid)
-        # Root's directory (and the target is not root): only root may add entries, or it
-        # is sticky and only root may rename or remove root's entries. Either way the fresh
-        # directory mkdir made stays ours until it is chowned through its descriptor.
-        name, fd = safefs.make_unique_dir(dfd, "gpulens-", 0o700)
-        os.close(fd)
-        return _adopt(dfd, path, name, target_uid)
+        raise UnsafePath(f"{TRACE_DIR_ENV} {chosen} is not an absolute path")
+    try:
+        with safefs.opened_dir(path) as dfd:  # no symlink anywhere on the path
+            st = os.fstat(dfd)
+            if st.st_uid != target_uid:
+                # Root's (or anyone else's) directory: making an entry there for the target would
+                # let any user have root create directories of hers wherever she names.
+                raise UnsafePath(f"{TRACE_DIR_ENV} {path} belongs to uid {st.st_uid}, not to uid {target_uid}")
+            safefs.check_dir(dfd, f"{TRACE_DIR_ENV} {path}", owners=(target_uid,), shared_ok=True)
+    except UnsafePath as err:
+        text = str(err)
+        raise UnsafePath(text if text.startswith(TRACE_DIR_ENV) else f"{TRACE_DIR_ENV}: {text}") from err
+    # The target's own directory: it can rename anything in it at any time (even between a
+    # mkdir and an open), so root creates nothing here: Kineto writes a file of a random name
+    # directly into it, and only a regular file of the target's is read back.
+    name = f"gpulens-{secrets.token_hex(16)}.json"
+    return TraceOutput(path, (st.st_dev, st.st_ino), path / name, target_uid)
 
 
 def _adopt(parent_fd: int, parent: Path, name: str, target_uid: int) -> TraceOutput:
@@ -386,29 +420,6 @@ def _check_entry(
     finally:
         os.close(fd)
     return str(path), None
-
-
-TAIL_BYTES = 8192
-"""How much of a trace's end :func:`trace_complete` reads (the closing keys hold a path, <= 4096)."""
-_CLOSED = re.compile(rb'"traceName"\s*:\s*"[^"\n]*"[^{}\[\]"]*(?:"[^"\n]*"[^{}\[\]"]*)*}\s*$')
-
-
-def trace_complete(fd: int, size: int) -> bool:
-    """Does the file at ``fd`` (``size`` bytes) hold a finished trace, not one being written?
-
-    libkineto writes ``"traceName"`` only when it finalizes a Chrome trace
-    (``ChromeTraceLogger::finalizeTrace``), followed by at most a few flat
-    keys (``displayTimeUnit``, ``baseTimeNanoseconds`` in 2024's versions)
-    and the closing brace. Before December 2022 it wrote the final name as it
-    went (no ``.tmp`` and rename), so a JSON file counts once that closing is
-    there. Empty does not; a file that is not JSON at all is taken as it is.
-    """
-    if size <= 0:
-        return False
-    head = os.pread(fd, 64, 0).lstrip()
-    if not head.startswith(b"{"):
-        return bool(head)
-    return _CLOSED.search(os.pread(fd, TAIL_BYTES, max(0, size - TAIL_BYTES))) is not None
 
 
 def _open_checked(dfd: int, path: Path, owner: int | None, max_bytes: int) -> int | None:

@@ -151,7 +151,7 @@ def test_squatted_base_is_neither_followed_nor_chowned(two_users: tuple[User, Us
     assert out.directory.parent.parent.name.startswith("gpulens-0-")
 
 
-def test_target_trace_dir_rules(two_users: tuple[User, User], shared: Path) -> None:
+def test_target_trace_dir_rules(two_users: tuple[User, User], shared: Path, trace_root: Path) -> None:
     victim, attacker = two_users
     mine = shared / "t" / "v"
     call_as(victim, _attacker_mkdir, str(mine), 0o755)
@@ -163,29 +163,33 @@ def test_target_trace_dir_rules(two_users: tuple[User, User], shared: Path) -> N
     out = OutputPlanner().place(4242, victim.uid, {"KINETO_ONDEMAND_TRACE_DIR": str(mine)})
     assert out.directory == mine and out.log.parent == mine and out.log.name.startswith("gpulens-")
     assert len(out.log.stem) == len("gpulens-") + 32 and [p.name for p in mine.iterdir()] == ["gpulens-0"]
+    assert out.note is None
     assert (os.lstat(secret).st_uid, _mode(secret)) == (0, 0o700) and not any(secret.iterdir())
-    # Root's sticky directory (like /tmp): a fresh leaf handed to the target.
-    out = OutputPlanner().place(4242, victim.uid, {"KINETO_ONDEMAND_TRACE_DIR": str(shared / "t")})
-    assert out.directory.parent == shared / "t" and out.directory.name.startswith("gpulens-")
-    assert (os.lstat(out.directory).st_uid, _mode(out.directory)) == (victim.uid, 0o700)
-    # Refused: a link, another user's directory, a directory others can write, a relative path.
+    # Not used, nothing made there: the agent's own default place, and the note says why (a link,
+    # root's or another user's directory, one others can write, a relative path).
     call_as(victim, os.symlink, str(secret), str(shared / "t" / "link"))
     theirs = shared / "t" / "a"
     call_as(attacker, _attacker_mkdir, str(theirs), 0o755)
     loose = shared / "t" / "loose"
     call_as(victim, _attacker_mkdir, str(loose), 0o777)
     cases = {
+        str(shared / "t"): f"KINETO_ONDEMAND_TRACE_DIR {shared / 't'} belongs to uid 0, not to uid {victim.uid}",
         str(shared / "t" / "link"): "symbolic link",
         str(shared / "t" / "link" / "x"): "symbolic link",
-        str(theirs): f"belongs to uid {attacker.uid}",
+        str(theirs): f"belongs to uid {attacker.uid}, not to uid {victim.uid}",
         str(loose): "writable by other users",
         "relative/dir": "not an absolute path",
     }
+    before = {p.name for p in (shared / "t").iterdir()}
     for chosen, why in cases.items():
-        with pytest.raises(UnsafePath, match=why):
-            OutputPlanner().place(4242, victim.uid, {"KINETO_ONDEMAND_TRACE_DIR": chosen})
+        out = OutputPlanner().place(4242, victim.uid, {"KINETO_ONDEMAND_TRACE_DIR": chosen})
+        assert out.directory.parent.parent == trace_root / "gpulens-0" and out.owner_uid == victim.uid
+        assert out.note is not None and why in out.note and f"tracing into {out.directory}/ instead" in out.note
+        # under the directory it named (shared/t) a newer Kineto takes the file; elsewhere it says where it goes
+        assert ("libkineto_activities_4242.json" in out.note) == (chosen != str(shared / "t")), out.note
+    assert {p.name for p in (shared / "t").iterdir()} == before | {"gpulens-0"}
     assert (os.lstat(secret).st_uid, _mode(secret)) == (0, 0o700) and not any(secret.iterdir())
-    assert not any(theirs.iterdir())
+    assert not any(theirs.iterdir()) and not any(loose.iterdir())
 
 
 # -- hole 2: files root reads back -------------------------------------------------------------
@@ -285,6 +289,39 @@ def test_trace_of_a_planted_file_fails_with_the_reason(
     finally:
         target.kill()
         target.wait()
+
+
+def test_a_root_owned_trace_dir_she_names_gets_nothing_and_the_fallback_is_named(
+    two_users: tuple[User, User], service: LocalTraceService, shared: Path, trace_root: Path
+) -> None:
+    """Issue 27 item 7: root made a directory of hers, per request, in any root directory she named."""
+    _, mallory = two_users
+    rootdir = shared / "root-0755"
+    rootdir.mkdir()
+    os.chmod(rootdir, 0o755)
+    env = {"PATH": "/usr/bin:/bin", "KINETO_ONDEMAND_TRACE_DIR": str(rootdir)}
+    target = popen_as(mallory, ["sleep", "60"], env=env)
+    try:
+        service.endpoint.registry.record_poll((target.pid, 1), 0, mallory.uid)
+        for n in range(3):
+            fut = service.request_trace(TraceRequest(pids=(target.pid,), duration_ms=100, timeout_s=20))
+            final = _hand_over(service, target.pid)
+            assert Path(final).parent.parent.parent == trace_root / "gpulens-0"
+            if n < 2:
+                call_as(mallory, _victim_file, final, DONE)  # an older Kineto: the asked path
+            else:  # a newer one refuses a path outside her directory and writes its default path
+                final = str(trace_root / f"libkineto_activities_{target.pid}.json")
+                call_as(mallory, _victim_file, final, DONE)
+            result = fut.result(timeout=15)
+            assert result.files == {target.pid: final} and result.owners == {target.pid: mallory.uid}
+            note = result.notes[target.pid]
+            assert f"KINETO_ONDEMAND_TRACE_DIR {rootdir} belongs to uid 0, not to uid {mallory.uid}" in note
+            assert f"tracing into {trace_root / 'gpulens-0'}/" in note and "libkineto_activities_" in note
+            assert list(rootdir.iterdir()) == []
+    finally:
+        target.kill()
+        target.wait()
+    assert (os.lstat(rootdir).st_uid, _mode(rootdir)) == (0, 0o755)
 
 
 # -- hole 3: the socket directory ----------------------------------------------------------------
