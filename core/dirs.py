@@ -10,7 +10,11 @@
   oldest first. It walks through directory descriptors without following a
   link, removes only entries owned by the caller's uid, and never leaves the
   directory it was given — so pointing it at a tree another user can write
-  cannot make it delete anything outside.
+  cannot make it delete anything outside. The directory itself is reached
+  from ``/`` by descriptor, every component a real directory of root's or
+  the caller's that nobody else can write (sticky ones like /tmp aside): a
+  root gpulens run with a user's ``XDG_CACHE_HOME`` (``sudo -E``) refuses a
+  path she could point elsewhere instead of pruning wherever it leads.
 
 A relative ``XDG_*`` value is ignored, as the spec requires.
 """
@@ -23,6 +27,8 @@ import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from gpulens.core.safefs import UnsafePath, open_trusted_dir
 
 MAX_ENTRIES = 100_000
 """Entries looked at per prune: a directory of millions of files is pruned in parts."""
@@ -53,11 +59,12 @@ def state_dir(create: bool = False) -> Path:
 
 @dataclass(frozen=True, slots=True)
 class PruneResult:
-    """What :func:`prune` found and removed."""
+    """What :func:`prune` found and removed; ``refused``: why it pruned nothing (the path is unsafe)."""
 
     kept_bytes: int
     removed_files: int
     removed_bytes: int
+    refused: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,14 +81,18 @@ def prune(top: Path, max_bytes: int, max_age_s: float, now: float | None = None)
     Only regular files owned by our uid are counted and removed; links,
     other users' files and anything not a plain file are left alone (and not
     counted). Directories emptied by the removal are removed too. A missing
-    ``top``, or one another user owns, is an empty result.
+    ``top``, or one another user owns, is an empty result; so is a ``top``
+    reached through a link, or through a directory neither root nor we own or
+    that others may write (not sticky), with ``refused`` saying which.
     """
     now = time.time() if now is None else now
     uid = os.geteuid()
     try:
-        top_fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return PruneResult(0, 0, 0)
+        top_fd = open_trusted_dir(top, owners=tuple({0, uid}))
+    except UnsafePath as err:
+        if isinstance(err.__cause__, FileNotFoundError):
+            return PruneResult(0, 0, 0)
+        return PruneResult(0, 0, 0, refused=str(err))
     try:
         if os.fstat(top_fd).st_uid != uid:  # someone else's tree (e.g. a squatted /tmp/gpulens-UID)
             return PruneResult(0, 0, 0)

@@ -82,6 +82,42 @@ def opened_dir(path: str | Path) -> Iterator[int]:
         os.close(fd)
 
 
+def open_trusted_dir(path: str | Path, owners: tuple[int, ...]) -> int:
+    """Open an absolute directory that nobody outside ``owners`` can change the meaning of.
+
+    Walked from ``/`` by descriptor: every component, ``/`` and the last one
+    included, must be a real directory (no symlink) owned by one of ``owners``
+    and not writable by group or others unless sticky (like /tmp, where only
+    an entry's owner may rename it). Returns the directory's fd.
+
+    Raises:
+        UnsafePath: naming the first component that fails; a missing one has
+            ``FileNotFoundError`` as its ``__cause__``.
+    """
+    text = os.fspath(path)
+    if not text.startswith("/"):
+        raise UnsafePath(f"{text}: expected an absolute path")
+    fd = os.open("/", _DIR_FLAGS)
+    walked = ""
+    try:
+        check_dir(fd, "/", owners=owners, shared_ok=True)
+        for part in [p for p in text.split("/") if p and p != "."]:
+            if part == "..":
+                raise UnsafePath(f"{text}: '..' is not allowed here")
+            walked += "/" + part
+            try:
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as err:
+                raise _describe_open_error(walked, err) from err
+            os.close(fd)
+            fd = nxt
+            check_dir(fd, walked, owners=owners, shared_ok=True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def check_dir(fd: int, path: str, *, owners: tuple[int, ...], shared_ok: bool) -> os.stat_result:
     """Check an opened directory: owned by one of ``owners``; group/other-writable only if sticky
     and ``shared_ok`` (like /tmp). Returns its stat.

@@ -8,6 +8,9 @@ oldest first; only our own regular files, never through a link —
 - ``/tmp/gpulens-<euid>``: the directories Kineto wrote on-demand traces into
   (Kineto accepts on-demand log files only under /tmp, so they cannot move to
   the cache directory; before this, one afternoon left 179 MB there).
+
+A directory reached through a link, or through one another user could change
+(root run with a user's ``XDG_CACHE_HOME``), is not pruned: one warning says why.
 """
 
 from __future__ import annotations
@@ -32,11 +35,16 @@ def pruned_dirs() -> tuple[Path, ...]:
 def prune_caches(cfg: Config) -> dict[Path, PruneResult]:
     """Prune every directory of :func:`pruned_dirs`; returns what each kept and removed."""
     out = {}
+    refused: dict[str, list[str]] = {}
     for top in pruned_dirs():
         result = prune(top, cfg.cache_max_mib << 20, cfg.cache_max_age_days * 86400.0)
         if result.removed_files:
             log.info("pruned %d old files (%d bytes) from %s", result.removed_files, result.removed_bytes, top)
+        if result.refused is not None:
+            refused.setdefault(result.refused, []).append(str(top))
         out[top] = result
+    for why, tops in refused.items():  # traces/ and downloads/ share the cache dir: one warning for both
+        log.warning("not pruning %s: %s", ", ".join(tops), why)
     return out
 
 
