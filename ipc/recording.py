@@ -11,9 +11,13 @@ A recording is a sequence of msgpack objects: first a header map
 - ``{"k": "m", "message", "ok", "time"}`` source status.
 
 Reading is sans-IO friendly (:func:`decode_stream` takes chunks) and bounded:
-each object is at most :data:`MAX_RECORD_BYTES`, every string, list and map
-is capped by ``msgpack.Unpacker`` limits (nesting too: msgpack's own depth
-limit), and every sample is validated by ``sample_from_dict``. Files are
+each object is at most :data:`MAX_RECORD_BYTES` (nesting too: msgpack's own
+depth limit). Records are framed with ``Unpacker.skip`` (which builds nothing)
+and decoded from their bytes with msgspec into the fields a record kind has
+(:func:`decode_record_bytes`): keys a newer gpulens may add are skipped
+without being built, however large (a 4 MiB unknown field of empty maps is
+about 540 MiB of Python objects when built), and
+every sample is validated by the one sample decoder. Files are
 opened with :func:`open_recording`: only regular files, so a FIFO with no
 writer or a device is refused instead of blocking or never ending. Anything
 else raises :class:`RecordingError`, which carries the events read before
@@ -28,12 +32,14 @@ from collections.abc import Iterable, Iterator
 from typing import Any, BinaryIO
 
 import msgpack
+import msgspec
 
 from gpulens.core.errors import RecordingError, SchemaError
 from gpulens.core.events import HostStatusEvent, SampleEvent, SourceEvent, SourceStatusEvent
 from gpulens.core.limits import InputRefused, open_regular
 from gpulens.core.model import HostSample
-from gpulens.ipc.serialize import sample_from_dict
+from gpulens.ipc.errors import ProtocolError
+from gpulens.ipc.serialize import sample_from_dict, sample_from_msgpack
 
 FORMAT = "gpulens-recording"
 VERSION = 1
@@ -140,30 +146,138 @@ def decode_stream(chunks: Iterable[bytes]) -> Iterator[dict[str, Any] | SourceEv
 
 
 def decode_spans(chunks: Iterable[bytes]) -> Iterator[tuple[dict[str, Any] | SourceEvent, int, int]]:
-    """As :func:`decode_stream`, with each record's byte offset and length (a replay index)."""
-    unpacker = msgpack.Unpacker(raw=False, strict_map_key=True, use_list=True, **_LIMITS)
-    index = start = offset = 0
+    """As :func:`decode_stream`, with each record's byte offset and length (a replay index).
+
+    Memory: the bytes of the record being decoded (at most :data:`MAX_RECORD_BYTES`
+    plus one chunk, twice) and what its known fields hold; nothing else is kept.
+    """
+    framer = msgpack.Unpacker(max_buffer_size=MAX_RECORD_BYTES)  # only skip(): it builds no objects
+    held = bytearray()  # the file's bytes from offset ``base`` on: the record being framed
+    index = start = offset = base = 0
     for chunk in chunks:
         offset += len(chunk)
         try:
-            unpacker.feed(chunk)
+            framer.feed(chunk)
         except msgpack.BufferFull as err:
             raise RecordingError(f"record {index}: larger than {MAX_RECORD_BYTES} bytes") from err
+        held += chunk
         while True:
             try:
-                obj = unpacker.unpack()
+                framer.skip()
             except msgpack.OutOfData:
                 break
             except (ValueError, msgpack.UnpackException, TypeError) as err:
                 raise RecordingError(f"record {index} (before byte {offset}): corrupt data: {err}") from err
-            end = unpacker.tell()
-            item = check_header(obj) if index == 0 else decode_record(obj, f"record {index}")
+            end = framer.tell()
+            data = bytes(memoryview(held)[start - base : end - base])
+            item = decode_header_bytes(data) if index == 0 else decode_record_bytes(data, f"record {index}")
             yield item, start, end - start
             index, start = index + 1, end
+        del held[: start - base]
+        base = start
     if index == 0:
         raise RecordingError("empty file: not a gpulens recording")
     if start < offset:
         raise RecordingError(f"truncated after record {index - 1} (file ends inside a record)")
+
+
+# -- one record from its bytes: known fields only ----------------------------------------------
+
+
+class _Fields(msgspec.Struct):
+    """Every field any record kind has, each left as its msgpack bytes; other keys are skipped unbuilt."""
+
+    k: msgspec.Raw = msgspec.Raw()
+    b: msgspec.Raw = msgspec.Raw()
+    d: msgspec.Raw = msgspec.Raw()
+    host: msgspec.Raw = msgspec.Raw()
+    up: msgspec.Raw = msgspec.Raw()
+    reason: msgspec.Raw = msgspec.Raw()
+    time: msgspec.Raw = msgspec.Raw()
+    address: msgspec.Raw = msgspec.Raw()
+    message: msgspec.Raw = msgspec.Raw()
+    ok: msgspec.Raw = msgspec.Raw()
+
+
+class _HeaderFields(msgspec.Struct):
+    format: msgspec.Raw = msgspec.Raw()
+    version: msgspec.Raw = msgspec.Raw()
+    created: msgspec.Raw = msgspec.Raw()
+    source: msgspec.Raw = msgspec.Raw()
+    simulated: msgspec.Raw = msgspec.Raw()
+
+
+_FIELDS = msgspec.msgpack.Decoder(_Fields)
+_HEADER_FIELDS = msgspec.msgpack.Decoder(_HeaderFields)
+_SCALAR = str | bool | int | float | None
+_MAX_SCALAR_BYTES = 64 * 1024
+_GOT = {"object": "map", "array": "list", "str": "str", "int": "int", "float": "float", "bool": "bool",
+        "null": "NoneType", "bytes": "bytes", "ext": "ext"}
+
+
+def _got(err: msgspec.ValidationError) -> str:
+    """The received type a msgspec error names (``Expected `str`, got `int``` -> ``int``)."""
+    text = str(err)
+    got = text.split("got `", 1)[1].split("`", 1)[0] if "got `" in text else "something else"
+    return _GOT.get(got, got)
+
+
+def _fields_of(data: bytes | memoryview, decoder: msgspec.msgpack.Decoder[Any], where: str) -> Any:
+    try:
+        return decoder.decode(data)
+    except msgspec.ValidationError as err:
+        got = "a map with keys that are not strings" if "`key`" in str(err) else _got(err)
+        raise RecordingError(f"{where}: expected a map, got {got}") from None
+    except msgspec.DecodeError as err:
+        raise RecordingError(f"{where}: corrupt data: {err}") from None
+    except RecursionError:
+        raise RecordingError(f"{where}: corrupt data: nested too deeply") from None
+
+
+def _scalars(fields: msgspec.Struct, where: str) -> dict[str, Any]:
+    """The fields present, as plain values: each must be a string, number, boolean or null."""
+    out: dict[str, Any] = {}
+    for name in fields.__struct_fields__:
+        raw: msgspec.Raw = getattr(fields, name)
+        if not len(raw) or name == "d":
+            continue
+        if len(raw) > _MAX_SCALAR_BYTES:
+            raise RecordingError(f"{where}: field '{name}' has the wrong type (over {_MAX_SCALAR_BYTES} bytes)")
+        try:
+            out[name] = msgspec.msgpack.decode(raw, type=_SCALAR)
+        except msgspec.ValidationError as err:
+            raise RecordingError(f"{where}: field '{name}' has the wrong type ({_got(err)})") from None
+        except msgspec.DecodeError as err:  # pragma: no cover - the framer saw the whole record
+            raise RecordingError(f"{where}: corrupt data: {err}") from None
+    return out
+
+
+def decode_header_bytes(data: bytes | memoryview) -> dict[str, Any]:
+    """Validate a recording's first object (its bytes); raises RecordingError."""
+    fields = _fields_of(data, _HEADER_FIELDS, "not a gpulens recording (header)")
+    try:
+        head = _scalars(fields, "header")
+    except RecordingError as err:
+        raise RecordingError(f"not a gpulens recording ({err})") from None
+    return check_header(head)
+
+
+def decode_record_bytes(data: bytes | memoryview, where: str) -> SourceEvent:
+    """Validate one record (its msgpack bytes) as an event; raises RecordingError.
+
+    Only the fields a record kind has are decoded; any other key is skipped
+    without building it. The sample of a ``"s"`` record goes straight from its
+    bytes to the model (:func:`~gpulens.ipc.serialize.sample_from_msgpack`).
+    """
+    fields: _Fields = _fields_of(data, _FIELDS, where)
+    plain = _scalars(fields, where)
+    if plain.get("k") != "s":
+        return decode_record(plain, where)
+    try:
+        sample = sample_from_msgpack(fields.d) if len(fields.d) else sample_from_dict(None)
+    except (SchemaError, ProtocolError) as err:
+        raise RecordingError(f"{where}: {err}") from err
+    return SampleEvent(sample=sample, backfill=bool(plain.get("b", False)))
 
 
 def open_recording(path: str) -> BinaryIO:
