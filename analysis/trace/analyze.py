@@ -37,6 +37,7 @@ from gpulens.analysis.trace.gpu import (
     memory_peaks,
 )
 from gpulens.analysis.trace.load import DEFAULT_MAX_BYTES
+from gpulens.analysis.trace.steps import OPTIMIZER_PREFIX, find_steps
 from gpulens.analysis.trace.summary import OpRow, ProcessSummary, Step, TraceSummary
 from gpulens.core.limits import InputLimits
 
@@ -277,8 +278,20 @@ def op_table(threads: Iterable[list[CpuEvent]], memory_ts: Iterable[float] = (),
     rows = [OpRow(r[0], r[1], r[3], r[2], user_annotation=r[4][1], input_shapes=r[4][2]) for r in rows_acc if r[1] > 0]
     if outside:
         rows.append(OpRow(MEMORY_ROW, outside, 0.0, 0.0, input_shapes="[]" if shapes else ""))
+    if not steps:  # on-demand traces carry no ProfilerStep: the steps the rank report and the TUI find
+        steps = _optimizer_steps(threads, [*op_rows, *ann_rows])
     steps.sort(key=lambda st: st.start_us)
     return OpTable(rows, sum(r.self_cpu_us for r in rows), launcher, runtime, steps, start, end_all)
+
+
+def _optimizer_steps(threads: Iterable[list[Any]], names: Iterable[str]) -> list[Step]:
+    """Steps between ``Optimizer.step#…`` spans (:func:`~gpulens.analysis.trace.steps.find_steps`), when any ran."""
+    wanted = {n for n in names if n.startswith(OPTIMIZER_PREFIX)}
+    if not wanted:
+        return []
+    spans = [(ev[2], ev[0], -ev[1]) for evs in threads for ev in evs if ev[2] in wanted]
+    found = find_steps((), spans, ())
+    return list(found.steps) if found.source == "optimizer step" else []
 
 
 def _new_row(name: str, annotation: bool, by_key: dict[OpKey, list[Any]], shapes: bool) -> list[Any] | None:

@@ -131,7 +131,7 @@ def diff_files(path_a: str, path_b: str, *, limits: InputLimits | None = None) -
     rb, _ = load_rank(path_b, limits)
     sa = analyze_file(path_a, top=ALL_ROWS, limits=limits)
     sb = analyze_file(path_b, top=ALL_ROWS, limits=limits)
-    na, nb = len(ra.steps.steps), len(rb.steps.steps)
+    na, nb = ra.steps.count, rb.steps.count  # iterations, not the N - 1 intervals between optimizer steps
     per_step = na > 0 and nb > 0
     ka, kb = (1.0 / na, 1.0 / nb) if per_step else (1.0, 1.0)
     return TraceDiff(

@@ -7,7 +7,8 @@ In order of preference:
 2. ``Optimizer.step#...`` spans (every ``torch.optim`` optimizer records one
    per call; on-demand Kineto traces carry no ProfilerStep): a step runs from
    the end of one optimizer step to the end of the next, so N optimizer
-   calls give N - 1 steps.
+   calls give N - 1 step times, over N iterations (:attr:`StepTimes.count`,
+   what whole-trace figures are divided by "per step").
 3. ``user_annotation`` spans (``record_function``): the repeated annotation
    with the largest total time; a step runs from the start of one to the
    start of the next (N spans, N - 1 steps).
@@ -42,6 +43,14 @@ class StepTimes:
     source: str
     marker: str
     steps: tuple[Step, ...]
+    iterations: int = -1
+    """How many iterations the trace holds: one per ProfilerStep span, per optimizer call, per
+    annotation span (N markers: N iterations but N - 1 step intervals). -1: as many as ``steps``."""
+
+    @property
+    def count(self) -> int:
+        """Iterations, for dividing whole-trace counts and times "per step" (never the N - 1 intervals)."""
+        return len(self.steps) if self.iterations < 0 else self.iterations
 
     @property
     def durations_us(self) -> tuple[float, ...]:
@@ -78,7 +87,7 @@ def find_steps(profiler: Iterable[Span], optimizer: Iterable[Span], annotations:
     if len(opt) >= 2:
         ends = [ts + dur for _n, ts, dur in opt]
         steps = tuple(Step(f"step {i + 1}", ends[i], ends[i + 1] - ends[i]) for i in range(len(ends) - 1))
-        return StepTimes("optimizer step", "", steps)
+        return StepTimes("optimizer step", "", steps, len(opt))
     by_name: dict[str, list[Span]] = defaultdict(list)
     for span in annotations:
         if not span[0].startswith((PROFILER_PREFIX, "Optimizer.")):
@@ -92,5 +101,5 @@ def find_steps(profiler: Iterable[Span], optimizer: Iterable[Span], annotations:
     if best:
         starts = [ts for _n, ts, _d in _outermost(by_name[best])]
         steps = tuple(Step(f"{best} {i + 1}", starts[i], starts[i + 1] - starts[i]) for i in range(len(starts) - 1))
-        return StepTimes("user annotation", best, steps)
+        return StepTimes("user annotation", best, steps, len(starts))
     return StepTimes("none", "", ())

@@ -135,7 +135,8 @@ class ProcessSummary:
         if not self.steps:
             return "no step markers"
         durs = [s.dur_us for s in self.steps]
-        return f"{len(durs)} steps, mean {sum(durs) / len(durs) / 1000:.2f} ms"
+        where = "" if self.steps[0].name.startswith("ProfilerStep") else " between Optimizer.step calls"
+        return f"{len(durs)} steps{where}, mean {sum(durs) / len(durs) / 1000:.2f} ms"
 
 
 @dataclass(frozen=True, slots=True)

@@ -88,3 +88,49 @@ def test_cpu_traces_without_profiler_steps() -> None:
     assert d.mean_step_delta_ms == pytest.approx(d.b.mean_step_ms - d.a.mean_step_ms)
     mm = {x.name: x for x in d.ops}["aten::mm"]
     assert mm.time_b_us > mm.time_a_us  # rank 1's extra matrix products
+
+
+def _iterations_trace(path: Any, iterations: int, mms: int) -> None:
+    """A CPU trace of ``iterations`` training iterations with ``mms`` aten::mm each and one
+    Optimizer.step per iteration (no ProfilerStep, as an on-demand trace)."""
+    events: list[dict[str, Any]] = [{"ph": "M", "name": "process_name", "pid": 7, "tid": 0, "args": {"name": "python"}}]
+    t = 1000.0
+    for _ in range(iterations):
+        for _k in range(mms):
+            events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 7, "ts": t, "dur": 10.0,
+                           "args": {}})
+            t += 20.0
+        events.append({"ph": "X", "cat": "user_annotation", "name": "Optimizer.step#SGD.step", "pid": 7, "tid": 7,
+                       "ts": t, "dur": 5.0, "args": {}})
+        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::add_", "pid": 7, "tid": 7, "ts": t + 1.0,
+                       "dur": 2.0, "args": {}})
+        t += 50.0
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+
+
+def test_per_step_counts_divide_by_iterations_not_optimizer_intervals(tmp_path: Any) -> None:
+    # Issue 32, item 4: one extra mm per step read +1.111/step over 10 iterations (divided by the 9
+    # intervals between the 10 optimizer steps).
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    _iterations_trace(a, 10, 1)
+    _iterations_trace(b, 10, 2)
+    d = diff_files(str(a), str(b))
+    assert d.a.steps.source == "optimizer step" and len(d.a.steps.steps) == 9 and d.a.steps.count == 10
+    assert d.scale == "per step"
+    mm = {x.name: x for x in d.ops}["aten::mm"]
+    assert mm.calls_delta == pytest.approx(1.0) and mm.calls_a == pytest.approx(1.0)
+    assert mm.time_delta_us == pytest.approx(10.0)
+
+
+def test_analyze_counts_steps_as_the_rank_report_and_the_tui_do() -> None:
+    # Issue 32, item 4: the TUI's Analyze said "43 steps" where `gpulens analyze` said "no step markers".
+    from gpulens.analysis.trace.load import trace_limits
+    from gpulens.analysis.trace.ranks import load_rank
+
+    for path in (GLOO_A, GLOO_B):
+        proc = analyze_file(str(path)).processes[0]
+        rank, _ = load_rank(str(path), trace_limits())
+        assert rank.steps.source == "optimizer step"
+        assert [s.dur_us for s in proc.steps] == list(rank.steps.durations_us) and proc.steps
+        assert proc.steps_note.startswith(f"{len(rank.steps.steps)} steps between Optimizer.step calls")
+        assert not any("no step markers" in f for f in proc.findings)
