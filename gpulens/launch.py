@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from gpulens.agent.agent import Agent
     from gpulens.core.events import Source
     from gpulens.ipc.kineto.protocol import TraceService
 
@@ -38,10 +39,13 @@ def _trace_service(
         from gpulens.ipc.errors import EndpointBusy
     except ImportError as err:
         return None, f"trace service not installed: {err}", _nothing
+    def own() -> Agent:
+        return endpoint_owner(socket.gethostname(), version=__version__, job_key_env=job_key_env)
+
     try:
-        owner = endpoint_owner(socket.gethostname(), version=__version__, job_key_env=job_key_env)
+        owner = own()
     except EndpointBusy as busy:
-        return _through_owner(busy)
+        return _through_owner(busy, own)
     except Exception as err:  # the TUI runs without "Open Profiler" and says why on job screens
         return None, f"trace service not started: {err}", _nothing
     from gpulens.sources.owner_switch import HandoverTraceService
@@ -57,9 +61,13 @@ def _trace_service(
     return service, None, release
 
 
-def _through_owner(busy: Exception) -> tuple[TraceService | None, str | None, Callable[[], None]]:
-    """The Kineto name is taken: trace through the gpulens holding it, if it is one we may use."""
+def _through_owner(
+    busy: Exception, own: Callable[[], Agent]
+) -> tuple[TraceService | None, str | None, Callable[[], None]]:
+    """The Kineto name is taken: trace through the gpulens holding it, if it is one we may use; when
+    that one exits, own the endpoint here (``own()``: an in-process owner, as when we had started first)."""
     from gpulens.ipc.errors import StreamError
+    from gpulens.sources.owner_switch import HandoverTraceService
     from gpulens.sources.stream.control_trace import ControlTraceService, connect_owner
     from gpulens.sources.tracing import default_download_dir
 
@@ -67,8 +75,26 @@ def _through_owner(busy: Exception) -> tuple[TraceService | None, str | None, Ca
         link = connect_owner(None, default_download_dir())
     except StreamError as err:
         return None, f"trace service not started: {busy} ({err})", _nothing
-    service = ControlTraceService(link)
-    return service, None, service.stop
+    owners: list[Agent] = []
+    box: list[HandoverTraceService] = []
+
+    def take() -> tuple[TraceService, Callable[[], None]]:
+        owner = own()  # EndpointBusy while someone holds the name
+        owners.append(owner)
+        owner.allow_handover(box[0].on_handover)
+        local = owner.requests.trace_service
+        assert local is not None  # endpoint_owner raises unless it serves
+        return local, owner.reclaim_endpoint
+
+    service = HandoverTraceService.follower(ControlTraceService(link), take)
+    box.append(service)
+
+    def release() -> None:
+        service.stop()
+        for owner in owners:
+            owner.stop()
+
+    return service, None, release
 
 
 def _nothing() -> None:

@@ -73,6 +73,7 @@ class HandoverTraceService:
         reclaim: Callable[[], None] | None = None,
         holder: Callable[[], int | None] | None = None,
         bound: Callable[[], bool] | None = None,
+        remote: TraceService | None = None,
     ) -> None:
         self.local = local
         self._reclaim = reclaim or local.rebind
@@ -91,6 +92,34 @@ class HandoverTraceService:
         self._held: list[tuple[TraceJob, Future[TraceResult]]] = []
         self._listeners: list[JobListener] = []
         self._lock = threading.Lock()
+        if remote is not None:  # started while another gpulens held the name: follow it, take it when it exits
+            self.state, self.remote = "remote", remote
+            self._remote_pid = self._holder()
+
+    @classmethod
+    def follower(cls, remote: TraceService, take: Callable[[], tuple[TraceService, Callable[[], None]]],
+                 socket_dir: str | None = None, *, holder: Callable[[], int | None] | None = None,
+                 bound: Callable[[], bool] | None = None) -> HandoverTraceService:
+        """A TUI that found the name held by another gpulens: traces through it (``remote``) and, when that
+        one exits, becomes the owner itself within :data:`RECHECK_S` (``take()``: binds the name, returns the
+        new LocalTraceService and how to take it back later; raises EndpointBusy while it is held)."""
+        box: list[HandoverTraceService] = []
+
+        def become_owner() -> None:
+            svc = box[0]
+            local, reclaim = take()
+            with svc._lock:
+                listeners = list(svc._listeners)
+                svc.local, svc._reclaim = local, reclaim
+            for fn in listeners:
+                local.add_listener(fn)
+            log.warning("the gpulens that held the Kineto endpoint (pid %s) exited: this gpulens serves it now",
+                        svc._remote_pid if svc._remote_pid is not None else "?")
+
+        service = cls(NoTraceService("no Kineto endpoint here yet: traces go through the gpulens holding it"),
+                      socket_dir, reclaim=become_owner, remote=remote, holder=holder, bound=bound)
+        box.append(service)
+        return service
 
     # -- the owner's events (gpulens.agent.kineto_owner.HandoverServer) -----------
     def on_handover(self, event: str) -> None:
@@ -363,3 +392,47 @@ def _chain(src: Future[TraceResult], dst: Future[TraceResult]) -> None:
             dst.set_result(f.result())
 
     src.add_done_callback(done)
+
+
+class NoTraceService:
+    """A trace service with nothing behind it (a follower's local side before it owns the name)."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    address = "no Kineto endpoint here"
+
+    def request_trace(self, req: TraceRequest, /) -> Future[TraceResult]:
+        """Fails at once with the reason."""
+        fut: Future[TraceResult] = Future()
+        fut.set_exception(RuntimeError(self.why))
+        return fut
+
+    def rebind(self) -> None:
+        """Nothing to bind."""
+        raise RuntimeError(self.why)
+
+    def jobs(self) -> list[TraceJob]:
+        """None."""
+        return []
+
+    def add_listener(self, listener: JobListener, /) -> None:
+        """Nothing ever changes state here."""
+
+    def remove_listener(self, listener: JobListener, /) -> None:
+        """Undo add_listener (nothing)."""
+
+    def polling_pids(self) -> set[int]:
+        """None."""
+        return set()
+
+    def processes(self) -> list[PollingProcess]:
+        """None."""
+        return []
+
+    def diagnose(self, pid: int, /) -> str | None:
+        """The reason."""
+        return self.why
+
+    def stop(self) -> None:
+        """Nothing to stop."""

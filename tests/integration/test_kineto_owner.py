@@ -123,3 +123,53 @@ def test_demo_and_replay_never_bind_the_endpoint(sock: Path, tmp_path: Path, mon
         assert service is None and error is not None and "this machine's processes" in error
         assert not (sock / "dynolog").exists()
         assert holder_of(str(sock)) is None
+
+
+FOLLOWER = """
+import sys, time
+from gpulens.core.config import Config
+from gpulens.launch import _trace_service
+from gpulens.sources.local import LocalSource
+service, error, release = _trace_service(LocalSource(Config(), lambda: None))
+print("FOLLOWER", error or service.address, flush=True)
+deadline = time.monotonic() + 30
+while time.monotonic() < deadline:
+    address = service.address  # what a screen asks each tick; the holder is looked at every 2 s
+    if getattr(service, "state", "") == "local":
+        from gpulens.ipc.kineto.endpoint import holder_of, resolve_socket_dir
+        held = holder_of(resolve_socket_dir(None))
+        print("LOCAL", held[0] if held else None, address, flush=True)
+        break
+    time.sleep(0.2)
+else:
+    print("STILL", getattr(service, "state", ""), address, flush=True)
+release()
+"""
+
+
+def test_a_tui_that_followed_the_owner_takes_the_endpoint_when_it_exits(sock: Path, tmp_path: Path) -> None:
+    # Issue 31, item 3: TUI B opened while TUI A ran; A quit; 75 s later B still traced through A.
+    env = _env(sock, tmp_path)
+    a = subprocess.Popen([sys.executable, "-c", OWNER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                         env=env)
+    b: subprocess.Popen[str] | None = None
+    try:
+        assert a.stdout is not None and a.stdout.readline().startswith("OWNER")
+        held = holder_of(str(sock))
+        assert held is not None and held[0] == a.pid
+        b = subprocess.Popen([sys.executable, "-c", FOLLOWER], stdout=subprocess.PIPE, text=True, env=env)
+        assert b.stdout is not None
+        first = b.stdout.readline()
+        assert first.startswith("FOLLOWER") and f"pid {a.pid}" in first, first
+        assert a.stdin is not None
+        a.stdin.close()  # A quits
+        a.wait(timeout=30)
+        started = time.monotonic()
+        line = b.stdout.readline()
+        assert line.startswith(f"LOCAL {b.pid} "), line  # B holds the name itself now
+        assert time.monotonic() - started < 15  # within a few of its 2 s looks, not never
+    finally:
+        for p in (a, b):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
