@@ -1,7 +1,9 @@
 """Job detection: process-tree IDs matched against the job pattern.
 
 A process's tree ID is the ``comm`` of every ancestor and itself, oldest
-first, joined with ``/`` (``init/sshd/bash/python3``). Reading every
+first, joined with ``/`` (``init/sshd/bash/python3``); past
+:data:`~gpulens.core.jobs_pattern.MAX_TREE_DEPTH` names only the oldest and
+the nearest are kept (``systemd/…/sh/python3``). Reading every
 process every tick would cost tens of milliseconds with a thousand
 processes, so :class:`JobScanner` keeps one entry per (pid, start time)
 and per tick only
@@ -15,20 +17,32 @@ and per tick only
   program after minutes of set-up),
 * reads ``stat`` of matched jobs for CPU % and RSS.
 
-The command line, user and job key of a job are read once. Processes that
-vanish or deny access mid-scan are skipped.
+The pattern is matched again only when a tree ID changed, with RE2 (linear
+time). Any user can fork thousands of shells; re-reading them is capped at
+:data:`REREAD_PER_UID` a tick per user (real uid), the rest read in turns,
+oldest read first, and counted in :attr:`JobScanner.notes`. The command line,
+user and job key of a job are read once. Processes that vanish or deny
+access mid-scan are skipped.
 """
 
 from __future__ import annotations
 
+import heapq
 import os
 import pwd
 import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeAlias
 
-from gpulens.core.jobs_pattern import DEFAULT_JOB_KEY_ENV, DEFAULT_JOB_PATTERN
+from gpulens.core.jobs_pattern import (
+    DEFAULT_JOB_KEY_ENV,
+    DEFAULT_JOB_PATTERN,
+    MAX_TREE_DEPTH,
+    compile_job_pattern,
+    join_tree_id,
+)
 from gpulens.core.model import JobInfo
 
 FULL_EVERY = 30
@@ -41,6 +55,9 @@ for minutes and then ``exec python train.py``, keeping its pid."""
 MAX_CMDLINE = 64 * 1024
 MAX_ENVIRON = 1024 * 1024
 MAX_DEPTH = 512
+"""Unknown ancestors loaded for one process at most; a deeper one is placed as a root."""
+REREAD_PER_UID = 1024
+"""Young processes and shells of one user re-read per tick at most (about 10 ms of reads)."""
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
@@ -72,6 +89,25 @@ def parse_stat(data: bytes) -> ProcStat:
     return ProcStat(comm, f[0].decode(), int(f[1]), int(f[11]) + int(f[12]), int(f[19]), int(f[21]))
 
 
+Tree: TypeAlias = tuple[tuple[str, ...], str | None, tuple[int, ...]]
+"""(names, top, ancestors): the nearest names, its own last; the oldest name when cut; the pids above."""
+
+
+def under(parent: Tree, ppid: int, comm: str) -> Tree:
+    """The tree of a process named ``comm`` whose parent ``ppid`` has ``parent``.
+
+    Costs :data:`~gpulens.core.jobs_pattern.MAX_TREE_DEPTH` steps whatever the
+    tree's depth: past it the oldest name is kept as ``top`` and those between go.
+    A root's tree is ``((comm,), None, ())``.
+    """
+    up_names, top, up_ancestors = parent
+    names, ancestors = (*up_names, comm), (*up_ancestors, ppid)
+    if len(names) > MAX_TREE_DEPTH:
+        top = names[0] if top is None else top
+        names, ancestors = names[-MAX_TREE_DEPTH:], ancestors[-(MAX_TREE_DEPTH - 1) :]
+    return names, top, ancestors
+
+
 def _read(path: str, limit: int = 4096) -> bytes:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -93,8 +129,14 @@ class _Entry:
     """Cache entry for one (pid, start time); mutable, never leaves this module."""
 
     stat: ProcStat
+    uid: int = -1  # real uid, read once per (pid, start time): the re-read budget's owner
+    read_tick: int = 0  # the scan that last read it: over budget, the oldest read go first
+    names: tuple[str, ...] = ()  # the nearest MAX_TREE_DEPTH names, its own last
+    top: str | None = None  # the oldest ancestor's name when the names were cut
     tree_id: str = ""
-    ancestors: tuple[int, ...] = ()
+    ancestors: tuple[int, ...] = ()  # the nearest MAX_TREE_DEPTH - 1, oldest first
+    hit_for: str | None = None  # the tree ID the pattern was last matched against
+    hit: bool = False
     matched: bool = False
     details: tuple[str, str, str | None] | None = None  # cmdline, user, job key
     last_cpu: tuple[int, float] | None = None  # cpu ticks, monotonic time
@@ -110,7 +152,7 @@ class JobScanner:
         proc: str = "/proc",
     ) -> None:
         """Raises re.error for a bad pattern (callers turn it into ConfigError)."""
-        self._pattern = re.compile(pattern)
+        self._pattern = compile_job_pattern(pattern)
         self._key_env = tuple(k.encode() + b"=" for k in job_key_env)
         self._proc = proc
         self._boot = _boot_time()
@@ -124,6 +166,9 @@ class JobScanner:
         self._prev_last_pid: int | None = None
         self._quiet = 0
         self._users: dict[int, str] = {}
+        self._tick = 0
+        self.deferred: dict[int, int] = {}
+        """uid -> processes not re-read in the last scan (over :data:`REREAD_PER_UID`)."""
         self.scan()  # prime: CPU % of jobs alive now is a real rate on the next scan
 
     def _last_pid(self) -> int | None:
@@ -148,12 +193,44 @@ class JobScanner:
         self._matched.discard(name)
         self._shells.discard(name)
 
-    def _load(self, name: str) -> _Entry | None:
+    @property
+    def notes(self) -> dict[str, str]:
+        """Reasons the last scan's jobs may be late or slow to find, for ``HostSample.unavailable``."""
+        out: dict[str, str] = {}
+        if self._pattern.why_not_re2 is not None:
+            out["jobs.pattern"] = (f"job pattern matched with Python's re, not in linear time: "
+                                   f"{self._pattern.why_not_re2}")
+        if self.deferred:
+            users = ", ".join(f"uid {uid}: {n}" for uid, n in sorted(self.deferred.items()))
+            out["jobs.budget"] = (f"processes left for a later scan ({users}): more than "
+                                  f"{REREAD_PER_UID} young processes or shells of one user a tick")
+        return out
+
+    def _uid(self, name: str) -> int:
+        """The real uid from ``status`` (``/proc/PID`` is root's when a process is not dumpable)."""
+        try:
+            data = _read(f"{self._proc}/{name}/status")
+            at = data.index(b"\nUid:")
+            return int(data[at + 5 :].split(None, 1)[0])
+        except (OSError, ValueError, IndexError):
+            return -1
+
+    def _load(self, name: str, old: _Entry | None = None) -> _Entry | None:
+        """Read ``stat``; what is known of the same (pid, start time) in ``old`` is kept."""
         try:
             stat = parse_stat(_read(f"{self._proc}/{name}/stat"))
         except (OSError, ValueError, IndexError):
             return None  # vanished, or not a process we may read
-        entry = _Entry(stat)
+        entry = _Entry(stat, read_tick=self._tick)
+        if old is not None and old.stat.start_ticks == stat.start_ticks:
+            entry.uid, entry.last_cpu = old.uid, old.last_cpu
+            entry.hit_for, entry.hit = old.hit_for, old.hit
+            # Until placed again, a child placed first (same start tick) sees last tick's tree.
+            entry.names, entry.top, entry.ancestors, entry.tree_id = old.names, old.top, old.ancestors, old.tree_id
+            if old.stat.comm == stat.comm:
+                entry.details = old.details
+        else:
+            entry.uid = self._uid(name)
         self._cache[name] = entry
         if stat.start_ticks >= self._young_ticks:
             self._young[name] = stat.start_ticks
@@ -172,12 +249,15 @@ class JobScanner:
             parent = self._load(parent_name)
             if parent is not None:
                 self._place(parent_name, parent, depth + 1)
+        comm = entry.stat.comm
         if parent is None or depth >= MAX_DEPTH:
-            entry.tree_id, entry.ancestors = entry.stat.comm, ()
+            entry.names, entry.top, entry.ancestors = (comm,), None, ()
         else:
-            entry.tree_id = f"{parent.tree_id}/{entry.stat.comm}"
-            entry.ancestors = (*parent.ancestors, ppid)
-        entry.matched = entry.stat.state != "Z" and self._pattern.search(entry.tree_id) is not None
+            entry.names, entry.top, entry.ancestors = under((parent.names, parent.top, parent.ancestors), ppid, comm)
+        entry.tree_id = join_tree_id(entry.names, entry.top)
+        if entry.hit_for != entry.tree_id:  # a steady tree is not matched again every tick
+            entry.hit_for, entry.hit = entry.tree_id, self._pattern.search(entry.tree_id)
+        entry.matched = entry.stat.state != "Z" and entry.hit
         if entry.matched:
             self._matched.add(name)
         else:
@@ -205,24 +285,20 @@ class JobScanner:
         else:
             self._quiet += 1  # no pid allocated since the last tick: nothing new to list
         self._prev_last_pid = last_pid
+        self._tick += 1
         self._young_ticks = (time.clock_gettime(time.CLOCK_BOOTTIME) - YOUNG_S) * CLK_TCK
         for name, start in list(self._young.items()):
             if start < self._young_ticks:
                 del self._young[name]
         dirty: list[tuple[int, str]] = []
-        for name in new | self._young.keys() | self._shells:
+        for name in new | self._within_budget((self._young.keys() | self._shells) - new):
             if name in new and not name.isdigit():
                 self._not_pids.add(name)
                 continue
-            old = cache.get(name)
-            entry = self._load(name)
+            entry = self._load(name, cache.get(name))
             if entry is None:
                 self._drop(name)
                 continue
-            if old is not None and old.stat.start_ticks == entry.stat.start_ticks:
-                entry.last_cpu = old.last_cpu
-                if old.stat.comm == entry.stat.comm:
-                    entry.details = old.details
             dirty.append((entry.stat.start_ticks, name))
         # Parents start before their children: placing in start order reuses fresh parents.
         for _start, name in sorted(dirty):
@@ -230,6 +306,22 @@ class JobScanner:
             if entry is not None:
                 self._place(name, entry)
         return self._jobs({name for _s, name in dirty}, gpu_mem or {})
+
+    def _within_budget(self, names: set[str]) -> set[str]:
+        """``names`` less, per uid, those past :data:`REREAD_PER_UID` (the most recently read)."""
+        self.deferred = {}
+        if len(names) <= REREAD_PER_UID:
+            return names
+        by_uid: dict[int, list[str]] = {}
+        for name in names:
+            by_uid.setdefault(self._cache[name].uid, []).append(name)
+        for uid, group in by_uid.items():
+            if len(group) > REREAD_PER_UID:
+                cache = self._cache
+                read = heapq.nsmallest(REREAD_PER_UID, group, key=lambda n: cache[n].read_tick)
+                names -= set(group) - set(read)
+                self.deferred[uid] = len(group) - REREAD_PER_UID
+        return names
 
     def _jobs(self, fresh: set[str], gpu_mem: Mapping[int, Mapping[str, int]]) -> tuple[JobInfo, ...]:
         now = time.monotonic()

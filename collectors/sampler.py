@@ -117,6 +117,7 @@ class Sampler:
             cache = perf.cache
             unavailable.update(perf.unavailable)
         jobs = self._jobs.scan(gpu_memory_by_pid(gpus))
+        unavailable.update(self._jobs.notes)  # a refused pattern, a user over the re-read budget
         return HostSample(
             host=self.host,
             time=now,

@@ -47,7 +47,12 @@ from pathlib import Path
 from typing import Any
 
 from gpulens.core.errors import ConfigError
-from gpulens.core.jobs_pattern import DEFAULT_JOB_KEY_ENV, DEFAULT_JOB_PATTERN
+from gpulens.core.jobs_pattern import (
+    DEFAULT_JOB_KEY_ENV,
+    DEFAULT_JOB_PATTERN,
+    RE2_AVAILABLE,
+    compile_job_pattern,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -159,12 +164,16 @@ def _expect(path: str, key: str, what: str, got: Any) -> ConfigError:
     return ConfigError(f"{path}: key '{key}': expected {what}, got {got!r}")
 
 
-def _check_pattern(where: str, key: str, pattern: str) -> str:
+def _check_pattern(label: str, pattern: str) -> tuple[str, ...]:
+    """Raises ConfigError for a bad pattern; one warning when RE2 refuses it (matched with ``re``)."""
     try:
-        re.compile(pattern)
+        compiled = compile_job_pattern(pattern)
     except re.error as err:
-        raise ConfigError(f"{where}: key '{key}': expected a regular expression: {err}") from err
-    return pattern
+        raise ConfigError(f"{label}: expected a regular expression: {err}") from err
+    if compiled.engine == "re2" or not RE2_AVAILABLE:
+        return ()  # without google-re2 the sampler says so itself: not this pattern's fault
+    return (f"{label}: {compiled.why_not_re2}; matched with Python's re instead, whose time is not "
+            "linear in the process tree: without lookaround and backreferences it would be",)
 
 
 def parse_config(data: Mapping[str, Any], where: str) -> Config:
@@ -184,7 +193,7 @@ def parse_config(data: Mapping[str, Any], where: str) -> Config:
         v = data["job_pattern"]
         if not isinstance(v, str):
             raise _expect(where, "job_pattern", "a string (regular expression)", v)
-        cfg = replace(cfg, job_pattern=_check_pattern(where, "job_pattern", v))
+        cfg = replace(cfg, job_pattern=v, warnings=cfg.warnings + _check_pattern(f"{where}: key 'job_pattern'", v))
     if "history_minutes" in data:
         v = data["history_minutes"]
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 24 * 60:
@@ -322,11 +331,8 @@ def load_config(path: str | None, args: argparse.Namespace | None = None) -> Con
             cfg = replace(cfg, interval_s=float(interval))
         pattern = getattr(args, "pattern", None)
         if pattern is not None:
-            try:
-                re.compile(pattern)
-            except re.error as err:
-                raise ConfigError(f"--pattern {pattern!r}: expected a regular expression: {err}") from err
-            cfg = replace(cfg, job_pattern=pattern)
+            notes = _check_pattern(f"--pattern {pattern!r}", pattern)
+            cfg = replace(cfg, job_pattern=pattern, warnings=cfg.warnings + notes)
         window = getattr(args, "window", None)
         if window is not None:
             if window not in WINDOWS:
