@@ -21,8 +21,10 @@ The pattern is matched again only when a tree ID changed, with RE2 (linear
 time). Any user can fork thousands of shells; re-reading them is capped at
 :data:`REREAD_PER_UID` a tick per user (real uid), the rest read in turns,
 oldest read first, and counted in :attr:`JobScanner.notes`. The command line,
-user and job key of a job are read once. Processes that vanish or deny
-access mid-scan are skipped.
+user and job key of a job are read once. Every text is cleaned where it is
+read (:func:`~gpulens.core.sanitize.clean_text`): a comm or an environment
+variable is its owner's choice, and an escape sequence in it must not reach
+root's terminal. Processes that vanish or deny access mid-scan are skipped.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from gpulens.core.jobs_pattern import (
     join_tree_id,
 )
 from gpulens.core.model import JobInfo
+from gpulens.core.sanitize import clean_text
 
 FULL_EVERY = 30
 """With no pid allocated, /proc is still listed every this many ticks to drop dead pids."""
@@ -83,7 +86,8 @@ def parse_stat(data: bytes) -> ProcStat:
     open_at, close_at = data.find(b"("), data.rfind(b")")
     if open_at < 0 or close_at < open_at:
         raise ValueError("no (comm) in stat line")
-    comm = data[open_at + 1 : close_at].decode("utf-8", "replace")
+    # Cleaned where read: a comm is any 15 bytes its owner chose (escape sequences for root's terminal).
+    comm = clean_text(data[open_at + 1 : close_at].decode("utf-8", "replace"))
     f = data[close_at + 2 :].split()
     # f[0] is field 3 (state); utime=14, stime=15, starttime=22, rss=24 (1-based).
     return ProcStat(comm, f[0].decode(), int(f[1]), int(f[11]) + int(f[12]), int(f[19]), int(f[21]))
@@ -372,11 +376,11 @@ class JobScanner:
             uid = os.stat(base).st_uid
         except OSError:
             return None
-        cmdline = raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+        cmdline = clean_text(raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace"))
         user = self._users.get(uid)
         if user is None:
             try:
-                user = pwd.getpwuid(uid).pw_name
+                user = clean_text(pwd.getpwuid(uid).pw_name)
             except KeyError:
                 user = str(uid)
             self._users[uid] = user
@@ -393,7 +397,7 @@ class JobScanner:
         for var in environ.split(b"\0"):
             for prefix in self._key_env:
                 if var.startswith(prefix):
-                    found[prefix] = var[len(prefix) :].decode("utf-8", "replace")
+                    found[prefix] = clean_text(var[len(prefix) :].decode("utf-8", "replace"))
         for prefix in self._key_env:
             if found.get(prefix):
                 return f"{prefix[:-1].decode()}={found[prefix]}"

@@ -4,7 +4,10 @@
 Every collector is primed when the sampler is built, so the first sample
 already holds real rates. A collector that cannot run does not stop the
 others: its figures are None/empty and the reason goes into
-``HostSample.unavailable``.
+``HostSample.unavailable``. A sample leaves through
+:func:`~gpulens.core.sanitize.check_sample`, as a peer's arrives: every
+consumer (the TUI, ``gpulens sample``, the agent's stream and ``/metrics``,
+recordings) gets printable text and plausible numbers.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from gpulens.collectors.jobs import JobScanner
 from gpulens.collectors.perf.counters import PerfCollector
 from gpulens.core.jobs_pattern import DEFAULT_JOB_KEY_ENV, DEFAULT_JOB_PATTERN
 from gpulens.core.model import CacheSample, GpuSample, HostSample
+from gpulens.core.sanitize import check_sample
 
 
 class GpuReader(Protocol):
@@ -75,11 +79,13 @@ class Sampler:
         job_pattern: str = DEFAULT_JOB_PATTERN,
         job_key_env: Sequence[str] = DEFAULT_JOB_KEY_ENV,
         nvml: object | None = "auto",
+        proc: str = "/proc",
     ) -> None:
-        """Raises re.error for a bad job pattern (check it first: gpulens.core.config)."""
+        """Raises re.error for a bad job pattern (check it first: gpulens.core.config);
+        ``proc``: where the job scan reads processes (a fake tree in tests)."""
         self.host = hostname or socket.gethostname()
         self._static: dict[str, str] = {}
-        self._jobs = JobScanner(job_pattern, job_key_env)
+        self._jobs = JobScanner(job_pattern, job_key_env, proc)
         self._gpus = _open_gpus(nvml, self._static)
         self._host = HostCollector()
         self._ib = InfinibandCollector()
@@ -118,7 +124,7 @@ class Sampler:
             unavailable.update(perf.unavailable)
         jobs = self._jobs.scan(gpu_memory_by_pid(gpus))
         unavailable.update(self._jobs.notes)  # a refused pattern, a user over the re-read budget
-        return HostSample(
+        return check_sample(HostSample(
             host=self.host,
             time=now,
             cpu=host.cpu,
@@ -130,7 +136,7 @@ class Sampler:
             gpus=gpus,
             jobs=jobs,
             unavailable=unavailable,
-        )
+        ))
 
     def close(self) -> None:
         """Release NVML and perf file descriptors."""

@@ -2,8 +2,10 @@
 
 Every decoded :class:`~gpulens.core.model.HostSample` passes
 :func:`check_sample` (both doors of the one sample decoder in ``ipc.serialize``,
-``sample_from_msgpack`` and ``sample_from_dict``, end in it), so no widget
-ever sees what a hostile or broken agent made up:
+``sample_from_msgpack`` and ``sample_from_dict``, end in it, and so does
+this host's own sampler, ``collectors.sampler``, whose names are other
+users' processes'), so no widget, table or log ever sees what a hostile or
+broken agent or process made up:
 
 - A number that is NaN, ±inf, or outside its field's plausible range
   (:func:`bound_of`: percentages -1..110, ratios -0.01..1.1, bytes and

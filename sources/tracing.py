@@ -31,6 +31,7 @@ from typing import Any
 
 from gpulens.analysis.trace.export import LIMIT_ENV as LIMIT_ENV  # re-exported for callers
 from gpulens.core.events import Requester as Requester  # re-exported: the one spelling
+from gpulens.core.sanitize import clean_text
 from gpulens.ipc.kineto.requests import TraceRequest
 
 STATUS_EVERY_S = 0.5
@@ -49,6 +50,7 @@ class Received:
     ``named``: how many files the agent's answer named (malformed ones too).
     ``notes``: pid -> what its file holds when it is not what was asked
     (an iterations request Kineto answered with a duration trace).
+    The texts of ``missing`` and ``notes`` are one line each, without terminal control.
     """
 
     files: dict[str, tuple[str, Path]]
@@ -134,8 +136,11 @@ def received(res: Any) -> Received:
     body = res.result if isinstance(res.result, dict) else {}
     raw_names, raw_missing, raw_notes = body.get("files"), body.get("missing"), body.get("notes")
     names: dict[Any, Any] = raw_names if isinstance(raw_names, dict) else {}
-    missing = {str(k): str(v) for k, v in raw_missing.items()} if isinstance(raw_missing, dict) else {}
-    notes = {k: str(v)[:400] for k, v in raw_notes.items() if is_pid_text(k)} if isinstance(raw_notes, dict) else {}
+    # One line per item: a reason with its line breaks kept would forge output lines.
+    missing = ({clean_text(str(k))[:40]: clean_text(str(v))[:400] for k, v in raw_missing.items()}
+               if isinstance(raw_missing, dict) else {})
+    notes = ({k: clean_text(str(v))[:400] for k, v in raw_notes.items() if is_pid_text(k)}
+             if isinstance(raw_notes, dict) else {})
     files: dict[str, tuple[str, Path]] = {}
     for pid_s, name in names.items():
         if not is_pid_text(pid_s):

@@ -229,10 +229,14 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
 
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
                timeout: float | None = None, markup: bool = True) -> None:
-        """Textual's notify; warnings and errors are kept for ``:log`` too."""
+        """Textual's notify, never as markup; warnings and errors are kept for ``:log`` too.
+
+        ``markup`` is ignored (Widget.notify always passes True): messages carry
+        hosts', jobs' and agents' text, where ``[@click=app.quit]`` would be an action.
+        """
         if severity in ("warning", "error"):
             logbook.note(str(message), logging.ERROR if severity == "error" else logging.WARNING)
-        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
 
     def schedule_refresh(self) -> None:
         """Redraw once the rest of a burst has landed (``BURST_S``), and ``refresh_s`` after the last redraw.

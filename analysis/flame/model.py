@@ -4,7 +4,9 @@ Nodes live in flat arrays in pre-order (children sorted by frame text), so a
 node's subtree is the contiguous range ``[i, end[i])`` and every query
 (search, focus, sandwich, function table; see :mod:`.query`) walks ranges
 instead of rebuilding the tree. Node 0 is the root (frame -1, "all").
-Frames are interned: ``node_frame[i]`` indexes ``frames``.
+Frames are interned: ``node_frame[i]`` indexes ``frames``. A frame's text
+loses its terminal control once decoded (a profiled process names its own
+functions and files; :func:`~gpulens.core.sanitize.clean_text`).
 
 Values are float64 (exact for integer counts below 2**53) in the profile's
 ``unit``: ``samples``, ``seconds`` or ``bytes``.
@@ -24,6 +26,7 @@ from typing import Any
 from gpulens.analysis.flame.build import SEP, Skeleton, lay_out
 from gpulens.analysis.flame.errors import FlameError
 from gpulens.analysis.flame.labels import FrameInfo, parse_frame
+from gpulens.core.sanitize import clean_text
 
 UNITS = ("samples", "seconds", "bytes")
 
@@ -160,7 +163,7 @@ class Profile:
             return self.info(self.node_frame[node])
         got = self._infos_by_text.get(raw)
         if got is None:
-            got = self._infos_by_text[raw] = parse_frame(raw.decode("utf-8", "replace"))
+            got = self._infos_by_text[raw] = parse_frame(clean_text(raw.decode("utf-8", "replace")))
         self._infos_by_node[node] = got
         return got
 
@@ -203,7 +206,7 @@ def _derive(profile: Profile, name: str) -> Any:
             fid = frame_ids.get(raw)
             if fid is not None:
                 profile._infos.setdefault(fid, info)
-        cache["frames"] = tuple(f.decode("utf-8", "replace") for f in frame_ids)
+        cache["frames"] = tuple(clean_text(f.decode("utf-8", "replace")) for f in frame_ids)
         cache["node_frame"] = node_frame
         tree.release_keys()
     elif name == "node_parent":

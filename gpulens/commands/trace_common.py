@@ -6,6 +6,8 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from gpulens.core.sanitize import clean_text
+
 if TYPE_CHECKING:
     from gpulens.agent.agent import Agent
 
@@ -16,8 +18,8 @@ HAND_BACK_WAIT_S = 600.0
 
 
 def say(msg: str) -> None:
-    """One progress line on stderr."""
-    print(f"gpulens trace: {msg}", file=sys.stderr, flush=True)
+    """One progress line on stderr: an agent's or a process's text loses its line breaks and escapes."""
+    print(f"gpulens trace: {clean_text(msg)}", file=sys.stderr, flush=True)
 
 
 def hand_back(owner: Agent) -> None:

@@ -16,6 +16,7 @@ import re
 from functools import partial
 from typing import ClassVar
 
+from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import Footer, Input, Static
@@ -27,6 +28,7 @@ from gpulens.analysis.flame.group import ProfileGroup
 from gpulens.analysis.flame.labels import format_value
 from gpulens.analysis.flame.model import Profile
 from gpulens.analysis.flame.query import frame_nodes, sandwich
+from gpulens.core.sanitize import clean_text
 from gpulens.tui.screens.flame_views import (
     CrumbedScreen,
     ExportScreen,
@@ -105,13 +107,14 @@ class FlameScreen(CrumbedScreen[None]):
         root = "gpulens flame" if isinstance(self.app, FlameApp) else "gpulens"
         return " › ".join([root, *below, self.crumb])
 
-    def _title_line(self) -> str:
+    def _title_line(self) -> Text:
         p = self.profile
         unit = (" sample" if p.total == 1 else " samples") if p.unit == "samples" else ""  # "1 sample"
         part = f"{self.group.label(self.choice)} (T: threads)  ·  " if self.group is not None else ""
         # The total before the title: a narrow terminal cuts the end of the line.
         line = f"{format_value(p.total, p.unit)}{unit}  ·  {part}{self.title_text}"
-        return line if self.has_header else f"{self.crumbs}  ·  {line}"
+        # Plain text, not markup: thread names and titles are the profiled process's or the file's words.
+        return Text(clean_text(line if self.has_header else f"{self.crumbs}  ·  {line}"))
 
     def header_mounted(self) -> None:
         """The app's header shows the crumbs: the title line leaves them out."""

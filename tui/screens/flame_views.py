@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar, TypeVar
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
@@ -16,6 +17,7 @@ from gpulens.analysis.flame.group import ALL, ProfileGroup
 from gpulens.analysis.flame.labels import format_value
 from gpulens.analysis.flame.model import Profile
 from gpulens.analysis.flame.query import FunctionRow, Sandwich, function_table
+from gpulens.core.sanitize import clean_text
 from gpulens.tui._compositor import SparseScreen
 from gpulens.tui.widgets.flamegraph import FlameGraph
 from gpulens.tui.widgets.header import AppHeader
@@ -141,10 +143,11 @@ class SandwichScreen(CrumbedScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static(self.crumbs_line, classes="flame-crumbs")
-            yield Static(f"callers of {self.sandwich.name} (read upwards: who called it)", classes="sandwich-title")
+            # Text, not str: a frame's name ("[@click=...]" in a profiled file's path) is never markup.
+            yield Static(Text(self.crumbs_line), classes="flame-crumbs")
+            yield Static(Text(f"callers of {self.sandwich.name} (read upwards: who called it)"), classes="sandwich-title")
             yield FlameGraph(self.sandwich.callers, id="callers")
-            yield Static(f"callees of {self.sandwich.name} (what it spent its value on)", classes="sandwich-title")
+            yield Static(Text(f"callees of {self.sandwich.name} (what it spent its value on)"), classes="sandwich-title")
             yield FlameGraph(self.sandwich.callees, id="callees")
         yield Footer()
 
@@ -180,7 +183,7 @@ class FunctionTableScreen(CrumbedScreen[str | None]):
         self._rows: list[FunctionRow] = []
 
     def compose(self) -> ComposeResult:
-        yield Static(f"{self.crumbs} › {self.crumb}".lstrip(" ›"), classes="flame-crumbs")
+        yield Static(Text(f"{self.crumbs} › {self.crumb}".lstrip(" ›")), classes="flame-crumbs")
         yield DataTable(cursor_type="row", zebra_stripes=True)
         yield Footer()
 
@@ -241,8 +244,10 @@ class ProfilePickerScreen(ModalScreen[int | str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static(f"[b]Profiles in {self.group.title or 'this file'}[/b] (one per thread): enter shows one")
-            options = [Option(("● " if c == self.current else "  ") + self.group.label(c)) for c in self.choices]
+            yield Static(Text.assemble(("Profiles in " + clean_text(self.group.title or "this file"), "bold"),
+                                       " (one per thread): enter shows one"))
+            options = [Option(Text(("● " if c == self.current else "  ") + clean_text(self.group.label(c))))
+                       for c in self.choices]
             yield OptionList(*options)
 
     def on_mount(self) -> None:
