@@ -36,9 +36,12 @@ from textual.widgets import Input, Static
 from gpulens.sources.local import replays
 from gpulens.tui.context import requester
 from gpulens.tui.messages import OpenFlame
+from gpulens.tui.profile_jobs import PROFILE_S, ProfileState, profile_jobs
 from gpulens.tui.widgets.ordered_input import OrderedInput
 from gpulens.tui.widgets.profile_panel import ProfilePanel
 from gpulens.tui.workers import call_in_app, cancelled, wait
+
+__all__ = ["PROFILE_S", "Profiling"]
 
 if TYPE_CHECKING:
     from gpulens.analysis.flame.model import Profile
@@ -46,8 +49,6 @@ if TYPE_CHECKING:
     from gpulens.core.events import RequestSource
     from gpulens.tui.screens.base import DataScreen
 
-PROFILE_S = 5.0
-"""Seconds ``f`` samples the job's processes for, until ``F`` sets another duration."""
 MAX_PROFILE_S = 60.0
 """The longest ``F`` accepts (an agent refuses more)."""
 PROFILE_BINDINGS: list[BindingType] = [
@@ -123,14 +124,47 @@ class Profiling:
         self.screen = screen
         self.local_pids = local_pids
         self.remote_pids = remote_pids
-        self.duration_s = PROFILE_S
-        """How long ``f`` samples (``F`` changes it)."""
-        self.last: tuple[Profile, str] | None = None
-        """The last flame graph opened from this screen and its title (``L`` reopens it)."""
-        self._last_note = ""
         self._countdown: Timer | None = None
-        self._deadline = 0.0
+        self._state: ProfileState | None = None
         self._doing = ""
+        self._deadline = 0.0
+
+    @property
+    def state(self) -> ProfileState:
+        """This screen's profiling, kept by the app (:mod:`gpulens.tui.profile_jobs`): the same for the
+        same host or job when the screen is opened again, and a sampling runs on when it closes."""
+        if self._state is None:
+            label = getattr(self.screen, "crumb", "") or type(self.screen).__name__
+            self._state = profile_jobs(self.screen.app).state(f"{type(self.screen).__name__}:{label}", label)
+        return self._state
+
+    @property
+    def duration_s(self) -> float:
+        """How long ``f`` samples (``F`` changes it; kept per host or job)."""
+        return self.state.duration_s
+
+    @duration_s.setter
+    def duration_s(self, value: float) -> None:
+        self.state.duration_s = value
+
+    @property
+    def last(self) -> tuple[Profile, str] | None:
+        """The last flame graph of this screen and its title (``L`` reopens it)."""
+        return self.state.last
+
+    def resume(self) -> None:
+        """The screen (re)opened: show a sampling still running, or a graph that finished meanwhile."""
+        st = self.state
+        if st.doing:
+            self._doing, self._deadline = st.doing, st.deadline
+            self._tick()
+            self._countdown = self.screen.set_interval(1.0, self._tick)
+        if st.last is not None:
+            self._note()
+        if st.ready:
+            st.ready = False
+            self.screen.notify(f"the flame graph sampled here while you were away is ready: L opens it "
+                               f"({st.last_note or (st.last[1] if st.last else '')})")
 
     @property
     def refusal(self) -> str:
@@ -169,11 +203,15 @@ class Profiling:
         """``f``: sample the processes' stacks with py-spy and open a flame graph."""
         if not self._can_profile():
             return
+        if self.state.doing:
+            self.screen.notify(f"{self.state.doing}: {round(self.state.left_s())} s left; the flame graph opens "
+                               "when done", severity="warning")
+            return
         pids = self.local_pids()
         seconds = self.duration_s
         if pids:
             self._start_countdown(f"sampling {len(pids)} process(es) with py-spy")
-            self.screen.background.start(lambda: self._sample(pids, seconds), name="py-spy profile", group="profile")
+            self._run_on_app(lambda: self._sample(pids, seconds), "py-spy profile")
             return
         remote = self.remote_pids()
         source = requester(self.screen.ctx)
@@ -182,8 +220,7 @@ class Profiling:
             host, host_pids = next(iter(remote.items()))
             more = f" (host 1 of {len(remote)})" if len(remote) > 1 else ""
             self._start_countdown(f"the agent on {host} samples {len(host_pids)} process(es) with py-spy{more}")
-            self.screen.background.start(lambda: self._sample_remote(agents, host, host_pids, seconds),
-                                         name=f"profile on {host}", group="profile")
+            self._run_on_app(lambda: self._sample_remote(agents, host, host_pids, seconds), f"profile on {host}")
             return
         where = "through an agent (--connect / --ssh)" if remote else "on this machine"
         self.screen.notify(f"no job processes to profile {where}; this machine is {self.screen.ctx.hostname}",
@@ -239,20 +276,39 @@ class Profiling:
     def _panel(self) -> ProfilePanel:
         return self.screen.query_one(ProfilePanel)
 
+    def _run_on_app(self, work: Callable[[], None], name: str) -> None:
+        """Run ``work`` as the app's worker, not the screen's: it goes on when the screen closes
+        (cancelled when the app quits; the sampler then kills py-spy at once)."""
+        self.screen.app.run_worker(work, name=name, group=f"profile {self.state.label}", thread=True,
+                                   exit_on_error=False)
+
+    def _mounted(self) -> bool:
+        return self.screen.is_attached and self.screen.app.screen is self.screen
+
     def _set_state(self, text: str) -> None:
+        here = self._here()
+        if here is not self:
+            here._set_state(text)
+            return
+        self.state.doing = ""
         self._stop_countdown()
-        self._panel().set_state(text)
+        if self._mounted():
+            self._panel().set_state(text)
+        else:
+            self.screen.app.notify(f"{self.state.label}: {text}", severity="warning")
 
     def _note(self) -> None:
         keys = f"F: seconds (now {self.duration_s:g} s)"
         if self.last is not None:
-            keys += f" · L: reopen the last graph ({self._last_note or self.last[0].title})"
+            keys += f" · L: reopen the last graph ({self.state.last_note or self.last[0].title})"
         self._panel().set_note(keys)
 
     def _start_countdown(self, doing: str) -> None:
         self._stop_countdown()
         self._doing = doing
         self._deadline = time.monotonic() + self.duration_s
+        st = self.state
+        st.doing, st.deadline, st.seconds = doing, self._deadline, self.duration_s
         self._tick()
         self._countdown = self.screen.set_interval(1.0, self._tick)
         # The Profile panel's countdown may be below the fold (80x24): a toast says it at any size.
@@ -260,9 +316,12 @@ class Profiling:
                            timeout=max(3.0, min(self.duration_s, 10.0)))
 
     def _tick(self) -> None:
+        if not self._mounted():
+            return
         left = self._deadline - time.monotonic()
-        text = (f"{self._doing}: {max(round(left), 0)} s left of {self.duration_s:g} s…" if left > 0.5
-                else f"{self._doing}: {self.duration_s:g} s done, reading py-spy's output…")
+        seconds = self.state.seconds or self.duration_s
+        text = (f"{self._doing}: {max(round(left), 0)} s left of {seconds:g} s…" if left > 0.5
+                else f"{self._doing}: {seconds:g} s done, reading py-spy's output…")
         self._panel().set_state(text)
 
     def _stop_countdown(self) -> None:
@@ -270,18 +329,39 @@ class Profiling:
             self._countdown.stop()
             self._countdown = None
 
+    def _here(self) -> Profiling:
+        """The Profiling that shows this state now: this one, or that of the same host's or job's screen
+        opened again since (a new screen object) when it is the one shown."""
+        current = getattr(self.screen.app.screen, "profiling", None)
+        if isinstance(current, Profiling) and current is not self and current._state is self.state:
+            return current
+        return self
+
     def _show(self, profile: Profile, title: str = "", note: str = "") -> None:
+        here = self._here()
+        if here is not self:
+            here._show(profile, title, note)
+            return
+        st = self.state
+        st.doing = ""
+        self._stop_countdown()
+        st.last, st.last_note = (profile, title), note
+        if not self._mounted():  # the screen was left while py-spy ran: keep the graph, say it is there
+            st.ready = True
+            self.screen.app.notify(f"flame graph of {st.label} ready: open {st.label} and press L")
+            return
         self._set_state(ProfilePanel.idle_text(self.count()) + (f" · last: {note}" if note else ""))
-        self.last, self._last_note = (profile, title), note
         self._note()
         self.screen.post_message(OpenFlame(profile, title))
 
     # ---- workers ----------------------------------------------------------------
     def _sample(self, pids: list[int], seconds: float) -> None:
-        from gpulens.analysis.flame.pyspy import sample_counted
+        from gpulens.analysis.flame.pyspy import SamplingCancelled, sample_counted
 
         try:
-            run: Sampled = sample_counted(pids, duration_s=seconds)
+            run: Sampled = sample_counted(pids, duration_s=seconds, cancel=cancelled)
+        except SamplingCancelled:  # the app quits: py-spy is killed, nothing to show
+            return
         except Exception as err:  # shown in the panel: permission, process gone...
             call_in_app(self._set_state, f"profile failed: {err}")
             return

@@ -16,6 +16,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpulens.analysis.flame.errors import ProfilerError, ProfilerPermissionError
@@ -113,7 +115,8 @@ def sample_pids(pids: list[int], duration_s: float, rate_hz: int = 100) -> Profi
     return sample_counted(pids, duration_s, rate_hz, count_threads=False).profile
 
 
-def sample_counted(pids: list[int], duration_s: float, rate_hz: int = 100, *, count_threads: bool = True) -> Sampled:
+def sample_counted(pids: list[int], duration_s: float, rate_hz: int = 100, *, count_threads: bool = True,
+                   cancel: Callable[[], bool] | None = None) -> Sampled:
     """Sample each process for ``duration_s`` seconds at ``rate_hz``; one profile (samples).
 
     py-spy takes whole seconds, so the duration is rounded up (minimum 1 s).
@@ -121,6 +124,9 @@ def sample_counted(pids: list[int], duration_s: float, rate_hz: int = 100, *, co
     Frames are aggregated by function (``-F``), shown as ``name (file:line)``.
     Raises ProfilerPermissionError without ptrace permission, ProfilerError
     when py-spy is missing, the process is gone or sampling fails.
+    ``cancel``: looked at every :data:`CANCEL_POLL_S`; once it returns True, every
+    py-spy child is killed (detaching from its target) and :class:`SamplingCancelled`
+    is raised (the app quits, say: it must not wait for the rest of the duration).
     """
     if not pids:
         raise ProfilerError("no process to sample")
@@ -139,15 +145,16 @@ def sample_counted(pids: list[int], duration_s: float, rate_hz: int = 100, *, co
             procs.append((pid, out, subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)))
         stacks: list[tuple[list[str], float]] = []
         errors: list[ProfilerError] = []
+        deadline = time.monotonic() + seconds + 60
         for pid, out, proc in procs:
             try:
-                _, err = proc.communicate(timeout=seconds + 60)
+                err = _finish(proc, deadline, cancel)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 _, err = proc.communicate()
                 errors.append(ProfilerError(f"py-spy did not finish sampling process {pid}"))
                 continue
-            except BaseException:  # Ctrl-C / SIGTERM: detach py-spy from every target now
+            except BaseException:  # Ctrl-C / SIGTERM / cancelled: detach py-spy from every target now
                 _kill_all([q for _, _, q in procs])
                 raise
             if proc.returncode != 0 or not os.path.exists(out):
@@ -168,6 +175,30 @@ def sample_counted(pids: list[int], duration_s: float, rate_hz: int = 100, *, co
     known = [counts[pid] for pid in sampled]
     threads = None if None in known else sum(c for c in known if c is not None)
     return Sampled(profile, int(profile.total), threads, rate_hz * seconds)
+
+
+CANCEL_POLL_S = 0.2
+"""How often a sampling run looks at its ``cancel``."""
+
+
+class SamplingCancelled(ProfilerError):
+    """The sampling was cancelled (its py-spy children are killed)."""
+
+
+def _finish(proc: subprocess.Popen[bytes], deadline: float, cancel: Callable[[], bool] | None) -> bytes:
+    """``proc``'s stderr once it exits; TimeoutExpired after ``deadline``; SamplingCancelled once ``cancel()``."""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise subprocess.TimeoutExpired(proc.args, 0)
+        try:
+            _, err = proc.communicate(timeout=min(left, CANCEL_POLL_S) if cancel is not None else left)
+            return err
+        except subprocess.TimeoutExpired:
+            if cancel is not None and cancel():
+                raise SamplingCancelled("sampling cancelled") from None
+            if time.monotonic() >= deadline:
+                raise
 
 
 def _kill_all(procs: list[subprocess.Popen[bytes]]) -> None:

@@ -139,3 +139,16 @@ def test_profile_host_without_agent_is_a_clear_error(
     assert main(["profile", "--pid", "1", "--host", "127.0.0.1:9", "-o", str(tmp_path / "x")]) == 2
     assert "no gpulens agent answered at 127.0.0.1:9" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_a_cancelled_sampling_kills_py_spy_at_once(target: int) -> None:
+    # Issue 31, item 1: quitting while py-spy sampled for 20 s left the app blank until it ended.
+    from gpulens.analysis.flame.pyspy import SamplingCancelled, sample_counted
+
+    started = time.monotonic()
+    with pytest.raises(SamplingCancelled):
+        sample_counted([target], 30.0, cancel=lambda: time.monotonic() - started > 0.5)
+    spent = time.monotonic() - started
+    leftover = subprocess.run(["pgrep", "-f", f"py-spy record .*-p {target}"], capture_output=True, text=True)
+    assert leftover.stdout.strip() == "", "a py-spy child outlived the cancelled sampling"
+    assert spent < 30.0, f"it sampled the whole 30 s ({spent:.1f} s) instead of stopping when cancelled"

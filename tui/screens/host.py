@@ -131,6 +131,7 @@ class HostScreen(DataScreen):
         body.focus()
         self.watch(body, "scroll_y", self._scrolled, init=False)
         self.refresh_data(force=True)
+        self.profiling.resume()  # a sampling still running, or finished while this host was closed
 
     def on_resize(self, event: events.Resize) -> None:
         """Narrow layout, and plots as tall as the terminal allows."""

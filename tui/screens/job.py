@@ -106,6 +106,7 @@ class JobScreen(DataScreen):
         configure_plots(self, JOB_PLOTS, self.ctx.cfg)
         self.query_one("#body").focus()
         self.refresh_data(force=True)
+        self.profiling.resume()  # a sampling still running, or finished while this job was closed
 
     def on_resize(self, event: events.Resize) -> None:
         """Narrow layout; plots as tall as the terminal allows."""

@@ -165,9 +165,13 @@ STATE_FIELDS = ("source", "simulated", "window", "paused", "status", "clock")
 
 def header_state(ctx: ScreenContext) -> tuple[object, ...]:
     """What the header shows of ``ctx``, as :data:`STATE_FIELDS` name it: the source's name, SIMULATED,
-    the window (:func:`window_text`), PAUSED, the source's status and the clock."""
+    the window (:func:`window_text`), PAUSED, the source's status and the clock; py-spy samplings
+    running (``py-spy job 4242 12s``, :mod:`gpulens.tui.profile_jobs`) beside the source, like REC."""
     status = ctx.store.source_status
-    return (ctx.source.name, ctx.source.simulated, window_text(ctx), ctx.paused,
+    name = ctx.source.name
+    jobs = getattr(ctx, "_gpulens_profile_jobs", None)  # the app's py-spy work (gpulens.tui.profile_jobs)
+    running = jobs.note() if jobs is not None and hasattr(jobs, "note") else ""
+    return (f"{name} · {running}" if running else name, ctx.source.simulated, window_text(ctx), ctx.paused,
             (status.message, status.ok) if status else ("", True), ctx.clock_text())
 
 
