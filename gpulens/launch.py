@@ -39,13 +39,17 @@ def _trace_service(
         from gpulens.ipc.errors import EndpointBusy
     except ImportError as err:
         return None, f"trace service not installed: {err}", _nothing
+    from gpulens.ipc.kineto.endpoint import resolve_socket_dir
+
+    socket_dir = resolve_socket_dir(None)  # $KINETO_IPC_SOCKET_DIR now: the follower keeps watching that name
+
     def own() -> Agent:
-        return endpoint_owner(socket.gethostname(), version=__version__, job_key_env=job_key_env)
+        return endpoint_owner(socket.gethostname(), socket_dir or "", version=__version__, job_key_env=job_key_env)
 
     try:
         owner = own()
     except EndpointBusy as busy:
-        return _through_owner(busy, own)
+        return _through_owner(busy, own, socket_dir)
     except Exception as err:  # the TUI runs without "Open Profiler" and says why on job screens
         return None, f"trace service not started: {err}", _nothing
     from gpulens.sources.owner_switch import HandoverTraceService
@@ -62,7 +66,7 @@ def _trace_service(
 
 
 def _through_owner(
-    busy: Exception, own: Callable[[], Agent]
+    busy: Exception, own: Callable[[], Agent], socket_dir: str | None = None
 ) -> tuple[TraceService | None, str | None, Callable[[], None]]:
     """The Kineto name is taken: trace through the gpulens holding it, if it is one we may use; when
     that one exits, own the endpoint here (``own()``: an in-process owner, as when we had started first)."""
@@ -72,7 +76,7 @@ def _through_owner(
     from gpulens.sources.tracing import default_download_dir
 
     try:
-        link = connect_owner(None, default_download_dir())
+        link = connect_owner(socket_dir or "", default_download_dir())
     except StreamError as err:
         return None, f"trace service not started: {busy} ({err})", _nothing
     owners: list[Agent] = []
@@ -86,7 +90,7 @@ def _through_owner(
         assert local is not None  # endpoint_owner raises unless it serves
         return local, owner.reclaim_endpoint
 
-    service = HandoverTraceService.follower(ControlTraceService(link), take)
+    service = HandoverTraceService.follower(ControlTraceService(link), take, socket_dir or "")
     box.append(service)
 
     def release() -> None:
