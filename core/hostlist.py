@@ -4,7 +4,8 @@ Rules (as ``scontrol show hostnames`` applies them): commas outside
 brackets separate expressions; a bracket holds comma-separated numbers or
 ``lo-hi`` ranges; the width of ``lo`` sets zero padding (``01-16`` gives
 ``01``..``16``); several brackets in one name expand as a product, left to
-right. The total is computed before expanding, so ``n[0-99999999]`` is
+right. Empty names between commas (``n1,,n2``) are skipped, as
+python-hostlist skips them. The total is computed before expanding, so ``n[0-99999999]`` is
 refused at once instead of filling memory.
 """
 
@@ -106,12 +107,14 @@ def expand(hostlist: str, max_hosts: int = MAX_HOSTS) -> list[str]:
     for expr in _split_top(text):
         expr = expr.strip()
         if not expr:
-            raise ConfigError(f"hostlist {hostlist!r}: empty name between commas")
+            continue
         for name in _expand_one(expr, max_hosts - len(seen)):
             seen[name] = None
         if len(seen) > max_hosts:
             raise ConfigError(f"hostlist {hostlist!r}: more than {max_hosts} hosts")
     names = list(seen)
+    if not names:
+        raise ConfigError(f"hostlist {hostlist!r}: no host names")
     for name in names:
         if not name or name.startswith("-"):
             raise ConfigError(f"hostlist {hostlist!r}: bad host name {name!r}")

@@ -30,7 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     t = parser.add_argument_group("display")
     t.add_argument("--interval", type=float, metavar="S", help="sampling interval in seconds")
     t.add_argument("--pattern", metavar="RE", help="job pattern (regex on the process-tree ID)")
-    t.add_argument("--window", metavar="W", help="statistics window: 1m, 5m, 15m or 1h")
+    # choices (not only help text) so the shtab completion script offers the windows
+    t.add_argument("--window", choices=("1m", "5m", "15m", "1h"), help="statistics window")
     t.add_argument("--readonly", action="store_true",
                    help="watch only: no action that touches a process (no signals, no py-spy sampling, no traces)")
 
