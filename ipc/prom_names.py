@@ -14,7 +14,7 @@ shows is the true amount whatever the scrape interval.
 
 Every expression returns the value already converted to the gpulens unit of
 the field (percent, bytes, bytes/s, W, C, MHz) and keeps the labels that name
-the host (``host``, ``Hostname`` or ``instance``; see :func:`host_of`) and,
+the host (``host``, ``Hostname``/``hostname`` or ``instance``; see :func:`host_of`) and,
 for GPU rows, the GPU (``gpu``, ``uuid``/``UUID``). ``$SEL`` is replaced by the
 user's label matchers (may be empty; PromQL accepts a trailing comma) and
 ``$RATE`` by the rate window. For one field and one host the first family in
@@ -104,7 +104,8 @@ def _d(field: str, metric: str, scale: float = 1.0) -> MetricMap:
     return MetricMap(field, "dcgm", (metric,), expr, scale, ("gpu", "UUID"))
 
 
-HOST_LABELS = ("host", "Hostname", "instance")
+# dcgm-exporter's main branch renamed its ``Hostname`` label ``hostname``; releases still say ``Hostname``
+HOST_LABELS = ("host", "Hostname", "hostname", "instance")
 STATIC_FIELDS = frozenset({
     "host.simulated", "host.unavailable", "cpu.count", "memory.total_bytes",
     "gpu.info", "gpu.mem_total_bytes",
@@ -277,9 +278,10 @@ _PORT = re.compile(r"^\[?(.*?)\]?:[0-9]+$")
 
 
 def host_of(labels: Mapping[str, str]) -> str | None:
-    """The host a series belongs to: ``host``, else dcgm's ``Hostname``, else
-    ``instance`` without its port. None when none of them is set."""
-    for key in ("host", "Hostname"):
+    """The host a series belongs to: ``host``, else dcgm-exporter's ``Hostname``
+    (releases) or ``hostname`` (its main branch), else ``instance`` without its
+    port. None when none of them is set."""
+    for key in ("host", "Hostname", "hostname"):
         value = labels.get(key)
         if value:
             return value
