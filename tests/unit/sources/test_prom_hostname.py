@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpulens.ipc.prom_names import TABLE, host_of
+from gpulens.ipc.prom_names import TABLE, MetricMap, host_of
 from gpulens.sources.prometheus.assemble import Answer, assemble
 from tests.paths import DATA
 
@@ -15,7 +15,7 @@ SCRAPE = (DATA / "prometheus" / "datadog-dcgm-metrics.txt").read_text()
 HOSTS = {"424773df46e0", "551bdf382151", "ip-11111"}
 
 
-def _answers(text: str) -> list[tuple[object, Answer]]:
+def _answers(text: str) -> list[tuple[MetricMap, Answer]]:
     """What Prometheus answers for each dcgm row: the scrape's series plus the
     ``instance`` label Prometheus adds (the exporter scraped through localhost)."""
     series: dict[str, Answer] = {}
@@ -35,7 +35,7 @@ def test_both_spellings_name_the_host_not_localhost(label: str) -> None:
     answers = _answers(text)
     assert len(answers) >= 5
     assert {host_of(lab) for _, ans in answers for lab, _ in ans} == HOSTS
-    hosts = assemble(answers, 1.0)  # type: ignore[arg-type]
+    hosts = assemble(answers, 1.0)
     assert set(hosts) == HOSTS
     assert "localhost" not in hosts
     assert hosts["424773df46e0"].gpus[0].temperature_c == 25
