@@ -8,9 +8,16 @@ Every module logs through ``logging.getLogger("gpulens…")``. :func:`install`
   ``:log`` view and its notifications land here too (:func:`note`);
 - a file, when ``--log-file FILE`` is given, or with ``--debug`` alone the
   state directory's ``gpulens.log`` (:func:`gpulens.core.dirs.state_dir`),
-  because a TUI owns the terminal and cannot print. The file is opened
-  ``O_APPEND|O_NOFOLLOW``, mode 0600, and rotated at :data:`MAX_LOG_BYTES`
-  (one old copy, ``.1``), so a long-lived agent cannot fill a small home.
+  because a TUI owns the terminal and cannot print. The file is held by
+  descriptor, mode 0600, rotated at :data:`MAX_LOG_BYTES` (one old copy,
+  ``.1``), and safe in a directory other users can write such as ``/tmp``
+  (:mod:`gpulens.core.logfile`): another user's file, a FIFO, a link or an
+  open, non-sticky directory is refused in one line;
+- one rate limit (:mod:`gpulens.core.lograte`) on both: a peer that makes
+  gpulens warn thousands of times a minute (malformed Kineto datagrams)
+  gets 10 lines per kind and a minute and one ``… N more like this`` count,
+  not a full log and a rotation every few seconds. :func:`rate_limit` puts
+  the same limit on another handler (the agent's stderr).
 
 Messages are sanitized (:mod:`gpulens.core.sanitize`) before they are kept:
 a hostile peer's text cannot put escape sequences into the file or the view.
@@ -20,13 +27,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
+import sys
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpulens.core.logfile import SafeFileHandler
+from gpulens.core.lograte import EXEMPT, RateLimit
 from gpulens.core.sanitize import clean_text
 
 RING_SIZE = 500
@@ -61,53 +70,39 @@ class _Ring(logging.Handler):
         self.version += 1
 
 
-class _SafeFile(logging.Handler):
-    """Appends to a file opened without following a link; rotates at ``max_bytes``."""
-
-    def __init__(self, path: Path, max_bytes: int) -> None:
-        super().__init__()
-        self.path = path
-        self.max_bytes = max_bytes
-        self._fd = _open_log(path)
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            line = clean_text(self.format(record)).replace("\n", " ") + "\n"
-            data = line.encode("utf-8", "replace")
-            if os.fstat(self._fd).st_size + len(data) > self.max_bytes:
-                self._rotate()
-            os.write(self._fd, data)
-        except OSError:
-            self.handleError(record)
-
-    def _rotate(self) -> None:
-        os.close(self._fd)
-        with contextlib.suppress(OSError):
-            os.replace(self.path, self.path.with_name(self.path.name + ".1"))
-        self._fd = _open_log(self.path)
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self._fd)
-        super().close()
-
-
-def _open_log(path: Path) -> int:
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-    return os.open(path, flags, 0o600)
-
-
 _lock = threading.Lock()
 _ring = _Ring(RING_SIZE)
-_file: _SafeFile | None = None
+_file: SafeFileHandler | None = None
+limit = RateLimit()
+"""The rate limit on every handler gpulens installs (module doc)."""
+_ring.addFilter(limit)
+
+
+def rate_limit(handler: logging.Handler) -> logging.Handler:
+    """Put gpulens' rate limit on ``handler`` too (the agent's stderr); returns it."""
+    if limit not in handler.filters:
+        handler.addFilter(limit)
+    return handler
+
+
+def _rotation_failed(message: str) -> None:
+    """The file handler stopped rotating: one line on stderr and in the ring (not through logging,
+    which holds the file handler's lock here)."""
+    text = f"log file: {message}"
+    _ring.records.append(LogEntry(time.time(), "WARNING", "gpulens.logbook", clean_text(text)))
+    _ring.version += 1
+    with contextlib.suppress(OSError, ValueError):  # stderr closed: the ring still has it
+        print(f"gpulens: warning: {clean_text(text)}", file=sys.stderr)
 
 
 def install(log_file: Path | None = None, debug: bool = False) -> Path | None:
     """Attach the ring (always) and the file (``log_file``, or the state dir's with ``debug``).
 
-    Returns the file written, if any. Raises OSError (with the file name) when
-    the file cannot be opened, so ``--log-file /nonexistent/x`` is one clear line.
-    Idempotent: a second call replaces the file handler.
+    Returns the file written, if any. Raises UnsafePath (naming the path and what
+    is wrong: another user's file, a FIFO, a link, an open directory, a missing
+    one) or OSError (the state directory cannot be made), so a bad
+    ``--log-file`` is one clear line. Idempotent: a second call replaces the
+    file handler and writes, then forgets, the rate limit's pending counts.
     """
     global _file
     from gpulens.core.dirs import state_dir
@@ -118,6 +113,7 @@ def install(log_file: Path | None = None, debug: bool = False) -> Path | None:
         # Without --debug the logger keeps inheriting (the agent's stderr log at INFO still works);
         # the ring and the file take warnings and above.
         root.setLevel(logging.DEBUG if debug else logging.NOTSET)
+        limit.flush(everything=True)
         _ring.setLevel(level)
         if _ring not in root.handlers:
             root.addHandler(_ring)
@@ -130,11 +126,9 @@ def install(log_file: Path | None = None, debug: bool = False) -> Path | None:
             target = state_dir(create=True) / "gpulens.log"
         if target is None:
             return None
-        try:
-            handler = _SafeFile(target, MAX_LOG_BYTES)
-        except OSError as err:
-            raise OSError(err.errno, err.strerror, str(target)) from err
+        handler = SafeFileHandler(target, MAX_LOG_BYTES, warn=_rotation_failed)
         handler.setLevel(level)
+        handler.addFilter(limit)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         root.addHandler(handler)
         _file = handler
@@ -143,7 +137,7 @@ def install(log_file: Path | None = None, debug: bool = False) -> Path | None:
 
 def note(message: str, level: int = logging.WARNING, logger: str = "gpulens.tui") -> None:
     """Record something the user was shown (a TUI notification) so ``:log`` keeps it."""
-    logging.getLogger(logger).log(level, "%s", message)
+    logging.getLogger(logger).log(level, "%s", message, extra={EXEMPT: True})  # shown already: never dropped
     root = logging.getLogger(ROOT_LOGGER)
     if _ring not in root.handlers or not root.isEnabledFor(level) or level < _ring.level:
         # Not installed (tests, library use) or below the level: keep it in the ring anyway.

@@ -166,13 +166,17 @@ def _start_logging(args: argparse.Namespace) -> None:
     if debug:
         os.environ["GPULENS_DEBUG"] = "1"  # tracebacks of internal errors, for this process and children
     log_file = getattr(args, "log_file", None)
+    from gpulens.core.errors import ConfigError
+    from gpulens.core.safefs import UnsafePath
+
     if log_file is not None and not str(log_file).strip():
-        from gpulens.core.errors import ConfigError
         raise ConfigError("--log-file: expected a file name, got an empty string")
     try:
         logbook.install(Path(log_file) if log_file else None, debug=debug)
+    except UnsafePath as err:  # another user's file, a FIFO, a link, an open directory: refused
+        where = f"--log-file {log_file}" if log_file else "--debug log"
+        raise ConfigError(f"{where}: cannot open: {err}") from err
     except OSError as err:
-        from gpulens.core.errors import ConfigError
         where = f"--log-file {log_file}" if log_file else f"--debug log {err.filename}"
         raise ConfigError(f"{where}: cannot open: {err.strerror}") from err
 
