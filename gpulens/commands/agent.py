@@ -121,6 +121,10 @@ def run(args: argparse.Namespace) -> int:
         level=logging.WARNING if args.quiet else logging.INFO,
         format="gpulens agent: %(message)s",
     )
+    from gpulens.core import logbook
+
+    for handler in logging.getLogger().handlers:  # peers cause warnings (bad datagrams): 10 a kind a minute
+        logbook.rate_limit(handler)
     cfg = args.cfg
     if args.stdio:
         tcp_only = [flag for flag, v in (("--port-file", args.port_file), ("--tls-cert", args.tls_cert),
