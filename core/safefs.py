@@ -50,12 +50,20 @@ def open_dir(path: str | Path) -> int:
     Raises:
         UnsafePath: a component is a symlink or not a directory, or cannot be opened.
     """
+    return _walk(path, None)
+
+
+def _walk(path: str | Path, owners: tuple[int, ...] | None) -> int:
+    """Open an absolute directory component by component from ``/`` with ``O_NOFOLLOW``; with ``owners``,
+    every directory on the way (``/`` included) must pass :func:`check_dir` against them (shared if sticky)."""
     text = os.fspath(path)
     if not text.startswith("/"):
         raise UnsafePath(f"{text}: expected an absolute path")
     fd = os.open("/", _DIR_FLAGS)
     walked = ""
     try:
+        if owners is not None:
+            check_dir(fd, "/", owners=owners, shared_ok=True)
         for part in [p for p in text.split("/") if p and p != "."]:
             if part == "..":
                 raise UnsafePath(f"{text}: '..' is not allowed here")
@@ -66,6 +74,8 @@ def open_dir(path: str | Path) -> int:
                 raise _describe_open_error(walked, err) from err
             os.close(fd)
             fd = nxt
+            if owners is not None:
+                check_dir(fd, walked, owners=owners, shared_ok=True)
     except BaseException:
         os.close(fd)
         raise
@@ -94,28 +104,7 @@ def open_trusted_dir(path: str | Path, owners: tuple[int, ...]) -> int:
         UnsafePath: naming the first component that fails; a missing one has
             ``FileNotFoundError`` as its ``__cause__``.
     """
-    text = os.fspath(path)
-    if not text.startswith("/"):
-        raise UnsafePath(f"{text}: expected an absolute path")
-    fd = os.open("/", _DIR_FLAGS)
-    walked = ""
-    try:
-        check_dir(fd, "/", owners=owners, shared_ok=True)
-        for part in [p for p in text.split("/") if p and p != "."]:
-            if part == "..":
-                raise UnsafePath(f"{text}: '..' is not allowed here")
-            walked += "/" + part
-            try:
-                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            except OSError as err:
-                raise _describe_open_error(walked, err) from err
-            os.close(fd)
-            fd = nxt
-            check_dir(fd, walked, owners=owners, shared_ok=True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return _walk(path, owners)
 
 
 def check_dir(fd: int, path: str, *, owners: tuple[int, ...], shared_ok: bool) -> os.stat_result:

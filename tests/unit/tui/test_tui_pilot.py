@@ -336,81 +336,9 @@ async def test_a_failed_worker_is_shown_and_the_app_stays_up() -> None:
         assert app.is_running and app.screen is screen
 
 
-@sync
-async def test_a_profile_started_on_a_host_goes_on_after_leaving_it_and_is_offered_when_ready(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
-) -> None:
-    # Issue 31, item 2: F 8, f, Esc used to lose the flame graph and forget the duration.
-    from concurrent.futures import Future
-    from types import SimpleNamespace
-
-    from gpulens.core.events import SampleEvent
-    from gpulens.core.model import (
-        CpuSample,
-        HostSample,
-        JobInfo,
-        MemorySample,
-        NetworkSample,
-        StorageSample,
-    )
-    from gpulens.tui import profiling
-    from tests.fakes.tui_fakes import FROZEN, StaticSource, frozen_clock
-
-    pending: Future[Any] = Future()  # the agent answers only when the test says
-    returned: list[object] = []
-    real_wait = profiling.wait
-
-    def spy(fut: Future[Any], timeout_s: float) -> object:
-        returned.append(real_wait(fut, timeout_s))
-        return returned[-1]
-
-    monkeypatch.setattr(profiling, "wait", spy)
-
-    class SlowAgent(StaticSource):
-        def request(self, host: str, kind: str, params: Any, timeout_s: float) -> Future[Any]:
-            return pending
-
-    job = JobInfo(pid=777, tree_id="slurmstepd/python", cmdline="python train.py", user="u",
-                  start_time=FROZEN - 100, cpu_percent=99.0)
-    sample = HostSample(host="far-host", time=FROZEN, cpu=CpuSample(total_percent=1.0),
-                        memory=MemorySample(total_bytes=100, used_bytes=50),
-                        network=NetworkSample(rx_bytes_per_s=1.0, tx_bytes_per_s=1.0),
-                        storage=StorageSample(read_bytes_per_s=1.0, write_bytes_per_s=1.0), jobs=(job,))
-    folded = tmp_path / "profile.txt"
-    folded.write_text("main;train;step 30\nmain;load 10\n")
-    app = GpulensApp(source=SlowAgent([SampleEvent(sample)]), clock=frozen_clock)
-    async with app.run_test(size=SIZE) as pilot:
-        await settle(app, pilot)
-        app.jump("host far-host")
-        await settle(app, pilot)
-        app.screen.profiling.duration_s = 8.0  # what F 8 Enter sets
-        await pilot.press("f")
-        await pilot.pause()
-        [worker] = [w for w in app.workers if (w.group or "").startswith("profile")]
-        await pilot.press("escape")
-        await pilot.pause(0.3)
-        assert isinstance(app.screen, OverviewScreen)
-        assert not worker.is_cancelled and not returned  # still waiting for the agent: not dropped
-        assert "py-spy far-host" in app.screen.query_one("AppHeader").source  # shown like REC
-        pending.set_result(SimpleNamespace(files={777: str(folded)}))
-        for _ in range(200):
-            if any("flame graph of far-host ready" in str(n.message) for n in app._notifications):
-                break
-            await pilot.pause(0.05)
-        assert any("flame graph of far-host ready" in str(n.message) for n in app._notifications)
-        app.jump("host far-host")  # opened again: the same duration, the graph offered
-        await settle(app, pilot)
-        prof = app.screen.profiling
-        assert prof.duration_s == 8.0 and prof.last is not None and prof.last[0].total == 40
-        assert any("while you were away is ready: L opens it" in str(n.message) for n in app._notifications)
-        await pilot.press("L")
-        await settle(app, pilot)
-        assert type(app.screen).__name__ == "FlameScreen"
-
-
-@sync
-async def test_quitting_cancels_a_running_profile(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Issue 31, item 1: Ctrl-C while py-spy sampled left the app blank for 19 s.
+def _far_host_app(monkeypatch: pytest.MonkeyPatch) -> tuple[GpulensApp, Any, list[object]]:
+    """An app watching ``far-host`` through an agent whose profile answer waits for the test; the
+    future to answer it with, and what each of the profile worker's waits returned."""
     from concurrent.futures import Future
 
     from gpulens.core.events import SampleEvent
@@ -445,7 +373,52 @@ async def test_quitting_cancels_a_running_profile(monkeypatch: pytest.MonkeyPatc
                         memory=MemorySample(total_bytes=100, used_bytes=50),
                         network=NetworkSample(rx_bytes_per_s=1.0, tx_bytes_per_s=1.0),
                         storage=StorageSample(read_bytes_per_s=1.0, write_bytes_per_s=1.0), jobs=(job,))
-    app = GpulensApp(source=SlowAgent([SampleEvent(sample)]), clock=frozen_clock)
+    return GpulensApp(source=SlowAgent([SampleEvent(sample)]), clock=frozen_clock), pending, returned
+
+
+@sync
+async def test_a_profile_started_on_a_host_goes_on_after_leaving_it_and_is_offered_when_ready(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    # Issue 31, item 2: F 8, f, Esc used to lose the flame graph and forget the duration.
+    from types import SimpleNamespace
+
+    app, pending, returned = _far_host_app(monkeypatch)
+    folded = tmp_path / "profile.txt"
+    folded.write_text("main;train;step 30\nmain;load 10\n")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+        app.jump("host far-host")
+        await settle(app, pilot)
+        app.screen.profiling.duration_s = 8.0  # what F 8 Enter sets
+        await pilot.press("f")
+        await pilot.pause()
+        [worker] = [w for w in app.workers if (w.group or "").startswith("profile")]
+        await pilot.press("escape")
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, OverviewScreen)
+        assert not worker.is_cancelled and not returned  # still waiting for the agent: not dropped
+        assert "py-spy far-host" in app.screen.query_one("AppHeader").source  # shown like REC
+        pending.set_result(SimpleNamespace(files={777: str(folded)}))
+        for _ in range(200):
+            if any("flame graph of far-host ready" in str(n.message) for n in app._notifications):
+                break
+            await pilot.pause(0.05)
+        assert any("flame graph of far-host ready" in str(n.message) for n in app._notifications)
+        app.jump("host far-host")  # opened again: the same duration, the graph offered
+        await settle(app, pilot)
+        prof = app.screen.profiling
+        assert prof.duration_s == 8.0 and prof.last is not None and prof.last[0].total == 40
+        assert any("while you were away is ready: L opens it" in str(n.message) for n in app._notifications)
+        await pilot.press("L")
+        await settle(app, pilot)
+        assert type(app.screen).__name__ == "FlameScreen"
+
+
+@sync
+async def test_quitting_cancels_a_running_profile(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 31, item 1: Ctrl-C while py-spy sampled left the app blank for 19 s.
+    app, _pending, returned = _far_host_app(monkeypatch)
     async with app.run_test(size=SIZE) as pilot:
         await settle(app, pilot)
         app.jump("host far-host")
