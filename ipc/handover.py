@@ -250,9 +250,7 @@ class _Exchange:
         """Released when we serve the passed socket (whatever the holder said after); else why not."""
         if self.adopted and not self.adopt_error:
             return HandoverAnswer(True)
-        if self.adopt_error:
-            why = f"{why} ({self.adopt_error})" if "answered without" not in why else self.adopt_error
-        return HandoverAnswer(False, why)
+        return HandoverAnswer(False, self.adopt_error or why)  # what went wrong on our side says most
 
 
 def pass_socket(receiver: object, endpoint: socket.socket, asker_uid: int | None,
