@@ -276,6 +276,16 @@ class MultiSource:
             s.stop()
 
 
+def collects_here(source: Source) -> bool:
+    """Whether this machine's own collector, in this process, is (part of) ``source``.
+
+    A stream or Prometheus host that names itself like this machine is no
+    proof that it is this machine: an impostor agent can (issue 27 item 6).
+    """
+    parts = source.sources if isinstance(source, MultiSource) else [source]
+    return any(isinstance(s, LocalSource) for s in parts)
+
+
 class Recorder:
     """Writes every event to a recording file (``--record FILE``); thread-safe.
 

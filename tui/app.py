@@ -1,8 +1,7 @@
 """GpulensApp: the TUI, handed its source; the store sits between them.
 
 Sources call ``emit`` from their threads; events queue under a lock and one ``SourceEvents``
-message at a time drains them, so a burst of 256 host samples costs one store update and one
-redraw (at most every 0.25 s).
+message at a time drains them: 256 host samples cost one store update and one redraw (≤ 4/s).
 
 The app is the screens' :class:`~gpulens.tui.context.ScreenContext` and routes the navigation
 messages they post (:mod:`gpulens.tui.messages`); screens never import it. Its one
@@ -33,7 +32,7 @@ from gpulens.core import logbook
 from gpulens.core.config import WINDOWS, Config, Panel
 from gpulens.core.events import HostStatusEvent, PanelData, Source, SourceEvent, SourceStatusEvent
 from gpulens.ipc.kineto.protocol import TraceService
-from gpulens.sources.local import ReplaySource
+from gpulens.sources.local import ReplaySource, collects_here
 from gpulens.store.store import Store
 from gpulens.tui._driver import IdleInput
 from gpulens.tui._theme_cache import ThemeCache
@@ -106,6 +105,7 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
         self.paused = False
         self.hostname = hostname or socket.gethostname()
         """This machine: py-spy and the local trace service reach its processes only."""
+        self.collects_here = collects_here(source)  # not an agent that names itself like it: local signals
         self._lock = threading.Lock()
         self._pending: list[SourceEvent] = []
         self._posted = False

@@ -62,6 +62,16 @@ class ScreenContext(Protocol):
         ...
 
     @property
+    def collects_here(self) -> bool:
+        """Whether this machine's own collector (in this process) reports ``hostname``.
+
+        A stream or Prometheus host that merely *names* itself like this machine
+        is not proof: an impostor agent can (issue 27 item 6). Local signals
+        need this to be True.
+        """
+        ...
+
+    @property
     def trace_service(self) -> TraceService | None:
         """The trace service for this machine's processes (Kineto), or None."""
         ...

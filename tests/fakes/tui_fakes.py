@@ -163,6 +163,8 @@ class FakeContext:
         self.paused = False
         self.readonly = False
         self.hostname = hostname
+        self.collects_here = True
+        """As the local collector: a test of an impostor sets it False."""
         self.trace_service = trace_service
         self.trace_error: str | None = None
 

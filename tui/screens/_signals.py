@@ -34,6 +34,20 @@ def start_time(pid: int, proc: Path = PROC) -> float | None:
     return btime + ticks / _CLK_TCK
 
 
+def proc_cmdline(pid: int, proc: Path = PROC) -> str | None:
+    """``pid``'s command line as /proc has it now (arguments joined by spaces); None when gone.
+
+    The kernel's ``[comm]`` stands for a process with no command line (a kernel thread, a zombie).
+    """
+    try:
+        raw = (proc / str(pid) / "cmdline").read_bytes()[:8192]
+        if not raw:
+            return "[" + (proc / str(pid) / "comm").read_text(errors="replace").strip() + "]"
+    except OSError:
+        return None
+    return raw.rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")
+
+
 NO_REMOTE = "signals to another host's processes go through ssh, which this source does not offer"
 
 

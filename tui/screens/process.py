@@ -31,7 +31,7 @@ from gpulens.sources.local import ReplaySource
 from gpulens.store.views import job_key
 from gpulens.tui.context import ScreenContext
 from gpulens.tui.screens._plots import PROCESS_PLOTS, SeriesFeed, configure_plots, plot_rows
-from gpulens.tui.screens._signals import refusal, send
+from gpulens.tui.screens._signals import proc_cmdline, refusal, send
 from gpulens.tui.screens._ssh_signal import Answer, look_over_ssh, send_over_ssh, ssh_refusal
 from gpulens.tui.screens.base import DataScreen, update_static
 from gpulens.tui.widgets.header import AppHeader
@@ -155,9 +155,19 @@ class ProcessScreen(DataScreen):
             return "a recording: its processes are not running now"
         return ssh_refusal(self.host, self.ctx.cfg.signal_ssh)
 
+    def signals_here(self) -> bool:
+        """Whether a signal is sent from here: only to this machine's own collector's processes.
+
+        An agent on the stream that names itself like this machine is not
+        trusted with it (an impostor listed alice's process under a forged
+        command line, issue 27 item 6): its processes go the remote way,
+        where the host itself is asked what runs.
+        """
+        return self.is_local(self.host) and self.ctx.collects_here
+
     def why_not(self, job: JobInfo | None = None) -> str | None:
         """Why no signal can be sent now to ``job`` (default: the process as last reported; None: it can)."""
-        local = self.is_local(self.host)
+        local = self.signals_here()
         return refusal(job or self.job(), local=local, readonly=self.readonly,
                        remote_why=None if local else self.remote_why())
 
@@ -233,9 +243,17 @@ class ProcessScreen(DataScreen):
             return
         # The whole command, as far as a confirmation can show it: a cut one can read as another program.
         target, what = job, clean_text(job.cmdline if len(job.cmdline) <= 240 else job.cmdline[:239] + "…")
-        if not self.is_local(self.host):
+        if not self.signals_here():
             self._ask_remote(target, name, what)
             return
+        # What runs now, from /proc (not the sample's text): the confirmation names the real program.
+        seen = proc_cmdline(job.pid)
+        if seen is None:
+            self.notify(f"{name} not sent: pid {job.pid} has exited", severity="warning")
+            return
+        seen = clean_text(seen if len(seen) <= 240 else seen[:239] + "…")
+        if seen != what:
+            what = f"{seen}; the sample said: {what}"
 
         def answered(yes: bool | None) -> None:
             if yes:
