@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -318,36 +317,12 @@ class HandoverTraceService:
 
     def _connect_owner(self) -> TraceService:
         from gpulens.sources.stream.control_trace import ControlTraceService, connect_owner
-        from gpulens.sources.stream.local_agent import LocalAgentLink
         from gpulens.sources.tracing import default_download_dir
 
-        held = self._holder()
-        if held == os.getpid():
+        if self._holder() == os.getpid():
             raise RuntimeError("this process still holds the Kineto name")
-        download = self._download_dir or default_download_dir()
-        if held is None and os.geteuid() != 0 and self._bound():
-            # A user cannot see which root process holds the name: only a root agent's
-            # control socket is used then (root is trusted; nobody else can be uid 0).
-            pid = self._root_control_pid()
-            if pid is None:
-                raise RuntimeError("the Kineto name's holder is not visible and no root gpulens serves it")
-            return ControlTraceService(LocalAgentLink(self.socket_dir, pid, 0, download))
-        return ControlTraceService(connect_owner(self.socket_dir, download))
-
-    def _root_control_pid(self) -> int | None:
-        """The pid of the root process serving the control socket for this Kineto address, if one does."""
-        from gpulens.ipc.control import control_name, peer_cred
-
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.settimeout(2.0)
-            probe.connect(control_name(self.socket_dir, 0))
-            pid, uid = peer_cred(probe)
-        except OSError:
-            return None
-        finally:
-            probe.close()
-        return pid if uid == 0 else None
+        # A holder this user cannot see in /proc is looked for as root's control socket there.
+        return ControlTraceService(connect_owner(self.socket_dir, self._download_dir or default_download_dir()))
 
     def _name_bound(self) -> bool:
         """Does anyone hold the Kineto name now (a connect, no /proc scan)?"""

@@ -272,7 +272,7 @@ def _trace_through_owner(args: argparse.Namespace, req: TraceRequest, busy: Exce
     if held is not None and (squat := squatter_reason(held[0])) is not None:
         say(squat)
         return EXIT_FAILED
-    if held is None or not is_gpulens(held[0]):
+    if held is not None and not is_gpulens(held[0]):
         say(f"kineto endpoint busy: {busy}")
         return EXIT_FAILED
     try:
@@ -281,8 +281,9 @@ def _trace_through_owner(args: argparse.Namespace, req: TraceRequest, busy: Exce
         say(f"kineto endpoint busy: {busy}; and its control socket cannot be used: {err}")
         return EXIT_FAILED
     try:
-        kind = "agent pid" if _is_agent(held[0]) else "pid"
-        say(f"the Kineto name is held by gpulens {kind} {held[0]}; tracing through it")
+        owner = link.agent_pid if held is None else held[0]
+        kind = "root's agent pid" if held is None else "agent pid" if _is_agent(owner) else "pid"
+        say(f"the Kineto name is held by gpulens {kind} {owner}; tracing through it")
         if args.children:
             from dataclasses import replace
 

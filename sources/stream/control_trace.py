@@ -15,9 +15,11 @@ whose polling set comes from the owner's ``trace_processes`` answer
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 from gpulens.core.procfs import proc_uid
+from gpulens.ipc.control import control_name, peer_cred
 from gpulens.ipc.errors import StreamError
 from gpulens.ipc.kineto.endpoint import holder_of, resolve_socket_dir
 from gpulens.sources.remote_trace import RemoteTraceService
@@ -45,15 +47,41 @@ def squatter_reason(pid: int) -> str | None:
     )
 
 
+def root_control_pid(socket_dir: str | None) -> int | None:
+    """The pid of the root process serving the control socket for this Kineto address, if one does.
+
+    Anyone may bind the abstract name first; the kernel's ``SO_PEERCRED`` says
+    who holds it, and only uid 0 is taken (nobody else can be root).
+    """
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(2.0)
+        probe.connect(control_name(socket_dir, 0))
+        pid, uid = peer_cred(probe)
+    except OSError:
+        return None
+    finally:
+        probe.close()
+    return pid if uid == 0 else None
+
+
 def connect_owner(socket_dir: str | None, download_dir: Path) -> LocalAgentLink:
     """A link to the gpulens holding this host's Kineto name, checked before anything is sent.
+
+    An ordinary user cannot read a root agent's ``/proc/PID/fd``, so a holder
+    not found there is looked for as root's control socket (issue 27 item 8:
+    the TUI did, ``gpulens trace`` said "busy").
 
     Raises:
         StreamError: nobody gpulens holds it, the holder is another user's, or its control socket fails.
     """
     held = holder_of(resolve_socket_dir(socket_dir))
     if held is None:
-        raise StreamError("the Kineto name's holder is not found in /proc: it is not a gpulens this one can use")
+        pid = root_control_pid(socket_dir) if os.geteuid() != 0 else None
+        if pid is None:
+            raise StreamError("the Kineto name's holder is not found in /proc and no root gpulens serves "
+                              "its control socket: it is not a gpulens this one can use")
+        return _serving_traces(LocalAgentLink(socket_dir, pid, 0, download_dir), pid)
     pid = held[0]
     squat = squatter_reason(pid)
     if squat is not None:
@@ -63,7 +91,10 @@ def connect_owner(socket_dir: str | None, download_dir: Path) -> LocalAgentLink:
     uid = proc_uid(pid)
     if uid is None:
         raise StreamError(f"the gpulens process {pid} holding the Kineto name is gone; try again")
-    link = LocalAgentLink(socket_dir, pid, uid, download_dir)
+    return _serving_traces(LocalAgentLink(socket_dir, pid, uid, download_dir), pid)
+
+
+def _serving_traces(link: LocalAgentLink, pid: int) -> LocalAgentLink:
     if "trace" not in link.hello.caps:
         link.close()
         raise StreamError(f"the gpulens holding the Kineto name (pid {pid}) does not serve traces")

@@ -115,6 +115,7 @@ class LocalAgentLink:
 
     def __init__(self, socket_dir: str | None, agent_pid: int, agent_uid: int, download_dir: Path) -> None:
         self.download_dir = download_dir
+        self.agent_pid = agent_pid
         self.address = f"local agent (pid {agent_pid})"
         chan = ControlChannel(socket_dir, agent_pid, agent_uid)
         options = LinkOptions(idle_timeout_s=NO_IDLE_LIMIT_S, download_dir=download_dir, download_prefix="local")
