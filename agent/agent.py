@@ -194,6 +194,8 @@ class Agent:
                 if not v.offer(frame):
                     slow.append(v)
         for v in slow:
+            # A kind of its own for the log's rate limit: other peers' disconnects must not hide it.
+            log.warning("dropping a slow viewer %s: %d frames queued unsent", v.peer, self.max_queued_frames)
             v.drop(f"slow viewer: {self.max_queued_frames} frames queued unsent")
 
     def _mark_polling(self, s: HostSample) -> HostSample:
