@@ -49,8 +49,10 @@ from gpulens.ipc.kineto.requests import (
     TraceOutput,
     TraceRequest,
     TraceResult,
+    final_paths,
     probe_trace_file,
 )
+from gpulens.ipc.kineto.steps import shows_memory_events
 
 log = logging.getLogger(__name__)
 MAX_JOBS_KEPT = 200
@@ -66,18 +68,26 @@ DUE_WINDOW_S = 5.0
 
 Inspect = Callable[[str, int], "bool | None"]
 """``inspect(path, owner_uid)``: does the finished trace show optimizer steps (None: cannot tell)."""
+NO_MEMORY_NOTE = (
+    "no [memory] events: the program's PyTorch recorded no allocations in an on-demand trace "
+    "(torch 2.13 does not); a memory flame graph needs torch.profiler.profile(profile_memory=True) "
+    "run in the program"
+)
+"""The result's note for a ``profile_memory`` trace without ``[memory]`` events (no memory flame graph)."""
 
 
 class JobTable:
     """All jobs of one service, with listeners notified outside the lock."""
 
-    def __init__(self, inspect: Inspect | None = None) -> None:
+    def __init__(self, inspect: Inspect | None = None, memory: Inspect = shows_memory_events) -> None:
+        """``memory(path, owner_uid)``: does a ``profile_memory`` trace hold ``[memory]`` events."""
         self._lock = threading.Lock()
         self._jobs: dict[str, Job] = {}
         self._pending: dict[int, tuple[str, PidTask]] = {}
         self._running: dict[int, tuple[str, PidTask]] = {}
         self._queued: dict[int, deque[tuple[str, PidTask]]] = {}
         self._inspect = inspect
+        self._memory = memory
         self.stepped: dict[int, bool] = {}
         """Per pid: did its last inspected trace show optimizer steps (learned from files)."""
         self.listeners: list[Callable[[TraceJob], None]] = []
@@ -186,20 +196,14 @@ class JobTable:
         # Kineto is busy from activation (before the start) until the file is written.
         if not task.start_wall + DROP_GRACE_S < now < file_due_wall(task.start_wall, req.duration_ms):
             return None
-        why = (
-            f"process {pid}'s Kineto did not start the trace (its profiler loop, ticking once a second, "
-            "picked the config up after the start time"
-        )
+        why = f"process {pid}'s Kineto did not start the trace: its profiler was idle after the start time"
         if req.start_time_ms is None and task.rehanded < MAX_REHANDS:
             task.rehanded += 1
-            log.info("%s); handing it again", why)
+            log.info("%s (its loop may have picked the config up too late); handing it again", why)
             text = self._hand(job, task)
             refresh(job, self.stepped)
             return text, job.snapshot()
-        if req.start_time_ms is not None:
-            task.error = f"{why}): ask again with a later common start"
-        else:
-            task.error = f"{why}, {task.rehanded + 1} times; the machine may be overloaded)"
+        task.error = _never_traced(task, why, req.start_time_ms is not None)
         self._release(pid, task, time.monotonic())
         refresh(job, self.stepped)
         if all(t.finished for t in job.tasks.values()):
@@ -281,13 +285,16 @@ class JobTable:
             reasons = {pid: diagnose(pid) for pid in late}
             probes = {t.pid: probe(out, t.pid, wall) for t, out, wall in watched[id(job)] if out is not None}
             steps: dict[int, bool | None] = {}
+            memory: dict[int, bool | None] = {}
             for t, out, _wall in watched[id(job)]:
                 path = probes[t.pid].path if t.pid in probes else None
                 if path is not None and out is not None and self._inspect is not None:
                     steps[t.pid] = self._inspect(path, out.owner_uid)
+                if path is not None and out is not None and job.request.profile_memory:
+                    memory[t.pid] = self._memory(path, out.owner_uid)
             with self._lock:
                 before = (job.state, job.detail)
-                self._advance(job, now, gone, reasons, probes, steps)
+                self._advance(job, now, gone, reasons, probes, steps, memory)
                 if (job.state, job.detail) != before:
                     changed.append(job.snapshot())
         return changed
@@ -300,6 +307,7 @@ class JobTable:
         reasons: dict[int, str],
         probes: dict[int, FileProbe],
         steps: dict[int, bool | None],
+        memory: dict[int, bool | None],
     ) -> None:
         req = job.request
         for task in job.tasks.values():
@@ -328,6 +336,8 @@ class JobTable:
                 task.file = found.path
                 job.files[task.pid] = task.file
                 self._learn(task, req, steps.get(task.pid))
+                if memory.get(task.pid) is False:
+                    task.result_note = "; ".join(n for n in (task.result_note, NO_MEMORY_NOTE) if n)
             elif task.pid in gone:
                 task.error = f"process {task.pid} exited during the trace"
             elif now - task.handed_s > req.timeout_s:
@@ -403,3 +413,27 @@ class JobTable:
                 listener(snap)
             except Exception:
                 log.exception("trace job listener failed")
+
+
+def _never_traced(task: PidTask, why: str, common_start: bool) -> str:
+    """The failure of a task whose target stayed idle after every start it was handed: what was seen.
+
+    Kineto opens ``<file>.tmp`` when it takes a config up and renames it once
+    the trace is written; an empty one left behind is a trace it opened and
+    never wrote (a start it saw too late, or a config it did not run as an
+    activity trace). Named, not looked at: this runs under the table's lock.
+    """
+    wrote = ""
+    if task.output is not None:
+        asked = final_paths(task.output.log, task.pid)[0]
+        wrote = f" and wrote no {asked} (an empty {asked.name}.tmp there: Kineto opened the trace, never wrote it)"
+    if common_start:
+        return (
+            f"{why}{wrote}; its profiler loop most likely took the config up after the start: "
+            "ask again with a later common start"
+        )
+    return (
+        f"{why}, {task.rehanded + 1} times,{wrote}: its profiler loop (ticking once a second) took the config up "
+        "after the start each time, or Kineto did not run the config as an activity trace "
+        "(KINETO_LOG_LEVEL=0 in the program's environment logs which)"
+    )

@@ -28,6 +28,15 @@ libkineto (torch 2.13's build, kineto ``ActivityProfilerController`` and
 While the loop is in warm-up, tracing or processing, each poll clears the
 ACTIVITIES bit of its ``config_type``: a poll that sets it after a config's
 start and before its file can be written means the config was dropped.
+
+Memory: ``PROFILE_PROFILE_MEMORY=true`` is the trace's ``profile_memory``
+(Kineto hands it to PyTorch's client). ``PROFILE_MEMORY=true`` is another
+request altogether, never written: Kineto then runs its memory-snapshot loop
+("Running memory profiling for N ms", a CUDA allocator pickle at
+``/tmp/memory_snapshot_<pid>.pickle``) instead of the activity trace, leaving
+``<log>.tmp`` empty ("finalizeMemoryTrace not implemented for
+ChromeTraceLogger") and the profiler idle after the start (seen as a dropped
+config, issue 28).
 """
 
 from __future__ import annotations
@@ -90,8 +99,6 @@ def config_text(req: TraceRequest, log: Path, request_id: str) -> str:
         f"PROFILE_WITH_FLOPS={flag(req.with_flops)}",
         f"PROFILE_WITH_MODULES={flag(req.with_modules)}",
     ]
-    if req.profile_memory:
-        lines += ["PROFILE_MEMORY=true", f"PROFILE_MEMORY_DURATION_MSECS={req.duration_ms or 1000}"]
     lines.append(f"REQUEST_TRACE_ID={request_id}")
     return "\n".join(lines)
 

@@ -8,6 +8,11 @@ from a program that did not step in the window, so an iterations request
 it answered was Kineto's duration fallback. The file is scanned as bytes
 from the checked descriptor (no JSON parse, no link followed), stopping at
 the first match or after ``MAX_SCAN_BYTES``.
+
+:func:`shows_memory_events` scans the same way for ``"[memory]"``, the
+instant events of ``profile_memory`` (torch 2.13's on-demand profiler records
+none: its global profiler state is not the thread-local reporter c10's
+allocators tell of allocations).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from gpulens.core.safefs import UnsafePath
 from gpulens.ipc.kineto.requests import open_trace_file
 
 STEP_MARK = b"Optimizer.step#"
+MEMORY_MARK = b'"[memory]"'
 MAX_SCAN_BYTES = 1 << 30
 CHUNK_BYTES = 1 << 20
 
@@ -27,6 +33,15 @@ def shows_optimizer_steps(path: str, owner_uid: int | None) -> bool | None:
 
     None: the file cannot be read (refused, gone) or is larger than what is scanned.
     """
+    return _holds(path, owner_uid, STEP_MARK)
+
+
+def shows_memory_events(path: str, owner_uid: int | None) -> bool | None:
+    """True when the trace holds a ``[memory]`` event, False when it holds none (None: cannot tell)."""
+    return _holds(path, owner_uid, MEMORY_MARK)
+
+
+def _holds(path: str, owner_uid: int | None, mark: bytes) -> bool | None:
     try:
         fd = open_trace_file(path, owner_uid)
     except (UnsafePath, OSError):
@@ -38,9 +53,9 @@ def shows_optimizer_steps(path: str, owner_uid: int | None) -> bool | None:
             chunk = os.read(fd, CHUNK_BYTES)
             if not chunk:
                 return False
-            if STEP_MARK in tail + chunk:
+            if mark in tail + chunk:
                 return True
-            tail = chunk[-len(STEP_MARK) :]
+            tail = chunk[-len(mark) :]
             seen += len(chunk)
         return None
     except OSError:
