@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from prometheus_client.core import Metric
 
 from gpulens.agent.metrics_counters import Counters, gpu_labels, job_label
-from gpulens.core.model import CpuTimes, GpuSample, HostSample, JobInfo
+from gpulens.core.model import CpuTimes, GpuSample, HostSample, JobInfo, Workload
 
 MAX_LABEL_CHARS = 200
 """Longest label value exported (command lines, reasons): keeps scrapes bounded."""
@@ -113,8 +113,29 @@ def _host_metrics(f: _Families, s: HostSample, cpu_times: Sequence[CpuTimes]) ->
               {**h, "gpu": "", "field": key, "reason": reason}, 1.0)
 
 
-def _gpu_metrics(f: _Families, host: str, g: GpuSample, counters: Counters | None) -> None:
-    lab = dict(gpu_labels(host, g))
+def workload_labels(w: Workload | None) -> dict[str, str]:
+    """dcgm-exporter's ``pod``, ``namespace``, ``container`` (so dashboards join), plus ``pod_uid`` and
+    ``slurm_job``; only the ones known (a series without a workload keeps its labels as before)."""
+    if w is None:
+        return {}
+    out = {k: v for k, v in (("pod", w.pod), ("namespace", w.namespace), ("container", w.container),
+                             ("pod_uid", w.pod_uid), ("slurm_job", w.slurm_job)) if v is not None}
+    return out
+
+
+def _holders(jobs: Sequence[JobInfo]) -> dict[str, Workload]:
+    """GPU index -> the workload of the first job process holding memory on it."""
+    out: dict[str, Workload] = {}
+    for j in jobs:
+        if j.workload is not None:
+            for gpu in j.gpu_mem_bytes:
+                out.setdefault(gpu, j.workload)
+    return out
+
+
+def _gpu_metrics(f: _Families, host: str, g: GpuSample, counters: Counters | None,
+                 holder: Workload | None = None) -> None:
+    lab = {**dict(gpu_labels(host, g)), **workload_labels(holder)}
     f.add("gpulens_gpu_info", "Static GPU facts (value 1).", {**lab, "name": g.name}, 1.0)
     rows: Iterable[tuple[str, str, float | None]] = (
         ("gpulens_gpu_utilization_ratio", "Time a kernel ran, 0-1 (NVML utilization.gpu).", _pct(g.utilization_percent)),
@@ -152,7 +173,7 @@ def _gpu_metrics(f: _Families, host: str, g: GpuSample, counters: Counters | Non
 
 
 def _job_metrics(f: _Families, host: str, j: JobInfo) -> None:
-    lab = {"host": host, "gpulens_job": job_label(j), "pid": str(j.pid)}
+    lab = {"host": host, "gpulens_job": job_label(j), "pid": str(j.pid), **workload_labels(j.workload)}
     info = {**lab, "user": j.user, "tree_id": j.tree_id, "cmdline": j.cmdline, "job_key": j.job_key or ""}
     f.add("gpulens_job_info", "A job process (value 1); facts in labels.", info, 1.0)
     f.add("gpulens_job_start_time_seconds", "Unix time the process started.", lab, j.start_time)
@@ -173,8 +194,9 @@ def families(
     """
     f = _Families()
     _host_metrics(f, sample, cpu_times)
+    holders = _holders(sample.jobs)
     for g in sample.gpus:
-        _gpu_metrics(f, sample.host, g, counters)
+        _gpu_metrics(f, sample.host, g, counters, holders.get(str(g.index)))
     for j in sample.jobs:
         _job_metrics(f, sample.host, j)
     if counters is not None:

@@ -102,12 +102,13 @@ def main() -> int:
         )
         pattern = re.escape(own) + r"/sh/python[0-9.]*$"
         sampler = Sampler(job_pattern=pattern, nvml=NvmlCollector(fake, clock=fake.clock))
+        plain = Sampler(job_pattern=pattern, nvml=NvmlCollector(fake, clock=fake.clock), attribute=False)
 
-        def tick() -> int:
+        def tick(which: Sampler | None = None) -> int:
             time.sleep(TICK_S)
             fake.advance(TICK_S)
             holder: list[int] = []
-            ms = cpu_ms(lambda: holder.append(len(sampler.sample().jobs)))
+            ms = cpu_ms(lambda: holder.append(len((which or sampler).sample().jobs)))
             ticks.append(ms)
             return holder[0]
 
@@ -121,6 +122,14 @@ def main() -> int:
             found = tick()
         steady = list(ticks)
         ticks.clear()
+        on: list[float] = []  # attribution on and off, tick about, the same processes
+        off: list[float] = []
+        for _ in range(TICKS):
+            tick(plain)
+            off.append(ticks.pop())
+            tick()
+            on.append(ticks.pop())
+        plain.close()
         for _ in range(TICKS):
             sampler._jobs._prev_last_pid = None  # as if a pid was allocated every tick
             found = tick()
@@ -146,6 +155,9 @@ def main() -> int:
     print(f"gpulens tick, steady   : median {ours:.2f} ms CPU, p90 "
           f"{statistics.quantiles(steady, n=10)[-1]:.2f} ms, mean {statistics.mean(steady):.2f} ms "
           f"over {len(steady)} ticks")
+    print(f"attribution on / off   : median {statistics.median(on):.2f} / {statistics.median(off):.2f} ms CPU, "
+          f"ticks taken in turns ({len(on)} each): {statistics.median(on) / statistics.median(off):.3f}x "
+          f"(container, pod and Slurm job read once per process; target: within 10 %)")
     print(f"gpulens tick, busy     : median {statistics.median(busy):.2f} ms CPU over "
           f"{len(busy)} ticks (/proc listed every tick, as when pids are allocated each tick)")
     print(f"gpulens tick, young    : median {statistics.median(young):.2f} ms CPU over "

@@ -35,9 +35,10 @@ import pwd
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeAlias
 
+from gpulens.collectors.workloads import PodNames, read_workload
 from gpulens.core.jobs_pattern import (
     DEFAULT_JOB_KEY_ENV,
     DEFAULT_JOB_PATTERN,
@@ -45,8 +46,9 @@ from gpulens.core.jobs_pattern import (
     compile_job_pattern,
     join_tree_id,
 )
-from gpulens.core.model import JobInfo
+from gpulens.core.model import JobInfo, Workload
 from gpulens.core.sanitize import clean_text
+from gpulens.core.workload import with_pod_names, workload_key
 
 FULL_EVERY = 30
 """With no pid allocated, /proc is still listed every this many ticks to drop dead pids."""
@@ -142,7 +144,7 @@ class _Entry:
     hit_for: str | None = None  # the tree ID the pattern was last matched against
     hit: bool = False
     matched: bool = False
-    details: tuple[str, str, str | None] | None = None  # cmdline, user, job key
+    details: tuple[str, str, str | None, Workload | None] | None = None  # cmdline, user, job key, workload
     last_cpu: tuple[int, float] | None = None  # cpu ticks, monotonic time
 
 
@@ -154,9 +156,18 @@ class JobScanner:
         pattern: str = DEFAULT_JOB_PATTERN,
         job_key_env: Sequence[str] = DEFAULT_JOB_KEY_ENV,
         proc: str = "/proc",
+        *,
+        attribute: bool = True,
+        pods: PodNames | None = None,
     ) -> None:
-        """Raises re.error for a bad pattern (callers turn it into ConfigError)."""
+        """Raises re.error for a bad pattern (callers turn it into ConfigError).
+
+        ``attribute``: read each job's container, pod and Slurm job (once per process);
+        ``pods``: names pods by UID (``/var/log/pods``).
+        """
         self._pattern = compile_job_pattern(pattern)
+        self._attribute = attribute
+        self._pods = pods
         self._key_env = tuple(k.encode() + b"=" for k in job_key_env)
         self._proc = proc
         self._boot = _boot_time()
@@ -171,6 +182,8 @@ class JobScanner:
         self._quiet = 0
         self._users: dict[int, str] = {}
         self._tick = 0
+        self.unnamed_pods = False
+        """Whether the last scan's jobs include a pod known by UID only (no name found)."""
         self.deferred: dict[int, int] = {}
         """uid -> processes not re-read in the last scan (over :data:`REREAD_PER_UID`)."""
         self.scan()  # prime: CPU % of jobs alive now is a real rate on the next scan
@@ -204,6 +217,8 @@ class JobScanner:
         if self._pattern.why_not_re2 is not None:
             out["jobs.pattern"] = (f"job pattern matched with Python's re, not in linear time: "
                                    f"{self._pattern.why_not_re2}")
+        if self.unnamed_pods and self._pods is not None and self._pods.why is not None:
+            out["jobs.pod_names"] = self._pods.why
         if self.deferred:
             users = ", ".join(f"uid {uid}: {n}" for uid, n in sorted(self.deferred.items()))
             out["jobs.budget"] = (f"processes left for a later scan ({users}): more than "
@@ -331,6 +346,7 @@ class JobScanner:
         now = time.monotonic()
         boot_now = time.clock_gettime(time.CLOCK_BOOTTIME)
         jobs: list[JobInfo] = []
+        self.unnamed_pods = False
         for name in list(self._matched):
             entry = self._cache[name]
             pid = int(name)
@@ -358,18 +374,22 @@ class JobScanner:
                 ticks, then = entry.last_cpu
                 cpu = 100.0 * (stat.cpu_ticks - ticks) / CLK_TCK / (now - then) if now > then else None
             entry.last_cpu = (stat.cpu_ticks, now)
-            cmdline, user, key = entry.details
+            cmdline, user, key, workload = entry.details
+            if workload is not None and workload.pod_uid is not None and self._pods is not None:
+                workload = with_pod_names(workload, self._pods.names())
+                self.unnamed_pods |= workload.pod is None
             jobs.append(JobInfo(
                 pid=pid, tree_id=entry.tree_id, cmdline=cmdline, user=user,
                 start_time=self._boot + stat.start_ticks / CLK_TCK,
                 cpu_percent=None if cpu is None else max(cpu, 0.0),
                 rss_bytes=stat.rss_pages * PAGE_SIZE,
                 gpu_mem_bytes=dict(gpu_mem.get(pid, {})), job_key=key, ancestors=entry.ancestors,
+                workload=workload,
             ))
         jobs.sort(key=lambda j: j.pid)
         return tuple(jobs)
 
-    def _details(self, pid: int) -> tuple[str, str, str | None] | None:
+    def _details(self, pid: int) -> tuple[str, str, str | None, Workload | None] | None:
         base = f"{self._proc}/{pid}"
         try:
             raw = _read(f"{base}/cmdline", MAX_CMDLINE)
@@ -384,15 +404,22 @@ class JobScanner:
             except KeyError:
                 user = str(uid)
             self._users[uid] = user
-        return cmdline, user, self._job_key(base)
-
-    def _job_key(self, base: str) -> str | None:
-        if not self._key_env:
-            return None
         try:
-            environ = _read(f"{base}/environ", MAX_ENVIRON)
+            environ: bytes | None = _read(f"{base}/environ", MAX_ENVIRON)
         except OSError:
-            return None  # another user's process: the key is not readable
+            environ = None  # another user's process: its variables are not readable
+        workload = read_workload(base, environ) if self._attribute else None
+        # The workload names the job where there is one: a Slurm step's cgroup (which no process can fake),
+        # else the configured job variables in their order, else the pod.
+        key = workload_key(workload) if workload is not None and workload.slurm_job is not None \
+            and workload.found_by == "cgroup" else None
+        pod = workload_key(replace(workload, slurm_job=None)) if workload is not None else None
+        key = key or self._job_key(environ) or pod
+        return cmdline, user, key, workload
+
+    def _job_key(self, environ: bytes | None) -> str | None:
+        if not self._key_env or environ is None:
+            return None
         found = {}
         for var in environ.split(b"\0"):
             for prefix in self._key_env:

@@ -21,6 +21,7 @@ from gpulens.collectors.host import HostCollector
 from gpulens.collectors.infiniband import InfinibandCollector
 from gpulens.collectors.jobs import JobScanner
 from gpulens.collectors.perf.counters import PerfCollector
+from gpulens.collectors.workloads import PodNames
 from gpulens.core.jobs_pattern import DEFAULT_JOB_KEY_ENV, DEFAULT_JOB_PATTERN
 from gpulens.core.model import CacheSample, GpuSample, HostSample
 from gpulens.core.sanitize import check_sample
@@ -80,12 +81,14 @@ class Sampler:
         job_key_env: Sequence[str] = DEFAULT_JOB_KEY_ENV,
         nvml: object | None = "auto",
         proc: str = "/proc",
+        attribute: bool = True,
     ) -> None:
         """Raises re.error for a bad job pattern (check it first: gpulens.core.config);
-        ``proc``: where the job scan reads processes (a fake tree in tests)."""
+        ``proc``: where the job scan reads processes (a fake tree in tests);
+        ``attribute``: read each job's container, pod and Slurm job (``collectors.workloads``)."""
         self.host = hostname or socket.gethostname()
         self._static: dict[str, str] = {}
-        self._jobs = JobScanner(job_pattern, job_key_env, proc)
+        self._jobs = JobScanner(job_pattern, job_key_env, proc, attribute=attribute, pods=PodNames())
         self._gpus = _open_gpus(nvml, self._static)
         self._host = HostCollector()
         self._ib = InfinibandCollector()

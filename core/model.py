@@ -195,6 +195,32 @@ class GpuSample:
 
 
 @dataclass(frozen=True, slots=True)
+class Workload:
+    """Where a process runs: container, Kubernetes pod, Slurm step (``gpulens.core.workload``); None: not known."""
+
+    runtime: Text | None = None
+    """``containerd``, ``cri-o``, ``docker``, ``podman`` or ``cri`` (a kubepods cgroup that names no runtime)."""
+    container_id: Text | None = None
+    pod_uid: Text | None = None
+    qos: Text | None = None
+    """The pod's QoS class: ``guaranteed``, ``burstable`` or ``besteffort``."""
+    namespace: Text | None = None
+    pod: Text | None = None
+    container: Text | None = None
+    """Pod name, namespace and container name: from the kubelet or ``/var/log/pods``, never from the process."""
+    slurm_job: Text | None = None
+    slurm_step: Text | None = None
+    slurm_task: Text | None = None
+    slurm_gpus: Text | None = None
+    visible_gpus: Text | None = None
+    """``SLURM_JOB_GPUS`` and ``CUDA_VISIBLE_DEVICES`` as the process's environment has them."""
+    ns_pid: int | None = None
+    """The pid inside the process's own PID namespace (a container's), when it differs."""
+    found_by: Text | None = None
+    """``cgroup`` or ``environ``: where the container, pod or Slurm job was read."""
+
+
+@dataclass(frozen=True, slots=True)
 class JobInfo:
     """A process whose process-tree ID matches the job pattern."""
 
@@ -211,6 +237,8 @@ class JobInfo:
     ancestors: Items[int] = ()
     kineto_polling: bool = False
     """True when the process polls this host's gpulens Kineto endpoint (it can be traced)."""
+    workload: Workload | None = None
+    """Its container, pod and Slurm job (None: none found, or an agent older than this field)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,15 @@ from collections.abc import Callable, Mapping
 from typing import Any, Union
 
 from gpulens.core.errors import SchemaError
-from gpulens.core.model import CpuSample, GpuProcess, GpuSample, HostSample, IbPort, JobInfo
+from gpulens.core.model import (
+    CpuSample,
+    GpuProcess,
+    GpuSample,
+    HostSample,
+    IbPort,
+    JobInfo,
+    Workload,
+)
 
 MAX_NOTES = 16
 """Reasons added to one ``unavailable`` map per sample; more are summarised in one."""
@@ -64,6 +72,7 @@ _EXPLICIT: dict[tuple[type, str], tuple[float, float]] = {
     (JobInfo, "ancestors"): PID,
     (JobInfo, "cpu_percent"): (0.0, 1e7),  # top's %CPU: up to 100 per core
     (GpuProcess, "pid"): PID,
+    (Workload, "ns_pid"): PID,
     (GpuSample, "index"): (0.0, 65535.0),
     (GpuSample, "xid_events"): (0.0, float(1 << 32)),
     (IbPort, "port"): (0.0, 65535.0),
@@ -230,7 +239,8 @@ def _checker(cls: type) -> Callable[[Any], bool]:
             lines.append(f"    if {none_ok}not {a}.isprintable(): return False")
         elif f.kind == "obj":
             ns[f"c_{f.name}"] = _checker(f.cls)  # type: ignore[arg-type]
-            lines.append(f"    if not c_{f.name}({a}): return False")
+            none_ok = f"{a} is not None and " if f.optional else ""
+            lines.append(f"    if {none_ok}not c_{f.name}({a}): return False")
         elif f.kind == "objs":
             ns[f"c_{f.name}"] = _checker(f.cls)  # type: ignore[arg-type]
             lines += [f"    for x in {a}:", f"        if not c_{f.name}(x): return False"]
@@ -318,7 +328,7 @@ def _repair(obj: Any, cls: type, path: str, rel: str, notes: _Notes) -> Any:
             if s is not v:
                 changes[f.name] = s
         elif f.kind == "obj":
-            new = _repair(v, f.cls, full, key, own)  # type: ignore[arg-type]
+            new = v if v is None else _repair(v, f.cls, full, key, own)  # type: ignore[arg-type]
             if new is not v:
                 changes[f.name] = new
         elif f.kind == "objs":

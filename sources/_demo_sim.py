@@ -48,9 +48,18 @@ ROLES: dict[int, Role] = {
 # What a GPU's utilization is: none, held at 0 % (the idle notebook), or the role's load.
 IDLE, HELD, BUSY = 0, 1, 2
 
-JobPlan = tuple[int, str, str, str, float, bool, str, int, "str | None", tuple[int, ...]]
+JobPlan = tuple[int, str, str, str, float, bool, str, int, "str | None", tuple[int, ...], "m.Workload"]
 """(pid, tree_id, cmdline, user, start_time, launched by torchrun, GPU index, GPU bytes,
-job key, ancestors): a job's fields that never change."""
+job key, ancestors, workload): a job's fields that never change."""
+
+
+def demo_workload(h: int, g: int, key: str) -> m.Workload:
+    """Where a demo job runs: the keyed jobs are Slurm jobs (step 0, a task per GPU), erin's servers are pods."""
+    if key:
+        return m.Workload(slurm_job=key, slurm_step="0", slurm_task=str(g), found_by="cgroup")
+    return m.Workload(runtime="containerd", container_id=f"{h:02x}{g:02x}c0ffee" * 8, found_by="cgroup",
+                      pod_uid=f"5e1f{h:04x}-0000-4000-8000-{g:012x}", qos="burstable", namespace="llm-serving",
+                      pod=f"vllm-{h % 16 - 11}", container="vllm", ns_pid=1)
 GpuPlan = tuple[int, int, bool, bool, str, int, "tuple[m.GpuProcess, ...]", "JobPlan | None", float]
 """(index, IDLE/HELD/BUSY, lost, throttled, uuid, memory used, processes, job, the W its load adds
 to the idle draw at the role's base load (0 unless busy): its energy counter integrates the power
@@ -80,7 +89,7 @@ _GPU_FIELDS = (
     "dram_bw_util_percent", "processes", "unavailable", "tensor_active_percent",
     "nvlink_total_bytes_per_s", "energy_joules")
 _JOB_FIELDS = ("pid", "tree_id", "cmdline", "user", "start_time", "cpu_percent", "rss_bytes",
-               "gpu_mem_bytes", "job_key", "ancestors", "kineto_polling")
+               "gpu_mem_bytes", "job_key", "ancestors", "kineto_polling", "workload")
 _HOST_FIELDS = ("host", "time", "cpu", "memory", "network", "storage", "cache", "infiniband",
                 "gpus", "jobs", "unavailable", "simulated")
 # The tuples below are written in these orders; a model change must show here first.
@@ -119,10 +128,10 @@ def host_plan(h: int, gpus_per_host: int, epoch: int, name: str) -> HostPlan:
         if role is not None and held and (role[0] or g == 0):
             key, user, cmd, *_ = role
             launcher = "torchrun/" if key and key != "4720" else ""
-            job = (pid, f"systemd/slurmstepd/bash/{launcher}python3.11",
-                   f"python3.11 {cmd}" + (f" --local-rank {g}" if launcher else ""),
+            tree = f"systemd/slurmstepd/bash/{launcher}python3.11" if key else "systemd/containerd-shim-runc-v2/python3.11"
+            job = (pid, tree, f"python3.11 {cmd}" + (f" --local-rank {g}" if launcher else ""),
                    user, epoch + (h % 16) * 600.0, bool(launcher), str(g), mem_used - 500 * MIB,
-                   key or None, (1, 900 + h, 901 + h))
+                   key or None, (1, 900 + h, 901 + h), demo_workload(h, g, key))
         throttled = h % 16 == 4 and g == 2
         watts = 0.0
         if kind == BUSY and role is not None:  # power drawn: 72 + util x 6.2 + rand() x 10
@@ -212,11 +221,11 @@ def host_sample(plan: HostPlan, seed: str, t: float, epoch: int) -> m.HostSample
                 energy))
             utils.append(0)
         if job is not None:
-            pid, tree_id, cmdline, user, start, launcher, gkey, gmem, jkey, ancestors = job
+            pid, tree_id, cmdline, user, start, launcher, gkey, gmem, jkey, ancestors, workload = job
             jobs.append(_job(
                 pid, tree_id, cmdline, user, start,
                 round1(95 + rand() * 10 if launcher else 1 + rand() * 4),
-                int((12 + rand()) * GIB), {} if lost else {gkey: gmem}, jkey, ancestors, False))
+                int((12 + rand()) * GIB), {} if lost else {gkey: gmem}, jkey, ancestors, False, workload))
             # A lost GPU lists no processes (NVML cannot read it): its job holds no memory there.
     busy = sum(utils) / max(1, len(utils))
     if plan.no_cache:

@@ -9,7 +9,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
-from gpulens.core.model import GpuSample, HostSample, JobInfo
+from gpulens.core.model import GpuSample, HostSample, JobInfo, Workload
+from gpulens.core.workload import describe
 
 NAN = float("nan")
 
@@ -380,6 +381,16 @@ class JobView:
     def pids(self) -> tuple[int, ...]:
         """The job's process ids (on every host)."""
         return tuple(p.pid for _, p in self.processes)
+
+    @property
+    def workload(self) -> Workload | None:
+        """Where its first process that says runs (container, pod, Slurm job), or None."""
+        return next((p.workload for _, p in self.processes if p.workload is not None), None)
+
+    @property
+    def where(self) -> str:
+        """Where it runs, for a table cell: ``slurm 4242``, ``pod ns/name``, ``docker 1a2b…`` (``-``: not known)."""
+        return describe(self.workload, short=True)
 
 
 Reducer = Callable[[list[float]], float]

@@ -46,7 +46,7 @@ from gpulens.tui.screens.job import JobScreen
 from gpulens.tui.screens.jump import JumpScreen, parse_jump, placement
 from gpulens.tui.screens.log import LogScreen
 from gpulens.tui.screens.overview import OverviewScreen
-from gpulens.tui.screens.views import VIEWS, UserView
+from gpulens.tui.screens.views import VIEWS, VIEWS_OF
 from gpulens.tui.widgets._lines import LazyLines
 from gpulens.tui.widgets.header import AppHeader
 from gpulens.tui.widgets.heatmap import HEAT_METRICS
@@ -403,9 +403,9 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
             self.notify(parsed, severity="error")
             return
         kind, arg = parsed
-        if kind in ("user", "log", *VIEWS):
-            self._go(UserView(arg, context=self) if kind == "user" else LogScreen(context=self) if kind == "log"
-                     else VIEWS[kind](context=self))
+        if kind in ("log", *VIEWS, *VIEWS_OF):
+            self._go(VIEWS_OF[kind](arg, context=self) if kind in VIEWS_OF else LogScreen(context=self)
+                     if kind == "log" else VIEWS[kind](context=self))
         elif kind == "interval":
             self.set_refresh_interval(float(arg))
         elif kind == "host":
@@ -430,7 +430,7 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
 
     def _go(self, screen: Screen[Any]) -> None:
         """Show a ``:`` jump's screen (:func:`placement`: over the top one, instead of it, or not again)."""
-        how = placement(self.screen, screen, (*VIEWS.values(), UserView, LogScreen))
+        how = placement(self.screen, screen, (*VIEWS.values(), *VIEWS_OF.values(), LogScreen))
         if how != "same":
             (self.switch_screen if how == "replace" else self.push_screen)(screen)
 

@@ -47,7 +47,7 @@ class Filter:
     def job_matches(self, job: JobView) -> bool:
         """The job's key, tree ID, user or command line matches (before inversion)."""
         p = self.pattern
-        return p is not None and any(p.search(x) for x in (job.key, job.tree_id, job.user, job.cmdline))
+        return p is not None and any(p.search(x) for x in (job.key, job.tree_id, job.user, job.cmdline, job.where))
 
     def select(self, hosts: Sequence[str], jobs: Sequence[JobView],
                gpus: Sequence[tuple[str, int]]) -> Selection:

@@ -34,13 +34,15 @@ def run(args: argparse.Namespace) -> int:
     import re
 
     from gpulens.collectors.jobs import JobScanner
+    from gpulens.collectors.workloads import PodNames
     from gpulens.core.errors import ConfigError
     from gpulens.core.sanitize import clean_text
+    from gpulens.core.workload import describe
     from gpulens.ipc.serialize import to_dict
 
     cfg = args.cfg
     try:
-        scanner = JobScanner(cfg.job_pattern, cfg.job_key_env)
+        scanner = JobScanner(cfg.job_pattern, cfg.job_key_env, pods=PodNames())
     except re.error as err:  # config.py checks patterns; this guards callers that skip it
         raise ConfigError(f"--pattern: expected a regular expression: {err}") from err
     time.sleep(0.5)
@@ -60,4 +62,6 @@ def run(args: argparse.Namespace) -> int:
             f"{j.pid:>7} {j.user[:10]:<10} {cpu:>6} {rss:>8} {gpu:>8} {(j.job_key or '-')[:20]:<20} {j.tree_id}\n"
         )
         sys.stdout.write(f"{'':>64}{clean_text(j.cmdline)[:100]}\n")  # a python -c script's newlines: spaces
+        if j.workload is not None:
+            sys.stdout.write(f"{'':>64}runs in: {describe(j.workload)}\n")
     return 0

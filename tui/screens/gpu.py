@@ -17,6 +17,7 @@ from textual.widgets import Footer, Static
 
 from gpulens.core.model import GpuSample, HostSample
 from gpulens.core.units import NA, num, pct, rate
+from gpulens.core.workload import describe
 from gpulens.store.gpu_events import GpuEvent
 from gpulens.store.views import job_key
 from gpulens.tui.context import ScreenContext
@@ -63,6 +64,16 @@ def joules(v: float) -> str:
 def why(g: GpuSample, field: str) -> str:
     """The reason ``field`` of ``g`` is n/a: the sample's own, else that the source does not report it."""
     return g.unavailable.get(field) or g.unavailable.get("gpu") or NOT_REPORTED
+
+
+def held_by(sample: HostSample | None, g: GpuSample | None) -> str:
+    """The pods, Slurm jobs or containers whose processes hold memory on ``g`` (``""``: none known)."""
+    if sample is None or g is None:
+        return ""
+    index = str(g.index)
+    found = dict.fromkeys(describe(j.workload, short=True) for j in sample.jobs
+                          if j.workload is not None and index in j.gpu_mem_bytes)
+    return ", ".join(found)
 
 
 def extra_fields(g: GpuSample, energy_rate: float | None, rate_why: str) -> list[tuple[str, str]]:
@@ -184,7 +195,7 @@ class GpuScreen(DataScreen):
             return
         self._seen = seen
         sample, g = self.gpu()
-        self.update_static("#gpu-info", self._info(g), same_shape_repaints=True)
+        self.update_static("#gpu-info", self._info(g, held_by(sample, g)), same_shape_repaints=True)
         if not self._plots:
             self._plots = [self.query_one(f"#{spec.id}", TimeSeriesPlot) for spec in GPU_PLOTS]
         for spec, plot in zip(GPU_PLOTS, self._plots, strict=True):
@@ -203,7 +214,7 @@ class GpuScreen(DataScreen):
             return None, "needs two samples in a row; a counter that went back starts again"
         return now, ""
 
-    def _info(self, g: GpuSample | None) -> Text:
+    def _info(self, g: GpuSample | None, holders: str = "") -> Text:
         if g is None:
             return Text(f"GPU {self.index} is not in {self.host}'s newest sample", style="bold")
         lv = gpu_levels(g, self.ctx.cfg.thresholds)
@@ -218,6 +229,7 @@ class GpuScreen(DataScreen):
             ("NVLink rx/tx", pair(g.nvlink_rx_bytes_per_s, g.nvlink_tx_bytes_per_s, rate), 0),
             ("ECC c/u", pair(g.ecc_corrected, g.ecc_uncorrected, num), 0),
             ("throttle", throttle_text(g, lambda r: THROTTLE_SHORT.get(r, r)), lv["throttle"]),
+            *((("held by", holders, 0),) if holders else ()),
         ]
         text = Text()
         # Packed to the width: a field is never split between its label and its value.

@@ -1,4 +1,5 @@
-"""``:`` prompt, as in k9s: views (``hosts``, ``jobs``, ``gpus``, ``user NAME``), ``host NAME``, ``job PID``, ``interval S``, ``log``."""
+"""``:`` prompt, as in k9s: views (``hosts``, ``jobs``, ``gpus``, ``pods``, ``slurm [JOBID]``, ``ns NAME``,
+``user NAME``), ``host NAME``, ``job PID``, ``interval S``, ``log``."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ from textual.widgets import Input
 from gpulens.tui.widgets.header import crumb_of
 from gpulens.tui.widgets.ordered_input import OrderedInput
 
-COMMANDS = "hosts, jobs, gpus, user NAME, host NAME, job PID, interval S, log"
-_NO_ARG = {"hosts": "hosts", "jobs": "jobs", "gpus": "gpus", "log": "log"}
-_EXAMPLE = {"host": "NAME", "job": "PID", "user": "NAME", "interval": "2"}
+COMMANDS = "hosts, jobs, gpus, pods, slurm [JOBID], ns NAME, user NAME, host NAME, job PID, interval S, log"
+_NO_ARG = {"hosts": "hosts", "jobs": "jobs", "gpus": "gpus", "pods": "pods", "log": "log"}
+_EXAMPLE = {"host": "NAME", "job": "PID", "user": "NAME", "interval": "2", "ns": "NAMESPACE"}
 _WITH_ARG = {"host": "host", "h": "host", "job": "job", "j": "job", "user": "user", "u": "user",
-             "interval": "interval"}
+             "interval": "interval", "ns": "ns", "slurm": "slurm"}
+_ARG_OPTIONAL = frozenset({"slurm"})
 
 
 def placement(top: Screen[object], new: Screen[object], views: tuple[type, ...]) -> str:
@@ -47,7 +49,7 @@ def parse_jump(text: str) -> tuple[str, str] | str:
     kind = _WITH_ARG.get(word)
     if kind is None:
         return f"unknown command {text.strip()!r}: try {COMMANDS}"
-    if not arg:
+    if not arg and kind not in _ARG_OPTIONAL:
         return f"':{word}' needs an argument, e.g. ':{word} {_EXAMPLE[kind]}'"
     if kind == "interval":
         try:

@@ -27,6 +27,7 @@ from textual.widgets import Footer, Static
 from gpulens.core.model import JobInfo
 from gpulens.core.sanitize import clean_text
 from gpulens.core.units import pct, size, window_name
+from gpulens.core.workload import describe
 from gpulens.sources.local import ReplaySource
 from gpulens.store.views import job_key
 from gpulens.tui.context import ScreenContext
@@ -225,7 +226,8 @@ class ProcessScreen(DataScreen):
                              ("job", job_key(self.host, job)), ("CPU", pct(job.cpu_percent)),
                              ("RSS", size(job.rss_bytes)),
                              ("GPU mem", size(sum(job.gpu_mem_bytes.values())) if job.gpu_mem_bytes else "-"),
-                             ("GPU#", ",".join(sorted(job.gpu_mem_bytes)) or "-")):
+                             ("GPU#", ",".join(sorted(job.gpu_mem_bytes)) or "-"),
+                             *((("runs in", describe(job.workload)),) if job.workload is not None else ())):
             text.append(f"{label} ", style="dim")
             text.append(f"{value}   ", style="bold")
         who.append("ancestors ", style="dim")

@@ -1,4 +1,5 @@
-"""k9s-style resource views: ``:hosts``, ``:jobs``, ``:gpus`` (every GPU of the fleet) and ``:user NAME``.
+"""k9s-style resource views: ``:hosts``, ``:jobs``, ``:gpus`` (every GPU of the fleet), ``:user NAME``,
+``:pods``, ``:ns NAME`` and ``:slurm [JOBID]``.
 
 Each is one full-screen table (``:user`` two) with the same ``/`` regex filter
 and column sorting as the overview; Enter opens the row's host or job.
@@ -220,39 +221,106 @@ class GpusView(_View):
         self._subtitle(table, len(rows), len(every), "GPU")
 
 
-class UserView(_View):
+class JobsOfView(_View):
+    """Some of the jobs (``select``), and the hosts they run on: ``:user``, ``:pods``, ``:ns``, ``:slurm``."""
+
+    BINDINGS: ClassVar[list[BindingType]] = sort_bindings(JobTable, HostTable)
+    jobs_title = "Jobs"
+    whose = "these jobs'"
+    none_now = "no such job runs now"
+
+    def __init__(self, arg: str = "", *, context: Any = None) -> None:
+        """``arg``: what ``:NAME ARG`` named (a user, a namespace, a Slurm job id; '' for all)."""
+        super().__init__(context=context)
+
+    def select(self, job: JobView) -> bool:
+        """Whether ``job`` belongs in the view (override)."""
+        return True
+
+    def boxes(self) -> list[tuple[IncrementalTable, str]]:
+        """Jobs, then hosts."""
+        return [(JobTable(), self.jobs_title), (HostTable(), f"Hosts {self.whose} jobs run on")]
+
+    def refresh_data(self, force: bool = False) -> None:
+        """The selected jobs (narrowed by the filter) and their hosts."""
+        super().refresh_data(force)
+        store, w = self.ctx.store, self.ctx.window_s
+        mine: list[JobView] = [j for j in store.jobs(w) if self.select(j)]
+        hosts = sorted({h for j in mine for h in j.hosts})
+        sel = self.selection(hosts, mine, [])
+        jobs = self.query_one(JobTable)
+        jobs.placeholder = f"no job matches the filter '{self.finder.text}'" if mine else self.none_now
+        kept = [j for j in mine if j.key in sel.jobs]
+        jobs.show(kept)
+        self._subtitle(jobs, len(kept), len(mine), "job")
+        table = self.query_one(HostTable)
+        table.placeholder = f"{self.whose} jobs run on no host now" if not mine else "no host matches the filter"
+        table.show(list(sel.hosts), lambda h: store.host_row(h, w))
+        self._subtitle(table, len(sel.hosts), len(hosts), "host")
+
+
+class UserView(JobsOfView):
     """``:user NAME``: that user's jobs, and the hosts they run on."""
 
     DEFAULT_CSS = VIEW_CSS.format(name="UserView")
-    BINDINGS: ClassVar[list[BindingType]] = sort_bindings(JobTable, HostTable)
 
     def __init__(self, user: str, *, context: Any = None) -> None:
         super().__init__(context=context)
         self.user = user
         self.crumb = f"user {user}"
+        self.jobs_title, self.whose, self.none_now = f"Jobs of {user}", f"{user}'s", f"{user} runs no job now"
 
-    def boxes(self) -> list[tuple[IncrementalTable, str]]:
-        """Jobs, then hosts."""
-        return [(JobTable(), f"Jobs of {self.user}"), (HostTable(), f"Hosts {self.user}'s jobs run on")]
-
-    def refresh_data(self, force: bool = False) -> None:
-        """The user's jobs (narrowed by the filter) and their hosts."""
-        super().refresh_data(force)
-        store, w = self.ctx.store, self.ctx.window_s
-        mine: list[JobView] = [j for j in store.jobs(w) if j.user == self.user]
-        hosts = sorted({h for j in mine for h in j.hosts})
-        sel = self.selection(hosts, mine, [])
-        jobs = self.query_one(JobTable)
-        jobs.placeholder = (f"no job of {self.user} matches the filter '{self.finder.text}'" if mine
-                            else f"{self.user} runs no job now")
-        kept = [j for j in mine if j.key in sel.jobs]
-        jobs.show(kept)
-        self._subtitle(jobs, len(kept), len(mine), "job")
-        table = self.query_one(HostTable)
-        table.placeholder = f"{self.user}'s jobs run on no host now" if not mine else "no host matches the filter"
-        table.show(list(sel.hosts), lambda h: store.host_row(h, w))
-        self._subtitle(table, len(sel.hosts), len(hosts), "host")
+    def select(self, job: JobView) -> bool:
+        """The user's jobs."""
+        return job.user == self.user
 
 
-VIEWS: dict[str, type[_View]] = {"hosts": HostsView, "jobs": JobsView, "gpus": GpusView}
-"""``:NAME`` -> the view it opens (``:user NAME`` takes an argument)."""
+class PodsView(JobsOfView):
+    """``:pods``: the jobs that run in Kubernetes pods (``:ns NAME``: in one namespace)."""
+
+    DEFAULT_CSS = VIEW_CSS.format(name="PodsView")
+    crumb = "pods"
+    jobs_title, whose = "Jobs in Kubernetes pods", "pods'"
+    none_now = "no job runs in a Kubernetes pod now (none of the jobs' cgroups is a kubepods one)"
+
+    def __init__(self, namespace: str = "", *, context: Any = None) -> None:
+        super().__init__(context=context)
+        self.namespace = namespace
+        if namespace:
+            self.crumb = f"ns {namespace}"
+            self.jobs_title, self.whose = f"Jobs in namespace {namespace}", f"namespace {namespace}'s"
+            self.none_now = (f"no job runs in namespace {namespace} now (a pod known by UID only has no "
+                             "namespace: see :log)")
+
+    def select(self, job: JobView) -> bool:
+        """Jobs in a pod (of the namespace)."""
+        w = job.workload
+        return w is not None and w.pod_uid is not None and (not self.namespace or w.namespace == self.namespace)
+
+
+class SlurmView(JobsOfView):
+    """``:slurm [JOBID]``: the jobs that are Slurm jobs (or that one)."""
+
+    DEFAULT_CSS = VIEW_CSS.format(name="SlurmView")
+    crumb = "slurm"
+    jobs_title, whose = "Slurm jobs", "Slurm's"
+    none_now = "no Slurm job runs now (no job's cgroup or environment names one)"
+
+    def __init__(self, job_id: str = "", *, context: Any = None) -> None:
+        super().__init__(context=context)
+        self.job_id = job_id
+        if job_id:
+            self.crumb = f"slurm {job_id}"
+            self.jobs_title, self.whose = f"Slurm job {job_id}", f"Slurm job {job_id}'s"
+            self.none_now = f"Slurm job {job_id} runs on none of these hosts now"
+
+    def select(self, job: JobView) -> bool:
+        """Slurm jobs (that one)."""
+        w = job.workload
+        return w is not None and w.slurm_job is not None and (not self.job_id or w.slurm_job == self.job_id)
+
+
+VIEWS: dict[str, type[_View]] = {"hosts": HostsView, "jobs": JobsView, "gpus": GpusView, "pods": PodsView}
+"""``:NAME`` -> the view it opens."""
+VIEWS_OF: dict[str, type[JobsOfView]] = {"user": UserView, "ns": PodsView, "slurm": SlurmView}
+"""``:NAME ARG`` -> the view it opens for ``ARG`` (``:slurm`` alone: every Slurm job)."""

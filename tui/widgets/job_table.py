@@ -15,26 +15,27 @@ class JobTable(IncrementalTable):
 
     # Each width leaves room for the sort arrow after the label.
     COLUMNS = (
-        ("job", "Job", False, 16), ("tree", "Tree ID", False, 12), ("user", "User", False, 6),
+        ("job", "Job", False, 16), ("where", "Runs in", False, 10), ("tree", "Tree ID", False, 12),
+        ("user", "User", False, 6),
         ("hosts", "Hosts", True, 6), ("gpus", "GPUs", True, 5), ("util", "Util", True, 5),
         ("mem", "GPU mem", True, 8), ("runtime", "Runtime", True, 8),
     )
-    SORT_KEYS: ClassVar[dict[str, str]] = {"job": "J", "tree": "T", "user": "U", "hosts": "H", "gpus": "G", "util": "L",
-                 "mem": "M", "runtime": "R"}
+    SORT_KEYS: ClassVar[dict[str, str]] = {"job": "J", "where": "W", "tree": "T", "user": "U", "hosts": "H", "gpus": "G",
+                                           "util": "L", "mem": "M", "runtime": "R"}
     FLEX = ("tree",)
-    DROP = ("hosts", "runtime", "tree")
+    DROP = ("hosts", "runtime", "where", "tree")
     CUT_LEFT = frozenset({"tree"})
 
     @staticmethod
     def cells(j: JobView) -> tuple[str, ...]:
         """The texts of one row (cut to the column width when drawn)."""
-        return (j.key, j.tree_id, j.user, str(len(j.hosts)), str(len(j.gpus)), pct(j.util_percent),
+        return (j.key, j.where, j.tree_id, j.user, str(len(j.hosts)), str(len(j.gpus)), pct(j.util_percent),
                 size(j.gpu_mem_bytes), duration(j.runtime_s))
 
     @staticmethod
     def sort_value(j: JobView, index: int) -> Any:
         """The raw value column ``index`` sorts by (unknown last)."""
-        vals = (j.key, j.tree_id, j.user, len(j.hosts), len(j.gpus), j.util_percent,
+        vals = (j.key, j.where, j.tree_id, j.user, len(j.hosts), len(j.gpus), j.util_percent,
                 j.gpu_mem_bytes, j.runtime_s)
         v = vals[index]
         return (0, v) if isinstance(v, str) or not math.isnan(v) else (1, 0)

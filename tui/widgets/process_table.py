@@ -5,6 +5,7 @@ from __future__ import annotations
 from gpulens.core.model import GpuProcess, JobInfo
 from gpulens.core.sanitize import clean_text
 from gpulens.core.units import NA, pct, size
+from gpulens.core.workload import describe
 from gpulens.tui.widgets._table import IncrementalTable
 
 
@@ -17,12 +18,13 @@ class ProcessTable(IncrementalTable):
 
     COLUMNS = (
         ("pid", "Host:PID", False, 18), ("tree", "Tree ID", False, 24), ("user", "User", False, 8),
+        ("where", "Runs in", False, 10),
         ("cpu", "CPU", True, 5), ("rss", "RSS", True, 8), ("gpus", "GPU#", False, 5),
         ("gpumem", "GPU mem", True, 8), ("cmd", "Command", False, 30),
     )
     """Each wider than its label, so the sort arrow never cuts it."""
     FLEX = ("cmd", "cmd", "tree")
-    DROP = ("tree", "rss", "gpus", "user")
+    DROP = ("where", "tree", "rss", "gpus", "user")
     CUT_LEFT = frozenset({"tree"})
 
     def __init__(self, *, name: str | None = None, id: str | None = None,
@@ -39,7 +41,8 @@ class ProcessTable(IncrementalTable):
             cmd = was[1][-1]
         else:
             cmd = clean_text(p.cmdline if len(p.cmdline) <= 400 else p.cmdline[:399] + "…")  # a -c script's newlines
-        return (f"{host}:{p.pid}", p.tree_id, p.user, pct(p.cpu_percent), size(p.rss_bytes),
+        return (f"{host}:{p.pid}", p.tree_id, p.user, describe(p.workload, short=True), pct(p.cpu_percent),
+                size(p.rss_bytes),
                 gpus, size(sum(p.gpu_mem_bytes.values())), cmd)
 
     def show(self, processes: tuple[tuple[str, JobInfo], ...]) -> bool:
@@ -61,10 +64,11 @@ class GpuProcessTable(IncrementalTable):
 
     COLUMNS = (
         ("pid", "PID", True, 8), ("user", "User", False, 9), ("mem", "GPU mem", True, 9),
-        ("sm", "SM util", True, 8), ("job", "Job", False, 14), ("cmd", "Command", False, 30),
+        ("sm", "SM util", True, 8), ("job", "Job", False, 14), ("where", "Runs in", False, 10),
+        ("cmd", "Command", False, 30),
     )
     FLEX = ("cmd", "cmd", "job")
-    DROP = ("job", "sm", "user")
+    DROP = ("where", "job", "sm", "user")
 
     @staticmethod
     def cells(p: GpuProcess, job: JobInfo | None, key: str) -> tuple[str, ...]:
@@ -72,7 +76,7 @@ class GpuProcessTable(IncrementalTable):
         cmd = clean_text(job.cmdline) if job is not None else "(not a job process: the job pattern does not match it)"
         return (str(p.pid), job.user if job is not None else NA, size(p.used_memory_bytes),
                 pct(p.sm_util_percent), key if job is not None else "-",
-                cmd if len(cmd) <= 400 else cmd[:399] + "…")
+                describe(job.workload if job is not None else None, short=True), cmd if len(cmd) <= 400 else cmd[:399] + "…")
 
     def show(self, rows: list[tuple[GpuProcess, JobInfo | None, str]]) -> bool:
         """Show these processes; True if anything changed."""

@@ -3,7 +3,10 @@
 ``GOLDEN`` is the sha256 of the samples the demo made before its fast path
 (every figure a pure function of seed, host and time bucket; screenshots and
 tests depend on it). ``Reference`` is that earlier code, kept here to say where
-a difference is.
+a difference is. Re-pinned once for issue 29: jobs carry where they run
+(``workload``: the keyed jobs are Slurm jobs, erin's servers pods under
+containerd, their tree ID ``systemd/containerd-shim-runc-v2/python3.11``); the
+Reference below got the same two changes and nothing else.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from gpulens.core.events import SampleEvent, SourceEvent
 from gpulens.sources.demo import DemoSource
 
 T0 = 1_700_000_000.0
-GOLDEN = "160a4916c99b79701dfafebc3c76edf6a77f88dd5d77eefaea68901bbe569b67"
+GOLDEN = "8368eba629580c0e01c47b9ce0759181e26949c6c39871d034f258bff8d8a645"
 TIMES = (T0, T0 + 0.5, T0 + 1.25, T0 + 59.999, T0 + 7200.3, 1_800_000_123.7, 3600.0 * 5, 12.0)
 
 
@@ -172,14 +175,22 @@ class Reference(DemoSource):
              rng: random.Random) -> m.JobInfo:
         key, user, cmd, *_ = role
         launcher = "torchrun/" if key and key != "4720" else ""
+        if key:
+            where = m.Workload(slurm_job=key, slurm_step="0", slurm_task=str(g), found_by="cgroup")
+        else:  # a pod: its UID, container id and name made up from host and GPU
+            where = m.Workload(runtime="containerd", container_id=(f"{h:02x}{g:02x}" + "c0ffee") * 8,
+                               pod_uid=f"5e1f{h:04x}-0000-4000-8000-{g:012x}", qos="burstable",
+                               namespace="llm-serving", pod=f"vllm-{h % 16 - 11}", container="vllm", ns_pid=1,
+                               found_by="cgroup")
         return m.JobInfo(
-            pid=pid, tree_id=f"systemd/slurmstepd/bash/{launcher}python3.11",
+            pid=pid, tree_id=f"systemd/slurmstepd/bash/{launcher}python3.11" if key
+            else "systemd/containerd-shim-runc-v2/python3.11",
             cmdline=f"python3.11 {cmd}" + (f" --local-rank {g}" if launcher else ""),
             user=user, start_time=self._epoch + (h % 16) * 600.0,
             cpu_percent=round(95 + rng.random() * 10 if launcher else 1 + rng.random() * 4, 1),
             rss_bytes=int((12 + rng.random()) * GIB),
             gpu_mem_bytes={} if h % 16 == 10 and g == 3 else {str(g): mem_used - 500 * 1024**2},
-            job_key=key or None, ancestors=(1, 900 + h, 901 + h))
+            job_key=key or None, ancestors=(1, 900 + h, 901 + h), workload=where)
 
 
 def test_samples_equal_the_reference_field_by_field() -> None:
