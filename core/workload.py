@@ -167,7 +167,7 @@ def _text(value: str) -> Text:
 def describe(w: Workload | None, *, short: bool = False) -> str:
     """``pod llm-serving/vllm-0``, ``slurm 4242.0 task 1``, ``docker 1a2b3c4d5e6f`` (``-``: none known).
 
-    ``short`` leaves out the step, task and runtime (a table cell).
+    ``short`` (a table cell) leaves out the step, task, namespace and inner pid: ``pod vllm-0``, ``slurm 4242``.
     """
     if w is None:
         return "-"
@@ -177,7 +177,10 @@ def describe(w: Workload | None, *, short: bool = False) -> str:
         task = "" if short or w.slurm_task is None else f" task {w.slurm_task}"
         parts.append(f"slurm {w.slurm_job}{step}{task}")
     if w.pod_uid is not None:
-        name = f"{w.namespace}/{w.pod}" if w.pod is not None else f"uid {w.pod_uid[:8]}…"
+        if w.pod is None:
+            name = f"uid {w.pod_uid[:8]}…"
+        else:  # a table cell names the pod; the namespace is in the long form
+            name = w.pod if short else f"{w.namespace}/{w.pod}"
         parts.append(f"pod {name}" + ("" if short or w.container is None else f" container {w.container}"))
     elif w.container_id is not None:
         parts.append(f"{w.runtime or 'container'} {w.container_id[:12]}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import ClassVar
 
 from rich.cells import cell_len
@@ -71,7 +72,7 @@ def held_by(sample: HostSample | None, g: GpuSample | None) -> str:
     if sample is None or g is None:
         return ""
     index = str(g.index)
-    found = dict.fromkeys(describe(j.workload, short=True) for j in sample.jobs
+    found = dict.fromkeys(describe(replace(j.workload, ns_pid=None, slurm_task=None)) for j in sample.jobs
                           if j.workload is not None and index in j.gpu_mem_bytes)
     return ", ".join(found)
 

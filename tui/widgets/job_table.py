@@ -15,12 +15,12 @@ class JobTable(IncrementalTable):
 
     # Each width leaves room for the sort arrow after the label.
     COLUMNS = (
-        ("job", "Job", False, 16), ("where", "Runs in", False, 10), ("tree", "Tree ID", False, 12),
+        ("job", "Job", False, 16), ("where", "Runs in", False, 11), ("tree", "Tree ID", False, 12),
         ("user", "User", False, 6),
         ("hosts", "Hosts", True, 6), ("gpus", "GPUs", True, 5), ("util", "Util", True, 5),
         ("mem", "GPU mem", True, 8), ("runtime", "Runtime", True, 8),
     )
-    SORT_KEYS: ClassVar[dict[str, str]] = {"job": "J", "where": "W", "tree": "T", "user": "U", "hosts": "H", "gpus": "G",
+    SORT_KEYS: ClassVar[dict[str, str]] = {"job": "J", "where": "I", "tree": "T", "user": "U", "hosts": "H", "gpus": "G",
                                            "util": "L", "mem": "M", "runtime": "R"}
     FLEX = ("tree",)
     DROP = ("hosts", "runtime", "where", "tree")

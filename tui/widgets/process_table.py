@@ -18,7 +18,7 @@ class ProcessTable(IncrementalTable):
 
     COLUMNS = (
         ("pid", "Host:PID", False, 18), ("tree", "Tree ID", False, 24), ("user", "User", False, 8),
-        ("where", "Runs in", False, 10),
+        ("where", "Runs in", False, 11),
         ("cpu", "CPU", True, 5), ("rss", "RSS", True, 8), ("gpus", "GPU#", False, 5),
         ("gpumem", "GPU mem", True, 8), ("cmd", "Command", False, 30),
     )
@@ -64,7 +64,7 @@ class GpuProcessTable(IncrementalTable):
 
     COLUMNS = (
         ("pid", "PID", True, 8), ("user", "User", False, 9), ("mem", "GPU mem", True, 9),
-        ("sm", "SM util", True, 8), ("job", "Job", False, 14), ("where", "Runs in", False, 10),
+        ("sm", "SM util", True, 8), ("job", "Job", False, 14), ("where", "Runs in", False, 11),
         ("cmd", "Command", False, 30),
     )
     FLEX = ("cmd", "cmd", "job")

@@ -118,4 +118,5 @@ def test_pod_names_from_log_directories_and_keys() -> None:
     assert describe(Workload(slurm_job="4242", slurm_step="0", slurm_task="1", ns_pid=1)) == (
         "slurm 4242.0 task 1, pid 1 inside")
     assert describe(Workload(runtime="docker", container_id=CID), short=True) == "docker 0f0f0f0f0f0f"
+    assert describe(w, short=True) == "pod vllm-0"
     assert workload_key(w) == f"pod={UID}" and workload_key(None) is None and workload_key(Workload()) is None

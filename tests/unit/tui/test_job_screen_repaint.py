@@ -107,7 +107,7 @@ async def test_one_process_changing_repaints_only_its_row() -> None:
         tick(app, hosts, {proc.pid: 123.0})
         app.refresh_data()
         await pilot.pause()
-        assert table.get_cell(key, "cpu") == ProcessTable.cells(host, dataclasses.replace(proc, cpu_percent=123.0))[3]
+        assert table.get_cell(key, "cpu") == ProcessTable.cells(host, dataclasses.replace(proc, cpu_percent=123.0))[4]
         assert set(watch.lines) == {line}, watch.lines
         assert "123" in Text.from_markup(table.render_line(line).text).plain
 

@@ -37,7 +37,7 @@ async def test_pods_namespaces_and_slurm_jobs_each_have_their_view() -> None:
         assert isinstance(app.screen, PodsView)
         table = app.screen.query_one(JobTable)
         assert set(table.order) == in_pods
-        assert all(table._cells[k][1].startswith("pod llm-serving/vllm-") for k in table.order)
+        assert all(table._cells[k][1].startswith("pod vllm-") for k in table.order)
         assert set(app.screen.query_one(HostTable).order) == {h for j in jobs if j.key in in_pods for h in j.hosts}
         app.jump("ns llm-serving")
         await settle(app, pilot)
@@ -74,4 +74,4 @@ async def test_the_filter_matches_where_a_job_runs_and_the_gpu_names_its_pod() -
         app.push_screen(GpuScreen(host, int(next(iter(gpu))), context=app))
         await settle(app, pilot)
         info = str(app.screen.query_one("#gpu-info").render())
-        assert "held by pod llm-serving/vllm-1" in info
+        assert "held by pod llm-serving/vllm-1 container vllm" in info
