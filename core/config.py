@@ -3,7 +3,7 @@
 Example::
 
     interval_s = 1.0
-    job_pattern = 'systemd.*/([a-z]*sh|containerd-shim-runc-v2)/.*python[0-9.]*$'
+    job_pattern = 'systemd.*/([a-z]*sh|containerd-shim-runc-v2|slurmstepd)/.*python[0-9.]*$'
     history_minutes = 15
     window = "5m"
     job_key_env = ["SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"]

@@ -18,8 +18,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-DEFAULT_JOB_PATTERN = r"systemd.*/([a-z]*sh|containerd-shim-runc-v2)/.*python[0-9.]*$"
-"""Python started from a shell or in a container (Fixstars AIBooster's default)."""
+DEFAULT_JOB_PATTERN = r"systemd.*/([a-z]*sh|containerd-shim-runc-v2|slurmstepd)/.*python[0-9.]*$"
+"""Python started from a shell or in a container (Fixstars AIBooster's default), or by Slurm's
+``slurmstepd`` directly (an ``srun`` task: ``systemd/slurmd/slurmstepd/python3``)."""
 
 DEFAULT_JOB_KEY_ENV: tuple[str, ...] = (
     "SLURM_JOB_ID",

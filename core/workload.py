@@ -11,8 +11,10 @@ cgroup v2, systemd     ``kubepods.slice/kubepods-burstable.slice/kubepods-bursta
                        slice (``kubepods-pod<UID>.slice``)
 cgroup v1 / cgroupfs   ``/kubepods/<qos>/pod<UID>/<64 hex>``, ``/kubepods/pod<UID>/<id>``,
                        ``/docker/<64 hex>``
-Slurm                  v1 ``/slurm/uid_U/job_J/step_S/task_N``; v2
-                       ``…/slurmstepd.scope/job_J/step_S/user/task_N``
+Slurm                  v1 ``/slurm/uid_U/job_J/step_S/task_N`` (``/slurm_<node>/…`` where slurmd
+                       is built for several per host, as Debian's is; its freezer line stops
+                       at the step, devices and memory name the task); v2
+                       ``…/[<node>_]slurmstepd.scope/job_J/step_S/user/task_N``
 =====================  ==================================================================
 
 Every line of the file is tried, the unified (v2) one first; the first
@@ -43,8 +45,10 @@ _V1_DOCKER = re.compile(r"(?:^|/)docker/([0-9a-f]{64})(?:/|$)")
 _POD = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})(?:\.slice)?(?:/|$)")
 _POD_CONTAINER = re.compile(r"/pod[0-9a-f_-]{36}(?:\.slice)?/(?:[a-z-]+-)?([0-9a-f]{64})(?:\.scope)?(?:/|$)")
 _QOS = re.compile(r"kubepods[-/](burstable|besteffort)")
-_SLURM = re.compile(r"(?:^|/)(?:slurm|slurmstepd\.scope)/(?:uid_\d+/)?job_(\d{1,12})"
+_SLURM = re.compile(r"(?:^|/)(?:slurm(?:_[^/]{1,64})?|(?:[^/]{1,64}_)?slurmstepd\.scope)/(?:uid_\d+/)?job_(\d{1,12})"
                     r"(?:/step_([a-z0-9_]{1,24}))?(?:/user)?(?:/task_(\d{1,9}))?(?:/|$)")
+"""``/slurm`` or, built with multiple slurmd (Debian's), ``/slurm_<node>`` (v1); ``slurmstepd.scope`` or
+``<node>_slurmstepd.scope`` (v2)."""
 _SLURM_VARS = {b"SLURM_JOB_ID": "slurm_job", b"SLURM_STEP_ID": "slurm_step", b"SLURM_LOCALID": "slurm_task",
                b"SLURM_JOB_GPUS": "slurm_gpus", b"CUDA_VISIBLE_DEVICES": "visible_gpus"}
 _SLURM_VALUE = re.compile(r"[A-Za-z0-9_.,:-]{1,256}")
@@ -79,8 +83,11 @@ def from_cgroup(cgroup: bytes) -> Workload:
         if "pod_uid" not in found and (m := _POD.search(path)) is not None and "kubepods" in path:
             qos = _QOS.search(path)
             found.update(pod_uid=m.group(1).replace("_", "-"), qos=qos.group(1) if qos else "guaranteed")
-        if "slurm_job" not in found and (m := _SLURM.search(path)) is not None:
-            found.update(slurm_job=m.group(1), slurm_step=m.group(2), slurm_task=m.group(3))
+        if (m := _SLURM.search(path)) is not None:
+            if "slurm_job" not in found:
+                found.update(slurm_job=m.group(1), slurm_step=m.group(2), slurm_task=m.group(3))
+            elif found["slurm_job"] == m.group(1) and found["slurm_step"] == m.group(2) and found["slurm_task"] is None:
+                found["slurm_task"] = m.group(3)  # v1 freezer stops at the step; devices and memory name the task
     if not found:
         return Workload()
     return Workload(**found, found_by="cgroup")  # type: ignore[arg-type]

@@ -59,6 +59,12 @@ def test_slurm_v1_and_v2() -> None:
     assert (v1.slurm_job, v1.slurm_step, v1.slurm_task) == ("4242", "0", "1")
     v2 = from_cgroup(b"0::/system.slice/slurmstepd.scope/job_77/step_batch/user/task_0\n")
     assert (v2.slurm_job, v2.slurm_step, v2.slurm_task) == ("77", "batch", "0")
+    # Debian's slurmd (multiple-slurmd build) roots v1 at /slurm_<node>; the freezer line stops at the step.
+    debian = from_cgroup(b"6:freezer:/slurm_gpulens29475/uid_0/job_1/step_0\n"
+                         b"5:devices:/slurm_gpulens29475/uid_0/job_1/step_0/task_0\n")
+    assert (debian.slurm_job, debian.slurm_step, debian.slurm_task) == ("1", "0", "0")
+    v2node = from_cgroup(b"0::/system.slice/node7_slurmstepd.scope/job_5/step_batch/user/task_0\n")
+    assert (v2node.slurm_job, v2node.slurm_step, v2node.slurm_task) == ("5", "batch", "0")
     extern = from_cgroup(b"0::/system.slice/slurmstepd.scope/job_77/step_extern/slurm\n")
     assert (extern.slurm_job, extern.slurm_step, extern.slurm_task) == ("77", "extern", None)
     assert workload_key(v1) == "SLURM_JOB_ID=4242"
