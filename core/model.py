@@ -157,6 +157,32 @@ class GpuProcess:
 
 
 @dataclass(frozen=True, slots=True)
+class Workload:
+    """Where a process runs: container, Kubernetes pod, Slurm step (``gpulens.core.workload``); None: not known."""
+
+    runtime: Text | None = None
+    """``containerd``, ``cri-o``, ``docker``, ``podman`` or ``cri`` (a kubepods cgroup that names no runtime)."""
+    container_id: Text | None = None
+    pod_uid: Text | None = None
+    qos: Text | None = None
+    """The pod's QoS class: ``guaranteed``, ``burstable`` or ``besteffort``."""
+    namespace: Text | None = None
+    pod: Text | None = None
+    container: Text | None = None
+    """Pod name, namespace and container name: from the kubelet or ``/var/log/pods``, never from the process."""
+    slurm_job: Text | None = None
+    slurm_step: Text | None = None
+    slurm_task: Text | None = None
+    slurm_gpus: Text | None = None
+    visible_gpus: Text | None = None
+    """``SLURM_JOB_GPUS`` and ``CUDA_VISIBLE_DEVICES`` as the process's environment has them."""
+    ns_pid: int | None = None
+    """The pid inside the process's own PID namespace (a container's), when it differs."""
+    found_by: Text | None = None
+    """``cgroup`` or ``environ``: where the container, pod or Slurm job was read."""
+
+
+@dataclass(frozen=True, slots=True)
 class GpuSample:
     """One GPU, read through NVML (GPM fields on Hopper and newer)."""
 
@@ -192,32 +218,11 @@ class GpuSample:
     energy_joules: float | None = None
     """Energy used since the driver loaded (NVML total energy / DCGM TOTAL_ENERGY_CONSUMPTION);
     a counter: it only grows, until the driver reloads."""
-
-
-@dataclass(frozen=True, slots=True)
-class Workload:
-    """Where a process runs: container, Kubernetes pod, Slurm step (``gpulens.core.workload``); None: not known."""
-
-    runtime: Text | None = None
-    """``containerd``, ``cri-o``, ``docker``, ``podman`` or ``cri`` (a kubepods cgroup that names no runtime)."""
-    container_id: Text | None = None
-    pod_uid: Text | None = None
-    qos: Text | None = None
-    """The pod's QoS class: ``guaranteed``, ``burstable`` or ``besteffort``."""
-    namespace: Text | None = None
-    pod: Text | None = None
-    container: Text | None = None
-    """Pod name, namespace and container name: from the kubelet or ``/var/log/pods``, never from the process."""
-    slurm_job: Text | None = None
-    slurm_step: Text | None = None
-    slurm_task: Text | None = None
-    slurm_gpus: Text | None = None
-    visible_gpus: Text | None = None
-    """``SLURM_JOB_GPUS`` and ``CUDA_VISIBLE_DEVICES`` as the process's environment has them."""
-    ns_pid: int | None = None
-    """The pid inside the process's own PID namespace (a container's), when it differs."""
-    found_by: Text | None = None
-    """``cgroup`` or ``environ``: where the container, pod or Slurm job was read."""
+    vendor: Text = "nvidia"
+    """``nvidia`` or ``amd``: whose driver reported it (an agent older than this field had NVML only)."""
+    allocated: Workload | None = None
+    """The pod and container the kubelet gave this GPU (PodResources ``nvidia.com/gpu`` / ``amd.com/gpu``
+    device ids), or the Slurm job whose ``SLURM_JOB_GPUS`` names it; None: not known or not given."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ digest of the output, so a change here that moves one digit fails them.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import cos, log, pi, sin, sqrt
 
 from gpulens.core import model as m
@@ -60,10 +60,10 @@ def demo_workload(h: int, g: int, key: str) -> m.Workload:
     return m.Workload(runtime="containerd", container_id=f"{h:02x}{g:02x}c0ffee" * 8, found_by="cgroup",
                       pod_uid=f"5e1f{h:04x}-0000-4000-8000-{g:012x}", qos="burstable", namespace="llm-serving",
                       pod=f"vllm-{h % 16 - 11}", container="vllm", ns_pid=1)
-GpuPlan = tuple[int, int, bool, bool, str, int, "tuple[m.GpuProcess, ...]", "JobPlan | None", float]
+GpuPlan = tuple[int, int, bool, bool, str, int, "tuple[m.GpuProcess, ...]", "JobPlan | None", float, "m.Workload | None"]
 """(index, IDLE/HELD/BUSY, lost, throttled, uuid, memory used, processes, job, the W its load adds
 to the idle draw at the role's base load (0 unless busy): its energy counter integrates the power
-it draws, ``IDLE_W`` plus that times the load's cycle)."""
+it draws, ``IDLE_W`` plus that times the load's cycle), the pod or Slurm job it was given to)."""
 
 IDLE_W = 77.0
 """The mean power of a GPU at 0 %: ``72 + rand() * 10``."""
@@ -87,7 +87,7 @@ _GPU_FIELDS = (
     "nvlink_rx_bytes_per_s", "nvlink_tx_bytes_per_s", "ecc_corrected", "ecc_uncorrected",
     "xid_events", "throttle_reasons", "sm_activity_percent", "sm_occupancy_percent",
     "dram_bw_util_percent", "processes", "unavailable", "tensor_active_percent",
-    "nvlink_total_bytes_per_s", "energy_joules")
+    "nvlink_total_bytes_per_s", "energy_joules", "vendor", "allocated")
 _JOB_FIELDS = ("pid", "tree_id", "cmdline", "user", "start_time", "cpu_percent", "rss_bytes",
                "gpu_mem_bytes", "job_key", "ancestors", "kineto_polling", "workload")
 _HOST_FIELDS = ("host", "time", "cpu", "memory", "network", "storage", "cache", "infiniband",
@@ -136,8 +136,9 @@ def host_plan(h: int, gpus_per_host: int, epoch: int, name: str) -> HostPlan:
         watts = 0.0
         if kind == BUSY and role is not None:  # power drawn: 72 + util x 6.2 + rand() x 10
             watts = 6.2 * role[3] * (0.7 if throttled else 1.0)
+        given = None if job is None else replace(job[10], slurm_task=None, ns_pid=None)
         gpus.append((g, kind, h % 16 == 10 and g == 3, throttled,
-                     f"GPU-de000000-{h:04d}-{g:04d}", mem_used, processes, job, watts))
+                     f"GPU-de000000-{h:04d}-{g:04d}", mem_used, processes, job, watts, given))
     return HostPlan(h=h, name=name, role=role, no_cache=h % 16 == 8, gpus=tuple(gpus))
 
 
@@ -180,7 +181,7 @@ def host_sample(plan: HostPlan, seed: str, t: float, epoch: int) -> m.HostSample
     gpus: list[m.GpuSample] = []
     jobs: list[m.JobInfo] = []
     utils: list[float] = []
-    for g, kind, lost, throttled, uuid, mem_used, processes, job, watts in plan.gpus:
+    for g, kind, lost, throttled, uuid, mem_used, processes, job, watts, given in plan.gpus:
         energy = round(IDLE_W * span + watts * load, 1)
         util = 0.0
         if kind == BUSY:
@@ -196,7 +197,7 @@ def host_sample(plan: HostPlan, seed: str, t: float, epoch: int) -> m.HostSample
             gpus.append(_gpu(g, GPU_NAME, uuid, None, None, None, None, None, None, None,
                               None, None, None, None, None, None, None, None,
                               _XID79 if rand() < 0.05 else (), (), None, None, None, (),
-                              _LOST_REASONS, None, None, None))
+                              _LOST_REASONS, None, None, None, "nvidia", given))
             utils.append(0)
         elif kind == BUSY:
             if throttled:
@@ -211,14 +212,14 @@ def host_sample(plan: HostPlan, seed: str, t: float, epoch: int) -> m.HostSample
                 89.0 if throttled else round1(33 + util * 0.3),
                 1410 if throttled else 1980, 2619, util * 2e8, util * 1.5e8, nvlink, nvlink, 0, 0,
                 (), _THROTTLES if throttled else (), round1(sm), round1(sm * 0.55),
-                round1(util * 0.5), processes, {}, round1(sm * 0.6), util * 6e9, energy))
+                round1(util * 0.5), processes, {}, round1(sm * 0.6), util * 6e9, energy, "nvidia", given))
         else:  # 0 %: every figure that scales with utilization is 0.0; the draws still happen
             rand()
             gpus.append(_gpu(
                 g, GPU_NAME, uuid, 0.0, 0.0, mem_used, GPU_MEM, round1(72.0 + rand() * 10), 700.0,
                 89.0 if throttled else 33.0, 1410 if throttled else 1980, 2619, 0.0, 0.0, 0.0, 0.0,
                 0, 0, (), _THROTTLES if throttled else (), 0.0, 0.0, 0.0, processes, {}, 0.0, 0.0,
-                energy))
+                energy, "nvidia", given))
             utils.append(0)
         if job is not None:
             pid, tree_id, cmdline, user, start, launcher, gkey, gmem, jkey, ancestors, workload = job

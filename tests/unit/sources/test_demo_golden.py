@@ -5,12 +5,14 @@
 tests depend on it). ``Reference`` is that earlier code, kept here to say where
 a difference is. Re-pinned once for issue 29: jobs carry where they run
 (``workload``: the keyed jobs are Slurm jobs, erin's servers pods under
-containerd, their tree ID ``systemd/containerd-shim-runc-v2/python3.11``); the
-Reference below got the same two changes and nothing else.
+containerd, their tree ID ``systemd/containerd-shim-runc-v2/python3.11``), and
+each GPU its vendor and the pod or Slurm job it was given (``allocated``); the
+Reference below got the same changes and nothing else.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import random
@@ -21,7 +23,7 @@ from gpulens.core.events import SampleEvent, SourceEvent
 from gpulens.sources.demo import DemoSource
 
 T0 = 1_700_000_000.0
-GOLDEN = "8368eba629580c0e01c47b9ce0759181e26949c6c39871d034f258bff8d8a645"
+GOLDEN = "82352db39eeff1f557059fb4493e1940a11e4ed35432930867231dd35884aab6"
 TIMES = (T0, T0 + 0.5, T0 + 1.25, T0 + 59.999, T0 + 7200.3, 1_800_000_123.7, 3600.0 * 5, 12.0)
 
 
@@ -74,8 +76,12 @@ class Reference(DemoSource):
             util, held = self._util(h, g, t, rng, role)
             pid = 10_000 + h * 100 + g
             mem_used = int((0.55 + 0.35 * min(1.0, held)) * GPU_MEM) if held else 600 * 1024**2
-            gpus.append(self._gpu(h, g, util, mem_used, pid if held else None, rng, t))
-            if role and held and (role[0] or g == 0):
+            has_job = bool(role and held and (role[0] or g == 0))
+            given = self._where(h, g, role[0]) if role and has_job else None
+            if given is not None:  # the GPU was given to the job's pod or Slurm job, which knows no task
+                given = dataclasses.replace(given, slurm_task=None, ns_pid=None)
+            gpus.append(self._gpu(h, g, util, mem_used, pid if held else None, rng, t, given))
+            if role and has_job:
                 jobs.append(self._job(h, g, role, pid, mem_used, rng))
         busy = sum(g.utilization_percent or 0 for g in gpus) / max(1, len(gpus))
         cache = (m.CacheSample() if h % 16 == 8 else
@@ -115,7 +121,7 @@ class Reference(DemoSource):
         return max(0.0, min(100.0, u + rng.gauss(0, noise))), 1.0
 
     def _gpu(self, h: int, g: int, util: float, mem_used: int, pid: int | None,
-             rng: random.Random, t: float) -> m.GpuSample:
+             rng: random.Random, t: float, given: m.Workload | None) -> m.GpuSample:
         throttled = h % 16 == 4 and g == 2
         if h % 16 == 10 and g == 3:
             why = "GPU is lost (XID 79: fallen off the bus)"
@@ -123,7 +129,7 @@ class Reference(DemoSource):
             return m.GpuSample(index=g, name="NVIDIA H100 80GB HBM3", uuid=f"GPU-de000000-{h:04d}-{g:04d}",
                                xid_events=xid, unavailable={**{k: why for k in (
                                    "utilization_percent", "mem_used_bytes", "power_w", "temperature_c",
-                                   "sm_activity_percent")}, "gpu": why})
+                                   "sm_activity_percent")}, "gpu": why}, allocated=given)
         if throttled:
             util *= 0.7
         sm = util * (0.78 + rng.random() * 0.08)
@@ -143,6 +149,7 @@ class Reference(DemoSource):
             nvlink_total_bytes_per_s=util * 6e9,
             energy_joules=round(77.0 * max(0.0, t - self._epoch) + self._load_watts(h, g) * self._load(h, t), 1),
             processes=(m.GpuProcess(pid=pid, used_memory_bytes=mem_used - 500 * 1024**2),) if pid else (),
+            allocated=given,
         )
 
     @staticmethod
@@ -171,17 +178,21 @@ class Reference(DemoSource):
 
         return upto(t) - upto(self._epoch)
 
+    @staticmethod
+    def _where(h: int, g: int, key: str) -> m.Workload:
+        if key:
+            return m.Workload(slurm_job=key, slurm_step="0", slurm_task=str(g), found_by="cgroup")
+        # a pod: its UID, container id and name made up from host and GPU
+        return m.Workload(runtime="containerd", container_id=(f"{h:02x}{g:02x}" + "c0ffee") * 8,
+                          pod_uid=f"5e1f{h:04x}-0000-4000-8000-{g:012x}", qos="burstable",
+                          namespace="llm-serving", pod=f"vllm-{h % 16 - 11}", container="vllm", ns_pid=1,
+                          found_by="cgroup")
+
     def _job(self, h: int, g: int, role: Role, pid: int, mem_used: int,
              rng: random.Random) -> m.JobInfo:
         key, user, cmd, *_ = role
         launcher = "torchrun/" if key and key != "4720" else ""
-        if key:
-            where = m.Workload(slurm_job=key, slurm_step="0", slurm_task=str(g), found_by="cgroup")
-        else:  # a pod: its UID, container id and name made up from host and GPU
-            where = m.Workload(runtime="containerd", container_id=(f"{h:02x}{g:02x}" + "c0ffee") * 8,
-                               pod_uid=f"5e1f{h:04x}-0000-4000-8000-{g:012x}", qos="burstable",
-                               namespace="llm-serving", pod=f"vllm-{h % 16 - 11}", container="vllm", ns_pid=1,
-                               found_by="cgroup")
+        where = self._where(h, g, key)
         return m.JobInfo(
             pid=pid, tree_id=f"systemd/slurmstepd/bash/{launcher}python3.11" if key
             else "systemd/containerd-shim-runc-v2/python3.11",
