@@ -183,9 +183,9 @@ def describe(w: Workload | None, *, short: bool = False) -> str:
         step = "" if short or w.slurm_step is None else f".{w.slurm_step}"
         task = "" if short or w.slurm_task is None else f" task {w.slurm_task}"
         parts.append(f"slurm {w.slurm_job}{step}{task}")
-    if w.pod_uid is not None:
+    if w.pod_uid is not None or w.pod is not None:  # the kubelet's GPU allocation names a pod, not its UID
         if w.pod is None:
-            name = f"uid {w.pod_uid[:8]}…"
+            name = f"uid {(w.pod_uid or '')[:8]}…"
         else:  # a table cell names the pod; the namespace is in the long form
             name = w.pod if short else f"{w.namespace}/{w.pod}"
         parts.append(f"pod {name}" + ("" if short or w.container is None else f" container {w.container}"))

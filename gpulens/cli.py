@@ -34,6 +34,7 @@ COMMANDS: tuple[str, ...] = (
     "analyze",
     "flame",
     "profile",
+    "gpumem",
 )
 
 

@@ -1,0 +1,226 @@
+"""CPython in another process: where its runtime is, how its frames are laid out, what a code object says.
+
+The BPF program walks a thread's frames with the offsets of :class:`PyLayout`
+(per CPython version; each verified against that real interpreter by
+tests/integration/test_gpumem_python.py, which compiles ``offsetof`` from the
+interpreter's own internal headers) and sends code object addresses and last
+instructions. This module turns them into frames the seed's way (``Class >
+method (file:line)``), reading the target's memory through
+``/proc/PID/mem`` (root, or the target's own user) once per code object.
+
+CPython 3.11 is in the table; other versions (3.10's frame objects, 3.12's
+and 3.13's new layouts, where 3.13's ``_Py_DebugOffsets`` would give them at
+run time) are refused with the reason, so their allocations still show, under
+``<python frames not read: …>``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+from dataclasses import dataclass
+
+from gpulens.collectors.gpumem.elf import ElfError, read_elf
+
+_LIB = re.compile(r"/(?:lib)?python3\.(\d+)[^/]*$")
+MAX_TEXT = 1024
+"""Characters of a name or file read at most."""
+MAX_LINETABLE = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class PyLayout:
+    """Offsets into CPython's runtime, thread state, frame and code objects (bytes)."""
+
+    interp_head: int
+    threads_head: int
+    tstate_next: int
+    tstate_native_tid: int
+    tstate_frame: int
+    cframe_frame: int
+    frame_code: int
+    frame_previous: int
+    frame_instr: int
+    code_filename: int
+    code_name: int
+    code_qualname: int
+    code_firstlineno: int
+    code_linetable: int
+    code_adaptive: int
+    ascii_data: int
+    """sizeof(PyASCIIObject): a compact ASCII string's characters follow it."""
+    compact_data: int
+    """sizeof(PyCompactUnicodeObject): other compact strings' characters follow it."""
+    bytes_data: int = 32
+    """offsetof(PyBytesObject, ob_sval)."""
+
+
+LAYOUTS: dict[tuple[int, int], PyLayout] = {
+    # CPython 3.11 (x86_64), from Include/internal/pycore_{runtime,interp,frame}.h and cpython/code.h.
+    (3, 11): PyLayout(interp_head=40, threads_head=16, tstate_next=8, tstate_native_tid=160, tstate_frame=56,
+                      cframe_frame=8, frame_code=32, frame_previous=48, frame_instr=56, code_filename=112,
+                      code_name=120, code_qualname=128, code_firstlineno=72, code_linetable=136,
+                      code_adaptive=184, ascii_data=48, compact_data=72),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PyTarget:
+    """One traced Python process: its version, layout and the address of ``_PyRuntime``."""
+
+    pid: int
+    version: tuple[int, int]
+    layout: PyLayout
+    runtime: int
+
+
+class PythonNotReadable(Exception):
+    """Why a process's Python frames cannot be read (the message is shown in its flame)."""
+
+
+def _maps(pid: int) -> list[tuple[int, int, str]]:
+    """(start, file offset, path) of each file mapping of ``pid``."""
+    out = []
+    with open(f"/proc/{pid}/maps") as fh:
+        for line in fh:
+            parts = line.split(None, 5)
+            if len(parts) == 6 and parts[5].startswith("/"):
+                start = int(parts[0].split("-", 1)[0], 16)
+                out.append((start, int(parts[2], 16), parts[5].rstrip("\n")))
+    return out
+
+
+def find_python(pid: int) -> PyTarget:
+    """Where ``pid``'s interpreter keeps its runtime, and which layout it has.
+
+    Raises:
+        PythonNotReadable: not a CPython process, an unknown version, or unreadable.
+    """
+    try:
+        maps = _maps(pid)
+    except OSError as err:
+        raise PythonNotReadable(f"/proc/{pid}/maps: {err.strerror}") from None
+    tried: list[str] = []
+    for path in dict.fromkeys(p for _, _, p in maps):
+        m = _LIB.search(path)
+        if m is None:
+            continue
+        version = (3, int(m.group(1)))
+        try:
+            elf = read_elf(f"/proc/{pid}/root{path}" if os.path.exists(f"/proc/{pid}/root{path}") else path)
+        except (OSError, ElfError) as err:
+            tried.append(f"{path}: {err}")
+            continue
+        sym = elf.symbols.get("_PyRuntime")
+        if sym is None:
+            tried.append(f"{path}: no _PyRuntime symbol")
+            continue
+        base = next(start for start, off, p in maps if p == path and off == 0)
+        layout = LAYOUTS.get(version)
+        if layout is None:
+            raise PythonNotReadable(f"CPython {version[0]}.{version[1]}: frame layout not known to gpulens "
+                                    f"(known: {', '.join(f'{a}.{b}' for a, b in sorted(LAYOUTS))})")
+        return PyTarget(pid, version, layout, base + sym.value - elf.first_vaddr)
+    raise PythonNotReadable("not a CPython process" + (f" ({'; '.join(tried)})" if tried else ""))
+
+
+class CodeReader:
+    """Code objects of one process, read once each from ``/proc/PID/mem``."""
+
+    def __init__(self, target: PyTarget) -> None:
+        self.target = target
+        self._fd = os.open(f"/proc/{target.pid}/mem", os.O_RDONLY)
+        self._code: dict[int, tuple[str, str, int, bytes, int]] = {}
+
+    def close(self) -> None:
+        """Release the process's memory file (idempotent)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def _read(self, addr: int, size: int) -> bytes:
+        data = os.pread(self._fd, size, addr)
+        if len(data) != size:
+            raise OSError(f"short read at {addr:#x}")
+        return data
+
+    def _ptr(self, addr: int) -> int:
+        value: int = struct.unpack("<Q", self._read(addr, 8))[0]
+        return value
+
+    def _str(self, obj: int) -> str:
+        lay = self.target.layout
+        length, _hash, state = struct.unpack("<qqI", self._read(obj + 16, 20))
+        length = max(0, min(length, MAX_TEXT))
+        kind, compact, ascii_ = (state >> 2) & 7, (state >> 5) & 1, (state >> 6) & 1
+        if not compact or kind not in (1, 2, 4):
+            return "?"
+        start = obj + (lay.ascii_data if ascii_ else lay.compact_data)
+        raw = self._read(start, length * kind)
+        codec = {1: "latin-1", 2: "utf-16-le", 4: "utf-32-le"}[kind]
+        return raw.decode(codec, "replace")
+
+    def code(self, addr: int) -> tuple[str, str, int, bytes, int]:
+        """(qualname, filename, first line, line table, first instruction's address) of code object ``addr``."""
+        hit = self._code.get(addr)
+        if hit is None:
+            lay = self.target.layout
+            qual = self._str(self._ptr(addr + lay.code_qualname))
+            filename = self._str(self._ptr(addr + lay.code_filename))
+            first = struct.unpack("<i", self._read(addr + lay.code_firstlineno, 4))[0]
+            table = self._ptr(addr + lay.code_linetable)
+            size = min(max(struct.unpack("<q", self._read(table + 16, 8))[0], 0), MAX_LINETABLE)
+            lines = self._read(table + lay.bytes_data, size)
+            hit = self._code[addr] = (qual, filename, first, lines, addr + lay.code_adaptive)
+        return hit
+
+    def frame(self, code: int, instr: int) -> str:
+        """One frame's label: ``Class > method (file:line)``, ``fn (file:line)``, ``<module> (file:line)``."""
+        try:
+            qual, filename, first, table, start = self.code(code)
+        except (OSError, struct.error):
+            return f"<code object {code:#x}: unreadable>"
+        line = line_of(table, first, (instr - start) // 2) if instr >= start else first
+        return f"{qual.replace('.', ' > ').replace('<locals> > ', '')} ({filename}:{line})"
+
+
+def _varint(table: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while i < len(table):
+        b = table[i]
+        i += 1
+        value |= (b & 63) << shift
+        shift += 6
+        if not b & 64:
+            break
+    return value, i
+
+
+def line_of(table: bytes, first_line: int, index: int) -> int:
+    """The source line of code unit ``index``, from a 3.11 location table (Objects/locations.md)."""
+    line, unit, i = first_line, 0, 0
+    while i < len(table):
+        head = table[i]
+        i += 1
+        code, length = (head >> 3) & 15, (head & 7) + 1
+        delta = 0
+        if code == 15:  # no location
+            pass
+        elif code == 14:  # long form: line delta, end line, column, end column
+            raw, i = _varint(table, i)
+            delta = -(raw >> 1) if raw & 1 else raw >> 1
+            for _ in range(3):
+                _, i = _varint(table, i)
+        elif code == 13:  # no column: line delta
+            raw, i = _varint(table, i)
+            delta = -(raw >> 1) if raw & 1 else raw >> 1
+        elif code >= 10:  # one-line forms: line delta code - 10, two column bytes
+            delta, i = code - 10, i + 2
+        else:  # short forms: same line, one column byte
+            i += 1
+        line += delta
+        if unit <= index < unit + length:
+            return line
+        unit += length
+    return line

@@ -1,0 +1,279 @@
+"""GPU memory of running processes, from uprobes on the CUDA allocation calls, with Python stacks.
+
+:class:`GpuMemTracer` loads the BPF object shipped beside this module
+(``bpf/cuda_mem.bpf.o``, built by ``bpf/build.sh``), attaches to the
+allocation and free calls of every CUDA driver (``libcuda.so*``) and runtime
+(``libcudart.so*``) mapped by the target processes, tells the BPF program
+where each target's CPython keeps its runtime (:mod:`.python_stack`), and
+turns the events into :class:`Allocations`: a live map (pid, address) ->
+(bytes, stack) and bytes ever allocated per stack, so both **live bytes now**
+and **bytes allocated while tracing** can be drawn.
+
+One allocation may be seen twice (``cudaMalloc`` calls ``cuMemAlloc_v2``; the
+inner one returns first): a second allocation at an address already live is
+the same one, and its stack ends ``… > cudaMalloc > cuMemAlloc_v2``. A free of an address never seen was allocated before the
+probes attached: counted, not guessed. Events the ring buffer had no room for
+are counted by the BPF program and reported (:attr:`GpuMemTracer.lost`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import struct
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpulens.collectors.gpumem.elf import ElfError, read_elf
+from gpulens.collectors.gpumem.libbpf import BpfError, BpfObject, Libbpf, RingBuffer
+from gpulens.collectors.gpumem.python_stack import (
+    CodeReader,
+    PyTarget,
+    PythonNotReadable,
+    find_python,
+)
+
+OBJECT = Path(__file__).with_name("bpf") / "cuda_mem.bpf.o"
+
+CALLS: tuple[tuple[str, str, str], ...] = (
+    ("", "", ""),  # call numbers start at 1 (bpf/cuda_mem.bpf.c)
+    ("cuMemAlloc_v2", "cuda", "dev"), ("cuMemAllocManaged", "cuda", "dev"), ("cuMemAllocHost_v2", "cuda", "host"),
+    ("cuMemAllocAsync", "cuda", "dev"), ("cuMemAllocFromPoolAsync", "cuda", "dev"), ("cuMemCreate", "cuda", "handle"),
+    ("cudaMalloc", "cudart", "dev"), ("cudaMallocAsync", "cudart", "dev"), ("cuMemAllocPitch_v2", "cuda", "dev"),
+    ("cuMemFree_v2", "cuda", "dev"), ("cuMemFreeAsync", "cuda", "dev"), ("cuMemRelease", "cuda", "handle"),
+    ("cudaFree", "cudart", "dev"), ("cudaFreeAsync", "cudart", "dev"), ("cuMemFreeHost", "cuda", "host"),
+)
+"""call number -> (symbol, library, address space): a free matches allocations of its space."""
+_FREES = frozenset(range(10, 16))
+_LIBS = {"cuda": re.compile(r"/libcuda\.so[.0-9]*$"), "cudart": re.compile(r"/libcudart\.so[.0-9]*$")}
+MAX_FRAMES = 48
+_EVENT = struct.Struct(f"<IIIIQQQiIII{MAX_FRAMES}Q{MAX_FRAMES}Q")
+_PYINFO = struct.Struct("<Q10I")
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One allocation or free, as the BPF program sent it."""
+
+    pid: int
+    tid: int
+    call: int
+    addr: int
+    size: int
+    py_status: int
+    frames: tuple[tuple[int, int], ...]
+    """(code object, last instruction) per Python frame, innermost first."""
+
+
+def decode_event(raw: bytes) -> Event | None:
+    """An event from the ring buffer's bytes; None for a malformed one (counted by the caller)."""
+    if len(raw) < _EVENT.size:
+        return None
+    v = _EVENT.unpack_from(raw)
+    pid, tid, op, call, addr, size, _t, _res, n, status = v[:10]
+    if op not in (1, 2) or not 0 < call < len(CALLS) or n > MAX_FRAMES or status > 3:
+        return None
+    codes, instrs = v[11:11 + MAX_FRAMES], v[11 + MAX_FRAMES:]
+    return Event(pid, tid, call, addr, size, status, tuple(zip(codes[:n], instrs[:n], strict=True)))
+
+
+@dataclass(slots=True)
+class Allocations:
+    """What the events say: live allocations and bytes allocated per stack (stacks root first)."""
+
+    live: dict[tuple[int, str, int], tuple[int, tuple[str, ...]]] = field(default_factory=dict)
+    total: dict[tuple[str, ...], int] = field(default_factory=dict)
+    unknown_frees: int = 0
+    """Frees of addresses allocated before the probes attached."""
+
+    def add(self, pid: int, call: int, addr: int, size: int, stack: tuple[str, ...]) -> None:
+        """Apply one event (an allocation when ``call`` allocates, else a free)."""
+        space = CALLS[call][2]
+        key = (pid, space, addr)
+        if call in _FREES:
+            if self.live.pop(key, None) is None:
+                self.unknown_frees += 1
+            return
+        held = self.live.get(key)
+        if held is not None:  # the runtime's call and the driver's inside it: one allocation, named by both
+            was_size, was = held
+            if was and stack and was[-1] != stack[-1] and CALLS[call][1] == "cudart":
+                named = (*was[:-1], stack[-1], was[-1])
+                self.live[key] = (was_size, named)
+                self.total[was] -= was_size
+                if not self.total[was]:
+                    del self.total[was]
+                self.total[named] = self.total.get(named, 0) + was_size
+            return
+        self.live[key] = (size, stack)
+        self.total[stack] = self.total.get(stack, 0) + size
+
+    def live_stacks(self) -> dict[tuple[str, ...], int]:
+        """Bytes live now per stack."""
+        out: dict[tuple[str, ...], int] = {}
+        for size, stack in self.live.values():
+            out[stack] = out.get(stack, 0) + size
+        return out
+
+    def live_bytes(self, pid: int | None = None) -> int:
+        """Bytes live now (of one process)."""
+        return sum(size for (p, _, _), (size, _) in self.live.items() if pid is None or p == pid)
+
+
+def libraries(pid: int) -> dict[str, str]:
+    """``cuda`` / ``cudart`` -> the path of that library as ``pid`` maps it (its mount namespace's view)."""
+    found: dict[str, str] = {}
+    with open(f"/proc/{pid}/maps") as fh:
+        for line in fh:
+            parts = line.split(None, 5)
+            if len(parts) < 6:
+                continue
+            path = parts[5].rstrip("\n")
+            for lib, pattern in _LIBS.items():
+                if lib not in found and pattern.search(path):
+                    found[lib] = path
+    return found
+
+
+class GpuMemTracer:
+    """Traces the CUDA allocations of ``pids`` until :meth:`close`; read :attr:`allocations` meanwhile.
+
+    Raises:
+        BpfError: libbpf missing, not root, the object refused by the kernel, nothing to attach to.
+    """
+
+    def __init__(self, pids: Sequence[int], *, bpf_object: Path = OBJECT) -> None:
+        self.pids = tuple(pids)
+        self.allocations = Allocations()
+        self.python: dict[int, str | None] = {}
+        """pid -> why its Python frames cannot be read (None: they can)."""
+        self.attached: dict[int, list[str]] = {}
+        self.malformed = 0
+        self._readers: dict[int, CodeReader] = {}
+        self._lock = threading.Lock()
+        self._lib = Libbpf()
+        self._obj = BpfObject(self._lib, str(bpf_object))
+        try:
+            self._attach()
+            self._rb = RingBuffer(self._lib, self._obj.map_fd("events"), self._on_event)
+        except BaseException:
+            self._obj.close()
+            raise
+
+    def _attach(self) -> None:
+        pyinfo = self._obj.map_fd("pyinfo")
+        for pid in self.pids:
+            try:
+                libs = libraries(pid)
+            except OSError as err:
+                raise BpfError(f"pid {pid}: {err.strerror or err}") from None
+            done: list[str] = []
+            for lib, path in libs.items():
+                binary = f"/proc/{pid}/root{path}"
+                try:
+                    elf = read_elf(binary)
+                except (OSError, ElfError) as err:
+                    raise BpfError(f"pid {pid}: {path}: {err}") from None
+                for call, (name, owner, _space) in enumerate(CALLS):
+                    sym = elf.symbols.get(name)
+                    if owner != lib or sym is None or not sym.is_function:
+                        continue
+                    offset = elf.file_offset(sym.value)
+                    if call in _FREES:
+                        self._obj.attach_uprobe(f"free_{name}", binary, offset, pid=pid)
+                    else:
+                        self._obj.attach_uprobe(f"enter_{name}", binary, offset, pid=pid)
+                        self._obj.attach_uprobe(f"leave_{name}", binary, offset, retprobe=True, pid=pid)
+                    done.append(name)
+            if not done:
+                raise BpfError(f"pid {pid} maps no CUDA driver or runtime (libcuda.so / libcudart.so shared): "
+                               "nothing to trace (a statically linked CUDA runtime cannot be probed)")
+            self.attached[pid] = done
+            self._set_python(pid, pyinfo)
+
+    def _set_python(self, pid: int, map_fd: int) -> None:
+        try:
+            target = find_python(pid)
+            self._readers[pid] = CodeReader(target)
+        except (PythonNotReadable, OSError) as err:
+            self.python[pid] = str(err)
+            return
+        self.python[pid] = None
+        lay = target.layout
+        value = _PYINFO.pack(target.runtime, lay.interp_head, lay.threads_head, lay.tstate_next, lay.tstate_native_tid,
+                             lay.tstate_frame, lay.cframe_frame, lay.frame_code, lay.frame_previous, lay.frame_instr, 0)
+        key = ctypes.c_uint32(pid)
+        buf = ctypes.create_string_buffer(value, len(value))
+        self._lib.call(f"pid {pid}: set its Python layout", self._lib.lib.bpf_map_update_elem,
+                       map_fd, ctypes.byref(key), buf, 0)
+
+    def _stack(self, e: Event) -> tuple[str, ...]:
+        leaf = CALLS[e.call][0]
+        reader = self._readers.get(e.pid)
+        if reader is None:
+            return (f"<python frames not read: {self.python.get(e.pid) or 'not a traced process'}>", leaf)
+        if e.py_status == 2:
+            return ("<no Python thread state for this thread: a native thread>", leaf)
+        frames = [reader.frame(code, instr) for code, instr in reversed(e.frames)]
+        if e.py_status == 3:
+            frames.insert(0, f"<deeper than {MAX_FRAMES} frames: cut>")
+        return (*frames, leaf)
+
+    def _on_event(self, raw: bytes) -> None:
+        e = decode_event(raw)
+        if e is None:
+            self.malformed += 1
+            return
+        stack = () if e.call in _FREES else self._stack(e)
+        with self._lock:
+            self.allocations.add(e.pid, e.call, e.addr, e.size, stack)
+
+    def poll(self, timeout_ms: int = 100) -> int:
+        """Take the events waiting (up to ``timeout_ms``); how many."""
+        return self._rb.poll(timeout_ms)
+
+    @property
+    def lost(self) -> int:
+        """Events the ring buffer had no room for (the BPF program counted them)."""
+        key, value = ctypes.c_uint32(0), ctypes.c_uint64(0)
+        self._lib.lib.bpf_map_lookup_elem(self._obj.map_fd("lost"), ctypes.byref(key), ctypes.byref(value))
+        return value.value
+
+    def snapshot(self) -> tuple[dict[tuple[str, ...], int], dict[tuple[str, ...], int]]:
+        """(live bytes per stack, bytes allocated per stack) now."""
+        with self._lock:
+            return self.allocations.live_stacks(), dict(self.allocations.total)
+
+    def close(self) -> None:
+        """Detach and free everything (idempotent)."""
+        rb = getattr(self, "_rb", None)
+        if rb is not None:
+            rb.close()
+        self._obj.close()
+        for reader in self._readers.values():
+            reader.close()
+        self._readers.clear()
+
+
+def folded(stacks: Iterable[tuple[tuple[str, ...], int]]) -> str:
+    """Folded stacks (``a;b;c 123``), integer bytes, the heaviest first; ``;`` in a frame becomes ``:``."""
+    lines = sorted(((";".join(f.replace(";", ":") for f in s), n) for s, n in stacks if n > 0),
+                   key=lambda item: (-item[1], item[0]))
+    return "".join(f"{s} {n}\n" for s, n in lines)
+
+
+def why_not(pid_check: int | None = None) -> str | None:
+    """Why tracing cannot work on this machine (None: it may): root, the object, the kernel's uprobes."""
+    if os.geteuid() != 0:
+        return "GPU memory tracing loads eBPF: it needs root (or CAP_BPF+CAP_PERFMON)"
+    if not OBJECT.exists():
+        return f"the BPF object {OBJECT} is missing (build it: collectors/gpumem/bpf/build.sh)"
+    if not Path("/sys/bus/event_source/devices/uprobe").exists():
+        return "this kernel has no uprobe PMU (CONFIG_UPROBE_EVENTS)"
+    return None
+
+
+__all__ = ["CALLS", "Allocations", "BpfError", "GpuMemTracer", "PyTarget", "decode_event", "folded", "why_not"]
