@@ -45,9 +45,11 @@ CALLS: tuple[tuple[str, str, str], ...] = (
     ("cudaMalloc", "cudart", "dev"), ("cudaMallocAsync", "cudart", "dev"), ("cuMemAllocPitch_v2", "cuda", "dev"),
     ("cuMemFree_v2", "cuda", "dev"), ("cuMemFreeAsync", "cuda", "dev"), ("cuMemRelease", "cuda", "handle"),
     ("cudaFree", "cudart", "dev"), ("cudaFreeAsync", "cudart", "dev"), ("cuMemFreeHost", "cuda", "host"),
+    ("cuInit", "cuda", ""),
 )
 """call number -> (symbol, library, address space): a free matches allocations of its space."""
 _FREES = frozenset(range(10, 16))
+_INIT = 16
 _LIBS = {"cuda": re.compile(r"/libcuda\.so[.0-9]*$"), "cudart": re.compile(r"/libcudart\.so[.0-9]*$")}
 MAX_FRAMES = 48
 _EVENT = struct.Struct(f"<IIIIQQQiIII{MAX_FRAMES}Q{MAX_FRAMES}Q")
@@ -74,7 +76,7 @@ def decode_event(raw: bytes) -> Event | None:
         return None
     v = _EVENT.unpack_from(raw)
     pid, tid, op, call, addr, size, _t, _res, n, status = v[:10]
-    if op not in (1, 2) or not 0 < call < len(CALLS) or n > MAX_FRAMES or status > 3:
+    if op not in (1, 2, 3) or not 0 < call < len(CALLS) or n > MAX_FRAMES or status > 3:
         return None
     codes, instrs = v[11:11 + MAX_FRAMES], v[11 + MAX_FRAMES:]
     return Event(pid, tid, call, addr, size, status, tuple(zip(codes[:n], instrs[:n], strict=True)))
@@ -86,6 +88,8 @@ class Allocations:
 
     live: dict[tuple[int, str, int], tuple[int, tuple[str, ...]]] = field(default_factory=dict)
     total: dict[tuple[str, ...], int] = field(default_factory=dict)
+    by_pid: dict[int, dict[tuple[str, ...], int]] = field(default_factory=dict)
+    """The same totals per process (a viewer is shown only its own processes')."""
     unknown_frees: int = 0
     """Frees of addresses allocated before the probes attached."""
 
@@ -98,24 +102,36 @@ class Allocations:
                 self.unknown_frees += 1
             return
         held = self.live.get(key)
+        mine = self.by_pid.setdefault(pid, {})
         if held is not None:  # the runtime's call and the driver's inside it: one allocation, named by both
             was_size, was = held
             if was and stack and was[-1] != stack[-1] and CALLS[call][1] == "cudart":
                 named = (*was[:-1], stack[-1], was[-1])
                 self.live[key] = (was_size, named)
-                self.total[was] -= was_size
-                if not self.total[was]:
-                    del self.total[was]
-                self.total[named] = self.total.get(named, 0) + was_size
+                for table in (self.total, mine):
+                    table[was] -= was_size
+                    if not table[was]:
+                        del table[was]
+                    table[named] = table.get(named, 0) + was_size
             return
         self.live[key] = (size, stack)
         self.total[stack] = self.total.get(stack, 0) + size
+        mine[stack] = mine.get(stack, 0) + size
 
-    def live_stacks(self) -> dict[tuple[str, ...], int]:
-        """Bytes live now per stack."""
+    def totals(self, pids: set[int]) -> dict[tuple[str, ...], int]:
+        """Bytes allocated per stack by ``pids``."""
         out: dict[tuple[str, ...], int] = {}
-        for size, stack in self.live.values():
-            out[stack] = out.get(stack, 0) + size
+        for pid in pids:
+            for stack, n in self.by_pid.get(pid, {}).items():
+                out[stack] = out.get(stack, 0) + n
+        return out
+
+    def live_stacks(self, pids: set[int] | None = None) -> dict[tuple[str, ...], int]:
+        """Bytes live now per stack (of ``pids``)."""
+        out: dict[tuple[str, ...], int] = {}
+        for (pid, _, _), (size, stack) in self.live.items():
+            if pids is None or pid in pids:
+                out[stack] = out.get(stack, 0) + size
         return out
 
     def live_bytes(self, pid: int | None = None) -> int:
@@ -139,79 +155,127 @@ def libraries(pid: int) -> dict[str, str]:
 
 
 class GpuMemTracer:
-    """Traces the CUDA allocations of ``pids`` until :meth:`close`; read :attr:`allocations` meanwhile.
+    """Traces CUDA allocations until :meth:`close`; read :meth:`snapshot` meanwhile.
+
+    ``pids``: probes on the libraries each of these processes maps, for it alone (``gpulens gpumem``).
+    ``libraries``: probes on these library files for every process that maps them, now or later
+    (the agent's ``--gpumem``); a process is known from its first event on.
 
     Raises:
         BpfError: libbpf missing, not root, the object refused by the kernel, nothing to attach to.
     """
 
-    def __init__(self, pids: Sequence[int], *, bpf_object: Path = OBJECT) -> None:
+    def __init__(self, pids: Sequence[int] = (), *, libraries: Sequence[str] = (),
+                 bpf_object: Path = OBJECT) -> None:
         self.pids = tuple(pids)
         self.allocations = Allocations()
         self.python: dict[int, str | None] = {}
         """pid -> why its Python frames cannot be read (None: they can)."""
         self.attached: dict[int, list[str]] = {}
+        """pid (-1: every process) -> the calls probed."""
         self.malformed = 0
         self._readers: dict[int, CodeReader] = {}
         self._lock = threading.Lock()
         self._lib = Libbpf()
         self._obj = BpfObject(self._lib, str(bpf_object))
+        self._pyinfo = self._obj.map_fd("pyinfo")
         try:
-            self._attach()
+            for pid in self.pids:
+                self._attach_pid(pid)
+            for path in libraries:
+                self.attach_library(path)
             self._rb = RingBuffer(self._lib, self._obj.map_fd("events"), self._on_event)
         except BaseException:
             self._obj.close()
             raise
 
-    def _attach(self) -> None:
-        pyinfo = self._obj.map_fd("pyinfo")
-        for pid in self.pids:
-            try:
-                libs = libraries(pid)
-            except OSError as err:
-                raise BpfError(f"pid {pid}: {err.strerror or err}") from None
-            done: list[str] = []
-            for lib, path in libs.items():
-                binary = f"/proc/{pid}/root{path}"
-                try:
-                    elf = read_elf(binary)
-                except (OSError, ElfError) as err:
-                    raise BpfError(f"pid {pid}: {path}: {err}") from None
-                for call, (name, owner, _space) in enumerate(CALLS):
-                    sym = elf.symbols.get(name)
-                    if owner != lib or sym is None or not sym.is_function:
-                        continue
-                    offset = elf.file_offset(sym.value)
-                    if call in _FREES:
-                        self._obj.attach_uprobe(f"free_{name}", binary, offset, pid=pid)
-                    else:
-                        self._obj.attach_uprobe(f"enter_{name}", binary, offset, pid=pid)
-                        self._obj.attach_uprobe(f"leave_{name}", binary, offset, retprobe=True, pid=pid)
-                    done.append(name)
-            if not done:
-                raise BpfError(f"pid {pid} maps no CUDA driver or runtime (libcuda.so / libcudart.so shared): "
-                               "nothing to trace (a statically linked CUDA runtime cannot be probed)")
-            self.attached[pid] = done
-            self._set_python(pid, pyinfo)
+    def _attach_pid(self, pid: int) -> None:
+        try:
+            libs = libraries(pid)
+        except OSError as err:
+            raise BpfError(f"pid {pid}: {err.strerror or err}") from None
+        done: list[str] = []
+        for lib, path in libs.items():
+            done += self._attach_file(f"/proc/{pid}/root{path}", lib, pid)
+        if not done:
+            raise BpfError(f"pid {pid} maps no CUDA driver or runtime (libcuda.so / libcudart.so shared): "
+                           "nothing to trace (a statically linked CUDA runtime cannot be probed)")
+        self.attached[pid] = done
+        self.watch(pid)
 
-    def _set_python(self, pid: int, map_fd: int) -> None:
+    def attach_library(self, path: str) -> list[str]:
+        """Probe the CUDA calls of library file ``path`` in every process (its name says driver or runtime)."""
+        lib = next((name for name, pattern in _LIBS.items() if pattern.search("/" + os.path.basename(path))), None)
+        if lib is None:
+            raise BpfError(f"{path}: not a CUDA driver (libcuda.so*) or runtime (libcudart.so*)")
+        done = self._attach_file(path, lib, -1)
+        self.attached.setdefault(-1, []).extend(done)
+        return done
+
+    def _attach_file(self, binary: str, lib: str, pid: int) -> list[str]:
+        try:
+            elf = read_elf(binary)
+        except (OSError, ElfError) as err:
+            raise BpfError(f"{binary}: {err}") from None
+        done: list[str] = []
+        for call, (name, owner, _space) in enumerate(CALLS):
+            sym = elf.symbols.get(name)
+            if owner != lib or sym is None or not sym.is_function:
+                continue
+            offset = elf.file_offset(sym.value)
+            if call == _INIT:
+                if pid == -1:  # per-process probes know their process already
+                    self._obj.attach_uprobe(f"init_{name}", binary, offset, pid=pid)
+                continue
+            if call in _FREES:
+                self._obj.attach_uprobe(f"free_{name}", binary, offset, pid=pid)
+            else:
+                self._obj.attach_uprobe(f"enter_{name}", binary, offset, pid=pid)
+                self._obj.attach_uprobe(f"leave_{name}", binary, offset, retprobe=True, pid=pid)
+            done.append(name)
+        return done
+
+    def watch(self, pid: int) -> str | None:
+        """Tell the BPF program where ``pid``'s CPython frames are (once); why they cannot be read, or None."""
+        if pid in self.python:
+            return self.python[pid]
         try:
             target = find_python(pid)
-            self._readers[pid] = CodeReader(target)
+            reader = CodeReader(target)
         except (PythonNotReadable, OSError) as err:
             self.python[pid] = str(err)
-            return
+            return self.python[pid]
+        self._readers[pid] = reader
         self.python[pid] = None
+        self._set_layout(pid, target)
+        return None
+
+    def forget(self, pid: int) -> None:
+        """A process exited: drop its allocations, its frames' reader and its layout entry."""
+        with self._lock:
+            for key in [k for k in self.allocations.live if k[0] == pid]:
+                del self.allocations.live[key]
+        reader = self._readers.pop(pid, None)
+        if reader is not None:
+            reader.close()
+        self.python.pop(pid, None)
+        key = ctypes.c_uint32(pid)
+        self._lib.lib.bpf_map_delete_elem(self._pyinfo, ctypes.byref(key))
+
+    def _set_layout(self, pid: int, target: PyTarget) -> None:
         lay = target.layout
         value = _PYINFO.pack(target.runtime, lay.interp_head, lay.threads_head, lay.tstate_next, lay.tstate_native_tid,
                              lay.tstate_frame, lay.cframe_frame, lay.frame_code, lay.frame_previous, lay.frame_instr, 0)
         key = ctypes.c_uint32(pid)
         buf = ctypes.create_string_buffer(value, len(value))
         self._lib.call(f"pid {pid}: set its Python layout", self._lib.lib.bpf_map_update_elem,
-                       map_fd, ctypes.byref(key), buf, 0)
+                       self._pyinfo, ctypes.byref(key), buf, 0)
 
     def _stack(self, e: Event) -> tuple[str, ...]:
         leaf = CALLS[e.call][0]
+        if e.py_status == 1 and e.pid not in self.python:  # a process seen first now: known from its next call
+            self.watch(e.pid)
+            return ("<python frames not read: the process's first allocation seen>", leaf)
         reader = self._readers.get(e.pid)
         if reader is None:
             return (f"<python frames not read: {self.python.get(e.pid) or 'not a traced process'}>", leaf)
@@ -226,6 +290,9 @@ class GpuMemTracer:
         e = decode_event(raw)
         if e is None:
             self.malformed += 1
+            return
+        if e.call == _INIT:
+            self.watch(e.pid)
             return
         stack = () if e.call in _FREES else self._stack(e)
         with self._lock:
@@ -242,10 +309,12 @@ class GpuMemTracer:
         self._lib.lib.bpf_map_lookup_elem(self._obj.map_fd("lost"), ctypes.byref(key), ctypes.byref(value))
         return value.value
 
-    def snapshot(self) -> tuple[dict[tuple[str, ...], int], dict[tuple[str, ...], int]]:
-        """(live bytes per stack, bytes allocated per stack) now."""
+    def snapshot(self, pids: Iterable[int] | None = None) -> tuple[dict[tuple[str, ...], int], dict[tuple[str, ...], int]]:
+        """(live bytes per stack, bytes allocated per stack) now, of ``pids`` (None: all)."""
         with self._lock:
-            return self.allocations.live_stacks(), dict(self.allocations.total)
+            if pids is None:
+                return self.allocations.live_stacks(), dict(self.allocations.total)
+            return self.allocations.live_stacks(set(pids)), self.allocations.totals(set(pids))
 
     def close(self) -> None:
         """Detach and free everything (idempotent)."""

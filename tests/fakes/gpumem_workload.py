@@ -27,6 +27,7 @@ lib = sys.argv[1]
 cuda = ctypes.CDLL(f"{lib}/libcuda.so.1")
 cudart = ctypes.CDLL(f"{lib}/libcudart.so.12")
 ptr = ctypes.c_uint64
+assert cuda.cuInit(0) == 0  # as every CUDA program does first
 
 
 def alloc(n: int) -> int:

@@ -14,6 +14,7 @@ uprobes) or no C compiler builds the doubles.
 from __future__ import annotations
 
 import os
+import time
 import shutil
 import subprocess
 import sys
@@ -165,3 +166,29 @@ def test_the_object_rebuilt_from_its_source_loads_and_works(workload: subprocess
     finally:
         tracer.close()
     assert _without_thread(live)[0] == _expected()[0]
+
+
+def test_probes_on_the_library_file_see_a_process_started_later(libdir: Path) -> None:
+    """The agent's way: probes on the library for every process; one started after them is known from cuInit on."""
+    tracer = GpuMemTracer(libraries=[str(libdir / "libcuda.so.1"), str(libdir / "libcudart.so.12")])
+    try:
+        assert "cuInit" not in tracer.attached[-1] and "cuMemAlloc_v2" in tracer.attached[-1]
+        proc = subprocess.Popen([sys.executable, str(WORKLOAD), str(libdir)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "READY"
+            deadline = time.monotonic() + 10
+            while proc.pid not in tracer.python and time.monotonic() < deadline:
+                tracer.poll(50)
+            assert tracer.python.get(proc.pid, "unseen") is None  # its cuInit made it known
+            _run(proc, tracer)
+            live, total = tracer.snapshot([proc.pid])
+            others, _ = tracer.snapshot([proc.pid + 1_000_000])
+        finally:
+            proc.kill()
+            proc.wait()
+    finally:
+        tracer.close()
+    want_live, want_total = _expected()
+    assert _without_thread(live)[0] == want_live and _without_thread(total)[0] == want_total
+    assert others == {}

@@ -23,7 +23,7 @@
 #define MAX_FRAMES 48
 #define MAX_THREADS 64
 
-enum op { OP_ALLOC = 1, OP_FREE = 2 };
+enum op { OP_ALLOC = 1, OP_FREE = 2, OP_INIT = 3 };
 /* which call: userspace names it; for the size and the pointer's place, what matters is the kind */
 enum kind { K_PTR_SIZE = 1, K_PITCH = 2, K_HANDLE = 3, K_FREE = 4 };
 
@@ -249,5 +249,19 @@ FREE_PROBE(cuMemRelease, 12)
 FREE_PROBE(cudaFree, 13)
 FREE_PROBE(cudaFreeAsync, 14)
 FREE_PROBE(cuMemFreeHost, 15)
+
+/* cuInit: a process starts using CUDA. Userspace learns where its Python frames are before its first
+ * allocation (a CUDA context takes far longer to create than that), for probes on every process. */
+SEC("uprobe") int BPF_KPROBE(init_cuInit, __u32 flags)
+{
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	if (bpf_map_lookup_elem(&pyinfo, &pid))
+		return 0;
+	__u32 zero = 0;
+	struct event *e = bpf_map_lookup_elem(&scratch, &zero);
+	if (!e)
+		return 0;
+	return send(e, OP_INIT, 16, 0, flags, 0);
+}
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

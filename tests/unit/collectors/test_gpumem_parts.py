@@ -32,7 +32,7 @@ def test_events_decode_and_malformed_ones_are_refused() -> None:
     assert e is not None and (e.pid, e.tid, e.call, e.addr, e.size) == (7, 8, CALL["cuMemAlloc_v2"], 0x7F00, 4096)
     assert e.frames == ((0x10, 0x20), (0x30, 0x40))
     assert decode_event(b"\0" * 10) is None
-    assert decode_event(_raw(3, 1, 0, 0, [])) is None  # no such op
+    assert decode_event(_raw(4, 1, 0, 0, [])) is None  # no such op
     assert decode_event(_raw(1, 99, 0, 0, [])) is None  # no such call
     bad = bytearray(_raw(1, 1, 0, 0, []))
     struct.pack_into("<I", bad, 44, MAX_FRAMES + 1)  # nframes
