@@ -14,10 +14,10 @@ uprobes) or no C compiler builds the doubles.
 from __future__ import annotations
 
 import os
-import time
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
