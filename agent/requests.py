@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpulens.agent import request_kinds as kinds
+from gpulens.agent.gpumem import GpuMemService, gpumem, gpumem_possible
 from gpulens.agent.request_kinds import (
     CHUNK_WAIT_S,
     HistoryFn,
@@ -103,6 +104,8 @@ class RequestRunner:
         self._closing = False
         self._lock = threading.Lock()
         self._progress = kinds.TraceProgress()
+        self.gpumem: GpuMemService | None = None
+        """``--gpumem``'s system-wide tracer (without it, a ``gpumem`` request traces a window itself)."""
         self.handover: Callable[[Principal, Mapping[str, Any]], dict[str, Any]] | None = None
         """Hands this owner's Kineto endpoint over (set on a TUI's in-process owner only)."""
 
@@ -111,6 +114,8 @@ class RequestRunner:
         caps = ["history"]
         if self.profiler() is not None:
             caps.append("profile")
+        if self.gpumem is not None or gpumem_possible():
+            caps.append("gpumem")
         if self.trace_service is not None:
             caps += ["trace", "trace_status", "trace_diagnose", "trace_processes"]
             if self.handover is not None:
@@ -172,6 +177,8 @@ class RequestRunner:
             if prof is None:
                 return None
             return lambda conn, req: kinds.profile(conn, req, prof, self.hostname)
+        if kind == "gpumem":
+            return lambda conn, req: gpumem(conn, req, self.gpumem, self.hostname)
         if svc is None:
             return None
         if kind == "trace":

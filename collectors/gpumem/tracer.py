@@ -259,8 +259,8 @@ class GpuMemTracer:
         if reader is not None:
             reader.close()
         self.python.pop(pid, None)
-        key = ctypes.c_uint32(pid)
-        self._lib.lib.bpf_map_delete_elem(self._pyinfo, ctypes.byref(key))
+        pid_key = ctypes.c_uint32(pid)
+        self._lib.lib.bpf_map_delete_elem(self._pyinfo, ctypes.byref(pid_key))
 
     def _set_layout(self, pid: int, target: PyTarget) -> None:
         lay = target.layout
@@ -273,9 +273,9 @@ class GpuMemTracer:
 
     def _stack(self, e: Event) -> tuple[str, ...]:
         leaf = CALLS[e.call][0]
-        if e.py_status == 1 and e.pid not in self.python:  # a process seen first now: known from its next call
-            self.watch(e.pid)
-            return ("<python frames not read: the process's first allocation seen>", leaf)
+        if e.py_status == 1:  # the program had no layout for this process when it allocated
+            why = self.watch(e.pid) if e.pid not in self.python else self.python[e.pid]
+            return (f"<python frames not read: {why or 'the process was not known yet at this allocation'}>", leaf)
         reader = self._readers.get(e.pid)
         if reader is None:
             return (f"<python frames not read: {self.python.get(e.pid) or 'not a traced process'}>", leaf)

@@ -56,6 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-queue", type=int, default=128, metavar="N", help="frames queued per viewer before a slow one is dropped"
     )
     parser.add_argument("--no-trace", action="store_true", help="do not own this host's Kineto trace endpoint")
+    parser.add_argument("--gpumem", action="store_true", help="trace GPU memory allocations of every process "
+                        "from now on (eBPF on the CUDA libraries; root): GPU-memory flame graphs answer at once")
     parser.add_argument("--quiet", action="store_true", help="log warnings only")
     # SIMULATED samples for tests and benchmarks of many agents on one machine.
     parser.add_argument("--simulated-gpus", type=int, default=None, help=argparse.SUPPRESS)
@@ -198,6 +200,9 @@ def run(args: argparse.Namespace) -> int:
             metrics = _serve_metrics(args, hostname, agent)
         if not args.no_trace:
             agent.start_trace_service()
+        if args.gpumem:
+            gpumem = _start_gpumem()
+            agent.requests.gpumem = gpumem
         if args.stdio:
             # The protocol owns the real stdout; anything a library prints goes to stderr.
             rfd, wfd = os.dup(0), os.dup(1)
@@ -223,6 +228,22 @@ def run(args: argparse.Namespace) -> int:
         agent.stop()
         if metrics is not None:
             metrics.close()
+        if agent.requests.gpumem is not None:
+            agent.requests.gpumem.close()
+
+
+def _start_gpumem() -> Any:
+    """``--gpumem``: the system-wide GPU-memory tracer, or ConfigError in one line (not root, no libbpf…)."""
+    from gpulens.agent.gpumem import GpuMemService
+    from gpulens.collectors.gpumem.libbpf import BpfError
+
+    try:
+        service = GpuMemService()
+    except BpfError as err:
+        raise ConfigError(f"--gpumem: {err}") from err
+    found = ", ".join(service.paths) or "none found by ldconfig (a job's own copy is probed when asked)"
+    print(f"gpulens agent: tracing GPU memory allocations through {found}", file=sys.stderr, flush=True)
+    return service
 
 
 def _write_port_file(path: str, port: int) -> None:

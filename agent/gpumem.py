@@ -1,0 +1,152 @@
+"""The agent's GPU-memory flame graphs (issue 28): the ``gpumem`` request, and ``--gpumem``'s tracer.
+
+With ``gpulens agent --gpumem`` the root agent probes the CUDA driver and
+runtime files of this host (``ldconfig``'s, and any a job process maps from
+elsewhere, e.g. a container's copy) for every process, from its start on:
+a ``gpumem`` request is answered at once with the live bytes (or bytes
+allocated) per Python stack of the processes it names. Without it, the
+request traces those processes for ``duration_s`` and answers then. Either
+way a viewer gets only the processes it may act for (root, or their owner:
+:func:`~gpulens.agent.request_kinds.check_owner`), as traces and profiles.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import subprocess
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from gpulens.agent.request_kinds import (
+    RequestConn,
+    RequestError,
+    check_owner,
+    parse_pids,
+    send_bytes,
+)
+from gpulens.collectors.gpumem.libbpf import BpfError
+from gpulens.collectors.gpumem.tracer import GpuMemTracer, folded, libraries, why_not
+from gpulens.ipc import stream
+
+log = logging.getLogger("gpulens.agent")
+
+MAX_WINDOW_S = 120.0
+_LDCONFIG = re.compile(r"\s(lib(?:cuda|cudart)\.so[.0-9]*)\s.*=>\s*(\S+)$")
+
+
+def host_libraries(lines: Iterable[str] | None = None) -> list[str]:
+    """The CUDA driver and runtime files ``ldconfig -p`` knows on this host (each file once)."""
+    if lines is None:
+        try:
+            out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=10, check=False)
+            lines = out.stdout.splitlines()
+        except (OSError, subprocess.SubprocessError):
+            return []
+    found: list[str] = []
+    for line in lines:
+        m = _LDCONFIG.search(line)
+        if m is not None and m.group(2) not in found:
+            found.append(m.group(2))
+    return found
+
+
+def gpumem_possible() -> bool:
+    """Whether this agent can trace GPU memory at all (root, the BPF object, uprobes)."""
+    return why_not() is None
+
+
+class GpuMemService:
+    """A system-wide tracer and the thread that reads its events (``--gpumem``)."""
+
+    def __init__(self, paths: Iterable[str] = ()) -> None:
+        why = why_not()
+        if why is not None:
+            raise BpfError(why)
+        self.paths = list(dict.fromkeys(paths)) or host_libraries()
+        self.since = time.time()
+        self._seen_files: set[str] = set()
+        self.tracer = GpuMemTracer(libraries=[p for p in self.paths if self._first(p)])
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gpulens-gpumem", daemon=True)
+        self._thread.start()
+
+    def _first(self, path: str) -> bool:
+        import os
+
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False
+        key = f"{st.st_dev}:{st.st_ino}"
+        if key in self._seen_files:
+            return False
+        self._seen_files.add(key)
+        return True
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.tracer.poll(200)
+            except BpfError as err:
+                log.warning("GPU memory tracing stopped: %s", err)
+                return
+
+    def cover(self, pid: int) -> None:
+        """Make sure the libraries ``pid`` maps are probed (a container's own copy of libcuda)."""
+        try:
+            for path in libraries(pid).values():
+                full = f"/proc/{pid}/root{path}"
+                if self._first(full):
+                    self.tracer.attach_library(full)
+        except (OSError, BpfError) as err:
+            log.info("pid %d: CUDA libraries not probed: %s", pid, err)
+        self.tracer.watch(pid)
+
+    def close(self) -> None:
+        """Stop reading and detach (idempotent)."""
+        self._stop.set()
+        self._thread.join(timeout=2.0)
+        self.tracer.close()
+
+
+def gpumem(conn: RequestConn, req: stream.Request, service: GpuMemService | None, hostname: str) -> dict[str, Any]:
+    """Live bytes (``mode`` live) or bytes allocated (``total``) per Python stack of ``pids``, as one folded file."""
+    pids = parse_pids(req.params)
+    mode = req.params.get("mode", "live")
+    if mode not in ("live", "total"):
+        raise RequestError("mode must be 'live' or 'total'")
+    check_owner(conn.principal, pids)
+    if service is not None:
+        for pid in pids:
+            service.cover(pid)
+        tracer, since, lost = service.tracer, service.since, service.tracer.lost
+        live, total = tracer.snapshot(pids)
+        python = {str(p): tracer.python.get(p) for p in pids}
+    else:
+        seconds = req.params.get("duration_s", 5.0)
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= MAX_WINDOW_S:
+            raise RequestError(f"duration_s must be in (0, {MAX_WINDOW_S:g}]")
+        why = why_not()
+        if why is not None:
+            raise RequestError(why)
+        since = time.time()
+        try:
+            window = GpuMemTracer(pids)
+        except BpfError as err:
+            raise RequestError(str(err)) from None
+        try:
+            end = time.monotonic() + float(seconds)
+            while time.monotonic() < end:
+                window.poll(100)
+            window.poll(0)
+            live, total = window.snapshot()
+            lost, python = window.lost, {str(p): window.python.get(p) for p in pids}
+        finally:
+            window.close()
+    text = folded((total if mode == "total" else live).items())
+    name = f"gpumem-{hostname}-{int(time.time())}.bytes.folded"
+    send_bytes(conn, req.id, name, text.encode())
+    return {"files": [name], "pids": list(pids), "mode": mode, "since": since, "lost": lost, "python": python}
