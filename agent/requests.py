@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpulens.agent import request_kinds as kinds
-from gpulens.agent.gpumem import GpuMemService, gpumem, gpumem_possible
+from gpulens.agent.gpumem import GpuMemService, gpumem
 from gpulens.agent.request_kinds import (
     CHUNK_WAIT_S,
     HistoryFn,
@@ -106,6 +106,8 @@ class RequestRunner:
         self._progress = kinds.TraceProgress()
         self.gpumem: GpuMemService | None = None
         """``--gpumem``'s system-wide tracer (without it, a ``gpumem`` request traces a window itself)."""
+        self.gpumem_windows = False
+        """Whether ``gpumem`` requests trace a window when there is no tracer (``gpulens agent`` as root)."""
         self.handover: Callable[[Principal, Mapping[str, Any]], dict[str, Any]] | None = None
         """Hands this owner's Kineto endpoint over (set on a TUI's in-process owner only)."""
 
@@ -114,7 +116,7 @@ class RequestRunner:
         caps = ["history"]
         if self.profiler() is not None:
             caps.append("profile")
-        if self.gpumem is not None or gpumem_possible():
+        if self.gpumem is not None or self.gpumem_windows:
             caps.append("gpumem")
         if self.trace_service is not None:
             caps += ["trace", "trace_status", "trace_diagnose", "trace_processes"]

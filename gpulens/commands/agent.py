@@ -201,8 +201,11 @@ def run(args: argparse.Namespace) -> int:
         if not args.no_trace:
             agent.start_trace_service()
         if args.gpumem:
-            gpumem = _start_gpumem()
-            agent.requests.gpumem = gpumem
+            agent.requests.gpumem = _start_gpumem()
+        else:
+            from gpulens.agent.gpumem import gpumem_possible
+
+            agent.requests.gpumem_windows = gpumem_possible()
         if args.stdio:
             # The protocol owns the real stdout; anything a library prints goes to stderr.
             rfd, wfd = os.dup(0), os.dup(1)
