@@ -54,11 +54,12 @@ MAX_PROFILE_S = 60.0
 PROFILE_BINDINGS: list[BindingType] = [
     Binding("F", "profile_seconds", "Profile secs", key_display="F", show=False),
     Binding("L", "last_flame", "Last flame", key_display="L", show=False),
+    Binding("m", "gpu_memory", "GPU mem flame", tooltip="live GPU memory by Python stack (a root agent's eBPF)"),
 ]
 """The keys a screen with a :class:`Profiling` adds to its own ``f`` and ``d``."""
 
 READONLY_HIDES = frozenset({"profile", "quick_look", "profile_seconds", "last_flame", "open_profiler",
-                            "profiler_hint"})
+                            "profiler_hint", "gpu_memory"})
 """The actions ``--readonly`` removes from a host or job screen: py-spy attaches to a process (ptrace
 stops it while it reads the stacks) and a trace request makes it run the profiler."""
 READONLY_NOTE = "read-only (--readonly): no py-spy sampling, no traces"

@@ -202,6 +202,12 @@ class HostScreen(DataScreen):
         """L: reopen the last flame graph."""
         self.profiling.reopen()
 
+    def action_gpu_memory(self) -> None:
+        """m: the GPU-memory flame graph of these processes, by Python stack (through their host's agent)."""
+        from gpulens.tui.gpumem_flame import open_gpu_memory
+
+        open_gpu_memory(self.profiling)
+
     def commands(self) -> Iterable[SystemCommand]:
         """Per-GPU plots, profile and quick look."""
         yield SystemCommand("Per GPU / aggregate", "g: one line per GPU in the GPU plots", self.action_per_gpu)

@@ -167,6 +167,12 @@ class JobScreen(DataScreen):
         """L: reopen the last flame graph."""
         self.profiling.reopen()
 
+    def action_gpu_memory(self) -> None:
+        """m: the GPU-memory flame graph of these processes, by Python stack (through their host's agent)."""
+        from gpulens.tui.gpumem_flame import open_gpu_memory
+
+        open_gpu_memory(self.profiling)
+
     def commands(self) -> Iterable[SystemCommand]:
         """Profile, quick look and, while offered, Open Profiler."""
         yield from self.profiling.commands()

@@ -1,0 +1,89 @@
+"""Issue 28 in the TUI: ``m`` opens the GPU-memory flame graph of a host's or job's processes through their agent."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from gpulens.core.events import SampleEvent
+from gpulens.core.model import (
+    CpuSample,
+    HostSample,
+    JobInfo,
+    MemorySample,
+    NetworkSample,
+    StorageSample,
+)
+from gpulens.tui.app import GpulensApp
+from tests.fakes.tui_fakes import FROZEN, StaticSource, frozen_clock, settle, sync
+
+FOLDED = ("<module> (serve.py:40);Runner > _allocate_kv_cache_tensors (runner.py:212);cudaMalloc;cuMemAlloc_v2 "
+          "59055800320\n<module> (serve.py:40);Model > __init__ (model.py:88);cuMemAlloc_v2 1048576\n")
+
+
+class GpuMemAgent(StaticSource):
+    """A test double of an agent that answers ``gpumem`` as ``gpulens agent`` does: one folded bytes file."""
+
+    def __init__(self, events: list[Any], folded: Path) -> None:
+        super().__init__(events, name="fake agent")
+        self.folded = folded
+        self.asked: list[tuple[str, str, dict[str, Any]]] = []
+
+    def request(self, host: str, kind: str, params: Any, timeout_s: float) -> Future[Any]:
+        from gpulens.ipc.errors import RequestFailed
+        from gpulens.sources.stream.link import RequestResult
+
+        self.asked.append((host, kind, dict(params)))
+        fut: Future[Any] = Future()
+        if kind != "gpumem":
+            fut.set_exception(RequestFailed(f"unsupported request kind {kind!r}"))
+            return fut
+        name = "gpumem-far-host-1.bytes.folded"
+        fut.set_result(RequestResult({"files": [name], "python": {"777": None}, "lost": 0}, {name: self.folded}))
+        return fut
+
+
+def _sample(host: str) -> HostSample:
+    job = JobInfo(pid=777, tree_id="systemd/containerd-shim-runc-v2/python3", cmdline="python serve.py", user="u",
+                  start_time=FROZEN - 100, cpu_percent=99.0, job_key="pod=5e1f")
+    return HostSample(host=host, time=FROZEN, cpu=CpuSample(total_percent=1.0),
+                      memory=MemorySample(total_bytes=100, used_bytes=50),
+                      network=NetworkSample(rx_bytes_per_s=1.0, tx_bytes_per_s=1.0),
+                      storage=StorageSample(read_bytes_per_s=1.0, write_bytes_per_s=1.0), jobs=(job,))
+
+
+@sync
+async def test_m_on_a_job_opens_its_gpu_memory_flame_through_the_agent(tmp_path: Path) -> None:
+    folded = tmp_path / "g.bytes.folded"
+    folded.write_text(FOLDED)
+    source = GpuMemAgent([SampleEvent(_sample("far-host"))], folded)
+    app = GpulensApp(source=source, clock=frozen_clock)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await settle(app, pilot)
+        app.jump("job pod=5e1f")
+        await settle(app, pilot)
+        await pilot.press("m")
+        for _ in range(100):
+            if type(app.screen).__name__ == "FlameScreen":
+                break
+            await pilot.pause(0.05)
+        assert type(app.screen).__name__ == "FlameScreen"
+        profile = app.screen.profile  # type: ignore[attr-defined]
+        assert profile.unit == "bytes" and profile.total == 59055800320 + 1048576
+        asked = [a for a in source.asked if a[1] == "gpumem"]  # the job screen also asks trace_diagnose
+        assert asked == [("far-host", "gpumem", {"pids": [777], "mode": "live", "duration_s": 5.0})]
+
+
+@sync
+async def test_m_on_this_machine_without_an_agent_says_how() -> None:
+    app = GpulensApp(source=StaticSource([SampleEvent(_sample("this-host"))]), clock=frozen_clock,
+                     hostname="this-host")
+    async with app.run_test(size=(160, 45)) as pilot:
+        await settle(app, pilot)
+        app.jump("host this-host")
+        await settle(app, pilot)
+        await pilot.press("m")
+        await pilot.pause()
+        said = [str(n.message) for n in app._notifications]
+        assert any("gpulens agent --gpumem" in s and "sudo gpulens gpumem --pid 777" in s for s in said), said

@@ -1,0 +1,84 @@
+"""``m`` on a host or job screen: the GPU-memory flame graph of its processes, by Python stack (issue 28).
+
+Through the agent of the processes' host (request ``gpumem``: an agent with
+``--gpumem`` answers at once with everything its processes allocated since
+they started CUDA; another one running as root traces a window of ``F``
+seconds). The viewer never loads eBPF itself: for this machine's processes
+without an agent it says how to get one (``gpulens gpumem`` traces from the
+command line). The graph opens in the flame screen like py-spy's, ``L``
+reopens it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpulens.tui.context import requester
+from gpulens.tui.workers import call_in_app, wait
+
+if TYPE_CHECKING:
+    from gpulens.core.events import RequestSource
+    from gpulens.tui.profiling import Profiling
+
+NEEDS_ROOT = ("GPU memory flame graphs come from a root agent, which loads eBPF: start gpulens agent --gpumem "
+              "as root and connect to it (gpulens --connect HOST)")
+
+
+def open_gpu_memory(p: Profiling) -> None:
+    """Start the GPU-memory flame graph of ``p``'s screen's processes (a worker), or say why not."""
+    if not p._can_profile():
+        return
+    if p.state.doing:
+        p.screen.notify(f"{p.state.doing}: {round(p.state.left_s())} s left", severity="warning")
+        return
+    seconds = p.duration_s
+    remote = p.remote_pids()
+    source = requester(p.screen.ctx)
+    if remote and source is not None:
+        agents: RequestSource = source
+        host, pids = next(iter(remote.items()))
+        p._start_countdown(f"the agent on {host} reads the GPU memory of {len(pids)} process(es)")
+        p._run_on_app(lambda: _remote(p, agents, host, pids, seconds), f"GPU memory on {host}")
+        return
+    if p.local_pids():
+        p.screen.notify(f"{NEEDS_ROOT}; or, for these processes now: sudo gpulens gpumem --pid "
+                        + ",".join(map(str, p.local_pids()[:8])), severity="warning", timeout=12)
+        return
+    p.screen.notify("no job processes whose GPU memory could be read here", severity="warning")
+
+
+def _remote(p: Profiling, source: RequestSource, host: str, pids: list[int], seconds: float) -> None:
+    from gpulens.analysis.flame.folded import parse_folded
+    from gpulens.core.limits import InputLimits, read_input
+
+    params = {"pids": pids, "mode": "live", "duration_s": seconds}
+    try:
+        result = wait(source.request(host, "gpumem", params, seconds + 60.0), seconds + 90.0)
+        if result is None:
+            return
+        files = list(result.files.values())
+        if len(files) != 1:
+            raise RuntimeError(f"the agent sent {len(files)} files, expected 1")
+        data = read_input(str(files[0]), InputLimits(max_bytes=64 << 20), what="GPU memory stacks")
+        profile = parse_folded(bytes(data), unit="bytes", source=str(files[0]),
+                               title=f"GPU memory live on {host}: {', '.join(map(str, pids))}")
+    except Exception as err:  # shown in the panel: no agent, not root there, not the owner…
+        call_in_app(p._set_state, f"GPU memory on {host} failed: {err}")
+        return
+    body = result.result if isinstance(result.result, dict) else {}
+    note = _note(body.get("python"), body.get("lost"))
+    call_in_app(p._show, profile, "", note)
+
+
+def _note(python: object, lost: object) -> str:
+    parts = []
+    if isinstance(python, dict):
+        unread = [f"{pid}: {why}" for pid, why in python.items() if why]
+        if unread:
+            parts.append("Python frames not read for " + "; ".join(str(u) for u in unread)[:300])
+    if isinstance(lost, int) and lost:
+        parts.append(f"{lost} events lost (figures low)")
+    return " · ".join(parts) or "live bytes by Python stack"
+
+
+__all__ = ["NEEDS_ROOT", "open_gpu_memory"]
