@@ -342,6 +342,10 @@ def why_not(pid_check: int | None = None) -> str | None:
         return f"the BPF object {OBJECT} is missing (build it: collectors/gpumem/bpf/build.sh)"
     if not Path("/sys/bus/event_source/devices/uprobe").exists():
         return "this kernel has no uprobe PMU (CONFIG_UPROBE_EVENTS)"
+    try:
+        Libbpf()
+    except BpfError as err:
+        return str(err)
     return None
 
 
