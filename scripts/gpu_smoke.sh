@@ -131,4 +131,7 @@ EOF
 echo "== profiler: on-demand CUDA trace, Analyze, memory snapshot (scripts/gpu_trace_smoke.sh)"
 SMOKE_VENV="$VENV" bash scripts/gpu_trace_smoke.sh || fail "profiler checks failed (see the GPU TRACE SMOKE line above)"
 # END OF PROFILER CHECKS
+
+echo "== GPU memory by Python stack, eBPF (scripts/gpu_gpumem_smoke.py; issue 28)"
+"$VENV/bin/python" scripts/gpu_gpumem_smoke.py || fail "GPU memory tracing checks failed (see the GPU GPUMEM SMOKE line above)"
 echo "GPU SMOKE PASSED"
