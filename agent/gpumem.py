@@ -17,7 +17,7 @@ import re
 import subprocess
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from gpulens.agent.request_kinds import (
@@ -112,8 +112,28 @@ class GpuMemService:
         self.tracer.close()
 
 
-def gpumem(conn: RequestConn, req: stream.Request, service: GpuMemService | None, hostname: str) -> dict[str, Any]:
-    """Live bytes (``mode`` live) or bytes allocated (``total``) per Python stack of ``pids``, as one folded file."""
+BEFORE = "<before attach: allocated before the probes attached (not attributed)>"
+
+
+def before_attach(live: dict[tuple[str, ...], int], pids: Iterable[int], tracked: dict[int, int],
+                  gpu_used: Callable[[int], int | None]) -> dict[tuple[str, ...], int]:
+    """``live`` plus one frame per process for what NVML reports beyond what the probes saw,
+    so that the live total adds up to what the GPU reports."""
+    out = dict(live)
+    for pid in pids:
+        used = gpu_used(pid)
+        if used is not None and used > tracked.get(pid, 0):
+            out[(BEFORE,)] = out.get((BEFORE,), 0) + used - tracked.get(pid, 0)
+    return out
+
+
+def gpumem(conn: RequestConn, req: stream.Request, service: GpuMemService | None, hostname: str,
+           gpu_used: Callable[[int], int | None] = lambda pid: None) -> dict[str, Any]:
+    """Live bytes (``mode`` live) or bytes allocated (``total``) per Python stack of ``pids``, as one folded file.
+
+    Live bytes also count, as one ``before attach`` frame, what NVML reports a process holds beyond
+    what the probes saw it allocate (its CUDA context, what it allocated before they attached).
+    """
     pids = parse_pids(req.params)
     mode = req.params.get("mode", "live")
     if mode not in ("live", "total"):
@@ -125,6 +145,7 @@ def gpumem(conn: RequestConn, req: stream.Request, service: GpuMemService | None
         tracer, since, lost = service.tracer, service.since, service.tracer.lost
         live, total = tracer.snapshot(pids)
         python = {str(p): tracer.python.get(p) for p in pids}
+        tracked = {p: tracer.allocations.live_bytes(p) for p in pids}
     else:
         seconds = req.params.get("duration_s", 5.0)
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= MAX_WINDOW_S:
@@ -144,8 +165,11 @@ def gpumem(conn: RequestConn, req: stream.Request, service: GpuMemService | None
             window.poll(0)
             live, total = window.snapshot()
             lost, python = window.lost, {str(p): window.python.get(p) for p in pids}
+            tracked = {p: window.allocations.live_bytes(p) for p in pids}
         finally:
             window.close()
+    if mode == "live":
+        live = before_attach(live, pids, tracked, gpu_used)
     text = folded((total if mode == "total" else live).items())
     name = f"gpumem-{hostname}-{int(time.time())}.bytes.folded"
     send_bytes(conn, req.id, name, text.encode())

@@ -106,6 +106,8 @@ class RequestRunner:
         self._progress = kinds.TraceProgress()
         self.gpumem: GpuMemService | None = None
         """``--gpumem``'s system-wide tracer (without it, a ``gpumem`` request traces a window itself)."""
+        self.gpu_used: Callable[[int], int | None] = lambda pid: None
+        """GPU memory NVML reports for a pid now (the agent's newest sample): what tracing did not see."""
         self.gpumem_windows = False
         """Whether ``gpumem`` requests trace a window when there is no tracer (``gpulens agent`` as root)."""
         self.handover: Callable[[Principal, Mapping[str, Any]], dict[str, Any]] | None = None
@@ -180,7 +182,7 @@ class RequestRunner:
                 return None
             return lambda conn, req: kinds.profile(conn, req, prof, self.hostname)
         if kind == "gpumem":
-            return lambda conn, req: gpumem(conn, req, self.gpumem, self.hostname)
+            return lambda conn, req: gpumem(conn, req, self.gpumem, self.hostname, self.gpu_used)
         if svc is None:
             return None
         if kind == "trace":
