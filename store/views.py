@@ -229,6 +229,16 @@ def host_values_flat(s: HostSample, gpu_block: list[float]) -> list[float]:
     ]
 
 
+def gpu_unreadable(sample: HostSample | None) -> str | None:
+    """Why a host's sample says nothing of GPU memory (no NVML, no GPU), or None when it reads GPUs.
+
+    A process's GPU memory there is n/a with this reason, never 0 B.
+    """
+    if sample is None or sample.gpus:
+        return None
+    return sample.unavailable.get("gpus") or "no GPU on this host"
+
+
 def job_key(host: str, job: JobInfo) -> str:
     """The key that joins a job's processes: its job key, else ``host:pid``."""
     return job.job_key or f"{host}:{job.pid}"

@@ -17,7 +17,7 @@ from textual.widgets import Footer, Static
 from gpulens.core.events import RequestSource
 from gpulens.core.sanitize import clean_text
 from gpulens.core.units import duration, pct, size, window_name
-from gpulens.store.views import SUMMED, JobView, WindowStats
+from gpulens.store.views import SUMMED, JobView, WindowStats, gpu_unreadable
 from gpulens.store.window import merge
 from gpulens.tui.context import ScreenContext, requester
 from gpulens.tui.messages import OpenProfiler
@@ -279,7 +279,9 @@ class JobScreen(DataScreen):
         for i, panel in enumerate(ctx.cfg.panels):
             self.query_one(f"#panel-{i}", CustomPanel).show(
                 ctx.panel_data(panel, host=None, job=self.key), window_name(w))
-        self.query_one(ProcessTable).show(view.processes)  # repaints the rows whose text changed
+        store = ctx.store
+        no_gpu = frozenset(h for h in view.hosts if gpu_unreadable(store.latest(h)) is not None)
+        self.query_one(ProcessTable).show(view.processes, no_gpu)  # repaints the rows whose text changed
 
     def _show_profiler_line(self, polling: tuple[int, ...]) -> None:
         """"o: Open Profiler", or why the job's processes cannot be traced (with the fix)."""

@@ -29,7 +29,7 @@ from gpulens.core.sanitize import clean_text
 from gpulens.core.units import pct, size, window_name
 from gpulens.core.workload import describe
 from gpulens.sources.local import ReplaySource
-from gpulens.store.views import job_key
+from gpulens.store.views import gpu_unreadable, job_key
 from gpulens.tui.context import ScreenContext
 from gpulens.tui.screens._plots import PROCESS_PLOTS, SeriesFeed, configure_plots, plot_rows
 from gpulens.tui.screens._signals import proc_cmdline, refusal, send
@@ -202,7 +202,9 @@ class ProcessScreen(DataScreen):
             metric = spec.metric
             values = self.feed.series(store, self.host, metric, w, plot.points, pid=self.pid)
             stats = store.window_stats(self.host, metric, w, pid=self.pid)
+            no_gpu = gpu_unreadable(store.latest(self.host)) if metric.startswith("proc.gpu") else None
             reason = ("the process is no longer reported" if job is None
+                      else no_gpu if no_gpu is not None
                       else "NVML gives no per-process utilization here" if metric == "proc.gpu_util_percent"
                       else "no sample since this screen opened")
             plot.set_data(plot_data(values, reason, window_name(w), w, stats,  # repaints the lines that differ
@@ -225,7 +227,8 @@ class ProcessScreen(DataScreen):
         for label, value in (("pid", f"{self.host}:{job.pid}"), ("user", job.user),
                              ("job", job_key(self.host, job)), ("CPU", pct(job.cpu_percent)),
                              ("RSS", size(job.rss_bytes)),
-                             ("GPU mem", size(sum(job.gpu_mem_bytes.values())) if job.gpu_mem_bytes else "-"),
+                             ("GPU mem", "n/a" if gpu_unreadable(self.ctx.store.latest(self.host))
+                              else size(sum(job.gpu_mem_bytes.values())) if job.gpu_mem_bytes else "-"),
                              ("GPU#", ",".join(sorted(job.gpu_mem_bytes)) or "-"),
                              *((("runs in", describe(job.workload)),) if job.workload is not None else ())):
             text.append(f"{label} ", style="dim")

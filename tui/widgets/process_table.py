@@ -34,26 +34,28 @@ class ProcessTable(IncrementalTable):
         """Row key -> the process record its texts were made from (a host that sent nothing new keeps it)."""
 
     @staticmethod
-    def cells(host: str, p: JobInfo, was: tuple[JobInfo, tuple[str, ...]] | None = None) -> tuple[str, ...]:
-        """The texts of one process's row (its command's cleaned text kept from ``was`` while it reads the same)."""
-        gpus = ",".join(sorted(p.gpu_mem_bytes, key=lambda i: (len(i), i))) or "-"
+    def cells(host: str, p: JobInfo, was: tuple[JobInfo, tuple[str, ...]] | None = None,
+              no_gpu: bool = False) -> tuple[str, ...]:
+        """The texts of one process's row (its command's cleaned text kept from ``was`` while it reads the same);
+        ``no_gpu``: its host reads no GPU, so its GPU figures are n/a, not 0 B."""
+        gpus = NA if no_gpu else ",".join(sorted(p.gpu_mem_bytes, key=lambda i: (len(i), i))) or "-"
         if was is not None and was[0].cmdline == p.cmdline:
             cmd = was[1][-1]
         else:
             cmd = clean_text(p.cmdline if len(p.cmdline) <= 400 else p.cmdline[:399] + "…")  # a -c script's newlines
         return (f"{host}:{p.pid}", p.tree_id, p.user, describe(p.workload, short=True), pct(p.cpu_percent),
                 size(p.rss_bytes),
-                gpus, size(sum(p.gpu_mem_bytes.values())), cmd)
+                gpus, NA if no_gpu else size(sum(p.gpu_mem_bytes.values())), cmd)
 
-    def show(self, processes: tuple[tuple[str, JobInfo], ...]) -> bool:
-        """Show these processes; True if anything changed."""
+    def show(self, processes: tuple[tuple[str, JobInfo], ...], no_gpu: frozenset[str] = frozenset()) -> bool:
+        """Show these processes (``no_gpu``: hosts that read no GPU); True if anything changed."""
         made = self._made
         rows: dict[str, tuple[str, ...]] = {}
         kept: dict[str, tuple[JobInfo, tuple[str, ...]]] = {}
         for h, p in processes:
             key = f"{h}:{p.pid}"
             hit = made.get(key)
-            kept[key] = hit if hit is not None and hit[0] is p else (p, self.cells(h, p, hit))
+            kept[key] = hit if hit is not None and hit[0] is p else (p, self.cells(h, p, hit, h in no_gpu))
             rows[key] = kept[key][1]
         self._made = kept
         return self.sync(rows, list(rows))
