@@ -62,7 +62,7 @@ def main() -> int:
         reserved = json.loads(proc.stdout.readline())["reserved"]
         while tracer.poll(100):
             pass
-        live, total = tracer.snapshot()
+        live, _ = tracer.snapshot()
         print(folded(live.items()))
         print(f"lost {tracer.lost}, malformed {tracer.malformed}, unknown frees {tracer.allocations.unknown_frees}")
         tracer.close()

@@ -5,7 +5,14 @@ from __future__ import annotations
 from textual.app import App
 
 from gpulens.core.events import SampleEvent
-from gpulens.core.model import CpuSample, HostSample, JobInfo, MemorySample, NetworkSample, StorageSample
+from gpulens.core.model import (
+    CpuSample,
+    HostSample,
+    JobInfo,
+    MemorySample,
+    NetworkSample,
+    StorageSample,
+)
 from gpulens.store.views import gpu_unreadable
 from gpulens.tui.screens.job import JobScreen
 from gpulens.tui.screens.process import ProcessScreen
