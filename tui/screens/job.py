@@ -93,6 +93,7 @@ class JobScreen(DataScreen):
         """Header, job line, plots, custom panels, processes, Profile slot."""
         yield AppHeader()
         with VerticalScroll(id="body"):
+            yield Static("", id="job-down")
             yield FieldsLine(id="job-info")
             yield from self.compose_plots(JOB_PLOTS)
             yield Static("Processes · now: the newest sample (enter: process detail)", classes="section")
@@ -244,7 +245,8 @@ class JobScreen(DataScreen):
             if self.profiling.readonly:
                 profile.set_note("")
         w = ctx.window_s
-        seen = (tuple(store.host_version(h) for h in view.hosts), w)
+        down = self._show_down(view.hosts)
+        seen = (tuple(store.host_version(h) for h in view.hosts), w, down)
         polling, polling_host = self.polling_pids(), None
         if not polling:
             polling_host, polling = self.remote_polling() or (None, ())
@@ -282,6 +284,21 @@ class JobScreen(DataScreen):
         store = ctx.store
         no_gpu = frozenset(h for h in view.hosts if gpu_unreadable(store.latest(h)) is not None)
         self.query_one(ProcessTable).show(view.processes, no_gpu)  # repaints the rows whose text changed
+
+    def _show_down(self, hosts: tuple[str, ...]) -> str:
+        """Say which of the job's hosts are DOWN and since when (their figures are the last received)."""
+        ctx = self.ctx
+        parts = []
+        for h in hosts:
+            up, reason = ctx.store.host_status(h)
+            if not up:
+                since = ctx.down_since(h)
+                when = "" if since is None else f" since {ctx.clock_text(since)} ({duration(ctx.clock() - since)} ago)"
+                parts.append(f"{h} DOWN{when}: {reason}")
+        text = "; ".join(parts) + (" — the job's figures there are the last received" if parts else "")
+        self.update_static("#job-down", Text(text, style="bold red"), display=bool(parts))
+        self.set_class(bool(parts), "-down")
+        return text
 
     def _show_profiler_line(self, polling: tuple[int, ...]) -> None:
         """"o: Open Profiler", or why the job's processes cannot be traced (with the fix)."""

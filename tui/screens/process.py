@@ -26,7 +26,7 @@ from textual.widgets import Footer, Static
 
 from gpulens.core.model import JobInfo
 from gpulens.core.sanitize import clean_text
-from gpulens.core.units import pct, size, window_name
+from gpulens.core.units import duration, pct, size, window_name
 from gpulens.core.workload import describe
 from gpulens.sources.local import ReplaySource
 from gpulens.store.views import gpu_unreadable, job_key
@@ -116,6 +116,7 @@ class ProcessScreen(DataScreen):
         """Header, who the process is, its plots, its actions."""
         yield AppHeader()
         with VerticalScroll(id="body"):
+            yield Static("", id="proc-down", classes="host-down")
             yield Static("", id="proc-info")
             yield Static("", id="proc-who")  # apart from the figures: it does not change each second
             yield Static("", id="proc-note")
@@ -168,9 +169,21 @@ class ProcessScreen(DataScreen):
 
     def why_not(self, job: JobInfo | None = None) -> str | None:
         """Why no signal can be sent now to ``job`` (default: the process as last reported; None: it can)."""
+        down = self.down_text()
+        if down and not self.readonly:
+            return f"{down}: its processes may be gone or other processes now"
         local = self.signals_here()
         return refusal(job or self.job(), local=local, readonly=self.readonly,
                        remote_why=None if local else self.remote_why())
+
+    def down_text(self) -> str:
+        """``host node07 DOWN since 12:01:05 (11s ago): connection lost``, or '' while it is up."""
+        up, reason = self.ctx.store.host_status(self.host)
+        if up:
+            return ""
+        since = self.ctx.down_since(self.host)
+        when = "" if since is None else f" since {self.ctx.clock_text(since)} ({duration(self.ctx.clock() - since)} ago)"
+        return f"host {self.host} DOWN{when}: {reason}"
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Signals: hidden with --readonly; otherwise offered, and a refused one says why (a greyed key said nothing)."""
@@ -181,12 +194,18 @@ class ProcessScreen(DataScreen):
         super().refresh_data(force)
         ctx = self.ctx
         store, w = ctx.store, ctx.window_s
-        seen = (store.host_version(self.host), w)
+        down = self.down_text()
+        seen = (store.host_version(self.host), w, int(ctx.clock()) if down else 0)
         if seen == self._seen and not force:
             return
         self._seen = seen
         job = self.job()
         shown = self._shown
+        down_line = self.query_one("#proc-down", Static)
+        down_line.display = bool(down)
+        update_static(shown, down_line, Text(f"{down} — the figures below are the last received", style="bold red")
+                      if down else Text(""))
+        self.set_class(bool(down), "-down")
         figures, who = self._info(job)
         update_static(shown, self.query_one("#proc-info", Static), figures)
         who_line = self.query_one("#proc-who", Static)

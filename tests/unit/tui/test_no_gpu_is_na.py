@@ -57,3 +57,43 @@ async def test_job_table_and_process_screen_say_na_not_zero() -> None:
         assert "GPU mem n/a" in info
         plot = app.screen.query_one("#proc-gpumem", TimeSeriesPlot)
         assert NO_NVML in str(plot.data.reason)
+
+
+@sync
+async def test_a_down_hosts_process_screen_says_down_and_refuses_signals() -> None:
+    """Issue 31 item 6: 11 s after its agent died the process screen looked live and offered I/T/K."""
+    from gpulens.core.events import HostStatusEvent
+
+    s = _no_gpu_host()
+    ctx = FakeContext(StaticSource([SampleEvent(s)]), [SampleEvent(s),
+                      HostStatusEvent(host="cpu-node", up=False, reason="connection lost", time=FROZEN + 5)],
+                      hostname="other-host")
+    ctx.down_since = lambda host: FROZEN + 5 if host == "cpu-node" else None  # type: ignore[method-assign]
+    app: App[None] = App()
+    async with app.run_test(size=(160, 45)) as pilot:
+        app.push_screen(ProcessScreen("cpu-node", 42, context=ctx))
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, ProcessScreen)
+        down = str(screen.query_one("#proc-down").render())
+        assert down.startswith("host cpu-node DOWN since ") and "connection lost" in down
+        assert screen.query_one("#proc-down").display and screen.has_class("-down")
+        assert (screen.why_not() or "").startswith("host cpu-node DOWN since ")
+        assert "signals: host cpu-node DOWN" in str(screen.query_one("#proc-actions").render())
+
+
+@sync
+async def test_a_jobs_down_host_is_named_on_the_job_screen() -> None:
+    from gpulens.core.events import HostStatusEvent
+
+    s = _no_gpu_host()
+    ctx = FakeContext(StaticSource([SampleEvent(s)]), [SampleEvent(s),
+                      HostStatusEvent(host="cpu-node", up=False, reason="connection lost", time=FROZEN + 5)])
+    ctx.down_since = lambda host: FROZEN + 5  # type: ignore[method-assign]
+    app: App[None] = App()
+    async with app.run_test(size=(160, 45)) as pilot:
+        app.push_screen(JobScreen("JOB_ID=7", context=ctx))
+        await pilot.pause()
+        line = app.screen.query_one("#job-down")
+        assert line.display and str(line.render()).startswith("cpu-node DOWN since ")
+        assert app.screen.has_class("-down")
