@@ -65,8 +65,8 @@ class PodNames:
             with os.scandir(self.directory) as it:
                 entries = [e.name for _, e in zip(range(MAX_POD_DIRS), it, strict=False)]
         except OSError as err:
-            self.why = (f"pod names unknown: {self.directory}: {err.strerror or err} (the kubelet's "
-                        "PodResources socket is not read either): pods are shown by UID")
+            self.why = (f"pod names unknown: {self.directory}: {err.strerror or err}: pods are shown by UID "
+                        "(the kubelet's PodResources API names pods, but not by UID)")
             self._names = {}
             return self._names
         self.why = None
