@@ -41,8 +41,10 @@ def job_label(j: JobInfo) -> str:
 
 
 def gpu_labels(host: str, g: GpuSample) -> tuple[tuple[str, str], ...]:
-    """The labels naming one GPU in every GPU series."""
-    return (("host", host), ("gpu", str(g.index)), ("uuid", g.uuid))
+    """The labels naming one GPU in every GPU series; ``vendor`` only on a GPU not NVIDIA's
+    (an AMD GPU's series say ``vendor="amd"``; NVIDIA series keep the labels they always had)."""
+    base = (("host", host), ("gpu", str(g.index)), ("uuid", g.uuid))
+    return base if g.vendor == "nvidia" else (*base, ("vendor", g.vendor))
 
 
 class Counters:

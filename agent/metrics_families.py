@@ -124,7 +124,8 @@ def workload_labels(w: Workload | None) -> dict[str, str]:
 
 
 def _holders(jobs: Sequence[JobInfo]) -> dict[str, Workload]:
-    """GPU index -> the workload of the first job process holding memory on it."""
+    """GPU index -> the workload of the first job process holding memory on it (used where the GPU's
+    ``allocated``, the kubelet's allocation that dcgm-exporter labels by, is not known)."""
     out: dict[str, Workload] = {}
     for j in jobs:
         if j.workload is not None:
@@ -196,7 +197,7 @@ def families(
     _host_metrics(f, sample, cpu_times)
     holders = _holders(sample.jobs)
     for g in sample.gpus:
-        _gpu_metrics(f, sample.host, g, counters, holders.get(str(g.index)))
+        _gpu_metrics(f, sample.host, g, counters, g.allocated or holders.get(str(g.index)))
     for j in sample.jobs:
         _job_metrics(f, sample.host, j)
     if counters is not None:

@@ -2,7 +2,11 @@
 
 :class:`Sampler` owns the host, InfiniBand, perf, job and GPU collectors.
 Every collector is primed when the sampler is built, so the first sample
-already holds real rates. A collector that cannot run does not stop the
+already holds real rates. GPUs come from NVML (NVIDIA) and from the amdgpu
+driver's sysfs (AMD, ``collectors.amd``); on a mixed node NVIDIA GPUs keep
+their NVML indices and AMD GPUs are numbered after them. A vendor with no GPU
+here is no reason by itself: ``unavailable["gpus"]`` says why only when
+neither finds one. A collector that cannot run does not stop the
 others: its figures are None/empty and the reason goes into
 ``HostSample.unavailable``. A sample leaves through
 :func:`~gpulens.core.sanitize.check_sample`, as a peer's arrives: every
@@ -20,6 +24,7 @@ from typing import Any, Protocol, cast
 from gpulens.collectors.host import HostCollector
 from gpulens.collectors.infiniband import InfinibandCollector
 from gpulens.collectors.jobs import JobScanner
+from gpulens.collectors.kubelet import PodResourcesClient, attach
 from gpulens.collectors.perf.counters import PerfCollector
 from gpulens.collectors.workloads import PodNames
 from gpulens.core.jobs_pattern import DEFAULT_JOB_KEY_ENV, DEFAULT_JOB_PATTERN
@@ -31,6 +36,14 @@ class GpuReader(Protocol):
     """What the sampler needs of ``gpulens.collectors.nvml.collector.NvmlCollector``."""
 
     def read(self) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+class AmdReader(Protocol):
+    """What the sampler needs of ``gpulens.collectors.amd.collector.AmdCollector``."""
+
+    def read(self, first_index: int = 0) -> Any: ...
 
     def close(self) -> None: ...
 
@@ -70,6 +83,23 @@ def _open_gpus(nvml: object | None, unavailable: dict[str, str]) -> GpuReader | 
     return collector
 
 
+def _open_amd(amd: object | None, unavailable: dict[str, str]) -> AmdReader | None:
+    """``"auto"``: the amdgpu sysfs collector ($GPULENS_SYSFS_ROOT); None: disabled;
+    a reader (has ``read`` and ``close``): used as is."""
+    if amd is None:
+        unavailable["gpus"] = "GPU collection disabled"
+        return None
+    if amd != "auto":
+        return cast(AmdReader, amd)
+    try:
+        from gpulens.collectors.amd.collector import AmdCollector
+
+        return AmdCollector()
+    except Exception as err:  # the AMD path must never stop the sampler
+        unavailable["gpus"] = f"AMD collector failed to start: {type(err).__name__}: {err}"
+        return None
+
+
 class Sampler:
     """Samples this host; not thread-safe (one sampling thread owns it)."""
 
@@ -82,14 +112,27 @@ class Sampler:
         nvml: object | None = "auto",
         proc: str = "/proc",
         attribute: bool = True,
+        kubelet: PodResourcesClient | str | None = "auto",
+        amd: object | None = "auto",
     ) -> None:
         """Raises re.error for a bad job pattern (check it first: gpulens.core.config);
         ``proc``: where the job scan reads processes (a fake tree in tests);
-        ``attribute``: read each job's container, pod and Slurm job (``collectors.workloads``)."""
+        ``attribute``: read each job's container, pod and Slurm job (``collectors.workloads``);
+        ``kubelet``: the kubelet's PodResources client (``"auto"``: its default socket, when ``attribute``;
+        None: not asked), which names the pod and container each GPU was given (``collectors.kubelet``);
+        ``nvml``/``amd``: ``"auto"``, None (off) or a reader (a test double; ``collectors.amd``)."""
         self.host = hostname or socket.gethostname()
         self._static: dict[str, str] = {}
-        self._jobs = JobScanner(job_pattern, job_key_env, proc, attribute=attribute, pods=PodNames())
-        self._gpus = _open_gpus(nvml, self._static)
+        self._pods = PodNames()
+        self._jobs = JobScanner(job_pattern, job_key_env, proc, attribute=attribute, pods=self._pods)
+        self._kubelet = kubelet if isinstance(kubelet, PodResourcesClient) else (
+            PodResourcesClient() if kubelet == "auto" and attribute else None)
+        self._nv_static: dict[str, str] = {}
+        self._amd_static: dict[str, str] = {}
+        self._gpus = _open_gpus(nvml, self._nv_static)
+        self._amd = _open_amd(amd, self._amd_static)
+        self._nv_count = 0
+        """Most NVIDIA GPUs seen in one read: AMD indices start here and never move down."""
         self._host = HostCollector()
         self._ib = InfinibandCollector()
         self._perf: PerfCollector | None
@@ -110,14 +153,7 @@ class Sampler:
         host = self._host.sample()
         now = time.time()
         unavailable.update(host.unavailable)
-        gpus: tuple[GpuSample, ...] = ()
-        if self._gpus is not None:
-            try:
-                reading = self._gpus.read()
-                gpus = tuple(reading.gpus)
-                unavailable.update(_prefixed(reading.unavailable))
-            except Exception as err:
-                unavailable["gpus"] = f"NVML read failed: {err}"
+        gpus = self._read_gpus(unavailable)
         ib = self._ib.read()
         unavailable.update(ib.unavailable)
         cache = CacheSample()
@@ -127,6 +163,9 @@ class Sampler:
             unavailable.update(perf.unavailable)
         jobs = self._jobs.scan(gpu_memory_by_pid(gpus))
         unavailable.update(self._jobs.notes)  # a refused pattern, a user over the re-read budget
+        if self._kubelet is not None:  # waits at most its deadline, once; then the last answer (at most 10 s old)
+            gpus, jobs, notes = attach(gpus, jobs, self._kubelet.reading(), self._pods.names())
+            unavailable.update(notes)
         return check_sample(HostSample(
             host=self.host,
             time=now,
@@ -141,11 +180,47 @@ class Sampler:
             unavailable=unavailable,
         ))
 
+    def _read_gpus(self, unavailable: dict[str, str]) -> tuple[GpuSample, ...]:
+        """NVIDIA GPUs, then AMD GPUs numbered after them; reasons into ``unavailable``."""
+        nv: tuple[GpuSample, ...] = ()
+        nv_notes, amd_notes = dict(self._nv_static), dict(self._amd_static)
+        if self._gpus is not None:
+            try:
+                reading = self._gpus.read()
+                nv = tuple(reading.gpus)
+                nv_notes.update(_prefixed(reading.unavailable))
+            except Exception as err:
+                nv_notes["gpus"] = f"NVML read failed: {err}"
+        self._nv_count = max(self._nv_count, 1 + max((g.index for g in nv), default=-1))
+        amd: tuple[GpuSample, ...] = ()
+        if self._amd is not None:
+            try:
+                reading = self._amd.read(self._nv_count)
+                amd = tuple(reading.gpus)
+                amd_notes.update({f"gpus.amd.{k}" if k != "gpus" else k: v
+                                  for k, v in reading.unavailable.items()})
+            except Exception as err:
+                amd_notes["gpus"] = f"AMD read failed: {type(err).__name__}: {err}"
+        nv_why, amd_why = nv_notes.pop("gpus", None), amd_notes.pop("gpus", None)
+        unavailable.update(nv_notes)
+        if amd:
+            unavailable.update(amd_notes)
+        if nv or amd:  # a vendor with no GPU here is not missing data
+            return nv + amd
+        if nv_why and amd_why and nv_why != amd_why:
+            unavailable["gpus"] = f"{nv_why}; AMD: {amd_why}"
+        elif nv_why or amd_why:
+            unavailable["gpus"] = nv_why or amd_why or ""
+        return ()
+
     def close(self) -> None:
-        """Release NVML and perf file descriptors."""
+        """Release NVML, the AMD collector's threads and perf file descriptors."""
         if self._gpus is not None:
             self._gpus.close()
             self._gpus = None
+        if self._amd is not None:
+            self._amd.close()
+            self._amd = None
         if self._perf is not None:
             self._perf.close()
             self._perf = None

@@ -6,6 +6,10 @@ Three naming families are understood:
 * ``dcgm`` - NVIDIA dcgm-exporter (``DCGM_FI_DEV_*`` in their units: %, MiB,
   W, C, MHz, mJ; ``DCGM_FI_PROF_*`` as 0-1 ratios), every field of its
   default counters file;
+* ``amd`` - AMD's ROCm device-metrics-exporter (``gpu_gfx_activity``, ``gpu_used_vram`` in MB,
+  ``gpu_energy_consumed`` in uJ, ...; labels ``gpu_id``, ``serial_number``, ``card_model``,
+  ``hostname``), renamed by ``label_replace`` to ``gpu``, ``uuid`` and ``name`` (docs/amd.md
+  lists its fields left unmapped);
 * ``node`` - Prometheus node_exporter.
 
 Throughput is always ``rate()`` over a counter (gpulens', node_exporter's,
@@ -27,7 +31,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-FAMILIES: tuple[str, ...] = ("gpulens", "dcgm", "node")
+FAMILIES: tuple[str, ...] = ("gpulens", "dcgm", "amd", "node")
 
 DEFAULT_METRICS_PORT = 7790
 """``gpulens agent --metrics-port`` without a number: the agent's stream port (7789) + 1.
@@ -65,10 +69,12 @@ class MetricMap:
     def keep(self) -> tuple[str, ...]:
         """Labels the answer keeps; the rest (driver versions, pod names, ...) is
         aggregated away by ``max by``, which shrinks answers several times."""
-        if self.family == "gpulens":
-            return ("host", *self.labels)
+        if self.family == "gpulens":  # gpu_info also keeps ``vendor``, which only AMD GPUs' series carry
+            return ("host", *self.labels, *(("vendor",) if self.field == "gpu.info" else ()))
         if self.family == "dcgm":
             return (*HOST_LABELS, "gpu", "UUID", "modelName")
+        if self.family == "amd":
+            return (*HOST_LABELS, "gpu", "uuid", "name")
         return HOST_LABELS
 
     @property
@@ -102,6 +108,17 @@ def _d(field: str, metric: str, scale: float = 1.0) -> MetricMap:
     """A dcgm-exporter gauge, per GPU."""
     expr = f"{metric}{{$SEL}}" if scale == 1.0 else f"{metric}{{$SEL}} * {scale!r}"
     return MetricMap(field, "dcgm", (metric,), expr, scale, ("gpu", "UUID"))
+
+
+def _a(field: str, metric: str, scale: float = 1.0, match: str = "") -> MetricMap:
+    """An AMD device-metrics-exporter gauge, per GPU: its ``gpu_id``, ``serial_number`` and
+    ``card_model`` labels copied to ``gpu``, ``uuid`` and ``name`` (the labels gpulens places GPUs by)."""
+    expr = f"{metric}{{{match}$SEL}}"
+    for new, old in (("gpu", "gpu_id"), ("uuid", "serial_number"), ("name", "card_model")):
+        expr = f'label_replace({expr}, "{new}", "$1", "{old}", "(.*)")'
+    if scale != 1.0:
+        expr = f"{expr} * {scale!r}"
+    return MetricMap(field, "amd", (metric,), expr, scale, ("gpu_id",))
 
 
 # dcgm-exporter's main branch renamed its ``Hostname`` label ``hostname``; releases still say ``Hostname``
@@ -239,6 +256,21 @@ TABLE: tuple[MetricMap, ...] = (
     _d("gpu.sm_occupancy_percent", "DCGM_FI_PROF_SM_OCCUPANCY", 100),
     _d("gpu.dram_bw_util_percent", "DCGM_FI_PROF_DRAM_ACTIVE", 100),
     _d("gpu.tensor_active_percent", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 100),
+    # ---- GPU: AMD device-metrics-exporter (docs/configuration/metricslist.md); first row with data wins
+    _a("gpu.utilization_percent", "gpu_gfx_activity"),
+    _a("gpu.memory_utilization_percent", "gpu_umc_activity"),
+    _a("gpu.mem_used_bytes", "gpu_used_vram", MIB),
+    _a("gpu.mem_total_bytes", "gpu_total_vram", MIB),
+    _a("gpu.power_w", "gpu_power_usage"),
+    _a("gpu.power_w", "gpu_package_power"),  # MI3xx
+    _a("gpu.power_w", "gpu_average_package_power"),  # MI2xx
+    _a("gpu.temperature_c", "gpu_junction_temperature"),  # as gpulens' own AMD reading: junction, else edge
+    _a("gpu.temperature_c", "gpu_edge_temperature"),
+    _a("gpu.sm_clock_mhz", "gpu_clock", match='clock_type=~"(?i)(GPU_CLOCK_TYPE_)?system",'),
+    _a("gpu.mem_clock_mhz", "gpu_clock", match='clock_type=~"(?i)(GPU_CLOCK_TYPE_)?memory",'),
+    _a("gpu.energy_joules", "gpu_energy_consumed", 1e-6),
+    _a("gpu.ecc_corrected", "gpu_ecc_correct_total"),
+    _a("gpu.ecc_uncorrected", "gpu_ecc_uncorrect_total"),
     # ---- jobs: gpulens only (no common exporter knows jobs)
     _g("job.info", "gpulens_job_info", 1, ("pid", "user", "tree_id", "cmdline", "job_key")),
     _g("job.start_time", "gpulens_job_start_time_seconds", 1, JOB),

@@ -35,7 +35,7 @@ Answer = Iterable[tuple[Mapping[str, str], float]]
 MAX_HOSTS = 4096
 """Hosts one poll may name: as many as the viewer's store keeps (collectors.store.MAX_HOSTS)."""
 
-MISSING = "no series in Prometheus (gpulens, dcgm-exporter or node_exporter names)"
+MISSING = "no series in Prometheus (gpulens, dcgm-exporter, AMD device-metrics-exporter or node_exporter names)"
 _HOST_FIELDS = (
     "cpu.total_percent", "memory.total_bytes", "memory.used_bytes", "network.rx_bytes_per_s",
     "network.tx_bytes_per_s", "storage.read_bytes_per_s", "storage.write_bytes_per_s",
@@ -63,6 +63,8 @@ class _Gpu:
     throttle: set[str] = field(default_factory=set)
     processes: dict[int, int] = field(default_factory=dict)
     xids: set[int] = field(default_factory=set)
+    vendor: str = "nvidia"
+    """``amd`` once a row of AMD's device-metrics-exporter named this GPU."""
 
 
 @dataclass
@@ -112,6 +114,8 @@ def _apply(hosts: dict[str, _Host], row: MetricMap, scope: str, labels: Mapping[
         g = h.gpus.get(ident[0])
         if g is None:
             g = h.gpus[ident[0]] = _Gpu()
+        if row.family == "amd":
+            g.vendor = "amd"
         if not row.windowed:  # ids come from instant rows only, so the order of passes cannot change them
             g.uuid = g.uuid or ident[1]
             g.name = g.name or labels.get("name") or labels.get("modelName") or ""
@@ -171,6 +175,7 @@ def _apply_plain(
     key = row.field[4:]
     # gpulens: ids only on gpu_info; windowed rows never (see _apply)
     ids = (row.family != "gpulens" or row.field == "gpu.info") and not row.windowed
+    amd = row.family == "amd"
     index = _INDEX.get
     for labels, value in answer:
         host = labels.get("host") or host_of(labels)
@@ -188,6 +193,8 @@ def _apply_plain(
         g = h.gpus.get(i)
         if g is None:
             g = h.gpus[i] = _Gpu()
+        if amd or (ids and labels.get("vendor") == "amd"):
+            g.vendor = "amd"
         if ids:
             g.uuid = g.uuid or labels.get("uuid") or labels.get("UUID") or ""
             g.name = g.name or labels.get("name") or labels.get("modelName") or ""
@@ -275,6 +282,8 @@ def _merge(h: _Host, c: _Host) -> None:
             g = h.gpus[i] = _Gpu()
         g.uuid = g.uuid or cg.uuid
         g.name = g.name or cg.name
+        if cg.vendor != "nvidia":
+            g.vendor = cg.vendor
         if cg.values:
             g.values = {**cg.values, **g.values}
         if cg.unavailable:
@@ -338,7 +347,7 @@ def _gpu_sample(index: int, g: _Gpu, skipped: Mapping[str, str]) -> GpuSample:
         get("sm_occupancy_percent"), get("dram_bw_util_percent"),
         tuple(GpuProcess(pid, used) for pid, used in sorted(g.processes.items())) if g.processes else (),
         unavailable, tensor_active_percent=get("tensor_active_percent"), nvlink_total_bytes_per_s=nvlink,
-        energy_joules=get("energy_joules"),
+        energy_joules=get("energy_joules"), vendor=g.vendor,
     )
 
 

@@ -16,7 +16,7 @@ from textual.binding import BindingType
 from textual.containers import Grid, VerticalScroll
 from textual.widgets import Footer, Static
 
-from gpulens.core.model import GpuSample, HostSample
+from gpulens.core.model import GpuSample, HostSample, Workload
 from gpulens.core.units import NA, num, pct, rate
 from gpulens.core.workload import describe
 from gpulens.store.gpu_events import GpuEvent
@@ -67,14 +67,33 @@ def why(g: GpuSample, field: str) -> str:
     return g.unavailable.get(field) or g.unavailable.get("gpu") or NOT_REPORTED
 
 
+def _same(w: Workload, given: Workload) -> bool:
+    """Whether process workload ``w`` is in the pod or Slurm job ``given`` names."""
+    if w.pod is not None and (w.namespace, w.pod) == (given.namespace, given.pod):
+        return True
+    if w.pod_uid is not None and w.pod_uid == given.pod_uid:
+        return True
+    return w.slurm_job is not None and w.slurm_job == given.slurm_job
+
+
 def held_by(sample: HostSample | None, g: GpuSample | None) -> str:
-    """The pods, Slurm jobs or containers whose processes hold memory on ``g`` (``""``: none known)."""
+    """Who has ``g`` (``""``: none known): first the pod and container it was given (``allocated``: the
+    kubelet's allocation, as dcgm-exporter labels it), then other pods, Slurm jobs or containers whose
+    processes hold memory on it."""
     if sample is None or g is None:
         return ""
     index = str(g.index)
-    found = dict.fromkeys(describe(replace(j.workload, ns_pid=None, slurm_task=None)) for j in sample.jobs
-                          if j.workload is not None and index in j.gpu_mem_bytes)
+    given = g.allocated
+    found = dict.fromkeys([describe(replace(given, ns_pid=None, slurm_task=None))] if given is not None else [])
+    found.update(dict.fromkeys(describe(replace(j.workload, ns_pid=None, slurm_task=None)) for j in sample.jobs
+                               if j.workload is not None and index in j.gpu_mem_bytes
+                               and (given is None or not _same(j.workload, given))))
     return ", ".join(found)
+
+
+def link_name(g: GpuSample) -> str:
+    """The GPU-to-GPU link the ``nvlink_*`` fields count: NVLink, or XGMI on AMD GPUs (docs/amd.md)."""
+    return "XGMI" if g.vendor == "amd" else "NVLink"
 
 
 def extra_fields(g: GpuSample, energy_rate: float | None, rate_why: str) -> list[tuple[str, str]]:
@@ -87,12 +106,14 @@ def extra_fields(g: GpuSample, energy_rate: float | None, rate_why: str) -> list
     rx, tx, total = g.nvlink_rx_bytes_per_s, g.nvlink_tx_bytes_per_s, g.nvlink_total_bytes_per_s
     if total is None and rx is not None and tx is not None:
         total = rx + tx
+    link = f"{link_name(g)} total"
     if total is None:
-        out.append(("NVLink total", f"{NA} ({why(g, 'nvlink_total_bytes_per_s')})"))
+        field = "nvlink_rx_bytes_per_s" if g.vendor == "amd" else "nvlink_total_bytes_per_s"  # XGMI: rx/tx only
+        out.append((link, f"{NA} ({why(g, field)})"))
     elif rx is None or tx is None:
-        out.append(("NVLink total", f"{rate(total)} (rx/tx {NA}: {why(g, 'nvlink_rx_bytes_per_s')})"))
+        out.append((link, f"{rate(total)} (rx/tx {NA}: {why(g, 'nvlink_rx_bytes_per_s')})"))
     else:
-        out.append(("NVLink total", rate(total)))
+        out.append((link, rate(total)))
     if g.energy_joules is None:
         out.append(("energy", f"{NA} ({why(g, 'energy_joules')})"))
     else:
@@ -221,13 +242,15 @@ class GpuScreen(DataScreen):
         lv = gpu_levels(g, self.ctx.cfg.thresholds)
         used = NA if g.mem_used_bytes is None else mem_pair(g.mem_used_bytes, g.mem_total_bytes)
         fields: list[tuple[str, str, int]] = [
-            ("GPU", f"{g.index} {g.name}", 0), ("uuid", g.uuid or NA, 0),
+            ("GPU", f"{g.index} {g.name}", 0),
+            *((("vendor", g.vendor.upper(), 0),) if g.vendor != "nvidia" else ()),
+            ("uuid", g.uuid or NA, 0),
             ("util", pct(g.utilization_percent), lv["util"]), ("mem", used, lv["mem"]),
             ("power", pair(g.power_w, g.power_limit_w, watts), lv["power"]),
             ("temp", num(g.temperature_c, "C"), lv["temp"]),
             ("clocks", pair(g.sm_clock_mhz, g.mem_clock_mhz, mhz), 0),
             ("PCIe rx/tx", pair(g.pcie_rx_bytes_per_s, g.pcie_tx_bytes_per_s, rate), 0),
-            ("NVLink rx/tx", pair(g.nvlink_rx_bytes_per_s, g.nvlink_tx_bytes_per_s, rate), 0),
+            (f"{link_name(g)} rx/tx", pair(g.nvlink_rx_bytes_per_s, g.nvlink_tx_bytes_per_s, rate), 0),
             ("ECC c/u", pair(g.ecc_corrected, g.ecc_uncorrected, num), 0),
             ("throttle", throttle_text(g, lambda r: THROTTLE_SHORT.get(r, r)), lv["throttle"]),
             *((("held by", holders, 0),) if holders else ()),

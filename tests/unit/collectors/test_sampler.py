@@ -40,7 +40,7 @@ def test_sample_with_fake_gpus_joins_gpu_memory_to_jobs() -> None:
 
 
 def test_no_gpus_gives_reasons_not_a_crash() -> None:
-    with Sampler(nvml=None) as sampler:
+    with Sampler(nvml=None, amd=None) as sampler:
         sample = sampler.sample()
     assert sample.gpus == () and sample.unavailable["gpus"] == "GPU collection disabled"
     fake = make_fake_nvml(gpus=1, init_error=make_fake_nvml().NVMLError_LibraryNotFound)
