@@ -23,7 +23,7 @@ class JobTable(IncrementalTable):
     SORT_KEYS: ClassVar[dict[str, str]] = {"job": "J", "where": "I", "tree": "T", "user": "U", "hosts": "H", "gpus": "G",
                                            "util": "L", "mem": "M", "runtime": "R"}
     FLEX = ("tree",)
-    DROP = ("hosts", "runtime", "where", "tree")
+    DROP = ("hosts", "where", "runtime", "tree")
     CUT_LEFT = frozenset({"tree"})
 
     @staticmethod
