@@ -151,7 +151,9 @@ def launch(args: argparse.Namespace) -> int:
                      readonly=bool(getattr(args, "readonly", False)))
     _tune_gc()
     try:
-        app.run()
+        from gpulens.tui.terminal import run_restoring_terminal
+
+        run_restoring_terminal(app)
     finally:
         app.stop_source()
         try:

@@ -149,3 +149,27 @@ def test_replay_scrubs_on_its_own_clock_and_reaches_a_job(gpulens_exe: str, tmp_
         assert status.read_text().strip() == "0"
     finally:
         _tmux(sock, "kill-server")
+
+
+@pytest.mark.parametrize(("sig", "code"), [("TERM", 143), ("HUP", 129)])
+def test_a_signal_gives_the_terminal_back(gpulens_exe: str, tmp_path: Path, sig: str, code: int) -> None:
+    """Issue 31 item 8: SIGTERM (Slurm, systemd, tmux kill-session) left tmux on the alternate screen,
+    mouse tracking on and the cursor hidden. Now it ends the TUI as q does, with 128 + the signal."""
+    sock = f"gpulens-test-{uuid.uuid4().hex[:8]}"
+    status = tmp_path / "exit"
+    pidfile = tmp_path / "pid"
+    cmd = f"NO_COLOR=1 {gpulens_exe} --demo & echo $! > {pidfile}; wait $!; echo $? > {status}; sleep 30"
+    _tmux(sock, "new-session", "-d", "-s", "t", "-x", "100", "-y", "30", cmd)
+    pane = "t:0.0"
+    try:
+        _wait_for(sock, pane, lambda s: "gpu-node01" in s)
+        assert _tmux(sock, "display-message", "-p", "-t", pane, "#{alternate_on}").strip() == "1"
+        subprocess.run(["kill", f"-{sig}", pidfile.read_text().strip()], check=True)
+        deadline = time.monotonic() + 15
+        while not status.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert status.read_text().strip() == str(code)
+        flags = _tmux(sock, "display-message", "-p", "-t", pane, "#{alternate_on} #{mouse_any_flag} #{cursor_flag}")
+        assert flags.split() == ["0", "0", "1"], flags  # main screen, no mouse tracking, cursor shown
+    finally:
+        _tmux(sock, "kill-server")

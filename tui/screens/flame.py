@@ -259,4 +259,6 @@ class FlameApp(App[None]):
 def run_flame_app(profile: Profile, title: str = "", *, group: ProfileGroup | None = None,
                   choice: int | str | None = None) -> None:
     """Run the flame graph full screen until the user leaves."""
-    FlameApp(profile, title, group=group, choice=choice).run()
+    from gpulens.tui.terminal import run_restoring_terminal
+
+    run_restoring_terminal(FlameApp(profile, title, group=group, choice=choice))
