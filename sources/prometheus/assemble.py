@@ -27,6 +27,7 @@ from gpulens.core.model import (
     MemorySample,
     NetworkSample,
     StorageSample,
+    Workload,
 )
 from gpulens.core.sanitize import check_sample, clean_text
 from gpulens.ipc.prom_names import MetricMap, gpu_of, host_of, throttle_names
@@ -65,6 +66,8 @@ class _Gpu:
     xids: set[int] = field(default_factory=set)
     vendor: str = "nvidia"
     """``amd`` once a row of AMD's device-metrics-exporter named this GPU."""
+    pod: tuple[str, str, str] | None = None
+    """(namespace, pod, container) from dcgm-exporter's Kubernetes labels (gpulens' /metrics has the same)."""
 
 
 @dataclass
@@ -80,6 +83,14 @@ class _Host:
     gpus: dict[int, _Gpu] = field(default_factory=dict)
     jobs: dict[int, _Job] = field(default_factory=dict)
     unavailable: dict[str, str] = field(default_factory=dict)
+
+
+def _pod_of(labels: Mapping[str, str]) -> tuple[str, str, str] | None:
+    """(namespace, pod, container) of a series dcgm-exporter labelled with the pod given its GPU, or None."""
+    pod = labels.get("pod", "")
+    if not pod:
+        return None
+    return labels.get("namespace", ""), pod, labels.get("container", "")
 
 
 def _new_host(hosts: dict[str, _Host], name: str) -> _Host:
@@ -119,6 +130,7 @@ def _apply(hosts: dict[str, _Host], row: MetricMap, scope: str, labels: Mapping[
         if not row.windowed:  # ids come from instant rows only, so the order of passes cannot change them
             g.uuid = g.uuid or ident[1]
             g.name = g.name or labels.get("name") or labels.get("modelName") or ""
+            g.pod = g.pod or _pod_of(labels)
         if row.field == "gpu.throttle_reasons":
             g.throttle.add(labels.get("reason", "?"))
         elif row.field == "gpu.throttle_mask":
@@ -198,6 +210,7 @@ def _apply_plain(
         if ids:
             g.uuid = g.uuid or labels.get("uuid") or labels.get("UUID") or ""
             g.name = g.name or labels.get("name") or labels.get("modelName") or ""
+            g.pod = g.pod or _pod_of(labels)
         if isfinite(value):
             g.values.setdefault(key, value)
 
@@ -347,8 +360,15 @@ def _gpu_sample(index: int, g: _Gpu, skipped: Mapping[str, str]) -> GpuSample:
         get("sm_occupancy_percent"), get("dram_bw_util_percent"),
         tuple(GpuProcess(pid, used) for pid, used in sorted(g.processes.items())) if g.processes else (),
         unavailable, tensor_active_percent=get("tensor_active_percent"), nvlink_total_bytes_per_s=nvlink,
-        energy_joules=get("energy_joules"), vendor=g.vendor,
+        energy_joules=get("energy_joules"), vendor=g.vendor, allocated=_given(g.pod),
     )
+
+
+def _given(pod: tuple[str, str, str] | None) -> Workload | None:
+    if pod is None:
+        return None
+    namespace, name, container = (clean_text(v[:253]) or None for v in pod)
+    return Workload(namespace=namespace, pod=name, container=container, found_by="prometheus")
 
 
 def _job(pid: int, j: _Job) -> JobInfo | None:
