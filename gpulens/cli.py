@@ -21,7 +21,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import TextIO, cast
+from typing import NoReturn, TextIO, cast
 
 from gpulens import __version__
 
@@ -55,7 +55,7 @@ def _load(name: str) -> ModuleType | None:
 def build_parser() -> argparse.ArgumentParser:
     """The full parser: TUI options at top level, one sub-parser per command."""
     from gpulens.commands import tui as cmd_tui
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="gpulens",
         description="A terminal UI for the performance of GPU machines. "
         "With no command, opens the TUI on this machine.",
@@ -243,6 +243,14 @@ def _report_other(err: Exception) -> int:
             file=sys.stderr,
         )
     return 1
+
+
+class _Parser(argparse.ArgumentParser):
+    """A bad flag costs one line and a pointer to ``--help`` (argparse printed the whole usage first:
+    eleven lines for the TUI's flags before the one that says what is wrong)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\nsee '{self.prog} --help'\n")
 
 
 def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
