@@ -137,7 +137,7 @@ async def test_untraceable_process_shows_reason_and_bad_trace_notifies(tmp_path:
         assert app.screen is screen  # the UI stays put
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(200)
 @pytest.mark.torch
 @sync
 async def test_real_service_and_pytorch(tmp_path: Path) -> None:
@@ -160,7 +160,11 @@ async def test_real_service_and_pytorch(tmp_path: Path) -> None:
             await _wait_for(pilot, lambda: proc.pid in svc.polling_pids())
             await pilot.press("t")
             table = screen.query_one("#pf-jobs", DataTable)
-            await _wait_for(pilot, lambda: table.row_count == 1 and "done" in str(table.get_row_at(0)[0]), 60)
+            try:  # a loaded CI machine took over 60 s once: room, and the row's state if it still fails
+                await _wait_for(pilot, lambda: table.row_count == 1 and "done" in str(table.get_row_at(0)[0]), 150)
+            except AssertionError:
+                rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+                raise AssertionError(f"the trace never finished; the jobs table shows {rows}") from None
             await pilot.press("a")
             await _wait_for(pilot, lambda: isinstance(app.screen, AnalyzeScreen))
             assert any(str(r[0]).startswith("aten::") for r in
