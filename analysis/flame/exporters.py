@@ -51,9 +51,9 @@ def check_writable(path: str, what: str = "output") -> None:
         raise FlameError(f"{what} {path}: cannot create files in {parent}")
 
 
-def _write(path: str, text: str) -> None:
+def _write(path: str, text: str | bytes) -> None:
     try:
-        write_new_file(path, text.encode("utf-8"))
+        write_new_file(path, text.encode("utf-8") if isinstance(text, str) else text)
     except OSError as err:
         raise FlameError(f"{path}: cannot write: {err.strerror or err}") from None
 
@@ -81,3 +81,12 @@ def export_speedscope(profile: Profile, path: str, root: int = 0) -> Written:
     prof = doc["profiles"][0]
     unit = {"none": "samples"}.get(prof["unit"], prof["unit"])
     return Written(path, "speedscope", len(prof["samples"]), prof["endValue"], unit)
+
+
+def export_pprof(profile: Profile, path: str, root: int = 0, labels: dict[str, str] | None = None) -> Written:
+    """Write ``root``'s subtree as gzipped pprof (``go tool pprof``, Pyroscope, Grafana). Raises FlameError."""
+    from gpulens.analysis.flame.pprof import UNITS, to_pprof
+
+    stacks = list(subtree_stacks(profile, root)) if root else list(profile.stacks())
+    _write(path, to_pprof(stacks, profile.unit, labels=labels))
+    return Written(path, "pprof", len(stacks), sum(v for _, v in stacks), UNITS[profile.unit][1])

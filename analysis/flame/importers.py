@@ -38,6 +38,7 @@ from gpulens.analysis.flame.group import ProfileGroup, single
 from gpulens.analysis.flame.kineto import kineto_auto, kineto_memory, kineto_time
 from gpulens.analysis.flame.model import Profile
 from gpulens.analysis.flame.perfscript import looks_like_perf_script, parse_perf_script
+from gpulens.analysis.flame.pprof import looks_like_pprof, read_pprof
 from gpulens.analysis.flame.snapshot import load_snapshot_bytes, snapshot_profile
 from gpulens.analysis.flame.sniff import describe, unreadable_line
 from gpulens.analysis.flame.speedscope import speedscope_group
@@ -100,9 +101,11 @@ def _json(data: bytes, source: str, max_objects: int) -> Any:
 
 
 def detect_format(data: bytes) -> str:
-    """``snapshot``, ``json``, ``perf``, ``folded`` or ``unknown`` from the first bytes."""
+    """``snapshot``, ``pprof``, ``json``, ``perf``, ``folded`` or ``unknown`` from the first bytes."""
     if data[:1] == b"\x80":
         return "snapshot"
+    if looks_like_pprof(data):
+        return "pprof"
     head = data[:64].lstrip()
     if head[:1] in (b"{", b"["):
         return "json"
@@ -133,6 +136,9 @@ def group_from_bytes(
     title = os.path.basename(source)
     if kind == "unknown":
         raise FlameFormatError(unreadable_line(data, source))
+    if kind == "pprof":
+        _check_metric(metric, (), "a pprof profile", source)
+        return single(_titled(read_pprof(data, source), title))
     if kind == "snapshot":
         _check_metric(metric, ("live", "allocated"), "a memory snapshot", source)
         snap = load_snapshot_bytes(data, source, max_objects=cap)

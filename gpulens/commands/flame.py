@@ -27,6 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--export-folded", metavar="OUT", help="write folded stacks with integer counts: samples, "
                         "µs (time profiles) or bytes (memory); name it *.us.folded / *.bytes.folded to keep the unit")
     parser.add_argument("--export-speedscope", metavar="OUT", help="write the profile as speedscope JSON")
+    parser.add_argument("--export-pprof", metavar="OUT", help="write the profile as gzipped pprof (go tool pprof, "
+                        "Pyroscope); *.pb.gz by convention")
     add_limit_arguments(parser, FLAME_MAX_MIB)
 
 
@@ -57,7 +59,12 @@ def summary(profile: object, top: int | None) -> dict[str, object]:
 
 def run(args: argparse.Namespace) -> int:
     """Load FILE; export, print the summary, or open the flame graph screen."""
-    from gpulens.analysis.flame.exporters import check_writable, export_folded, export_speedscope
+    from gpulens.analysis.flame.exporters import (
+        check_writable,
+        export_folded,
+        export_pprof,
+        export_speedscope,
+    )
     from gpulens.analysis.flame.group import parse_choice
     from gpulens.analysis.flame.importers import load_group
     from gpulens.analysis.flame.subtree import focus_regex
@@ -67,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
     if args.top is not None and args.top < 1:
         raise ConfigError(f"--top: expected 1 or more functions, got {args.top}")
     limits = limits_from_args(args)
-    for flag, out in (("--export-folded", args.export_folded), ("--export-speedscope", args.export_speedscope)):
+    for flag, out in (("--export-folded", args.export_folded), ("--export-speedscope", args.export_speedscope),
+                      ("--export-pprof", args.export_pprof)):
         if out:
             check_writable(out, flag)
     group = load_group(args.file, args.metric, limits)
@@ -81,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
         wrote = True
     if args.export_speedscope:
         print(export_speedscope(profile, args.export_speedscope).message(), file=sys.stderr)
+        wrote = True
+    if args.export_pprof:
+        print(export_pprof(profile, args.export_pprof).message(), file=sys.stderr)
         wrote = True
     if args.json or args.top is not None:
         doc = summary(profile, args.top)

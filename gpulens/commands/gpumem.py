@@ -29,8 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--live", action="store_true", help="bytes allocated while tracing and still held (default)")
     what.add_argument("--total", action="store_true", help="bytes allocated while tracing, freed or not")
-    parser.add_argument("-o", "--output", metavar="FILE", help="write folded stacks (integer bytes), or speedscope "
-                        "JSON for *.speedscope.json; default: open the flame graph")
+    parser.add_argument("-o", "--output", metavar="FILE", help="write folded stacks (integer bytes), speedscope "
+                        "JSON for *.speedscope.json, pprof for *.pb.gz; default: open the flame graph")
 
 
 def _pids(args: argparse.Namespace) -> tuple[int, ...]:
@@ -60,7 +60,12 @@ def _pids(args: argparse.Namespace) -> tuple[int, ...]:
 
 def run(args: argparse.Namespace) -> int:
     """Trace, then write or show the flame graph."""
-    from gpulens.analysis.flame.exporters import check_writable, export_folded, export_speedscope
+    from gpulens.analysis.flame.exporters import (
+        check_writable,
+        export_folded,
+        export_pprof,
+        export_speedscope,
+    )
     from gpulens.analysis.flame.model import build_from_stacks
     from gpulens.collectors.gpumem.libbpf import BpfError
     from gpulens.collectors.gpumem.tracer import GpuMemTracer, why_not
@@ -103,6 +108,10 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         print(f"{unknown} frees of memory allocated before the probes attached (not counted)", file=sys.stderr)
     if args.output:
+        if args.output.endswith((".pb.gz", ".pprof")):
+            labels = {"pid": ",".join(map(str, pids)), "kind": "live" if not args.total else "allocated"}
+            print(export_pprof(profile, args.output, labels=labels).message(), file=sys.stderr)
+            return 0
         writer = export_speedscope if args.output.endswith(".speedscope.json") else export_folded
         print(writer(profile, args.output).message(), file=sys.stderr)
         return 0

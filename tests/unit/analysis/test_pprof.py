@@ -1,0 +1,87 @@
+"""Issue 32 item 13: pprof in and out; ``go tool pprof`` (Debian golang-go) reads what gpulens writes,
+and gpulens reads what ``go tool pprof -proto`` writes."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpulens.analysis.flame.errors import FlameFormatError
+from gpulens.analysis.flame.exporters import export_pprof
+from gpulens.analysis.flame.importers import load_profile
+from gpulens.analysis.flame.model import build_from_stacks
+from gpulens.analysis.flame.pprof import read_pprof, to_pprof
+
+GPU = [
+    (["<module> (serve.py:40)", "Runner > _allocate_kv_cache_tensors (runner.py:212)", "cudaMalloc", "cuMemAlloc_v2"],
+     59_055_800_320.0),
+    (["<module> (serve.py:40)", "Model > __init__ (model.py:88)", "cuMemAlloc_v2"], 1_048_576.0),
+]
+GO = shutil.which("go")
+needs_go = pytest.mark.skipif(GO is None, reason="needs go tool pprof (Debian golang-go; .ci/run installs it)")
+
+
+def _stacks(profile: object) -> dict[tuple[str, ...], float]:
+    return {tuple(f): v for f, v in profile.stacks()}  # type: ignore[attr-defined]
+
+
+def test_round_trip_keeps_frames_lines_and_bytes() -> None:
+    back = read_pprof(to_pprof(GPU, "bytes", labels={"host": "n1"}))
+    assert back.unit == "bytes" and _stacks(back) == {tuple(f): v for f, v in GPU}
+    cpu = read_pprof(to_pprof([(["main", "step"], 0.25)], "seconds"))
+    assert cpu.unit == "seconds" and _stacks(cpu) == {("main", "step"): 0.25}  # integer nanoseconds inside
+
+
+def test_the_flame_loader_knows_pprof_gzipped_or_not(tmp_path: Path) -> None:
+    data = to_pprof(GPU, "bytes")
+    (tmp_path / "p.pb.gz").write_bytes(data)
+    (tmp_path / "p.pb").write_bytes(gzip.decompress(data))
+    for name in ("p.pb.gz", "p.pb"):
+        assert _stacks(load_profile(str(tmp_path / name))) == {tuple(f): v for f, v in GPU}
+
+
+@given(st.binary(max_size=2048))
+def test_bytes_are_a_profile_or_a_format_error(raw: bytes) -> None:
+    try:
+        read_pprof(b"\x0a\x04\x08\x01\x10\x02" + raw)
+    except FlameFormatError:
+        pass
+
+
+def test_malformed_pprof_says_so() -> None:
+    with pytest.raises(FlameFormatError, match="not a pprof profile"):
+        read_pprof(b"\x10\x01")
+    with pytest.raises(FlameFormatError, match="string index 9"):
+        read_pprof(b"\x0a\x04\x08\x09\x10\x01" + b"\x32\x00")
+    with pytest.raises(FlameFormatError, match="pprof"):  # a gzip stream cut short
+        read_pprof(gzip.compress(to_pprof(GPU, "bytes"))[:-40])
+
+
+@needs_go
+def test_go_tool_pprof_reads_what_gpulens_writes(tmp_path: Path) -> None:
+    out = tmp_path / "gpu.pb.gz"
+    export_pprof(build_from_stacks(GPU, "bytes"), str(out), labels={"host": "node07", "pod": "vllm-0"})
+    top = subprocess.run([str(GO), "tool", "pprof", "-top", "-nodecount=20", str(out)], capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    assert "Type: space" in top and "100% of 55GB total" in top
+    assert "Runner > _allocate_kv_cache_tensors" in top and "‹module›" in top
+    traces = subprocess.run([str(GO), "tool", "pprof", "-traces", str(out)], capture_output=True, text=True,
+                            timeout=120, check=True).stdout
+    assert "pod:  vllm-0" in traces and "host:  node07" in traces
+
+
+@needs_go
+def test_gpulens_reads_what_go_tool_pprof_writes(tmp_path: Path) -> None:
+    src = tmp_path / "in.pb.gz"
+    src.write_bytes(to_pprof(GPU, "bytes"))
+    again = tmp_path / "again.pb.gz"
+    with again.open("wb") as fh:
+        subprocess.run([str(GO), "tool", "pprof", "-proto", str(src)], stdout=fh, timeout=120, check=True)
+    assert again.read_bytes() != src.read_bytes()  # go's own encoding
+    assert _stacks(load_profile(str(again))) == {tuple(f): v for f, v in GPU}
