@@ -49,9 +49,10 @@ def test_the_flame_loader_knows_pprof_gzipped_or_not(tmp_path: Path) -> None:
 @given(st.binary(max_size=2048))
 def test_bytes_are_a_profile_or_a_format_error(raw: bytes) -> None:
     try:
-        read_pprof(b"\x0a\x04\x08\x01\x10\x02" + raw)
+        got = read_pprof(b"\x0a\x04\x08\x01\x10\x02" + raw)
     except FlameFormatError:
-        pass
+        return  # refused with the reason: never another exception
+    assert got.unit in ("bytes", "samples", "seconds") and got.total >= 0
 
 
 def test_malformed_pprof_says_so() -> None:
