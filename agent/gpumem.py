@@ -105,6 +105,15 @@ class GpuMemService:
             log.info("pid %d: CUDA libraries not probed: %s", pid, err)
         self.tracer.watch(pid)
 
+    def live_pids(self) -> list[int]:
+        """Processes holding GPU memory the probes saw them allocate."""
+        with self.tracer._lock:
+            return sorted({pid for pid, _, _ in self.tracer.allocations.live})
+
+    def live_stacks(self, pid: int) -> dict[tuple[str, ...], int]:
+        """Live bytes by stack of one process."""
+        return self.tracer.snapshot([pid])[0]
+
     def close(self) -> None:
         """Stop reading and detach (idempotent)."""
         self._stop.set()

@@ -58,6 +58,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-trace", action="store_true", help="do not own this host's Kineto trace endpoint")
     parser.add_argument("--gpumem", action="store_true", help="trace GPU memory allocations of every process "
                         "from now on (eBPF on the CUDA libraries; root): GPU-memory flame graphs answer at once")
+    parser.add_argument("--pyroscope", metavar="URL", help="with --gpumem: push each process's live GPU memory by "
+                        "Python stack to this Pyroscope server (pprof, labelled host/pid/job/pod)")
+    parser.add_argument("--pyroscope-app", metavar="NAME", default="gpulens.gpu_memory", help=argparse.SUPPRESS)
+    parser.add_argument("--pyroscope-token-file", metavar="FILE", help="bearer token for --pyroscope")
+    parser.add_argument("--pyroscope-every", type=float, default=15.0, metavar="S", help=argparse.SUPPRESS)
     parser.add_argument("--quiet", action="store_true", help="log warnings only")
     # SIMULATED samples for tests and benchmarks of many agents on one machine.
     parser.add_argument("--simulated-gpus", type=int, default=None, help=argparse.SUPPRESS)
@@ -195,6 +200,9 @@ def run(args: argparse.Namespace) -> int:
         agent.claim_retry_s = args.claim_retry
     stop = threading.Event()
     metrics = None
+    pusher = None
+    if args.pyroscope and not args.gpumem:
+        raise ConfigError("--pyroscope pushes --gpumem's profiles: add --gpumem")
     try:
         if args.metrics_port is not None:
             metrics = _serve_metrics(args, hostname, agent)
@@ -202,6 +210,7 @@ def run(args: argparse.Namespace) -> int:
             agent.start_trace_service()
         if args.gpumem:
             agent.requests.gpumem = _start_gpumem()
+            pusher = _start_pyroscope(args, agent, hostname)
         else:
             from gpulens.agent.gpumem import gpumem_possible
 
@@ -231,8 +240,24 @@ def run(args: argparse.Namespace) -> int:
         agent.stop()
         if metrics is not None:
             metrics.close()
+        if pusher is not None:
+            pusher.close()
         if agent.requests.gpumem is not None:
             agent.requests.gpumem.close()
+
+
+def _start_pyroscope(args: argparse.Namespace, agent: Any, hostname: str) -> Any:
+    """``--pyroscope URL``: push live GPU memory by stack every ``--pyroscope-every`` seconds (None: not asked)."""
+    if not args.pyroscope:
+        return None
+    from gpulens.agent.pyroscope import GpuMemPusher, target_from
+
+    target = target_from(args.pyroscope, args.pyroscope_app, args.pyroscope_token_file)
+    service = agent.requests.gpumem
+    pusher = GpuMemPusher(target, service.live_stacks, service.live_pids, agent.latest, hostname,
+                          every_s=max(1.0, args.pyroscope_every))
+    pusher.start()
+    return pusher
 
 
 def _start_gpumem() -> Any:
