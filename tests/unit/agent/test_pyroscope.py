@@ -35,7 +35,7 @@ class FakePyroscope(ThreadingHTTPServer):
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            def do_POST(self) -> None:
                 url = urllib.parse.urlsplit(self.path)
                 q = dict(urllib.parse.parse_qsl(url.query))
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
