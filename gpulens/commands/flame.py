@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpulens.analysis.flame.group import ProfileGroup
 
 HELP = ("open a profile (folded, speedscope, py-spy, Chrome/Kineto trace, perf script, memory snapshot) "
         "as a flame graph")
@@ -14,8 +18,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``gpulens flame``."""
     from gpulens.core.limits import FLAME_MAX_MIB, add_limit_arguments
 
-    parser.add_argument("file", metavar="FILE", help="folded stacks, speedscope JSON, Chrome/Kineto trace, "
-                        "perf script output or memory snapshot pickle")
+    parser.add_argument("file", metavar="FILE", nargs="?", help="folded stacks, speedscope JSON, Chrome/Kineto "
+                        "trace, perf script output, memory snapshot pickle or pprof (or --pyroscope)")
+    parser.add_argument("--pyroscope", metavar="URL", help="open a profile stored in Pyroscope instead of a FILE "
+                        "(with --query, --from, --until)")
+    parser.add_argument("--query", metavar="Q", help="Pyroscope query, e.g. 'gpulens.gpu_memory{pod=\"vllm-0\"}'")
+    parser.add_argument("--from", dest="start", default="now-1h", metavar="T", help="from (unix s or now-1h)")
+    parser.add_argument("--until", default="now", metavar="T", help="until (unix s or now)")
     parser.add_argument("--metric", default="auto", choices=["auto", "time", "memory", "live", "allocated"],
                         help="trace: time or memory; snapshot: live or allocated blocks (default: auto)")
     parser.add_argument("--top", type=int, metavar="N", help="print the N functions with the highest self value")
@@ -57,6 +66,20 @@ def summary(profile: object, top: int | None) -> dict[str, object]:
     }
 
 
+def _pyroscope(args: argparse.Namespace) -> ProfileGroup:
+    """The profile ``--query`` names in the Pyroscope at ``--pyroscope``, as a one-profile group."""
+    from gpulens.analysis.flame.flamebearer import from_flamebearer
+    from gpulens.analysis.flame.group import single
+    from gpulens.core.errors import ConfigError
+    from gpulens.sources.pyroscope import render
+
+    if args.file:
+        raise ConfigError("gpulens flame: a FILE or --pyroscope, not both")
+    if not args.query:
+        raise ConfigError("--pyroscope needs --query, e.g. 'gpulens.gpu_memory{host=\"node07\"}'")
+    return single(from_flamebearer(render(args.pyroscope, args.query, args.start, args.until), args.pyroscope))
+
+
 def run(args: argparse.Namespace) -> int:
     """Load FILE; export, print the summary, or open the flame graph screen."""
     from gpulens.analysis.flame.exporters import (
@@ -78,7 +101,11 @@ def run(args: argparse.Namespace) -> int:
                       ("--export-pprof", args.export_pprof)):
         if out:
             check_writable(out, flag)
-    group = load_group(args.file, args.metric, limits)
+    group = _pyroscope(args) if args.pyroscope else None
+    if group is None:
+        if not args.file:
+            raise ConfigError("gpulens flame: give a FILE, or --pyroscope URL --query Q")
+        group = load_group(args.file, args.metric, limits)
     choice = parse_choice(args.profile, len(group))
     profile = group.pick(choice)
     if args.focus is not None:
