@@ -5,21 +5,27 @@ Through the agent of the processes' host (request ``gpumem``: an agent with
 they started CUDA; another one running as root traces a window of ``F``
 seconds). The viewer never loads eBPF itself: for this machine's processes
 without an agent it says how to get one (``gpulens gpumem`` traces from the
-command line). The graph opens in the flame screen like py-spy's, ``L``
-reopens it.
+command line). The graph opens in the flame screen like py-spy's and is
+asked for again every :data:`REFRESH_S` seconds while it is open (the flame
+widget keeps focus, search and expansion; ``Space`` pauses it); ``L``
+reopens the last one.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from gpulens.tui.context import requester
 from gpulens.tui.workers import call_in_app, wait
 
 if TYPE_CHECKING:
+    from gpulens.analysis.flame.model import Profile
     from gpulens.core.events import RequestSource
     from gpulens.tui.profiling import Profiling
 
+REFRESH_S = 5.0
+"""The open GPU-memory flame graph is asked for again this often."""
 NEEDS_ROOT = ("GPU memory flame graphs come from a root agent, which loads eBPF: start gpulens agent --gpumem "
               "as root and connect to it (gpulens --connect HOST)")
 
@@ -47,27 +53,81 @@ def open_gpu_memory(p: Profiling) -> None:
     p.screen.notify("no job processes whose GPU memory could be read here", severity="warning")
 
 
-def _remote(p: Profiling, source: RequestSource, host: str, pids: list[int], seconds: float) -> None:
+def _ask(source: RequestSource, host: str, pids: list[int], seconds: float) -> tuple[Profile, str] | None:
+    """One ``gpumem`` answer as a profile and its note (None: the screen went meanwhile). Raises on failure."""
     from gpulens.analysis.flame.folded import parse_folded
     from gpulens.core.limits import InputLimits, read_input
 
     params = {"pids": pids, "mode": "live", "duration_s": seconds}
+    result = wait(source.request(host, "gpumem", params, seconds + 60.0), seconds + 90.0)
+    if result is None:
+        return None
+    files = list(result.files.values())
+    if len(files) != 1:
+        raise RuntimeError(f"the agent sent {len(files)} files, expected 1")
+    data = read_input(str(files[0]), InputLimits(max_bytes=64 << 20), what="GPU memory stacks")
+    profile = parse_folded(bytes(data), unit="bytes", source=str(files[0]),
+                           title=f"GPU memory live on {host}: {', '.join(map(str, pids))}")
+    body = result.result if isinstance(result.result, dict) else {}
+    return profile, _note(body.get("python"), body.get("lost"))
+
+
+def _remote(p: Profiling, source: RequestSource, host: str, pids: list[int], seconds: float) -> None:
     try:
-        result = wait(source.request(host, "gpumem", params, seconds + 60.0), seconds + 90.0)
-        if result is None:
-            return
-        files = list(result.files.values())
-        if len(files) != 1:
-            raise RuntimeError(f"the agent sent {len(files)} files, expected 1")
-        data = read_input(str(files[0]), InputLimits(max_bytes=64 << 20), what="GPU memory stacks")
-        profile = parse_folded(bytes(data), unit="bytes", source=str(files[0]),
-                               title=f"GPU memory live on {host}: {', '.join(map(str, pids))}")
+        got = _ask(source, host, pids, seconds)
     except Exception as err:  # shown in the panel: no agent, not root there, not the owner…
         call_in_app(p._set_state, f"GPU memory on {host} failed: {err}")
         return
-    body = result.result if isinstance(result.result, dict) else {}
-    note = _note(body.get("python"), body.get("lost"))
+    if got is None:
+        return
+    profile, note = got
     call_in_app(p._show, profile, "", note)
+    call_in_app(_follow, p, profile, lambda: _ask(source, host, pids, seconds))
+
+
+def _follow(p: Profiling, first: Profile, again: Callable[[], tuple[Profile, str] | None]) -> None:
+    """Refresh the flame screen that shows ``first`` every :data:`REFRESH_S` while it is open (focus, search and
+    expansion kept, ``Space`` pauses); stop when it closes. One request at a time, off the app's thread."""
+    app = p.screen.app
+    state: dict[str, Any] = {"screen": None, "busy": False, "waited": 0}
+
+    def tick() -> None:
+        flame = state["screen"] or next((s for s in app.screen_stack if getattr(s, "profile", None) is first), None)
+        if flame is None:
+            state["waited"] += 1
+            if state["waited"] > 10:  # the screen never opened (the host screen was left): nothing to follow
+                timer.stop()
+            return
+        state["screen"] = flame
+        if flame not in app.screen_stack:
+            timer.stop()
+            return
+        if state["busy"]:
+            return
+        state["busy"] = True
+
+        def fetch() -> None:
+            try:
+                got = again()
+            except Exception as err:  # the agent went away: the graph stays, the title says so
+                got, why = None, str(err)
+            else:
+                why = ""
+            call_in_app(update, got, why)
+
+        app.run_worker(fetch, thread=True, group="gpumem-refresh", exit_on_error=False)
+
+    def update(got: tuple[Profile, str] | None, why: str) -> None:
+        state["busy"] = False
+        flame = state["screen"]
+        if flame is None or flame not in app.screen_stack:
+            return
+        if got is not None:
+            flame.update_profile(got[0])
+        elif why:
+            app.notify(f"GPU memory refresh failed: {why}", severity="warning", timeout=5)
+
+    timer = app.set_interval(REFRESH_S, tick)
 
 
 def _note(python: object, lost: object) -> str:

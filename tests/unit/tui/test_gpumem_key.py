@@ -6,6 +6,8 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gpulens.core.events import SampleEvent
 from gpulens.core.model import (
     CpuSample,
@@ -73,6 +75,40 @@ async def test_m_on_a_job_opens_its_gpu_memory_flame_through_the_agent(tmp_path:
         assert profile.unit == "bytes" and profile.total == 59055800320 + 1048576
         asked = [a for a in source.asked if a[1] == "gpumem"]  # the job screen also asks trace_diagnose
         assert asked == [("far-host", "gpumem", {"pids": [777], "mode": "live", "duration_s": 5.0})]
+
+
+@sync
+async def test_the_open_gpu_memory_flame_is_refreshed_from_the_agent(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpulens.tui import gpumem_flame
+
+    monkeypatch.setattr(gpumem_flame, "REFRESH_S", 0.2)
+    folded = tmp_path / "g.bytes.folded"
+    folded.write_text(FOLDED)
+    source = GpuMemAgent([SampleEvent(_sample("far-host"))], folded)
+    app = GpulensApp(source=source, clock=frozen_clock)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await settle(app, pilot)
+        app.jump("host far-host")
+        await settle(app, pilot)
+        await pilot.press("m")
+        for _ in range(100):
+            if type(app.screen).__name__ == "FlameScreen":
+                break
+            await pilot.pause(0.05)
+        flame = app.screen
+        assert flame.profile.total == 59055800320 + 1048576  # type: ignore[attr-defined]
+        folded.write_text(FOLDED + "<module> (serve.py:40);Runner > grow (runner.py:300);cuMemCreate 2097152\n")
+        for _ in range(100):
+            if flame.profile.total == 59055800320 + 1048576 + 2097152:  # type: ignore[attr-defined]
+                break
+            await pilot.pause(0.05)
+        assert flame.profile.total == 59055800320 + 1048576 + 2097152  # type: ignore[attr-defined]
+        assert app.screen is flame  # refreshed in place, not a new screen
+        asked = len([a for a in source.asked if a[1] == "gpumem"])
+        await pilot.press("escape")
+        await pilot.pause(0.8)
+        assert len([a for a in source.asked if a[1] == "gpumem"]) <= asked + 1  # closed: no more asking
 
 
 @sync
