@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 from typing import TYPE_CHECKING
 
 from gpulens.commands._args import add_pid_argument, add_remote_arguments, pids_of, remote_target
 from gpulens.commands.trace_common import (
-    CHILDREN_WAIT_S,
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
@@ -240,18 +238,23 @@ def _unstepped(pid: int, req: TraceRequest) -> str:
 
 
 def _children_here(svc: LocalTraceService, parents: tuple[int, ...]) -> tuple[int, ...]:
-    """The polling descendants of ``parents`` (a parent that polls itself stands for itself)."""
-    deadline = time.monotonic() + CHILDREN_WAIT_S
-    say(f"waiting up to {CHILDREN_WAIT_S:.0f} s for the descendants of {','.join(map(str, parents))} to poll")
-    while True:
-        found = {p: (p,) if p in svc.polling_pids() else tuple(svc.polling_descendants(p)) for p in parents}
-        if all(found.values()) or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    for p, kids in found.items():
-        if not kids:
-            say(f"process {p}: no polling descendants: {svc.diagnose(p) or 'it polls itself'}")
+    """The ranks among the polling descendants of ``parents`` (:mod:`.trace_children`)."""
+    from gpulens.commands.trace_children import wait_for_ranks
+
+    say(f"waiting up to {CHILDREN_DEADLINE_S:.0f} s for the ranks under {','.join(map(str, parents))} to poll")
+    ranks = wait_for_ranks(parents, lambda: {p.pid: p.ancestors for p in svc.processes()}, CHILDREN_DEADLINE_S)
+    found = {}
+    for r in ranks:
+        if not r.pids:
+            say(f"process {r.parent}: no polling descendants: {svc.diagnose(r.parent) or 'it polls itself'}")
+        elif (warning := r.warning()) is not None:
+            say(warning)
+        found[r.parent] = r.pids
     return _report_children(found)
+
+
+CHILDREN_DEADLINE_S = 30.0
+"""How long --children waits for a launcher's ranks (they import torch and start polling seconds apart)."""
 
 
 def _report_children(found: dict[int, tuple[int, ...]]) -> tuple[int, ...]:
@@ -297,28 +300,29 @@ def _trace_through_owner(args: argparse.Namespace, req: TraceRequest, busy: Exce
 
 
 def _children_via(agent: Requester, host: str, parents: tuple[int, ...]) -> tuple[int, ...]:
-    """Polling descendants of ``parents`` as the agent's ``trace_processes`` lists them."""
-    deadline = time.monotonic() + CHILDREN_WAIT_S
-    while True:
+    """The ranks among the polling descendants of ``parents`` as the agent's ``trace_processes`` lists them."""
+    from gpulens.commands.trace_children import wait_for_ranks
+
+    failed: list[str] = []
+
+    def polling() -> dict[int, tuple[int, ...]]:
         try:
             res = agent.request(host, "trace_processes", {}, 5.0).result(timeout=6)
         except Exception as err:
-            say(f"the agent cannot list its polling processes: {err}")
-            return ()
+            failed.append(str(err))
+            return {}
         body = res.result if isinstance(res.result, dict) else {}
-        procs = [e for e in body.get("processes") or [] if isinstance(e, dict) and isinstance(e.get("pid"), int)]
-        found = {
-            p: (p,) if any(e["pid"] == p for e in procs)
-            else tuple(e["pid"] for e in procs if p in (e.get("ancestors") or []))
-            for p in parents
-        }
-        if all(found.values()) or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    for p, kids in found.items():
-        if not kids:
-            say(f"process {p}: no polling descendants on {host}")
-    return _report_children(found)
+        return {e["pid"]: tuple(a for a in e.get("ancestors") or [] if isinstance(a, int))
+                for e in body.get("processes") or [] if isinstance(e, dict) and isinstance(e.get("pid"), int)}
+
+    ranks = wait_for_ranks(parents, polling, CHILDREN_DEADLINE_S, cmdline=lambda pid: b"")
+    if failed and not any(r.pids for r in ranks):
+        say(f"the agent cannot list its polling processes: {failed[-1]}")
+        return ()
+    for r in ranks:
+        if not r.pids:
+            say(f"process {r.parent}: no polling descendants on {host}")
+    return _report_children({r.parent: r.pids for r in ranks})
 
 
 def _trace_remote(args: argparse.Namespace, req: TraceRequest, target: str) -> int:
