@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 from typing import TYPE_CHECKING
 
 from gpulens.commands._args import add_pid_argument, add_remote_arguments, pids_of, remote_target
@@ -200,6 +201,8 @@ def _trace_with(svc: LocalTraceService, args: argparse.Namespace, req: TraceRequ
         for pid in req.pids:
             if svc.has_stepped(pid) is not True:
                 say(_unstepped(pid, req))
+    if len(req.pids) > 1 and req.duration_ms is not None and req.start_time_ms is None:
+        req = _common_start(svc, req)
 
     def show(job: TraceJob) -> None:
         say(f"{job.state.value}: {job.detail}")
@@ -235,6 +238,21 @@ def _unstepped(pid: int, req: TraceRequest) -> str:
         f"process {pid}: gpulens has not seen it step an optimizer; Kineto counts {req.describe()} by "
         f"optimizer.step() and traces {ITERATION_FALLBACK_MS} ms instead if it has not stepped yet"
     )
+
+
+def _common_start(svc: LocalTraceService, req: TraceRequest) -> TraceRequest:
+    """Several pids get one start time, as ``--job`` ranks do (issue 32 item 3: windows began up to 257 ms apart):
+    after the longest poll interval among them, the margin and the warm-up."""
+    from dataclasses import replace
+
+    from gpulens.commands.trace_job import DEFAULT_POLL_S, START_MARGIN_S
+
+    known = [p.interval_s for p in svc.processes() if p.pid in req.pids and p.interval_s]
+    lead = max(known, default=DEFAULT_POLL_S) + START_MARGIN_S + req.warmup_s
+    start = time.time() + lead
+    stamp = time.strftime("%H:%M:%S", time.localtime(start)) + f".{int(start * 1000) % 1000:03d}"
+    say(f"{len(req.pids)} processes start their window together at {stamp} (in {lead:.1f} s)")
+    return replace(req, start_time_ms=int(start * 1000), timeout_s=req.timeout_s + lead)
 
 
 def _children_here(svc: LocalTraceService, parents: tuple[int, ...]) -> tuple[int, ...]:

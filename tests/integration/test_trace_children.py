@@ -6,7 +6,9 @@ polling seconds apart. Every rank must be traced once, torchrun not at all.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -47,8 +49,7 @@ def test_children_traces_every_rank_and_not_the_launcher(tmp_path: Path) -> None
         while len(ready) < 4:
             line = launcher.stdout.readline()
             assert line, f"torchrun ended before 4 ranks were ready: {res.stderr}"
-            if line.startswith("READY "):
-                _, rank, pid = line.split()
+            for rank, pid in re.findall(r"READY (\d+) (\d+)", line):  # the ranks share one pipe
                 ready[int(rank)] = int(pid)
         assert res.returncode == 0, res.stderr
         traced = res.stderr.split("tracing ", 1)[1].split()[0] if "tracing " in res.stderr else ""
@@ -57,6 +58,14 @@ def test_children_traces_every_rank_and_not_the_launcher(tmp_path: Path) -> None
         assert "warning:" not in res.stderr
         files = sorted(p.name for p in out.iterdir())
         assert len(files) == 4 and all(any(str(pid) in f for f in files) for pid in ready.values()), files
+        # Issue 32 item 3: one start time for every pid of the request, as --job gives its ranks.
+        assert "4 processes start their window together at " in res.stderr
+        ends = []
+        for f in out.iterdir():
+            doc = json.loads(f.read_bytes())
+            mark = next(e for e in doc["traceEvents"] if e.get("name") == "Record Window End")
+            ends.append(float(doc["baseTimeNanoseconds"]) / 1e9 + float(mark["ts"]) / 1e6)
+        assert max(ends) - min(ends) < 0.25, ends
     finally:
         launcher.kill()
         launcher.wait()
