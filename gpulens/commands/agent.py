@@ -233,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"gpulens agent: listening on {shown}:{bound} as {hostname} ({auth_note}{tls_note})", file=sys.stderr, flush=True)
         agent.start()
         agent.serve_tcp(sock, ssl_context, stop)
-        return 0
+        return 143 if stop.is_set() else 0  # as --help promises: SIGTERM is 143 (issue 31 item 19)
     finally:
         if sock is not None:
             sock.close()
