@@ -36,6 +36,7 @@ from gpulens.sources.local import ReplaySource, collects_here
 from gpulens.store.store import Store
 from gpulens.tui._driver import IdleInput
 from gpulens.tui._theme_cache import ThemeCache
+from gpulens.tui.host_changes import note_change
 from gpulens.tui.messages import OpenFlame, OpenHost, OpenJob, OpenProfiler
 from gpulens.tui.profiling import refusal
 from gpulens.tui.replay import SEEK_STEP_S, ReplayBar, ReplayControl
@@ -197,17 +198,16 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
             self.schedule_refresh()
 
     def note_host_status(self, e: HostStatusEvent) -> None:
-        """Remember when a host went up or down."""
-        prev = self.host_changes.get(e.host)
-        if prev is None or prev[0] != e.up:
-            self.host_changes[e.host] = (e.up, e.time)
+        """Remember when a host went up or down, and say it in ``:log``."""
+        if (said := note_change(self.host_changes, e)) is not None:
+            logbook.note(said, logging.INFO if e.up else logging.WARNING)
 
     def replace_store(self, store: Store, statuses: list[HostStatusEvent]) -> None:
         """A replay seek: the screens read ``store`` from now on."""
         self.store = store
         self.host_changes = {}
-        for e in statuses:
-            self.note_host_status(e)
+        for e in statuses:  # a seek replays the changes: known already, not said again
+            note_change(self.host_changes, e)
         for screen in self.screen_stack:
             for lines in screen.query(LazyLines):
                 lines.invalidate()
