@@ -54,8 +54,14 @@ def _warm(profile: Profile) -> None:
 
 def _stem(title: str) -> str:
     """A file-name stem from a profile title (``flame-train.py``)."""
-    text = re.sub(r"[^A-Za-z0-9._-]+", "-", title.split(":")[0]).strip("-.")[:40]
+    text = re.sub(r"[^A-Za-z0-9._-]+", "-", title.split(":")[0]).strip("-.")
+    # The source's own extensions go: the export adds its format's (``train.folded`` gave ``.folded.folded``).
+    text = _KNOWN_EXT.sub("", text)[:40].strip("-.")
     return f"flame-{text}" if text else "flame"
+
+
+_KNOWN_EXT = re.compile(r"(\.(us|bytes|samples|folded|collapsed|txt|json|gz|speedscope|pb|pprof|pickle|svg))+$",
+                        re.IGNORECASE)
 
 
 class FlameScreen(CrumbedScreen[None]):
