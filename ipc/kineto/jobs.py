@@ -19,8 +19,10 @@ A duration trace without a common start gets its ``PROFILE_START_TIME``
 at hand-over (:func:`~gpulens.ipc.kineto.kconfig.stamp_start`: one profiler
 tick ahead instead of Kineto's two). A poll that says the profiler is idle
 after that start and before the file can be written means Kineto dropped
-the config (its loop saw it too late): it is handed once more with a fresh
-start, or, for a common start that cannot move, fails at once with the reason.
+the config (its loop saw it too late): it is handed again with a fresh start
+and :data:`REHAND_LEAD_S` more lead each time (a loaded machine's loop runs
+late), at most :data:`MAX_REHANDS` times, or, for a common start that cannot
+move, fails at once with the reason.
 While a file is due, :meth:`JobTable.watch_interval` asks for quicker looks.
 """
 
@@ -38,6 +40,7 @@ from gpulens.ipc.kineto.jobstate import PidTask as PidTask  # re-exported for th
 from gpulens.ipc.kineto.kconfig import (
     ITERATION_FALLBACK_MS,
     KINETO_DEFAULT_LEAD_S,
+    PICKUP_S,
     file_due_wall,
     stamp_start,
     warmup_secs,
@@ -61,7 +64,9 @@ MAX_QUEUED_PER_PID = 4
 MAX_STEP_MEMORY = 4096
 DROP_GRACE_S = 0.1
 """An idle poll this long after a handed trace's start means Kineto dropped the config."""
-MAX_REHANDS = 1
+MAX_REHANDS = 2
+REHAND_LEAD_S = 2.0
+"""Seconds added to the start's lead each time a config is handed again after Kineto's loop missed it."""
 DUE_TICK_S = 0.02
 """The watch period while a file is due (from just before it can land until ``DUE_WINDOW_S`` after)."""
 DUE_WINDOW_S = 5.0
@@ -179,7 +184,9 @@ class JobTable:
         """The text to hand over now: an explicit start for a duration trace starting at once."""
         task.handed_s = time.monotonic()
         task.handed_wall = time.time()
-        text, task.start_wall = stamp_start(task.config, task.handed_wall, warmup_secs(job.request))
+        # A loop late once (a loaded machine) gets REHAND_LEAD_S more each time it is handed again.
+        pickup = PICKUP_S + REHAND_LEAD_S * task.rehanded
+        text, task.start_wall = stamp_start(task.config, task.handed_wall, warmup_secs(job.request), pickup)
         return text
 
     def _dropped(self, pid: int, accepts: bool) -> tuple[str, TraceJob] | None:

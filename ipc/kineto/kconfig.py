@@ -108,13 +108,13 @@ def warmup_secs(req: TraceRequest) -> int:
     return round(req.warmup_s)
 
 
-def stamp_start(config: str, now_wall: float, warmup_s: int) -> tuple[str, float | None]:
+def stamp_start(config: str, now_wall: float, warmup_s: int, pickup_s: float = PICKUP_S) -> tuple[str, float | None]:
     """``config`` with its ``PROFILE_START_TIME=0`` made explicit for a hand-over at ``now_wall``.
 
     Returns (the text to hand over, its start in seconds since the epoch).
-    The start is ``now + PICKUP_S + warm-up``, the earliest the profiler
-    loop is sure to see in time, rather than Kineto's ``parse + 2 s +
-    warm-up``. A text with an explicit start is returned unchanged with
+    The start is ``now + pickup_s + warm-up`` (default :data:`PICKUP_S`), the
+    earliest the profiler loop is sure to see in time, rather than Kineto's
+    ``parse + 2 s + warm-up``; a hand-over again after a late loop gives it more. A text with an explicit start is returned unchanged with
     that start; one without a start line (iterations) with None.
     """
     found = _START.search(config)
@@ -122,7 +122,7 @@ def stamp_start(config: str, now_wall: float, warmup_s: int) -> tuple[str, float
         return config, None
     if found.group(0) != _AT_ONCE:
         return config, int(found.group(1)) / 1000
-    start_ms = int((now_wall + PICKUP_S + warmup_s) * 1000)
+    start_ms = int((now_wall + pickup_s + warmup_s) * 1000)
     return config.replace(_AT_ONCE, f"PROFILE_START_TIME={start_ms}", 1), start_ms / 1000
 
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,6 +35,9 @@ def keyed() -> Iterator[subprocess.Popen[bytes]]:
     """A process whose job is named by a site-specific variable (and also a Slurm one, listed second)."""
     env = {**os.environ, "GL_SITE_RUN": "site-run-9", "SLURM_JOB_ID": "4242"}
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    deadline = time.monotonic() + 10  # until exec: a forked child shows its parent's environment
+    while b"GL_SITE_RUN=" not in Path(f"/proc/{proc.pid}/environ").read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.02)
     yield proc
     proc.kill()
     proc.wait()

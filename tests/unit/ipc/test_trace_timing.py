@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from gpulens.ipc.errors import TraceError
-from gpulens.ipc.kineto import kconfig
+from gpulens.ipc.kineto import jobs, kconfig
 from gpulens.ipc.kineto.jobs import DUE_TICK_S, JobTable, PidTask
 from gpulens.ipc.kineto.liveness import identity
 from gpulens.ipc.kineto.requests import (
@@ -105,6 +105,10 @@ def test_an_idle_poll_after_the_start_hands_the_config_again_then_fails() -> Non
     assert again is not None and again[0] and again[1].state is TraceState.TRACING
     assert _start_of(again[0]) >= time.time() + kconfig.CONTROLLER_TICK_S
     assert not fut.done()
+    task.start_wall = time.time() - 0.3
+    third = table.hand_over(ME)  # a loaded machine: once more, with more lead each time
+    assert third is not None and third[0] and third[1].state is TraceState.TRACING
+    assert _start_of(third[0]) >= time.time() + kconfig.PICKUP_S + 2 * jobs.REHAND_LEAD_S - 0.5
     task.start_wall = time.time() - 0.3
     failed = table.hand_over(ME)
     assert failed is not None and failed[0] == "" and failed[1].state is TraceState.FAILED
