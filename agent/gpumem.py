@@ -13,6 +13,7 @@ way a viewer gets only the processes it may act for (root, or their owner:
 from __future__ import annotations
 
 import logging
+import os
 import re
 import subprocess
 import threading
@@ -68,14 +69,14 @@ class GpuMemService:
         self.paths = list(dict.fromkeys(paths)) or host_libraries()
         self.since = time.time()
         self._seen_files: set[str] = set()
-        self.tracer = GpuMemTracer(libraries=[p for p in self.paths if self._first(p)])
+        # ldconfig names soname links (libcuda.so.1 -> libcuda.so.535.x, in root's own directories): the file
+        # each points at is probed (the ELF reader refuses a link at the end of a name).
+        self.tracer = GpuMemTracer(libraries=[os.path.realpath(p) for p in self.paths if self._first(p)])
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gpulens-gpumem", daemon=True)
         self._thread.start()
 
     def _first(self, path: str) -> bool:
-        import os
-
         try:
             st = os.stat(path)
         except OSError:
@@ -107,8 +108,7 @@ class GpuMemService:
 
     def live_pids(self) -> list[int]:
         """Processes holding GPU memory the probes saw them allocate."""
-        with self.tracer._lock:
-            return sorted({pid for pid, _, _ in self.tracer.allocations.live})
+        return self.tracer.live_pids()
 
     def live_stacks(self, pid: int) -> dict[tuple[str, ...], int]:
         """Live bytes by stack of one process."""

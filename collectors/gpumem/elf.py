@@ -8,6 +8,8 @@ whole file). A malformed file raises :class:`ElfError`, never anything else.
 
 from __future__ import annotations
 
+import os
+import stat
 import struct
 from dataclasses import dataclass
 
@@ -81,9 +83,15 @@ def read_elf(path: str) -> ElfFile:
 
     Raises:
         ElfError: not a 64-bit little-endian ELF, or malformed.
-        OSError: the file cannot be read.
+        OSError: the file cannot be read, or is a link (``O_NOFOLLOW``).
     """
-    with open(path, "rb") as fh:
+    # The root agent opens files a traced process names (in its own mount namespace): never a FIFO that would
+    # block it, a device, or a last-component link the process planted after mapping the library.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ElfError(f"{path}: not a regular file")
+    with os.fdopen(fd, "rb") as fh:
         head = _read(fh, 0, 64)
         if head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
             raise ElfError(f"{path}: not a 64-bit little-endian ELF file")

@@ -316,6 +316,11 @@ class GpuMemTracer:
                 return self.allocations.live_stacks(), dict(self.allocations.total)
             return self.allocations.live_stacks(set(pids)), self.allocations.totals(set(pids))
 
+    def live_pids(self) -> list[int]:
+        """Processes holding memory the probes saw them allocate."""
+        with self._lock:
+            return sorted({pid for pid, _, _ in self.allocations.live})
+
     def close(self) -> None:
         """Detach and free everything (idempotent)."""
         rb = getattr(self, "_rb", None)

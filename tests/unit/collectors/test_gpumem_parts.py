@@ -116,3 +116,17 @@ def test_a_non_elf_or_truncated_file_is_an_elf_error(tmp_path: Path) -> None:
     p.write_bytes(b"\x7fELF\x02\x01" + b"\0" * 10)
     with pytest.raises(ElfError, match="truncated"):
         read_elf(str(p))
+
+
+def test_a_planted_fifo_or_link_is_refused_without_blocking(tmp_path: Path) -> None:
+    """The root agent reads libraries a traced process names: a FIFO would block it, a link redirect it."""
+    import os
+
+    fifo = tmp_path / "libcuda.so.1"
+    os.mkfifo(fifo)
+    with pytest.raises(ElfError, match="not a regular file"):
+        read_elf(str(fifo))
+    link = tmp_path / "libcudart.so.12"
+    link.symlink_to("/etc/passwd")
+    with pytest.raises(OSError):
+        read_elf(str(link))
