@@ -30,13 +30,13 @@ from dataclasses import dataclass
 from gpulens.analysis.flame.pprof import to_pprof
 from gpulens.core.errors import ConfigError
 from gpulens.core.model import HostSample, JobInfo
+from gpulens.core.secrets import read_secret
 from gpulens.core.workload import workload_key
 
 log = logging.getLogger("gpulens.agent")
 
 MAX_PROCESSES = 256
 TIMEOUT_S = 5.0
-MAX_TOKEN_BYTES = 64 * 1024
 _APP = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
 _LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _UNSAFE_VALUE = re.compile(r"[{},=\"\s\\]")
@@ -62,16 +62,7 @@ def target_from(url: str, app: str, token_file: str | None) -> PyroscopeTarget:
         raise ConfigError(f"--pyroscope {url!r}: expected http(s)://HOST[:PORT]")
     if not _APP.match(app):
         raise ConfigError(f"--pyroscope-app {app!r}: letters, digits, '.', '_' and '-' only")
-    token = ""
-    if token_file:
-        try:
-            with open(token_file, "rb") as fh:
-                raw = fh.read(MAX_TOKEN_BYTES + 1)
-        except OSError as err:
-            raise ConfigError(f"--pyroscope-token-file {token_file}: cannot read: {err.strerror}") from None
-        if len(raw) > MAX_TOKEN_BYTES:
-            raise ConfigError(f"--pyroscope-token-file {token_file}: over {MAX_TOKEN_BYTES} bytes: not a token")
-        token = raw.decode("utf-8", "replace").strip()
+    token = read_secret(token_file, "token file", "--pyroscope") if token_file else ""
     return PyroscopeTarget(url.rstrip("/"), app, token)
 
 

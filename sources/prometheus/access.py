@@ -27,9 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from gpulens.core.errors import ConfigError
+from gpulens.core.secrets import read_secret
 
-MAX_SECRET_BYTES = 64 * 1024
-"""A token or password file larger than this is not one."""
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,256}$")
 _RESERVED = frozenset({"authorization", "host", "content-length", "accept-encoding", "connection"})
 
@@ -82,18 +81,7 @@ class PromAccess:
 
 def _secret(path: str, what: str) -> str:
     """The first line of a credential file, stripped; errors name the file only."""
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_SECRET_BYTES + 1)
-    except OSError as err:
-        raise ConfigError(f"Prometheus {what} {path}: cannot read: {err.strerror or type(err).__name__}") from None
-    if len(raw) > MAX_SECRET_BYTES:
-        raise ConfigError(f"Prometheus {what} {path}: larger than {MAX_SECRET_BYTES} bytes; not a {what}")
-    lines = raw.decode("utf-8", "replace").splitlines()
-    text = lines[0].strip() if lines else ""
-    if not text or any(c in text for c in "\r\n\0"):
-        raise ConfigError(f"Prometheus {what} {path}: empty (expected the secret on its first line)")
-    return text
+    return read_secret(path, what, "Prometheus")
 
 
 def split_url(url: str) -> tuple[str, str | None, str | None]:
