@@ -22,6 +22,7 @@ import struct
 from dataclasses import dataclass
 
 from gpulens.collectors.gpumem.elf import ElfError, read_elf
+from gpulens.core.sanitize import clean_text
 
 _LIB = re.compile(r"/(?:lib)?python3\.(\d+)[^/]*$")
 MAX_TEXT = 1024
@@ -166,8 +167,9 @@ class CodeReader:
         hit = self._code.get(addr)
         if hit is None:
             lay = self.target.layout
-            qual = self._str(self._ptr(addr + lay.code_qualname))
-            filename = self._str(self._ptr(addr + lay.code_filename))
+            # A traced program names its own functions and files: cleaned here, before any terminal sees them.
+            qual = clean_text(self._str(self._ptr(addr + lay.code_qualname)))
+            filename = clean_text(self._str(self._ptr(addr + lay.code_filename)))
             first = struct.unpack("<i", self._read(addr + lay.code_firstlineno, 4))[0]
             table = self._ptr(addr + lay.code_linetable)
             size = min(max(struct.unpack("<q", self._read(table + 16, 8))[0], 0), MAX_LINETABLE)

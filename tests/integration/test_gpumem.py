@@ -253,3 +253,41 @@ def test_the_agent_answers_a_gpumem_request_at_once_and_only_for_the_owner(libdi
         proc.wait()
         service.close()
         agent.stop()
+
+
+HOSTILE = r"""
+import ctypes, sys
+cuda = ctypes.CDLL(sys.argv[1] + "/libcuda.so.1")
+cuda.cuInit(0)
+def f():
+    p = ctypes.c_uint64(0)
+    cuda.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(4096))
+f.__code__ = f.__code__.replace(co_qualname="\x1b]52;c;cm0K\x07evil", co_filename="/tmp/\x1b[2Jx.py")
+print("READY", flush=True)
+sys.stdin.readline()
+f()
+print("DONE", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_names_a_program_gives_its_code_are_cleaned(libdir: Path, tmp_path: Path) -> None:
+    """A traced program chooses its functions' and files' names: no escape sequence reaches a terminal."""
+    script = tmp_path / "hostile.py"
+    script.write_text(HOSTILE)
+    proc = subprocess.Popen([sys.executable, str(script), str(libdir)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "READY"
+        tracer = GpuMemTracer([proc.pid])
+        try:
+            _run(proc, tracer)
+            live, _ = tracer.snapshot()
+        finally:
+            tracer.close()
+    finally:
+        proc.kill()
+        proc.wait()
+    ((stack, size),) = live.items()
+    assert size == 4096 and any("evil" in f for f in stack)
+    assert not any(ch in f for f in stack for ch in "\x1b\x07")
