@@ -118,9 +118,8 @@ def workload_labels(w: Workload | None) -> dict[str, str]:
     ``slurm_job``; only the ones known (a series without a workload keeps its labels as before)."""
     if w is None:
         return {}
-    out = {k: v for k, v in (("pod", w.pod), ("namespace", w.namespace), ("container", w.container),
-                             ("pod_uid", w.pod_uid), ("slurm_job", w.slurm_job)) if v is not None}
-    return out
+    return {k: v for k, v in (("pod", w.pod), ("namespace", w.namespace), ("container", w.container),
+                              ("pod_uid", w.pod_uid), ("slurm_job", w.slurm_job)) if v is not None}
 
 
 def _holders(jobs: Sequence[JobInfo]) -> dict[str, Workload]:

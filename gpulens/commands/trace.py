@@ -333,7 +333,8 @@ def _children_via(agent: Requester, host: str, parents: tuple[int, ...]) -> tupl
         return {e["pid"]: tuple(a for a in e.get("ancestors") or [] if isinstance(a, int))
                 for e in body.get("processes") or [] if isinstance(e, dict) and isinstance(e.get("pid"), int)}
 
-    ranks = wait_for_ranks(parents, polling, CHILDREN_DEADLINE_S, cmdline=lambda pid: b"")
+    # A request to the agent each time: once a second (Kineto's on-demand poll), not at the local 0.2 s.
+    ranks = wait_for_ranks(parents, polling, CHILDREN_DEADLINE_S, cmdline=lambda pid: b"", every_s=1.0)
     if failed and not any(r.pids for r in ranks):
         say(f"the agent cannot list its polling processes: {failed[-1]}")
         return ()

@@ -73,8 +73,9 @@ def read_cmdline(pid: int) -> bytes:
 def wait_for_ranks(parents: Iterable[int], polling: Callable[[], Mapping[int, Iterable[int]]],
                    deadline_s: float, cmdline: Callable[[int], bytes] = read_cmdline,
                    clock: Callable[[], float] = time.monotonic,
-                   sleep: Callable[[float], None] = time.sleep) -> list[Ranks]:
-    """The ranks of each parent once their sets have settled (see the module doc), or at ``deadline_s``."""
+                   sleep: Callable[[float], None] = time.sleep, every_s: float = 0.2) -> list[Ranks]:
+    """The ranks of each parent once their sets have settled (see the module doc), or at ``deadline_s``;
+    ``polling`` is asked every ``every_s``."""
     parents = tuple(parents)
     expected = {p: expected_ranks(cmdline(p)) for p in parents}
     end = clock() + deadline_s
@@ -90,4 +91,4 @@ def wait_for_ranks(parents: Iterable[int], polling: Callable[[], Mapping[int, It
         settled = all(found.values()) and clock() - since >= SETTLE_S and all(expected[p] is None for p in parents)
         if counted or settled or clock() >= end:
             return [Ranks(p, found[p], expected[p]) for p in parents]
-        sleep(0.2)
+        sleep(every_s)

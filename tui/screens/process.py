@@ -216,12 +216,13 @@ class ProcessScreen(DataScreen):
                       Text(f"history recorded since {ctx.clock_text(since)}, when this screen opened "
                            "(the store records only the processes you look at)" if since is not None else "",
                            style="dim"))
+        unreadable = gpu_unreadable(store.latest(self.host))
         for spec in PROCESS_PLOTS:
             plot = self.query_one(f"#{spec.id}", TimeSeriesPlot)
             metric = spec.metric
             values = self.feed.series(store, self.host, metric, w, plot.points, pid=self.pid)
             stats = store.window_stats(self.host, metric, w, pid=self.pid)
-            no_gpu = gpu_unreadable(store.latest(self.host)) if metric.startswith("proc.gpu") else None
+            no_gpu = unreadable if metric.startswith("proc.gpu") else None
             reason = ("the process is no longer reported" if job is None
                       else no_gpu if no_gpu is not None
                       else "NVML gives no per-process utilization here" if metric == "proc.gpu_util_percent"

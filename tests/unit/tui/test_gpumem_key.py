@@ -46,6 +46,14 @@ class GpuMemAgent(StaticSource):
         return fut
 
 
+async def _flame_opens(app: GpulensApp, pilot: Any) -> None:
+    """Wait (up to 5 s) for the flame screen the key opens."""
+    for _ in range(100):
+        if type(app.screen).__name__ == "FlameScreen":
+            return
+        await pilot.pause(0.05)
+
+
 def _sample(host: str) -> HostSample:
     job = JobInfo(pid=777, tree_id="systemd/containerd-shim-runc-v2/python3", cmdline="python serve.py", user="u",
                   start_time=FROZEN - 100, cpu_percent=99.0, job_key="pod=5e1f")
@@ -66,10 +74,7 @@ async def test_m_on_a_job_opens_its_gpu_memory_flame_through_the_agent(tmp_path:
         app.jump("job pod=5e1f")
         await settle(app, pilot)
         await pilot.press("m")
-        for _ in range(100):
-            if type(app.screen).__name__ == "FlameScreen":
-                break
-            await pilot.pause(0.05)
+        await _flame_opens(app, pilot)
         assert type(app.screen).__name__ == "FlameScreen"
         profile = app.screen.profile  # type: ignore[attr-defined]
         assert profile.unit == "bytes" and profile.total == 59055800320 + 1048576
@@ -92,10 +97,7 @@ async def test_the_open_gpu_memory_flame_is_refreshed_from_the_agent(tmp_path: P
         app.jump("host far-host")
         await settle(app, pilot)
         await pilot.press("m")
-        for _ in range(100):
-            if type(app.screen).__name__ == "FlameScreen":
-                break
-            await pilot.pause(0.05)
+        await _flame_opens(app, pilot)
         flame = app.screen
         assert flame.profile.total == 59055800320 + 1048576  # type: ignore[attr-defined]
         folded.write_text(FOLDED + "<module> (serve.py:40);Runner > grow (runner.py:300);cuMemCreate 2097152\n")
