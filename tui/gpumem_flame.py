@@ -13,6 +13,8 @@ reopens the last one.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -65,7 +67,11 @@ def _ask(source: RequestSource, host: str, pids: list[int], seconds: float) -> t
     files = list(result.files.values())
     if len(files) != 1:
         raise RuntimeError(f"the agent sent {len(files)} files, expected 1")
-    data = read_input(str(files[0]), InputLimits(max_bytes=64 << 20), what="GPU memory stacks")
+    try:
+        data = read_input(str(files[0]), InputLimits(max_bytes=64 << 20), what="GPU memory stacks")
+    finally:  # our own download, asked for again every few seconds while the graph is open: not kept
+        with contextlib.suppress(OSError):
+            os.unlink(files[0])
     profile = parse_folded(bytes(data), unit="bytes", source=str(files[0]),
                            title=f"GPU memory live on {host}: {', '.join(map(str, pids))}")
     body = result.result if isinstance(result.result, dict) else {}

@@ -42,7 +42,9 @@ class GpuMemAgent(StaticSource):
             fut.set_exception(RequestFailed(f"unsupported request kind {kind!r}"))
             return fut
         name = "gpumem-far-host-1.bytes.folded"
-        fut.set_result(RequestResult({"files": [name], "python": {"777": None}, "lost": 0}, {name: self.folded}))
+        download = self.folded.with_name(f"download-{len(self.asked)}.bytes.folded")  # as a StreamSource saves it
+        download.write_bytes(self.folded.read_bytes())
+        fut.set_result(RequestResult({"files": [name], "python": {"777": None}, "lost": 0}, {name: download}))
         return fut
 
 
@@ -111,6 +113,7 @@ async def test_the_open_gpu_memory_flame_is_refreshed_from_the_agent(tmp_path: P
         await pilot.press("escape")
         await pilot.pause(0.8)
         assert len([a for a in source.asked if a[1] == "gpumem"]) <= asked + 1  # closed: no more asking
+        assert not list(tmp_path.glob("download-*"))  # each refresh's download was read, then removed
 
 
 @sync
