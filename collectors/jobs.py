@@ -38,6 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeAlias
 
+from gpulens.collectors.slurm_pidinfo import SlurmPidinfo
 from gpulens.collectors.workloads import PodNames, read_workload
 from gpulens.core.jobs_pattern import (
     DEFAULT_JOB_KEY_ENV,
@@ -159,15 +160,18 @@ class JobScanner:
         *,
         attribute: bool = True,
         pods: PodNames | None = None,
+        slurm: SlurmPidinfo | None = None,
     ) -> None:
         """Raises re.error for a bad pattern (callers turn it into ConfigError).
 
         ``attribute``: read each job's container, pod and Slurm job (once per process);
-        ``pods``: names pods by UID (``/var/log/pods``).
+        ``pods``: names pods by UID (``/var/log/pods``);
+        ``slurm``: asks slurmd the job of a job process that neither its cgroup nor its environment names.
         """
         self._pattern = compile_job_pattern(pattern)
         self._attribute = attribute
         self._pods = pods
+        self._slurm = slurm if attribute else None
         self._key_env = tuple(k.encode() + b"=" for k in job_key_env)
         self._proc = proc
         self._boot = _boot_time()
@@ -219,6 +223,8 @@ class JobScanner:
                                    f"{self._pattern.why_not_re2}")
         if self.unnamed_pods and self._pods is not None and self._pods.why is not None:
             out["jobs.pod_names"] = self._pods.why
+        if self._slurm is not None and self._slurm.why is not None:
+            out["jobs.slurm"] = f"Slurm job of processes not in a Slurm cgroup unknown: {self._slurm.why}"
         if self.deferred:
             users = ", ".join(f"uid {uid}: {n}" for uid, n in sorted(self.deferred.items()))
             out["jobs.budget"] = (f"processes left for a later scan ({users}): more than "
@@ -378,6 +384,8 @@ class JobScanner:
             if workload is not None and workload.pod_uid is not None and self._pods is not None:
                 workload = with_pod_names(workload, self._pods.names())
                 self.unnamed_pods |= workload.pod is None
+            if self._slurm is not None and (workload is None or workload.slurm_job is None):
+                workload, key = self._slurm_job(pid, stat.start_ticks, workload, key)
             jobs.append(JobInfo(
                 pid=pid, tree_id=entry.tree_id, cmdline=cmdline, user=user,
                 start_time=self._boot + stat.start_ticks / CLK_TCK,
@@ -416,6 +424,16 @@ class JobScanner:
         pod = workload_key(replace(workload, slurm_job=None)) if workload is not None else None
         key = key or self._job_key(environ) or pod
         return cmdline, user, key, workload
+
+    def _slurm_job(self, pid: int, start_ticks: int, workload: Workload | None,
+                   key: str | None) -> tuple[Workload | None, str | None]:
+        """``scontrol pidinfo``'s job (slurmd's word, as trusted as a cgroup path) when it has answered."""
+        assert self._slurm is not None
+        job = self._slurm.job_of(pid, start_ticks)
+        if job is None:
+            return workload, key
+        got = replace(workload or Workload(), slurm_job=job, found_by="scontrol")
+        return got, workload_key(got)
 
     def _job_key(self, environ: bytes | None) -> str | None:
         if not self._key_env or environ is None:

@@ -26,6 +26,7 @@ from gpulens.collectors.infiniband import InfinibandCollector
 from gpulens.collectors.jobs import JobScanner
 from gpulens.collectors.kubelet import PodResourcesClient, attach
 from gpulens.collectors.perf.counters import PerfCollector
+from gpulens.collectors.slurm_pidinfo import SlurmPidinfo
 from gpulens.collectors.workloads import PodNames
 from gpulens.core.jobs_pattern import DEFAULT_JOB_KEY_ENV, DEFAULT_JOB_PATTERN
 from gpulens.core.model import CacheSample, GpuSample, HostSample
@@ -124,7 +125,8 @@ class Sampler:
         self.host = hostname or socket.gethostname()
         self._static: dict[str, str] = {}
         self._pods = PodNames()
-        self._jobs = JobScanner(job_pattern, job_key_env, proc, attribute=attribute, pods=self._pods)
+        self._jobs = JobScanner(job_pattern, job_key_env, proc, attribute=attribute, pods=self._pods,
+                               slurm=SlurmPidinfo.detect() if attribute and proc == "/proc" else None)
         self._kubelet = kubelet if isinstance(kubelet, PodResourcesClient) else (
             PodResourcesClient() if kubelet == "auto" and attribute else None)
         self._nv_static: dict[str, str] = {}

@@ -34,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
     import re
 
     from gpulens.collectors.jobs import JobScanner
+    from gpulens.collectors.slurm_pidinfo import SlurmPidinfo
     from gpulens.collectors.workloads import PodNames
     from gpulens.core.errors import ConfigError
     from gpulens.core.sanitize import clean_text
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = args.cfg
     try:
-        scanner = JobScanner(cfg.job_pattern, cfg.job_key_env, pods=PodNames())
+        scanner = JobScanner(cfg.job_pattern, cfg.job_key_env, pods=PodNames(), slurm=SlurmPidinfo.detect())
     except re.error as err:  # config.py checks patterns; this guards callers that skip it
         raise ConfigError(f"--pattern: expected a regular expression: {err}") from err
     time.sleep(0.5)

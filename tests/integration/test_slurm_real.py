@@ -13,14 +13,19 @@ missing).
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import shutil
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gpulens.collectors.jobs import JobScanner
+from gpulens.collectors.slurm_pidinfo import SlurmPidinfo
 from gpulens.core.jobs_pattern import DEFAULT_JOB_KEY_ENV
 from gpulens.core.model import JobInfo
 from gpulens.core.workload import from_cgroup
@@ -109,3 +114,34 @@ def test_the_step_cgroup_names_the_job(slurm: SlurmCluster) -> None:
     assert (script.slurm_job, script.slurm_step) == (job, "batch")
     # Only the devices (and memory) lines go down to the task; the freezer line, listed first, stops at the step.
     assert got.slurm_task == "0", f"the task_0 of the devices line is lost: {cgroup.decode()}"
+
+
+@pytest.fixture
+def slurm_linuxproc(monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmCluster]:
+    """The cluster with ``proctrack/linuxproc``: job processes stay in the caller's cgroup, as on nodes without it."""
+    monkeypatch.setenv("GPULENS_TEST_SLURM_PROCTRACK", "linuxproc")
+    yield from slurm_cluster.slurm.__wrapped__()  # type: ignore[attr-defined]
+
+
+def test_scontrol_pidinfo_names_the_job_of_a_process_no_cgroup_or_variable_names(
+        slurm_linuxproc: SlurmCluster) -> None:
+    slurm = slurm_linuxproc
+    assert slurm.proctrack == "proctrack/linuxproc"
+    # env -i: the task keeps no SLURM_* variable; linuxproc: its cgroup is the test's, not Slurm's
+    job = slurm.sbatch("srun env -i /bin/sleep 60\n", "--ntasks=1", "--job-name=gpulens-pidinfo")
+    slurm.wait_running(job)
+    pid = slurm.wait_task(job, "0", "sleep")
+    assert b"SLURM_JOB_ID=" not in Path(f"/proc/{pid}/environ").read_bytes()
+    assert from_cgroup(Path(f"/proc/{pid}/cgroup").read_bytes()).slurm_job is None
+    scontrol = shutil.which("scontrol", path=slurm.env["PATH"])
+    assert scontrol is not None
+    pidinfo = SlurmPidinfo(scontrol, env=slurm.env)
+    scanner = JobScanner(r"(^|/)slurmstepd/sleep$", (), slurm=pidinfo)  # the first scan queues the question
+    deadline = time.monotonic() + 10
+    while (found := {j.pid: j for j in scanner.scan()}.get(pid)) is None or found.workload is None:
+        assert time.monotonic() < deadline, f"no answer from scontrol pidinfo: {pidinfo.why}"
+        time.sleep(0.05)
+    assert (found.workload.slurm_job, found.workload.found_by) == (job, "scontrol")
+    assert found.job_key == f"SLURM_JOB_ID={job}"
+    # a process in no job: slurmd says so, and it is asked once
+    assert pidinfo.answer(os.getpid(), 0) is None and pidinfo.why is None
