@@ -19,6 +19,7 @@ from gpulens.tui.widgets._braille import time_axis
 from gpulens.tui.widgets._columns import ColumnCache, nice_columns, span_text
 from gpulens.tui.widgets._keys import cursor_bindings
 from gpulens.tui.widgets._lines import LazyLines
+from gpulens.tui.widgets.heat_holder import HOLDER_CELLS, fit, holders
 
 GLYPHS = " ░▒▓█"
 PALETTE = ("#30123b", "#4662d7", "#1ae4b6", "#a2fc3c", "#fabb39", "#e4460a")
@@ -104,8 +105,28 @@ class GpuHeatmap(LazyLines, can_focus=True):
         """Host -> (grid, absolute column of its first sample in the window or None, the stamp it was read at)."""
         self._fit: tuple[object, ...] = ()
         """What the width laid out last depends on (:meth:`get_content_width`)."""
+        self._holders: dict[str, tuple[float, dict[int, str]]] = {}
+        """Host -> (its latest sample's time, GPU index -> who holds it): read once per sample."""
+        self._holder_cells = 0
         self._axis: tuple[tuple[object, ...], str] = ((), "")
         """(window, grid, widths, rows shown) -> the time axis under the columns."""
+
+    @property
+    def label_cells(self) -> int:  # type: ignore[override]
+        """``host:gpu`` and, when any GPU shown is held by a pod, Slurm job or container, who holds it."""
+        return 11 + self._holder_cells
+
+    def _read_holders(self, hosts: Sequence[str]) -> None:
+        """Who holds each GPU of ``hosts``, read again for a host with a new sample."""
+        for host in hosts:
+            latest = self.store.latest(host)
+            at = latest.time if latest is not None else -1.0
+            seen = self._holders.get(host)
+            if seen is None or seen[0] != at:
+                self._holders[host] = (at, holders(latest))
+        for host in [h for h in self._holders if h not in hosts]:
+            del self._holders[host]
+        self._holder_cells = HOLDER_CELLS if any(h[1] for h in self._holders.values()) else 0
 
     def set_metric(self, key: str) -> bool:
         """Switch to the metric bound to ``key``; False if none is."""
@@ -132,9 +153,9 @@ class GpuHeatmap(LazyLines, can_focus=True):
 
     def _fit_width(self) -> None:
         """Lay the widget out again when its width would change (window, store resolution, rows or none)."""
-        fit = (self.window_s, self.store.resolution_s, self.store.fine_slots, bool(self.rows))
-        if fit != self._fit:
-            self._fit = fit
+        shape = (self.window_s, self.store.resolution_s, self.store.fine_slots, bool(self.rows), self.label_cells)
+        if shape != self._fit:
+            self._fit = shape
             self.refresh(layout=True)
 
     def axis_text(self) -> str:
@@ -154,9 +175,9 @@ class GpuHeatmap(LazyLines, can_focus=True):
 
     def grid(self, width: int) -> tuple[int, float]:
         """(columns, seconds per column) at ``width``."""
-        key = (width, self.window_s, self.store.resolution_s, self.store.fine_slots)
+        key = (width, self.window_s, self.store.resolution_s, self.store.fine_slots, self.label_cells)
         if self._grid is None or self._grid[0] != key:
-            self._grid = (key, nice_columns(self.store, self.window_s, width - 11))
+            self._grid = (key, nice_columns(self.store, self.window_s, width - self.label_cells))
         return self._grid[1]
 
     def first_cell(self, width: int) -> int:
@@ -169,6 +190,7 @@ class GpuHeatmap(LazyLines, can_focus=True):
         points = self.grid(self.row_width)[0]
         store, w, stamp, mk = self.store, self.window_s, self._columns.stamp, self.metric.key
         rows = rows if isinstance(rows, list) else list(rows)
+        self._read_holders(list(dict.fromkeys(str(cast("tuple[str, int]", k)[0]) for k in rows)))
         if rows == self.rows:
             # Only the rows on screen are drawn: a row scrolled to later has no version, so it is built then.
             top = int(self.scroll_offset.y)
@@ -178,12 +200,12 @@ class GpuHeatmap(LazyLines, can_focus=True):
                 ver = versions.get(key)
                 if ver is not None:
                     host = cast("tuple[str, int]", key)[0]
-                    self._versions[key] = (ver, stamp(store, host, w, points), w, mk)
+                    self._versions[key] = (ver, stamp(store, host, w, points), w, mk, self._holder_cells)
             super().set_rows(rows, {})
             self._fit_width()
             return
         for key, ver in versions.items():
-            self._versions[key] = (ver, stamp(store, key[0], w, points), w, mk)
+            self._versions[key] = (ver, stamp(store, key[0], w, points), w, mk, self._holder_cells)
         self._columns.keep(rows)  # the rows changed
         self._memo = {k: v for k, v in self._memo.items() if k in versions}
         hosts = {str(k[0]) for k in versions}
@@ -235,10 +257,11 @@ class GpuHeatmap(LazyLines, can_focus=True):
         lv = -1 if last != last else level(last, self.metric.lo, self.metric.hi)
         blank = self._blank_columns(host, points)
         memo = self._memo.get(key)
-        if memo is not None and memo[0] == (stamp, lv, width, blank):
+        held = fit(self._holders.get(host, (0.0, {}))[1].get(gpu, "")) if self._holder_cells else ""
+        if memo is not None and memo[0] == (stamp, lv, width, blank, held):
             return memo[1]  # same glyphs: the row is not repainted
         label = f"{host.removeprefix('gpu-')[-7:]}:{gpu}"
-        segs = [Segment(f"{label:<10} ".ljust(self.first_cell(width)), self.component_style("heatmap--label"))]
+        segs = [Segment(f"{label:<10} {held}".ljust(self.first_cell(width)), self.component_style("heatmap--label"))]
         na = self.component_style("heatmap--na")
         runs = [*runs[:-1], (lv, runs[-1][1] + 1)] if runs and runs[-1][0] == lv else [*runs, (lv, 1)]
         for run_level, run in _blanked(runs, blank):  # run-length: fewer segments to paint
@@ -248,7 +271,7 @@ class GpuHeatmap(LazyLines, can_focus=True):
                 segs.append(Segment("·" * run, na))
             else:
                 segs.append(Segment(GLYPHS[run_level] * run, self._styles[run_level]))
-        self._memo[key] = ((stamp, lv, width, blank), segs)
+        self._memo[key] = ((stamp, lv, width, blank, held), segs)
         return segs
 
     def _blank_columns(self, host: str, points: int) -> int:

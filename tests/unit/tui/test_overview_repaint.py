@@ -161,9 +161,9 @@ async def test_heatmap_states_its_column_span() -> None:
             points, span = heat.grid(heat.row_width)
             assert points * span == window_s  # the columns cover the window exactly
             legend = glyphs(heat, 0)
-            assert f"1 col = {'1m' if span == 60 else f'{span:g}s'}" in legend
+            assert f"1 col = {span_text(span)}" in legend
             row = glyphs(heat, 1)[heat.first_cell(heat.row_width):]
-            assert len(row.rstrip()) <= points <= heat.row_width - 11
+            assert len(row.rstrip()) <= points <= heat.row_width - heat.label_cells
             assert sum(row.count(c) for c in GLYPHS[1:] + "·") >= points - row.count(" ")
 
 

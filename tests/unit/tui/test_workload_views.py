@@ -75,3 +75,28 @@ async def test_the_filter_matches_where_a_job_runs_and_the_gpu_names_its_pod() -
         await settle(app, pilot)
         info = str(app.screen.query_one("#gpu-info").render())
         assert "held by pod llm-serving/vllm-1 container vllm" in info
+
+
+@sync
+async def test_the_heatmap_row_names_who_holds_the_gpu() -> None:
+    from gpulens.tui.widgets.heat_holder import holders
+    from gpulens.tui.widgets.heatmap import GpuHeatmap
+
+    app = demo_app(backfill_s=60)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await settle(app, pilot)
+        heat = app.screen.query_one(GpuHeatmap)
+        held = {(host, gpu): name for host in app.store.hosts() for gpu, name in holders(app.store.latest(host)).items()}
+        assert any(name.startswith("vllm-") for name in held.values())  # a pod's GPU
+        assert any(name.startswith("slurm ") for name in held.values())  # a Slurm job's GPU
+        assert heat.label_cells > 11  # the labels make room for it
+        shown = 0
+        for y, key in enumerate(heat.rows[: heat.size.height - 2], start=heat.header_lines):
+            line = "".join(seg.text for seg in heat.render_line(y))[1: heat.label_cells]
+            if key in held:
+                name = held[key]
+                assert (name if len(name) <= 10 else name[:9] + "…") in line, (key, line)
+                shown += 1
+            else:
+                assert line[10:].strip() == "", (key, line)  # held by nothing known: blank, not invented
+        assert shown > 0
