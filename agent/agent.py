@@ -57,6 +57,7 @@ from gpulens.agent.listener import PendingSlot, TcpListener
 from gpulens.agent.request_kinds import ProfilerFn, find_profiler
 from gpulens.agent.requests import RequestRunner
 from gpulens.agent.sessions import ViewerConnection
+from gpulens.collectors.processes import ProcessLister
 from gpulens.core.events import HostSampler
 from gpulens.core.model import HostSample
 from gpulens.ipc import auth, stream
@@ -126,17 +127,11 @@ class Agent:
         self.claim_retry_s = CLAIM_RETRY_S
         """How often a taken Kineto name is tried again (``gpulens agent --claim-retry``)."""
         self.requests = RequestRunner(history=self.history_since, hostname=hostname, profiler=profiler)
-        self.requests.gpu_used = self._gpu_used
+        self.requests.latest = lambda: self._latest
+        self.requests.lister = ProcessLister()
         if job_key_env is not None:  # the config's: trace_processes and job_key traces read these
             self.requests.job_key_env = tuple(job_key_env)
         self._listener = TcpListener(self._serve_tcp, busy=self._busy)
-
-    def _gpu_used(self, pid: int) -> int | None:
-        """GPU memory NVML reports for ``pid`` in the newest sample (None: no GPU lists it)."""
-        s = self._latest
-        found = [p.used_memory_bytes for g in (s.gpus if s else ()) for p in g.processes
-                 if p.pid == pid and p.used_memory_bytes is not None]
-        return sum(found) if found else None
 
     # -- sampling ---------------------------------------------------------------
     def start(self) -> None:

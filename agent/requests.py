@@ -6,7 +6,7 @@ with :data:`~gpulens.ipc.principal.NOT_AUTHENTICATED`; every other request
 names pids whose owners must be ones the principal may act for (the kinds
 themselves, ``gpulens.agent.request_kinds``, check that).
 
-``history``, ``trace_status``, ``trace_diagnose`` and ``trace_processes`` run inline on the
+``history``, ``processes``, ``trace_status``, ``trace_diagnose`` and ``trace_processes`` run inline on the
 connection's own thread, so they never wait behind anyone's traces.
 ``profile`` (py-spy) and ``trace`` (the Kineto trace service) each run on a
 daemon thread of their own, at most ``Limits.heavy`` at once on the agent,
@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 from gpulens.agent import request_kinds as kinds
 from gpulens.agent.gpumem import GpuMemService, gpumem
+from gpulens.agent.process_kind import KIND as PROCESSES
+from gpulens.agent.process_kind import processes
 from gpulens.agent.request_kinds import (
     CHUNK_WAIT_S,
     HistoryFn,
@@ -49,6 +51,8 @@ from gpulens.ipc.handover import KIND as HANDOVER_KIND
 from gpulens.ipc.principal import NOT_AUTHENTICATED, Principal
 
 if TYPE_CHECKING:
+    from gpulens.collectors.processes import ProcessLister
+    from gpulens.core.model import HostSample
     from gpulens.ipc.kineto.protocol import TraceService
 
 __all__ = ["MAX_HEAVY", "MAX_HEAVY_PER_UID", "MAX_IN_FLIGHT", "Limits", "RequestError", "RequestRunner"]
@@ -61,7 +65,7 @@ MAX_HEAVY = 8
 """Trace/profile requests running at once on the whole agent."""
 MAX_HEAVY_PER_UID = 2
 """Trace/profile requests running at once for one principal uid (below MAX_HEAVY: no user fills the agent)."""
-INLINE_KINDS = frozenset({"history", "trace_status", "trace_diagnose", "trace_processes"})
+INLINE_KINDS = frozenset({"history", "trace_status", "trace_diagnose", "trace_processes", PROCESSES})
 """Quick requests answered on the connection's own thread."""
 
 Handler = Callable[[RequestConn, stream.Request], dict[str, Any]]
@@ -106,16 +110,25 @@ class RequestRunner:
         self._progress = kinds.TraceProgress()
         self.gpumem: GpuMemService | None = None
         """``--gpumem``'s system-wide tracer (without it, a ``gpumem`` request traces a window itself)."""
-        self.gpu_used: Callable[[int], int | None] = lambda pid: None
-        """GPU memory NVML reports for a pid now (the agent's newest sample): what tracing did not see."""
+        self.latest: Callable[[], HostSample | None] = lambda: None
+        """The agent's newest sample: GPU memory NVML reports per pid now (what tracing did not see)."""
+        self.lister: ProcessLister | None = None
+        """This host's process table (``processes``); None: not served (a TUI's in-process endpoint owner)."""
         self.gpumem_windows = False
         """Whether ``gpumem`` requests trace a window when there is no tracer (``gpulens agent`` as root)."""
         self.handover: Callable[[Principal, Mapping[str, Any]], dict[str, Any]] | None = None
         """Hands this owner's Kineto endpoint over (set on a TUI's in-process owner only)."""
 
+    def gpu_used(self, pid: int) -> int | None:
+        """GPU memory NVML reports for ``pid`` in the newest sample (None: no GPU lists it)."""
+        s = self.latest()
+        found = [p.used_memory_bytes for g in (s.gpus if s else ()) for p in g.processes
+                 if p.pid == pid and p.used_memory_bytes is not None]
+        return sum(found) if found else None
+
     def served_kinds(self) -> tuple[str, ...]:
         """Every request kind this agent can serve now, to someone."""
-        caps = ["history"]
+        caps = ["history"] + ([PROCESSES] if self.lister is not None else [])
         if self.profiler() is not None:
             caps.append("profile")
         if self.gpumem is not None or self.gpumem_windows:
@@ -183,6 +196,8 @@ class RequestRunner:
             return lambda conn, req: kinds.profile(conn, req, prof, self.hostname)
         if kind == "gpumem":
             return lambda conn, req: gpumem(conn, req, self.gpumem, self.hostname, self.gpu_used)
+        if kind == PROCESSES and (lister := self.lister) is not None:
+            return lambda conn, req: processes(conn, req, lister, self.latest)
         if svc is None:
             return None
         if kind == "trace":

@@ -41,10 +41,12 @@ def build_source(args: argparse.Namespace, cfg: Config) -> Source:
                              access=access_from(args, cfg), **timing)
         )
     if not sources:
+        from gpulens.collectors.processes import ProcessLister
         from gpulens.collectors.sampler import Sampler
         from gpulens.sources.local import LocalSource
 
-        sources.append(LocalSource(cfg, lambda: Sampler(job_pattern=cfg.job_pattern, job_key_env=cfg.job_key_env)))
+        sources.append(LocalSource(cfg, lambda: Sampler(job_pattern=cfg.job_pattern, job_key_env=cfg.job_key_env),
+                                   ProcessLister().listing))
     if getattr(args, "demo", False) and len(sources) > 1:
         raise ConfigError("--demo cannot be mixed with real sources (SIMULATED data must stay apart)")
     if len(sources) == 1:

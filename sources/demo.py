@@ -21,11 +21,23 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from concurrent.futures import Future
+from typing import Any
 
 from gpulens.core import model as m
 from gpulens.core.events import Emit, SampleEvent
+from gpulens.core.processes import order
+from gpulens.ipc.serialize import to_dict
 from gpulens.sources._demo_sim import HostPlan, host_plan, host_sample
+
+_SYSTEM = ((1, "systemd", "/sbin/init", "root", 0.1, 12 << 20),
+           (812, "systemd/sshd", "sshd: /usr/sbin/sshd -D", "root", 0.0, 9 << 20),
+           (1204, "systemd/nvidia-persistenced", "/usr/bin/nvidia-persistenced --user nvidia-persistenced",
+            "nvidia-persistenced", 0.0, 3 << 20),
+           (2210, "systemd/dcgm-exporter", "/usr/bin/dcgm-exporter -f /etc/dcgm-exporter/default-counters.csv",
+            "root", 1.5, 80 << 20))
+"""A demo host's processes outside any job (pid, tree ID, command line, user, CPU %, RSS)."""
 
 
 class DemoSource:
@@ -115,6 +127,21 @@ class DemoSource:
         if self._thread is not None:
             self._thread.join(timeout=2.0)
             self._thread = None
+
+    def process_table(self, host: str, limit: int, pids: Collection[int] | None) -> Future[dict[str, Any]] | None:
+        """A demo host's process table (SIMULATED): its job processes and a few system ones (None: not ours)."""
+        names = {self.host_name(h): h for h in range(self.hosts)}
+        if host not in names:
+            return None
+        t = self._tick(self.clock()) * self.interval_s
+        s = self.sample(names[host], t)
+        rows = [*s.jobs, *(m.JobInfo(pid=pid, tree_id=tree, cmdline=cmd, user=user, start_time=self._epoch - 86400,
+                                     cpu_percent=cpu, rss_bytes=rss)
+                           for pid, tree, cmd, user, cpu, rss in _SYSTEM)]
+        chosen = order(r for r in rows if pids is None or r.pid in pids)[:limit]
+        fut: Future[dict[str, Any]] = Future()
+        fut.set_result({"processes": [to_dict(r) for r in chosen], "total": len(rows), "hidden": 0})
+        return fut
 
     def sample(self, h: int, t: float) -> m.HostSample:
         """The sample of host ``h`` at time ``t`` (a pure function of seed, h, t)."""

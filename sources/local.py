@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future
 from typing import IO, Any
 
@@ -23,6 +23,8 @@ from gpulens.core.events import (
     SourceEvent,
     SourceStatusEvent,
 )
+from gpulens.core.model import HostSample, JobInfo
+from gpulens.core.processes import gpu_memory, order
 from gpulens.core.units import size
 from gpulens.ipc.recording import (
     decode_stream,
@@ -32,7 +34,11 @@ from gpulens.ipc.recording import (
     read_recording,
 )
 from gpulens.ipc.recording_out import RecordMode, open_for_recording
+from gpulens.ipc.serialize import to_dict
 from gpulens.sources.replay import RecordingIndex, read_header
+
+ProcessListing = Callable[[Mapping[int, Mapping[str, int]]], tuple[tuple[JobInfo, ...], int]]
+"""GPU memory per pid -> (every process of this machine, how many there were)."""
 
 
 class LocalSource:
@@ -42,11 +48,15 @@ class LocalSource:
     never overlap however slow a collector is.
     """
 
-    def __init__(self, cfg: Config, sampler_factory: Callable[[], HostSampler]) -> None:
+    def __init__(self, cfg: Config, sampler_factory: Callable[[], HostSampler],
+                 lister: ProcessListing | None = None) -> None:
         """``sampler_factory`` builds the sampler in the sampling thread (the command line
-        passes ``collectors.sampler.Sampler``: sources never import collectors)."""
+        passes ``collectors.sampler.Sampler``: sources never import collectors); ``lister``
+        lists this machine's processes (``collectors.processes.ProcessLister.listing``; None: no table)."""
         self._cfg = cfg
         self._factory = sampler_factory
+        self._lister = lister
+        self._latest: HostSample | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -83,7 +93,8 @@ class LocalSource:
             while not self._stop.is_set():
                 began = time.monotonic()
                 try:
-                    emit(SampleEvent(sampler.sample()))
+                    self._latest = sampler.sample()
+                    emit(SampleEvent(self._latest))
                     if failing:
                         emit(SourceStatusEvent(message="local sampling resumed", ok=True, time=time.time()))
                     failing = False
@@ -96,6 +107,25 @@ class LocalSource:
             close = getattr(sampler, "close", None)
             if close is not None:
                 close()
+
+    def process_table(self, host: str, limit: int, pids: Collection[int] | None) -> Future[dict[str, Any]] | None:
+        """This machine's process table, as an agent's ``processes`` request answers it (None: ``host``
+        is not this machine's sampled host, or there is no lister); listed on a thread of its own."""
+        latest, lister = self._latest, self._lister
+        if lister is None or latest is None or latest.host != host:
+            return None
+        fut: Future[dict[str, Any]] = Future()
+
+        def run() -> None:
+            try:
+                rows, total = lister(gpu_memory(latest))
+                chosen = order(r for r in rows if pids is None or r.pid in pids)[:limit]
+                fut.set_result({"processes": [to_dict(r) for r in chosen], "total": total, "hidden": 0})
+            except Exception as err:  # an unreadable /proc: the screen says so
+                fut.set_exception(err)
+
+        threading.Thread(target=run, name="gpulens-processes", daemon=True).start()
+        return fut
 
     def stop(self) -> None:
         """Stop sampling and wait (up to 2 s) for the thread; idempotent."""

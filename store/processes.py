@@ -8,7 +8,7 @@ tracked; asking for another forgets the one tracked longest ago.
 
 from __future__ import annotations
 
-from gpulens.core.model import HostSample
+from gpulens.core.model import HostSample, JobInfo
 from gpulens.store.ring import NAN, Ring
 
 PROC_METRICS: tuple[str, ...] = (
@@ -86,6 +86,21 @@ class ProcessHistory:
             values = process_values(s, pid)
             if values is not None:
                 ring.put(fb, values)
+
+    def add_row(self, host: str, row: JobInfo, fb: int, *, gpus_read: bool) -> bool:
+        """Record a tracked process its host's samples do not carry (not a job's), from a polled process
+        table row, at fine bucket ``fb`` (``gpus_read``: its host reads its GPUs, so no GPU memory is 0 B,
+        not n/a); False when not tracked or the bucket has a point already."""
+        ring = self._rings.get((host, row.pid))
+        if ring is None or ring.seen(fb):
+            return False
+        ring.put(fb, [
+            NAN if row.cpu_percent is None else float(row.cpu_percent),
+            NAN if row.rss_bytes is None else float(row.rss_bytes),
+            float(sum(row.gpu_mem_bytes.values())) if row.gpu_mem_bytes else (0.0 if gpus_read else NAN),
+            NAN,  # per-process SM utilization comes from NVML's samples only
+        ])
+        return True
 
     def ring(self, host: str, pid: int) -> Ring | None:
         """The ring of a tracked process (None when not tracked)."""

@@ -45,9 +45,9 @@ from gpulens.tui.screens.help import HelpScreen
 from gpulens.tui.screens.host import HostScreen
 from gpulens.tui.screens.job import JobScreen
 from gpulens.tui.screens.jump import JumpScreen, parse_jump, placement
+from gpulens.tui.screens.jump_targets import VIEWS, VIEWS_OF
 from gpulens.tui.screens.log import LogScreen
 from gpulens.tui.screens.overview import OverviewScreen
-from gpulens.tui.screens.views import VIEWS, VIEWS_OF
 from gpulens.tui.widgets._lines import LazyLines
 from gpulens.tui.widgets.header import AppHeader
 from gpulens.tui.widgets.heatmap import HEAT_METRICS

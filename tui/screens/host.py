@@ -71,6 +71,7 @@ class HostScreen(DataScreen):
     | f | profile the host's job processes (flame graph) |
     | d | quick look: one py-spy dump of each local process (flame graph) |
     | o | says how to open the profiler (it traces a job: open the job first) |
+    | P | every process of the host, not only the jobs' (``:ps HOST``) |
     | esc | back |
     """
 
@@ -85,6 +86,7 @@ class HostScreen(DataScreen):
         Binding("d", "quick_look", "Quick look", tooltip="one py-spy dump of each local process"),
         *PROFILE_BINDINGS,
         Binding("o", "profiler_hint", "Open Profiler", show=False),
+        Binding("P", "processes", "Processes", tooltip="every process of the host (:ps), not only jobs'"),
     ]
 
     def __init__(self, host: str, *, context: ScreenContext | None = None) -> None:
@@ -117,6 +119,12 @@ class HostScreen(DataScreen):
                 yield JobTable(id="host-jobs")
                 yield ProfilePanel(self.profiling.count(), id="profile")
         yield Footer()
+
+    def action_processes(self) -> None:
+        """``P``: the host's process table."""
+        from gpulens.tui.screens.processes import ProcessesView
+
+        self.app.push_screen(ProcessesView(self.host, context=self.ctx))
 
     def on_mount(self) -> None:
         """First draw; focus the body so the keys work at once."""

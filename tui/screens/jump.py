@@ -1,8 +1,9 @@
 """``:`` prompt, as in k9s: views (``hosts``, ``jobs``, ``gpus``, ``pods``, ``slurm [JOBID]``, ``ns NAME``,
-``user NAME``), ``host NAME``, ``job PID``, ``interval S``, ``log``."""
+``user NAME``, ``ps [HOST]``), ``host NAME``, ``job PID``, ``proc [HOST:]PID``, ``interval S``, ``log``."""
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 from textual import events
@@ -14,12 +15,14 @@ from textual.widgets import Input
 from gpulens.tui.widgets.header import crumb_of
 from gpulens.tui.widgets.ordered_input import OrderedInput
 
-COMMANDS = "hosts, jobs, gpus, pods, slurm [JOBID], ns NAME, user NAME, host NAME, job PID, interval S, log"
+COMMANDS = ("hosts, jobs, gpus, pods, slurm [JOBID], ns NAME, user NAME, host NAME, job PID, ps [HOST], "
+            "proc [HOST:]PID, interval S, log")
 _NO_ARG = {"hosts": "hosts", "jobs": "jobs", "gpus": "gpus", "pods": "pods", "log": "log"}
-_EXAMPLE = {"host": "NAME", "job": "PID", "user": "NAME", "interval": "2", "ns": "NAMESPACE"}
+_EXAMPLE = {"host": "NAME", "job": "PID", "user": "NAME", "interval": "2", "ns": "NAMESPACE", "proc": "PID"}
 _WITH_ARG = {"host": "host", "h": "host", "job": "job", "j": "job", "user": "user", "u": "user",
-             "interval": "interval", "ns": "ns", "slurm": "slurm"}
-_ARG_OPTIONAL = frozenset({"slurm"})
+             "interval": "interval", "ns": "ns", "slurm": "slurm", "ps": "ps", "proc": "proc", "p": "proc"}
+_ARG_OPTIONAL = frozenset({"slurm", "ps"})
+_PROC = re.compile(r"(?:(?P<host>[^\s:]{1,253}):)?(?P<pid>[1-9][0-9]{0,9})")
 
 
 def placement(top: Screen[object], new: Screen[object], views: tuple[type, ...]) -> str:
@@ -58,6 +61,8 @@ def parse_jump(text: str) -> tuple[str, str] | str:
             return f"':interval {arg}': expected seconds, e.g. ':interval 2'"
         if not 0.25 <= seconds <= 3600:
             return f"':interval {arg}': between 0.25 and 3600 seconds"
+    if kind == "proc" and not _PROC.fullmatch(arg):
+        return f"':proc {arg}': expected a pid or HOST:PID, e.g. ':proc 4711'"
     return kind, arg
 
 

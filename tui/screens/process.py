@@ -31,6 +31,7 @@ from gpulens.core.workload import describe
 from gpulens.sources.local import ReplaySource
 from gpulens.store.views import gpu_unreadable, job_key
 from gpulens.tui.context import ScreenContext
+from gpulens.tui.screens._listed import LIST_POLL_S, ListedProcess
 from gpulens.tui.screens._plots import PROCESS_PLOTS, SeriesFeed, configure_plots, plot_rows
 from gpulens.tui.screens._signals import proc_cmdline, refusal, send
 from gpulens.tui.screens._ssh_signal import Answer, look_over_ssh, send_over_ssh, ssh_refusal
@@ -96,10 +97,14 @@ class ProcessScreen(DataScreen):
         Binding("K", "signal('SIGKILL')", "SIGKILL"),
     ]
 
-    def __init__(self, host: str, pid: int, *, context: ScreenContext | None = None) -> None:
+    def __init__(self, host: str, pid: int, *, context: ScreenContext | None = None,
+                 row: JobInfo | None = None) -> None:
+        """``row``: the process as a host's process table listed it (``:ps``), for one no job pattern matches."""
         super().__init__(context=context)
         self.host = host
         self.pid = pid
+        self.listed = ListedProcess(host, pid, row)
+        """The process as the host's process table lists it, asked while the samples do not carry it."""
         self.crumb = f"pid {pid}"
         self._seen: tuple[object, ...] = ()
         self.feed = SeriesFeed()
@@ -143,10 +148,14 @@ class ProcessScreen(DataScreen):
         super().on_resize(event)
         plot_rows(self.query_one("#plots", Grid), len(PROCESS_PLOTS), event.size.height, 12, event.size.width)
 
-    def job(self) -> JobInfo | None:
-        """The process as the newest sample of its host reports it."""
+    def sampled(self) -> JobInfo | None:
+        """The process as the newest sample of its host reports it (a job's process)."""
         s = self.ctx.store.latest(self.host)
         return next((j for j in s.jobs if j.pid == self.pid), None) if s else None
+
+    def job(self) -> JobInfo | None:
+        """The process as the newest sample reports it, else as the host's process table last listed it."""
+        return self.sampled() or self.listed.row
 
     def remote_why(self) -> str | None:
         """Why ssh cannot signal this host's processes (None: it can)."""
@@ -195,10 +204,12 @@ class ProcessScreen(DataScreen):
         ctx = self.ctx
         store, w = ctx.store, ctx.window_s
         down = self.down_text()
-        seen = (store.host_version(self.host), w, int(ctx.clock()) if down else 0)
+        seen = (store.host_version(self.host), w, int(ctx.clock()) if down else 0, self.listed.version)
         if seen == self._seen and not force:
             return
         self._seen = seen
+        if not down and self.sampled() is None:  # not a job's process: the host's process table, polled
+            self.listed.poll(self)
         job = self.job()
         shown = self._shown
         down_line = self.query_one("#proc-down", Static)
@@ -241,8 +252,8 @@ class ProcessScreen(DataScreen):
         """(the figures line, the ancestors and command lines): the second rarely changes."""
         text, who = Text(), Text()
         if job is None:
-            text.append(f"{self.host}:{self.pid} is not in the host's newest sample (exited, or no longer "
-                        "matches the job pattern); last recorded figures below", style="bold")
+            text.append(self.listed.why or f"{self.host}:{self.pid} is not in the host's newest sample (exited, or "
+                        "no longer matches the job pattern); last recorded figures below", style="bold")
             return text, who
         for label, value in (("pid", f"{self.host}:{job.pid}"), ("user", job.user),
                              ("job", job_key(self.host, job)), ("CPU", pct(job.cpu_percent)),
@@ -253,6 +264,8 @@ class ProcessScreen(DataScreen):
                              *((("runs in", describe(job.workload)),) if job.workload is not None else ())):
             text.append(f"{label} ", style="dim")
             text.append(f"{value}   ", style="bold")
+        if job is self.listed.row:
+            text.append(f"(no job's process: from the host's process table, every {LIST_POLL_S:g} s)", style="dim")
         who.append("ancestors ", style="dim")
         who.append(ancestry(job))
         who.append("\ncommand ", style="dim")

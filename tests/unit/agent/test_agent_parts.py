@@ -391,7 +391,7 @@ def test_agent_hands_its_parts_what_they_need(prof: BlockingProfiler) -> None:
     for _ in range(3):
         agent.sample_once()
     assert agent.hello(SAMPLES_ONLY).caps == ("history",)
-    assert agent.hello(peer(ME)).caps == ("history", "profile", "trace", "trace_status", "trace_diagnose", "trace_processes")
+    assert agent.hello(peer(ME)).caps == ("history", "processes", "profile", "trace", "trace_status", "trace_diagnose", "trace_processes")
     conn = RecordingConn(peer(ME))
     assert _ask(agent.requests, conn, 1, "history", {"since": 0}).result == {"count": 3}
     agent.stop()

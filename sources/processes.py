@@ -1,0 +1,69 @@
+"""A host's process table through whichever source knows the host (``:ps``, ``:proc PID``).
+
+A source that lists its hosts' processes itself (this machine's
+in-process collector, the demo) offers ``process_table(host, limit, pids)``;
+any other is asked through its agent (the ``processes`` request). A
+recording refuses: its pids are from then, and may name other processes now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator
+from concurrent.futures import Future
+from typing import Any
+
+from gpulens.core.model import JobInfo
+from gpulens.core.processes import DEFAULT_ROWS, MAX_ROWS
+from gpulens.ipc.errors import RequestFailed
+from gpulens.ipc.serialize import from_dict
+from gpulens.sources.local import MultiSource, replays
+
+KIND = "processes"
+
+
+def _parts(source: object) -> Iterator[object]:
+    yield source
+    inner = getattr(source, "inner", None)
+    if inner is not None:
+        yield from _parts(inner)
+    for part in getattr(source, "sources", ()):
+        yield from _parts(part)
+
+
+def _failed(message: str) -> Future[dict[str, Any]]:
+    fut: Future[dict[str, Any]] = Future()
+    fut.set_exception(RequestFailed(message))
+    return fut
+
+
+def process_table(source: object, host: str, *, limit: int = DEFAULT_ROWS, pids: Collection[int] | None = None,
+                  timeout_s: float = 10.0) -> Future[dict[str, Any]]:
+    """``{"processes": [JobInfo dicts], "total": n, "hidden": n}`` of ``host``, or a future that fails with why."""
+    for part in _parts(source):
+        own = getattr(part, "process_table", None)
+        if callable(own):
+            fut = own(host, limit, pids)
+            if fut is not None:
+                return fut  # type: ignore[no-any-return]
+    if replays(source):
+        return _failed("a recording: its processes are not running now, and its pids may name others")
+    params: dict[str, Any] = {"limit": limit}
+    if pids is not None:
+        params["pids"] = sorted(pids)
+    request = getattr(source, "request", None)
+    if not callable(request):
+        return MultiSource([source]).request(host, KIND, params, timeout_s)  # type: ignore[list-item]
+    return request(host, KIND, params, timeout_s)  # type: ignore[no-any-return]
+
+
+def decode_rows(result: object) -> tuple[list[JobInfo], int, int]:
+    """(rows, total, hidden) of a ``processes`` answer; raises ValueError on a malformed one."""
+    if not isinstance(result, dict) or not isinstance(result.get("processes"), list):
+        raise ValueError("the answer has no process list")
+    raw = result["processes"][:MAX_ROWS]
+    try:
+        rows = [from_dict(JobInfo, r) for r in raw]
+    except Exception as err:  # a hostile or newer agent: one line, not a crash
+        raise ValueError(f"a malformed process row: {str(err)[:200]}") from err
+    total, hidden = result.get("total", len(rows)), result.get("hidden", 0)
+    return rows, total if isinstance(total, int) else len(rows), hidden if isinstance(hidden, int) else 0
