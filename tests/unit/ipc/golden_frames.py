@@ -49,7 +49,7 @@ from gpulens.ipc.kineto import codec, kconfig
 from gpulens.ipc.kineto.endpoint import ABSTRACT_NAME
 from gpulens.ipc.kineto.requests import TraceRequest
 from gpulens.ipc.principal import peer
-from gpulens.ipc.serialize import sample_to_dict
+from gpulens.ipc.serialize import sample_to_dict, to_dict
 from gpulens.ipc.stream_frames import history_frames, pack_sample, sample_frame
 from gpulens.sources.tracing import trace_params
 from tests.paths import DATA
@@ -386,6 +386,12 @@ def _catalog() -> tuple[Golden, ...]:
                  "pid": PID, "ancestors": [4200, 1], "job_id": 777, "job_keys": ["777"], "rank": 0,
                  "interval_s": 1.0, "busy": False,
              }]})),
+        # request kind: processes (added in version 1: an older agent answers "unsupported request kind")
+        _msg("stream-request-processes", "request kind processes, viewer -> agent",
+             stream.Request(id=8, kind="processes", params={"limit": 500})),
+        _msg("stream-response-processes", "response to processes, agent -> viewer "
+             "(rows: JobInfo as in samples; agent.process_kind)",
+             stream.Response(id=8, ok=True, result={"processes": [to_dict(JOB)], "total": 312, "hidden": 0})),
         # request kind: endpoint_pass (control socket only)
         _msg("stream-request-endpoint_pass", "request kind endpoint_pass, asking agent -> endpoint owner "
              "(control socket)",

@@ -20,7 +20,10 @@ from tests.paths import ROOT
 from tests.unit.ipc import golden_frames as gf
 
 GOLDEN_DIGESTS: dict[int, str] = {
-    1: "da3e9f6cd76111649618850bbee6ff13ea1eca06cc83587a7ef4bd57e09a8a0e",
+    # Version 1 gained the "processes" request kind (issue 31 item 7): additive, no frame of the others
+    # changed, and an agent without it answers "unsupported request kind" (docs/protocol.md), so the
+    # version stayed and its digest (da3e9f6c… before) was recorded again.
+    1: "eb8ccd126be2b7dcaec99a9cb358d6cf7efb9a380e4bd9a4bb7b0c4c3ca8e874",
 }
 """Digest of the gpulens golden frames (``gf.family_digest``) for each stream protocol version.
 
