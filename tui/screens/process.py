@@ -256,7 +256,8 @@ class ProcessScreen(DataScreen):
                         "no longer matches the job pattern); last recorded figures below", style="bold")
             return text, who
         for label, value in (("pid", f"{self.host}:{job.pid}"), ("user", job.user),
-                             ("job", job_key(self.host, job)), ("CPU", pct(job.cpu_percent)),
+                             ("job", "-" if job is self.listed.row else job_key(self.host, job)),
+                             ("CPU", pct(job.cpu_percent)),
                              ("RSS", size(job.rss_bytes)),
                              ("GPU mem", "n/a" if gpu_unreadable(self.ctx.store.latest(self.host))
                               else size(sum(job.gpu_mem_bytes.values())) if job.gpu_mem_bytes else "-"),

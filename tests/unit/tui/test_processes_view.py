@@ -76,6 +76,7 @@ async def test_ps_lists_every_process_gpu_ones_first_and_sorts_and_opens_one() -
         assert isinstance(screen, ProcessScreen) and screen.pid == 812
         info = str(screen.query_one("#proc-info").render())
         assert "root" in info and "process table" in info  # its figures, though no job has it
+        assert "job -" in info  # and no job named after it
         assert "not in the host's newest sample" not in info
 
 
@@ -170,3 +171,4 @@ def test_a_malformed_answer_is_one_line_not_a_crash() -> None:
             assert "\n" not in str(err)
         else:
             raise AssertionError(f"accepted {bad!r}")
+
