@@ -44,9 +44,8 @@ from gpulens.tui.screens.base import DataScreen
 from gpulens.tui.screens.help import HelpScreen
 from gpulens.tui.screens.host import HostScreen
 from gpulens.tui.screens.job import JobScreen
-from gpulens.tui.screens.jump import JumpScreen, parse_jump, placement
-from gpulens.tui.screens.jump_targets import VIEWS, VIEWS_OF
-from gpulens.tui.screens.log import LogScreen
+from gpulens.tui.screens.jump import JumpScreen
+from gpulens.tui.screens.jump_targets import run_jump
 from gpulens.tui.screens.overview import OverviewScreen
 from gpulens.tui.widgets._lines import LazyLines
 from gpulens.tui.widgets.header import AppHeader
@@ -67,7 +66,7 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
     TITLE = "gpulens"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),
-        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
+        Binding("ctrl+c", "interrupt", "Quit", show=False, priority=True),
         Binding("question_mark", "help", "Keys", key_display="?"),
         Binding("escape", "go_back", "Back"),
         # Priority: the prompt opens when ':' arrives, so a fast ':host x' loses no key.
@@ -388,6 +387,10 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
         if self.replay is not None:
             self.replay.change_speed(faster)
 
+    def action_interrupt(self) -> None:
+        """Ctrl-C: quit with 130, as a shell reports an interrupted command (``q`` quits with 0)."""
+        self.exit(return_code=130)
+
     def action_jump(self) -> None:
         """``:`` opens the command line (``hosts``, ``job PID``, ...)."""
         if isinstance(self.focused, Input) or isinstance(self.screen, ModalScreen):
@@ -395,44 +398,8 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
         self.push_screen(JumpScreen(), self.jump)
 
     def jump(self, text: str | None) -> None:
-        """Run the ``:`` command in ``text`` (a view, a host, a job, the interval, the log)."""
-        if not text:
-            return
-        parsed = parse_jump(text)
-        if isinstance(parsed, str):
-            self.notify(parsed, severity="error")
-            return
-        kind, arg = parsed
-        if kind in ("log", *VIEWS, *VIEWS_OF):
-            self._go(VIEWS_OF[kind](arg, context=self) if kind in VIEWS_OF else LogScreen(context=self)
-                     if kind == "log" else VIEWS[kind](context=self))
-        elif kind == "interval":
-            self.set_refresh_interval(float(arg))
-        elif kind == "host":
-            hosts = self.store.hosts()
-            match = arg if arg in hosts else next((h for h in hosts if arg in h), None)
-            if match is not None:
-                self._go(HostScreen(match, context=self))
-            elif self.replay is not None and (said := self.replay.reach_host(
-                    arg, lambda h: self._go(HostScreen(h, context=self)))):
-                self.notify(said, timeout=4)
-            else:
-                self.notify(f"no host {arg!r}", severity="error")
-        else:
-            job = self.store.find_job(arg, self.window_s)
-            if job is not None:
-                self._go(JobScreen(job.key, context=self))
-            elif self.replay is not None and (said := self.replay.reach_job(
-                    arg, lambda k: self._go(JobScreen(k, context=self)))):
-                self.notify(said, timeout=4)
-            else:
-                self.notify(f"no job with pid or key {arg!r}", severity="error")
-
-    def _go(self, screen: Screen[Any]) -> None:
-        """Show a ``:`` jump's screen (:func:`placement`: over the top one, instead of it, or not again)."""
-        how = placement(self.screen, screen, (*VIEWS.values(), *VIEWS_OF.values(), LogScreen))
-        if how != "same":
-            (self.switch_screen if how == "replace" else self.push_screen)(screen)
+        """Run the ``:`` command in ``text`` (a view, a host, a job, a process, the interval, the log)."""
+        run_jump(self, text)
 
     def set_refresh_interval(self, seconds: float) -> None:
         """``:interval S``: redraw at most every ``S`` seconds (sampling keeps its own interval)."""

@@ -140,5 +140,4 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from gpulens.tui.screens.flame import run_flame_app
 
-    run_flame_app(profile, group=group if args.focus is None else None, choice=choice)
-    return 0
+    return run_flame_app(profile, group=group if args.focus is None else None, choice=choice)

@@ -120,5 +120,4 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from gpulens.tui.screens.flame import run_flame_app
 
-    run_flame_app(profile)
-    return 0
+    return run_flame_app(profile)

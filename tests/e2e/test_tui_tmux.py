@@ -70,7 +70,7 @@ def test_record_then_replay_and_ctrl_c(gpulens_exe: str, tmp_path: Path) -> None
         deadline = time.monotonic() + 15
         while not status.exists() and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert status.read_text().strip() == "0"
+        assert status.read_text().strip() == "130"  # as --help promises (issue 31 item 19); q gives 0
         assert rec.stat().st_size > 10_000
         status.unlink()
         cmd = f"{gpulens_exe} --replay {rec}; echo $? > {status}; sleep 30"
@@ -151,7 +151,7 @@ def test_replay_scrubs_on_its_own_clock_and_reaches_a_job(gpulens_exe: str, tmp_
         _tmux(sock, "kill-server")
 
 
-@pytest.mark.parametrize(("sig", "code"), [("TERM", 143), ("HUP", 129)])
+@pytest.mark.parametrize(("sig", "code"), [("TERM", 143), ("HUP", 129), ("INT", 130)])
 def test_a_signal_gives_the_terminal_back(gpulens_exe: str, tmp_path: Path, sig: str, code: int) -> None:
     """Issue 31 item 8: SIGTERM (Slurm, systemd, tmux kill-session) left tmux on the alternate screen,
     mouse tracking on and the cursor hidden. Now it ends the TUI as q does, with 128 + the signal."""
@@ -171,5 +171,28 @@ def test_a_signal_gives_the_terminal_back(gpulens_exe: str, tmp_path: Path, sig:
         assert status.read_text().strip() == str(code)
         flags = _tmux(sock, "display-message", "-p", "-t", pane, "#{alternate_on} #{mouse_any_flag} #{cursor_flag}")
         assert flags.split() == ["0", "0", "1"], flags  # main screen, no mouse tracking, cursor shown
+    finally:
+        _tmux(sock, "kill-server")
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+@pytest.mark.parametrize(("keys", "code"), [("C-c", "130"), ("q", "0")])
+def test_the_flame_tui_exits_as_help_promises(gpulens_exe: str, tmp_path: Path, keys: str, code: str) -> None:
+    """Issue 31 item 19: Ctrl-C in ``gpulens flame`` gave 0; it gives 130, ``q`` gives 0."""
+    folded = Path(__file__).resolve().parents[1] / "data/stacks/perf-rust-Yamakaky-dcpu.collapsed"
+    sock = f"gpulens-test-{uuid.uuid4().hex[:8]}"
+    status = tmp_path / "exit"
+    cmd = f"NO_COLOR=1 {gpulens_exe} flame {folded}; echo $? > {status}; sleep 30"
+    _tmux(sock, "new-session", "-d", "-s", "t", "-x", "120", "-y", "30", cmd)
+    pane = "t:0.0"
+    try:
+        _wait_for(sock, pane, lambda s: "all" in s and "samples" in s)
+        _tmux(sock, "send-keys", "-t", pane, keys)
+        deadline = time.monotonic() + 15
+        while not status.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert status.read_text().strip() == code
+        flags = _tmux(sock, "display-message", "-p", "-t", pane, "#{alternate_on} #{mouse_any_flag} #{cursor_flag}")
+        assert flags.split() == ["0", "0", "1"], flags
     finally:
         _tmux(sock, "kill-server")

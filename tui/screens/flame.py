@@ -244,6 +244,7 @@ class FlameApp(App[None]):
     """A minimal app showing one :class:`FlameScreen` (``gpulens flame FILE``)."""
 
     TITLE = "gpulens flame"
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("ctrl+c", "interrupt", "Quit", show=False, priority=True)]
 
     def __init__(self, profile: Profile, title: str = "", *, group: ProfileGroup | None = None,
                  choice: int | str | None = None) -> None:
@@ -257,14 +258,21 @@ class FlameApp(App[None]):
         screen = FlameScreen(self.profile, self.flame_title, group=self.group, choice=self.choice)
         self.push_screen(screen, lambda _: self.exit())
 
+    def action_interrupt(self) -> None:
+        """Ctrl-C: quit with 130, as a shell reports an interrupted command (``q`` and Esc quit with 0)."""
+        self.exit(return_code=130)
+
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """A background worker failed: say so."""
         notify_failure(self, event)
 
 
 def run_flame_app(profile: Profile, title: str = "", *, group: ProfileGroup | None = None,
-                  choice: int | str | None = None) -> None:
-    """Run the flame graph full screen until the user leaves."""
+                  choice: int | str | None = None) -> int:
+    """Run the flame graph full screen until the user leaves; the exit code (130: Ctrl-C or SIGINT,
+    143: SIGTERM, 129: SIGHUP, else 0)."""
     from gpulens.tui.terminal import run_restoring_terminal
 
-    run_restoring_terminal(FlameApp(profile, title, group=group, choice=choice))
+    app = FlameApp(profile, title, group=group, choice=choice)
+    run_restoring_terminal(app)
+    return int(app.return_code or 0)

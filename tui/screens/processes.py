@@ -3,7 +3,7 @@
 The samples carry only the processes of jobs (those whose tree ID matches
 the job pattern); this table asks the host for all of them every
 :data:`POLL_S` seconds (``sources.processes``: this machine's collector, or
-the host's agent), GPU processes first. Shift+C, M, G sort by CPU, memory
+the host's agent), GPU processes first. Shift+C, R, G sort by CPU, memory (RSS)
 and GPU memory (again: reversed); ``/`` filters by pid, user, tree ID and
 command line; Enter opens the process screen (py-spy, signals). A host
 whose agent cannot list processes, a recording or a DOWN host says why in
@@ -17,7 +17,7 @@ import time
 from typing import Any, ClassVar
 
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Vertical
 from textual.widgets import Footer
 
@@ -39,9 +39,9 @@ ROWS = 1000
 
 
 class HostProcessTable(ProcessTable):
-    """Every process of one host; sortable by CPU (C), memory (M), GPU memory (G), pid (I), user (U)."""
+    """Every process of one host; sortable by CPU (C), memory (R: RSS), GPU memory (G), pid (I), user (U)."""
 
-    SORT_KEYS: ClassVar[dict[str, str]] = {"cpu": "C", "rss": "M", "gpumem": "G", "pid": "I", "user": "U"}
+    SORT_KEYS: ClassVar[dict[str, str]] = {"cpu": "C", "rss": "R", "gpumem": "G", "pid": "I", "user": "U"}
     _COLUMN: ClassVar[dict[str, int]] = {c[0]: i for i, c in enumerate(ProcessTable.COLUMNS)}
 
     def __init__(self, *, id: str | None = None) -> None:
@@ -63,10 +63,7 @@ class ProcessesView(FindingScreen):
     """``:ps HOST``: the host's every process (module docstring)."""
 
     DEFAULT_CSS = VIEW_CSS.format(name="ProcessesView")
-    BINDINGS: ClassVar[list[BindingType]] = [
-        *sort_bindings(HostProcessTable),
-        Binding("R", "poll", "Refresh now", show=False),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = sort_bindings(HostProcessTable)
 
     def __init__(self, host: str = "", *, context: Any = None) -> None:
         super().__init__(context=context)
@@ -94,11 +91,6 @@ class ProcessesView(FindingScreen):
         super().on_mount()
         self.query_one(HostProcessTable).focus()
         self.query_one(HostProcessTable).placeholder = "asking the host for its processes…"
-        self.refresh_data(force=True)
-
-    def action_poll(self) -> None:
-        """Ask the host again now."""
-        self.asked_at = -math.inf
         self.refresh_data(force=True)
 
     def refresh_data(self, force: bool = False) -> None:
@@ -163,7 +155,7 @@ class ProcessesView(FindingScreen):
             more = f" of {self.total}" if self.total > len(self.rows) else ""
             hid = f" · {self.hidden} hidden (/proc hidepid: not yours)" if self.hidden else ""
             box.border_subtitle = (f"{table.sort_label()} · {len(kept)}{more} processes{hid}{self.filter_note()}"
-                                   " · shift+C/M/G/I/U sorts · enter opens")
+                                   " · shift+C/R/G/I/U sorts · enter opens")
 
     def on_incremental_table_row_selected(self, event: IncrementalTable.RowSelected) -> None:
         """Enter opens the process screen, with the row it was opened from."""
