@@ -60,6 +60,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 WINDOWS = {"1m": 60, "5m": 300, "15m": 900, "1h": 3600}
+INTERVAL_S = (0.05, 3600.0)
+"""The seconds an interval may be: ``--interval``, config ``interval_s`` and the TUI's ``:interval``."""
 MAX_CONFIG_BYTES = 1 << 20
 DEFAULT_SIGNAL_SSH = ("ssh", "-o", "ConnectTimeout=5")
 """ssh as the user; gpulens adds its guards (no prompt, no new host key, nothing forwarded)."""
@@ -186,8 +188,8 @@ def parse_config(data: Mapping[str, Any], where: str) -> Config:
         cfg = replace(cfg, warnings=warnings)
     if "interval_s" in data:
         v = data["interval_s"]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.05 <= v <= 3600:
-            raise _expect(where, "interval_s", "a number of seconds between 0.05 and 3600", v)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not INTERVAL_S[0] <= v <= INTERVAL_S[1]:
+            raise _expect(where, "interval_s", f"a number of seconds between {INTERVAL_S[0]:g} and {INTERVAL_S[1]:g}", v)
         cfg = replace(cfg, interval_s=float(v))
     if "job_pattern" in data:
         v = data["job_pattern"]
@@ -326,8 +328,9 @@ def load_config(path: str | None, args: argparse.Namespace | None = None) -> Con
     if args is not None:
         interval = getattr(args, "interval", None)
         if interval is not None:
-            if not 0.05 <= interval <= 3600:
-                raise ConfigError(f"--interval: expected seconds between 0.05 and 3600, got {interval}")
+            if not INTERVAL_S[0] <= interval <= INTERVAL_S[1]:
+                raise ConfigError(f"--interval: expected seconds between {INTERVAL_S[0]:g} and {INTERVAL_S[1]:g}, "
+                                  f"got {interval}")
             cfg = replace(cfg, interval_s=float(interval))
         pattern = getattr(args, "pattern", None)
         if pattern is not None:

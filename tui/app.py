@@ -404,8 +404,9 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
     def set_refresh_interval(self, seconds: float) -> None:
         """``:interval S``: redraw at most every ``S`` seconds (sampling keeps its own interval)."""
         self.refresh_s = max(MIN_REFRESH_S, seconds)
-        sampling = f"{self.cfg.interval_s:g} s"
-        self.notify(f"refresh every {self.refresh_s:g} s (sampling stays every {sampling})", timeout=3)
+        floor = f" (the screen redraws at most every {MIN_REFRESH_S:g} s)" if seconds < MIN_REFRESH_S else ""
+        self.notify(f"refresh every {self.refresh_s:g} s{floor}; sampling stays every {self.cfg.interval_s:g} s",
+                    timeout=3)
         self.refresh_data(force=True)
 
     def action_window(self, name: str) -> None:

@@ -12,6 +12,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Input
 
+from gpulens.core.config import INTERVAL_S
 from gpulens.tui.widgets.header import crumb_of
 from gpulens.tui.widgets.ordered_input import OrderedInput
 
@@ -59,8 +60,8 @@ def parse_jump(text: str) -> tuple[str, str] | str:
             seconds = float(arg)
         except ValueError:
             return f"':interval {arg}': expected seconds, e.g. ':interval 2'"
-        if not 0.25 <= seconds <= 3600:
-            return f"':interval {arg}': between 0.25 and 3600 seconds"
+        if not INTERVAL_S[0] <= seconds <= INTERVAL_S[1]:  # as --interval; the redraw stops at MIN_REFRESH_S
+            return f"':interval {arg}': between {INTERVAL_S[0]:g} and {INTERVAL_S[1]:g} seconds, as --interval"
     if kind == "proc" and not _PROC.fullmatch(arg):
         return f"':proc {arg}': expected a pid or HOST:PID, e.g. ':proc 4711'"
     return kind, arg

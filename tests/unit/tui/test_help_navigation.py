@@ -11,6 +11,7 @@ from textual.binding import Binding
 
 from gpulens.commands.tui import add_arguments
 from gpulens.core import logbook
+from gpulens.tui.app import MIN_REFRESH_S
 from gpulens.tui.screens.help import HelpScreen, key_rows, screen_bindings
 from gpulens.tui.screens.jump import parse_jump
 from gpulens.tui.screens.log import LogScreen
@@ -143,6 +144,9 @@ def test_colon_commands_parse_or_say_why() -> None:
         said = parse_jump(bad)
         assert isinstance(said, str) and why in said and "\n" not in said
     assert parse_jump("job") == "':job' needs an argument, e.g. ':job PID'"  # as the help says, not NAME
+    # one range for --interval, config interval_s and :interval (issue 31 item 18)
+    assert parse_jump("interval 0.05") == ("interval", "0.05")
+    assert "between 0.05 and 3600" in str(parse_jump("interval 0.01"))
     assert parse_jump("h").endswith("e.g. ':h NAME'")
 
 
@@ -153,6 +157,8 @@ async def test_interval_log_readonly_and_one_keys_command() -> None:
         await settle(app, pilot)
         assert app.readonly
         logbook.install()  # as the command line does: the ring keeps what the TUI showed
+        app.jump("interval 0.1")  # accepted as --interval accepts it; the redraw stops at its floor, and says so
+        assert app.refresh_s == MIN_REFRESH_S
         app.jump("interval 2")
         assert app.refresh_s == 2.0
         calls: list[bool] = []
