@@ -72,7 +72,8 @@ def read_header(path: str) -> dict[str, object]:
     """The recording's header, read and checked before the UI opens.
 
     Raises:
-        RecordingError: not a regular file, unreadable, empty or not a gpulens recording.
+        RecordingError: not a regular file, unreadable, empty, not a gpulens recording, or one with
+            nothing after its header (the replay would wait for samples forever).
     """
     fh = open_recording(path)
     with fh:
@@ -93,7 +94,10 @@ def read_header(path: str) -> dict[str, object]:
                 raise RecordingError("not a gpulens recording (no header)") from None
             except (ValueError, msgpack.UnpackException, TypeError) as err:
                 raise RecordingError(f"not a gpulens recording ({err})") from None
-            return decode_header_bytes(bytes(memoryview(held)[: framer.tell()]))
+            head = decode_header_bytes(bytes(memoryview(held)[: framer.tell()]))
+            if len(held) == framer.tell() and not fh.read(1):
+                raise RecordingError("a gpulens recording with no samples (only its header): nothing to replay")
+            return head
 
 
 class RecordingIndex:

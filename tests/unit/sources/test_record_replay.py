@@ -186,3 +186,15 @@ def test_local_source_sampler_that_cannot_start() -> None:
     assert done.wait(5)
     src.stop()
     assert isinstance(got[0], SourceStatusEvent) and "no /proc" in got[0].message
+
+
+def test_a_recording_with_only_its_header_is_refused_before_the_ui_opens(tmp_path: Path) -> None:
+    """Issue 31 item 13: it showed "replay: indexing … (empty)" forever."""
+    from gpulens.sources.replay import read_header
+
+    path = tmp_path / "header-only.gpulens"
+    path.write_bytes(header("x", False, T0))
+    with pytest.raises(RecordingError, match="no samples .only its header.: nothing to replay"):
+        read_header(str(path))
+    path.write_bytes(header("x", False, T0) + msgpack.packb({"k": "h", "host": "a", "up": True, "t": T0}))
+    assert read_header(str(path))["format"] == "gpulens-recording"  # one record after it: accepted
