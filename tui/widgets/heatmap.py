@@ -21,7 +21,8 @@ from gpulens.tui.widgets._keys import cursor_bindings
 from gpulens.tui.widgets._lines import LazyLines
 from gpulens.tui.widgets.heat_holder import HOLDER_CELLS, fit, holders
 
-GLYPHS = " ░▒▓█"
+GLYPHS = "▁░▒▓█"
+"""One per level, low to high: a 0 % cell is ``▁``, never blank (blank: no sample yet), also under NO_COLOR."""
 PALETTE = ("#30123b", "#4662d7", "#1ae4b6", "#a2fc3c", "#fabb39", "#e4460a")
 """Turbo-like scale (low -> high); glyph density also encodes the level, for NO_COLOR."""
 

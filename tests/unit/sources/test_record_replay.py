@@ -194,7 +194,7 @@ def test_a_recording_with_only_its_header_is_refused_before_the_ui_opens(tmp_pat
 
     path = tmp_path / "header-only.gpulens"
     path.write_bytes(header("x", False, T0))
-    with pytest.raises(RecordingError, match="no samples .only its header.: nothing to replay"):
+    with pytest.raises(RecordingError, match=r"no samples \(only its header\): nothing to replay"):
         read_header(str(path))
     path.write_bytes(header("x", False, T0) + msgpack.packb({"k": "h", "host": "a", "up": True, "t": T0}))
     assert read_header(str(path))["format"] == "gpulens-recording"  # one record after it: accepted
