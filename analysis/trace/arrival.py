@@ -15,6 +15,10 @@ that, one rank keeps:
   stream, iteration, name, start, duration. A few hundred to a few thousand
   per rank (df_index_resolver: 2,020 of 19,370 kernels, 70 kB pickled).
 
+With it, the rank's :class:`~.step_profile.StepProfile` (each step cut into
+compute, collective wait, data loading and idle time), the input of the
+straggler rule (:mod:`.stragglers`).
+
 Everything else is dropped in the worker that read the file.
 """
 
@@ -28,6 +32,7 @@ from dataclasses import dataclass
 
 from gpulens.analysis.trace.intervals import Interval
 from gpulens.analysis.trace.rank_reduce import KERNEL_CATS, RankFold
+from gpulens.analysis.trace.step_profile import StepProfile, step_profile
 
 STEP_NUMBER = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 """HTA's ``get_iter_nbr`` / ``_extract_iter`` pattern."""
@@ -74,6 +79,7 @@ class RankArrival:
     ranges: tuple[IterRange, ...]
     kernels: tuple[CommKernel, ...]
     note: str = ""
+    profile: StepProfile | None = None  # per-step parts for the straggler rule (any step markers, not only ProfilerStep)
 
 
 def _int(v: object) -> int | None:
@@ -150,15 +156,17 @@ def _cpu_rows(fold: RankFold) -> list[Iterable[Interval]]:
 
 def rank_arrival(fold: RankFold) -> RankArrival:
     """Reduce a folded trace to its :class:`RankArrival`."""
+    profile = step_profile(fold)
     steps = tuple(StepSpan(int(m.group(1)), ts, dur) for name, ts, dur in fold.profiler
                   if (m := STEP_NUMBER.match(name)))
     if not steps:
-        return RankArrival((), (), (), "no ProfilerStep#N spans")
+        return RankArrival((), (), (), "no ProfilerStep#N spans", profile)
     _, starts, ends = _sorted(steps)
     rows = len(fold.cpu_starts) + len(fold.comm_ops) + len(fold.row_starts) + len(fold.gpu)
     if not _disjoint(starts, ends) and len(steps) * rows > OVERLAP_BUDGET:
         return RankArrival(steps, (), (), f"{len(steps)} ProfilerStep#N spans that overlap: too many to place "
-                                          f"{rows} events in them (HTA scans every span for every event)")
+                                          f"{rows} events in them (HTA scans every span for every event)",
+                           profile)
     find = locator(steps)
     n = len(steps)
     lo, hi = [math.inf] * n, [-math.inf] * n
@@ -201,4 +209,4 @@ def rank_arrival(fold: RankFold) -> RankArrival:
             by_iter[s.iteration] = (min(a0, lo[i]), max(b0, hi[i]))
     ranges = tuple(IterRange(k, a, b) for k, (a, b) in sorted(by_iter.items()))
     note = "" if kernels else "no NCCL kernels (ncclKernel*, ncclDevKernel*) launched inside a ProfilerStep"
-    return RankArrival(steps, ranges, tuple(kernels), note)
+    return RankArrival(steps, ranges, tuple(kernels), note, profile)

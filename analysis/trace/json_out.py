@@ -9,6 +9,7 @@ changing its meaning or unit, bumps ``schema_version``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -19,10 +20,14 @@ if TYPE_CHECKING:  # the diff and ranks modules pull in the whole analysis; JSON
     from gpulens.analysis.trace.diff import Delta, TraceDiff
     from gpulens.analysis.trace.late_arrival import LateArrival
     from gpulens.analysis.trace.ranks import RanksReport
+    from gpulens.analysis.trace.stragglers import Straggler, StragglerRule
 
 SCHEMA_VERSION = 1
-SCHEMA_MINOR = 1
-"""1: ``late_arrival`` in "ranks" (HTA's late-arrival stragglers), ``schema_minor`` itself."""
+SCHEMA_MINOR = 2
+"""1: ``late_arrival`` in "ranks" (HTA's late-arrival stragglers), ``schema_minor`` itself.
+2: the straggler rule with a noise model (issue #32): ``straggler_rule`` in "ranks"; ``kind``, ``ratio``,
+``data_delta_ms``, ``others_wait_ms``, ``held_back``, ``threshold_ms``, ``noise_ms``, ``step_pct`` and
+``steps`` in each straggler."""
 
 
 def trace_json(summary: TraceSummary) -> dict[str, Any]:
@@ -77,8 +82,34 @@ def ranks_json(rep: RanksReport) -> dict[str, Any]:
         "threshold_pct": rep.threshold_pct,
         "ranks": [rank_json(r) for r in rep.ranks],
         "spread": spread,
-        "stragglers": [asdict(s) for s in rep.stragglers],
+        "stragglers": [straggler_json(s) for s in rep.stragglers],
+        "straggler_rule": rule_json(rep.rule) if rep.rule is not None else None,
         "late_arrival": late_json(rep.late) if rep.late is not None else None,
+    }
+
+
+def _finite(v: object) -> object:
+    return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
+def straggler_json(s: Straggler) -> dict[str, Any]:
+    """One straggler: its fields, ``ratio``, and null for a share of a zero figure (never Infinity)."""
+    return {k: _finite(v) for k, v in {**asdict(s), "ratio": s.ratio}.items()}
+
+
+def rule_json(rule: StragglerRule) -> dict[str, Any]:
+    """How the straggler rule ran: ranks, steps, the noise per part and the thresholds."""
+    return {
+        "method": "per-step medians against the other ranks', threshold from the step-to-step noise (issue #32)",
+        "note": rule.note,
+        "ranks": rule.ranks,
+        "steps": rule.steps,
+        "noise_measured": rule.noise_measured,
+        "median_step_ms": rule.median_step_ms,
+        "floor_ms": rule.floor_ms,
+        "threshold_pct": rule.threshold_pct,
+        "metrics": [{"metric": m.metric, "noise_ms": m.noise_ms, "threshold_ms": m.threshold_ms}
+                    for m in rule.metrics],
     }
 
 

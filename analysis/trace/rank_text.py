@@ -25,15 +25,42 @@ def _row(r: RankReport) -> str:
     )
 
 
-def _straggler_line(s: Straggler, threshold: float) -> str:
-    what = "mean step" if s.by == "step time" else "compute per step"
-    tail = "; the other ranks wait for it in collectives" if s.by == "compute" else ""
-    return (
-        f"  rank {s.rank} by {s.by}: {what} {s.value_ms:.2f} ms vs median {s.median_ms:.2f} ms "
-        f"(+{s.excess_ms:.2f} ms, +{s.excess_pct:.1f}%, threshold {threshold:g}%); its extra time is "
-        f"{s.cause} (per step vs the median rank: compute {s.compute_delta_ms:+.2f} ms, communication "
-        f"{s.comm_delta_ms:+.2f} ms, idle {s.idle_delta_ms:+.2f} ms, copies/other {s.other_delta_ms:+.2f} ms){tail}"
-    )
+def _straggler_line(s: Straggler) -> str:
+    ratio = f"{s.ratio:.1f}x the others: " if s.ratio is not None else "the others: "
+    figure = f"({ratio}{s.value_ms:.2f} vs {s.median_ms:.2f} ms; threshold {s.threshold_ms:.2f} ms)"
+    if s.kind == "late":
+        what = f"arrives late at the collective: idle +{s.excess_ms:.2f} ms/step, nothing running outside the DataLoader {figure}"
+    elif s.kind == "data":
+        what = f"data loading +{s.excess_ms:.2f} ms/step in the DataLoader {figure}"
+    else:
+        what = f"compute +{s.excess_ms:.2f} ms/step {figure}"
+    if s.held_back:
+        tail = f"the others wait for it at the collective (+{s.others_wait_ms:.2f} ms/step)"
+    else:
+        tail = f"the others do not wait longer than it at a collective ({s.others_wait_ms:+.2f} ms/step)"
+    return (f"  rank {s.rank} by {s.by}: {what}; {tail}; per step vs the others: compute {s.compute_delta_ms:+.2f}, "
+            f"collective wait {s.comm_delta_ms:+.2f}, data {s.data_delta_ms:+.2f}, idle {s.idle_delta_ms:+.2f}, "
+            f"copies/other {s.other_delta_ms:+.2f} ms")
+
+
+def straggler_lines(rep: RanksReport) -> list[str]:
+    """The straggler rule's answer: who and why, or why no one (the noise it measured)."""
+    rule = rep.rule
+    if rule is None or not rule.metrics:
+        return [f"stragglers: n/a ({rule.note if rule is not None else 'no rank has step markers'})"]
+    scope = f"{rule.steps} steps x {rule.ranks} ranks"
+    if not rule.noise_measured:
+        head = f"stragglers: {'none' if not rep.stragglers else 'named without a noise model'} ({rule.note})"
+        return [head, *(_straggler_line(s) for s in rep.stragglers)]
+    parts = [m for m in (rule.metric("compute"), rule.metric("idle"), rule.metric("data")) if m is not None]
+    spread = ", ".join(f"±{m.noise_ms or 0.0:.2f} ms {m.metric}" for m in parts)
+    thresholds = " / ".join(f"{m.threshold_ms:.2f}" for m in parts)
+    if not rep.stragglers:
+        return [f"stragglers: none (ranks within noise: per-step spread {spread} over {scope}; "
+                f"thresholds {thresholds} ms, at least {rule.threshold_pct:g}% of the median step {rule.median_step_ms:.2f} ms)"]
+    head = (f"stragglers (per-step medians against the other ranks'; noise over {scope}: {spread}; "
+            f"thresholds {thresholds} ms, at least {rule.threshold_pct:g}% of the median step {rule.median_step_ms:.2f} ms):")
+    return [head, *(_straggler_line(s) for s in rep.stragglers)]
 
 
 def ranks_text(rep: RanksReport) -> str:
@@ -65,11 +92,7 @@ def ranks_text(rep: RanksReport) -> str:
             f"{sp.spread_ms:.2f} ms = {sp.spread_pct:.1f}% of the median {sp.median_ms:.2f} ms "
             f"({sp.ranks_with_steps} ranks with steps)"
         )
-    if rep.stragglers:
-        lines.append(f"stragglers (more than {rep.threshold_pct:g}% over the median rank):")
-        lines += [_straggler_line(s, rep.threshold_pct) for s in rep.stragglers]
-    elif sp is not None:
-        lines.append(f"stragglers: none (no rank more than {rep.threshold_pct:g}% over the median)")
+    lines += straggler_lines(rep)
     if rep.late is not None:
         lines += ["", *late_lines(rep.late)]
     lines += ["", "step times per rank (ms):"]

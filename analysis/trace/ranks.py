@@ -4,14 +4,13 @@ Each rank's file is read and reduced to a :class:`RankReport` on its own
 (a worker process per file with ``jobs > 1``), so at most ``jobs`` traces
 are in memory at once and the parent only ever holds the small reports.
 
-Stragglers: the median rank is the yardstick. A rank whose mean step time
-is more than ``threshold_pct`` above the median is a straggler "by its step
-time"; when step times are equal (synchronous data parallel: everyone waits
-for the slowest), a rank whose compute per step is more than
-``threshold_pct`` above the median while the others spend more time in
-exposed communication is a straggler "by compute: the others wait for it in
-collectives". Its extra time is split into compute, communication, idle and
-other (copies) against the median rank's per-step split.
+Stragglers (:mod:`.stragglers`): each rank's steps are cut into compute,
+collective wait, data loading and idle time in its worker
+(:mod:`.step_profile`); a rank is named when its per-step median of compute
+("compute"), idle ("late": it arrives late at the collective) or data
+loading ("data") is over the other ranks' by more than a threshold set by
+the job's own step-to-step noise (never under ``threshold_pct`` % of the
+median step), unless it waits at the collective longer than they do.
 
 A second, independent answer is HTA's own method (:mod:`.late_arrival`):
 the ranks whose dominant NCCL collective starts latest, step by step.
@@ -37,14 +36,17 @@ from gpulens.analysis.trace.rank_files import (
     trace_files,
 )
 from gpulens.analysis.trace.rank_reduce import RankFold
-from gpulens.analysis.trace.rank_report import RankReport, TimeSplit, build_report
+from gpulens.analysis.trace.rank_report import RankReport, build_report
 from gpulens.analysis.trace.sniff import what_it_is
+from gpulens.analysis.trace.stragglers import Straggler, StragglerRule, judge
 from gpulens.core.limits import InputLimits
 from gpulens.core.sanitize import clean_text
 
 Progress = Callable[[float, str], None]
 THRESHOLD_PCT = 5.0
-PARTS = ("compute", "communication", "idle", "other")
+"""The straggler rule's floor: an excess under this share of the median step is never named."""
+__all__ = ["RanksReport", "Spread", "Straggler", "StragglerRule", "analyze_ranks", "find_stragglers", "load_rank",
+           "spread_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,37 +72,15 @@ class Spread:
 
 
 @dataclass(frozen=True, slots=True)
-class Straggler:
-    """A rank that holds the others back, by how much, and where its extra time goes.
-
-    ``by`` is "step time" or "compute"; ``excess_ms`` is its mean step time
-    (or compute per step) minus the median rank's; the ``*_delta_ms``
-    fields split its per-step time against the median rank's; ``cause`` is
-    the part with the largest increase.
-    """
-
-    rank: int
-    by: str
-    value_ms: float
-    median_ms: float
-    excess_ms: float
-    excess_pct: float
-    compute_delta_ms: float
-    comm_delta_ms: float
-    idle_delta_ms: float
-    other_delta_ms: float
-    cause: str
-
-
-@dataclass(frozen=True, slots=True)
 class RanksReport:
-    """The multi-rank analysis: one report per rank (sorted by rank), spread, stragglers."""
+    """The multi-rank analysis: one report per rank (sorted by rank), spread, stragglers and how they were found."""
 
     ranks: tuple[RankReport, ...]
     spread: Spread | None
     stragglers: tuple[Straggler, ...]
     threshold_pct: float
     late: LateArrival | None = None  # HTA's late-arrival stragglers
+    rule: StragglerRule | None = None  # the straggler rule's noise and thresholds
 
 
 def load_rank(path: str, limits: InputLimits) -> tuple[RankReport, int | None]:
@@ -170,7 +150,8 @@ def analyze_ranks(
                      key=lambda r: r.rank)
     spread = spread_of(reports)
     late = late_arrival([(r.rank, r.arrival) for r in reports if r.arrival is not None], candidates=candidates)
-    return RanksReport(tuple(reports), spread, tuple(find_stragglers(reports, threshold_pct)), threshold_pct, late)
+    stragglers, rule = judge(reports, threshold_pct)
+    return RanksReport(tuple(reports), spread, tuple(stragglers), threshold_pct, late, rule)
 
 
 def spread_of(reports: Sequence[RankReport]) -> Spread | None:
@@ -184,44 +165,6 @@ def spread_of(reports: Sequence[RankReport]) -> Spread | None:
     return Spread(len(means), lo[0], lo[1], hi[0], hi[1], med)
 
 
-def _median_split(reports: Sequence[RankReport]) -> TimeSplit:
-    splits = [r.per_step for r in reports if r.per_step is not None]
-    return TimeSplit(*(statistics.median(getattr(s, f) for s in splits) for f in TimeSplit.__slots__))
-
-
-def _straggler(r: RankReport, by: str, value: float, median: float, med: TimeSplit) -> Straggler:
-    ps = r.per_step
-    assert ps is not None
-    deltas = (
-        (ps.compute_us - med.compute_us) / 1000.0,
-        (ps.exposed_comm_us - med.exposed_comm_us) / 1000.0,
-        (ps.idle_us - med.idle_us) / 1000.0,
-        (ps.other_us - med.other_us) / 1000.0,
-    )
-    cause = PARTS[max(range(4), key=lambda i: deltas[i])] if max(deltas) > 0 else "none"
-    excess = value - median
-    return Straggler(r.rank, by, value, median, excess, 100.0 * excess / median if median > 0 else 0.0,
-                     *deltas, cause)
-
-
 def find_stragglers(reports: Sequence[RankReport], threshold_pct: float = THRESHOLD_PCT) -> list[Straggler]:
-    """Ranks slower than the median by more than ``threshold_pct`` (see the module docstring)."""
-    stepped = [r for r in reports if r.mean_step_ms is not None and r.per_step is not None]
-    if len(stepped) < 2:
-        return []
-    med = _median_split(stepped)
-    median_step = statistics.median(r.mean_step_ms for r in stepped if r.mean_step_ms is not None)
-    factor = 1.0 + threshold_pct / 100.0
-    out = [
-        _straggler(r, "step time", r.mean_step_ms, median_step, med)
-        for r in stepped
-        if r.mean_step_ms is not None and r.mean_step_ms > median_step * factor
-    ]
-    if out:
-        return sorted(out, key=lambda s: -s.excess_ms)
-    for r in stepped:
-        ps = r.per_step
-        assert ps is not None
-        if ps.compute_us > med.compute_us * factor and ps.exposed_comm_us < med.exposed_comm_us:
-            out.append(_straggler(r, "compute", ps.compute_us / 1000.0, med.compute_us / 1000.0, med))
-    return sorted(out, key=lambda s: -s.excess_ms)
+    """The ranks that hold the others back, largest excess first (:func:`.stragglers.judge`)."""
+    return judge(reports, threshold_pct)[0]

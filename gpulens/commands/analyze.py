@@ -34,7 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, default=None, metavar="N",
                         help="ranks read in parallel, one process each (default: CPU count, at most 2)")
     parser.add_argument("--straggler-pct", type=float, default=5.0, metavar="PCT",
-                        help="a rank this much over the median is a straggler (default 5)")
+                        help="the smallest excess per step, in %% of the median step, that can name a straggler "
+                             "(the noise the steps show raises it; default 5)")
     add_limit_arguments(parser, ANALYZE_MAX_MIB)
 
 

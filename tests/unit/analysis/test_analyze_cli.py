@@ -19,7 +19,7 @@ from tests.paths import DATA, ROOT
 TRACES = DATA / "traces"
 RANKS = [str(TRACES / "sampled_rank-0.json.gz"), str(TRACES / "sampled_rank-1.json.gz")]
 DOC = ROOT / "docs" / "analyze-json.md"
-STRICT = {"ranks", "rank", "split", "spread", "straggler", "diff", "delta"}
+STRICT = {"ranks", "rank", "split", "spread", "straggler", "straggler_rule", "rule_metric", "diff", "delta"}
 
 
 def _documented() -> dict[str, list[str]]:
@@ -78,7 +78,17 @@ def test_ranks_document(capsys: pytest.CaptureFixture[str]) -> None:
         _check(r["split"], "split", doc)
         _check(r["per_step"], "split", doc)
     _check(d["spread"], "spread", doc)
-    assert d["stragglers"]
+    # HTA's two sampled ranks have 2 steps each: too few to measure the noise, and no rank is 50 % off
+    assert d["stragglers"] == [] and d["straggler_rule"]["noise_measured"] is False
+    assert "noise not measured" in d["straggler_rule"]["note"]
+    rc, out, _ = _run(capsys, str(TRACES / "ddp_gloo"), "--json", "--jobs", "1")
+    assert rc == 0
+    d = json.loads(out)
+    _check(d["straggler_rule"], "straggler_rule", doc)
+    assert [m["metric"] for m in d["straggler_rule"]["metrics"]] == ["compute", "wait", "data", "idle", "other"]
+    for m in d["straggler_rule"]["metrics"]:
+        _check(m, "rule_metric", doc)
+    assert [s["rank"] for s in d["stragglers"]] == [1]
     for s in d["stragglers"]:
         _check(s, "straggler", doc)
 

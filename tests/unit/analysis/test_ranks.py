@@ -124,8 +124,9 @@ def test_gloo_ddp_straggler_is_the_rank_with_extra_compute() -> None:
     assert r0.split.exposed_comm_us > 5 * r1.split.exposed_comm_us
     assert [s.rank for s in rep.stragglers] == [1]
     s = rep.stragglers[0]
-    assert s.by == "compute" and s.cause == "compute"
+    assert s.by == "compute" and s.cause == "compute" and s.kind == "compute" and s.held_back
     assert s.compute_delta_ms > 0 > s.comm_delta_ms
+    assert s.excess_ms > s.threshold_ms and rep.rule is not None and rep.rule.noise_measured
 
 
 # --- steps and rank files ---------------------------------------------------------------------------
@@ -186,17 +187,24 @@ def _report(rank: int, steps_ms: list[float], compute: float, comm: float, idle:
                       0.0, 0, 0, None, (), ())
 
 
-def test_straggler_by_step_time_names_the_part_that_grew() -> None:
-    """Three ranks at 100 ms per step, one at 130 ms of which 25 ms more idle: a straggler by step time, cause idle."""
+def test_ranks_without_a_step_profile_are_judged_on_their_averages() -> None:
+    """Reports without per-step parts (no ``arrival``) give one averaged step: the noise cannot be measured, so
+    only an excess over half the median step names a rank (the rule before issue #32 named rank 3 here by step
+    time, at +30 %)."""
     from gpulens.analysis.trace.ranks import find_stragglers, spread_of
+    from gpulens.analysis.trace.stragglers import judge
 
     reports = [_report(r, [100.0, 100.0], 60.0, 30.0, 10.0) for r in range(3)]
     reports.append(_report(3, [130.0, 130.0], 65.0, 30.0, 35.0))
-    got = find_stragglers(reports, threshold_pct=5.0)
-    assert [(s.rank, s.by, s.cause) for s in got] == [(3, "step time", "idle")]
-    s = got[0]
-    assert (s.value_ms, s.median_ms, s.excess_ms) == pytest.approx((130.0, 100.0, 30.0))
-    assert (s.compute_delta_ms, s.comm_delta_ms, s.idle_delta_ms) == pytest.approx((5.0, 0.0, 25.0))
+    assert find_stragglers(reports, threshold_pct=5.0) == []
+    _, rule = judge(reports)
+    assert not rule.noise_measured and rule.steps == 1 and rule.floor_ms == pytest.approx(50.0)
+    assert "noise not measured" in rule.note
     sp = spread_of(reports)
     assert sp is not None and (sp.min_ms, sp.max_ms, sp.max_rank, sp.median_ms) == pytest.approx((100.0, 130.0, 3, 100.0))
-    assert find_stragglers(reports, threshold_pct=40.0) == []
+    reports[3] = _report(3, [170.0, 170.0], 65.0, 30.0, 75.0)  # 65 ms more idle: over half a step
+    got = find_stragglers(reports)
+    assert [(s.rank, s.kind, s.by, s.cause) for s in got] == [(3, "late", "late arrival", "idle")]
+    assert (got[0].value_ms, got[0].median_ms, got[0].excess_ms) == pytest.approx((75.0, 10.0, 65.0))
+    assert (got[0].compute_delta_ms, got[0].comm_delta_ms) == pytest.approx((5.0, 0.0))
+    assert got[0].noise_ms is None and not got[0].held_back  # no collective wait in these reports
