@@ -52,6 +52,7 @@ from gpulens.tui.screens.profiler_rows import (
     common_start_ms,
     file_rows,
     poll_interval,
+    short_paths,
     status_lines,
 )
 from gpulens.tui.widgets.ordered_input import OrderedInput
@@ -235,7 +236,7 @@ class ProfilerScreen(SparseScreen, Screen[None]):
             for row in file_rows(job, target=target, host=host, batch=batch, earlier=jobs[:n], now_s=now):
                 cells = (Text.from_markup(f"[{STATE_STYLE.get(row.state, 'white')}]{row.state}[/]"),
                          # Text, not str: a reason like "[Errno 2] ..." must not be read as markup.
-                         Text(row.detail), job.request.describe(),
+                         Text(short_paths(row.detail, job.files.values())), job.request.describe(),
                          f"{host}:{row.pid}" if several else str(row.pid), job.request_id)
                 if row.key in self._rows:
                     if self._rows[row.key] != row:
@@ -264,7 +265,8 @@ class ProfilerScreen(SparseScreen, Screen[None]):
         ranks = len(self._batch_rows(row.batch))
         more = f" · 1 of {ranks} processes (V / A: all ranks)" if ranks > 1 else ""
         text = Text.assemble((row.state, STATE_STYLE.get(row.state, "")),
-                             f" · {row.job.request_id} · {row.host} pid {row.pid}{more}: ", row.detail)
+                             f" · {row.job.request_id} · {row.host} pid {row.pid}{more}: ", row.detail,
+                             *(("\nfile ", "dim"), row.path) if row.path is not None and row.path not in row.detail else ())
         line.update(text)
 
     # ---- actions ---------------------------------------------------------------

@@ -253,3 +253,12 @@ def job_hosts(processes: Iterable[tuple[str, Any]], is_local: Callable[[str], bo
             remote.setdefault(host, set()).add(proc.pid)
     out = [(h, tuple(sorted(p)), False) for h, p in sorted(mine.items())]
     return out + [(h, tuple(sorted(p)), True) for h, p in sorted(remote.items())]
+
+
+def short_paths(detail: str, paths: Iterable[object]) -> str:
+    """``detail`` for a table cell: each trace file by its name, not its whole path (the line under the
+    table gives the path); a 120-column table kept cutting the reason after a long download directory."""
+    for path in map(str, paths):
+        if "/" in path:
+            detail = detail.replace(path, path.rsplit("/", 1)[1])
+    return detail

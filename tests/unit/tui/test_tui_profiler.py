@@ -174,3 +174,38 @@ async def test_real_service_and_pytorch(tmp_path: Path) -> None:
         proc.wait()
         svc.stop()
         shutil.rmtree(d, ignore_errors=True)
+
+
+class PathDetailService(FakeService):
+    """As the real service says it: a finished trace's detail is its file's path (``jobstate.finish``)."""
+
+    def request_trace(self, req: TraceRequest) -> Future[TraceResult]:
+        rid = f"r{len(self._jobs) + 1}"
+        files = {req.pids[0]: str(self.trace)}
+        job = TraceJob(rid, req, req.pids, TraceState.DONE, ", ".join(files.values()), time.monotonic(), files)
+        for fn in self.listeners:
+            fn(job)
+        self._jobs.append(job)
+        fut: Future[TraceResult] = Future()
+        fut.set_result(TraceResult(rid, dict(files)))
+        return fut
+
+
+@pytest.mark.timeout(60)
+@sync
+async def test_the_table_names_the_trace_file_and_the_line_under_it_its_path(tmp_path: Path) -> None:
+    """Issue 31 item 15: the whole download path cut the table at 120 columns."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    trace = deep / "gpulens-trace-4242.json.gz"
+    trace.write_bytes((TRACES / "mi250_minitoy_train_ROCm6_2_kineto.json.gz").read_bytes())
+    screen = ProfilerScreen(PathDetailService(trace), "localhost", [4242])
+    app = Host(screen)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause()
+        await pilot.press("t")
+        table = screen.query_one("#pf-jobs", DataTable)
+        await _wait_for(pilot, lambda: table.row_count == 1)
+        assert str(table.get_row_at(0)[1]) == "gpulens-trace-4242.json.gz"
+        await pilot.pause()
+        assert str(trace) in str(screen.query_one("#pf-selected", Static).render()).replace("\n", "")
