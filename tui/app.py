@@ -38,6 +38,7 @@ from gpulens.tui._driver import IdleInput
 from gpulens.tui._theme_cache import ThemeCache
 from gpulens.tui.host_changes import note_change
 from gpulens.tui.messages import OpenFlame, OpenHost, OpenJob, OpenProfiler
+from gpulens.tui.palette import binding_commands
 from gpulens.tui.profiling import refusal
 from gpulens.tui.replay import SEEK_STEP_S, ReplayBar, ReplayControl
 from gpulens.tui.screens.base import DataScreen
@@ -436,8 +437,9 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
         """The keys of the screen the palette was opened on, as commands."""
         if len(self.screen_stack) > 2:
             yield SystemCommand("Back", "esc: the previous screen", self.action_go_back)
-        if isinstance(screen, DataScreen):
-            yield from screen.commands()
+        own = list(screen.commands()) if isinstance(screen, DataScreen) else []
+        yield from own
+        yield from binding_commands(screen, [c.title for c in own])  # every key: what a key does, the palette does
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         """The command palette lists every gpulens action."""
@@ -449,7 +451,9 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
         yield SystemCommand("Pause / resume", "stop or restart redrawing", self.action_pause)
         yield from self._screen_commands(screen)
         yield SystemCommand("Keys", "show every key", self.action_help)
-        yield SystemCommand("Jump", ":host NAME or :job PID", self.action_jump)
+        yield SystemCommand("Jump", ":host NAME, :job PID, :ps, :proc PID …", self.action_jump)
+        yield SystemCommand("Overview", ":home: back to the overview, every screen above it closed",
+                            lambda: self.jump("home"))
         for name, what in (("hosts", "every host"), ("jobs", "every job"), ("gpus", "every GPU of the fleet"),
                            ("log", "the warnings shown so far")):
             yield SystemCommand(f"View :{name}", what, lambda n=name: self.jump(n))

@@ -16,9 +16,10 @@ from gpulens.core.config import INTERVAL_S
 from gpulens.tui.widgets.header import crumb_of
 from gpulens.tui.widgets.ordered_input import OrderedInput
 
-COMMANDS = ("hosts, jobs, gpus, pods, slurm [JOBID], ns NAME, user NAME, host NAME, job PID, ps [HOST], "
+COMMANDS = ("home, hosts, jobs, gpus, pods, slurm [JOBID], ns NAME, user NAME, host NAME, job PID, ps [HOST], "
             "proc [HOST:]PID, interval S, log")
-_NO_ARG = {"hosts": "hosts", "jobs": "jobs", "gpus": "gpus", "pods": "pods", "log": "log"}
+_NO_ARG = {"hosts": "hosts", "jobs": "jobs", "gpus": "gpus", "pods": "pods", "log": "log", "home": "home",
+           "overview": "home"}
 _EXAMPLE = {"host": "NAME", "job": "PID", "user": "NAME", "interval": "2", "ns": "NAMESPACE", "proc": "PID"}
 _WITH_ARG = {"host": "host", "h": "host", "job": "job", "j": "job", "user": "user", "u": "user",
              "interval": "interval", "ns": "ns", "slurm": "slurm", "ps": "ps", "proc": "proc", "p": "proc"}

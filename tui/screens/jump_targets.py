@@ -48,7 +48,10 @@ def run_jump(app: Any, text: str | None) -> None:
         app.notify(parsed, severity="error")
         return
     kind, arg = parsed
-    if kind in ("log", *VIEWS, *VIEWS_OF):
+    if kind == "home":  # k9s' habit: one step back to the start, however many jumps piled up
+        while len(app.screen_stack) > 2:
+            app.pop_screen()
+    elif kind in ("log", *VIEWS, *VIEWS_OF):
         go(app, VIEWS_OF[kind](arg, context=app) if kind in VIEWS_OF else LogScreen(context=app)
            if kind == "log" else VIEWS[kind](context=app))
     elif kind == "interval":
