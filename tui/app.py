@@ -396,7 +396,7 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
         """``:`` opens the command line (``hosts``, ``job PID``, ...)."""
         if isinstance(self.focused, Input) or isinstance(self.screen, ModalScreen):
             raise SkipAction()  # a ':' typed into a text field, or over the help / the prompt
-        self.push_screen(JumpScreen(), self.jump)
+        self.push_screen(JumpScreen(self.store.hosts()), self.jump)
 
     def jump(self, text: str | None) -> None:
         """Run the ``:`` command in ``text`` (a view, a host, a job, a process, the interval, the log)."""

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import ClassVar
 
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import ModalScreen, Screen
+from textual.suggester import SuggestFromList
 from textual.widgets import Input
 
 from gpulens.core.config import INTERVAL_S
@@ -68,6 +70,16 @@ def parse_jump(text: str) -> tuple[str, str] | str:
     return kind, arg
 
 
+MAX_COMPLETED_HOSTS = 4096
+"""Hosts offered as completions at most."""
+
+
+def completions(hosts: Sequence[str]) -> list[str]:
+    """What the prompt completes: each command word, then ``host NAME`` and ``ps NAME`` for each host."""
+    words = [*_NO_ARG, *(w for w in _WITH_ARG if len(w) > 1)]
+    return [*words, *(f"{verb} {h}" for verb in ("host", "ps") for h in hosts)]
+
+
 class JumpScreen(ModalScreen[str | None]):
     """A one-line prompt at the bottom."""
 
@@ -77,13 +89,16 @@ class JumpScreen(ModalScreen[str | None]):
     JumpScreen > Input { dock: bottom; width: 100%; border: tall $accent; }
     """
 
-    def __init__(self) -> None:
+    def __init__(self, hosts: Sequence[str] = ()) -> None:
+        """``hosts``: the hosts shown, completed after ``host`` and ``ps``."""
         super().__init__()
+        self.hosts = tuple(hosts)[:MAX_COMPLETED_HOSTS]
         self._done = False
 
     def compose(self) -> ComposeResult:
-        """The prompt."""
-        yield OrderedInput(placeholder=COMMANDS, id="jump")
+        """The prompt; → takes the completion it shows (commands, then ``host``/``ps`` with each host)."""
+        yield OrderedInput(placeholder=COMMANDS, id="jump",
+                           suggester=SuggestFromList(completions(self.hosts), case_sensitive=False))
 
     def on_key(self, event: events.Key) -> None:
         """Keys that arrive before the prompt has focus (typed right after ':') go into it."""

@@ -61,3 +61,27 @@ async def test_no_entry_twice() -> None:
             titles = [c.title for c in app.get_system_commands(app.screen)]
             twice = {t for t in titles if titles.count(t) > 1}
             assert not twice, (command, twice)
+
+
+@sync
+async def test_the_prompt_completes_commands_and_host_names() -> None:
+    from textual.widgets import Input
+
+    from gpulens.tui.screens.host import HostScreen as Host
+    from gpulens.tui.screens.jump import JumpScreen
+
+    app = demo_app(backfill_s=30)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("colon", *"host gpu-node1")
+        await pilot.pause()
+        assert isinstance(app.screen, JumpScreen)
+        box = app.screen.query_one(Input)
+        for _ in range(20):
+            if box._suggestion:
+                break
+            await pilot.pause(0.05)
+        assert box._suggestion == "host gpu-node10"  # the first host that completes it
+        await pilot.press("right", "enter")  # → takes it, as in a shell
+        await settle(app, pilot)
+        assert isinstance(app.screen, Host) and app.screen.host == "gpu-node10"
