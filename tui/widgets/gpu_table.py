@@ -45,13 +45,24 @@ THROTTLE_SHORT = {
 
 
 def pair(a: float | None, b: float | None, fmt: Callable[[float | None], str]) -> str:
-    """``3.6/2.7GB/s``: one unit when both share it, else both in full (n/a kept; one n/a when both are)."""
+    """``3.6/2.7GB/s``: one unit for both (rates in the larger one: ``1.1/0.854GB/s``, not
+    ``1.1GB/s/854MB/s``); ``1.0GB/s / n/a`` when one is unknown; one n/a when both are."""
     if a is None and b is None:
         return NA
     left, right = fmt(a), fmt(b)
+    if NA in (left, right):
+        return f"{left} / {right}"
     unit = left.lstrip("0123456789.-")
-    if unit and NA not in (left, right) and right.lstrip("0123456789.-") == unit:
+    if unit and right.lstrip("0123456789.-") == unit:
         return f"{left[: len(left) - len(unit)]}/{right}"
+    if fmt is rate and a is not None and b is not None:
+        big = rate(max(abs(a), abs(b)))
+        unit = big.lstrip("0123456789.-")
+        scale = {"B/s": 1.0, "kB/s": 1e3, "MB/s": 1e6, "GB/s": 1e9, "TB/s": 1e12}.get(unit)
+        if scale is not None:
+            small, large = (b, a) if abs(a) >= abs(b) else (a, b)
+            shown = {small: f"{small / scale:.3g}", large: big[: len(big) - len(unit)]}
+            return f"{shown[a]}/{shown[b]}{unit}"
     return f"{left}/{right}"
 
 

@@ -125,8 +125,9 @@ async def test_gpu_table_shows_every_column_at_160_and_compact_pairs() -> None:
         assert gpus.get_cell("1", "mem") == f"{g1.mem_used_bytes / 2**30:.1f}/{fmt.size(g1.mem_total_bytes)}"
         assert "…" not in line_text(gpus, 2)
     assert pair(3.6e9, 2.7e9, fmt.rate) == "3.6/2.7GB/s"
-    assert pair(900, 2e6, fmt.rate) == "900B/s/2.0MB/s"  # different units stay whole
-    assert pair(1e9, None, fmt.rate) == "1.0GB/s/n/a"
+    assert pair(900, 2e6, fmt.rate) == "0.0009/2.0MB/s"  # one unit, the larger one's (issue 31 item 20)
+    assert pair(1.1e9, 854e6, fmt.rate) == "1.1/0.854GB/s"  # it read 1.1GB/s/854MB/s
+    assert pair(1e9, None, fmt.rate) == "1.0GB/s / n/a"
     assert mem_pair(600 * 2**20, 80 * 2**30) == "0.6/80.0GiB"
     assert fmt.size(288.8 * 2**20) == "288.8MiB"  # binary units say so, as nvitop and btop do
 
