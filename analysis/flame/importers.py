@@ -5,8 +5,9 @@ folded / collapsed  ``a;b;c 42`` lines (py-spy raw, FlameGraph)
 speedscope JSON     ``{"shared": {"frames": ...}, "profiles": ...}``
                     (py-spy: one profile per thread; speedscope's own)
 Kineto trace JSON   ``{"traceEvents": [...]}`` or a bare event array
-Chrome trace        B/E or X events without Kineto's categories
-                    (py-spy ``-f chrometrace``): one profile per thread
+Chrome trace        B/E/X events (or samples) without Kineto's
+                    categories (py-spy ``-f chrometrace``): one profile
+                    per thread, read as speedscope reads them
 perf script         ``perf script`` text (stackcollapse-perf's input)
 memory snapshot     a pickle from ``torch.cuda.memory._dump_snapshot``
 ==================  =============================================
@@ -43,6 +44,8 @@ from gpulens.analysis.flame.snapshot import load_snapshot_bytes, snapshot_profil
 from gpulens.analysis.flame.sniff import describe, unreadable_line
 from gpulens.analysis.flame.speedscope import speedscope_group
 from gpulens.analysis.flame.traceevents import (
+    close_truncated,
+    has_samples,
     has_stack_events,
     is_kineto,
     trace_event_group,
@@ -100,6 +103,23 @@ def _json(data: bytes, source: str, max_objects: int) -> Any:
         raise FlameFormatError(f"{source}: invalid JSON: {err}") from None
 
 
+def _json_or_cut_array(data: bytes, source: str, max_objects: int) -> tuple[Any, bool]:
+    """The JSON document, and whether it is an event array whose missing ``]`` was added to read it."""
+    try:
+        return _json(data, source, max_objects), False
+    except FlameFormatError as err:
+        closed = close_truncated(data) if str(err).startswith(f"{source}: invalid JSON") else None
+        if closed is None:
+            raise
+        try:
+            doc = _json(closed, source, max_objects)
+        except FlameFormatError:
+            raise err from None
+        if not has_stack_events(doc):  # read closed only as a trace (what such files are)
+            raise err from None
+        return doc, True
+
+
 def detect_format(data: bytes) -> str:
     """``snapshot``, ``pprof``, ``json``, ``perf``, ``folded`` or ``unknown`` from the first bytes."""
     if data[:1] == b"\x80":
@@ -145,14 +165,14 @@ def group_from_bytes(
         view = metric if metric in ("live", "allocated") else "auto"
         return single(_titled(snapshot_profile(snap, view, source, file_bytes=len(data)), title))
     if kind == "json":
-        doc: Any = _json(data, source, cap)
+        doc, truncated = _json_or_cut_array(data, source, cap)
         if isinstance(doc, dict) and "profiles" in doc:
             _check_metric(metric, (), "a speedscope profile", source)
             return _titled_group(speedscope_group(doc, source), title)
         events = trace_events(doc)
-        if events is not None and not is_kineto(events) and has_stack_events(events):
+        if events is not None and not is_kineto(events) and (has_stack_events(events) or has_samples(doc)):
             _check_metric(metric, ("time",), "a Chrome trace", source)
-            return _titled_group(trace_event_group(doc, source, max_events=cap), title)
+            return _titled_group(trace_event_group(doc, source, max_events=cap, truncated=truncated), title)
         if events is None:
             raise FlameFormatError(f"{source}: JSON, but neither speedscope ('profiles') nor a Chrome/Kineto "
                                    "trace ('traceEvents' or an event array)")
