@@ -91,6 +91,16 @@ def held_by(sample: HostSample | None, g: GpuSample | None) -> str:
     return ", ".join(found)
 
 
+def procs_title(g: GpuSample | None) -> str:
+    """The process table's title, with why its SM util reads n/a where NVML said (a cell has no room for it)."""
+    title = "Processes on this GPU (enter: process detail)"
+    if g is None or not any(p.sm_util_percent is None for p in g.processes):
+        return title
+    why = g.unavailable.get("processes.sm_util_percent") or (
+        "NVML reported no utilization sample for the process since the last read")
+    return f"{title} · SM util n/a: {why}"
+
+
 def link_name(g: GpuSample) -> str:
     """The GPU-to-GPU link the ``nvlink_*`` fields count: NVLink, or XGMI on AMD GPUs (docs/amd.md)."""
     return "XGMI" if g.vendor == "amd" else "NVLink"
@@ -181,7 +191,7 @@ class GpuScreen(DataScreen):
             with Grid(id="plots", classes="plots"):
                 for spec in GPU_PLOTS:
                     yield TimeSeriesPlot(spec.title, spec.fmt, lo=spec.lo, hi=spec.hi, id=spec.id)
-            yield Static("Processes on this GPU (enter: process detail)", classes="section")
+            yield Static("Processes on this GPU (enter: process detail)", classes="section", id="gpu-procs-title")
             yield GpuProcessTable(id="gpu-procs")
             yield Static("Throttle and XID history (newest first)", classes="section")
             yield Static("", id="gpu-events")
@@ -227,6 +237,7 @@ class GpuScreen(DataScreen):
         table.placeholder = "no process holds memory on this GPU" if g else "the GPU is not in the newest sample"
         table.show([(p, jobs.get(p.pid), job_key(self.host, jobs[p.pid]) if p.pid in jobs else "")
                     for p in (g.processes if g else ())])
+        self.update_static("#gpu-procs-title", Text(procs_title(g)))
         self._events()
 
     def energy_rate(self) -> tuple[float | None, str]:

@@ -305,7 +305,7 @@ def test_a_gpu_that_reports_nothing_reads_one_na_per_field_not_na_slash_na() -> 
     for field in ("power n/a", "clocks n/a", "ECC c/u n/a", "PCIe rx/tx n/a"):
         assert field in text, (field, text)
     half = GpuScreen("h", 3, context=ctx)._info(GpuSample(index=3, name="H100", uuid="u3", power_w=250.0)).plain
-    assert "power 250W/n/a" in half  # a known draw beside an unknown limit keeps both
+    assert "power 250W / n/a" in half  # a known draw beside an unknown limit keeps both
 
 
 def test_an_xid_reported_sample_after_sample_is_one_line_with_its_meaning() -> None:

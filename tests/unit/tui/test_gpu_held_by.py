@@ -24,3 +24,16 @@ def test_the_allocation_comes_first_and_its_own_processes_are_not_repeated() -> 
     assert held_by(s, GpuSample(0, "g", "GPU-0")) == "pod ml/train-0, slurm 4242.0"  # no allocation: as before
     assert held_by(sample(T0, host="n1"), g) == "pod ml/train-0 container trainer"  # given, no process yet
     assert held_by(None, g) == ""
+
+
+def test_the_process_table_title_says_why_sm_util_is_na() -> None:
+    from gpulens.core.model import GpuProcess
+    from gpulens.tui.screens.gpu import procs_title
+
+    with_util = GpuSample(0, "g", "GPU-0", processes=(GpuProcess(pid=1, used_memory_bytes=5, sm_util_percent=3.0),))
+    assert "n/a" not in procs_title(with_util)
+    unsupported = GpuSample(0, "g", "GPU-0", processes=(GpuProcess(pid=1, used_memory_bytes=5),),
+                            unavailable={"processes.sm_util_percent": "NVML: not supported on this GPU"})
+    assert procs_title(unsupported).endswith("SM util n/a: NVML: not supported on this GPU")
+    no_sample = GpuSample(0, "g", "GPU-0", processes=(GpuProcess(pid=1, used_memory_bytes=5),))
+    assert "no utilization sample" in procs_title(no_sample)
