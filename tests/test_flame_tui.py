@@ -503,3 +503,20 @@ async def test_the_flame_screens_header_follows_the_data_as_a_data_screens_does(
         app.pop_screen()
         await pilot.pause()
         assert app.check_action("pause", ()) is True and app.check_action("window", ("1h",)) is True
+
+
+@run_async
+async def test_a_refused_search_says_why_until_the_user_moves_on() -> None:
+    """Issue 31 item 20: a stale search error stayed in the status line."""
+    app = Host(training_profile())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        graph = graph_of(app)
+        await pilot.press("slash", *"(unclosed", "enter")
+        await pilot.pause()
+        assert graph.search_result is None and "│" in graph._status_text()  # the reason, right of the bar
+        said = graph._status_text().split("│", 1)[1]
+        assert said.strip()
+        await pilot.press("up")
+        await pilot.pause()
+        assert "│" not in graph._status_text() or said not in graph._status_text()

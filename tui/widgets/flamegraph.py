@@ -217,6 +217,8 @@ class FlameGraph(Widget, can_focus=True):
 
     def _invalidate(self) -> None:
         self._layout = None
+        if self._search is None:
+            self._search_error = ""  # focus, collapse or another profile: a refused pattern is old news
         if self._search is not None and self._search.root != self._focus:
             self._run_search(self._search.pattern)
         self.refresh()
@@ -281,6 +283,7 @@ class FlameGraph(Widget, can_focus=True):
             target = row[i] if 0 <= i < len(row) else None
         if target is not None:
             self.selected = target.node
+            self._search_error = ""  # the user has moved on: a refused pattern is old news
             self.refresh()
 
     def action_focus_frame(self) -> None:
