@@ -183,11 +183,15 @@ class OverviewScreen(FindingScreen):
         self.post_message(OpenHost(str(key[0] if isinstance(key, tuple) else key)))
 
     def on_lazy_lines_row_chosen(self, event: GpuHeatmap.RowChosen) -> None:
-        """Enter on the heatmap's cursor row opens that GPU's screen."""
+        """Enter on the heatmap's cursor row opens that GPU's screen, over its host's (the route from the host
+        table: the same breadcrumbs, and Esc goes to the host, as from there)."""
         event.stop()
         key = event.key
         if isinstance(key, tuple):
+            from gpulens.tui.screens.host import HostScreen
+
             host, gpu = key
+            self.app.push_screen(HostScreen(str(host), context=self.ctx))
             self.app.push_screen(GpuScreen(str(host), int(gpu), context=self.ctx))
 
     def _open(self, table: HostTable | JobTable, key: str) -> None:

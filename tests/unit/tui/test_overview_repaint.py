@@ -200,8 +200,14 @@ async def test_heatmap_cursor_moves_scrolls_and_enter_opens_the_gpu() -> None:
         await pilot.pause()
         screen = app.screen
         assert isinstance(screen, GpuScreen) and (screen.host, screen.index) == (host, gpu)
-        assert screen.crumb == f"{host} GPU{gpu}"  # not on its host's screen: the crumb names the host
-        await pilot.press("escape")
+        # over its host's screen, as from the host table: the same breadcrumbs by either route (issue 31 item 20)
+        from gpulens.tui.screens.host import HostScreen
+        from gpulens.tui.widgets.header import crumb_of
+
+        below = app.screen_stack[-2]
+        assert isinstance(below, HostScreen) and below.host == host
+        assert screen.crumb == f"GPU{gpu}" and [crumb_of(s) for s in app.screen_stack[-2:]] == [host, f"GPU{gpu}"]
+        await pilot.press("escape", "escape")
         await pilot.pause()
         assert heat.cursor == 3  # back where it was
         heat.blur()
