@@ -223,14 +223,11 @@ class GpuHeatmap(LazyLines, can_focus=True):
         na = self.component_style("heatmap--na")
         segs = [Segment(f"{m.label} {m.lo:g}", na)]
         segs += [Segment(GLYPHS[i] * 2, self._styles[i]) for i in range(5)]
-        keys = " ".join(f"{h.key}:{h.label.split()[-1]}" for h in HEAT_METRICS)
-        used = sum(len(x.text) for x in segs)
         span = span_text(self.grid(width)[1])
-        tail = f"{m.hi:g}{m.unit}  ·=n/a  1 col = {span}  keys "
-        if used + len(tail) + len(keys) > width:  # every key letter stays readable
-            keys = " ".join(h.key for h in HEAT_METRICS)
-        if used + len(tail) + len(keys) > width:
-            tail = f"{m.hi:g}{m.unit}  ·=n/a  col {span}  keys "
+        # One wording at every width (it read "keys u:util a:activity …" wide, "col 4s" narrow): what does not
+        # fit is cut from the end, the key letters first (? lists them).
+        tail = f"{m.hi:g}{m.unit}  ·=n/a  1 col = {span}  "
+        keys = "keys " + " ".join(h.key for h in HEAT_METRICS)
         segs.append(Segment(tail + keys, na))
         return Strip(segs).crop_extend(0, width, self.base_style)
 

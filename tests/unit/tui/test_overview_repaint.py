@@ -8,6 +8,7 @@ sparkline and heatmap rows; the closed columns are read once per column
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import Counter
 from collections.abc import Hashable
 from typing import Any
@@ -322,3 +323,23 @@ async def test_rows_equal_a_full_read_at_every_tick_across_column_boundaries_and
                 values = store.series(str(host), HostSparklines.METRICS[0], w, cols, aligned=True)
                 assert glyphs(spk, i + 1)[12:12 + cols] == spark(values), (k, host)
         assert heat._columns.shifted_reads + spk._columns.shifted_reads > shifted  # the shift path ran
+
+
+@sync
+async def test_the_heatmap_legend_reads_the_same_at_every_width() -> None:
+    """Issue 31 item 20: it was reworded by width ("u:util …" wide, "col 4s" narrow)."""
+    from rich.segment import Segment as Seg
+
+    app = demo_app(backfill_s=60)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+        heat = app.screen.query_one(GpuHeatmap)
+        legends = {w: "".join(s.text for s in heat.header_line(0, w) if isinstance(s, Seg)) for w in (60, 90, 160)}
+        wide = legends[160].rstrip()
+        assert "1 col = " in wide and wide.endswith("keys u a g w t")
+        def words(text: str) -> str:  # the column span follows the width it is given; the words do not
+            return re.sub(r"1 col = [0-9.]+[smh]", "1 col = S", text.rstrip())
+
+        for w, text in legends.items():
+            assert len(text) == w
+            assert words(wide).startswith(words(text)), (w, text)  # the same words, cut at the end at most
