@@ -422,7 +422,9 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
         self.notify(f"window {name}: redrawn with the data up to now; still paused (p resumes)", timeout=3)
 
     def action_pause(self) -> None:
-        """Pause or resume redrawing (data keeps being recorded)."""
+        """Pause or resume redrawing (data keeps being recorded); in a replay, the replay's play / pause."""
+        if self.replay is not None:
+            return self.action_replay_toggle()  # one pause in a replay, on Space and p alike (docs/keys.md)
         self.paused = not self.paused
         self.refresh_data(force=True)
         self.refresh_bindings()

@@ -103,7 +103,7 @@ def test_fast_typing_and_resize_in_a_real_terminal(gpulens_exe: str, tmp_path: P
         screen = _wait_for(sock, pane, lambda s: "sort GPUs ↓ · filter 'node12'" in s)  # a figure: largest first
         assert "Runtime" in screen  # the jobs header fits at 80 columns
         _tmux(sock, "resize-window", "-t", "t", "-x", "160", "-y", "45")
-        _wait_for(sock, pane, lambda s: "keys u a g w t" in s and "gpu-node12" in s)
+        _wait_for(sock, pane, lambda s: "keys u a m w t" in s and "gpu-node12" in s)
         _tmux(sock, "send-keys", "-t", pane, "q")
         deadline = time.monotonic() + 15
         while not status.exists() and time.monotonic() < deadline:

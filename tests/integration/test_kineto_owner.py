@@ -114,6 +114,8 @@ def test_demo_and_replay_never_bind_the_endpoint(sock: Path, tmp_path: Path, mon
     monkeypatch.setenv("KINETO_IPC_SOCKET_DIR", str(sock))
     recording = tmp_path / "r.gpulens"
     rec = Recorder(str(recording), "demo", simulated=True)
+    for event in DemoSource(interval_s=1.0, live=False, backfill_s=2).history():  # a recording has samples
+        rec.write(event)
     rec.close()
     sources: list[object] = [DemoSource(interval_s=1.0), ReplaySource(str(recording))]
     sources.append(MultiSource([DemoSource(interval_s=1.0)]))  # type: ignore[list-item]

@@ -73,8 +73,7 @@ class FlameHelpScreen(ModalScreen[None]):
     }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape,question_mark", "app.pop_screen", "Close"),
-        Binding("q", "app.quit", "Quit"),
+        Binding("escape,question_mark,q", "app.pop_screen", "Close"),  # q closes a help, as in less (docs/keys.md)
     ]
 
     def __init__(self, keys: list[tuple[str, str]] | None = None) -> None:

@@ -199,10 +199,10 @@ def key_table(screen: Screen[object], app_bindings: list[BindingType]) -> Table:
 
 
 class HelpScreen(ModalScreen[None]):
-    """All keys; esc or ? closes it, q quits as everywhere (the list says so)."""
+    """All keys; esc, ? or q closes it (as q closes less, man and k9s' help; docs/keys.md)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape,question_mark", "dismiss", "Close"),
+        Binding("escape,question_mark,q", "dismiss", "Close"),
         *cursor_bindings("dismiss", "Close"),  # the tables' keys move the list: k j pgup pgdn home end
         Binding("space,ctrl+f", "page(1)", "Page down", show=False),
         Binding("ctrl+b", "page(-1)", "Page up", show=False),

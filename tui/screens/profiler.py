@@ -53,6 +53,7 @@ from gpulens.tui.screens.profiler_rows import (
     file_rows,
     poll_interval,
     short_paths,
+    shown_path,
     status_lines,
 )
 from gpulens.tui.widgets.ordered_input import OrderedInput
@@ -102,12 +103,12 @@ class ProfilerScreen(SparseScreen, Screen[None]):
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "leave", "Back"),
-        Binding("t", "trace", "Trace"),
+        Binding("t", "trace", "Trace"),  # also from a number field, which takes no letters (OrderedInput)
         Binding("v", "view", "View"),
         Binding("V", "view_all", "View ranks", show=False),
         Binding("a", "analyze", "Analyze"),
         Binding("A", "analyze_all", "Analyze ranks", show=False),
-        Binding("e", "export", "Export"),
+        Binding("x", "export", "Export"),  # x as in the flame graph (docs/keys.md)
         Binding("r", "recheck", "Re-check"),
     ]
 
@@ -266,7 +267,8 @@ class ProfilerScreen(SparseScreen, Screen[None]):
         more = f" · 1 of {ranks} processes (V / A: all ranks)" if ranks > 1 else ""
         text = Text.assemble((row.state, STATE_STYLE.get(row.state, "")),
                              f" · {row.job.request_id} · {row.host} pid {row.pid}{more}: ", row.detail,
-                             *(("\nfile ", "dim"), row.path) if row.path is not None and row.path not in row.detail else ())
+                             *(("\nfile ", "dim"), shown_path(row.path))
+                             if row.path is not None and row.path not in row.detail else ())
         line.update(text)
 
     # ---- actions ---------------------------------------------------------------

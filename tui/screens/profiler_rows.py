@@ -14,6 +14,7 @@ Pure functions over :class:`TraceJob` snapshots, tested without a UI:
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -262,3 +263,10 @@ def short_paths(detail: str, paths: Iterable[object]) -> str:
         if "/" in path:
             detail = detail.replace(path, path.rsplit("/", 1)[1])
     return detail
+
+
+def shown_path(path: str) -> str:
+    """``path`` as the line under the profiler table gives it: relative to the working directory when inside
+    it (where the user started gpulens), else whole."""
+    here = os.getcwd().rstrip("/") + "/"
+    return path[len(here):] if path.startswith(here) else path

@@ -151,7 +151,7 @@ class AnalyzeScreen(SparseScreen, Screen[None]):
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "leave", "Back"),
-        Binding("p", "next_process", "Next process"),
+        Binding("n", "next_process", "Next process"),  # not p: p pauses everywhere else (docs/keys.md)
         Binding("c", "next_chart", "Next chart"),
     ]
 

@@ -42,7 +42,7 @@ class HeatMetric:
 HEAT_METRICS: tuple[HeatMetric, ...] = (
     HeatMetric("u", "gpu.utilization_percent", "GPU util", 0, 100, "%"),
     HeatMetric("a", "gpu.sm_activity_percent", "SM activity", 0, 100, "%"),
-    HeatMetric("g", "gpu.mem_used_percent", "GPU memory", 0, 100, "%"),
+    HeatMetric("m", "gpu.mem_used_percent", "GPU memory", 0, 100, "%"),  # m: memory (g is per-GPU, top)
     HeatMetric("w", "gpu.power_w", "power", 0, 700, "W"),
     HeatMetric("t", "gpu.temperature_c", "temperature", 20, 95, "°C"),
 )

@@ -336,7 +336,7 @@ async def test_the_heatmap_legend_reads_the_same_at_every_width() -> None:
         heat = app.screen.query_one(GpuHeatmap)
         legends = {w: "".join(s.text for s in heat.header_line(0, w) if isinstance(s, Seg)) for w in (60, 90, 160)}
         wide = legends[160].rstrip()
-        assert "1 col = " in wide and wide.endswith("keys u a g w t")
+        assert "1 col = " in wide and wide.endswith("keys u a m w t")
         def words(text: str) -> str:  # the column span follows the width it is given; the words do not
             return re.sub(r"1 col = [0-9.]+[smh]", "1 col = S", text.rstrip())
 

@@ -110,7 +110,7 @@ async def test_trace_view_analyze_export(tmp_path: Path) -> None:
         assert tl.selected.name in detail
         await pilot.press("escape")
         await _wait_for(pilot, lambda: app.screen is screen)
-        await pilot.press("e")
+        await pilot.press("x")
         out = tmp_path / "exported.json"
         for ch in str(out):
             await pilot.press(ch)
@@ -209,3 +209,29 @@ async def test_the_table_names_the_trace_file_and_the_line_under_it_its_path(tmp
         assert str(table.get_row_at(0)[1]) == "gpulens-trace-4242.json.gz"
         await pilot.pause()
         assert str(trace) in str(screen.query_one("#pf-selected", Static).render()).replace("\n", "")
+
+
+@pytest.mark.timeout(60)
+@sync
+async def test_t_traces_from_a_number_field_and_types_in_the_export_path() -> None:
+    """Issue 31 item 14: in the profiler, t did nothing while a number field had focus."""
+    from textual.widgets import Input
+
+    svc = FakeService(TRACES / "mi250_minitoy_train_ROCm6_2_kineto.json.gz")
+    screen = ProfilerScreen(svc, "localhost", [4242])
+    app = Host(screen)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        screen.query_one("#pf-duration", Input).focus()
+        await pilot.pause()
+        await pilot.press("t")
+        table = screen.query_one("#pf-jobs", DataTable)
+        await _wait_for(pilot, lambda: table.row_count == 1)
+        assert screen.query_one("#pf-duration", Input).value == "500"  # nothing typed into it
+        box = screen.query_one("#pf-export", Input)
+        box.display = True
+        box.focus()
+        await pilot.pause()
+        await pilot.press("t", "x", "t")
+        await pilot.pause()
+        assert box.value == "txt" and table.row_count == 1  # letters in a path; no second trace

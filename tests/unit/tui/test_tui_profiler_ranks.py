@@ -152,7 +152,7 @@ async def test_view_analyze_export_act_on_the_selected_trace_default_newest(tmp_
         assert isinstance(app.screen, TimelineScreen) and app.screen.title_text == str(SMALL)
         await pilot.press("escape")
         await wait_for(pilot, lambda: app.screen is screen, "back again")
-        await pilot.press("e")
+        await pilot.press("x")
         await type_text(pilot, str(tmp_path / "old.json"))
         await pilot.press("enter")
         await wait_for(pilot, lambda: (tmp_path / "old.json").exists(), "export")
@@ -194,7 +194,7 @@ async def test_every_rank_has_a_row_and_is_reachable_and_exported(tmp_path: Path
         await pilot.press("escape")
         await wait_for(pilot, lambda: app.screen is screen, "back")
         for dest in ("ranks", "ranks.tar.gz", "one.json"):
-            await pilot.press("e")
+            await pilot.press("x")
             await type_text(pilot, str(tmp_path / dest))
             await pilot.press("enter")
             await wait_for(pilot, lambda d=dest: (tmp_path / d).exists(), f"export {dest}")  # type: ignore[misc]
@@ -217,7 +217,7 @@ async def test_export_to_a_missing_directory_is_refused_and_creates_nothing(tmp_
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         for dest in (tmp_path / "no" / "x.json", tmp_path / "no" / "dir", tmp_path / "no" / "r.tar.gz"):
-            await pilot.press("e")
+            await pilot.press("x")
             await type_text(pilot, str(dest))
             await pilot.press("enter")
             await wait_for(pilot, lambda d=dest: any(n.startswith("cannot export to") and str(d) in n
@@ -372,7 +372,7 @@ async def test_analyze_charts_are_drawn_once_per_analysis_and_size() -> None:
                 v.refresh()
             await pilot.pause()
         assert [v.draws for v in views] == drawn  # refreshes redraw nothing
-        await pilot.press("p")  # the other rank: the ops and kernel charts change, the per-rank one stays
+        await pilot.press("n")  # the other rank: the ops and kernel charts change, the per-rank one stays
         await pilot.pause()
         assert views[0].draws == 1 and views[1].draws == 2 and views[2].draws == 2
         await pilot.resize_terminal(180, 50)

@@ -148,9 +148,9 @@ async def test_heatmap_legend_and_sparkline_header_fit() -> None:
         await settle(app, pilot)
         heat = app.screen.query_one(GpuHeatmap)
         legend = str(heat.header_line(0, heat.size.width).text)
-        assert legend.rstrip().endswith("keys u a g w t")  # was cut at 't:te'
+        assert legend.rstrip().endswith("keys u a m w t")  # was cut at 't:te'
         wide = str(heat.header_line(0, 200).text)
-        assert wide.rstrip().endswith("keys u a g w t")  # one wording at every width (issue 31 item 20)
+        assert wide.rstrip().endswith("keys u a m w t")  # one wording at every width (issue 31 item 20)
         spark = app.screen.query_one(HostSparklines)
         head = str(spark.header_line(0, spark.size.width).text)
         assert head.count("now") == 2  # the figure is the latest value, not the window mean
