@@ -132,6 +132,8 @@ class Sampler:
         self._nv_static: dict[str, str] = {}
         self._amd_static: dict[str, str] = {}
         self._gpus = _open_gpus(nvml, self._nv_static)
+        self._mig_parents: Mapping[str, str] = {}
+        """MIG device UUID -> its GPU's UUID, from the last NVML read (for the kubelet's MIG device ids)."""
         self._amd = _open_amd(amd, self._amd_static)
         self._nv_count = 0
         """Most NVIDIA GPUs seen in one read: AMD indices start here and never move down."""
@@ -166,7 +168,7 @@ class Sampler:
         jobs = self._jobs.scan(gpu_memory_by_pid(gpus))
         unavailable.update(self._jobs.notes)  # a refused pattern, a user over the re-read budget
         if self._kubelet is not None:  # waits at most its deadline, once; then the last answer (at most 10 s old)
-            gpus, jobs, notes = attach(gpus, jobs, self._kubelet.reading(), self._pods.names())
+            gpus, jobs, notes = attach(gpus, jobs, self._kubelet.reading(), self._pods.names(), self._mig_parents)
             unavailable.update(notes)
         return check_sample(HostSample(
             host=self.host,
@@ -186,9 +188,11 @@ class Sampler:
         """NVIDIA GPUs, then AMD GPUs numbered after them; reasons into ``unavailable``."""
         nv: tuple[GpuSample, ...] = ()
         nv_notes, amd_notes = dict(self._nv_static), dict(self._amd_static)
+        self._mig_parents = {}
         if self._gpus is not None:
             try:
                 reading = self._gpus.read()
+                self._mig_parents = getattr(reading, "mig_parents", None) or {}
                 nv = tuple(reading.gpus)
                 nv_notes.update(_prefixed(reading.unavailable))
             except Exception as err:

@@ -121,6 +121,8 @@ if bad:
     sys.exit("GPU SMOKE FAILED: " + "; ".join(bad))
 print(f"NVML checks passed on {g['name']} (hopper={hopper})")
 EOF
+echo "== MIG mode and MIG device UUIDs per GPU, as gpulens reads them (compare: nvidia-smi -L)"
+"$VENV/bin/python" -c "from gpulens.collectors.nvml.collector import NvmlCollector; c = NvmlCollector(); r = c.read(); [print(f'  gpu{g.index} {g.uuid}: ' + g.unavailable.get('mig', 'MIG off or not supported')) for g in r.gpus]; print('  MIG device -> GPU:', dict(r.mig_parents)); c.close()" || fail "reading the MIG layout raised"
 
 # ---------------------------------------------------------------------------
 # PROFILER CHECKS (to be appended by the profiler issue): Kineto trace of the

@@ -9,6 +9,11 @@ a field one GPU cannot report is None with a reason in that GPU's
 ``unavailable``; a lost GPU is reported with the reason under
 ``unavailable["gpu"]`` while the others are still read.
 
+MIG: each GPU's MIG mode is read on every read and its MIG devices listed when
+it changes (``collectors.nvml.mig``); ``GpuReading.mig_parents`` maps each MIG
+device's UUID to its GPU's, for the kubelet's MIG device ids, and the layout is
+said under the GPU's ``unavailable["mig"]``.
+
 Rates (NVLink bytes/s, GPM percentages, per-process utilization, XID events)
 cover the time since the previous read; the collector takes its first
 counters when it opens, so the first read is already a real rate.
@@ -41,6 +46,8 @@ class GpuReading:
 
     gpus: tuple[GpuSample, ...]
     unavailable: Mapping[str, str] = field(default_factory=dict)
+    mig_parents: Mapping[str, str] = field(default_factory=dict)
+    """MIG device UUID -> the UUID of the GPU it is part of, for GPUs in MIG mode (``collectors.nvml.mig``)."""
 
 
 def _import_pynvml() -> ModuleType | str:
@@ -121,7 +128,8 @@ class NvmlCollector:
                 reason = f"internal error reading GPU: {type(err).__name__}: {err}"
                 samples.append(GpuSample(device.index, device.name, device.uuid,
                                          unavailable={"gpu": reason}))
-        return GpuReading(tuple(samples))
+        parents = {m.uuid: d.uuid for d in self._devices if d.uuid for m in d.mig_devices}
+        return GpuReading(tuple(samples), mig_parents=parents)
 
     def close(self) -> None:
         """Free event sets and GPM buffers and shut NVML down; safe to call twice."""

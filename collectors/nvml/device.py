@@ -15,6 +15,7 @@ from types import ModuleType
 from typing import Any
 
 from gpulens.collectors.nvml.gpm import GpmSampler
+from gpulens.collectors.nvml.mig import MigDevice, MigLayout
 from gpulens.collectors.nvml.nvlink import NvLinkCounter
 from gpulens.collectors.nvml.query import (
     GPU_IS_LOST,
@@ -59,6 +60,7 @@ class GpuDevice:
         self._util_since_us = 0
         self._gpm: GpmSampler | None = None
         self._nvlink: NvLinkCounter | None = None
+        self._mig: MigLayout | None = None
         self._identity_reasons: dict[str, str] = {}
         try:
             self.handle: Any = nvml.nvmlDeviceGetHandleByIndex(index)
@@ -80,6 +82,24 @@ class GpuDevice:
         self._open_events()
         self._nvlink = NvLinkCounter(q, h, clock)
         self._gpm = GpmSampler(q, h)
+        self._mig = MigLayout(self._nvml, h, clock)
+        self._read_mig()  # the MIG devices are listed now; later reads check the mode, and list on a change
+
+    def _read_mig(self) -> str | None:
+        """The MIG layout's note (None: nothing to say); raises only GpuLost."""
+        if self._mig is None:
+            return None
+        try:
+            return self._mig.read()
+        except GpuLost:
+            raise
+        except Exception as err:  # a bug in the MIG path must not take the GPU's other figures down
+            return f"MIG layout not read: internal error: {type(err).__name__}: {err}"
+
+    @property
+    def mig_devices(self) -> tuple[MigDevice, ...]:
+        """This GPU's MIG devices as last listed (empty: MIG mode off, no MIG, or not read)."""
+        return () if self._mig is None else self._mig.devices
 
     def _open_events(self) -> None:
         q = self._q
@@ -131,6 +151,9 @@ class GpuDevice:
         xids = self._drain_xids()
         processes = self._processes()
         gpm = self._gpm.read() if self._gpm else {}
+        mig = self._read_mig()
+        if mig is not None:
+            q.note("mig", mig)
         return GpuSample(
             index=self.index,
             name=self.name,

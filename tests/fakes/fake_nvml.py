@@ -14,6 +14,8 @@ Knobs (on the object :func:`make_fake_nvml` returns)::
     fake.inject_xid(0, 79)              # an XID event queued on GPU 0
     fake.add_process(0, 4242, 2 << 30, sm_util=55, mem_util=20)
     fake.remove("nvmlDeviceGetCurrentClocksEventReasons")  # an older pynvml
+    fake.set_mig(1, 3)                  # GPU 1 in MIG mode with 3 MIG devices (1g.10gb)
+    fake.gpus[2].mig_mode = (0, 1)      # MIG off, on after the next reset; None: no MIG (NotSupported)
     fake.advance(1.0)                   # time passes: counters grow
     NvmlCollector(fake, clock=fake.clock)
 
@@ -58,6 +60,21 @@ class FakeProcess:
 
 
 @dataclass
+class FakeMig:
+    """A MIG device of a fake GPU: what ``nvmlDeviceGetMigDeviceHandleByIndex`` returns.
+
+    ``error`` (a class or code): every call on this MIG device raises it."""
+
+    parent: FakeGpu
+    uuid: str
+    gpu_instance: int
+    compute_instance: int = 0
+    mem_total: int = 10 * GIB - 256 * (1 << 20)
+    mem_used: int = 0
+    error: Any = None
+
+
+@dataclass
 class FakeGpu:
     """One fake GPU; every attribute is what the matching NVML call returns."""
 
@@ -92,6 +109,11 @@ class FakeGpu:
     processes: list[FakeProcess] = field(default_factory=list)
     xids: list[int] = field(default_factory=list)
     lost: bool = False
+    mig_mode: tuple[int, int] | None = (0, 0)
+    """(current, pending) MIG mode, 1 on, 0 off (nvmlDeviceGetMigMode); None: no MIG (NotSupported)."""
+    mig_slots: list[FakeMig | None] = field(default_factory=list)
+    """MIG device slots (nvmlDeviceGetMigDeviceHandleByIndex); None: an empty slot (NotFound)."""
+    mig_max: int = 7
 
     def __post_init__(self) -> None:
         if not self.uuid:
@@ -154,6 +176,15 @@ class FakeNvml:
         self.gpus[gpu].processes.append(proc)
         return proc
 
+    def set_mig(self, gpu: int, devices: int, pending: int = 1) -> list[FakeMig]:
+        """Turn MIG mode on for ``gpu`` with ``devices`` MIG devices in the first slots."""
+        g = self.gpus[gpu]
+        g.mig_mode = (1, pending)
+        migs = [FakeMig(g, f"MIG-fa4e{gpu:04d}-0000-4000-8000-{slot:012d}", gpu_instance=slot + 7)
+                for slot in range(devices)]
+        g.mig_slots = list(migs)
+        return migs
+
     def remove(self, fn: str) -> None:
         """Make ``fn`` absent, as in an older pynvml."""
         setattr(self, fn, None)
@@ -189,6 +220,11 @@ class FakeNvml:
             if err is not None:
                 self._raise(err)
 
+    def _check_mig(self, fn: str, m: FakeMig) -> None:
+        self._check(fn, m.parent)
+        if m.error is not None:
+            self._raise(m.error)
+
     # library -----------------------------------------------------------
     def nvmlInit(self) -> None:
         if self.init_error is not None:
@@ -220,8 +256,11 @@ class FakeNvml:
         self._check("nvmlDeviceGetName", h)
         return h.name
 
-    def nvmlDeviceGetUUID(self, h: FakeGpu) -> str:
-        self._check("nvmlDeviceGetUUID", h)
+    def nvmlDeviceGetUUID(self, h: FakeGpu | FakeMig) -> str:
+        if isinstance(h, FakeMig):
+            self._check_mig("nvmlDeviceGetUUID", h)
+        else:
+            self._check("nvmlDeviceGetUUID", h)
         return h.uuid
 
     def nvmlDeviceGetIndex(self, h: FakeGpu) -> int:
@@ -232,8 +271,11 @@ class FakeNvml:
         self._check("nvmlDeviceGetUtilizationRates", h)
         return Utilization(h.util_gpu, h.util_mem)
 
-    def nvmlDeviceGetMemoryInfo(self, h: FakeGpu, version: Any = None) -> Memory:
-        self._check("nvmlDeviceGetMemoryInfo", h)
+    def nvmlDeviceGetMemoryInfo(self, h: FakeGpu | FakeMig, version: Any = None) -> Memory:
+        if isinstance(h, FakeMig):
+            self._check_mig("nvmlDeviceGetMemoryInfo", h)
+        else:
+            self._check("nvmlDeviceGetMemoryInfo", h)
         return Memory(h.mem_total, h.mem_total - h.mem_used, h.mem_used)
 
     def nvmlDeviceGetPowerUsage(self, h: FakeGpu) -> int:
@@ -279,6 +321,42 @@ class FakeNvml:
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, h: FakeGpu) -> int:
         self._check("nvmlDeviceGetCurrentClocksThrottleReasons", h)
         return h.clock_reasons
+
+    # MIG ----------------------------------------------------------------
+    def nvmlDeviceGetMigMode(self, h: FakeGpu) -> list[int]:
+        self._check("nvmlDeviceGetMigMode", h)
+        if h.mig_mode is None:
+            raise self.NVMLError_NotSupported()
+        return list(h.mig_mode)
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h: FakeGpu) -> int:
+        self._check("nvmlDeviceGetMaxMigDeviceCount", h)
+        if h.mig_mode is None:
+            raise self.NVMLError_NotSupported()
+        return h.mig_max
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: FakeGpu, index: int) -> FakeMig:
+        self._check("nvmlDeviceGetMigDeviceHandleByIndex", h)
+        if h.mig_mode is None or h.mig_mode[0] != 1:
+            raise self.NVMLError_NotSupported()
+        if not 0 <= index < h.mig_max:
+            raise self.NVMLError_InvalidArgument()
+        mig = h.mig_slots[index] if index < len(h.mig_slots) else None
+        if mig is None:
+            raise self.NVMLError_NotFound()
+        return mig
+
+    def nvmlDeviceGetGpuInstanceId(self, h: FakeGpu | FakeMig) -> int:
+        if not isinstance(h, FakeMig):
+            raise self.NVMLError_InvalidArgument()
+        self._check_mig("nvmlDeviceGetGpuInstanceId", h)
+        return h.gpu_instance
+
+    def nvmlDeviceGetComputeInstanceId(self, h: FakeGpu | FakeMig) -> int:
+        if not isinstance(h, FakeMig):
+            raise self.NVMLError_InvalidArgument()
+        self._check_mig("nvmlDeviceGetComputeInstanceId", h)
+        return h.compute_instance
 
     # fields, processes, events, GPM -----------------------------------
     def nvmlDeviceGetFieldValues(self, h: FakeGpu, field_ids: list[Any]) -> list[FieldValue]:
@@ -394,4 +472,4 @@ def make_fake_nvml(gpus: int = 8, gpm: bool = True, init_error: Any = None,
     return FakeNvml([FakeGpu(i, name=name, gpm_supported=gpm) for i in range(gpus)], init_error)
 
 
-__all__ = ["ERROR_CODES", "FakeGpu", "FakeNvml", "FakeProcess", "make_fake_nvml"]
+__all__ = ["ERROR_CODES", "FakeGpu", "FakeMig", "FakeNvml", "FakeProcess", "make_fake_nvml"]
