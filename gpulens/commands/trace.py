@@ -25,9 +25,13 @@ from typing import TYPE_CHECKING
 
 from gpulens.commands._args import add_pid_argument, add_remote_arguments, pids_of, remote_target
 from gpulens.commands.trace_common import (
+    CHILDREN_WAIT_S,
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
+    JOB_WAIT_S,
+    MAX_WAIT_S,
+    Progress,
     hand_back,
     say,
 )
@@ -43,20 +47,34 @@ EPILOG = """\
 The target must run with KINETO_USE_DAEMON=1. It polls every
 ON_DEMAND_CONFIG_UPDATE_INTERVAL_SECS (5 s by default; put
 ON_DEMAND_CONFIG_UPDATE_INTERVAL_SECS=1 in a file named by KINETO_CONFIG for
-snappy traces), so a trace starts up to one poll interval after the request.
+snappy traces). The config goes at its next poll (up to one poll interval);
+the window opens about a second later (Kineto's profiler loop ticks once a
+second; for a process traced before, just after its next tick). At the 1 s
+poll the window opens about 1.3 s after the request (median) and a 500 ms
+trace's file lands about 1.6 s after that (docs/tracing.md). --job and
+several pids start together, a poll interval + 1.35 s ahead.
+
 One trace runs per process at a time: a second one waits ("queued") until
-the first file has landed. --iterations counts optimizer.step() calls; a
-program that has not stepped yet gets Kineto's 500 ms duration trace
-instead, and gpulens says so. Prints 'PID PATH' per traced process (the
-local copy's path for a trace taken through an agent). When another gpulens
-on this host (an agent, a TUI) holds the Kineto name, the trace goes through
-it automatically; while this command holds it, it serves the others.
+the first file has landed; a --job rank still busy at the common start is
+not traced (and named), the others are. --wait bounds the wait for
+processes that have not polled yet: --job's ranks (default 8 s),
+--children's (default 30 s). A program must not return while its trace
+runs: torch 2.13 then crashes (SIGSEGV); gpulens says how a process ended
+during its trace where it can see it. --iterations counts optimizer.step()
+calls; a program that has not stepped yet gets Kineto's 500 ms duration
+trace instead, and gpulens says so.
+
+Prints 'PID PATH' per traced process (the local copy's path for a trace
+taken through an agent). When another gpulens on this host (an agent, a
+TUI) holds the Kineto name, the trace goes through it automatically; while
+this command holds it, it serves the others.
 
 exit status:
   0  every process asked for was traced
   1  a process (or host) could not be traced: not polling, not yours,
-     exited during the trace, timed out, refused by the agent, or the
-     Kineto name is held by something gpulens will not use
+     busy at a --job's common start, exited or crashed during the trace,
+     timed out, refused by the agent, or the Kineto name is held by
+     something gpulens will not use
   2  bad arguments or configuration (one line on stderr)
   130 interrupted (Ctrl-C), 143 terminated
 """
@@ -88,7 +106,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=60.0, metavar="S",
                         help="give up S seconds after the config is handed over (default 60)")
     parser.add_argument("--start-in", type=float, metavar="S",
-                        help="--job: start every rank S seconds from now (default: the longest poll interval + 1.5)")
+                        help="--job: start every rank S seconds from now (default: the longest poll interval + 1.35)")
+    parser.add_argument("--wait", type=_wait_s, metavar="S",
+                        help=f"wait up to S seconds for the processes to start polling: a late-starting job's ranks "
+                             f"(--job, default {JOB_WAIT_S:g}) or a launcher's (--children, default "
+                             f"{CHILDREN_WAIT_S:g})")
     parser.add_argument("-o", "--output", metavar="FILE|DIR",
                         help="copy the trace to FILE (gzip if it ends in .gz; _PID inserted for several); "
                              "--job: into DIR, one file per rank")
@@ -96,6 +118,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_remote_arguments(remote, what="trace")
     remote.add_argument("--hosts", metavar="A,B", type=_host_list, action="extend",
                         help="--job: the hosts of the job (HOST:PORT or ssh:NODE each; default: this host)")
+
+
+def _wait_s(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= MAX_WAIT_S:
+        raise argparse.ArgumentTypeError(f"expected seconds in 0..{MAX_WAIT_S:g}, got {text!r}")
+    return value
 
 
 def _host_list(text: str) -> list[str]:
@@ -151,6 +183,9 @@ def _run(args: argparse.Namespace) -> int:
         return run_job(args, req, hosts)
     if args.hosts:
         raise ConfigError("--hosts goes with --job; for --pid give one host with --connect or --ssh")
+    if args.wait is not None and not args.children:
+        raise ConfigError("--wait goes with --job or --children (a --pid that has not polled is waited for by "
+                          "the trace itself, up to 3 poll intervals)")
     if args.output:
         parent = os.path.dirname(os.path.abspath(os.path.expanduser(args.output)))
         if not os.path.isdir(parent):
@@ -193,19 +228,22 @@ def _trace_with(svc: LocalTraceService, args: argparse.Namespace, req: TraceRequ
     from gpulens.sources.tracing import copy_trace
 
     if args.children:
-        pids = _children_here(svc, req.pids)
+        pids = _children_here(svc, req.pids, args.wait)
         if not pids:
             return EXIT_FAILED
         req = replace(req, pids=pids)
     if req.iterations is not None:
         for pid in req.pids:
-            if svc.has_stepped(pid) is not True:
+            if svc.has_stepped(pid) is False:  # unknown (never traced here) is not said: it may well step
                 say(_unstepped(pid, req))
     if len(req.pids) > 1 and req.duration_ms is not None and req.start_time_ms is None:
         req = _common_start(svc, req)
+    progress = Progress()
+    asked = req
 
     def show(job: TraceJob) -> None:
-        say(f"{job.state.value}: {job.detail}")
+        if job.request is asked:  # not the traces others request through this endpoint meanwhile
+            progress(job.state.value, job.detail)
 
     svc.add_listener(show)
     fut = svc.request_trace(req)
@@ -235,7 +273,7 @@ def _unstepped(pid: int, req: TraceRequest) -> str:
     from gpulens.ipc.kineto.requests import ITERATION_FALLBACK_MS
 
     return (
-        f"process {pid}: gpulens has not seen it step an optimizer; Kineto counts {req.describe()} by "
+        f"process {pid}: its last trace showed no optimizer.step(); Kineto counts {req.describe()} by "
         f"optimizer.step() and traces {ITERATION_FALLBACK_MS} ms instead if it has not stepped yet"
     )
 
@@ -255,12 +293,13 @@ def _common_start(svc: LocalTraceService, req: TraceRequest) -> TraceRequest:
     return replace(req, start_time_ms=int(start * 1000), timeout_s=req.timeout_s + lead)
 
 
-def _children_here(svc: LocalTraceService, parents: tuple[int, ...]) -> tuple[int, ...]:
+def _children_here(svc: LocalTraceService, parents: tuple[int, ...], wait_s: float | None) -> tuple[int, ...]:
     """The ranks among the polling descendants of ``parents`` (:mod:`.trace_children`)."""
     from gpulens.commands.trace_children import wait_for_ranks
 
-    say(f"waiting up to {CHILDREN_DEADLINE_S:.0f} s for the ranks under {','.join(map(str, parents))} to poll")
-    ranks = wait_for_ranks(parents, lambda: {p.pid: p.ancestors for p in svc.processes()}, CHILDREN_DEADLINE_S)
+    wait = CHILDREN_WAIT_S if wait_s is None else wait_s
+    say(f"waiting up to {wait:.0f} s for the ranks under {','.join(map(str, parents))} to poll (--wait)")
+    ranks = wait_for_ranks(parents, lambda: {p.pid: p.ancestors for p in svc.processes()}, wait)
     found = {}
     for r in ranks:
         if not r.pids:
@@ -269,10 +308,6 @@ def _children_here(svc: LocalTraceService, parents: tuple[int, ...]) -> tuple[in
             say(warning)
         found[r.parent] = r.pids
     return _report_children(found)
-
-
-CHILDREN_DEADLINE_S = 30.0
-"""How long --children waits for a launcher's ranks (they import torch and start polling seconds apart)."""
 
 
 def _report_children(found: dict[int, tuple[int, ...]]) -> tuple[int, ...]:
@@ -308,7 +343,7 @@ def _trace_through_owner(args: argparse.Namespace, req: TraceRequest, busy: Exce
         if args.children:
             from dataclasses import replace
 
-            pids = _children_via(link, link.address, req.pids)
+            pids = _children_via(link, link.address, req.pids, args.wait)
             if not pids:
                 return EXIT_FAILED
             req = replace(req, pids=pids)
@@ -317,7 +352,7 @@ def _trace_through_owner(args: argparse.Namespace, req: TraceRequest, busy: Exce
         link.close()
 
 
-def _children_via(agent: Requester, host: str, parents: tuple[int, ...]) -> tuple[int, ...]:
+def _children_via(agent: Requester, host: str, parents: tuple[int, ...], wait_s: float | None) -> tuple[int, ...]:
     """The ranks among the polling descendants of ``parents`` as the agent's ``trace_processes`` lists them."""
     from gpulens.commands.trace_children import wait_for_ranks
 
@@ -334,7 +369,8 @@ def _children_via(agent: Requester, host: str, parents: tuple[int, ...]) -> tupl
                 for e in body.get("processes") or [] if isinstance(e, dict) and isinstance(e.get("pid"), int)}
 
     # A request to the agent each time: once a second (Kineto's on-demand poll), not at the local 0.2 s.
-    ranks = wait_for_ranks(parents, polling, CHILDREN_DEADLINE_S, cmdline=lambda pid: b"", every_s=1.0)
+    wait = CHILDREN_WAIT_S if wait_s is None else wait_s
+    ranks = wait_for_ranks(parents, polling, wait, cmdline=lambda pid: b"", every_s=1.0)
     if failed and not any(r.pids for r in ranks):
         say(f"the agent cannot list its polling processes: {failed[-1]}")
         return ()
@@ -358,7 +394,7 @@ def _trace_remote(args: argparse.Namespace, req: TraceRequest, target: str) -> i
     )
     try:
         if args.children:
-            pids = _children_via(src, address, req.pids)
+            pids = _children_via(src, address, req.pids, args.wait)
             if not pids:
                 return EXIT_FAILED
             req = replace(req, pids=pids)
@@ -372,8 +408,7 @@ def _trace_via(agent: Requester, host: str, req: TraceRequest, output: str | Non
     from gpulens.ipc.errors import RequestFailed
     from gpulens.sources.tracing import copy_trace, fetch_trace, new_tag, trace_wait_s
 
-    def on_state(state: str, detail: str) -> None:
-        say(f"{state}: {detail}")
+    on_state = Progress()
 
     def on_silent(why: str) -> None:
         say(f"no progress reports from this agent ({why}); waiting for the trace")

@@ -12,8 +12,13 @@ if TYPE_CHECKING:
     from gpulens.agent.agent import Agent
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-CHILDREN_WAIT_S = 8.0
-"""How long a fresh endpoint waits for the processes asked about to poll (descendants, a job's ranks)."""
+JOB_WAIT_S = 8.0
+"""``--job`` without ``--wait``: how long to wait for the job's processes to poll (each twice, so that its poll
+interval, hence the common start, is known)."""
+CHILDREN_WAIT_S = 30.0
+"""``--children`` without ``--wait``: how long to wait for a launcher's ranks (they import torch and start
+polling seconds apart)."""
+MAX_WAIT_S = 3600.0
 HAND_BACK_WAIT_S = 600.0
 
 
@@ -30,3 +35,18 @@ def hand_back(owner: Agent) -> None:
     while owner.requests.running() and time.monotonic() < deadline:
         time.sleep(0.1)
     owner.stop()
+
+
+class Progress:
+    """Prints a trace's progress lines, each once: a repeat is dropped, and a failure is left to the
+    final report (it used to be printed twice: once as progress, once as the result)."""
+
+    def __init__(self, prefix: str = "") -> None:
+        self._prefix = prefix
+        self._last: tuple[str, str] | None = None
+
+    def __call__(self, state: str, detail: str) -> None:
+        if state == "failed" or (state, detail) == self._last:
+            return
+        self._last = (state, detail)
+        say(f"{self._prefix}{state}: {detail}")

@@ -11,6 +11,12 @@ host gets one ``trace`` request with the same ``job_key`` and the same
 longest poll interval seen in the future, so every rank has its config
 before the window opens and the ranks' windows line up. One file per rank
 lands in ``-o DIR`` as ``rank<R>-<host>-<pid>.json``.
+
+A job that has not started polling yet is waited for up to ``--wait`` seconds
+(:data:`~gpulens.commands.trace_common.JOB_WAIT_S` by default). A rank whose
+profiler is busy with another trace is named before the start; if it is still
+busy when the start comes it is not traced (a start the ranks share cannot
+wait for it) and is reported, while the free ranks are traced and written.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gpulens.commands.trace_common import CHILDREN_WAIT_S, EXIT_FAILED, EXIT_OK, hand_back, say
+from gpulens.commands.trace_common import EXIT_FAILED, EXIT_OK, JOB_WAIT_S, Progress, hand_back, say
 from gpulens.core.errors import ConfigError, GpulensError
 from gpulens.ipc.kineto.kconfig import MIN_LEAD_S
 from gpulens.ipc.kineto.requests import TraceRequest
@@ -55,6 +61,7 @@ class _Host:
     close: Callable[[], None]
     ranks: dict[int, int | None] = field(default_factory=dict)
     intervals: list[float] = field(default_factory=list)
+    busy: list[int] = field(default_factory=list)
     got: Received | None = None
     error: str = ""
 
@@ -76,10 +83,12 @@ def run_job(args: argparse.Namespace, req: TraceRequest, hosts: list[str]) -> in
                 unreached.append(target)
         if not opened:
             return EXIT_FAILED
-        _discover(opened, key)
+        wait = JOB_WAIT_S if args.wait is None else args.wait
+        _discover(opened, key, wait)
         found = sum(len(h.ranks) for h in opened)
         if not found:
-            say(f"job {key}: no polling process of this job on {', '.join(h.label for h in opened)}")
+            say(f"job {key}: no polling process of this job on {', '.join(h.label for h in opened)} within "
+                f"{wait:g} s (a job still starting: give it longer with --wait S)")
             return EXIT_FAILED
         longest = max((iv for h in opened for iv in h.intervals), default=DEFAULT_POLL_S)
         lead = args.start_in if args.start_in is not None else longest + START_MARGIN_S + req.warmup_s
@@ -87,6 +96,10 @@ def run_job(args: argparse.Namespace, req: TraceRequest, hosts: list[str]) -> in
         jreq = replace(req, pids=(), job_id=0, start_time_ms=int(start * 1000), timeout_s=req.timeout_s + lead)
         stamp = time.strftime("%H:%M:%S", time.localtime(start)) + f".{int(start * 1000) % 1000:03d}"
         say(f"job {key}: {found} processes on {len(opened)} host(s); every rank starts at {stamp} (in {lead:.1f} s)")
+        for h in opened:
+            for pid in h.busy:
+                say(f"[{h.label}] process {pid} (rank {_rank(h, pid)}) is busy with another trace: it is traced only "
+                    "if that trace is written before the start; the other ranks are traced either way")
         workers = [threading.Thread(target=_trace_host, args=(h, jreq, key), daemon=True) for h in opened]
         for w in workers:
             w.start()
@@ -168,21 +181,36 @@ def _label(target: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", text)[:64] or "host"
 
 
-def _discover(hosts: list[_Host], key: str) -> None:
-    """Each host's processes of the job (pid -> rank) and poll intervals; waits a little for first polls."""
-    deadline = time.monotonic() + CHILDREN_WAIT_S
+def _discover(hosts: list[_Host], key: str, wait_s: float) -> None:
+    """Each host's processes of the job (pid -> rank), poll intervals and busy ranks; waits up to ``wait_s``
+    for them to poll (twice: the interval is known then). A job not polling at the first look is starting:
+    its ranks begin polling seconds apart, so its set must also stay the same for ``SETTLE_S``."""
+    from gpulens.commands.trace_children import SETTLE_S
+
+    deadline = time.monotonic() + wait_s
     settled: set[int] = set()
+    starting = False
+    seen: tuple[int, ...] = ()
+    since = time.monotonic()
     while True:
         for i, h in enumerate(hosts):
-            if i in settled:
+            if i in settled and not starting:
                 continue
             procs = _processes(h)
             mine = [p for p in procs if key in p.get("job_keys", []) or str(p.get("job_id")) == key]
             h.ranks = {int(p["pid"]): p.get("rank") if isinstance(p.get("rank"), int) else None for p in mine}
             h.intervals = [float(p["interval_s"]) for p in mine if isinstance(p.get("interval_s"), (int, float))]
+            h.busy = [int(p["pid"]) for p in mine if p.get("busy") is True]
             if mine and len(h.intervals) == len(mine):  # each polled twice: its interval is known
                 settled.add(i)
-        if len(settled) == len(hosts) or time.monotonic() > deadline:
+            else:
+                settled.discard(i)
+        now_seen = tuple(sorted(pid for h in hosts for pid in h.ranks))
+        starting = starting or not now_seen
+        if now_seen != seen:
+            seen, since = now_seen, time.monotonic()
+        steady = not starting or time.monotonic() - since >= SETTLE_S
+        if (len(settled) == len(hosts) and steady) or time.monotonic() > deadline:
             return
         time.sleep(0.3)
 
@@ -203,17 +231,20 @@ def _trace_host(h: _Host, req: TraceRequest, key: str) -> None:
         h.error = h.error or f"no polling process of job {key} there"
         return
 
-    def on_state(state: str, detail: str) -> None:
-        say(f"[{h.label}] {state}: {detail}")
-
     try:
-        h.got = fetch_trace(h.agent, h.address, req, new_tag(), on_state, job_key=key)
+        h.got = fetch_trace(h.agent, h.address, req, new_tag(), Progress(f"[{h.label}] "), job_key=key)
     except Exception as err:  # RequestFailed, TimeoutError: that host's reason
         h.error = str(err) or type(err).__name__
 
 
+def _rank(h: _Host, pid: int) -> str:
+    rank = h.ranks.get(pid)
+    return "?" if rank is None else str(rank)
+
+
 def _write(hosts: list[_Host], out_dir: Path) -> int:
     ok = True
+    wrote = 0
     for h in hosts:
         if h.got is None:
             say(f"[{h.label}] failed: {h.error}")
@@ -225,10 +256,15 @@ def _write(hosts: list[_Host], out_dir: Path) -> int:
             final = copy_trace(path, str(dest), pid_s, 1, owner_uid=os.geteuid())
             path.unlink(missing_ok=True)
             print(f"{h.label} {pid_s} {final}", flush=True)
+            wrote += 1
         for pid_s, note in sorted(h.got.notes.items()):
             say(f"[{h.label}] process {pid_s}: {note}")
         for pid_s, why in sorted(h.got.missing.items()):
-            say(f"[{h.label}] process {pid_s}: {why}")
+            which = f" (rank {_rank(h, int(pid_s))})" if pid_s.isdigit() else ""
+            say(f"[{h.label}] process {pid_s}{which}: {why}")
             ok = False
         ok = ok and bool(h.got.files)
+    asked = sum(len(h.ranks) for h in hosts)
+    if not ok and wrote:
+        say(f"{wrote} of {asked} processes traced (their files are written); the others are named above")
     return EXIT_OK if ok else EXIT_FAILED

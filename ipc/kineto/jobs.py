@@ -12,8 +12,11 @@ or *running* (handed, file not yet landed); later ones are *queued* behind
 it (``TraceState.QUEUED``, at most ``MAX_QUEUED_PER_PID``, more are refused
 at once) and become pending when the one before finishes. A poll that says
 the profiler is busy (someone else's trace) keeps the task pending.
-A target that exits fails its task within one watch tick ("process N exited
-during the trace").
+A target that exits fails its task within one watch tick, saying how it ended
+where that could be seen ("process N crashed (SIGSEGV) during the trace",
+:mod:`gpulens.ipc.kineto.jobtext`). A pid of a common-start request (a job's
+rank) still busy with another trace when that start comes is not traced and
+says so; the request's other pids are traced and returned.
 
 A duration trace without a common start gets its ``PROFILE_START_TIME``
 at hand-over (:func:`~gpulens.ipc.kineto.kconfig.stamp_start`: one profiler
@@ -24,6 +27,13 @@ and :data:`REHAND_LEAD_S` more lead each time (a loaded machine's loop runs
 late), at most :data:`MAX_REHANDS` times, or, for a common start that cannot
 move, fails at once with the reason.
 While a file is due, :meth:`JobTable.watch_interval` asks for quicker looks.
+
+Each landed duration trace tells where the target's profiler loop ticks
+(at the window's end, then every second: :func:`~gpulens.ipc.kineto.kconfig.loop_tick_after`);
+the next start stamped for that process goes just after its next tick rather
+than a whole tick after the hand-over (issue 32 item 8). A start so placed that
+Kineto drops all the same (the loop was moved by someone else's trace) is
+handed again with the full pickup, and the tick forgotten.
 """
 
 from __future__ import annotations
@@ -37,6 +47,13 @@ from concurrent.futures import Future
 
 from gpulens.ipc.kineto.jobstate import Job, finish, refresh, start_missed
 from gpulens.ipc.kineto.jobstate import PidTask as PidTask  # re-exported for the service and tests
+from gpulens.ipc.kineto.jobtext import NO_MEMORY_NOTE as NO_MEMORY_NOTE
+from gpulens.ipc.kineto.jobtext import (
+    ended_before_pickup,
+    ended_during_trace,
+    missed_common_start,
+    never_traced,
+)
 from gpulens.ipc.kineto.kconfig import (
     ITERATION_FALLBACK_MS,
     KINETO_DEFAULT_LEAD_S,
@@ -44,15 +61,15 @@ from gpulens.ipc.kineto.kconfig import (
     file_due_wall,
     stamp_start,
     warmup_secs,
+    window_end_wall,
 )
-from gpulens.ipc.kineto.liveness import exited
+from gpulens.ipc.kineto.liveness import ProcIdentity, exited, zombie_status
 from gpulens.ipc.kineto.requests import (
     FileProbe,
     TraceJob,
     TraceOutput,
     TraceRequest,
     TraceResult,
-    final_paths,
     probe_trace_file,
 )
 from gpulens.ipc.kineto.steps import shows_memory_events
@@ -73,12 +90,11 @@ DUE_WINDOW_S = 5.0
 
 Inspect = Callable[[str, int], "bool | None"]
 """``inspect(path, owner_uid)``: does the finished trace show optimizer steps (None: cannot tell)."""
-NO_MEMORY_NOTE = (
-    "no [memory] events: the program's PyTorch recorded no allocations in an on-demand trace "
-    "(torch 2.13 does not); a memory flame graph needs torch.profiler.profile(profile_memory=True) "
-    "run in the program"
-)
-"""The result's note for a ``profile_memory`` trace without ``[memory]`` events (no memory flame graph)."""
+Ended = Callable[[int, "ProcIdentity | None"], "int | None"]
+"""``ended(pid, ident)`` of a process found gone: its ``waitpid`` status if it was seen, else None."""
+PREDICT_TICKS = True
+"""Stamp a start just after the profiler loop's tick learned from the last trace (False: a whole
+pickup after every hand-over, as before issue 32 item 8; benchmarks/trace_latency.py compares both)."""
 
 
 class JobTable:
@@ -95,6 +111,8 @@ class JobTable:
         self._memory = memory
         self.stepped: dict[int, bool] = {}
         """Per pid: did its last inspected trace show optimizer steps (learned from files)."""
+        self.ticks: dict[tuple[int, int], float] = {}
+        """Per process (pid, start ticks): a wall time its Kineto profiler loop ticked (a trace's end)."""
         self.listeners: list[Callable[[TraceJob], None]] = []
 
     def add(
@@ -180,13 +198,15 @@ class JobTable:
             refresh(job, self.stepped)
             return text, job.snapshot()
 
-    def _hand(self, job: Job, task: PidTask) -> str:
+    def _hand(self, job: Job, task: PidTask, on_tick: bool = True) -> str:
         """The text to hand over now: an explicit start for a duration trace starting at once."""
         task.handed_s = time.monotonic()
         task.handed_wall = time.time()
         # A loop late once (a loaded machine) gets REHAND_LEAD_S more each time it is handed again.
         pickup = PICKUP_S + REHAND_LEAD_S * task.rehanded
-        text, task.start_wall = stamp_start(task.config, task.handed_wall, warmup_secs(job.request), pickup)
+        tick = self.ticks.get(_key(task)) if on_tick and PREDICT_TICKS and not task.rehanded else None
+        text, task.start_wall = stamp_start(task.config, task.handed_wall, warmup_secs(job.request), pickup, tick)
+        task.on_tick = tick is not None and task.start_wall is not None and job.request.start_time_ms is None
         return text
 
     def _dropped(self, pid: int, accepts: bool) -> tuple[str, TraceJob] | None:
@@ -204,13 +224,19 @@ class JobTable:
         if not task.start_wall + DROP_GRACE_S < now < file_due_wall(task.start_wall, req.duration_ms):
             return None
         why = f"process {pid}'s Kineto did not start the trace: its profiler was idle after the start time"
+        if task.on_tick:  # the loop did not tick where its last trace said: hand it with the full pickup
+            log.info("%s (placed after a predicted profiler tick); handing it again", why)
+            self.ticks.pop(_key(task), None)
+            text = self._hand(job, task, on_tick=False)
+            refresh(job, self.stepped)
+            return text, job.snapshot()
         if req.start_time_ms is None and task.rehanded < MAX_REHANDS:
             task.rehanded += 1
             log.info("%s (its loop may have picked the config up too late); handing it again", why)
             text = self._hand(job, task)
             refresh(job, self.stepped)
             return text, job.snapshot()
-        task.error = _never_traced(task, why, req.start_time_ms is not None)
+        task.error = never_traced(task, why, req.start_time_ms is not None)
         self._release(pid, task, time.monotonic())
         refresh(job, self.stepped)
         if all(t.finished for t in job.tasks.values()):
@@ -257,6 +283,12 @@ class JobTable:
                     return min(default_s, DUE_TICK_S)
         return default_s
 
+    def open_pids(self) -> set[int]:
+        """Pids of open tasks (queued ones too): the processes whose end the service listens for."""
+        with self._lock:
+            return {t.pid for j in self._jobs.values() if not j.future.done() for t in j.tasks.values()
+                    if not t.finished}
+
     def fail_task(self, request_id: str, pid: int, reason: str) -> None:
         with self._lock:
             task = self._jobs[request_id].tasks[pid]
@@ -267,8 +299,9 @@ class JobTable:
         self,
         diagnose: Callable[[int], str],
         probe: Callable[[TraceOutput, int, float], FileProbe] = probe_trace_file,
+        ended: Ended = zombie_status,
     ) -> list[TraceJob]:
-        """Advance every open job: exits, poll deadlines, files on disk, timeouts."""
+        """Advance every open job: exits (``ended`` says how), poll deadlines, files on disk, timeouts."""
         now = time.monotonic()
         changed: list[TraceJob] = []
         with self._lock:
@@ -284,7 +317,7 @@ class JobTable:
         for job in open_jobs:
             # /proc and the target's files: read outside the lock (the endpoint thread's
             # hand_over must never wait behind a slow filesystem).
-            gone = {t.pid for t in live[id(job)] if exited(t.pid, t.ident)}
+            gone = {t.pid: ended(t.pid, t.ident) for t in live[id(job)] if exited(t.pid, t.ident)}
             late = [
                 t.pid for t in live[id(job)]
                 if t.handed_s is None and t.pid not in gone and now > t.poll_deadline_s and t.busy_since_s is None
@@ -310,7 +343,7 @@ class JobTable:
         self,
         job: Job,
         now: float,
-        gone: set[int],
+        gone: dict[int, int | None],
         reasons: dict[int, str],
         probes: dict[int, FileProbe],
         steps: dict[int, bool | None],
@@ -318,19 +351,21 @@ class JobTable:
     ) -> None:
         req = job.request
         for task in job.tasks.values():
-            if task.finished or task.queued_behind is not None:
+            if task.finished:
+                continue
+            if task.queued_behind is not None:
+                if start_missed(req):  # a job's rank still busy with another request's trace: not traced
+                    task.error = missed_common_start(task, task.queued_behind)
+                    self._release(task.pid, task, now)
                 continue
             found = probes.get(task.pid, FileProbe())
             if task.handed_s is None:
                 if task.pid in gone:
-                    task.error = f"process {task.pid} exited before it picked up the trace request"
+                    task.error = ended_before_pickup(task.pid, gone[task.pid])
                 elif task.pid in reasons:
                     task.error = reasons[task.pid]
                 elif start_missed(req):
-                    task.error = (
-                        f"the common start time passed before process {task.pid} picked up its config "
-                        "(Kineto refuses a start in the past): ask again with a later start"
-                    )
+                    task.error = missed_common_start(task, None)
                 elif task.busy_since_s is not None and now - task.busy_since_s > req.timeout_s:
                     task.error = (
                         f"process {task.pid}'s profiler stayed busy with another trace for "
@@ -346,7 +381,8 @@ class JobTable:
                 if memory.get(task.pid) is False:
                     task.result_note = "; ".join(n for n in (task.result_note, NO_MEMORY_NOTE) if n)
             elif task.pid in gone:
-                task.error = f"process {task.pid} exited during the trace"
+                task.ended = True
+                task.error = ended_during_trace(task.pid, gone[task.pid])
             elif now - task.handed_s > req.timeout_s:
                 task.note = found.note or task.note
                 placed = task.output.note if task.output is not None else None
@@ -363,6 +399,11 @@ class JobTable:
             finish(job, now)
 
     def _learn(self, task: PidTask, req: TraceRequest, stepped: bool | None) -> None:
+        if task.start_wall is not None and req.duration_ms is not None and task.ident is not None:
+            # Kineto's loop woke at the window's end and ticks every second from there.
+            self.ticks[_key(task)] = window_end_wall(task.start_wall, req.duration_ms)
+            while len(self.ticks) > MAX_STEP_MEMORY:
+                del self.ticks[next(iter(self.ticks))]
         if stepped is None:
             return
         self.stepped[task.pid] = stepped
@@ -422,25 +463,7 @@ class JobTable:
                 log.exception("trace job listener failed")
 
 
-def _never_traced(task: PidTask, why: str, common_start: bool) -> str:
-    """The failure of a task whose target stayed idle after every start it was handed: what was seen.
 
-    Kineto opens ``<file>.tmp`` when it takes a config up and renames it once
-    the trace is written; an empty one left behind is a trace it opened and
-    never wrote (a start it saw too late, or a config it did not run as an
-    activity trace). Named, not looked at: this runs under the table's lock.
-    """
-    wrote = ""
-    if task.output is not None:
-        asked = final_paths(task.output.log, task.pid)[0]
-        wrote = f" and wrote no {asked} (an empty {asked.name}.tmp there: Kineto opened the trace, never wrote it)"
-    if common_start:
-        return (
-            f"{why}{wrote}; its profiler loop most likely took the config up after the start: "
-            "ask again with a later common start"
-        )
-    return (
-        f"{why}, {task.rehanded + 1} times,{wrote}: its profiler loop (ticking once a second) took the config up "
-        "after the start each time, or Kineto did not run the config as an activity trace "
-        "(KINETO_LOG_LEVEL=0 in the program's environment logs which)"
-    )
+def _key(task: PidTask) -> tuple[int, int]:
+    """The process a learned loop tick belongs to: a reused pid is another process (no tick known)."""
+    return task.pid, task.ident.start_ticks if task.ident is not None else -1

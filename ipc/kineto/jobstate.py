@@ -43,6 +43,10 @@ class PidTask:
     start_wall: float | None = None
     """The trace's start as handed (seconds since the epoch); None for iterations."""
     rehanded: int = 0
+    on_tick: bool = False
+    """The start was put just after a profiler-loop tick predicted from this process's last trace."""
+    ended: bool = False
+    """The target ended (exited, crashed, was killed) while its trace ran."""
 
     @property
     def finished(self) -> bool:
@@ -91,13 +95,19 @@ def refresh(job: Job, stepped: dict[int, bool]) -> None:
     req = job.request
     if handed:
         t = handed[0]
+        pids = [h.pid for h in handed]
         started = t.start_wall if t.start_wall is not None else t.handed_wall + req.warmup_s
         if req.duration_ms is not None and time.time() > window_end_wall(started, req.duration_ms):
             job.state = TraceState.WRITING
-            job.detail = f"waiting for process {t.pid} to write its trace"
+            job.detail = (f"waiting for process {t.pid} to write its trace" if len(pids) == 1
+                          else f"waiting for processes {name_pids(pids)} to write their traces")
         else:
             job.state = TraceState.TRACING
-            job.detail = f"config handed to process {t.pid}; {tracing_what(req, t.pid, stepped)}"
+            waits = len(pending)
+            more = (f" ({waits} more wait{'s' if waits == 1 else ''} for {'its' if waits == 1 else 'their'} poll)"
+                    if waits else "")
+            whom = f"process {t.pid}" if len(pids) == 1 else f"processes {name_pids(pids)}"
+            job.detail = f"config handed to {whom}{more}; {tracing_what(req, pids, stepped)}"
     elif pending:
         job.state = TraceState.WAITING_FOR_POLL
         busy = [t.pid for t in pending if t.busy_since_s is not None]
@@ -116,6 +126,17 @@ def refresh(job: Job, stepped: dict[int, bool]) -> None:
             "file has landed"
         )
 
+
+MAX_NAMED = 8
+"""Pids a progress line names; more are counted."""
+
+
+def name_pids(pids: list[int]) -> str:
+    """``101, 102, 103``, or the first eight and ``and 4 more``."""
+    shown = ", ".join(map(str, pids[:MAX_NAMED]))
+    return shown if len(pids) <= MAX_NAMED else f"{shown} and {len(pids) - MAX_NAMED} more"
+
+
 def finish(job: Job, now: float) -> None:
     """Resolve the job's Future: the files that landed, or one error naming every pid's reason."""
     missing = {t.pid: t.error or "" for t in job.tasks.values() if t.file is None}
@@ -133,7 +154,7 @@ def finish(job: Job, now: float) -> None:
     job.state = TraceState.FAILED
     job.detail = "; ".join(f"{pid}: {why}" for pid, why in missing.items())
     timed_out = all(t.handed_s is not None for t in job.tasks.values()) and not any(
-        "exited" in (t.error or "") for t in job.tasks.values()
+        t.ended for t in job.tasks.values()
     )
     err_cls: type[TraceError] = TraceTimeout if timed_out else NotTraceable
     if any(t.refused for t in job.tasks.values()):
@@ -159,12 +180,12 @@ def start_missed(req: TraceRequest) -> bool:
     )
 
 
-def tracing_what(req: TraceRequest, pid: int, stepped: dict[int, bool]) -> str:
+def tracing_what(req: TraceRequest, pids: list[int], stepped: dict[int, bool]) -> str:
     """What is being traced, honestly: an iterations request may become a duration trace."""
     if req.iterations is None:
         when = " from the common start time" if req.start_time_ms is not None else ""
         return f"tracing {req.describe()}{when}"
-    if stepped.get(pid):
+    if all(stepped.get(pid) for pid in pids):
         return f"tracing {req.describe()} (the next optimizer steps)"
     return (
         f"tracing {req.describe()} if it steps an optimizer, else {ITERATION_FALLBACK_MS} ms "

@@ -25,6 +25,15 @@ libkineto (torch 2.13's build, kineto ``ActivityProfilerController`` and
    ``<log>.tmp`` and is renamed into place (older libkineto, before
    December 2022, wrote the final name progressively).
 
+5. The loop keeps its phase: after a trace it ticks at the window's end +
+   1 s, + 2 s, ... (``next_wakeup_time`` steps a whole tick at a time), so a
+   process traced before takes a start just after its next tick
+   (:func:`loop_tick_after` + :data:`TICK_MARGIN_S`): the start is checked at
+   that tick (``start - now >= warm-up``, ``now + 1 s >= start - warm-up``) and
+   the loop then wakes exactly at it. A process never traced (or traced by
+   someone else since) has a loop of unknown phase: its start is
+   :data:`PICKUP_S` after the hand-over, right whatever the phase.
+
 While the loop is in warm-up, tracing or processing, each poll clears the
 ACTIVITIES bit of its ``config_type``: a poll that sets it after a config's
 start and before its file can be written means the config was dropped.
@@ -41,6 +50,7 @@ config, issue 28).
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -58,6 +68,11 @@ MIN_LEAD_S = CONTROLLER_TICK_S + 0.05
 """A config reaching the target less than this (plus warm-up) before a common start is not handed:
 the loop's first tick after it may well come after the start. (Closer calls that Kineto drops all
 the same are caught by the idle poll that follows.)"""
+ARRIVAL_S = 0.1
+"""A predicted tick this soon after the hand-over may come before the config is parsed: the next one is used."""
+TICK_MARGIN_S = 0.1
+"""The start after the predicted tick (+ warm-up): the loop wakes a little late, and Kineto refuses a start
+already past when the tick takes the config up."""
 KINETO_DEFAULT_LEAD_S = 2 * CONTROLLER_TICK_S
 """Where libkineto puts a start of 0: the parse time + warm-up + this."""
 DURATION_PAD_MS = 50
@@ -108,22 +123,37 @@ def warmup_secs(req: TraceRequest) -> int:
     return round(req.warmup_s)
 
 
-def stamp_start(config: str, now_wall: float, warmup_s: int, pickup_s: float = PICKUP_S) -> tuple[str, float | None]:
+def stamp_start(
+    config: str, now_wall: float, warmup_s: int, pickup_s: float = PICKUP_S, tick_wall: float | None = None
+) -> tuple[str, float | None]:
     """``config`` with its ``PROFILE_START_TIME=0`` made explicit for a hand-over at ``now_wall``.
 
     Returns (the text to hand over, its start in seconds since the epoch).
     The start is ``now + pickup_s + warm-up`` (default :data:`PICKUP_S`), the
-    earliest the profiler loop is sure to see in time, rather than Kineto's
-    ``parse + 2 s + warm-up``; a hand-over again after a late loop gives it more. A text with an explicit start is returned unchanged with
-    that start; one without a start line (iterations) with None.
+    earliest the profiler loop is sure to see in time whatever its phase,
+    rather than Kineto's ``parse + 2 s + warm-up``; a hand-over again after a
+    late loop gives it more. ``tick_wall``: a time the target's profiler loop
+    ticked (its last trace's end); the start is then :data:`TICK_MARGIN_S`
+    (+ warm-up) after its first tick :data:`ARRIVAL_S` after now. A text with an
+    explicit start is returned unchanged with that start; one without a start
+    line (iterations) with None.
     """
     found = _START.search(config)
     if found is None:
         return config, None
     if found.group(0) != _AT_ONCE:
         return config, int(found.group(1)) / 1000
-    start_ms = int((now_wall + pickup_s + warmup_s) * 1000)
+    if tick_wall is not None:
+        start = loop_tick_after(tick_wall, now_wall + ARRIVAL_S) + warmup_s + TICK_MARGIN_S
+    else:
+        start = now_wall + pickup_s + warmup_s
+    start_ms = int(start * 1000)
     return config.replace(_AT_ONCE, f"PROFILE_START_TIME={start_ms}", 1), start_ms / 1000
+
+
+def loop_tick_after(tick_wall: float, after_wall: float) -> float:
+    """The first tick at or after ``after_wall`` of a profiler loop that ticked at ``tick_wall``."""
+    return tick_wall + math.ceil((after_wall - tick_wall) / CONTROLLER_TICK_S) * CONTROLLER_TICK_S
 
 
 def kineto_duration_ms(duration_ms: int | None) -> int:

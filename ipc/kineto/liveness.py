@@ -3,10 +3,17 @@
 A pid can be reused, so a process is remembered by its start time (field 22
 of ``/proc/PID/stat``, clock ticks since boot) when a request is accepted; a
 missing entry, a zombie, or another start time means the process exited.
+
+How it ended is known to its parent (``waitpid``), which gpulens is not. What
+gpulens can see: a zombie's ``exit_code`` (field 52, the status ``waitpid``
+will report; shown to its owner and root) until its parent reaps it, and, for
+root, the kernel's exit event (:mod:`gpulens.ipc.kineto.exits`).
+:func:`how_it_ended` words either; an exit nobody saw is said as unknown.
 """
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,3 +64,41 @@ def exited(pid: int, ident: ProcIdentity | None, proc: Path = PROC) -> bool:
     if fields[0] in ("Z", "X", "x"):
         return True
     return ident is not None and (len(fields) < 20 or fields[19] != str(ident.start_ticks))
+
+
+CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGILL, signal.SIGFPE, signal.SIGTRAP,
+                           signal.SIGSYS})
+"""Signals a process raises against itself on a fault: "crashed", not "was killed"."""
+
+
+def zombie_status(pid: int, ident: ProcIdentity | None, proc: Path = PROC) -> int | None:
+    """The ``waitpid`` status of ``pid`` while it is a zombie its parent has not reaped yet, else None.
+
+    Field 52 of ``/proc/PID/stat`` (Linux 3.5+). The kernel shows it only to
+    readers allowed to ptrace-read the process (its owner, root: whoever may
+    trace it); others read 0.
+    """
+    fields = _stat_fields(pid, proc)
+    if fields is None or len(fields) < 50 or fields[0] != "Z" or not fields[49].isdigit():
+        return None
+    if ident is not None and fields[19] != str(ident.start_ticks):
+        return None  # another process under the same pid
+    return int(fields[49])
+
+
+def how_it_ended(status: int | None) -> str:
+    """``crashed (SIGSEGV, core dumped)``, ``was killed (SIGKILL)``, ``exited (status 0)``, or ``exited``.
+
+    ``status``: a ``waitpid`` status word (None: nobody saw it).
+    """
+    if status is None:
+        return "exited"
+    sig = status & 0x7F
+    if not sig:
+        return f"exited (status {(status >> 8) & 0xFF})"
+    try:
+        name = signal.Signals(sig).name
+    except ValueError:
+        name = f"signal {sig}"
+    core = ", core dumped" if status & 0x80 else ""
+    return f"crashed ({name}{core})" if sig in CRASH_SIGNALS else f"was killed ({name}{core})"

@@ -36,8 +36,9 @@ from gpulens.ipc.errors import EndpointBusy, NotTraceable, TraceError
 from gpulens.ipc.kineto.diagnose import diagnose_pid
 from gpulens.ipc.kineto.dynolog_rpc import DynologClient, listener_uid
 from gpulens.ipc.kineto.endpoint import KinetoEndpoint, holder_of, is_possible_squatter
+from gpulens.ipc.kineto.exits import ExitEvents
 from gpulens.ipc.kineto.jobs import JobTable, PidTask
-from gpulens.ipc.kineto.liveness import identity
+from gpulens.ipc.kineto.liveness import ProcIdentity, identity, zombie_status
 from gpulens.ipc.kineto.protocol import JobListener
 from gpulens.ipc.kineto.registry import CONFIG_ACTIVITIES, PollingProcess
 from gpulens.ipc.kineto.requests import (
@@ -89,6 +90,9 @@ class LocalTraceService:
         self._thread: threading.Thread | None = None
         self._refusal: str | None = None  # set while handing the endpoint over, and after
         self._accepting = threading.Lock()
+        self._exits: ExitEvents | None = None
+        """The kernel's exit events while a job is open (root only; the watch thread's alone)."""
+        self._exits_tried = False
 
     # -- lifecycle ------------------------------------------------------------
     @property
@@ -345,9 +349,35 @@ class LocalTraceService:
             self._wake.wait(self._table.watch_interval(self._tick_s) if self._table.busy() else None)
             self._wake.clear()
             if self._stop.is_set():
-                return
-            for snap in self._table.tick(self._diagnose_late):
+                break
+            self._listen_for_exits(self._table.busy())
+            for snap in self._table.tick(self._diagnose_late, ended=self._ended):
                 self._table.notify(snap)
+            if not self._table.busy():
+                self._listen_for_exits(False)  # before the thread sleeps until the next job
+        self._listen_for_exits(False)
+
+    def _listen_for_exits(self, on: bool) -> None:
+        """Hear the kernel's exit events while a trace runs (root on the host), not while idle."""
+        if on and self._exits is None and not self._exits_tried:
+            self._exits_tried = True  # once per busy spell: a refusal is not retried every tick
+            self._exits = ExitEvents.open()
+        elif not on:
+            self._exits_tried = False
+            if self._exits is not None:
+                self._exits.close()
+                self._exits = None
+        if self._exits is not None:
+            self._exits.drain(self._table.open_pids())
+
+    def _ended(self, pid: int, ident: ProcIdentity | None) -> int | None:
+        """How a traced process that is gone ended: its zombie's status, else the kernel's exit event."""
+        status = zombie_status(pid, ident)
+        if status is None and self._exits is not None:
+            self._exits.drain(self._table.open_pids())  # the event is sent before the process shows as gone
+            status = self._exits.status(pid)
+            self._exits.forget(pid)
+        return status
 
     def _diagnose_late(self, pid: int) -> str:
         reason = self.diagnose(pid)

@@ -4,7 +4,8 @@ Runs until killed (or --seconds elapse), printing READY once torch is
 imported and the first step is done. ``--no-step`` never calls
 ``optimizer.step()`` (Kineto then cannot count iterations);
 ``--fork-worker`` forks a child after torch is initialised (like a
-DataLoader worker under the fork start method) and prints ``WORKER <pid>``. Started by the tests with
+DataLoader worker under the fork start method) and prints ``WORKER <pid>``; ``--until FILE`` returns
+from ``main`` (a normal end) as soon as FILE exists. Started by the tests with
 KINETO_USE_DAEMON=1 so libkineto polls the gpulens endpoint.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -22,7 +24,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--no-step", action="store_true")
     parser.add_argument("--fork-worker", action="store_true")
+    parser.add_argument("--until", metavar="FILE", help="return as soon as FILE exists")
     args = parser.parse_args()
+    until = Path(args.until) if args.until else None
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -41,6 +45,8 @@ def main() -> int:
                 _fork_worker(args.seconds)
             print("READY", flush=True)
             first = False
+        if until is not None and until.exists():
+            break
         time.sleep(0.002)  # leave CPU for the other processes on a shared machine
     return 0
 

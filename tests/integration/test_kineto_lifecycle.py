@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -23,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from gpulens.ipc.errors import TraceError
+from gpulens.ipc.kineto import kconfig
 from gpulens.ipc.kineto.requests import TraceJob, TraceRequest, TraceResult, TraceState
 from gpulens.ipc.kineto.service import LocalTraceService
 from tests.paths import KINETO_WORKLOAD
@@ -53,6 +55,12 @@ def _start(tmp_path: Path, sock: Path, *flags: str, wrapper: bool = False) -> tu
         if key == "READY":
             return proc, lines
     raise AssertionError("the workload ended before READY")
+
+
+def _torch_version() -> str:
+    import torch
+
+    return str(torch.__version__)
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:
@@ -132,9 +140,43 @@ def test_a_target_that_exits_mid_trace_fails_at_once(tmp_path: Path, svc: LocalT
         tracing.result(timeout=30)
     finally:
         _stop(proc)
-    # Well before the 20 s trace or the 120 s timeout could have ended it.
-    with pytest.raises(TraceError, match=f"process {proc.pid} exited during the trace"):
+    # Well before the 20 s trace or the 120 s timeout could have ended it. Reaped at once by its parent (this
+    # test): the kernel's exit event says SIGKILL where gpulens may listen to it (root), else nobody tells.
+    with pytest.raises(TraceError, match=rf"process {proc.pid} (was killed \(SIGKILL\)|exited) during the trace"):
         fut.result(timeout=15)
+
+
+def test_a_target_that_returns_mid_trace_crashed_and_is_said_to(tmp_path: Path, svc: LocalTraceService) -> None:
+    """torch 2.13: a program returning from main while an on-demand trace runs dies of SIGSEGV inside
+    torch/Kineto (issue 32 item 7). gpulens says "crashed (SIGSEGV)", not only "exited". This test is the
+    program's parent and reaps it only after the report, as torchrun's agent (polling its children) does:
+    gpulens reads the zombie's status (or, as root, the kernel's exit event)."""
+    assert svc.socket_dir is not None
+    stop = tmp_path / "return-now"
+    proc, _ = _start(tmp_path, Path(svc.socket_dir), "--until", str(stop))
+    tracing: Future[None] = Future()
+
+    def on_job(job: TraceJob) -> None:
+        if job.state is TraceState.TRACING and not tracing.done():
+            tracing.set_result(None)
+
+    svc.add_listener(on_job)
+    try:
+        _wait_polling(svc, proc.pid)
+        fut = svc.request_trace(TraceRequest(pids=(proc.pid,), duration_ms=20_000, timeout_s=120))
+        tracing.result(timeout=30)
+        time.sleep(kconfig.PICKUP_S + 2.0)  # past the start the config was handed with: the window is open
+        stop.touch()  # the program returns from main, with its trace running
+        with pytest.raises(TraceError) as failed:
+            fut.result(timeout=60)
+        code = proc.wait(timeout=60)  # reaped only now
+    finally:
+        if proc.returncode is None:
+            _stop(proc)
+    assert code == -signal.SIGSEGV, f"torch {_torch_version()} no longer crashes here: update docs/tracing.md"
+    said = str(failed.value)
+    assert f"process {proc.pid} crashed (SIGSEGV" in said and "during the trace" in said, said
+    assert "docs/tracing.md" in said
 
 
 def test_iterations_to_a_program_that_never_steps_are_labelled(tmp_path: Path, svc: LocalTraceService) -> None:

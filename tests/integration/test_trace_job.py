@@ -129,3 +129,42 @@ def test_job_with_no_process_is_a_failure_with_the_reason(
     )
     assert res.returncode == 1
     assert "no polling process of this job" in res.stderr
+
+
+def test_a_rank_busy_at_the_common_start_is_reported_and_the_free_rank_written(
+    job: tuple[list[AgentProc], Path, dict[int, int]], tmp_path: Path
+) -> None:
+    """Issue 32 item 5: rank 0 is busy with another trace (an 8 s one, asked through its agent just before);
+    the job's common start cannot wait for it, so rank 1 is traced and written, rank 0 named as busy.
+    The last test of the module: rank 0's agent finishes that trace after it."""
+    agents, token, pids = job
+    env = {**os.environ, "HOME": str(tmp_path), "GPULENS_NO_PRUNE": "1"}
+    busy = subprocess.Popen(
+        [sys.executable, "-m", "gpulens", "trace", "--connect", agents[0].address, "--token-file", str(token),
+         "--pid", str(pids[0]), "--duration-ms", "8000", "--timeout", "60"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    try:
+        assert busy.stderr is not None
+        for line in busy.stderr:  # until rank 0's agent has handed the 8 s trace over
+            if "tracing: config handed" in line:
+                break
+        else:
+            raise AssertionError(f"the first trace never started (exit {busy.wait()})")
+        out = tmp_path / "out"
+        res = subprocess.run(
+            [sys.executable, "-m", "gpulens", "trace", "--job", RUN_ID, "--hosts",
+             ",".join(a.address for a in agents), "--token-file", str(token), "--duration-ms", "300",
+             "--timeout", "60", "-o", str(out)],
+            capture_output=True, text=True, timeout=180, env=env,
+        )
+    finally:
+        busy.kill()
+        busy.wait()
+    assert res.returncode == 1, res.stderr
+    assert [f.name for f in out.iterdir()] == [f"rank1-{agents[1].address.replace(':', '_')}-{pids[1]}.json"]
+    # rank 0 is alone on its host: that host's request fails with the reason (rank 1's host sends its file)
+    assert f"{pids[0]}: process {pids[0]} was still busy with trace" in res.stderr, res.stderr
+    assert "common start time passed" not in res.stderr
+    assert "1 of 2 processes traced" in res.stderr
+    assert res.stdout.split() == [agents[1].address.replace(":", "_"), str(pids[1]), str(out / f"rank1-{agents[1].address.replace(':', '_')}-{pids[1]}.json")]
