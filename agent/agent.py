@@ -452,12 +452,6 @@ class Agent:
         """TCP connections not yet admitted (for tests and the soak benchmark)."""
         return self._listener.pending_count()
 
-    def viewer_count(self) -> int:
-        """Viewers subscribed to live samples now."""
-        with self._lock:
-            return len(self._viewers)
-
-
 SamplerFactory = Callable[..., Sampler]
 
 

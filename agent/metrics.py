@@ -172,12 +172,6 @@ class _BoundedServer(ThreadingMixIn, WSGIServer):
             with contextlib.suppress(OSError):
                 request.shutdown(socket.SHUT_RDWR)
 
-    def active_connections(self) -> int:
-        """Connections being served now."""
-        with self._open_lock:
-            return len(self._open)
-
-
 @dataclass
 class MetricsServer:
     """A running ``/metrics`` endpoint; ``close()`` stops it (idempotent)."""

@@ -52,14 +52,6 @@ def loads_torch(pid: int, proc: Path = PROC) -> bool | None:
     return b"libtorch_cpu.so" in raw or b"libtorch.so" in raw or b"libkineto" in raw
 
 
-def proc_comm(pid: int, proc: Path = PROC) -> str | None:
-    """The process's short command name, or None when it is gone."""
-    try:
-        return (proc / str(pid) / "comm").read_text(errors="replace").strip()
-    except OSError:
-        return None
-
-
 def may_trace(requester_uid: int, target_uid: int | None) -> bool:
     """Root may trace anyone; others only their own processes."""
     return target_uid is not None and (requester_uid == 0 or requester_uid == target_uid)

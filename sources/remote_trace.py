@@ -100,10 +100,6 @@ class RemoteTraceService:
         """
         return self._pollers.get()
 
-    def refresh_processes(self) -> list[PollingProcess]:
-        """Ask the agent now (blocking, a few seconds at most)."""
-        return self._pollers.refresh()
-
     def diagnose(self, pid: int, /) -> str | None:
         """None while ``pid`` polls the agent's endpoint, else why it cannot be traced."""
         if pid in self.polling_pids():

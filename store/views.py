@@ -89,11 +89,6 @@ def gpu_mem_percent(g: GpuSample) -> float | None:
     return 100.0 * g.mem_used_bytes / g.mem_total_bytes
 
 
-def gpu_values(g: GpuSample) -> list[float]:
-    """One GPU's values in :data:`GPU_METRICS` order (NaN = unavailable)."""
-    return gpu_block_values((g,))
-
-
 def gpu_block_values(gpus: Sequence[GpuSample]) -> list[float]:
     """The GPUs' values in :data:`GPU_METRICS` order, GPU after GPU (NaN = unavailable)."""
     # Inlined rather than one call per value: this runs for every GPU of every sample.

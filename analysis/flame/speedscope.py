@@ -10,7 +10,6 @@ profile that validates against the schema.
 
 from __future__ import annotations
 
-import json
 import math
 from functools import partial
 from typing import Any
@@ -203,10 +202,3 @@ def to_speedscope(profile: Profile, root: int = 0) -> dict[str, Any]:
     }
 
 
-def load_speedscope_bytes(data: bytes, source: str = "input") -> Profile:
-    """Decode JSON bytes and import them; bad JSON -> FlameFormatError with line and column."""
-    try:
-        doc = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
-        raise FlameFormatError(f"{source}: invalid JSON: {err}") from None
-    return parse_speedscope(doc, source)

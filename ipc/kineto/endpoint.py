@@ -38,7 +38,6 @@ import struct
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from gpulens.core.procfs import proc_uid, unix_socket_holder
 from gpulens.core.safefs import UnsafePath
@@ -75,12 +74,6 @@ def resolve_socket_dir(socket_dir: str | None) -> str | None:
 def describe_address(socket_dir: str | None) -> str:
     """Human form of the daemon name for messages."""
     return f"{socket_dir}/{SOCKET_NAME}" if socket_dir else "abstract \\0dynolog\\0"
-
-
-def who_binds(socket_dir: str | None, proc: Path = Path("/proc")) -> tuple[int, str] | None:
-    """(pid, comm) of the process holding the daemon name, when /proc tells us."""
-    held = unix_socket_holder(f"{socket_dir}/{SOCKET_NAME}" if socket_dir else "@dynolog@", proc)
-    return None if held is None else (held[0], held[2])
 
 
 def holder_of(socket_dir: str | None) -> tuple[int, str, int | None] | None:
@@ -128,14 +121,6 @@ class KinetoEndpoint:
     def address(self) -> str:
         """Where the endpoint listens, for messages."""
         return describe_address(self.socket_dir)
-
-    def set_config_provider(self, provider: ConfigProvider | None) -> None:
-        """Who decides the config text a poll gets (empty text = nothing to do)."""
-        self._provider = provider
-
-    def add_poll_listener(self, listener: PollListener) -> None:
-        """Called from the endpoint thread after each recorded poll."""
-        self._listeners.append(listener)
 
     # -- protocol ---------------------------------------------------------
     def handle_datagram(self, data: bytes, uid: int | None = None, pid: int | None = None) -> bytes | None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 
 def na_text(reason: str | None, width: int | None = None) -> Text:
@@ -14,14 +13,3 @@ def na_text(reason: str | None, width: int | None = None) -> Text:
         text.truncate(width, overflow="ellipsis")
     return text
 
-
-class Unavailable(Static):
-    """A line saying a metric is n/a and why."""
-
-    DEFAULT_CSS = """
-    Unavailable { color: $text-muted; height: auto; }
-    """
-
-    def set_reason(self, reason: str | None) -> None:
-        """Show ``reason``."""
-        self.update(na_text(reason))

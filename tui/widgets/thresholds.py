@@ -104,11 +104,6 @@ def alert_level(code: str) -> int:
     return WARN if info is None else info[1].level
 
 
-def alert_style(code: str) -> Style:
-    """The Rich style of one alert code (host table's Alerts column)."""
-    return STYLES[alert_level(code)]
-
-
 def alert_text(code: str) -> str:
     """The code with its marker: ``! XID 79``, ``▲ THROTTLE``, ``▽ IDLE-HELD 4``."""
     mark = MARKS[alert_level(code)]
