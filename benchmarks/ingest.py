@@ -4,7 +4,7 @@ A separate simulator process (asyncio, one TCP port per host) speaks the real
 agent protocol and sends one SIMULATED sample per host per second, spread
 over the second. This process is the viewer: a real StreamSource (one link
 thread per host: socket, framing, msgpack, validation) feeding the real
-Store (collectors/store.py). Its CPU time over a measured window, divided by
+Store (store/store.py). Its CPU time over a measured window, divided by
 wall time, is the viewer's CPU % of one core.
 
 The viewer decodes each sample frame with the one sample decoder: msgspec

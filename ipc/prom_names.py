@@ -7,9 +7,9 @@ Three naming families are understood:
   W, C, MHz, mJ; ``DCGM_FI_PROF_*`` as 0-1 ratios), every field of its
   default counters file;
 * ``amd`` - AMD's ROCm device-metrics-exporter (``gpu_gfx_activity``, ``gpu_used_vram`` in MB,
-  ``gpu_energy_consumed`` in uJ, ...; labels ``gpu_id``, ``serial_number``, ``card_model``,
-  ``hostname``), renamed by ``label_replace`` to ``gpu``, ``uuid`` and ``name`` (docs/amd.md
-  lists its fields left unmapped);
+  ``gpu_energy_consumed`` in uJ, ``gpu_xgmi_link_rx/tx`` in KB per ``link_index``, ...; labels
+  ``gpu_id``, ``serial_number``, ``card_model``, ``hostname``), renamed by ``label_replace`` to
+  ``gpu``, ``uuid`` and ``name`` (docs/amd.md lists its fields left unmapped, and why);
 * ``node`` - Prometheus node_exporter.
 
 Throughput is always ``rate()`` over a counter (gpulens', node_exporter's,
@@ -39,6 +39,10 @@ Prometheus' default port allocations (9100-9999, node_exporter 9100, dcgm-export
 9400, ...) are all taken, so gpulens stays out of that range rather than collide."""
 
 MIB = 1024 * 1024
+KIB = 1024
+"""AMD's "KB" of XGMI data (``gpu_xgmi_link_rx/tx``), read as KiB as gpulens' own AMD reader reads
+the same amdsmi/gpu_metrics counters (collectors/amd/gpu_metrics.py ``XGMI_UNIT_BYTES``), so one
+GPU shows the same rate read locally or through Prometheus (AMD does not say which kilo)."""
 PARTITIONS = r"(.*[0-9]p[0-9]+|[hsv]d[a-z]+[0-9]+|xvd[a-z]+[0-9]+|dm-.*|loop.*|ram.*|sr[0-9]+|md[0-9]+p[0-9]+)"
 """Block devices that are partitions or virtual: excluded so totals do not count bytes twice."""
 
@@ -110,15 +114,32 @@ def _d(field: str, metric: str, scale: float = 1.0) -> MetricMap:
     return MetricMap(field, "dcgm", (metric,), expr, scale, ("gpu", "UUID"))
 
 
-def _a(field: str, metric: str, scale: float = 1.0, match: str = "") -> MetricMap:
-    """An AMD device-metrics-exporter gauge, per GPU: its ``gpu_id``, ``serial_number`` and
-    ``card_model`` labels copied to ``gpu``, ``uuid`` and ``name`` (the labels gpulens places GPUs by)."""
-    expr = f"{metric}{{{match}$SEL}}"
+def _amd_ids(expr: str) -> str:
+    """AMD device-metrics-exporter's ``gpu_id``, ``serial_number`` and ``card_model`` labels
+    copied to ``gpu``, ``uuid`` and ``name`` (the labels gpulens places GPUs by)."""
     for new, old in (("gpu", "gpu_id"), ("uuid", "serial_number"), ("name", "card_model")):
         expr = f'label_replace({expr}, "{new}", "$1", "{old}", "(.*)")'
+    return expr
+
+
+def _a(field: str, metric: str, scale: float = 1.0, match: str = "") -> MetricMap:
+    """An AMD device-metrics-exporter gauge, per GPU."""
+    expr = _amd_ids(f"{metric}{{{match}$SEL}}")
     if scale != 1.0:
         expr = f"{expr} * {scale!r}"
     return MetricMap(field, "amd", (metric,), expr, scale, ("gpu_id",))
+
+
+def _a_rate(field: str, metric: str, scale: float = 1.0, links: str = "") -> MetricMap:
+    """``rate()`` of an AMD device-metrics-exporter byte counter (exported as a gauge that only
+    grows) x scale, per GPU; with ``links``, one series per link (that label) summed per GPU."""
+    expr = f"rate({metric}{{$SEL}}[$RATE])"
+    if links:
+        expr = f"sum without ({links}) ({expr})"
+    expr = _amd_ids(expr)
+    if scale != 1.0:
+        expr = f"{expr} * {scale!r}"
+    return MetricMap(field, "amd", (metric,), expr, None, ("gpu_id", *((links,) if links else ())))
 
 
 # dcgm-exporter's main branch renamed its ``Hostname`` label ``hostname``; releases still say ``Hostname``
@@ -256,7 +277,7 @@ TABLE: tuple[MetricMap, ...] = (
     _d("gpu.sm_occupancy_percent", "DCGM_FI_PROF_SM_OCCUPANCY", 100),
     _d("gpu.dram_bw_util_percent", "DCGM_FI_PROF_DRAM_ACTIVE", 100),
     _d("gpu.tensor_active_percent", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 100),
-    # ---- GPU: AMD device-metrics-exporter (docs/configuration/metricslist.md); first row with data wins
+    # ---- GPU: AMD device-metrics-exporter (its metricslist.md, in ROCm/device-metrics-exporter); first row with data wins
     _a("gpu.utilization_percent", "gpu_gfx_activity"),
     _a("gpu.memory_utilization_percent", "gpu_umc_activity"),
     _a("gpu.mem_used_bytes", "gpu_used_vram", MIB),
@@ -271,6 +292,13 @@ TABLE: tuple[MetricMap, ...] = (
     _a("gpu.energy_joules", "gpu_energy_consumed", 1e-6),
     _a("gpu.ecc_corrected", "gpu_ecc_correct_total"),
     _a("gpu.ecc_uncorrected", "gpu_ecc_uncorrect_total"),
+    # XGMI (in the nvlink fields, as gpulens' own AMD reader): "Accumulated XGMI Link Data Read/Write
+    # in KB", a series per link_index (device-metrics-exporter afd0fe81, gpuagent_gpu_metrics.go)
+    _a_rate("gpu.nvlink_rx_bytes_per_s", "gpu_xgmi_link_rx", KIB, links="link_index"),
+    _a_rate("gpu.nvlink_tx_bytes_per_s", "gpu_xgmi_link_tx", KIB, links="link_index"),
+    # "Accumulated bytes received from / transmitted to the PCIe link" (listed as upcoming by AMD)
+    _a_rate("gpu.pcie_rx_bytes_per_s", "pcie_rx"),
+    _a_rate("gpu.pcie_tx_bytes_per_s", "pcie_tx"),
     # ---- jobs: gpulens only (no common exporter knows jobs)
     _g("job.info", "gpulens_job_info", 1, ("pid", "user", "tree_id", "cmdline", "job_key")),
     _g("job.start_time", "gpulens_job_start_time_seconds", 1, JOB),
@@ -279,6 +307,18 @@ TABLE: tuple[MetricMap, ...] = (
     _g("job.gpu_mem_bytes", "gpulens_job_gpu_memory_used_bytes", 1, ("pid", "gpu")),
     _g("host.unavailable", "gpulens_metric_unavailable_info", 1, ("gpu", "field", "reason")),
 )
+
+_AMD_PROF = ("AMD device-metrics-exporter: no such field by default (its GPU_PROF_* profiler "
+             "fields are off by default and count other things)")
+AMD_NOT_EXPORTED: Mapping[str, str] = {
+    "power_limit_w": "AMD device-metrics-exporter exports no power cap (none of its fields is one)",
+    "sm_activity_percent": _AMD_PROF,
+    "sm_occupancy_percent": _AMD_PROF,
+    "dram_bw_util_percent": _AMD_PROF,
+    "tensor_active_percent": _AMD_PROF,
+}
+"""Why a GPU field is n/a on a GPU that AMD's device-metrics-exporter names: it exports nothing
+for it (its GPUMetricField list, exporterconfig.proto at afd0fe81). GpuSample field -> reason."""
 
 THROTTLE_BITS: tuple[tuple[int, str], ...] = (
     (0x001, "gpu_idle"), (0x002, "applications_clocks_setting"), (0x004, "sw_power_cap"),

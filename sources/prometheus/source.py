@@ -2,7 +2,7 @@
 
 ``gpulens --prometheus URL [--prom-selector '{cluster="a"}']``. Queries are
 batched and bounded: one PromQL query per mapped field across *all* hosts
-(collectors/prom_mapping.py), never one per host, and only for fields whose
+(ipc/prom_names.py), never one per host, and only for fields whose
 metrics Prometheus holds (the metric-name list is re-read every minute). The
 latest values come from ``/api/v1/query`` every ``step_s``; the history
 window is backfilled once from ``/api/v1/query_range``. When Prometheus is

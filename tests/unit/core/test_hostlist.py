@@ -1,4 +1,4 @@
-"""Slurm hostlist expansion (collectors/hostlist.py) and the target builders."""
+"""Slurm hostlist expansion (core/hostlist.py) and the target builders."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Issue 29: the Prometheus source reads dcgm-exporter's Kubernetes labels back: the pod given each GPU.
 
-The scrape is Datadog's real dcgm-exporter fixture (tests/data/prometheus/SOURCES.md), whose
+The scrape is Datadog's real dcgm-exporter fixture (tests/data/SOURCES.md), whose
 ``ip-11111`` GPU carries ``pod``, ``namespace`` and ``container`` labels, as dcgm-exporter adds
 them from the kubelet's PodResources API.
 """

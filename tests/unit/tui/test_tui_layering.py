@@ -108,7 +108,7 @@ SNEAKY = (
 
 
 def test_the_walk_sees_every_kind_of_import() -> None:
-    for source in SNEAKY:  # as if in gpulens/tui/screens/x.py
+    for source in SNEAKY:  # as if in a screen module
         assert APP in imports_in(source, ["gpulens", "tui", "screens"]), source
     assert "gpulens.tui.screens.base" in imports("gpulens.tui.app")  # the app may import screens
     assert "gpulens.tui.screens.base" in imports("gpulens.tui.profiling")  # under TYPE_CHECKING
