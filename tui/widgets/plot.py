@@ -159,6 +159,13 @@ def _line_filters(widget: Widget) -> Sequence[LineFilter]:
     return [f for f in widget.app._filters if f.enabled]  # Textual 4.0, as its styles cache reads them
 
 
+def coverage(seconds: float) -> str:
+    """How much data a plot's figures cover: ``4m50s``; from 10 minutes on, whole minutes (``14m``): the
+    seconds of a quarter-hour are noise, and a label as long at [15m] as at [1h] keeps the same figures
+    (PCIe lost its mean at [15m] and had it at [1h], issue 31 item 9)."""
+    return duration(seconds) if seconds < 600 else f"{int(seconds // 60)}m"
+
+
 class TimeSeriesPlot(Widget):
     """Summary line (now/avg/max over how much data), braille area chart, time axis.
 
@@ -322,12 +329,12 @@ class TimeSeriesPlot(Widget):
         title = self._style("plot--title")
         if st is not None and not st.empty:
             now, mean, low, top = st.now, st.mean, st.min, st.max
-            covered = duration(st.covered_s) if st.covered_s < d.window_s else ""  # all of it: [5m] says so
+            covered = coverage(st.covered_s) if st.covered_s < d.window_s else ""  # all of it: [5m] says so
             bound = st.combined  # several series joined: their extremes bound the joined one's
         else:
             now = known[-1] if known else math.nan
             mean, low, top = (sum(known) / len(known), min(known), max(known)) if known else (math.nan,) * 3
-            covered = duration(d.covered_s) if 0 < d.covered_s < d.window_s else ""
+            covered = coverage(d.covered_s) if 0 < d.covered_s < d.window_s else ""
             bound = False
         tail = [(f"[{d.window}]" + (f" {d.note}" if d.note else ""), title), *notes]
         if top == top and top <= self.lo and self.hi is None:

@@ -329,3 +329,12 @@ async def test_the_summary_says_how_much_data_while_it_is_less_than_the_window_a
         assert "over 7m42s of data [15m]" in head(462, 200)
         narrow = head(462, 36)  # no room for the mean and the coverage both: the coverage stays
         assert "over 7m42s" in narrow and "avg" not in narrow, narrow
+
+
+def test_coverage_past_ten_minutes_reads_in_whole_minutes() -> None:
+    """Issue 31 item 9: "over 14m58s" cost the mean its room at [15m] where "over 20m" left it at [1h]."""
+    from gpulens.tui.widgets.plot import coverage
+
+    assert coverage(462) == "7m42s" and coverage(599) == "9m59s"
+    assert coverage(898) == "14m" and coverage(1200) == "20m" and coverage(3599) == "59m"
+    assert len(f"over {coverage(898)}") == len(f"over {coverage(1200)}")
