@@ -73,3 +73,10 @@ def window_name(window_s: float) -> str:
     if not math.isfinite(window_s):
         return NA
     return f"{int(window_s // 3600)}h" if window_s >= 3600 else f"{int(window_s // 60)}m"
+
+
+def coverage(seconds: float) -> str:
+    """How much data a plot's figures cover: ``4m50s``; from 10 minutes on, whole minutes (``14m``): the
+    seconds of a quarter-hour are noise, and a label as long at [15m] as at [1h] keeps the same figures
+    (PCIe lost its mean at [15m] and had it at [1h], issue 31 item 9)."""
+    return duration(seconds) if seconds < 600 else f"{int(seconds // 60)}m"

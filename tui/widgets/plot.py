@@ -22,7 +22,7 @@ from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
-from gpulens.core.units import duration
+from gpulens.core.units import coverage
 from gpulens.store.ring import resample
 from gpulens.store.views import WindowStats
 from gpulens.tui.widgets._braille import (
@@ -157,13 +157,6 @@ def _line_filters(widget: Widget) -> Sequence[LineFilter]:
     if get is not None:
         return get()
     return [f for f in widget.app._filters if f.enabled]  # Textual 4.0, as its styles cache reads them
-
-
-def coverage(seconds: float) -> str:
-    """How much data a plot's figures cover: ``4m50s``; from 10 minutes on, whole minutes (``14m``): the
-    seconds of a quarter-hour are noise, and a label as long at [15m] as at [1h] keeps the same figures
-    (PCIe lost its mean at [15m] and had it at [1h], issue 31 item 9)."""
-    return duration(seconds) if seconds < 600 else f"{int(seconds // 60)}m"
 
 
 class TimeSeriesPlot(Widget):

@@ -333,7 +333,7 @@ async def test_the_summary_says_how_much_data_while_it_is_less_than_the_window_a
 
 def test_coverage_past_ten_minutes_reads_in_whole_minutes() -> None:
     """Issue 31 item 9: "over 14m58s" cost the mean its room at [15m] where "over 20m" left it at [1h]."""
-    from gpulens.tui.widgets.plot import coverage
+    from gpulens.core.units import coverage
 
     assert coverage(462) == "7m42s" and coverage(599) == "9m59s"
     assert coverage(898) == "14m" and coverage(1200) == "20m" and coverage(3599) == "59m"
