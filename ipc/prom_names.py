@@ -1,6 +1,6 @@
 """The one table from gpulens sample fields to PromQL, per exporter family.
 
-Three naming families are understood:
+Four naming families are understood:
 
 * ``gpulens`` - our own exporter (agent/metrics.py, docs/metrics.md);
 * ``dcgm`` - NVIDIA dcgm-exporter (``DCGM_FI_DEV_*`` in their units: %, MiB,

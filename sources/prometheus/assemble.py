@@ -30,7 +30,7 @@ from gpulens.core.model import (
     Workload,
 )
 from gpulens.core.sanitize import check_sample, clean_text
-from gpulens.ipc.prom_names import MetricMap, gpu_of, host_of, throttle_names
+from gpulens.ipc.prom_names import AMD_NOT_EXPORTED, MetricMap, gpu_of, host_of, throttle_names
 
 Answer = Iterable[tuple[Mapping[str, str], float]]
 MAX_HOSTS = 4096
@@ -66,6 +66,8 @@ class _Gpu:
     xids: set[int] = field(default_factory=set)
     vendor: str = "nvidia"
     """``amd`` once a row of AMD's device-metrics-exporter named this GPU."""
+    amd_exporter: bool = False
+    """AMD's device-metrics-exporter named it: the fields it never exports are n/a with that reason."""
     pod: tuple[str, str, str] | None = None
     """(namespace, pod, container) from dcgm-exporter's Kubernetes labels (gpulens' /metrics has the same)."""
 
@@ -126,7 +128,7 @@ def _apply(hosts: dict[str, _Host], row: MetricMap, scope: str, labels: Mapping[
         if g is None:
             g = h.gpus[ident[0]] = _Gpu()
         if row.family == "amd":
-            g.vendor = "amd"
+            g.vendor, g.amd_exporter = "amd", True
         if not row.windowed:  # ids come from instant rows only, so the order of passes cannot change them
             g.uuid = g.uuid or ident[1]
             g.name = g.name or labels.get("name") or labels.get("modelName") or ""
@@ -205,7 +207,9 @@ def _apply_plain(
         g = h.gpus.get(i)
         if g is None:
             g = h.gpus[i] = _Gpu()
-        if amd or (ids and labels.get("vendor") == "amd"):
+        if amd:
+            g.vendor, g.amd_exporter = "amd", True
+        elif ids and labels.get("vendor") == "amd":
             g.vendor = "amd"
         if ids:
             g.uuid = g.uuid or labels.get("uuid") or labels.get("UUID") or ""
@@ -297,6 +301,7 @@ def _merge(h: _Host, c: _Host) -> None:
         g.name = g.name or cg.name
         if cg.vendor != "nvidia":
             g.vendor = cg.vendor
+        g.amd_exporter = g.amd_exporter or cg.amd_exporter
         if cg.values:
             g.values = {**cg.values, **g.values}
         if cg.unavailable:
@@ -337,9 +342,10 @@ def _gpu_sample(index: int, g: _Gpu, skipped: Mapping[str, str]) -> GpuSample:
     got = g.values
     get = got.get
     unavailable = dict(g.unavailable)
+    lacks = AMD_NOT_EXPORTED if g.amd_exporter else {}
     for name in _GPU_SET - got.keys():
         if name not in unavailable:
-            unavailable[name] = skipped.get(_DOTTED[name], MISSING) if skipped else MISSING
+            unavailable[name] = lacks.get(name) or (skipped.get(_DOTTED[name], MISSING) if skipped else MISSING)
     xid = get("xid_last")
     util, gr = get("utilization_percent"), get("gr_engine_active_percent")
     if gr is not None and "sm_activity_percent" not in got:

@@ -4,8 +4,10 @@ and through a real ``gpulens agent --metrics-port``); custom panels."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -19,6 +21,7 @@ import pytest
 
 from gpulens.agent.metrics import MetricsServer, serve_metrics
 from gpulens.core.events import HostStatusEvent, SampleEvent, SourceEvent, SourceStatusEvent
+from gpulens.ipc.prom_names import AMD_NOT_EXPORTED, MIB
 from gpulens.sources.prometheus.source import DETAIL_PENDING, NOT_BACKFILLED, PrometheusSource
 from tests.fakes.prom_fixtures import (
     MISSING_REASON,
@@ -29,6 +32,7 @@ from tests.fakes.prom_fixtures import (
     synthetic_sample,
     ticking,
 )
+from tests.paths import DATA
 
 pytestmark = pytest.mark.prometheus
 HOSTS = {"h1": 1, "h2": 2, "h3": 3}
@@ -291,3 +295,67 @@ def test_quick_first_screen_then_details_at_once(cluster: Cluster) -> None:
         assert first.utilization_percent == pytest.approx(10.0) and first.uuid == "GPU-0001-0000"
     finally:
         src.stop()
+
+
+AMD_SCRAPE = DATA / "prometheus" / "amd-device-metrics-exporter-mi300x.txt"
+AMD_GROWTH = {"gpu_xgmi_link_rx": 1000.0, "gpu_xgmi_link_tx": 2500.0, "pcie_rx": 4.0e8, "pcie_tx": 1.5e8}
+"""Per second (XGMI in KB, PCIe in bytes), x (GPU index + 1), x link index for XGMI links."""
+_AMD_LINE = re.compile(r"^(gpu_xgmi_link_rx|gpu_xgmi_link_tx|pcie_rx|pcie_tx)\{(.*)\} (\S+)$")
+
+
+def amd_scrape(up: float) -> bytes:
+    """AMD's exporter as served ``up`` seconds after start: its counters grown at AMD_GROWTH."""
+    out = []
+    for line in AMD_SCRAPE.read_text().splitlines():
+        m = _AMD_LINE.match(line)
+        if m:
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
+            per_s = AMD_GROWTH[m.group(1)] * (int(labels["gpu_id"]) + 1) * int(labels.get("link_index", "1"))
+            line = f"{m.group(1)}{{{m.group(2)}}} {float(m.group(3)) + per_s * up:.0f}"
+        out.append(line)
+    return ("\n".join(out) + "\n").encode()
+
+
+def test_amd_device_metrics_exporter_xgmi_and_pcie_through_prometheus(tmp_path: Path) -> None:
+    """AMD's exporter scraped by the real Prometheus: per-link XGMI counters (KB) read back as
+    each GPU's summed rx/tx bytes/s, PCIe byte counters as rates, the power cap it never
+    exports n/a with that reason."""
+    if prometheus_binary() is None:
+        pytest.skip(MISSING_REASON)
+    t0 = time.time()
+
+    class Exporter(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = amd_scrape(time.time() - t0)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Exporter)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    prom = start_prometheus(tmp_path, {"amd": [f"127.0.0.1:{httpd.server_address[1]}"]})
+    src = PrometheusSource(prom.url, step_s=1, backfill=False, rate_window_s=RATE_S)
+    try:
+        prom.wait_query(f"count_over_time(gpu_xgmi_link_rx[{RATE_S + 2:g}s]) >= {RATE_S + 2:g}", 16)
+        gpus = {g.index: g for g in src.fetch_latest()["mi300x-node"].gpus}
+    finally:
+        src.stop()
+        prom.close()
+        httpd.shutdown()
+    assert set(gpus) == {0, 1}
+    links = sum(range(8))
+    for i, g in gpus.items():
+        assert (g.vendor, g.uuid, g.name) == ("amd", f"FPL2518002{i}", "AMD Instinct MI300X")
+        assert g.nvlink_rx_bytes_per_s == pytest.approx(1000.0 * (i + 1) * links * 1024, rel=0.01)
+        assert g.nvlink_tx_bytes_per_s == pytest.approx(2500.0 * (i + 1) * links * 1024, rel=0.01)
+        assert g.nvlink_total_bytes_per_s is None  # rx and tx known: the GPU screen adds them
+        assert g.pcie_rx_bytes_per_s == pytest.approx(4.0e8 * (i + 1), rel=0.01)
+        assert g.pcie_tx_bytes_per_s == pytest.approx(1.5e8 * (i + 1), rel=0.01)
+        assert g.power_limit_w is None and g.unavailable["power_limit_w"] == AMD_NOT_EXPORTED["power_limit_w"]
+    g0 = gpus[0]
+    assert (g0.mem_used_bytes, g0.power_w, g0.temperature_c, g0.sm_clock_mhz) == (98304 * MIB, 548, 61, 1420)
+    assert g0.energy_joules == pytest.approx(1_883_801.0)

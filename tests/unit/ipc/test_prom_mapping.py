@@ -42,6 +42,7 @@ NODE = PROM_DATA / "node_exporter-e2e-output.txt"
 T4 = PROM_DATA / "dcgm-default-counters-t4.txt"
 DEFAULT_COUNTERS = PROM_DATA / "dcgm-exporter-default-counters.csv"
 AMD_EXPORTER = DATA / "amdgpu" / "device-metrics-exporter.txt"  # names and labels as AMD documents them
+AMD_MI300X = PROM_DATA / "amd-device-metrics-exporter-mi300x.txt"  # as its source defines them, with XGMI
 
 Samples = dict[str, list[tuple[dict[str, str], float]]]
 
@@ -90,7 +91,7 @@ def test_every_field_has_a_gpulens_row_and_families_are_known() -> None:
 
 
 def test_mapped_metrics_found_in_real_scrapes_with_labels_and_units() -> None:
-    scraped = {**parse(DCGM), **parse(NODE), **parse(AMD_EXPORTER)}
+    scraped = {**parse(DCGM), **parse(NODE), **parse(AMD_EXPORTER), **parse(AMD_MI300X)}
     seen = set()
     for row in TABLE:
         if row.family == "gpulens":
@@ -107,7 +108,7 @@ def test_mapped_metrics_found_in_real_scrapes_with_labels_and_units() -> None:
         if row.family in ("dcgm", "amd"):
             assert all(host_of(lab) for lab, _ in labelled)  # the exporter names its host
     assert seen == {(r.family, r.field) for r in TABLE if r.family != "gpulens"} - NOT_IN_FIXTURES
-    assert len(seen) == 21 + 11  # dcgm-exporter and node_exporter; AMD's device-metrics-exporter
+    assert len(seen) == 21 + 15  # dcgm-exporter and node_exporter; AMD's device-metrics-exporter
 
 
 def converted(samples: Samples, metric: str, host: str) -> float:
