@@ -22,7 +22,6 @@ time since the previous read, capped at 100 %.
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -35,8 +34,8 @@ ENGINES = ("gfx", "compute")
 """Engine classes whose busy time counts as a process's GPU utilization."""
 MAX_FDINFO = 8192
 _UNITS = {"": 1, "KiB": 1024, "MiB": 1024 ** 2, "GiB": 1024 ** 3}
-_VRAM_KEYS = ("drm-memory-vram", "drm-resident-vram", "drm-total-vram")
-_KEY = re.compile(r"^(drm-[\w-]+):[ \t]*(.*?)[ \t]*$", re.MULTILINE)
+_VRAM_KEYS = ("\ndrm-memory-vram:", "\ndrm-resident-vram:", "\ndrm-total-vram:")
+_ENGINE_KEYS = tuple((f"\ndrm-engine-{e}:", f"\ndrm-engine-capacity-{e}:") for e in ENGINES)
 FIRST_SEEN = "first read of this process's GPU clients: its busy time needs a second read"
 
 
@@ -53,28 +52,51 @@ class Client:
 def _size(text: str) -> int | None:
     number, _, unit = text.strip().partition(" ")
     scale = _UNITS.get(unit.strip())
-    if scale is None or not number.isdigit() or len(number) > 19:
+    if scale is None or not (number.isascii() and number.isdigit()) or len(number) > 19:
         return None
     return int(number) * scale
 
 
-def parse_fdinfo(text: str) -> Client | None:
-    """The client an amdgpu fdinfo describes; None for another driver or without a client id."""
-    keys = dict(_KEY.findall(text))
-    if keys.get("drm-driver") != "amdgpu" or not keys.get("drm-client-id"):
+def _value(text: str, key: str) -> str | None:
+    """The value of the last ``key:`` line of ``text`` (which starts with a newline), blanks and tabs
+    around it stripped; None when no line starts with ``key:``."""
+    at = text.rfind(key)
+    if at < 0:
         return None
-    vram = next((v for k in _VRAM_KEYS if k in keys and (v := _size(keys[k])) is not None), None)
+    start = at + len(key)
+    end = text.find("\n", start)
+    return text[start:end if end >= 0 else len(text)].strip(" \t")
+
+
+def parse_fdinfo(text: str) -> Client | None:
+    """The client an amdgpu fdinfo describes; None for another driver or without a client id.
+
+    Only the keys used are looked up (the last line of each, as a ``key: value`` map keeps it):
+    an fdinfo has 20-40 lines and a read parses one per client."""
+    text = "\n" + text
+    client_id = _value(text, "\ndrm-client-id:")
+    if not client_id or _value(text, "\ndrm-driver:") != "amdgpu":
+        return None
+    vram = None
+    for key in _VRAM_KEYS:
+        raw = _value(text, key)
+        if raw is not None and (vram := _size(raw)) is not None:
+            break
     busy: float | None = None
-    for engine in ENGINES:
-        raw = keys.get(f"drm-engine-{engine}")
+    capacities = "\ndrm-engine-capacity-" in text
+    for key, capacity_key in _ENGINE_KEYS:
+        raw = _value(text, key)
         if raw is None:
             continue
         number, _, unit = raw.partition(" ")
-        capacity = keys.get(f"drm-engine-capacity-{engine}", "1")
-        if unit.strip() != "ns" or not number.isdigit() or not capacity.isdigit() or int(capacity) < 1:
+        capacity = _value(text, capacity_key) if capacities else None
+        if capacity is None:
+            capacity = "1"
+        if (unit.strip() != "ns" or not (number.isascii() and number.isdigit())
+                or not (capacity.isascii() and capacity.isdigit()) or int(capacity) < 1):
             continue
         busy = (busy or 0.0) + int(number) / int(capacity)
-    return Client(keys["drm-client-id"], vram, busy)
+    return Client(client_id, vram, busy)
 
 
 @dataclass(slots=True)
@@ -203,27 +225,34 @@ class DrmClients:
 
     def _process(self, pid: int, card: str, clients: Mapping[str, Client], busy: dict[tuple[int, str, str], float],
                  dt_ns: float | None, reasons: dict[str, str]) -> GpuProcess:
-        vram = [c.vram_bytes for c in clients.values()]
-        used = None if any(v is None for v in vram) else sum(v for v in vram if v is not None)
-        if used is None:
-            reasons["processes.used_memory_bytes"] = "an amdgpu fdinfo without a VRAM figure"
+        used: int | None = 0
         total = 0.0
         known = False
+        timed = False  # some client has a busy time
+        last = self._busy
         for cid, c in clients.items():
-            if c.busy_ns is None:
+            if c.vram_bytes is None:
+                used = None
+            elif used is not None:
+                used += c.vram_bytes
+            ns = c.busy_ns
+            if ns is None:
                 continue
+            timed = True
             key = (pid, card, cid)
-            busy[key] = c.busy_ns
-            before = self._busy.get(key)
-            if before is not None and c.busy_ns >= before:
-                total += c.busy_ns - before
+            busy[key] = ns
+            before = last.get(key)
+            if before is not None and ns >= before:
+                total += ns - before
                 known = True
+        if used is None:
+            reasons["processes.used_memory_bytes"] = "an amdgpu fdinfo without a VRAM figure"
         util: float | None = None
         if known and dt_ns:
             util = min(100.0, max(0.0, total / dt_ns * 100.0))
-        elif all(c.busy_ns is None for c in clients.values()):
+        elif not timed:
             reasons["processes.sm_util_percent"] = "no drm-engine-gfx/compute busy time in this kernel's fdinfo"
         else:
             reasons["processes.sm_util_percent"] = FIRST_SEEN
         reasons.setdefault("processes.mem_util_percent", "not in DRM fdinfo (no per-process memory activity)")
-        return GpuProcess(pid=pid, used_memory_bytes=used, sm_util_percent=util)
+        return GpuProcess(pid, used, util)

@@ -98,6 +98,15 @@ SIZES: Mapping[tuple[int, int], int] = {version: size for version, (_, size) in 
 """sizeof each known struct: v1.3 120, v1.4 288, v1.5 360, v1.6 384 bytes."""
 
 
+_FULL = {code: (1 << (8 * size)) - 1 for code, size in _SIZE.items()}
+_SPECS: Mapping[tuple[int, int], Mapping[str, tuple[struct.Struct, int, int]]] = {
+    version: {name: (struct.Struct(f"<{count}{code}"), at, _FULL[code]) for name, (at, code, count) in offsets.items()}
+    for version, (offsets, _) in _OFFSETS.items()
+}
+"""version -> field -> (its precompiled little-endian struct, offset, the all-ones "not provided" value)."""
+_HEADER_STRUCT = struct.Struct("<HBB")
+
+
 @dataclass(frozen=True, slots=True)
 class GpuMetrics:
     """One table: its version and bytes; fields are unpacked when asked for (a read uses a few)."""
@@ -107,31 +116,27 @@ class GpuMetrics:
 
     def values(self, name: str) -> tuple[int, ...]:
         """Every value of a field (one for a scalar); () when this version has no such field."""
-        spec = _OFFSETS[self.version][0].get(name)
+        spec = _SPECS[self.version].get(name)
         if spec is None:
             return ()
-        at, code, count = spec
-        return struct.unpack_from(_FORMATS[code, count], self.blob, at)
+        return spec[0].unpack_from(self.blob, spec[1])
 
     def get(self, name: str) -> int | None:
         """A scalar field; None when absent in this version or all ones (not provided)."""
-        values = self.values(name)
-        if not values:
+        spec = _SPECS[self.version].get(name)
+        if spec is None:
             return None
-        return None if values[0] == _FULL[_OFFSETS[self.version][0][name][1]] else values[0]
+        value: int = spec[0].unpack_from(self.blob, spec[1])[0]
+        return None if value == spec[2] else value
 
     def total(self, name: str) -> int | None:
         """The sum of an array field's provided entries (None when none is provided)."""
-        values = self.values(name)
-        if not values:
+        spec = _SPECS[self.version].get(name)
+        if spec is None:
             return None
-        full = _FULL[_OFFSETS[self.version][0][name][1]]
-        given = [v for v in values if v != full]
+        full = spec[2]
+        given = [v for v in spec[0].unpack_from(self.blob, spec[1]) if v != full]
         return sum(given) if given else None
-
-
-_FULL = {code: (1 << (8 * size)) - 1 for code, size in _SIZE.items()}
-_FORMATS = {(code, count): f"<{count}{code}" for fields in LAYOUTS.values() for _, code, count in fields}
 
 
 def version_text(version: tuple[int, int]) -> str:
@@ -143,7 +148,7 @@ def decode(blob: bytes) -> tuple[GpuMetrics | None, str | None]:
     """The table in ``blob``, or None and why (truncated, unknown version, size mismatch)."""
     if len(blob) < 4:
         return None, f"gpu_metrics truncated: {len(blob)} bytes, not even its 4-byte header"
-    size, fmt, content = struct.unpack_from("<HBB", blob, 0)
+    size, fmt, content = _HEADER_STRUCT.unpack_from(blob, 0)
     version = (fmt, content)
     offsets = _OFFSETS.get(version)
     if offsets is None:
@@ -155,7 +160,9 @@ def decode(blob: bytes) -> tuple[GpuMetrics | None, str | None]:
                       f"the kernel's struct is {expected} bytes")
     if len(blob) < expected:
         return None, f"gpu_metrics {version_text(version)} truncated: {len(blob)} of {expected} bytes"
-    return GpuMetrics(version, bytes(blob[:expected])), None
+    if len(blob) != expected or type(blob) is not bytes:
+        blob = bytes(blob[:expected])
+    return GpuMetrics(version, blob), None
 
 
 THROTTLE_BITS: tuple[tuple[int, str], ...] = (

@@ -20,7 +20,12 @@ Sources per field (the card's ``device/`` directory):
 
 Which files exist (power average or input, which temperature channel is the
 junction, the RAS files) is settled when the reader opens; the files read
-every tick stay open and are re-read from offset 0 (:class:`~.sysfs.OpenFiles`).
+every tick stay open and are re-read from offset 0 (:class:`~.sysfs.OpenFiles`);
+``mem_info_vram_total`` (the driver's fixed VRAM size) is read until it gives a
+value, then again only after the card's files were closed. Every
+:data:`RAS_EVERY_S` the card's directory is looked up: gone or replaced, its
+kept files are closed (as on the first read that finds the device gone).
+A ``pp_dpm_*`` table is parsed once per distinct text (a GPU has a few levels).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from gpulens.collectors.amd.amdsmi_backend import SmiFigures
 from gpulens.collectors.amd.cards import Card, hwmon_dir
@@ -72,6 +78,9 @@ RAS_EVERY_S = 10.0
 MAX_BYTES = 1 << 50
 MAX_UW = 10_000 * 10**6
 """10 kW in µW: more than any accelerator draws."""
+NO_UNIQUE_ID = "unique_id absent or malformed (the driver gives it on MI100 and later parts)"
+DPM_MEMO = 64
+"""Distinct ``pp_dpm_*`` texts remembered per file (a table has 2-16 levels; more: parsed again)."""
 
 
 class CardReader:
@@ -81,7 +90,13 @@ class CardReader:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.card = card
         self._clock = clock
-        self._files = OpenFiles()
+        self._files = OpenFiles(device=True)
+        self._uuid = uuid_of(card.unique_id, card.partition)
+        self._total: tuple[int | None, str | None] = (None, "mem_info_vram_total not read yet")
+        self._total_generation = -1
+        """The :attr:`OpenFiles.generation` ``_total`` was read in (-1: not read)."""
+        self._dpm_memo: dict[str, dict[bytes, tuple[int | None, str | None]]] = {"pp_dpm_sclk": {}, "pp_dpm_mclk": {}}
+        self._device_id = _identity(card.device)
         dev = str(card.device)
         self._dev = {name: os.path.join(dev, name) for name in (
             "gpu_busy_percent", "mem_busy_percent", "mem_info_vram_used", "mem_info_vram_total",
@@ -106,25 +121,29 @@ class CardReader:
         self._ras = tuple(str(card.device / "ras" / n) for n in listdir(card.device / "ras")
                           if n.endswith("_err_count"))
         self._ras_read: tuple[tuple[int, int] | None, str, float] = (None, "", -1e18)
+        """The RAS counts (or None and why) and when they (and the card's directory) were last looked at."""
         self._pcie: PcieBw | None = None
         if card.partition == 0 and (card.device / "pcie_bw").exists():
             self._pcie = PcieBw(card.device / "pcie_bw", background=pcie_background, clock=clock)
         self._xgmi: tuple[int, int, float] | None = None
         if card.partition == 0:
-            self._xgmi_rates(self._metrics()[0], None, {})  # the first counters, so the first read has a rate
+            self._xgmi_rates(self._metrics()[0], None, {}, clock())  # the first counters: the first read has a rate
 
     def read(self, index: int, procs: CardProcesses | None, smi: SmiFigures | None,
              parent_index: int | None = None, notes: Mapping[str, str] | None = None) -> GpuSample:
         """This card now, as GPU ``index``; ``parent_index``: the index of a partition's GPU;
         ``notes``: reasons the caller adds (amdsmi's, the process scan's)."""
         card = self.card
-        why = {**_STATIC_NOTES, **(notes or {})}
-        processes = tuple(sorted(procs.processes, key=lambda p: p.pid)) if procs else ()
+        why = dict(_STATIC_NOTES)
+        if notes:
+            why.update(notes)
+        processes: tuple[GpuProcess, ...] = ()
         if procs:
+            processes = procs.processes if len(procs.processes) < 2 else tuple(sorted(procs.processes, key=_pid))
             why.update(procs.reasons)
         if card.unique_id is None:
-            why["uuid"] = "unique_id absent or malformed (the driver gives it on MI100 and later parts)"
-        uuid = uuid_of(card.unique_id, card.partition)
+            why["uuid"] = NO_UNIQUE_ID
+        uuid = self._uuid
         if card.partition:
             per_gpu = (f"the driver exposes it per physical GPU only: see partition 0 ({card.parent}"
                        + (f", GPU {parent_index})" if parent_index is not None else ")"))
@@ -134,19 +153,32 @@ class CardReader:
 
     def _read_device(self, index: int, uuid: str, processes: tuple[GpuProcess, ...], notes: dict[str, str],
                      smi: SmiFigures | None) -> GpuSample:
-        dev, integer = self._dev, self._files.integer
-
-        def num(field: str, path: str, lo: int = 0, hi: int = MAX_BYTES) -> int | None:
-            value, why = integer(path, lo=lo, hi=hi)
-            if value is None:
-                notes[field] = why or "unreadable"
-            return value
-
+        now = self._clock()
+        ras_counts, ras_why, ras_at = self._ras_read
+        if now - ras_at >= RAS_EVERY_S or now < ras_at:
+            self._check_device()
+            ras_counts, ras_why = self._read_ras()
+            self._ras_read = (ras_counts, ras_why, now)
+        dev, files = self._dev, self._files
+        integer = files.integer
         metrics, metrics_why = self._metrics()
-        util = num("utilization_percent", dev["gpu_busy_percent"], hi=100)
-        mem_util = num("memory_utilization_percent", dev["mem_busy_percent"], hi=100)
-        used = num("mem_used_bytes", dev["mem_info_vram_used"])
-        total = num("mem_total_bytes", dev["mem_info_vram_total"], lo=1)
+        util, why = integer(dev["gpu_busy_percent"], hi=100)
+        if util is None:
+            notes["utilization_percent"] = why or "unreadable"
+        mem_util, why = integer(dev["mem_busy_percent"], hi=100)
+        if mem_util is None:
+            notes["memory_utilization_percent"] = why or "unreadable"
+        used, why = integer(dev["mem_info_vram_used"], hi=MAX_BYTES)
+        if used is None:
+            notes["mem_used_bytes"] = why or "unreadable"
+        if self._total_generation != files.generation:
+            self._total = integer(dev["mem_info_vram_total"], lo=1, hi=MAX_BYTES)
+            if self._total[0] is not None:  # the VRAM size is fixed: kept until the card's files are closed
+                files.forget(dev["mem_info_vram_total"])
+                self._total_generation = files.generation
+        total, why = self._total
+        if total is None:
+            notes["mem_total_bytes"] = why or "unreadable"
         power, limit = self._power(notes, metrics)
         rx = tx = None
         if self._pcie is None:
@@ -158,8 +190,8 @@ class CardReader:
                 notes["pcie_rx_bytes_per_s"] = notes["pcie_tx_bytes_per_s"] = why or "unreadable"
             else:
                 rx, tx = rates
-        ecc = self._ecc(notes, smi)
-        nv_rx, nv_tx = self._xgmi_rates(metrics, smi, notes)
+        ecc = self._ecc(notes, smi, ras_counts, ras_why)
+        nv_rx, nv_tx = self._xgmi_rates(metrics, smi, notes, now)
         return GpuSample(
             index, self.card.label, uuid,
             utilization_percent=None if util is None else float(util),
@@ -243,9 +275,17 @@ class CardReader:
         return None
 
     def _clock_mhz(self, field: str, dpm: str, freq: str, notes: dict[str, str]) -> int | None:
-        text, why = self._files.text(self._dev[dpm])
-        if text is not None:
-            mhz, why = parse_dpm(text, dpm)
+        raw, why = self._files.read(self._dev[dpm])
+        if raw is not None:
+            memo = self._dpm_memo[dpm]
+            parsed = memo.get(raw)
+            if parsed is None:
+                parsed = _parse_dpm_bytes(raw, dpm)
+                if len(raw) <= 1024:
+                    if len(memo) >= DPM_MEMO:
+                        memo.clear()
+                    memo[raw] = parsed
+            mhz, why = parsed
             if mhz is not None:
                 return mhz
         if self._hwmon is not None:
@@ -256,12 +296,9 @@ class CardReader:
         notes[field] = why or "unreadable"
         return None
 
-    def _ecc(self, notes: dict[str, str], smi: SmiFigures | None) -> tuple[int, int] | None:
-        counts, why, at = self._ras_read
-        now = self._clock()
-        if now - at >= RAS_EVERY_S or now < at:
-            counts, why = self._read_ras()
-            self._ras_read = (counts, why, now)
+    @staticmethod
+    def _ecc(notes: dict[str, str], smi: SmiFigures | None, counts: tuple[int, int] | None,
+             why: str) -> tuple[int, int] | None:
         if counts is not None:
             return counts
         if smi is not None and smi.ecc is not None:
@@ -283,13 +320,12 @@ class CardReader:
         return (ue, ce), ""
 
     def _xgmi_rates(self, metrics: GpuMetrics | None, smi: SmiFigures | None,
-                    notes: dict[str, str]) -> tuple[float | None, float | None]:
+                    notes: dict[str, str], now: float) -> tuple[float | None, float | None]:
         read_kb = write_kb = None
         if metrics is not None and metrics.version >= (1, 4):
             read_kb, write_kb = metrics.total("xgmi_read_data_acc"), metrics.total("xgmi_write_data_acc")
         if (read_kb is None or write_kb is None) and smi is not None:
             read_kb, write_kb = smi.xgmi_read_kb, smi.xgmi_write_kb
-        now = self._clock()
         if read_kb is None or write_kb is None:
             self._xgmi = None
             notes["nvlink_rx_bytes_per_s"] = notes["nvlink_tx_bytes_per_s"] = NO_XGMI
@@ -322,8 +358,36 @@ class CardReader:
                                          "throttle status (its throttle_status bits are ASIC-specific)")
         return ()
 
+    def _check_device(self) -> None:
+        """Close the card's kept files if its directory is gone or is another one now."""
+        now = _identity(self.card.device)
+        if now != self._device_id:
+            self._device_id = now
+            self._files.close_all()
+
     def close(self) -> None:
         """Stop the PCIe reader thread and close the files kept open."""
         if self._pcie is not None:
             self._pcie.close()
         self._files.close()
+
+
+def _pid(p: GpuProcess) -> int:
+    return p.pid
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of ``path``, None when it is gone."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _parse_dpm_bytes(raw: bytes, name: str) -> tuple[int | None, str | None]:
+    try:
+        text = raw.decode("ascii").strip()
+    except UnicodeDecodeError:
+        return None, f"{name} is not text"
+    return parse_dpm(text, name)

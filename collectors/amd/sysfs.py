@@ -11,6 +11,7 @@ ras.rst; drivers/gpu/drm/amd/pm/amdgpu_pm.c): plain decimal integers,
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 from pathlib import Path
@@ -161,16 +162,26 @@ def read_bytes(path: Path, limit: int = MAX_TEXT) -> tuple[bytes | None, str | N
         return None, f"{path.name} unreadable: {err.strerror or err}"
 
 
+GONE = frozenset({errno.ENODEV, errno.ENOENT})
+"""What a kept sysfs file's read fails with once its device is gone (kernfs: ENODEV after removal)."""
+
+
 class OpenFiles:
     """Files kept open and re-read with ``pread`` at offset 0.
 
     sysfs and procfs make a file's text anew on every read from offset 0
     (seq_file resets its iterator there), so one ``open`` serves every tick:
     a read costs a system call, not three. A file that fails is closed and
-    opened again on the next read."""
+    opened again on the next read. ``device``: the files are one device's, so
+    one found gone (ENODEV, ENOENT: the driver removed the device) closes them
+    all, and :attr:`generation` counts such closes (what was read once from
+    the device must be read again)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, device: bool = False) -> None:
         self._fds: dict[str, int] = {}
+        self._device = device
+        self.generation = 0
+        """How many times every file was closed because the device went away (or :meth:`close_all`)."""
 
     def read(self, path: str, limit: int = MAX_TEXT) -> tuple[bytes | None, str | None]:
         """The file's bytes now, or None and why (``path``: a string, as the hot path keeps them)."""
@@ -186,7 +197,10 @@ class OpenFiles:
         try:
             return os.pread(fd, limit, 0), None
         except OSError as err:
-            self.forget(path)
+            if self._device and err.errno in GONE:
+                self.close_all()
+            else:
+                self.forget(path)
             return None, f"{os.path.basename(path)} unreadable: {err.strerror or err}"
 
     def text(self, path: str) -> tuple[str | None, str | None]:
@@ -201,13 +215,18 @@ class OpenFiles:
 
     def integer(self, path: str, *, lo: int = 0, hi: int = MAX_INT) -> Value:
         """:meth:`text` then :func:`parse_int` (the file's name is looked up only for a reason)."""
-        text, why = self.text(path)
-        if text is None:
+        raw, why = self.read(path)
+        if raw is None:
             return None, why
-        if text.isdigit() and len(text) < 19:  # the usual case, without building a reason
-            value = int(text)
+        digits = raw.strip()
+        if digits.isdigit() and len(digits) < 19:  # the usual case: ASCII digits, no text made, no reason built
+            value = int(digits)
             if lo <= value <= hi:
                 return value, None
+        try:
+            text = raw.decode("ascii").strip()
+        except UnicodeDecodeError:
+            return None, f"{os.path.basename(path)} is not text"
         return parse_int(text, os.path.basename(path), lo=lo, hi=hi)
 
     def forget(self, path: str) -> None:
@@ -217,10 +236,15 @@ class OpenFiles:
             with contextlib.suppress(OSError):  # closing: nothing to report
                 os.close(fd)
 
-    def close(self) -> None:
-        """Close every file."""
+    def close_all(self) -> None:
+        """Close every file (the next reads open them again) and count a new :attr:`generation`."""
         for path in list(self._fds):
             self.forget(path)
+        self.generation += 1
+
+    def close(self) -> None:
+        """Close every file."""
+        self.close_all()
 
     def __len__(self) -> int:
         return len(self._fds)
