@@ -1,8 +1,8 @@
 """The ``--record`` file format: msgpack, streaming, compact.
 
 A recording is a sequence of msgpack objects: first a header map
-``{"format": "gpulens-recording", "version": 1, "created": <unix s>,
-"source": <name>, "simulated": <bool>}``, then one map per event:
+``{"format": "gpulens-recording", "version": 2, "created": <unix s>,
+"source": <name>, "simulated": <bool>}``, then the records, one map per event:
 
 - ``{"k": "s", "b": <backfill>, "d": <sample>}`` a host sample, in the
   form of :func:`~gpulens.ipc.serialize.sample_to_dict` less every
@@ -10,10 +10,16 @@ A recording is a sequence of msgpack objects: first a header map
 - ``{"k": "h", "host", "up", "reason", "time", "address"}`` host status;
 - ``{"k": "m", "message", "ok", "time"}`` source status.
 
+Version 1 stores each record as is (7.5 kB per demo sample); version 2 (what
+gpulens writes) stores each compressed, against the previous record of the
+same host, in blocks that decode on their own (``recording_blocks``: 12x
+smaller). Both are read; ``--append`` continues a file in its own version.
+
 Reading is sans-IO friendly (:func:`decode_stream` takes chunks) and bounded:
-each object is at most :data:`MAX_RECORD_BYTES` (nesting too: msgpack's own
-depth limit). Records are framed with ``Unpacker.skip`` (which builds nothing)
-and decoded from their bytes with msgspec into the fields a record kind has
+each record is at most :data:`MAX_RECORD_BYTES` (nesting too: msgpack's own
+depth limit; version 2: the limits of ``recording_blocks``). Records are
+framed with ``Unpacker.skip`` (which builds nothing) and decoded from their
+bytes with msgspec into the fields a record kind has
 (:func:`decode_record_bytes`): keys a newer gpulens may add are skipped
 without being built, however large (a 4 MiB unknown field of empty maps is
 about 540 MiB of Python objects when built), and
@@ -29,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Iterable, Iterator
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import msgpack
 import msgspec
@@ -39,15 +45,18 @@ from gpulens.core.events import HostStatusEvent, SampleEvent, SourceEvent, Sourc
 from gpulens.core.limits import InputRefused, open_regular
 from gpulens.core.model import HostSample
 from gpulens.ipc.errors import ProtocolError
+from gpulens.ipc.recording_blocks import MAX_FRAME_BYTES, MAX_RECORD_BYTES, BlockReader, BlockWriter
 from gpulens.ipc.serialize import sample_from_dict, sample_from_msgpack
 
 FORMAT = "gpulens-recording"
-VERSION = 1
-MAX_RECORD_BYTES = 16 * 1024 * 1024
+VERSION = 2
+"""The version gpulens writes."""
+VERSIONS = (1, 2)
+"""The versions gpulens reads."""
 _LIMITS: dict[str, int] = {
-    "max_buffer_size": MAX_RECORD_BYTES,
+    "max_buffer_size": MAX_FRAME_BYTES,
     "max_str_len": 1024 * 1024,
-    "max_bin_len": 1024 * 1024,
+    "max_bin_len": MAX_FRAME_BYTES,  # version 2: a compressed record
     "max_array_len": 100_000,
     "max_map_len": 100_000,
     "max_ext_len": 0,
@@ -75,15 +84,40 @@ def compact(obj: Any) -> Any:
     return obj
 
 
-def header(source: str, simulated: bool, created: float) -> bytes:
+def header(source: str, simulated: bool, created: float, version: int = VERSION) -> bytes:
     """The first object of a recording."""
-    data: bytes = msgpack.packb({"format": FORMAT, "version": VERSION, "created": created,
+    data: bytes = msgpack.packb({"format": FORMAT, "version": version, "created": created,
                                  "source": source, "simulated": simulated})
     return data
 
 
+def event_key(event: SourceEvent) -> str:
+    """The series an event belongs to: its records are compressed against each other (version 2)."""
+    if isinstance(event, SampleEvent):
+        return f"s:{event.sample.host}"
+    if isinstance(event, HostStatusEvent):
+        return f"h:{event.host}"
+    return "m"
+
+
+class EventEncoder:
+    """The bytes that append each event to a recording of ``version`` (after its header)."""
+
+    def __init__(self, version: int = VERSION) -> None:
+        if version not in VERSIONS:
+            raise ValueError(f"recording version {version} is not supported")
+        self.version = version
+        self.blocks = BlockWriter() if version >= 2 else None
+
+    def encode(self, event: SourceEvent, record: bytes | None = None) -> bytes:
+        """The bytes to append: version 1: the record; version 2: its frame (after a block start when one
+        begins). ``record``: the event's :func:`encode_event` bytes when already made."""
+        data = encode_event(event) if record is None else record
+        return data if self.blocks is None else self.blocks.add(data, event_key(event))
+
+
 def encode_event(event: SourceEvent) -> bytes:
-    """One event as one msgpack object."""
+    """One event as one msgpack object (a version-1 record; the bytes a version-2 frame compresses)."""
     if isinstance(event, SampleEvent):
         rec: dict[str, Any] = {"k": "s", "b": event.backfill, "d": compact(event.sample)}
     elif isinstance(event, HostStatusEvent):
@@ -130,8 +164,9 @@ def check_header(obj: Any) -> dict[str, Any]:
     """Validate the header object; raises RecordingError."""
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
         raise RecordingError("not a gpulens recording (no 'gpulens-recording' header)")
-    if obj.get("version") != VERSION:
-        raise RecordingError(f"recording version {obj.get('version')!r} is not supported (expected {VERSION})")
+    if obj.get("version") not in VERSIONS or isinstance(obj.get("version"), bool):
+        raise RecordingError(f"recording version {obj.get('version')!r} is not supported (expected "
+                             f"{' or '.join(map(str, VERSIONS))})")
     return obj
 
 
@@ -141,25 +176,38 @@ def decode_stream(chunks: Iterable[bytes]) -> Iterator[dict[str, Any] | SourceEv
     A file that ends inside a record (truncated) raises too, after yielding
     every complete record before it.
     """
-    for item, _start, _length in decode_spans(chunks):
+    for item, _place in decode_spans(chunks):
         yield item
 
 
-def decode_spans(chunks: Iterable[bytes]) -> Iterator[tuple[dict[str, Any] | SourceEvent, int, int]]:
-    """As :func:`decode_stream`, with each record's byte offset and length (a replay index).
+class Place(NamedTuple):
+    """Where a record is: what to read back to decode it (a replay index keeps this)."""
 
-    Memory: the bytes of the record being decoded (at most :data:`MAX_RECORD_BYTES`
-    plus one chunk, twice) and what its known fields hold; nothing else is kept.
+    block: int
+    """The byte offset of its block (version 1: of the record itself, a block of one)."""
+    ordinal: int
+    """Its place in the block (version 1: 0)."""
+    end: int
+    """The byte offset after it (version 2: after its frame; a seek reads ``block`` to ``end``)."""
+
+
+def decode_spans(chunks: Iterable[bytes]) -> Iterator[tuple[dict[str, Any] | SourceEvent, Place]]:
+    """As :func:`decode_stream`, with where each record is (a replay index); the header's place is (0, 0, its end).
+
+    Memory: the bytes of the object being decoded (at most :data:`MAX_FRAME_BYTES`
+    plus one chunk, twice), what its known fields hold and, in version 2, the
+    current block's records (``recording_blocks.MAX_BLOCK_BYTES``); nothing else is kept.
     """
-    framer = msgpack.Unpacker(max_buffer_size=MAX_RECORD_BYTES)  # only skip(): it builds no objects
+    framer = msgpack.Unpacker(max_buffer_size=MAX_FRAME_BYTES)  # only skip(): it builds no objects
     held = bytearray()  # the file's bytes from offset ``base`` on: the record being framed
     index = start = offset = base = 0
+    blocks: BlockReader | None = None
     for chunk in chunks:
         offset += len(chunk)
         try:
             framer.feed(chunk)
         except msgpack.BufferFull as err:
-            raise RecordingError(f"record {index}: larger than {MAX_RECORD_BYTES} bytes") from err
+            raise RecordingError(f"record {index}: larger than {MAX_FRAME_BYTES} bytes") from err
         held += chunk
         while True:
             try:
@@ -170,8 +218,19 @@ def decode_spans(chunks: Iterable[bytes]) -> Iterator[tuple[dict[str, Any] | Sou
                 raise RecordingError(f"record {index} (before byte {offset}): corrupt data: {err}") from err
             end = framer.tell()
             data = bytes(memoryview(held)[start - base : end - base])
-            item = decode_header_bytes(data) if index == 0 else decode_record_bytes(data, f"record {index}")
-            yield item, start, end - start
+            where = f"record {index}"
+            if index == 0:
+                head = decode_header_bytes(data)
+                blocks = BlockReader() if head["version"] >= 2 else None
+                yield head, Place(0, 0, end)
+            elif blocks is None:
+                if end - start > MAX_RECORD_BYTES:
+                    raise RecordingError(f"{where}: larger than {MAX_RECORD_BYTES} bytes")
+                yield decode_record_bytes(data, where), Place(start, 0, end)
+            else:
+                record = blocks.feed(data, start, where)
+                if record is not None:
+                    yield decode_record_bytes(record, where), Place(blocks.start, len(blocks.records) - 1, end)
             index, start = index + 1, end
         del held[: start - base]
         base = start
@@ -208,6 +267,8 @@ class _HeaderFields(msgspec.Struct):
 
 
 _FIELDS = msgspec.msgpack.Decoder(_Fields)
+_SAMPLE, _TRUE, _FALSE = msgspec.Raw(b"\xa1s"), msgspec.Raw(b"\xc3"), msgspec.Raw(b"\xc2")
+"""A sample record's ``k`` and ``b`` as msgpack: decoded without :func:`_scalars` (most records)."""
 _HEADER_FIELDS = msgspec.msgpack.Decoder(_HeaderFields)
 _SCALAR = str | bool | int | float | None
 _MAX_SCALAR_BYTES = 64 * 1024
@@ -269,12 +330,17 @@ def decode_record_bytes(data: bytes | memoryview, where: str) -> SourceEvent:
     without building it. The sample of a ``"s"`` record goes straight from its
     bytes to the model (:func:`~gpulens.ipc.serialize.sample_from_msgpack`).
     """
-    fields: _Fields = _fields_of(data, _FIELDS, where)
-    plain = _scalars(fields, where)
+    f: _Fields = _fields_of(data, _FIELDS, where)
+    if (f.k == _SAMPLE and (f.b == _TRUE or f.b == _FALSE or not len(f.b)) and len(f.d)
+            and not (len(f.host) or len(f.up) or len(f.reason) or len(f.time) or len(f.address)
+                     or len(f.message) or len(f.ok))):
+        plain: dict[str, Any] = {"k": "s", "b": f.b == _TRUE}  # what _scalars makes of a plain sample record
+    else:
+        plain = _scalars(f, where)
     if plain.get("k") != "s":
         return decode_record(plain, where)
     try:
-        sample = sample_from_msgpack(fields.d) if len(fields.d) else sample_from_dict(None)
+        sample = sample_from_msgpack(f.d) if len(f.d) else sample_from_dict(None)
     except (SchemaError, ProtocolError) as err:
         raise RecordingError(f"{where}: {err}") from err
     return SampleEvent(sample=sample, backfill=bool(plain.get("b", False)))

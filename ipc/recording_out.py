@@ -12,7 +12,8 @@ socket, and never another user's file:
 - ``append`` (``--append``): the existing file must be a regular file of
   ours (``O_NOFOLLOW | O_NONBLOCK`` then ``fstat`` of what was opened) and a
   gpulens recording of the same kind (SIMULATED or not); a record cut off by
-  a crash is cut back to the last whole one, and new events follow.
+  a crash is cut back to the last whole one, and new events follow, in the
+  file's own format version (version 2: in a new block).
 - ``overwrite`` (``--force``): the same checks, then truncated.
 
 Errors are :class:`~gpulens.core.errors.ConfigError`, one line naming the path.
@@ -28,7 +29,8 @@ from typing import Literal
 import msgpack
 
 from gpulens.core.errors import ConfigError, RecordingError
-from gpulens.ipc.recording import MAX_RECORD_BYTES, UNPACK_LIMITS, check_header
+from gpulens.ipc.recording import UNPACK_LIMITS, VERSION, check_header
+from gpulens.ipc.recording_blocks import MAX_FRAME_BYTES
 
 RecordMode = Literal["new", "append", "overwrite"]
 """How ``--record`` treats an existing file: refuse it, continue it (``--append``), replace it (``--force``)."""
@@ -50,6 +52,8 @@ class OpenedRecording:
     size: int
     cut: int = 0
     """Bytes of a partial last record that were cut away (append only)."""
+    version: int = VERSION
+    """The format version to write: a continued file's own (``VERSION`` for a new one)."""
 
 
 def _what_is_there(st: os.stat_result) -> str:
@@ -104,15 +108,15 @@ def _open_existing(path: str) -> int:
     return fd
 
 
-def _whole_records_end(fd: int, simulated: bool, path: str) -> int:
-    """Where the last whole record of the recording at ``fd`` ends; checks the header's kind.
+def _whole_records_end(fd: int, simulated: bool, path: str) -> tuple[int, int]:
+    """Where the last whole record of the recording at ``fd`` ends, and its version; checks the header's kind.
 
     Raises:
         ConfigError: not a gpulens recording, or one of the other kind (SIMULATED or not).
     """
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=True, **UNPACK_LIMITS)
     os.lseek(fd, 0, os.SEEK_SET)
-    end = 0
+    end = version = 0
     first = True
     while True:
         chunk = os.read(fd, 1 << 20)
@@ -121,7 +125,7 @@ def _whole_records_end(fd: int, simulated: bool, path: str) -> int:
         try:
             unpacker.feed(chunk)
         except msgpack.BufferFull:
-            raise ConfigError(f"--record {path}: a record larger than {MAX_RECORD_BYTES} bytes: not a "
+            raise ConfigError(f"--record {path}: a record larger than {MAX_FRAME_BYTES} bytes: not a "
                               "recording gpulens can continue") from None
         while True:
             try:
@@ -140,10 +144,11 @@ def _whole_records_end(fd: int, simulated: bool, path: str) -> int:
                     raise ConfigError(f"--record {path}: it records {kind}, this source is not; not continued "
                                       "(record into another file)")
                 first = False
+                version = int(head["version"])
             end = unpacker.tell()
     if first:
         raise ConfigError(f"--record {path}: not a gpulens recording (no header); not continued")
-    return end
+    return end, version
 
 
 def open_for_recording(path: str, mode: RecordMode, *, simulated: bool) -> OpenedRecording:
@@ -166,12 +171,12 @@ def open_for_recording(path: str, mode: RecordMode, *, simulated: bool) -> Opene
         if mode == "overwrite":
             os.ftruncate(fd, 0)
             return OpenedRecording(fd, continued=False, size=0)
-        end = _whole_records_end(fd, simulated, path)
+        end, version = _whole_records_end(fd, simulated, path)
         total = os.fstat(fd).st_size
         if end < total:
             os.ftruncate(fd, end)
         os.lseek(fd, end, os.SEEK_SET)
-        return OpenedRecording(fd, continued=True, size=end, cut=total - end)
+        return OpenedRecording(fd, continued=True, size=end, cut=total - end, version=version)
     except BaseException:
         os.close(fd)
         raise

@@ -27,6 +27,7 @@ from gpulens.core.model import HostSample, JobInfo
 from gpulens.core.processes import gpu_memory, order
 from gpulens.core.units import size
 from gpulens.ipc.recording import (
+    EventEncoder,
     decode_stream,
     encode_event,
     header,
@@ -320,8 +321,12 @@ class Recorder:
     """Writes every event to a recording file (``--record FILE``); thread-safe.
 
     ``mode``: ``new`` refuses an existing name, ``append`` continues a recording
-    (``--append``), ``overwrite`` replaces one of ours (``--force``); the file is
-    never reached through a link and never a FIFO (``gpulens.ipc.recording_out``).
+    (``--append``, in its own format version), ``overwrite`` replaces one of ours
+    (``--force``); the file is never reached through a link and never a FIFO
+    (``gpulens.ipc.recording_out``). Each event is written as it comes
+    (version 2: compressed, in blocks) and the file is flushed at least every
+    second while events come, and at close: a crash loses at most the last
+    second's events (and a record cut off, which ``--append`` cuts away).
 
     Raises:
         ConfigError: the file cannot be created or used, in one line.
@@ -339,18 +344,21 @@ class Recorder:
         """Whether this continues an existing recording (``--append``)."""
         self.cut = opened.cut
         """Bytes of a partial last record cut away before appending (a crash mid-write)."""
+        self.version = opened.version
+        """The format version written: ``VERSION``, or a continued file's own."""
+        self._encoder = EventEncoder(opened.version)
         self._fh: IO[bytes] | None = os.fdopen(opened.fd, "wb")
         if not opened.continued:
-            self.bytes += self._fh.write(header(source_name, simulated, time.time()))
+            self.bytes += self._fh.write(header(source_name, simulated, time.time(), opened.version))
         self._last_flush = time.monotonic()
 
     def write(self, event: SourceEvent) -> None:
         """Append one event (flushed at least every second)."""
-        data = encode_event(event)
+        record = encode_event(event)  # the costly part, outside the lock
         with self._lock:
             if self._fh is None:
                 return
-            self.bytes += self._fh.write(data)
+            self.bytes += self._fh.write(self._encoder.encode(event, record))
             self.count += 1
             if time.monotonic() - self._last_flush > 1.0:
                 self._fh.flush()

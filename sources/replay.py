@@ -1,9 +1,12 @@
 """A recording's index, for a replay you can scrub: where each record is, and what ran when.
 
 :class:`RecordingIndex` scans a recording once (in a thread: :meth:`build`)
-and keeps, per record, its time and byte offset (16 bytes a record; the
-samples themselves stay in the file and are read back with ``pread`` when
-the position reaches them), plus when each host and job appears, so a job
+and keeps, per record, its time and place (28 bytes a record: the offset of
+its block, its place in the block and where it ends; the samples themselves
+stay in the file and are read back with ``pread`` when the position reaches
+them: version 1, the record alone; version 2, its block up to it, decompressed
+once for all the records a read wants from it and kept for the next read of
+the same thread, two blocks at most), plus when each host and job appears, so a job
 that ran most of the recording is reachable from any position
 (:meth:`find_job`). Every record is validated as it is indexed (the one
 sample decoder), so a fault stops the index there and says where.
@@ -22,6 +25,7 @@ import bisect
 import os
 import threading
 from array import array
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -30,12 +34,17 @@ import msgpack
 from gpulens.core.errors import RecordingError
 from gpulens.core.events import HostStatusEvent, SampleEvent, SourceEvent, SourceStatusEvent
 from gpulens.ipc.recording import (
-    MAX_RECORD_BYTES,
+    Place,
     decode_header_bytes,
     decode_record_bytes,
     decode_spans,
     open_recording,
 )
+from gpulens.ipc.recording_blocks import MAX_RECORD_BYTES, BlockReader, read_block
+
+CACHED_BLOCKS = 2
+"""Version 2: the decompressed blocks an index keeps for the next read, per thread (playback on the app's
+thread and a seek's rebuild in a worker each keep theirs)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,13 +110,16 @@ def read_header(path: str) -> dict[str, object]:
 
 
 class RecordingIndex:
-    """Times and offsets of every record of one recording, sorted by time; built once, read by the app."""
+    """Times and places of every record of one recording, sorted by time; built once, read by the app."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self._times = array("d")
-        self._offsets = array("q")
-        self._sizes = array("l")
+        self._blocks = array("q")
+        self._ordinals = array("i")
+        self._ends = array("q")
+        self.version = 0
+        """The recording's format version (0 until :meth:`build` read its header)."""
         self.hosts: dict[str, Span] = {}
         """Every host that appears, with its span."""
         self.jobs: dict[str, JobSpan] = {}
@@ -118,31 +130,34 @@ class RecordingIndex:
         """Set once :meth:`build` finished (whole or at a fault)."""
         self._fd: int | None = None
         self._lock = threading.Lock()
+        self._local = threading.local()  # .blocks: this thread's kept blocks, of .generation
+        self._generation = 0
 
     # ---- building -----------------------------------------------------------
     def build(self) -> None:
         """Scan the file (call in a thread); ``done`` is set at the end, ``error`` says why it stopped."""
-        times: list[tuple[float, int, int]] = []
+        places: list[tuple[float, int, int, int]] = []
         jobs: dict[str, tuple[str, set[int], float, float]] = {}
         try:
             fh = open_recording(self.path)
             with fh:
-                for event, offset, size in self._records(fh):
+                for event, place in self._records(fh):
                     t = _event_time(event)
                     if t != t:
                         continue
-                    times.append((t, offset, size))
+                    places.append((t, *place))
                     if isinstance(event, SampleEvent):
                         self._note(event, jobs)
         except OSError as err:
             self.error = f"{self.path}: cannot read: {err.strerror}"
         except RecordingError as err:
             self.error = f"{self.path}: {err}"
-        times.sort()
+        places.sort()
         with self._lock:
-            self._times = array("d", (t for t, _, _ in times))
-            self._offsets = array("q", (o for _, o, _ in times))
-            self._sizes = array("l", (s for _, _, s in times))
+            self._times = array("d", (p[0] for p in places))
+            self._blocks = array("q", (p[1] for p in places))
+            self._ordinals = array("i", (p[2] for p in places))
+            self._ends = array("q", (p[3] for p in places))
             self.jobs = {k: JobSpan(k, user, frozenset(pids), Span(a, b)) for k, (user, pids, a, b) in jobs.items()}
         self.done.set()
 
@@ -161,12 +176,13 @@ class RecordingIndex:
                     got[1].add(j.pid)
                 jobs[key] = (got[0], got[1], min(got[2], s.time), max(got[3], s.time))
 
-    @staticmethod
-    def _records(fh: object) -> Iterator[tuple[SourceEvent, int, int]]:
+    def _records(self, fh: object) -> Iterator[tuple[SourceEvent, Place]]:
         chunks = iter(lambda: fh.read(1 << 16), b"")  # type: ignore[attr-defined]
-        for item, start, length in decode_spans(chunks):
-            if not isinstance(item, dict):  # the header is checked, not indexed
-                yield item, start, length
+        for item, place in decode_spans(chunks):
+            if isinstance(item, dict):  # the header is checked, not indexed
+                self.version = int(item["version"])
+            else:
+                yield item, place
 
     # ---- reading ------------------------------------------------------------
     def __len__(self) -> int:
@@ -189,27 +205,67 @@ class RecordingIndex:
     def events_between(self, after: float, upto: float) -> list[SourceEvent]:
         """The events with ``after < time <= upto``, in time order, read back from the file.
 
+        Version 2: each block they lie in is read and decompressed once, up to the last of them
+        (continuing a block kept from the last read where it can).
+
         Raises:
             RecordingError: the file changed under us or cannot be read any more.
         """
         with self._lock:
             lo = bisect.bisect_right(self._times, after)
             hi = bisect.bisect_right(self._times, upto)
-            spots = [(self._offsets[i], self._sizes[i]) for i in range(lo, hi)]
+            spots = [(self._blocks[i], self._ordinals[i], self._ends[i]) for i in range(lo, hi)]
             fd = self._open()
+        if self.version < 2:
+            return [self._decode(self._pread(fd, offset, end - offset), f"byte {offset}")
+                    for offset, _, end in spots]
+        upto_end: dict[int, int] = {}
+        for block, _, end in spots:
+            upto_end[block] = max(end, upto_end.get(block, end))
+        records = {block: self._block(fd, block, end) for block, end in upto_end.items()}
         out: list[SourceEvent] = []
-        for offset, size in spots:
+        for block, n, _ in spots:
+            if n >= len(records[block]):
+                raise RecordingError(f"{self.path}: changed while replaying (the block at byte {block} holds "
+                                     f"{len(records[block])} records, not {n + 1})")
+            out.append(self._decode(records[block][n], f"record {n} of the block at byte {block}"))
+        return out
+
+    def _pread(self, fd: int, offset: int, size: int) -> bytes:
+        try:
+            data = os.pread(fd, size, offset)
+        except OSError as err:
+            raise RecordingError(f"{self.path}: cannot read: {err.strerror}") from err
+        if len(data) != size:
+            raise RecordingError(f"{self.path}: changed while replaying (it is shorter than it was)")
+        return data
+
+    def _decode(self, data: bytes, where: str) -> SourceEvent:
+        try:
+            return decode_record_bytes(data, where)
+        except RecordingError as err:
+            raise RecordingError(f"{self.path}: changed while replaying ({err})") from err
+
+    def _block(self, fd: int, start: int, end: int) -> list[bytes]:
+        """The records of the block at ``start``, at least up to the one ending at ``end`` (version 2)."""
+        local = self._local
+        if getattr(local, "generation", None) != self._generation:
+            local.generation, local.blocks = self._generation, OrderedDict()
+        kept: OrderedDict[int, BlockReader] = local.blocks
+        reader = kept.pop(start, None)
+        if reader is None:
+            reader = BlockReader()
+        if reader.end < end:  # read (on): a new reader's end is -1
+            at = start if reader.start < 0 else reader.end
+            data = self._pread(fd, at, end - at)
             try:
-                data = os.pread(fd, size, offset)
-            except OSError as err:
-                raise RecordingError(f"{self.path}: cannot read: {err.strerror}") from err
-            if len(data) != size:
-                raise RecordingError(f"{self.path}: changed while replaying (it is shorter than it was)")
-            try:
-                out.append(decode_record_bytes(data, f"byte {offset}"))
+                read_block(reader, data, at, f"the block at byte {start}")
             except RecordingError as err:
                 raise RecordingError(f"{self.path}: changed while replaying ({err})") from err
-        return out
+        kept[start] = reader
+        while len(kept) > CACHED_BLOCKS:
+            kept.popitem(last=False)
+        return reader.records
 
     def _open(self) -> int:
         if self._fd is None:
@@ -219,8 +275,10 @@ class RecordingIndex:
         return self._fd
 
     def close(self) -> None:
-        """Close the file; idempotent."""
+        """Close the file and drop the blocks kept (every thread's); idempotent."""
         with self._lock:
+            self._generation += 1
+            self._local.blocks = None
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None

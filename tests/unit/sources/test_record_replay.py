@@ -16,6 +16,8 @@ from gpulens.sources.local import Recorder, ReplaySource
 from gpulens.store.store import Store
 
 T0 = 1_700_000_000.0
+V1 = header("x", False, T0, version=1)
+"""A version-1 header: the records after it are plain msgpack maps (version 2: tests/unit/sources/test_recording_v2.py)."""
 
 
 def record(path: Path, seconds: float = 20) -> list[SourceEvent]:
@@ -85,21 +87,21 @@ def test_truncated_file_keeps_what_was_read(tmp_path: Path) -> None:
         (b"", "empty file"),
         (b"hello world", "not a gpulens recording|corrupt"),
         (msgpack.packb({"format": "gpulens-recording", "version": 99}), "version 99"),
-        (header("x", False, T0) + msgpack.packb([1, 2, 3]), "expected a map"),
-        (header("x", False, T0) + msgpack.packb({"k": "s", "d": {"host": 5}}), "host"),
+        (V1 + msgpack.packb([1, 2, 3]), "expected a map"),
+        (V1 + msgpack.packb({"k": "s", "d": {"host": 5}}), "host"),
         # the path of a mistyped field deep in a recorded sample is named (the one sample decoder)
-        (header("x", False, T0) + msgpack.packb({"k": "s", "d": {
+        (V1 + msgpack.packb({"k": "s", "d": {
             "host": "a", "time": T0, "cpu": {"total_percent": 1}, "memory": {"total_bytes": 1, "used_bytes": 1},
             "network": {"rx_bytes_per_s": 1, "tx_bytes_per_s": 1}, "storage": {"read_bytes_per_s": 1, "write_bytes_per_s": 1},
             "gpus": [{"index": 0, "name": "g", "uuid": "u", "power_w": "hot"}]}}),
          r"gpus\[0\]\.power_w: expected a number, got a string"),
-        (header("x", False, T0) + msgpack.packb({"k": "zz"}), "unknown record kind"),
-        (header("x", False, T0) + msgpack.packb({"k": "h", "host": "a", "up": "yes"}), "wrong type"),
-        (header("x", False, T0) + b"\xc1" * 10, "corrupt"),
+        (V1 + msgpack.packb({"k": "zz"}), "unknown record kind"),
+        (V1 + msgpack.packb({"k": "h", "host": "a", "up": "yes"}), "wrong type"),
+        (V1 + b"\xc1" * 10, "corrupt"),
         # a claimed 4 GiB string: refused by the size limits, not allocated
-        (header("x", False, T0) + b"\xdb\xff\xff\xff\xff" + b"a" * 100, "corrupt|truncated|larger"),
+        (V1 + b"\xdb\xff\xff\xff\xff" + b"a" * 100, "corrupt|truncated|larger"),
         # 2**31 element array header
-        (header("x", False, T0) + b"\xdd\x80\x00\x00\x00", "corrupt|truncated"),
+        (V1 + b"\xdd\x80\x00\x00\x00", "corrupt|truncated"),
     ],
 )
 def test_hostile_files_give_clear_errors(tmp_path: Path, payload: bytes, message: str) -> None:
@@ -196,5 +198,5 @@ def test_a_recording_with_only_its_header_is_refused_before_the_ui_opens(tmp_pat
     path.write_bytes(header("x", False, T0))
     with pytest.raises(RecordingError, match=r"no samples \(only its header\): nothing to replay"):
         read_header(str(path))
-    path.write_bytes(header("x", False, T0) + msgpack.packb({"k": "h", "host": "a", "up": True, "t": T0}))
+    path.write_bytes(V1 + msgpack.packb({"k": "h", "host": "a", "up": True, "t": T0}))
     assert read_header(str(path))["format"] == "gpulens-recording"  # one record after it: accepted

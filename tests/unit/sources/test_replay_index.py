@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import msgpack
 
 from gpulens.core.events import SampleEvent
 from gpulens.ipc.recording import read_recording
+from gpulens.ipc.recording_blocks import block_start, frame
 from gpulens.sources.replay import RecordingIndex
 from tests.unit.tui.test_replay import JOB_FROM, JOB_TO, SECONDS, T0, record
 
@@ -57,8 +59,9 @@ def test_a_truncated_file_keeps_the_records_before_the_fault(tmp_path: Path) -> 
 
 def test_a_hostile_record_stops_the_index_with_its_place(tmp_path: Path) -> None:
     path = record(tmp_path / "r.gpulens")
-    with path.open("ab") as fh:
-        fh.write(msgpack.packb({"k": "s", "d": {"host": 5}}))
+    with path.open("ab") as fh:  # a whole block, compressed as the recorder does: the sample decoder refuses it
+        fh.write(block_start(99) + frame(msgpack.packb({"k": "s", "d": {"host": 5}})))
     index = built(path)
-    assert index.error is not None and "record" in index.error and "\n" not in index.error
+    assert index.error is not None and "\n" not in index.error
+    assert re.search(r"record \d+: host: expected a string", index.error), index.error
     assert index.end == T0 + SECONDS

@@ -57,7 +57,7 @@ def write_recording(path: Path, size_bytes: int) -> int:
     blob = [[{}] * 100_000 for _ in range(40)]  # one byte each packed, a dict each when built
     records = 0
     with path.open("wb") as fh:
-        fh.write(header("demo", True, T0))
+        fh.write(header("demo", True, T0, version=1))  # records as plain maps
         while fh.tell() < size_bytes:
             d = compact(demo.sample(records % 2, T0 + records))
             d["added_by_a_newer_gpulens"] = blob
