@@ -39,6 +39,7 @@ SCREENS: dict[str, tuple[tuple[str, ...], str | None]] = {
     "job": ((), "job 4711"),
     "help": (("question_mark",), None),
     "gpus": ((), "gpus"),  # the :gpus view: every GPU of the fleet
+    "ps": ((), "ps gpu-node05"),  # every process of a host (issue 31 item 7)
 }
 
 
