@@ -431,7 +431,7 @@ class Store:
         """Headline statistics of every host over the window (of ``hosts`` only, when a filter names them:
         then ``of_hosts`` counts every host and ``jobs`` those running on the named ones)."""
         chosen = None if hosts is None else tuple(hosts)
-        return self._cached(("fleet", window_s, chosen), (self.version,),  # type: ignore[return-value]
+        return self._cached(("fleet", window_s, chosen), (self.version, self.now),  # type: ignore[return-value]
                             lambda: self._fleet(window_s, chosen))
 
     def _fleet(self, window_s: float, hosts: tuple[str, ...] | None) -> FleetStats:
@@ -450,7 +450,7 @@ class Store:
 
     def jobs(self, window_s: float) -> list[JobView]:
         """Jobs in the hosts' newest samples, joined by job key, sorted by key."""
-        return self._cached(("jobs", window_s), (self.version,),  # type: ignore[return-value]
+        return self._cached(("jobs", window_s), (self.version, self.now),  # type: ignore[return-value]
                             lambda: self._jobs(window_s))
 
     def _jobs(self, window_s: float) -> list[JobView]:

@@ -36,6 +36,7 @@ from gpulens.sources.local import ReplaySource, collects_here
 from gpulens.store.store import Store
 from gpulens.tui._driver import IdleInput
 from gpulens.tui._theme_cache import ThemeCache
+from gpulens.tui.frozen import Pause
 from gpulens.tui.host_changes import note_change
 from gpulens.tui.messages import OpenFlame, OpenHost, OpenJob, OpenProfiler
 from gpulens.tui.palette import binding_commands
@@ -104,6 +105,8 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
                                     history_s=max(3600.0, self.cfg.history_minutes * 60.0))
         self.window = self.cfg.window
         self.paused = False
+        self.pause = Pause()
+        """While paused: the instant it began, which every redraw ends at (``tui.frozen``)."""
         self.hostname = hostname or socket.gethostname()
         """This machine: py-spy and the local trace service reach its processes only."""
         self.collects_here = collects_here(source)  # not an agent that names itself like it: local signals
@@ -132,7 +135,8 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
 
     def clock_text(self, t: float | None = None) -> str:
         """The clock (or time ``t``), as HH:MM:SS local time."""
-        return time.strftime("%H:%M:%S", time.localtime(self.clock() if t is None else t))
+        now = self.pause.clock() if t is None and self.paused else None  # paused: the clock stands still
+        return time.strftime("%H:%M:%S", time.localtime((now or self.clock()) if t is None else t))
 
     def down_since(self, host: str) -> float | None:
         """When ``host`` went down (None when up or never seen going down)."""
@@ -263,7 +267,8 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
             return
         with self.batch_update():
             if self.paused:
-                screen.update_header()
+                with self.pause.frozen(self.store):
+                    screen.update_header()
             else:
                 screen.refresh_data(force)
 
@@ -417,15 +422,20 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
         if not (self.paused and isinstance(screen, DataScreen)):
             self.refresh_data(force=True)
             return
-        with self.batch_update():
-            screen.refresh_data(force=True)  # once, paused: the figures follow the header's window
-        self.notify(f"window {name}: redrawn with the data up to now; still paused (p resumes)", timeout=3)
+        with self.batch_update(), self.pause.frozen(self.store):
+            screen.refresh_data(force=True)  # once, paused: over the new window that ends at the pause
+        self.notify(f"window {name}: redrawn up to {self.clock_text()}, when you paused; still paused (p resumes)",
+                    timeout=3)
 
     def action_pause(self) -> None:
         """Pause or resume redrawing (data keeps being recorded); in a replay, the replay's play / pause."""
         if self.replay is not None:
             return self.action_replay_toggle()  # one pause in a replay, on Space and p alike (docs/keys.md)
         self.paused = not self.paused
+        if self.paused:
+            self.pause.begin(self.store, self.clock())
+        else:
+            self.pause.end()
         self.refresh_data(force=True)
         self.refresh_bindings()
 
