@@ -46,22 +46,48 @@ def parse_folded(
 ) -> Profile:
     """Parse folded-stack text into a :class:`Profile`.
 
-    Raises FlameFormatError naming ``source`` and the 1-based line for a
-    line without a count, a negative or non-numeric count, a NUL byte, or
-    input over the size bounds. ``scale`` multiplies every count (into ``unit``).
+    Malformed lines (no count, a negative or non-numeric count, too long)
+    are skipped as flamegraph.pl skips them, and the title says how many and
+    names the first. Raises FlameFormatError naming ``source`` and the
+    1-based line when no line is well-formed, or over twice as many lines are skipped as are
+    well-formed (not a folded file), for a NUL byte, or over the size bounds. ``scale`` multiplies every count (into ``unit``).
     """
     if len(data) > MAX_FOLDED_BYTES:
         raise FlameFormatError(f"{source}: {len(data)} bytes is over the {MAX_FOLDED_BYTES}-byte limit")
     if b"\x00" in data:
         raise FlameFormatError(f"{source}: contains NUL bytes; not a folded-stacks text file")
-    stacks = _parse_lines(data, source)
+    stacks, bad = _parse_lines(data, source)
+    if bad and (not stacks or bad.count > 2 * bad.good):  # mostly not folded: not a folded file
+        raise FlameFormatError(bad.first)
     if scale != 1.0:  # a *.us.folded file: counts are microseconds
         stacks = {k: v * scale for k, v in stacks.items()}
+    if bad:
+        note = f"{bad.count} malformed line(s) skipped, as flamegraph.pl does (first: {bad.first.split(': ', 1)[1]})"
+        title = f"{title}: {note}" if title else note
     return build_profile(stacks, unit, title)
 
 
-def _parse_lines(data: bytes, source: str) -> dict[bytes, float]:
+class _Skipped:
+    """Malformed lines left out: how many, the first one's message, and how many lines were read."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.good = 0
+        self.first = ""
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+    def add(self, err: FlameFormatError) -> None:
+        self.count += 1
+        if not self.first:
+            self.first = str(err)
+
+
+def _parse_lines(data: bytes, source: str) -> tuple[dict[bytes, float], _Skipped]:
+    """The stacks of the well-formed lines, and the malformed ones skipped (flamegraph.pl's leniency)."""
     stacks: dict[bytes, float] = {}
+    bad = _Skipped()
     get = stacks.get
     # Frames are split on NUL inside the model: translate the whole text once.
     lines = data.replace(b";", b"\x00").split(b"\n")
@@ -73,18 +99,27 @@ def _parse_lines(data: bytes, source: str) -> dict[bytes, float]:
         try:
             weight: float = int(count)
         except ValueError:
-            odd = _odd_count(line, lineno, source)
+            try:
+                odd = _odd_count(line, lineno, source)
+            except FlameFormatError as err:
+                bad.add(err)
+                continue
             if odd is None:
                 continue
             weight = odd
         if weight < 0 or not _ or len(line) > MAX_LINE_BYTES:
-            _check_line(line, lineno, source)
-            raise FlameFormatError(
-                f"{source}: line {lineno}: expected 'frame;frame;... COUNT' with a count >= 0, got {_shown(line)}"
-            )
+            try:
+                _check_line(line, lineno, source)
+                raise FlameFormatError(
+                    f"{source}: line {lineno}: expected 'frame;frame;... COUNT' with a count >= 0, got {_shown(line)}"
+                )
+            except FlameFormatError as err:
+                bad.add(err)
+                continue
+        bad.good += 1
         key = stack.strip()
         stacks[key] = get(key, 0) + weight
-    return stacks
+    return stacks, bad
 
 
 def _check_line(line: bytes, lineno: int, source: str) -> None:

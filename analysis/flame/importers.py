@@ -9,14 +9,17 @@ Chrome trace        B/E/X events (or samples) without Kineto's
                     categories (py-spy ``-f chrometrace``): one profile
                     per thread, read as speedscope reads them
 perf script         ``perf script`` text (stackcollapse-perf's input)
+Chrome cpuprofile   ``.cpuprofile`` / ``.heapprofile`` (DevTools, V8)
+Firefox / Gecko     raw Gecko or Firefox Profiler (processed) JSON
 memory snapshot     a pickle from ``torch.cuda.memory._dump_snapshot``
 ==================  =============================================
 
 Files with several profiles load as a :class:`~.group.ProfileGroup`
 (:func:`load_group`); :func:`load_profile` picks one (default: the one the
 file marks active) or ``"all"`` merged. Anything else (an SVG flame graph,
-perf.data, an HTML report) is refused with one line naming what it looks
-like and the command that makes a readable profile (:mod:`.sniff`).
+perf.data, an HTML report, a Safari or stackprof profile) is refused with
+one line naming what it looks like and the command that makes a readable
+profile (:mod:`.sniff`, :func:`.foreign.unsupported_json`).
 
 Gzip-compressed files of any of these are read too. Every read is bounded
 (:mod:`gpulens.core.limits`): only regular files, at most
@@ -35,6 +38,7 @@ from typing import Any
 
 from gpulens.analysis.flame.errors import FlameError, FlameFormatError
 from gpulens.analysis.flame.folded import parse_folded, unit_from_name
+from gpulens.analysis.flame.foreign import foreign_group, foreign_kind, unsupported_json
 from gpulens.analysis.flame.group import ProfileGroup, single
 from gpulens.analysis.flame.kineto import kineto_auto, kineto_memory, kineto_time
 from gpulens.analysis.flame.model import Profile
@@ -152,6 +156,7 @@ def group_from_bytes(
     cap = limits.max_events
     if metric not in METRICS:
         raise FlameFormatError(f"unknown metric {metric!r}; expected one of {', '.join(METRICS)}")
+    data = _utf8(data)
     kind = detect_format(data)
     title = os.path.basename(source)
     if kind == "unknown":
@@ -169,6 +174,13 @@ def group_from_bytes(
         if isinstance(doc, dict) and "profiles" in doc:
             _check_metric(metric, (), "a speedscope profile", source)
             return _titled_group(speedscope_group(doc, source), title)
+        foreign = foreign_kind(doc)
+        if foreign is not None:
+            _check_metric(metric, (), f"a {foreign} profile", source)
+            return _titled_group(foreign_group(doc, foreign, source, "", cap), title)
+        refusal = unsupported_json(doc)
+        if refusal is not None:
+            raise FlameFormatError(f"{source}: {refusal}")
         events = trace_events(doc)
         if events is not None and not is_kineto(events) and (has_stack_events(events) or has_samples(doc)):
             _check_metric(metric, ("time",), "a Chrome trace", source)
@@ -196,6 +208,15 @@ def group_from_bytes(
         if not _first_line_folded(data):
             raise FlameFormatError(unreadable_line(data, source)) from None
         raise
+
+
+def _utf8(data: bytes) -> bytes:
+    """Text with a byte-order mark as UTF-8 without it (Windows tools write UTF-16 folded files)."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        return data[3:]
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")) and not looks_like_pprof(data):
+        return data.decode("utf-16", "replace").encode("utf-8")
+    return data
 
 
 def _first_line_folded(data: bytes) -> bool:

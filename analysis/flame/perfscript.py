@@ -39,7 +39,8 @@ _HEX = re.compile(r"[0-9a-fA-F]+")
 def looks_like_perf_script(data: bytes) -> bool:
     """True when the first sample reads as a ``perf script`` header followed by a frame line."""
     lines = [ln for ln in data[:65536].split(b"\n")[:400] if ln.strip() and not ln.startswith(b"#")]
-    if len(lines) < 2 or not lines[1][:1].isspace() or max(len(lines[0]), len(lines[1])) > MAX_LINE_CHARS:
+    # Frame lines are indented, except in old perf versions (FlameGraph's perf-java-stacks-02.txt).
+    if len(lines) < 2 or max(len(lines[0]), len(lines[1])) > MAX_LINE_CHARS:
         return False
     second = lines[1].decode("utf-8", "replace").rstrip()
     addr = second.split(None, 1)[0] if second.strip() else ""

@@ -14,7 +14,13 @@ RECORD_HINT = ("record with `py-spy record -f raw` or `-f speedscope`, fold perf
 _SIGNATURES: tuple[tuple[bytes, str], ...] = (
     (b"\x1f\x8b", "a gzip file that did not decompress to a profile"),
     (b"PK\x03\x04", "a zip archive (e.g. a Chrome trace bundle): unzip it and open the JSON inside"),
-    (b"PERFILE2", "a binary perf.data file: convert it with `perf script -i perf.data > out.perf` and open out.perf"),
+    (b"PERFILE2", "Linux perf.data (binary): not supported (convert it with `perf script -i perf.data > out.perf` "
+                  "and open out.perf)"),
+    (b"memray", "memray capture (binary): not supported (export with `memray flamegraph` or use memray's reader)"),
+    (b"v8-version,", "V8 log (`node --prof`): not supported (run `node --prof-process --preprocess FILE > v8.json` "
+                     "and open it in speedscope, then export speedscope JSON)"),
+    (b"# callgrind format", "callgrind profile: not supported (fold it with `gprof2dot` or open it in speedscope "
+                            "and export speedscope JSON)"),
     (b"\x89PNG", "a PNG image, not a profile: " + RECORD_HINT),
     (b"%PDF", "a PDF document, not a profile: " + RECORD_HINT),
     (b"\x7fELF", "an executable (ELF), not a profile: " + RECORD_HINT),
@@ -25,6 +31,9 @@ _SIGNATURES: tuple[tuple[bytes, str], ...] = (
 def describe(data: bytes) -> str | None:
     """One line naming what ``data`` looks like and how to make a readable profile; None if no guess."""
     head = data[:4096]
+    if head.startswith(b"PK\x03\x04") and b".trace/" in head[:512]:
+        return ("Instruments .trace bundle (zipped): not supported (in Instruments, select the call tree and "
+                "Edit > Deep Copy, or export with `xctrace export`, then open it in speedscope)")
     for magic, what in _SIGNATURES:
         if head.startswith(magic):
             return what
@@ -38,6 +47,10 @@ def describe(data: bytes) -> str | None:
                 "record with `py-spy record -f raw` or `-f speedscope` (or keep the folded input of flamegraph.pl)")
     if low.startswith((b"<!doctype html", b"<html")):
         return "an HTML page (a rendered report, not a profile): " + RECORD_HINT
+    if b"Time and Allocation Profiling Report" in head[:512]:
+        return "GHC .prof text report: not supported (profile with `+RTS -pj` and open the JSON in speedscope)"
+    if re.match(rb"^[\w \t()]*\tSymbol Name", head):
+        return "Instruments deep copy: not supported (open it in speedscope and export speedscope JSON)"
     if head.startswith(b"\x80"):
         return "a Python pickle that is not a torch memory snapshot: make one with torch.cuda.memory._dump_snapshot()"
     return None

@@ -165,9 +165,9 @@ def test_restricted_unpickler_refuses_malicious_pickle(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        (b"a;b 1\na;c 2\na;d\n", "line 3"),
-        (b"a;b 1\na;c -2\n", "line 2"),
-        (b"a;b 1\nfoo bar\n", "line 2"),
+        (b"a;b 1\na;c 2\na;d\na;e\na;f\na;g\na;h\n", "line 3"),  # mostly bad: refused (a few are skipped)
+        (b"a;b 1\na;c -2\na;d -1\na;e -3\n", "line 2"),
+        (b"a;b 1\nfoo bar\nfoo baz\nqux quux\n", "line 2"),
         (b"a;b\x00 1\n", "NUL"),
         (b'{"shared": {"frames": [{"name": "a"}]}, "profiles": [{"type": "sampled", "samples": [[0, 3]], "weights": [1]}]}', r"samples\[0\]: frame index 3"),
         (b'{"shared": {"frames": [{"nom": "a"}]}, "profiles": []}', r"shared.frames\[0\]"),
@@ -233,7 +233,7 @@ def test_cli_exports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
 
 def test_cli_bad_file_is_one_clear_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.txt"
-    bad.write_text("a;b 1\nnot a count here x\n")
+    bad.write_text("a;b 1\nnot a count here x\nnor x\nnor y\n")  # one bad line alone is skipped
     assert main(["flame", str(bad), "--json"]) == 2
     err = capsys.readouterr().err
     assert "line 2" in err and "malformed profile" in err
