@@ -317,6 +317,19 @@ def collects_here(source: Source) -> bool:
     return any(isinstance(s, LocalSource) for s in parts)
 
 
+def sample_step(source: object, interval_s: float) -> float:
+    """The seconds between two samples of a host: ``interval_s``, or the longest step a part samples at
+    (a Prometheus source queries every ``step_s``, 5 s by default): the store's columns follow it, so a
+    heatmap of 4 s columns over a 5 s scrape has no empty fifth column (issue 32 item 16)."""
+    parts = [source]
+    inner = getattr(source, "inner", None)
+    if inner is not None:
+        parts.append(inner)
+    parts += list(getattr(source, "sources", ()))
+    steps = [s for p in parts if isinstance(s := getattr(p, "step_s", None), (int, float)) and s > 0]
+    return max([interval_s, *steps])
+
+
 class Recorder:
     """Writes every event to a recording file (``--record FILE``); thread-safe.
 

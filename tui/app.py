@@ -32,7 +32,7 @@ from gpulens.core import logbook
 from gpulens.core.config import WINDOWS, Config, Panel
 from gpulens.core.events import HostStatusEvent, PanelData, Source, SourceEvent, SourceStatusEvent
 from gpulens.ipc.kineto.protocol import TraceService
-from gpulens.sources.local import ReplaySource, collects_here
+from gpulens.sources.local import ReplaySource, collects_here, sample_step
 from gpulens.store.store import Store
 from gpulens.tui._driver import IdleInput
 from gpulens.tui._theme_cache import ThemeCache
@@ -101,7 +101,7 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
         self.clock = clock
         self.trace_service = trace_service
         self.trace_error = trace_error  # why there is no trace service (where "Open Profiler" would be)
-        self.store = store or Store(resolution_s=self.cfg.interval_s,
+        self.store = store or Store(resolution_s=sample_step(source, self.cfg.interval_s),
                                     history_s=max(3600.0, self.cfg.history_minutes * 60.0))
         self.window = self.cfg.window
         self.paused = False
