@@ -110,7 +110,7 @@ class AppHeader(Widget):
         if self.paused:
             right += [(" PAUSED ", self._style("header--paused")), (" ", None)]
         width = self.size.width
-        window = self.window if width >= 100 else self.window.replace(" of data)", ")")  # 80x24: 5m (1m01s)
+        window = self.window if width >= 100 else self.window.replace("(first sample ", "(").replace(" ago)", ")")
         right.append((f"{self.source} · window {window} · {self.clock} ", None))
         right_len = sum(cell_len(t) for t, _ in right)
         msg, ok = self.status
@@ -176,8 +176,10 @@ def header_state(ctx: ScreenContext) -> tuple[object, ...]:
 
 
 def window_text(ctx: ScreenContext) -> str:
-    """``5m``; ``1h (7m43s of data)`` while the data held covers less of the window (every figure and
-    table mean on the screen is over that much, whatever the window's name says)."""
+    """``5m``; ``1h (first sample 7m43s ago)`` while the data held covers less of the window (every figure and
+    table mean on the screen is over at most that much, whatever the window's name says). A span, not a count:
+    a plot's ``over 7m40s of data`` counts the samples it has (a host's missed ticks left out), so the two
+    say different things and are worded apart (issue 31 item 9)."""
     store = ctx.store
     held = min(store.now - store.first, store.history_s) + store.resolution_s  # a sample hours late: not 1h held
-    return ctx.window if not store.first or held >= ctx.window_s else f"{ctx.window} ({duration(held)} of data)"
+    return ctx.window if not store.first or held >= ctx.window_s else f"{ctx.window} (first sample {duration(held)} ago)"

@@ -146,7 +146,7 @@ async def test_keys_window_pause_filter_sort_heatmap_help() -> None:
         await settle(app, pilot)
         await pilot.press("3")
         # A minute of data in a 15-minute window: the header says how much the figures are over.
-        assert app.window == "15m" and app.screen.query_one(AppHeader).window == "15m (1m01s of data)"
+        assert app.window == "15m" and app.screen.query_one(AppHeader).window == "15m (first sample 1m01s ago)"
         def footer_p() -> str:
             return next(b.binding.description for k, b in app.screen.active_bindings.items() if k == "p")
 
