@@ -17,6 +17,9 @@ and per tick only
   program after minutes of set-up),
 * reads ``stat`` of matched jobs for CPU % and RSS.
 
+The ``stat`` files read tick after tick stay open (:class:`~gpulens.collectors.procstat.KeptStats`),
+so each such read is one ``pread``.
+
 The pattern is matched again only when a tree ID changed, with RE2 (linear
 time). Any user can fork thousands of shells; re-reading them is capped at
 :data:`REREAD_PER_UID` a tick per user (real uid), the rest read in turns,
@@ -38,6 +41,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeAlias
 
+from gpulens.collectors.procstat import KeptStats, ProcFile
 from gpulens.collectors.slurm_pidinfo import SlurmPidinfo
 from gpulens.collectors.workloads import PodNames, read_workload
 from gpulens.core.jobs_pattern import (
@@ -147,6 +151,7 @@ class _Entry:
     matched: bool = False
     details: tuple[str, str, str | None, Workload | None] | None = None  # cmdline, user, job key, workload
     last_cpu: tuple[int, float] | None = None  # cpu ticks, monotonic time
+    raw: bytes = b""  # the stat line last read again (an idle shell's stays the same); only while re-read
 
 
 class JobScanner:
@@ -168,6 +173,9 @@ class JobScanner:
         ``pods``: names pods by UID (``/var/log/pods``);
         ``slurm``: asks slurmd the job of a job process that neither its cgroup nor its environment names.
         """
+        # Shells and jobs are read every tick: their stat files stay open.
+        self._stats = KeptStats(proc, lambda path, size: _read(path, size))
+        self._loadavg = ProcFile(f"{proc}/loadavg", 256)
         self._pattern = compile_job_pattern(pattern)
         self._attribute = attribute
         self._pods = pods
@@ -195,7 +203,7 @@ class JobScanner:
     def _last_pid(self) -> int | None:
         """The most recently allocated pid in our namespace (``/proc/loadavg`` field 5)."""
         try:
-            return int(_read(f"{self._proc}/loadavg").split()[4])
+            return int(self._loadavg.read().split()[4])
         except (OSError, ValueError, IndexError):
             return None
 
@@ -208,7 +216,13 @@ class JobScanner:
             return prev < pid <= last_pid
         return pid > prev or pid <= last_pid  # wrapped past pid_max
 
+    def close(self) -> None:
+        """Close the kept /proc files (a later scan opens them again)."""
+        self._stats.close()
+        self._loadavg.close()
+
     def _drop(self, name: str) -> None:
+        self._stats.forget(name)
         self._cache.pop(name, None)
         self._young.pop(name, None)
         self._matched.discard(name)
@@ -243,10 +257,14 @@ class JobScanner:
     def _load(self, name: str, old: _Entry | None = None) -> _Entry | None:
         """Read ``stat``; what is known of the same (pid, start time) in ``old`` is kept."""
         try:
-            stat = parse_stat(_read(f"{self._proc}/{name}/stat"))
+            raw = self._stats.read(name, keep=old is not None)  # read again: kept open for the next tick
+            if old is not None and raw == old.raw:  # the same bytes: the same process, nothing changed
+                old.read_tick = self._tick
+                return old
+            stat = parse_stat(raw)
         except (OSError, ValueError, IndexError):
             return None  # vanished, or not a process we may read
-        entry = _Entry(stat, read_tick=self._tick)
+        entry = _Entry(stat, read_tick=self._tick, raw=raw if old is not None else b"")
         if old is not None and old.stat.start_ticks == stat.start_ticks:
             entry.uid, entry.last_cpu = old.uid, old.last_cpu
             entry.hit_for, entry.hit = old.hit_for, old.hit
@@ -315,6 +333,9 @@ class JobScanner:
         for name, start in list(self._young.items()):
             if start < self._young_ticks:
                 del self._young[name]
+                entry = cache.get(name)
+                if entry is not None and name not in self._shells:
+                    entry.raw = b""  # no longer read every tick: its last stat line is not needed
         dirty: list[tuple[int, str]] = []
         for name in new | self._within_budget((self._young.keys() | self._shells) - new):
             if name in new and not name.isdigit():
@@ -330,7 +351,9 @@ class JobScanner:
             entry = cache.get(name)
             if entry is not None:
                 self._place(name, entry)
-        return self._jobs({name for _s, name in dirty}, gpu_mem or {})
+        jobs = self._jobs({name for _s, name in dirty}, gpu_mem or {})
+        self._stats.sweep()  # a process no longer read every tick gives its kept file back
+        return jobs
 
     def _within_budget(self, names: set[str]) -> set[str]:
         """``names`` less, per uid, those past :data:`REREAD_PER_UID` (the most recently read)."""
@@ -359,7 +382,7 @@ class JobScanner:
             stat = entry.stat
             if name not in fresh:
                 try:
-                    stat = parse_stat(_read(f"{self._proc}/{name}/stat"))
+                    stat = parse_stat(self._stats.read(name, keep=True))
                 except (OSError, ValueError, IndexError):
                     self._drop(name)
                     continue

@@ -151,7 +151,7 @@ class Sampler:
 
         Raises:
             OSError: only if /proc itself is unreadable for the process-tree scan (not Linux);
-                host counters (psutil) never raise: they are n/a with the reason.
+                host counters never raise: they are n/a with the reason.
         """
         unavailable: dict[str, str] = dict(self._static)
         host = self._host.sample()
@@ -220,7 +220,9 @@ class Sampler:
         return ()
 
     def close(self) -> None:
-        """Release NVML, the AMD collector's threads and perf file descriptors."""
+        """Release NVML, the AMD collector's threads, perf file descriptors and the host's kept /proc files."""
+        self._host.close()
+        self._jobs.close()
         if self._gpus is not None:
             self._gpus.close()
             self._gpus = None

@@ -30,13 +30,15 @@ NO_GPM = "GPM not supported on this GPU (needs Hopper or newer, not in MIG mode)
 class GpmSampler:
     """Two-sample GPM reader for one GPU; ``reasons`` go through the GPU's Query."""
 
-    __slots__ = ("_cur", "_handle", "_ids", "_prev", "_primed", "_q", "_why")
+    __slots__ = ("_cur", "_handle", "_ids", "_prev", "_primed", "_q", "_request", "_why")
 
     def __init__(self, q: Query, handle: Any) -> None:
         self._q = q
         self._handle = handle
         self._prev: Any = None
         self._cur: Any = None
+        self._request: Any = None
+        """The nvmlGpmMetricsGet request, made on the first read and reused (pynvml's is a 19 KB struct)."""
         self._primed = False
         nvml = q.nvml
         self._ids = tuple(getattr(nvml, const, value) for _, const, value in GPM_METRICS)
@@ -76,13 +78,15 @@ class GpmSampler:
         if q(GPM_FIELDS, "nvmlGpmSampleGet", self._handle, self._cur) is None:
             return out
         nvml = q.nvml
-        request = nvml.c_nvmlGpmMetricsGet_t()
-        request.version = getattr(nvml, "NVML_GPM_METRICS_GET_VERSION", 1)
-        request.numMetrics = len(self._ids)
+        request = self._request
+        if request is None:
+            request = self._request = nvml.c_nvmlGpmMetricsGet_t()
+            request.version = getattr(nvml, "NVML_GPM_METRICS_GET_VERSION", 1)
+            request.numMetrics = len(self._ids)
+            for i, metric_id in enumerate(self._ids):
+                request.metrics[i].metricId = metric_id
         request.sample1 = self._prev
         request.sample2 = self._cur
-        for i, metric_id in enumerate(self._ids):
-            request.metrics[i].metricId = metric_id
         # The new sample becomes the base of the next interval whatever happens next.
         self._prev, self._cur = self._cur, self._prev
         if q(GPM_FIELDS, "nvmlGpmMetricsGet", request) is None:
@@ -103,7 +107,7 @@ class GpmSampler:
                 continue
             with contextlib.suppress(Exception):  # shutting down: nobody to tell
                 self._q.nvml.nvmlGpmSampleFree(sample)
-        self._prev = self._cur = None
+        self._prev = self._cur = self._request = None
         self._why = "GPM sampler closed"
 
     @property

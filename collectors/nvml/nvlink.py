@@ -66,9 +66,13 @@ class NvLinkCounter:
             return None, None
         out: list[int | None] = []
         for half, name in enumerate(NVLINK_FIELDS):
+            links = values[half * self._links : (half + 1) * self._links]
+            if links and not any([value.nvmlReturn for value in links]):  # every link answered: the usual case
+                out.append(sum([int(value.value.ullVal) for value in links]))
+                continue
             total: int | None = None
             first_error = 0
-            for value in values[half * self._links : (half + 1) * self._links]:
+            for value in links:
                 code = int(value.nvmlReturn)
                 if code == 0:
                     total = (total or 0) + int(value.value.ullVal)

@@ -1,7 +1,7 @@
 """Chrome ``.cpuprofile`` / ``.heapprofile`` and Firefox/Gecko profiles read as speedscope reads them (issue 32 item 10).
 
 The files are speedscope's own samples; ``expected.json`` is its import of each, taken from its
-jest snapshots (tests/data/speedscope_chrome_firefox/SOURCES.md).
+jest snapshots (tests/data/SOURCES.md).
 """
 
 from __future__ import annotations

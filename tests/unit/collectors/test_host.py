@@ -1,9 +1,15 @@
-"""Host collector: a psutil fake with recorded counters, and the real machine.
+"""Host collector: a fake /proc with recorded counters, and the real machine.
 
-:class:`FakePsutil` replaces the psutil functions the collector calls with
-records shaped as psutil's own (values recorded on a 2-core VM) that each
-test advances by hand, so rates and percentages are exact. The real-machine
-tests check the collector against psutil and /proc read independently.
+:class:`FakeProc` writes the /proc files the collector reads (``stat``,
+``meminfo``, ``net/dev``, ``diskstats``) in the kernel's format, with values
+recorded on a 2-core VM, and each test changes them by hand, so rates and
+percentages are exact. The collector keeps the files open and reads them from
+the start each tick, so the fake rewrites them in place (a deleted file would
+still be read through the kept descriptor, as a real /proc file never is).
+Where the collector hands over to psutil (no MemAvailable, no Swap lines, no
+/proc/diskstats) the test fakes the psutil call. The real-machine tests check
+the collector against psutil and /proc read independently; the parsers' own
+comparison with psutil and hostile files are in test_procstat.py.
 
 Tolerances: CPU % within 15 points of psutil over the same window (the
 machine is shared with other busy processes, so the two windows' few
@@ -23,22 +29,8 @@ import psutil
 import pytest
 
 from gpulens.collectors import host
-from gpulens.collectors.host import HostCollector, busy_total, whole_disks
-
-
-class ScpuTimes(NamedTuple):
-    """psutil's ``scputimes`` on Linux, seconds."""
-
-    user: float
-    nice: float
-    system: float
-    idle: float
-    iowait: float
-    irq: float
-    softirq: float
-    steal: float
-    guest: float
-    guest_nice: float
+from gpulens.collectors.host import HostCollector, whole_disks
+from gpulens.collectors.procstat import parse_cpu_lines
 
 
 class Svmem(NamedTuple):
@@ -68,19 +60,6 @@ class Sswap(NamedTuple):
     sout: int
 
 
-class Snetio(NamedTuple):
-    """psutil's ``snetio``."""
-
-    bytes_sent: int
-    bytes_recv: int
-    packets_sent: int = 0
-    packets_recv: int = 0
-    errin: int = 0
-    errout: int = 0
-    dropin: int = 0
-    dropout: int = 0
-
-
 class Sdiskio(NamedTuple):
     """psutil's ``sdiskio`` on Linux (bytes are 512-byte sectors x 512)."""
 
@@ -95,71 +74,72 @@ class Sdiskio(NamedTuple):
     busy_time: int = 0
 
 
-def _cpu(user: float, system: float, idle: float, iowait: float = 0.5, guest: float = 0.0) -> ScpuTimes:
-    return ScpuTimes(user, 0.0, system, idle, iowait, 0.0, 0.0, 0.0, guest, 0.0)
+class Cpu(NamedTuple):
+    """One /proc/stat cpu line, in jiffies (guest is inside user, as the kernel counts)."""
+
+    user: int
+    system: int
+    idle: int
+    iowait: int = 50
+    guest: int = 0
+
+    def line(self, name: str) -> str:
+        return f"{name} {self.user} 0 {self.system} {self.idle} {self.iowait} 0 0 0 {self.guest} 0"
 
 
-class FakePsutil:
-    """The psutil host functions the collector calls, serving recorded counters.
+class FakeProc:
+    """The /proc files the host collector reads, served from recorded counters.
 
-    Tests change the attributes between readings; a name in ``fail`` makes
-    that function raise the given error, as psutil does for an unreadable
-    /proc file.
+    Tests change the attributes and call :meth:`write` between readings;
+    ``missing`` names files to leave out (``stat``, ``net/dev``, ...).
     """
 
-    def __init__(self) -> None:
-        self.total = _cpu(1.00, 0.50, 8.00)
-        self.cores = [_cpu(0.50, 0.25, 4.00, 0.25), _cpu(0.50, 0.25, 4.00, 0.25)]
-        self.vm = Svmem(
-            total=1000 * 1024, available=600 * 1024, percent=40.0, used=400 * 1024, free=200 * 1024,
-            active=0, inactive=0, buffers=0, cached=0, shared=0, slab=0,
-        )
-        self.swap = Sswap(total=100 * 1024, used=60 * 1024, free=40 * 1024, percent=60.0, sin=0, sout=0)
-        self.nics = {"lo": Snetio(1000, 1000), "eth0": Snetio(bytes_sent=7000, bytes_recv=5000)}
-        self.disks = {
-            "vda": Sdiskio(100, 50, 2000 * 512, 4000 * 512),
-            "vda1": Sdiskio(100, 50, 2000 * 512, 4000 * 512),  # partition: not in /sys/block
-            "loop0": Sdiskio(100, 50, 9999 * 512, 9999 * 512),  # virtual: no device/
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        (root / "net").mkdir(parents=True)
+        self.total = Cpu(100, 50, 800)
+        self.cores = [Cpu(50, 25, 400, 25), Cpu(50, 25, 400, 25)]
+        self.meminfo = {"MemTotal": 1000, "MemFree": 200, "MemAvailable": 600, "SwapTotal": 100, "SwapFree": 40}
+        self.nics = {"lo": (1000, 1000), "eth0": (5000, 7000)}  # received, sent bytes
+        self.disks = {  # sectors read, sectors written
+            "vda": (2000, 4000),
+            "vda1": (2000, 4000),  # partition: not in /sys/block
+            "loop0": (9999, 9999),  # virtual: no device/
         }
         self.load = (0.50, 0.40, 0.30)
-        self.fail: dict[str, Exception] = {}
+        self.fail_load: Exception | None = None
+        self.write()
 
-    def _check(self, name: str) -> None:
-        if name in self.fail:
-            raise self.fail[name]
+    def files(self) -> dict[str, str]:
+        cpus = [self.total.line("cpu "), *(c.line(f"cpu{i}") for i, c in enumerate(self.cores))]
+        net = [f"{name:>6}: {rx} 10 0 0 0 0 0 0 {tx} 10 0 0 0 0 0 0" for name, (rx, tx) in self.nics.items()]
+        disks = [f" 253 {i} {name} 100 0 {r} 10 50 0 {w} 20 0 30 30 0 0 0 0 0 0"
+                 for i, (name, (r, w)) in enumerate(self.disks.items())]
+        return {
+            "stat": "\n".join([*cpus, "intr 12345 0 0", "ctxt 999", "btime 1700000000", ""]),
+            "meminfo": "".join(f"{k}: {v:>8} kB\n" for k, v in self.meminfo.items()),
+            "net/dev": "\n".join(["Inter-|   Receive   |  Transmit", " face |bytes    packets|bytes    packets",
+                                   *net, ""]),
+            "diskstats": "\n".join([*disks, ""]),
+        }
 
-    def cpu_times(self, percpu: bool = False) -> ScpuTimes | list[ScpuTimes]:
-        self._check("cpu_times")
-        return list(self.cores) if percpu else self.total
-
-    def virtual_memory(self) -> Svmem:
-        self._check("virtual_memory")
-        return self.vm
-
-    def swap_memory(self) -> Sswap:
-        self._check("swap_memory")
-        return self.swap
-
-    def net_io_counters(self, pernic: bool = False, nowrap: bool = True) -> dict[str, Snetio]:
-        assert pernic and not nowrap, "the collector needs raw per-NIC counters to see resets"
-        self._check("net_io_counters")
-        return dict(self.nics)
-
-    def disk_io_counters(self, perdisk: bool = False, nowrap: bool = True) -> dict[str, Sdiskio]:
-        assert perdisk and not nowrap, "the collector needs raw per-disk counters to see resets"
-        self._check("disk_io_counters")
-        return dict(self.disks)
+    def write(self) -> None:
+        """Rewrite every file in place (the collector's kept descriptors see the new contents)."""
+        for name, text in self.files().items():
+            with open(self.root / name, "a+") as f:
+                f.seek(0)
+                f.truncate()
+                f.write(text)
 
     def getloadavg(self) -> tuple[float, float, float]:
-        self._check("getloadavg")
+        if self.fail_load is not None:
+            raise self.fail_load
         return self.load
 
 
 @pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> FakePsutil:
-    f = FakePsutil()
-    for name in ("cpu_times", "virtual_memory", "swap_memory", "net_io_counters", "disk_io_counters"):
-        monkeypatch.setattr(psutil, name, getattr(f, name))
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeProc:
+    f = FakeProc(tmp_path / "proc")
     monkeypatch.setattr(os, "getloadavg", f.getloadavg)
     return f
 
@@ -176,19 +156,25 @@ def sys_root(tmp_path: Path) -> Path:
     return root
 
 
-def test_busy_total_counts_as_top() -> None:
+def _collector(fake: FakeProc, sys_root: Path) -> HostCollector:
+    return HostCollector(sys_root=sys_root, proc_root=fake.root)
+
+
+def test_cpu_lines_count_as_top() -> None:
     # idle = idle + iowait; guest is already inside user, so not counted twice.
-    assert busy_total(_cpu(1.00, 0.50, 8.00, 0.50)) == pytest.approx((1.5, 10.0))
-    assert busy_total(_cpu(1.00, 0.50, 8.00, 0.50, guest=0.25)) == pytest.approx((1.5, 10.0))
+    total, cores = parse_cpu_lines(b"cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 100 0 50 800 50 0 0 0 25 0\nintr 1\n")
+    assert total == (150, 1000)
+    assert cores == ((150, 1000),)
 
 
-def test_fake_rates_are_exact_and_exclude_loopback_partitions_loops(fake: FakePsutil, sys_root: Path) -> None:
+def test_fake_rates_are_exact_and_exclude_loopback_partitions_loops(fake: FakeProc, sys_root: Path) -> None:
     t0 = time.monotonic()
-    collector = HostCollector(sys_root=sys_root)
-    fake.total = _cpu(1.90, 0.60, 9.00)  # +1.00 busy of +2.00 total -> 50 %
-    fake.cores = [_cpu(1.40, 0.35, 4.00, 0.25), _cpu(0.50, 0.25, 5.00, 0.25)]  # 100 %, 0 %
-    fake.nics = {"lo": Snetio(9000, 9000), "eth0": Snetio(bytes_sent=7000, bytes_recv=6000)}
-    fake.disks = {**fake.disks, "vda": Sdiskio(100, 50, 4000 * 512, 4000 * 512)}
+    collector = _collector(fake, sys_root)
+    fake.total = Cpu(190, 60, 900)  # +100 busy of +200 total -> 50 %
+    fake.cores = [Cpu(140, 35, 400, 25), Cpu(50, 25, 500, 25)]  # 100 %, 0 %
+    fake.nics = {"lo": (9000, 9000), "eth0": (6000, 7000)}
+    fake.disks = {**fake.disks, "vda": (4000, 4000)}
+    fake.write()
     reading = collector.sample()
     elapsed = time.monotonic() - t0
     assert reading.cpu.total_percent == pytest.approx(50.0)
@@ -203,24 +189,28 @@ def test_fake_rates_are_exact_and_exclude_loopback_partitions_loops(fake: FakePs
     assert reading.network.rx_bytes_per_s is not None
     assert 1000 / elapsed <= reading.network.rx_bytes_per_s <= 1000 / host.MIN_INTERVAL_S
     assert reading.network.tx_bytes_per_s == 0.0
+    assert reading.network.interfaces[0].rx_bytes == 6000 and reading.network.interfaces[0].tx_bytes == 7000
     assert [d.name for d in reading.storage.disks] == ["vda"]  # vda1 and loop0 excluded
     assert reading.storage.read_bytes_per_s is not None
     assert 2000 * 512 / elapsed <= reading.storage.read_bytes_per_s <= 2000 * 512 / host.MIN_INTERVAL_S
     assert reading.storage.write_bytes_per_s == 0.0
+    assert reading.storage.disks[0].read_bytes == 4000 * 512
     assert reading.unavailable == {}
+    collector.close()
 
 
-def test_first_fake_sample_waits_min_interval(fake: FakePsutil, sys_root: Path) -> None:
+def test_first_fake_sample_waits_min_interval(fake: FakeProc, sys_root: Path) -> None:
     t0 = time.monotonic()
-    reading = HostCollector(sys_root=sys_root).sample()
+    reading = _collector(fake, sys_root).sample()
     assert time.monotonic() - t0 >= host.MIN_INTERVAL_S
     assert reading.cpu.total_percent == 0.0  # counters did not move: idle, and a real interval
 
 
-def test_counter_reset_gives_reason_not_zero(fake: FakePsutil, sys_root: Path) -> None:
-    collector = HostCollector(sys_root=sys_root)
-    fake.nics = {**fake.nics, "eth0": Snetio(bytes_sent=7000, bytes_recv=10)}
-    fake.disks = {**fake.disks, "vda": Sdiskio(1, 1, 512, 512)}
+def test_counter_reset_gives_reason_not_zero(fake: FakeProc, sys_root: Path) -> None:
+    collector = _collector(fake, sys_root)
+    fake.nics = {**fake.nics, "eth0": (10, 7000)}
+    fake.disks = {**fake.disks, "vda": (1, 1)}
+    fake.write()
     reading = collector.sample()
     assert reading.network.interfaces == ()
     assert "reset" in reading.unavailable["network.eth0"]
@@ -228,44 +218,99 @@ def test_counter_reset_gives_reason_not_zero(fake: FakePsutil, sys_root: Path) -
     assert "reset" in reading.unavailable["storage.vda"]
 
 
-def test_device_that_appears_is_left_out_with_reason(fake: FakePsutil, sys_root: Path) -> None:
-    collector = HostCollector(sys_root=sys_root)
+def test_device_that_appears_is_left_out_with_reason(fake: FakeProc, sys_root: Path) -> None:
+    collector = _collector(fake, sys_root)
     (sys_root / "class" / "net" / "eth1").mkdir()
     (sys_root / "class" / "net" / "eth1" / "type").write_text("1\n")
-    fake.nics = {**fake.nics, "eth1": Snetio(500, 500)}
+    fake.nics = {**fake.nics, "eth1": (500, 500)}
+    fake.write()
     reading = collector.sample()
     assert [i.name for i in reading.network.interfaces] == ["eth0"]
     assert reading.unavailable["network.eth1"] == "appeared during the interval"
 
 
-def test_undeterminable_available_memory_is_none_with_reason(fake: FakePsutil, sys_root: Path) -> None:
-    # psutil sets available to 0 (with a RuntimeWarning) when it cannot work it out.
-    fake.vm = fake.vm._replace(available=0)
-    reading = HostCollector(sys_root=sys_root).sample()
+def test_container_shown_the_hosts_available_memory_gets_free_memory(fake: FakeProc, sys_root: Path) -> None:
+    fake.meminfo["MemAvailable"] = 5000  # more than MemTotal: psutil and procps say MemFree
+    fake.write()
+    reading = _collector(fake, sys_root).sample()
+    assert reading.memory.available_bytes == 200 * 1024 and reading.memory.used_bytes == 800 * 1024
+
+
+@pytest.mark.parametrize("available", [0, None])
+def test_undeterminable_available_memory_is_none_with_reason(
+    fake: FakeProc, sys_root: Path, monkeypatch: pytest.MonkeyPatch, available: int | None
+) -> None:
+    # No (or a zero) MemAvailable: psutil estimates it, and sets 0 (with a RuntimeWarning) when it cannot.
+    if available is None:
+        del fake.meminfo["MemAvailable"]
+    else:
+        fake.meminfo["MemAvailable"] = available
+    fake.write()
+    vm = Svmem(total=1000 * 1024, available=0, percent=0.0, used=1000 * 1024, free=200 * 1024,
+               active=0, inactive=0, buffers=0, cached=0, shared=0, slab=0)
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: vm)
+    reading = _collector(fake, sys_root).sample()
     assert reading.memory.total_bytes == 1000 * 1024
     assert reading.memory.used_bytes is None and reading.memory.available_bytes is None
     assert "MemAvailable" in reading.unavailable["memory.available_bytes"]
     assert "memory.used_bytes" in reading.unavailable
+    assert reading.memory.swap_used_bytes == 60 * 1024
+
+
+def test_psutil_estimate_serves_where_meminfo_has_no_available_memory(
+    fake: FakeProc, sys_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    del fake.meminfo["MemAvailable"]  # a kernel before 3.14
+    del fake.meminfo["SwapTotal"], fake.meminfo["SwapFree"]  # psutil asks sysinfo(2)
+    fake.write()
+    vm = Svmem(total=1000 * 1024, available=550 * 1024, percent=45.0, used=450 * 1024, free=200 * 1024,
+               active=0, inactive=0, buffers=0, cached=0, shared=0, slab=0)
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: vm)
+    monkeypatch.setattr(psutil, "swap_memory", lambda: Sswap(100 * 1024, 30 * 1024, 70 * 1024, 30.0, 0, 0))
+    reading = _collector(fake, sys_root).sample()
+    assert reading.memory.available_bytes == 550 * 1024 and reading.memory.used_bytes == 450 * 1024
+    assert reading.memory.swap_used_bytes == 30 * 1024
+    assert reading.unavailable == {}
+
+
+def _fail(function: str, monkeypatch: pytest.MonkeyPatch, error: Exception) -> None:
+    def raise_it(*args: object, **kwargs: object) -> object:
+        raise error
+
+    monkeypatch.setattr(psutil, function, raise_it)
 
 
 @pytest.mark.parametrize(
-    ("function", "error", "key"),
+    ("file", "key", "says"),
     [
-        ("cpu_times", FileNotFoundError(2, "No such file", "/proc/stat"), "cpu"),
-        ("virtual_memory", KeyError("MemTotal:"), "memory.total_bytes"),
-        ("swap_memory", PermissionError(13, "Permission denied", "/proc/meminfo"), "memory.swap_used_bytes"),
-        ("net_io_counters", FileNotFoundError(2, "No such file", "/proc/net/dev"), "network"),
-        ("disk_io_counters", NotImplementedError("/proc/diskstats nor /sys/block"), "storage"),
-        ("getloadavg", OSError("Load averages are unobtainable"), "cpu.load_avg_1m"),
+        ("stat", "cpu", "/stat failed: FileNotFoundError"),
+        ("meminfo", "memory.total_bytes", "/meminfo failed: FileNotFoundError"),
+        ("meminfo", "memory.swap_used_bytes", "/meminfo failed: FileNotFoundError"),
+        ("net/dev", "network", "/net/dev failed: FileNotFoundError"),
+        ("diskstats", "storage", "/diskstats failed: NotImplementedError"),  # psutil's /sys/block walk, faked
+        ("meminfo:MemTotal", "memory.total_bytes", "psutil.virtual_memory() failed: KeyError"),
+        ("meminfo:SwapFree", "memory.swap_used_bytes", "psutil.swap_memory() failed: PermissionError"),
+        ("loadavg", "cpu.load_avg_1m", "os.getloadavg() failed"),
     ],
 )
 def test_unreadable_counter_is_none_with_reason_never_zero(
-    fake: FakePsutil, sys_root: Path, function: str, error: Exception, key: str
+    fake: FakeProc, sys_root: Path, monkeypatch: pytest.MonkeyPatch, file: str, key: str, says: str
 ) -> None:
-    collector = HostCollector(sys_root=sys_root)
-    fake.fail[function] = error
+    collector = _collector(fake, sys_root)
+    _fail("disk_io_counters", monkeypatch, NotImplementedError("/proc/diskstats nor /sys/block"))
+    _fail("virtual_memory", monkeypatch, KeyError(b"MemTotal:"))
+    _fail("swap_memory", monkeypatch, PermissionError(13, "Permission denied", "/proc/meminfo"))
+    saved = dict(fake.meminfo)
+    if file == "loadavg":
+        fake.fail_load = OSError("Load averages are unobtainable")
+    elif file.startswith("meminfo:"):
+        del fake.meminfo[file.partition(":")[2]]
+        fake.write()
+    else:
+        (fake.root / file).unlink()
+        collector.close()  # kept descriptors would still read the deleted file: open again
     reading = collector.sample()
-    assert function in reading.unavailable[key]
+    assert says in reading.unavailable[key], reading.unavailable[key]
     values = {
         "cpu": reading.cpu.total_percent,
         "memory.total_bytes": reading.memory.total_bytes,
@@ -275,14 +320,18 @@ def test_unreadable_counter_is_none_with_reason_never_zero(
         "cpu.load_avg_1m": reading.cpu.load_avg_1m,
     }
     assert values.pop(key) is None
+    if file == "meminfo":  # one file for both: total and swap go together
+        values.pop("memory.swap_used_bytes" if key == "memory.total_bytes" else "memory.total_bytes")
     assert None not in values.values()  # the rest of the reading is unaffected
-    if function == "virtual_memory":
+    if key == "memory.total_bytes":
         assert reading.memory.used_bytes is None and reading.memory.available_bytes is None
-    if function == "cpu_times":
+    if file == "stat":
         assert reading.cpu.per_core_percent == () and reading.cpu.count is None
 
     # The next tick has no previous reading to take a rate from; the one after recovers.
-    del fake.fail[function]
+    fake.fail_load = None
+    fake.meminfo = saved
+    fake.write()
     reading = collector.sample()
     if key in ("cpu", "network", "storage"):
         assert "no previous reading" in reading.unavailable[key]
@@ -291,20 +340,36 @@ def test_unreadable_counter_is_none_with_reason_never_zero(
     assert collector.sample().unavailable == {}
 
 
-def test_core_count_change_drops_per_core_with_reason(fake: FakePsutil, sys_root: Path) -> None:
-    collector = HostCollector(sys_root=sys_root)
-    fake.cores = [*fake.cores, _cpu(0.0, 0.0, 0.0)]  # a core onlined
-    fake.total = _cpu(1.50, 0.50, 8.00)
+def test_core_count_change_drops_per_core_with_reason(fake: FakeProc, sys_root: Path) -> None:
+    collector = _collector(fake, sys_root)
+    fake.cores = [*fake.cores, Cpu(0, 0, 0, 0)]  # a core onlined
+    fake.total = Cpu(150, 50, 800)
+    fake.write()
     reading = collector.sample()
-    assert reading.cpu.total_percent == pytest.approx(100.0)  # +0.5 busy of +0.5 total
+    assert reading.cpu.total_percent == pytest.approx(100.0)  # +50 busy of +50 total
     assert reading.cpu.per_core_percent == () and reading.cpu.count == 3
     assert "hotplug" in reading.unavailable["cpu.per_core_percent"]
 
 
-def test_no_whole_disks_is_none_with_reason(fake: FakePsutil, tmp_path: Path) -> None:
-    reading = HostCollector(sys_root=tmp_path / "empty-sys").sample()
+def test_no_whole_disks_is_none_with_reason(fake: FakeProc, tmp_path: Path) -> None:
+    reading = HostCollector(sys_root=tmp_path / "empty-sys", proc_root=fake.root).sample()
     assert reading.storage.read_bytes_per_s is None and reading.storage.write_bytes_per_s is None
     assert "no whole disks" in reading.unavailable["storage"]
+
+
+def test_kept_files_are_read_afresh_and_closed(fake: FakeProc, sys_root: Path) -> None:
+    collector = _collector(fake, sys_root)
+    fake.nics = {**fake.nics, "eth0": (5500, 7000)}
+    fake.write()
+    assert collector.sample().network.interfaces[0].rx_bytes == 5500
+    fds = set(os.listdir("/proc/self/fd"))
+    fake.nics = {**fake.nics, "eth0": (5600, 7000)}
+    fake.write()
+    assert collector.sample().network.interfaces[0].rx_bytes == 5600  # the same descriptor, read from the start
+    assert set(os.listdir("/proc/self/fd")) == fds  # nothing opened again
+    collector.close()
+    after = set(os.listdir("/proc/self/fd"))
+    assert after < fds and len(fds - after) == 4  # stat, meminfo, net/dev, diskstats
 
 
 def _meminfo_bytes(key: str) -> int:
@@ -315,10 +380,8 @@ def _meminfo_bytes(key: str) -> int:
 
 
 def test_fake_records_match_real_psutil() -> None:
-    assert ScpuTimes._fields == psutil.cpu_times()._fields
     assert Svmem._fields == psutil.virtual_memory()._fields
     assert Sswap._fields == psutil.swap_memory()._fields
-    assert Snetio._fields == next(iter(psutil.net_io_counters(pernic=True).values()))._fields
     disks = psutil.disk_io_counters(perdisk=True)
     if disks:
         assert Sdiskio._fields == next(iter(disks.values()))._fields

@@ -21,6 +21,7 @@ import pytest
 
 from gpulens.collectors import jobs as jobs_mod
 from gpulens.collectors.jobs import JobScanner, parse_stat
+from gpulens.collectors.procstat import KeptStats
 
 SLEEPER = "import time; time.sleep(60)"
 
@@ -103,22 +104,55 @@ def test_process_exiting_during_the_scan_is_skipped(
     victim = pids[0]
     scanner = JobScanner(pattern)
     assert victim in {j.pid for j in scanner.scan()}
-    real_read = jobs_mod._read
+    real_read = KeptStats.read
     killed = []
 
-    def read_killing_victim(path: str, limit: int = 4096) -> bytes:
-        if path.startswith(f"/proc/{victim}/") and not killed:
+    # A job's stat is read through KeptStats (kept open after its first read as a job).
+    def read_killing_victim(self: KeptStats, name: str, keep: bool, size: int = 4096) -> bytes:
+        if name == str(victim) and not killed:
             # The process dies for real between the /proc listing and this read.
             os.kill(victim, signal.SIGKILL)
             _wait_for(lambda: not Path(f"/proc/{victim}").exists()
                       or Path(f"/proc/{victim}/stat").read_text().split(") ")[1][0] == "Z")
             killed.append(victim)
-        return real_read(path, limit)
+        return real_read(self, name, keep, size)
 
-    monkeypatch.setattr(jobs_mod, "_read", read_killing_victim)
+    monkeypatch.setattr(KeptStats, "read", read_killing_victim)
     found = scanner.scan()
     assert killed == [victim]
     assert sorted(j.pid for j in found) == pids[1:]
+
+
+def _open_stat_files(pids: list[int]) -> set[int]:
+    """Which of ``pids`` this process holds a ``/proc/PID/stat`` descriptor of."""
+    held = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # the listing's own descriptor, closed by now
+        for pid in pids:
+            if target == f"/proc/{pid}/stat":
+                held.add(pid)
+    return held
+
+
+def test_jobs_stat_files_stay_open_and_are_given_back(tree: tuple[subprocess.Popen[bytes], list[int], str]) -> None:
+    sh, pids, pattern = tree
+    scanner = JobScanner(pattern)
+    first = scanner.scan()
+    assert sorted(j.pid for j in first) == pids
+    scanner.scan()
+    assert _open_stat_files([*pids, sh.pid]) == {*pids, sh.pid}  # the jobs and their shell: read every tick
+    again = scanner.scan()  # read through the kept files: the same jobs, CPU % a real rate
+    assert sorted(j.pid for j in again) == pids and all(j.cpu_percent is not None for j in again)
+    os.kill(pids[0], signal.SIGKILL)
+    _wait_for(lambda: pids[0] not in {c.pid for c in _children(sh.pid)}
+              or psutil.Process(pids[0]).status() == psutil.STATUS_ZOMBIE)
+    assert sorted(j.pid for j in scanner.scan()) == pids[1:]  # dead (or a zombie): gone from the jobs
+    assert _open_stat_files(pids) == {pids[1]}  # and its kept file closed with it
+    scanner.close()
+    assert _open_stat_files([*pids, sh.pid]) == set()
 
 
 def test_exec_after_fork_is_seen(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from gpulens.collectors import jobs as jobs_mod
 from gpulens.collectors.jobs import JobScanner, under
+from gpulens.collectors.procstat import KeptStats
 from gpulens.core.config import load_config, parse_config
 from gpulens.core.errors import ConfigError
 from gpulens.core.jobs_pattern import (
@@ -205,13 +206,14 @@ def test_one_users_shells_are_read_in_turns(tmp_path: Path, monkeypatch: pytest.
     _write_proc(proc, procs)
     scanner = JobScanner(proc=str(proc))
     reads: list[str] = []
-    real_read = jobs_mod._read
-    monkeypatch.setattr(jobs_mod, "_read", lambda path, limit=4096: reads.append(path) or real_read(path, limit))
+    real_read = KeptStats.read  # every stat read of the scan goes through it (kept open or by path)
+    monkeypatch.setattr(KeptStats, "read", lambda self, name, keep, size=4096:
+                        reads.append(name) or real_read(self, name, keep, size))
     seen: set[int] = set()
     for tick in range(4):
         reads.clear()
         scanner.scan()
-        read = {int(p.split("/")[-2]) for p in reads if p.endswith("/stat")}
+        read = {int(name) for name in reads}
         assert len(read & set(range(101, 301))) == 50, tick  # uid 1001: its budget, no more
         assert set(range(301, 311)) <= read, tick  # uid 1002 is not starved by 1001
         assert scanner.deferred == {1001: 150}
@@ -235,3 +237,26 @@ def test_without_re2_python_re_matches_and_the_sampler_says_why(monkeypatch: pyt
     scanner = JobScanner(proc=str(proc))
     assert [j.tree_id for j in scanner.scan()] == ["systemd/bash/bash/python3"]
     assert "google-re2 is not installed" in scanner.notes["jobs.pattern"]
+
+
+def test_cgroup_is_read_once_per_pid_and_start_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpulens.collectors import workloads
+
+    proc = tmp_path / "proc"
+    _write_proc(proc, _chain(1, "bash", "python3"))  # systemd -> bash -> python3 (pid 102)
+    (proc / "102" / "cgroup").write_text("0::/system.slice/slurmstepd.scope/job_77/step_0/user/task_0\n")
+    cgroup_reads: list[str] = []
+    real_read = workloads._read
+    monkeypatch.setattr(workloads, "_read", lambda path, limit: (
+        cgroup_reads.append(path) if path.endswith("/cgroup") else None) or real_read(path, limit))
+    scanner = JobScanner(proc=str(proc))
+    for _ in range(3):
+        (job,) = scanner.scan()
+        assert job.pid == 102 and job.workload is not None and job.workload.slurm_job == "77"
+    assert cgroup_reads == [f"{proc}/102/cgroup"]  # once, however many ticks
+    # pid 102 is another process now (another start time; the pid was handed out again)
+    (proc / "102" / "stat").write_text("102 (python3) S 101 0 0 0 0 0 0 0 0 0 3 4 0 0 20 0 1 0 9 0 250 0\n")
+    scanner.scan()  # its start time differs from the job's: dropped, and read as new when /proc is listed
+    (proc / "loadavg").write_text("0.00 0.00 0.00 1/1 103\n")  # a pid was handed out: /proc is listed
+    (job,) = scanner.scan()
+    assert job.pid == 102 and cgroup_reads == [f"{proc}/102/cgroup"] * 2  # read again for the new process

@@ -283,3 +283,62 @@ def test_unexpected_exception_while_opening_a_gpu_is_contained() -> None:
     fake.fail("nvmlEventSetCreate", KeyError)
     _, reading = _open(fake)
     assert all("internal error opening GPU: KeyError" in g.unavailable["gpu"] for g in reading.gpus)
+
+
+# --- a call that answered before: later reads call it straight away ---------------------------
+
+
+def test_field_that_answered_then_becomes_unsupported_is_not_asked_again() -> None:
+    fake = make_fake_nvml(1)
+    calls = _counted(fake, "nvmlDeviceGetPowerUsage")
+    collector, first = _open(fake)
+    assert first.gpus[0].power_w == pytest.approx(512.345)
+    fake.fail("nvmlDeviceGetPowerUsage", fake.NVMLError_NotSupported)
+    second = collector.read().gpus[0]
+    assert second.power_w is None and "NVML_ERROR_NOT_SUPPORTED" in second.unavailable["power_w"]
+    third = collector.read().gpus[0]
+    assert calls[0] == 2  # the answer, then the permanent error; never again
+    assert third.unavailable["power_w"] == second.unavailable["power_w"] and third.power_limit_w == 700.0
+
+
+def test_call_that_answered_then_is_missing_falls_back_to_the_older_one() -> None:
+    fake = make_fake_nvml(1)
+    fake.gpus[0].clock_reasons = 0x4
+    newer = _counted(fake, "nvmlDeviceGetCurrentClocksEventReasons")
+    older = _counted(fake, "nvmlDeviceGetCurrentClocksThrottleReasons")
+    collector, first = _open(fake)
+    assert first.gpus[0].throttle_reasons == ("sw_power_cap",) and (newer[0], older[0]) == (1, 0)
+    fake.fail("nvmlDeviceGetCurrentClocksEventReasons", fake.NVMLError_FunctionNotFound)
+    fake.advance(1.0)
+    second = collector.read().gpus[0]
+    assert second.throttle_reasons == ("sw_power_cap",) and second.unavailable == {}  # the same read
+    collector.read()
+    assert (newer[0], older[0]) == (2, 2)  # the missing call is not tried again
+
+
+def test_transient_error_after_answers_is_said_once_and_retried() -> None:
+    fake = make_fake_nvml(1)
+    collector, first = _open(fake)
+    assert first.gpus[0].temperature_c == 61.0
+    fake.fail("nvmlDeviceGetTemperature", fake.NVMLError_Unknown)
+    assert collector.read().gpus[0].unavailable["temperature_c"].startswith("NVML error 999")
+    fake.clear_failures()
+    again = collector.read().gpus[0]
+    assert again.temperature_c == 61.0 and "temperature_c" not in again.unavailable
+
+
+def test_one_clock_unsupported_after_answers_leaves_the_other_clock_asked() -> None:
+    fake = make_fake_nvml(1)
+    collector, _ = _open(fake)
+    real = fake.nvmlDeviceGetClockInfo
+
+    def sm_unsupported(h: object, clock_type: int) -> int:
+        if clock_type == fake.NVML_CLOCK_SM:
+            raise fake.NVMLError_NotSupported()
+        return real(h, clock_type)  # type: ignore[arg-type]
+
+    fake.nvmlDeviceGetClockInfo = sm_unsupported  # type: ignore[method-assign]
+    for _ in range(2):
+        g = collector.read().gpus[0]
+        assert g.sm_clock_mhz is None and "NVML_ERROR_NOT_SUPPORTED" in g.unavailable["sm_clock_mhz"]
+        assert g.mem_clock_mhz is not None and "mem_clock_mhz" not in g.unavailable

@@ -55,3 +55,28 @@ def test_gpu_memory_by_pid_sums_per_gpu() -> None:
         GpuSample(1, "g", "u1", processes=(GpuProcess(7, 50),)),
     ]
     assert gpu_memory_by_pid(gpus) == {7: {"0": 100, "1": 50}}
+
+
+def _proc_files_open() -> set[str]:
+    """The /proc files this process holds open (the listing's own descriptor aside)."""
+    out = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("/proc/") and not target.startswith("/proc/self/fd"):
+            out.add(re.sub(r"^/proc/\d+/net/", "/proc/net/", target))  # /proc/net is /proc/self/net
+    return out
+
+
+def test_close_gives_back_the_kept_proc_files() -> None:
+    before = _proc_files_open()
+    me = str(os.getpid())
+    with Sampler(job_pattern=_own_tree_pattern(), nvml=None, amd=None, kubelet=None) as sampler:
+        sampler.sample()
+        sampler.sample()
+        kept = _proc_files_open() - before
+        assert {"/proc/stat", "/proc/meminfo", "/proc/net/dev", "/proc/diskstats", "/proc/loadavg"} <= kept
+        assert f"/proc/{me}/stat" in kept  # this process is a job: its stat is read every tick
+    assert _proc_files_open() - before == set()
