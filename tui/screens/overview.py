@@ -33,7 +33,7 @@ class OverviewScreen(FindingScreen):
     | tab | next panel: host table, job table, heatmap |
     | / | regex filter of every panel (``!re`` inverts) |
     | H G U S M P C N A / J T U H G L M R | sort the focused table by that column; again: reverse |
-    | u a g w t | heatmap metric: util, SM activity, GPU memory, power, temperature |
+    | u a m w t | heatmap metric: util, SM activity, GPU memory, power, temperature |
     """
 
     SHOWS_ALERTS = True

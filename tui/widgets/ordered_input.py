@@ -19,16 +19,20 @@ class OrderedInput(Input):
     Ctrl+P) are checked before a key reaches the input, so they still win.
     """
 
+    def _letter_for_screen(self, character: str | None) -> bool:
+        """A letter typed in a number field (not ``e``, a number's exponent): it types nothing there."""
+        return (self.type in ("integer", "number") and character is not None and character.isalpha()
+                and not (self.type == "number" and character in "eE"))
+
     def check_consume_key(self, key: str, character: str | None) -> bool:
-        """A number field takes no letter (but ``e``, an exponent), so the screen's letter keys still work
-        while it has focus: ``t`` traces from the profiler's duration field (issue 31 item 14)."""
-        if self.type in ("integer", "number") and character is not None and character.isalpha() \
-                and not (self.type == "number" and character in "eE"):
+        """A number field takes no letter, so the screen's letter keys still work while it has focus:
+        ``t`` traces from the profiler's duration field (issue 31 item 14)."""
+        if self._letter_for_screen(character):
             return False
         return super().check_consume_key(key, character)
 
     async def _on_key(self, event: events.Key) -> None:
-        if not self.check_consume_key(event.key, event.character):
+        if self._letter_for_screen(event.character):
             event.prevent_default()  # not Input's handler (it takes every printable key): a letter in a number
             return  # field bubbles up to the screen's bindings
         # Enter keeps Textual's way: what submitting does (a prompt closing, a screen opening) must be

@@ -283,7 +283,7 @@ def test_help_lists_each_key_once_and_groups_families() -> None:
     assert "q / ctrl+c" in keys and "ctrl+c" not in keys  # one Quit row, not two
     assert keys.count("esc") == 1 and "escape" not in keys  # 'esc Back' was listed twice
     assert ("1 2 3 4", "window: 1m / 5m / 15m / 1h") in rows
-    assert dict(rows)["u a g w t"].startswith("heatmap: GPU util / SM activity")
+    assert dict(rows)["u a m w t"].startswith("heatmap: GPU util / SM activity")
 
 
 @sync
