@@ -228,10 +228,13 @@ async def test_t_traces_from_a_number_field_and_types_in_the_export_path() -> No
         table = screen.query_one("#pf-jobs", DataTable)
         await _wait_for(pilot, lambda: table.row_count == 1)
         assert screen.query_one("#pf-duration", Input).value == "500"  # nothing typed into it
+        await pilot.press("end", "backspace", "7")  # its editing keys and digits are its own
+        await pilot.pause()
+        assert screen.query_one("#pf-duration", Input).value == "507"
         box = screen.query_one("#pf-export", Input)
         box.display = True
         box.focus()
         await pilot.pause()
-        await pilot.press("t", "x", "t")
+        await pilot.press("t", "x", "t", "backspace")
         await pilot.pause()
-        assert box.value == "txt" and table.row_count == 1  # letters in a path; no second trace
+        assert box.value == "tx" and table.row_count == 1  # letters in a path; no second trace
