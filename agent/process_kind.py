@@ -23,7 +23,6 @@ from gpulens.agent.request_kinds import MAX_PIDS, RequestConn, RequestError
 from gpulens.collectors.processes import ProcessLister, proc_hides_pids
 from gpulens.core.model import HostSample
 from gpulens.core.processes import DEFAULT_ROWS, MAX_ROWS, gpu_memory, order
-from gpulens.core.procfs import proc_uid
 from gpulens.ipc import stream
 from gpulens.ipc.serialize import to_dict
 
@@ -52,7 +51,8 @@ def processes(conn: RequestConn, req: stream.Request, lister: ProcessLister,
         rows = tuple(r for r in rows if r.pid in pids)
     hidden = 0
     principal = conn.principal
-    if principal.uid != 0 and hides():
-        seen = tuple(r for r in rows if principal.may_act_for(proc_uid(r.pid)))
+    if principal.uid != 0 and hides():  # the owners the listing read: no /proc read per row and request
+        owners = lister.owners()
+        seen = tuple(r for r in rows if principal.may_act_for(owners.get(r.pid)))
         hidden, rows = len(rows) - len(seen), seen
     return {"processes": [to_dict(r) for r in order(rows)[:limit]], "total": total, "hidden": hidden}

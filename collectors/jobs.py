@@ -127,12 +127,33 @@ def _read(path: str, limit: int = 4096) -> bytes:
         os.close(fd)
 
 
-def _boot_time() -> float:
-    with open("/proc/stat", "rb") as f:
-        for line in f:
-            if line.startswith(b"btime"):
-                return float(line.split()[1])
+def boot_time(proc: str = "/proc") -> float:
+    """When the machine booted (``btime`` of ``<proc>/stat``; from the boot clock when unreadable)."""
+    try:
+        with open(f"{proc}/stat", "rb") as f:
+            for line in f:
+                if line.startswith(b"btime"):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
     return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+class UserNames:
+    """uid -> login name, cleaned (the uid as text when it has none), looked up once per uid."""
+
+    def __init__(self) -> None:
+        self._names: dict[int, str] = {}
+
+    def __call__(self, uid: int) -> str:
+        name = self._names.get(uid)
+        if name is None:
+            try:
+                name = clean_text(pwd.getpwuid(uid).pw_name)
+            except KeyError:
+                name = str(uid)
+            self._names[uid] = name
+        return name
 
 
 @dataclass(slots=True)
@@ -182,7 +203,7 @@ class JobScanner:
         self._slurm = slurm if attribute else None
         self._key_env = tuple(k.encode() + b"=" for k in job_key_env)
         self._proc = proc
-        self._boot = _boot_time()
+        self._boot = boot_time()
         # Keyed by the /proc entry name: set arithmetic on the listing stays in C.
         self._cache: dict[str, _Entry] = {}
         self._young: dict[str, int] = {}  # name -> start ticks, re-read every tick
@@ -192,7 +213,7 @@ class JobScanner:
         self._young_ticks = 0.0
         self._prev_last_pid: int | None = None
         self._quiet = 0
-        self._users: dict[int, str] = {}
+        self._users = UserNames()
         self._tick = 0
         self.unnamed_pods = False
         """Whether the last scan's jobs include a pod known by UID only (no name found)."""
@@ -428,13 +449,7 @@ class JobScanner:
         except OSError:
             return None
         cmdline = clean_text(raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace"))
-        user = self._users.get(uid)
-        if user is None:
-            try:
-                user = clean_text(pwd.getpwuid(uid).pw_name)
-            except KeyError:
-                user = str(uid)
-            self._users[uid] = user
+        user = self._users(uid)
         try:
             environ: bytes | None = _read(f"{base}/environ", MAX_ENVIRON)
         except OSError:

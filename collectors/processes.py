@@ -16,13 +16,20 @@ never read: a process table is what ``ps`` shows anyone.
 from __future__ import annotations
 
 import os
-import pwd
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
-from gpulens.collectors.jobs import CLK_TCK, MAX_CMDLINE, PAGE_SIZE, ProcStat, parse_stat
+from gpulens.collectors.jobs import (
+    CLK_TCK,
+    MAX_CMDLINE,
+    PAGE_SIZE,
+    ProcStat,
+    UserNames,
+    boot_time,
+    parse_stat,
+)
 from gpulens.core.model import JobInfo
 from gpulens.core.sanitize import clean_text
 
@@ -60,28 +67,10 @@ class ProcessLister:
         self._clock = clock
         self._lock = threading.Lock()
         self._last: tuple[float, tuple[JobInfo, ...], int] | None = None
+        self._owners: dict[int, int] = {}
         self._cpu: dict[tuple[int, int], tuple[int, float]] = {}
-        self._users: dict[int, str] = {}
-        self._boot = self._boot_time()
-
-    def _boot_time(self) -> float:
-        try:
-            for line in _read(f"{self._proc}/stat", 1 << 16).splitlines():
-                if line.startswith(b"btime"):
-                    return float(line.split()[1])
-        except (OSError, ValueError, IndexError):
-            pass
-        return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
-
-    def _user(self, uid: int) -> str:
-        name = self._users.get(uid)
-        if name is None:
-            try:
-                name = clean_text(pwd.getpwuid(uid).pw_name)
-            except KeyError:
-                name = str(uid)
-            self._users[uid] = name
-        return name
+        self._user = UserNames()
+        self._boot = boot_time(proc)
 
     def listing(self, gpu_mem: Mapping[int, Mapping[str, int]] | None = None) -> tuple[tuple[JobInfo, ...], int]:
         """(every process, oldest pid first; how many there were, beyond :data:`MAX_PROCESSES` too)."""
@@ -95,6 +84,11 @@ class ProcessLister:
         if not gpu_mem:
             return rows, total
         return tuple(replace(r, gpu_mem_bytes=dict(gpu_mem[r.pid])) if r.pid in gpu_mem else r for r in rows), total
+
+    def owners(self) -> dict[int, int]:
+        """pid -> real uid, as the newest listing read them (a pid it did not list is absent)."""
+        with self._lock:
+            return self._owners
 
     def _read(self, now: float) -> tuple[tuple[JobInfo, ...], int]:
         try:
@@ -140,6 +134,7 @@ class ProcessLister:
                 rss_bytes=stat.rss_pages * PAGE_SIZE, ancestors=tuple(reversed(chain)),
             ))
         self._cpu = cpu  # exited processes are forgotten
+        self._owners = {pid: uid for pid, (_, uid, _) in stats.items() if uid is not None}
         return tuple(rows), len(names)
 
 
