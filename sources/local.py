@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from typing import IO, Any
 
@@ -321,13 +321,18 @@ def sample_step(source: object, interval_s: float) -> float:
     """The seconds between two samples of a host: ``interval_s``, or the longest step a part samples at
     (a Prometheus source queries every ``step_s``, 5 s by default): the store's columns follow it, so a
     heatmap of 4 s columns over a 5 s scrape has no empty fifth column (issue 32 item 16)."""
-    parts = [source]
+    steps = [s for p in parts(source) if isinstance(s := getattr(p, "step_s", None), (int, float)) and s > 0]
+    return max([interval_s, *steps])
+
+
+def parts(source: object) -> Iterator[object]:
+    """``source`` and every source it wraps (a recorder's ``inner``) or mixes (``sources``), depth first."""
+    yield source
     inner = getattr(source, "inner", None)
     if inner is not None:
-        parts.append(inner)
-    parts += list(getattr(source, "sources", ()))
-    steps = [s for p in parts if isinstance(s := getattr(p, "step_s", None), (int, float)) and s > 0]
-    return max([interval_s, *steps])
+        yield from parts(inner)
+    for part in getattr(source, "sources", ()):
+        yield from parts(part)
 
 
 class Recorder:
@@ -397,10 +402,7 @@ class Recorder:
 def replays(source: object) -> bool:
     """Whether ``source`` is, or wraps, a replayed recording (``--replay F --record G``, a mix of sources):
     its pids are from then, and may name other processes now."""
-    if isinstance(source, ReplaySource):
-        return True
-    inner = getattr(source, "inner", None)
-    return (inner is not None and replays(inner)) or any(replays(s) for s in getattr(source, "sources", ()))
+    return any(isinstance(p, ReplaySource) for p in parts(source))
 
 
 class RecordingSource:

@@ -8,7 +8,7 @@ recording refuses: its pids are from then, and may name other processes now.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from concurrent.futures import Future
 from typing import Any
 
@@ -16,18 +16,9 @@ from gpulens.core.model import JobInfo
 from gpulens.core.processes import DEFAULT_ROWS, MAX_ROWS
 from gpulens.ipc.errors import RequestFailed
 from gpulens.ipc.serialize import from_dict
-from gpulens.sources.local import MultiSource, replays
+from gpulens.sources.local import MultiSource, parts, replays
 
 KIND = "processes"
-
-
-def _parts(source: object) -> Iterator[object]:
-    yield source
-    inner = getattr(source, "inner", None)
-    if inner is not None:
-        yield from _parts(inner)
-    for part in getattr(source, "sources", ()):
-        yield from _parts(part)
 
 
 def _failed(message: str) -> Future[dict[str, Any]]:
@@ -39,7 +30,7 @@ def _failed(message: str) -> Future[dict[str, Any]]:
 def process_table(source: object, host: str, *, limit: int = DEFAULT_ROWS, pids: Collection[int] | None = None,
                   timeout_s: float = 10.0) -> Future[dict[str, Any]]:
     """``{"processes": [JobInfo dicts], "total": n, "hidden": n}`` of ``host``, or a future that fails with why."""
-    for part in _parts(source):
+    for part in parts(source):
         own = getattr(part, "process_table", None)
         if callable(own):
             fut = own(host, limit, pids)
