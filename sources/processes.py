@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from concurrent.futures import Future
+from dataclasses import replace
 from typing import Any
 
 from gpulens.core.model import JobInfo
 from gpulens.core.processes import DEFAULT_ROWS, MAX_ROWS
+from gpulens.core.sanitize import clean_text
 from gpulens.ipc.errors import RequestFailed
 from gpulens.ipc.serialize import from_dict
 from gpulens.sources.local import MultiSource, parts, replays
@@ -53,8 +55,14 @@ def decode_rows(result: object) -> tuple[list[JobInfo], int, int]:
         raise ValueError("the answer has no process list")
     raw = result["processes"][:MAX_ROWS]
     try:
-        rows = [from_dict(JobInfo, r) for r in raw]
+        rows = [_cleaned(from_dict(JobInfo, r)) for r in raw]
     except Exception as err:  # a hostile or newer agent: one line, not a crash
         raise ValueError(f"a malformed process row: {str(err)[:200]}") from err
     total, hidden = result.get("total", len(rows)), result.get("hidden", 0)
     return rows, total if isinstance(total, int) else len(rows), hidden if isinstance(hidden, int) else 0
+
+
+def _cleaned(row: JobInfo) -> JobInfo:
+    """A row's words as a table shows them: no escape sequence and no newline from the peer reaches the terminal
+    (a request's result keeps its newlines, ``clean_data``; a process row has none to keep)."""
+    return replace(row, tree_id=clean_text(row.tree_id), user=clean_text(row.user), cmdline=clean_text(row.cmdline))

@@ -172,3 +172,11 @@ def test_a_malformed_answer_is_one_line_not_a_crash() -> None:
         else:
             raise AssertionError(f"accepted {bad!r}")
 
+
+def test_a_peers_words_reach_the_table_cleaned() -> None:
+    row = {"pid": 7, "tree_id": "init/x\x1b]52;c;aGk=\x07", "cmdline": "evil\nline\x1b[2J", "user": "u\x1b[31m",
+           "start_time": 0.0}
+    (got,), total, hidden = decode_rows({"processes": [row], "total": 1, "hidden": 0})
+    for text in (got.tree_id, got.cmdline, got.user):
+        assert "\x1b" not in text and "\x07" not in text and "\n" not in text
+    assert (total, hidden) == (1, 0)
