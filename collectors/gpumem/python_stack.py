@@ -8,10 +8,11 @@ instructions. This module turns them into frames the seed's way (``Class >
 method (file:line)``), reading the target's memory through
 ``/proc/PID/mem`` (root, or the target's own user) once per code object.
 
-CPython 3.11 is in the table; other versions (3.10's frame objects, 3.12's
-and 3.13's new layouts, where 3.13's ``_Py_DebugOffsets`` would give them at
-run time) are refused with the reason, so their allocations still show, under
-``<python frames not read: …>``.
+CPython 3.10 to 3.12 come from a table, 3.13 from the ``_Py_DebugOffsets`` the
+interpreter publishes (:mod:`.layouts`). Other versions are refused with the
+reason, so their allocations still show, under ``<python frames not read: …>``.
+CPython's own frames (3.12's shim code object, 3.13's entry frames, whose
+executable is ``None``) read ``<interpreter trampoline>``, as the seed labels them.
 """
 
 from __future__ import annotations
@@ -22,48 +23,22 @@ import struct
 from dataclasses import dataclass
 
 from gpulens.collectors.gpumem.elf import ElfError, read_elf
+from gpulens.collectors.gpumem.layouts import (
+    DEBUG_OFFSETS,
+    DIRECT,
+    LAYOUTS,
+    LayoutError,
+    PyLayout,
+    debug_layout,
+    pthread_tid_offset,
+)
 from gpulens.core.sanitize import clean_text
 
 _LIB = re.compile(r"/(?:lib)?python3\.(\d+)[^/]*$")
 MAX_TEXT = 1024
 """Characters of a name or file read at most."""
 MAX_LINETABLE = 64 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class PyLayout:
-    """Offsets into CPython's runtime, thread state, frame and code objects (bytes)."""
-
-    interp_head: int
-    threads_head: int
-    tstate_next: int
-    tstate_native_tid: int
-    tstate_frame: int
-    cframe_frame: int
-    frame_code: int
-    frame_previous: int
-    frame_instr: int
-    code_filename: int
-    code_name: int
-    code_qualname: int
-    code_firstlineno: int
-    code_linetable: int
-    code_adaptive: int
-    ascii_data: int
-    """sizeof(PyASCIIObject): a compact ASCII string's characters follow it."""
-    compact_data: int
-    """sizeof(PyCompactUnicodeObject): other compact strings' characters follow it."""
-    bytes_data: int = 32
-    """offsetof(PyBytesObject, ob_sval)."""
-
-
-LAYOUTS: dict[tuple[int, int], PyLayout] = {
-    # CPython 3.11 (x86_64), from Include/internal/pycore_{runtime,interp,frame}.h and cpython/code.h.
-    (3, 11): PyLayout(interp_head=40, threads_head=16, tstate_next=8, tstate_native_tid=160, tstate_frame=56,
-                      cframe_frame=8, frame_code=32, frame_previous=48, frame_instr=56, code_filename=112,
-                      code_name=120, code_qualname=128, code_firstlineno=72, code_linetable=136,
-                      code_adaptive=184, ascii_data=48, compact_data=72),
-}
+TRAMPOLINE = "<interpreter trampoline>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +49,10 @@ class PyTarget:
     version: tuple[int, int]
     layout: PyLayout
     runtime: int
+    code_type: int = 0
+    """Address of ``PyCode_Type`` in the process (0: unknown, frames are not checked to be code)."""
+    pthread_tid: int = DIRECT
+    """Where glibc's ``struct pthread`` holds the thread id (3.10); :data:`DIRECT` otherwise."""
 
 
 class PythonNotReadable(Exception):
@@ -117,13 +96,42 @@ def find_python(pid: int) -> PyTarget:
         if sym is None:
             tried.append(f"{path}: no _PyRuntime symbol")
             continue
-        base = next(start for start, off, p in maps if p == path and off == 0)
-        layout = LAYOUTS.get(version)
-        if layout is None:
-            raise PythonNotReadable(f"CPython {version[0]}.{version[1]}: frame layout not known to gpulens "
-                                    f"(known: {', '.join(f'{a}.{b}' for a, b in sorted(LAYOUTS))})")
-        return PyTarget(pid, version, layout, base + sym.value - elf.first_vaddr)
+        base = next(start for start, off, p in maps if p == path and off == 0) - elf.first_vaddr
+        code_type = elf.symbols.get("PyCode_Type")
+        return _target(pid, version, base + sym.value, base + code_type.value if code_type is not None else 0)
     raise PythonNotReadable("not a CPython process" + (f" ({'; '.join(tried)})" if tried else ""))
+
+
+def _target(pid: int, version: tuple[int, int], runtime: int, code_type: int) -> PyTarget:
+    """``pid``'s interpreter: its layout from the table, or from 3.13's debug offsets; 3.10's pthread offset."""
+    try:
+        with open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
+            def read(addr: int, size: int) -> bytes:
+                mem.seek(addr)
+                data = mem.read(size)
+                if len(data) != size:
+                    raise OSError(f"short read at {addr:#x}")
+                return data
+
+            if version >= (3, 13):
+                found, layout = debug_layout(read(runtime, DEBUG_OFFSETS.size))
+                if found != version:
+                    raise LayoutError(f"the library says CPython {version[0]}.{version[1]}, its runtime "
+                                      f"{found[0]}.{found[1]}")
+                return PyTarget(pid, version, layout, runtime, code_type)
+            known = LAYOUTS.get(version)
+            if known is None:
+                raise LayoutError(f"CPython {version[0]}.{version[1]}: frame layout not known to gpulens (known: "
+                                  f"{', '.join(f'{a}.{b}' for a, b in sorted(LAYOUTS))}, and 3.13 at run time)")
+            if not known.tid_via_pthread:
+                return PyTarget(pid, version, known, runtime, code_type)
+            tids = {int(t) for t in os.listdir(f"/proc/{pid}/task")}
+            return PyTarget(pid, version, known, runtime, code_type,
+                            pthread_tid_offset(read, runtime, known, tids, pid))
+    except LayoutError as err:
+        raise PythonNotReadable(str(err)) from None
+    except (OSError, struct.error) as err:
+        raise PythonNotReadable(f"pid {pid}: its interpreter's memory: {err}") from None
 
 
 class CodeReader:
@@ -133,6 +141,7 @@ class CodeReader:
         self.target = target
         self._fd = os.open(f"/proc/{target.pid}/mem", os.O_RDONLY)
         self._code: dict[int, tuple[str, str, int, bytes, int]] = {}
+        self._types: dict[int, bool] = {}
 
     def close(self) -> None:
         """Release the process's memory file (idempotent)."""
@@ -168,7 +177,7 @@ class CodeReader:
         if hit is None:
             lay = self.target.layout
             # A traced program names its own functions and files: cleaned here, before any terminal sees them.
-            qual = clean_text(self._str(self._ptr(addr + lay.code_qualname)))
+            qual = clean_text(self._str(self._ptr(addr + (lay.code_qualname or lay.code_name))))
             filename = clean_text(self._str(self._ptr(addr + lay.code_filename)))
             first = struct.unpack("<i", self._read(addr + lay.code_firstlineno, 4))[0]
             table = self._ptr(addr + lay.code_linetable)
@@ -177,13 +186,33 @@ class CodeReader:
             hit = self._code[addr] = (qual, filename, first, lines, addr + lay.code_adaptive)
         return hit
 
+    def is_code(self, addr: int) -> bool:
+        """Whether the object at ``addr`` is a code object (3.13's entry frames hold ``None``); True if unknown."""
+        if not self.target.code_type:
+            return True
+        hit = self._types.get(addr)
+        if hit is None:
+            hit = self._types[addr] = self._ptr(addr + 8) == self.target.code_type
+        return hit
+
     def frame(self, code: int, instr: int) -> str:
-        """One frame's label: ``Class > method (file:line)``, ``fn (file:line)``, ``<module> (file:line)``."""
+        """One frame's label: ``Class > method (file:line)``, ``fn (file:line)``, ``<module> (file:line)``.
+
+        CPython 3.10 has no qualified names: its frames read ``method (file:line)``, as py-spy shows them.
+        """
         try:
+            if not self.is_code(code):
+                return TRAMPOLINE
             qual, filename, first, table, start = self.code(code)
         except (OSError, struct.error):
             return f"<code object {code:#x}: unreadable>"
-        line = line_of(table, first, (instr - start) // 2) if instr >= start else first
+        if qual == TRAMPOLINE:  # 3.12's shim code object
+            return TRAMPOLINE
+        if self.target.layout.lasti:
+            lasti = instr & 0xFFFFFFFF
+            line = line_of_310(table, first, 2 * lasti) if lasti < 1 << 31 else first
+        else:
+            line = line_of(table, first, (instr - start) // 2) if instr >= start else first
         return f"{qual.replace('.', ' > ').replace('<locals> > ', '')} ({filename}:{line})"
 
 
@@ -197,6 +226,24 @@ def _varint(table: bytes, i: int) -> tuple[int, int]:
         if not b & 64:
             break
     return value, i
+
+
+def line_of_310(table: bytes, first_line: int, offset: int) -> int:
+    """The source line at byte ``offset`` of the bytecode, from a 3.10 line table (Objects/lnotab_notes.txt).
+
+    The table is pairs (bytes advanced, signed line delta); a delta of -128 is "no line".
+    """
+    line = current = first_line
+    end = 0
+    for i in range(0, len(table) - 1, 2):
+        start, end = end, end + table[i]
+        delta = table[i + 1] - 256 if table[i + 1] > 127 else table[i + 1]
+        if delta != -128:
+            line += delta
+            current = line
+        if start <= offset < end:
+            return current
+    return current
 
 
 def line_of(table: bytes, first_line: int, index: int) -> int:
@@ -226,3 +273,7 @@ def line_of(table: bytes, first_line: int, index: int) -> int:
             return line
         unit += length
     return line
+
+
+__all__ = ["LAYOUTS", "TRAMPOLINE", "CodeReader", "PyLayout", "PyTarget", "PythonNotReadable", "find_python", "line_of",
+           "line_of_310"]

@@ -265,7 +265,8 @@ class GpuMemTracer:
     def _set_layout(self, pid: int, target: PyTarget) -> None:
         lay = target.layout
         value = _PYINFO.pack(target.runtime, lay.interp_head, lay.threads_head, lay.tstate_next, lay.tstate_native_tid,
-                             lay.tstate_frame, lay.cframe_frame, lay.frame_code, lay.frame_previous, lay.frame_instr, 0)
+                             lay.tstate_frame, lay.cframe_frame, lay.frame_code, lay.frame_previous, lay.frame_instr,
+                             target.pthread_tid)
         key = ctypes.c_uint32(pid)
         buf = ctypes.create_string_buffer(value, len(value))
         self._lib.call(f"pid {pid}: set its Python layout", self._lib.lib.bpf_map_update_elem,

@@ -14,6 +14,7 @@ uprobes) or no C compiler builds the doubles.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,7 +24,9 @@ from pathlib import Path
 
 import pytest
 
+from gpulens.collectors.gpumem.python_stack import TRAMPOLINE
 from gpulens.collectors.gpumem.tracer import GpuMemTracer, why_not
+from tests.fakes.pythons import MINORS, cpython, skip_reason
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = ROOT / "tests" / "data" / "fake_cuda"
@@ -95,8 +98,30 @@ def _expected() -> tuple[dict[tuple[str, ...], int], dict[tuple[str, ...], int]]
 
 
 def _without_thread(stacks: dict[tuple[str, ...], int]) -> tuple[dict[tuple[str, ...], int], list[tuple[str, ...]]]:
-    kept = {s: n for s, n in stacks.items() if not s[0].startswith("Thread > _bootstrap")}
+    kept = {s: n for s, n in stacks.items() if not any(f.startswith(("Thread > _bootstrap (", "_bootstrap (")) for f in s)}
     return kept, [s for s in stacks if s not in kept]
+
+
+def _as_in(minor: int, stack: tuple[str, ...]) -> tuple[str, ...]:
+    """A 3.11 stack as CPython 3.``minor`` shows it.
+
+    3.10 has no qualified names (``Model > weight`` reads ``weight``). From 3.12 a
+    comprehension runs inside its function (PEP 709: no ``<listcomp>`` frame), and
+    each entry into the interpreter from C leaves CPython's own frame: one below
+    ``<module>``, one where ``type.__call__`` runs ``Model.__init__``.
+    """
+    if minor == 10:
+        return tuple(re.sub(r"^(?:\S+ > )+", "", f) if "(" in f else f for f in stack)
+    if minor < 12:
+        return stack
+    out = [TRAMPOLINE]
+    for f in stack:
+        if "<listcomp>" in f:
+            continue
+        if f.startswith("Model > __init__ ("):
+            out.append(TRAMPOLINE)
+        out.append(f)
+    return tuple(out)
 
 
 def test_bytes_per_python_stack_are_exact_live_and_total(workload: subprocess.Popen[str]) -> None:
@@ -119,6 +144,34 @@ def test_bytes_per_python_stack_are_exact_live_and_total(workload: subprocess.Po
         assert stack[-3:] == (_f("worker", "# ALLOC worker"), f"alloc ({WORKLOAD}:{_line('assert cuda.cuMemAlloc_v2(')})",
                               "cuMemAlloc_v2")
         assert got[stack] == 2 * MIB
+
+
+@pytest.mark.parametrize("minor", MINORS, ids=[f"3.{m}" for m in MINORS])
+def test_every_cpython_from_3_10_to_3_13_gives_each_allocation_its_stack(libdir: Path, minor: int) -> None:
+    """The same program under each interpreter: exact bytes, every frame at its line, the other thread's too."""
+    exe = cpython(minor)
+    if exe is None:
+        pytest.skip(skip_reason(minor))
+    proc = subprocess.Popen([exe, str(WORKLOAD), str(libdir)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "READY"
+        tracer = GpuMemTracer([proc.pid])
+        try:
+            assert tracer.python == {proc.pid: None}
+            _run(proc, tracer)
+            live, total = tracer.snapshot()
+        finally:
+            tracer.close()
+    finally:
+        proc.kill()
+        proc.wait()
+    for got, want in zip((live, total), _expected(), strict=True):
+        main, (thread,) = _without_thread(got)
+        assert main == {_as_in(minor, s): n for s, n in want.items()}
+        worker = _as_in(minor, (_f("worker", "# ALLOC worker"), _f("alloc", "assert cuda.cuMemAlloc_v2("),
+                                "cuMemAlloc_v2"))[-3:]
+        assert thread[-3:] == worker and got[thread] == 2 * MIB
 
 
 def test_a_process_whose_python_is_unknown_still_shows_its_bytes(libdir: Path, tmp_path: Path) -> None:

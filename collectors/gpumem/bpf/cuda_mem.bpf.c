@@ -7,8 +7,8 @@
  * return, when the call succeeded, reads the pointer and sends one event with the calling
  * thread's Python frames (code object and last instruction of each, innermost first), walked
  * in the interpreter's own structures: _PyRuntime -> interpreters.head -> threads.head -> the
- * PyThreadState whose native_thread_id is this thread -> its frames. Userspace puts the
- * interpreter's addresses and layout (per CPython version) in `pyinfo` for each traced process;
+ * PyThreadState whose native_thread_id is this thread (3.10: whose pthread_t's tid is) -> its
+ * frames. Userspace puts the interpreter's addresses and layout (per CPython version) in `pyinfo` for each traced process;
  * a process without an entry gets events without Python frames. A free sends its address.
  *
  * Built by collectors/gpumem/bpf/build.sh: clang -target bpf -O2 -g; no kernel headers, no BTF
@@ -32,13 +32,14 @@ struct pyinfo {
 	__u32 interp_head;      /* _PyRuntimeState.interpreters.head */
 	__u32 threads_head;     /* PyInterpreterState.threads.head */
 	__u32 tstate_next;      /* PyThreadState.next */
-	__u32 tstate_native_tid;/* PyThreadState.native_thread_id */
+	__u32 tstate_native_tid;/* PyThreadState.native_thread_id (3.10: thread_id, a pthread_t) */
 	__u32 tstate_frame;     /* PyThreadState.cframe (3.11) or current_frame (3.13+) */
 	__u32 cframe_frame;     /* _PyCFrame.current_frame; 0xffffffff: tstate_frame is the frame itself */
 	__u32 frame_code;       /* _PyInterpreterFrame.f_code (f_executable) */
 	__u32 frame_previous;   /* _PyInterpreterFrame.previous */
-	__u32 frame_instr;      /* _PyInterpreterFrame.prev_instr (instr_ptr) */
-	__u32 pad;
+	__u32 frame_instr;      /* _PyInterpreterFrame.prev_instr (instr_ptr; 3.10: PyFrameObject.f_lasti) */
+	__u32 pthread_tid;      /* 0xffffffff: tstate_native_tid is the thread id; else the tid's offset in
+	                           glibc's struct pthread, which tstate_native_tid points to (3.10) */
 };
 
 struct pending {
@@ -126,7 +127,10 @@ static __always_inline void walk_python(struct event *e, __u32 pid, __u32 tid)
 	__u64 ts = interp ? rd(interp + pi->threads_head) : 0;
 	__u64 found = 0;
 	for (int i = 0; i < MAX_THREADS && ts; i++) {
-		if (rd(ts + pi->tstate_native_tid) == tid) {
+		__u64 id = rd(ts + pi->tstate_native_tid);
+		if (pi->pthread_tid != 0xffffffff)
+			id = id ? (__u32)rd(id + pi->pthread_tid) : 0;
+		if (id == tid) {
 			found = ts;
 			break;
 		}
