@@ -29,6 +29,7 @@ from pathlib import Path
 
 from gpulens.collectors.gpumem.elf import ElfError, read_elf
 from gpulens.collectors.gpumem.libbpf import BpfError, BpfObject, Libbpf, RingBuffer
+from gpulens.collectors.gpumem.native import NativeSymbols
 from gpulens.collectors.gpumem.python_stack import (
     CodeReader,
     PyTarget,
@@ -52,7 +53,8 @@ _FREES = frozenset(range(10, 16))
 _INIT = 16
 _LIBS = {"cuda": re.compile(r"/libcuda\.so[.0-9]*$"), "cudart": re.compile(r"/libcudart\.so[.0-9]*$")}
 MAX_FRAMES = 48
-_EVENT = struct.Struct(f"<IIIIQQQiIII{MAX_FRAMES}Q{MAX_FRAMES}Q")
+MAX_NATIVE = 32
+_EVENT = struct.Struct(f"<IIIIQQQiIII{MAX_FRAMES}Q{MAX_FRAMES}QII{MAX_NATIVE}Q")
 _PYINFO = struct.Struct("<Q10I")
 
 
@@ -68,6 +70,8 @@ class Event:
     py_status: int
     frames: tuple[tuple[int, int], ...]
     """(code object, last instruction) per Python frame, innermost first."""
+    native: tuple[int, ...] = ()
+    """Return addresses of the user stack at the allocation, innermost first (frame pointers walked)."""
 
 
 def decode_event(raw: bytes) -> Event | None:
@@ -78,8 +82,12 @@ def decode_event(raw: bytes) -> Event | None:
     pid, tid, op, call, addr, size, _t, _res, n, status = v[:10]
     if op not in (1, 2, 3) or not 0 < call < len(CALLS) or n > MAX_FRAMES or status > 3:
         return None
-    codes, instrs = v[11:11 + MAX_FRAMES], v[11 + MAX_FRAMES:]
-    return Event(pid, tid, call, addr, size, status, tuple(zip(codes[:n], instrs[:n], strict=True)))
+    codes, instrs = v[11:11 + MAX_FRAMES], v[11 + MAX_FRAMES:11 + 2 * MAX_FRAMES]
+    nnative, native = v[11 + 2 * MAX_FRAMES], v[13 + 2 * MAX_FRAMES:]
+    if nnative > MAX_NATIVE:
+        return None
+    return Event(pid, tid, call, addr, size, status, tuple(zip(codes[:n], instrs[:n], strict=True)),
+                 tuple(native[:nnative]))
 
 
 @dataclass(slots=True)
@@ -160,14 +168,17 @@ class GpuMemTracer:
     ``pids``: probes on the libraries each of these processes maps, for it alone (``gpulens gpumem``).
     ``libraries``: probes on these library files for every process that maps them, now or later
     (the agent's ``--gpumem``); a process is known from its first event on.
+    ``native``: put the native frames between the innermost Python frame and the CUDA call
+    (:mod:`.native`; as py-spy's ``--native``).
 
     Raises:
         BpfError: libbpf missing, not root, the object refused by the kernel, nothing to attach to.
     """
 
     def __init__(self, pids: Sequence[int] = (), *, libraries: Sequence[str] = (),
-                 bpf_object: Path = OBJECT) -> None:
+                 bpf_object: Path = OBJECT, native: bool = False) -> None:
         self.pids = tuple(pids)
+        self.native = NativeSymbols() if native else None
         self.allocations = Allocations()
         self.python: dict[int, str | None] = {}
         """pid -> why its Python frames cannot be read (None: they can)."""
@@ -255,6 +266,8 @@ class GpuMemTracer:
         with self._lock:
             for key in [k for k in self.allocations.live if k[0] == pid]:
                 del self.allocations.live[key]
+        if self.native is not None:
+            self.native.forget(pid)
         reader = self._readers.pop(pid, None)
         if reader is not None:
             reader.close()
@@ -273,19 +286,23 @@ class GpuMemTracer:
                        self._pyinfo, ctypes.byref(key), buf, 0)
 
     def _stack(self, e: Event) -> tuple[str, ...]:
-        leaf = CALLS[e.call][0]
+        native = self.native.frames(e.pid, e.native) if self.native is not None and e.native else []
+        return (*self._python(e), *native, CALLS[e.call][0])
+
+    def _python(self, e: Event) -> list[str]:
+        """The Python frames of an allocation, outermost first, or the one frame that says why there are none."""
         if e.py_status == 1:  # the program had no layout for this process when it allocated
             why = self.watch(e.pid) if e.pid not in self.python else self.python[e.pid]
-            return (f"<python frames not read: {why or 'the process was not known yet at this allocation'}>", leaf)
+            return [f"<python frames not read: {why or 'the process was not known yet at this allocation'}>"]
         reader = self._readers.get(e.pid)
         if reader is None:
-            return (f"<python frames not read: {self.python.get(e.pid) or 'not a traced process'}>", leaf)
+            return [f"<python frames not read: {self.python.get(e.pid) or 'not a traced process'}>"]
         if e.py_status == 2:
-            return ("<no Python thread state for this thread: a native thread>", leaf)
+            return ["<no Python thread state for this thread: a native thread>"]
         frames = [reader.frame(code, instr) for code, instr in reversed(e.frames)]
         if e.py_status == 3:
             frames.insert(0, f"<deeper than {MAX_FRAMES} frames: cut>")
-        return (*frames, leaf)
+        return frames
 
     def _on_event(self, raw: bytes) -> None:
         e = decode_event(raw)
@@ -355,4 +372,5 @@ def why_not(pid_check: int | None = None) -> str | None:
     return None
 
 
-__all__ = ["CALLS", "Allocations", "BpfError", "GpuMemTracer", "PyTarget", "decode_event", "folded", "why_not"]
+__all__ = ["CALLS", "MAX_FRAMES", "MAX_NATIVE", "Allocations", "BpfError", "GpuMemTracer", "PyTarget", "decode_event", "folded",
+           "why_not"]

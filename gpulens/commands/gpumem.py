@@ -21,7 +21,7 @@ HELP = "GPU memory of running processes by Python stack (eBPF uprobes on the CUD
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--pid``/``--job``, ``--seconds``, ``--live``/``--total``, ``-o``."""
+    """``--pid``/``--job``, ``--seconds``, ``--live``/``--total``, ``-o``, ``--native``."""
     who = parser.add_mutually_exclusive_group(required=True)
     who.add_argument("--pid", metavar="PID[,PID…]", help="processes to trace")
     who.add_argument("--job", metavar="KEY", help="the processes of this job (its job key or a pid in it)")
@@ -31,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--total", action="store_true", help="bytes allocated while tracing, freed or not")
     parser.add_argument("-o", "--output", metavar="FILE", help="write folded stacks (integer bytes), speedscope "
                         "JSON for *.speedscope.json, pprof for *.pb.gz; default: open the flame graph")
+    parser.add_argument("--native", action="store_true", help="also the native frames between Python and the CUDA "
+                        "call (frame pointers; symbols from the libraries' ELF files)")
 
 
 def _pids(args: argparse.Namespace) -> tuple[int, ...]:
@@ -78,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"gpulens gpumem: {why}", file=sys.stderr)
         return 1
     try:
-        tracer = GpuMemTracer(pids)
+        tracer = GpuMemTracer(pids, native=args.native)
     except BpfError as err:
         print(f"gpulens gpumem: {err}", file=sys.stderr)
         return 1

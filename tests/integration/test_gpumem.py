@@ -200,6 +200,59 @@ def test_a_process_whose_python_is_unknown_still_shows_its_bytes(libdir: Path, t
     assert live == {("<python frames not read: not a CPython process>", "cuMemAlloc_v2"): 12345}
 
 
+NATIVE_PROGRAM = """
+import ctypes, sys
+cuda = ctypes.CDLL(sys.argv[1] + "/libcuda.so.1")
+pool = ctypes.CDLL(sys.argv[1] + "/libfakealloc.so")
+cuda.cuInit(0)
+
+def reserve():
+    p = ctypes.c_uint64(0)
+    pool.caching_malloc(ctypes.byref(p), ctypes.c_size_t(3 << 20))  # ALLOC native
+
+print("READY", flush=True)
+sys.stdin.readline()
+reserve()
+print("DONE", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_native_frames_sit_between_python_and_the_cuda_call(libdir: Path, tmp_path: Path) -> None:
+    """``native=True``: the allocator's own C functions, symbolised from its ELF file, under the Python caller."""
+    lib = tmp_path / "libfakealloc.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls", "-o",
+                    str(lib), str(FAKE / "fake_allocator.c"), f"-L{libdir}", "-l:libcuda.so.1",
+                    f"-Wl,-rpath,{libdir}"], check=True)
+    (tmp_path / "libcuda.so.1").symlink_to(libdir / "libcuda.so.1")
+    script = tmp_path / "native_alloc.py"
+    script.write_text(NATIVE_PROGRAM)
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "READY"
+        tracer = GpuMemTracer([proc.pid], native=True)
+        try:
+            _run(proc, tracer)
+            live, _ = tracer.snapshot()
+        finally:
+            tracer.close()
+    finally:
+        proc.kill()
+        proc.wait()
+    ((stack, size),) = live.items()
+    lines = NATIVE_PROGRAM.splitlines()
+    call = next(n for n, text in enumerate(lines, 1) if "# ALLOC native" in text)
+    assert size == 3 << 20
+    assert stack[-3:] == ("libfakealloc.so: caching_malloc", "libfakealloc.so: grow_pool", "cuMemAlloc_v2")
+    first_native = next(i for i, f in enumerate(stack) if not f.endswith(")"))
+    assert stack[first_native - 1] == f"reserve ({script}:{call})"
+    # between them only native frames (ctypes' and libffi's), each read `lib: symbol` or `lib+0x…`, none Python's
+    middle = stack[first_native:-3]
+    assert all(re.fullmatch(r"[\w.+-]+(: \S.*|\+0x[0-9a-f]+)", f) for f in middle), middle
+    assert not any("python3" in f for f in middle)
+
+
 def test_a_process_without_cuda_is_refused_with_the_reason() -> None:
     from gpulens.collectors.gpumem.libbpf import BpfError
 

@@ -22,6 +22,7 @@
 
 #define MAX_FRAMES 48
 #define MAX_THREADS 64
+#define MAX_NATIVE 32
 
 enum op { OP_ALLOC = 1, OP_FREE = 2, OP_INIT = 3 };
 /* which call: userspace names it; for the size and the pointer's place, what matters is the kind */
@@ -71,6 +72,9 @@ struct event {
 	__u32 pad;
 	__u64 code[MAX_FRAMES];
 	__u64 instr[MAX_FRAMES];
+	__u32 nnative;    /* native return addresses in `native`, innermost first (frame pointers walked) */
+	__u32 pad2;
+	__u64 native[MAX_NATIVE];
 };
 
 struct {
@@ -156,7 +160,8 @@ static __always_inline void walk_python(struct event *e, __u32 pid, __u32 tid)
 	e->py_status = frame ? 3 : 0;
 }
 
-static __always_inline int send(struct event *e, __u32 op, __u32 call, __u64 addr, __u64 size, __s32 result)
+static __always_inline int send(void *ctx, struct event *e, __u32 op, __u32 call, __u64 addr, __u64 size,
+				__s32 result)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 pid = pid_tgid >> 32, tid = (__u32)pid_tgid;
@@ -168,9 +173,13 @@ static __always_inline int send(struct event *e, __u32 op, __u32 call, __u64 add
 	e->size = size;
 	e->result = result;
 	e->time_ns = bpf_ktime_get_ns();
-	if (op == OP_ALLOC)
+	e->nnative = 0;
+	if (op == OP_ALLOC) {
 		walk_python(e, pid, tid);
-	else {
+		/* at the return probe the registers are the caller's: its address first, then frame pointers */
+		long got = bpf_get_stack(ctx, e->native, sizeof(e->native), BPF_F_USER_STACK);
+		e->nnative = got > 0 ? (__u32)((__u64)got >> 3) : 0;
+	} else {
 		e->nframes = 0;
 		e->py_status = 0;
 	}
@@ -210,16 +219,16 @@ static __always_inline int leave(struct pt_regs *ctx, __u32 call)
 	__u64 size = got.size;
 	if (got.kind == K_PITCH)
 		size = rd(got.pitch) * got.height;
-	return send(e, OP_ALLOC, got.call, addr, size, result);
+	return send(ctx, e, OP_ALLOC, got.call, addr, size, result);
 }
 
-static __always_inline int free_(__u32 call, __u64 addr)
+static __always_inline int free_(void *ctx, __u32 call, __u64 addr)
 {
 	__u32 zero = 0;
 	struct event *e = bpf_map_lookup_elem(&scratch, &zero);
 	if (!e || !addr)
 		return 0;
-	return send(e, OP_FREE, call, addr, 0, 0);
+	return send(ctx, e, OP_FREE, call, addr, 0, 0);
 }
 
 /* Call numbers: gpulens.collectors.gpumem.calls.CALLS lists them in this order. */
@@ -245,7 +254,7 @@ SEC("uprobe") int BPF_KPROBE(enter_cuMemAllocPitch_v2, __u64 out, __u64 pitch, _
 SEC("uretprobe") int leave_cuMemAllocPitch_v2(struct pt_regs *ctx) { return leave(ctx, 9); }
 
 #define FREE_PROBE(name, n) \
-	SEC("uprobe") int BPF_KPROBE(free_##name, __u64 addr) { return free_(n, addr); }
+	SEC("uprobe") int BPF_KPROBE(free_##name, __u64 addr) { return free_(ctx, n, addr); }
 
 FREE_PROBE(cuMemFree_v2, 10)
 FREE_PROBE(cuMemFreeAsync, 11)
@@ -265,7 +274,7 @@ SEC("uprobe") int BPF_KPROBE(init_cuInit, __u32 flags)
 	struct event *e = bpf_map_lookup_elem(&scratch, &zero);
 	if (!e)
 		return 0;
-	return send(e, OP_INIT, 16, 0, flags, 0);
+	return send(ctx, e, OP_INIT, 16, 0, flags, 0);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

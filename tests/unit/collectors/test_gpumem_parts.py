@@ -15,16 +15,26 @@ from hypothesis import strategies as st
 
 from gpulens.collectors.gpumem.elf import ElfError, read_elf
 from gpulens.collectors.gpumem.python_stack import line_of
-from gpulens.collectors.gpumem.tracer import CALLS, MAX_FRAMES, Allocations, decode_event, folded
+from gpulens.collectors.gpumem.tracer import (
+    CALLS,
+    MAX_FRAMES,
+    MAX_NATIVE,
+    Allocations,
+    decode_event,
+    folded,
+)
 
 CALL = {name: n for n, (name, _, _) in enumerate(CALLS) if name}
-EVENT = struct.Struct(f"<IIIIQQQiIII{MAX_FRAMES}Q{MAX_FRAMES}Q")
+EVENT = struct.Struct(f"<IIIIQQQiIII{MAX_FRAMES}Q{MAX_FRAMES}QII{MAX_NATIVE}Q")
+"""struct event of collectors/gpumem/bpf/cuda_mem.bpf.c, written out again here."""
+NNATIVE_AT = EVENT.size - 8 * MAX_NATIVE - 8
 
 
-def _raw(op: int, call: int, addr: int, size: int, frames: list[tuple[int, int]]) -> bytes:
+def _raw(op: int, call: int, addr: int, size: int, frames: list[tuple[int, int]], native: tuple[int, ...] = ()) -> bytes:
     codes = [c for c, _ in frames] + [0] * (MAX_FRAMES - len(frames))
     instrs = [i for _, i in frames] + [0] * (MAX_FRAMES - len(frames))
-    return EVENT.pack(7, 8, op, call, addr, size, 123, 0, len(frames), 0, 0, *codes, *instrs)
+    return EVENT.pack(7, 8, op, call, addr, size, 123, 0, len(frames), 0, 0, *codes, *instrs, len(native), 0,
+                      *native, *[0] * (MAX_NATIVE - len(native)))
 
 
 def test_events_decode_and_malformed_ones_are_refused() -> None:
@@ -39,6 +49,11 @@ def test_events_decode_and_malformed_ones_are_refused() -> None:
     assert decode_event(bytes(bad)) is None
     bad = bytearray(_raw(1, 1, 0, 0, []))
     struct.pack_into("<I", bad, 48, 9)  # no such Python status
+    assert decode_event(bytes(bad)) is None
+    e = decode_event(_raw(1, 1, 0, 0, [], native=(0x401000, 0x402000)))
+    assert e is not None and e.native == (0x401000, 0x402000)
+    bad = bytearray(_raw(1, 1, 0, 0, []))
+    struct.pack_into("<I", bad, NNATIVE_AT, MAX_NATIVE + 1)  # more native frames than the event holds
     assert decode_event(bytes(bad)) is None
 
 
