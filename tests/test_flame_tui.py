@@ -423,6 +423,27 @@ def _screen_lines(app: App[Any]) -> list[str]:
     return ["".join(seg.text for seg in strip) for strip in app.screen._compositor.render_strips()]
 
 
+@pytest.mark.parametrize(
+    ("name", "total"),
+    [
+        ("perf-rust-Yamakaky-dcpu.txt.gz", "6,850,637 events (cycles:u)  ·  "),  # cycles:u periods: a count
+        ("perf-dd-stacks-01.perf-script", "111.1 ms  ·  "),  # cpu-clock periods: 11 x 10101010 ns
+        ("example-perf-stacks.txt.gz", "1,315 samples  ·  "),  # no periods
+    ],
+)
+def test_perf_script_total_says_its_unit(name: str, total: str) -> None:
+    """perf weights are periods: the title line names what they count, not 'samples' (issue 32 item 11)."""
+
+    @run_async
+    async def check() -> None:
+        app = FlameApp(load_profile(str(DATA / "stacks" / name)))
+        async with app.run_test(size=(120, 30)) as pilot:
+            await pilot.pause()
+            assert _screen_lines(app)[0].startswith(" gpulens flame › Flame graph  ·  " + total)
+
+    check()
+
+
 @run_async
 async def test_every_flame_screen_keeps_its_crumbs_on_the_first_line() -> None:
     app = FlameApp(load_profile(str(DATA / "stacks" / "perf-vertx-stacks-01-collapsed-all.txt")))

@@ -1,8 +1,8 @@
 """Write a :class:`~.model.Profile` (or one node's subtree) as folded stacks or speedscope JSON.
 
 Folded counts are integers in the unit :data:`~.folded.FOLDED_UNITS` names
-(samples, µs, bytes), so flamegraph.pl reads every line; the
-:class:`Written` record says which, for the message the user reads.
+(samples, µs, bytes, events), so flamegraph.pl reads every line; the
+:class:`Written` record says which (``events (cycles)``: the event is named), for the message the user reads.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from gpulens.analysis.flame.errors import FlameError
 from gpulens.analysis.flame.folded import FOLDED_SUFFIX, FOLDED_UNITS, folded_lines
 from gpulens.analysis.flame.model import Profile, subtree_stacks
 from gpulens.analysis.flame.speedscope import to_speedscope
+from gpulens.analysis.flame.units import unit_kind, unit_label
 from gpulens.core.safefs import write_new_file
 
 
@@ -60,7 +61,7 @@ def _write(path: str, text: str | bytes) -> None:
 
 def default_name(profile: Profile, fmt: str, stem: str = "flame") -> str:
     """A file name that states the unit: ``flame.us.folded``, ``flame.bytes.folded``, ``flame.speedscope.json``."""
-    return stem + (FOLDED_SUFFIX[profile.unit] if fmt == "folded" else ".speedscope.json")
+    return stem + (FOLDED_SUFFIX[unit_kind(profile.unit)] if fmt == "folded" else ".speedscope.json")
 
 
 def export_folded(profile: Profile, path: str, root: int = 0) -> Written:
@@ -71,7 +72,8 @@ def export_folded(profile: Profile, path: str, root: int = 0) -> Written:
         stacks = ([([], profile.node_self[0])] if profile.node_self[0] else []) + list(profile.stacks())
     lines, total = folded_lines(stacks, profile.unit)
     _write(path, "\n".join(lines) + ("\n" if lines else ""))
-    return Written(path, "folded", len(lines), total, FOLDED_UNITS[profile.unit][0])
+    kind = unit_kind(profile.unit)
+    return Written(path, "folded", len(lines), total, unit_label(profile.unit) if kind == "events" else FOLDED_UNITS[kind][0])
 
 
 def export_speedscope(profile: Profile, path: str, root: int = 0) -> Written:
@@ -79,14 +81,16 @@ def export_speedscope(profile: Profile, path: str, root: int = 0) -> Written:
     doc = to_speedscope(profile, root)
     _write(path, json.dumps(doc, separators=(",", ":")))
     prof = doc["profiles"][0]
-    unit = {"none": "samples"}.get(prof["unit"], prof["unit"])
+    unit = unit_label(profile.unit) if prof["unit"] == "none" else prof["unit"]
     return Written(path, "speedscope", len(prof["samples"]), prof["endValue"], unit)
 
 
 def export_pprof(profile: Profile, path: str, root: int = 0, labels: dict[str, str] | None = None) -> Written:
     """Write ``root``'s subtree as gzipped pprof (``go tool pprof``, Pyroscope, Grafana). Raises FlameError."""
-    from gpulens.analysis.flame.pprof import UNITS, to_pprof
+    from gpulens.analysis.flame.pprof import sample_type, to_pprof
 
     stacks = list(subtree_stacks(profile, root)) if root else list(profile.stacks())
     _write(path, to_pprof(stacks, profile.unit, labels=labels))
-    return Written(path, "pprof", len(stacks), sum(v for _, v in stacks), UNITS[profile.unit][1])
+    unit = sample_type(profile.unit)[1]  # "nanoseconds": seconds are written as integer ns
+    total = sum(round(v * 1e9) if unit == "nanoseconds" else v for _, v in stacks)
+    return Written(path, "pprof", len(stacks), total, unit_label(profile.unit) if unit == "count" else unit)

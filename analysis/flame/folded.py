@@ -16,6 +16,7 @@ profile unit   written as          default file name suffix
 samples        samples             ``.folded``
 seconds        integer µs          ``.us.folded``
 bytes          integer bytes       ``.bytes.folded``
+events:NAME    integer events      ``.folded`` (read back as samples)
 =============  ==================  =====================================
 
 Rounding is cumulative (each line gets the rounded running sum minus what
@@ -31,13 +32,14 @@ from itertools import repeat
 
 from gpulens.analysis.flame.errors import FlameFormatError
 from gpulens.analysis.flame.model import Profile, build_profile, subtree_stacks
+from gpulens.analysis.flame.units import unit_kind
 
 MAX_FOLDED_BYTES = 1 << 30  # 1 GiB of text
 MAX_LINE_BYTES = 1 << 20
 INF = float("inf")
-FOLDED_UNITS = {"samples": ("samples", 1.0), "seconds": ("µs", 1e6), "bytes": ("bytes", 1.0)}
-"""Profile unit -> (unit written, scale from the profile's unit)."""
-FOLDED_SUFFIX = {"samples": ".folded", "seconds": ".us.folded", "bytes": ".bytes.folded"}
+FOLDED_UNITS = {"samples": ("samples", 1.0), "seconds": ("µs", 1e6), "bytes": ("bytes", 1.0), "events": ("events", 1.0)}
+"""Profile unit's kind (:func:`~.units.unit_kind`) -> (unit written, scale from the profile's unit)."""
+FOLDED_SUFFIX = {"samples": ".folded", "seconds": ".us.folded", "bytes": ".bytes.folded", "events": ".folded"}
 _NAMED_UNIT = re.compile(r"[._-](us|µs|bytes|samples)\.(folded|collapsed|txt)$", re.IGNORECASE)
 
 
@@ -164,7 +166,7 @@ def folded_lines(stacks: Iterable[tuple[list[str], float]], unit: str) -> tuple[
     the line); an empty stack is written as `` COUNT`` (py-spy's root-only sample).
     Lines that round to 0 are left out; the sum is the true total rounded once.
     """
-    scale = FOLDED_UNITS[unit][1]
+    scale = FOLDED_UNITS[unit_kind(unit)][1]
     out: list[str] = []
     running, written = 0.0, 0
     for frames, value in stacks:

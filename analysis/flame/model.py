@@ -9,7 +9,7 @@ loses its terminal control once decoded (a profiled process names its own
 functions and files; :func:`~gpulens.core.sanitize.clean_text`).
 
 Values are float64 (exact for integer counts below 2**53) in the profile's
-``unit``: ``samples``, ``seconds`` or ``bytes``.
+``unit``: ``samples``, ``seconds``, ``bytes`` or ``events:NAME`` (see :mod:`.units`).
 """
 
 from __future__ import annotations
@@ -26,9 +26,8 @@ from typing import Any
 from gpulens.analysis.flame.build import SEP, Skeleton, lay_out
 from gpulens.analysis.flame.errors import FlameError
 from gpulens.analysis.flame.labels import FrameInfo, parse_frame
+from gpulens.analysis.flame.units import check_unit
 from gpulens.core.sanitize import clean_text
-
-UNITS = ("samples", "seconds", "bytes")
 
 INF = float("inf")
 
@@ -60,7 +59,7 @@ class Profile:
 
     @property
     def total(self) -> float:
-        """The root's total: every sample (or second, or byte) in the profile."""
+        """The root's total: every sample (or second, byte, event) in the profile."""
         return self.total_of(0)
 
     def total_of(self, node: int) -> float:
@@ -227,11 +226,6 @@ def _integral_totals(node_self: array[float], node_end: array[int]) -> array[flo
     return array("d", map(sub, map(cum.__getitem__, node_end), cum))
 
 
-def _check_unit(unit: str) -> None:
-    if unit not in UNITS:
-        raise FlameError(f"unknown profile unit {unit!r}; expected one of {', '.join(UNITS)}")
-
-
 def _check_weights(stacks: Mapping[bytes, float]) -> bool:
     """Raise FlameError for a negative or non-finite weight; True when all are integers."""
     values = stacks.values()
@@ -259,7 +253,7 @@ def build_profile(stacks: Mapping[bytes, float], unit: str, title: str = "") -> 
     is laid down in pre-order in one pass (see :mod:`.build`).
     Zero weights are dropped; negative weights raise :class:`FlameError`.
     """
-    _check_unit(unit)
+    check_unit(unit)
     integral = _check_weights(stacks)
     keys = sorted(stacks)
     if 0 in stacks.values():

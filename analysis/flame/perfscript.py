@@ -16,6 +16,13 @@ for stack:
 - each sample weighs its period when the header has one, else 1; only
   samples of the first event type are kept (mixing cycles and
   instructions misleads), and the title says how many others were skipped.
+
+The unit follows the event (see :mod:`.units`): a period of ``cpu-clock`` or
+``task-clock`` is nanoseconds, so the profile is in seconds; a period of any
+other event is a count of that event (``events:cycles``); without periods
+(``perf script -F`` leaving ``period`` out, old perf) each sample counts 1
+(``samples``), and so does every sample of a file where only some headers
+have a period.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import re
 
 from gpulens.analysis.flame.errors import FlameFormatError
 from gpulens.analysis.flame.model import Profile, build_profile, stack_key
+from gpulens.analysis.flame.units import event_unit
 
 _HEADER = re.compile(r"^(\S.+?)\s+(\d+)/*(\d+)*\s+")
 _EVENT = re.compile(r":\s*(\d+)*\s+(\S+):\s*$")
@@ -34,6 +42,8 @@ _OFFSET = re.compile(r"\+0x[\da-f]+$")
 _GO_METHOD = re.compile(r"\.\(.*\)\.")
 _AFTER_PAREN = re.compile(r"\((?!anonymous namespace\)).*")
 _HEX = re.compile(r"[0-9a-fA-F]+")
+TIME_EVENTS = ("cpu-clock", "task-clock")
+"""Software events whose period is nanoseconds (``cpu-clock:u`` and other modifiers too)."""
 
 
 def looks_like_perf_script(data: bytes) -> bool:
@@ -90,17 +100,25 @@ def _frames_of(rawfunc: str, mod: str, pname: str) -> list[str]:
     return out
 
 
+def _unit(event: str, periods: int, samples: int) -> str:
+    """The profile unit of ``samples`` of ``event``, ``periods`` of them with a period."""
+    if not event or periods < samples:
+        return "samples"
+    return "seconds" if event.split(":", 1)[0] in TIME_EVENTS else event_unit(event)
+
+
 def parse_perf_script(data: bytes, source: str = "input", title: str = "") -> Profile:
     """Fold ``perf script`` text as stackcollapse-perf.pl does (see the module docstring).
 
     Raises FlameFormatError when no sample could be read.
     """
-    stacks: dict[bytes, float] = {}
+    stacks: dict[bytes, int] = {}
+    counts: dict[bytes, int] = {}
     stack: list[str] = []
     pname: str | None = None
-    period = 1
+    period: int | None = None
     event_filter = ""
-    skipped = unrecognized = samples = 0
+    skipped = unrecognized = samples = periods = 0
     text = data.decode("utf-8", "replace")
     for line in [*text.split("\n"), ""]:
         line = line.rstrip("\r")
@@ -112,13 +130,15 @@ def parse_perf_script(data: bytes, source: str = "input", title: str = "") -> Pr
         if not line:
             if pname is not None and stack:
                 key = stack_key([pname, *stack])
-                stacks[key] = stacks.get(key, 0) + period
+                stacks[key] = stacks.get(key, 0) + (1 if period is None else period)
+                counts[key] = counts.get(key, 0) + 1
                 samples += 1
+                periods += period is not None
             stack, pname = [], None
             continue
         head = _HEADER.match(line)
         if head is not None:
-            pname, period = None, 1
+            pname, period = None, None
             event = _EVENT.search(line)
             if event is not None:
                 if not event_filter:
@@ -126,7 +146,7 @@ def parse_perf_script(data: bytes, source: str = "input", title: str = "") -> Pr
                 elif event.group(2) != event_filter:
                     skipped += 1
                     continue
-                period = int(event.group(1)) if event.group(1) else 1
+                period = int(event.group(1)) if event.group(1) else None
             pname = head.group(1).replace(" ", "_")
             continue
         frame = _frame_line(line)
@@ -138,9 +158,14 @@ def parse_perf_script(data: bytes, source: str = "input", title: str = "") -> Pr
     if not stacks:
         raise FlameFormatError(f"{source}: no perf script samples (a header line, then 'addr symbol (dso)' "
                                f"frame lines); {unrecognized} line(s) not recognised")
+    unit = _unit(event_filter, periods, samples)
     notes = [f"perf script, {event_filter or 'samples'}"]
+    if unit == "samples" and periods:
+        notes.append(f"{samples - periods} of {samples} samples without a period: counting samples")
     if skipped:
         notes.append(f"{skipped} sample(s) of other events skipped")
     if unrecognized:
         notes.append(f"{unrecognized} line(s) not recognised")
-    return build_profile(stacks, "samples", title or "; ".join(notes))
+    if unit == "seconds":  # summed as integer ns, divided once
+        return build_profile({k: v / 1e9 for k, v in stacks.items()}, unit, title or "; ".join(notes))
+    return build_profile(counts if unit == "samples" else stacks, unit, title or "; ".join(notes))

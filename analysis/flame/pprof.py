@@ -1,4 +1,5 @@
-"""google/pprof's ``profile.proto`` in and out (gzipped), for CPU time, samples and GPU-memory bytes (issue 32 item 13).
+"""google/pprof's ``profile.proto`` in and out (gzipped), for CPU time, samples, perf event counts and
+GPU-memory bytes (issue 32 item 13).
 
 The wire format is written and read here by hand (varints and length-delimited
 fields, the few messages a flame graph needs), so no protobuf package is
@@ -29,6 +30,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from gpulens.analysis.flame.errors import FlameFormatError
 from gpulens.analysis.flame.model import Profile, build_from_stacks
+from gpulens.analysis.flame.units import unit_event
 
 MAX_BYTES = 512 << 20
 MAX_ITEMS = 20_000_000
@@ -36,6 +38,13 @@ _FRAME = re.compile(r"^(?P<name>.*) \((?P<file>[^()]*):(?P<line>\d+)\)$")
 UNITS = {"bytes": ("space", "bytes"), "samples": ("samples", "count"), "seconds": ("cpu", "nanoseconds")}
 """Profile unit -> pprof (type, unit); seconds are written as integer nanoseconds."""
 _SCALE = {"bytes": 1.0, "samples": 1.0, "seconds": 1e9}
+
+
+def sample_type(unit: str) -> tuple[str, str]:
+    """The pprof (type, unit) a profile in ``unit`` is written with: :data:`UNITS`, and
+    ``events:NAME`` as (NAME, ``count``), e.g. ``("cycles", "count")``."""
+    event = unit_event(unit)
+    return (event, "count") if event else UNITS[unit]
 _BRACKETS = re.compile(r"<([^<>]*)>")
 """pprof's display strips C++ template arguments, ``<...>``: ``<module>`` would read ``<unknown>``."""
 _QUOTES = re.compile(r"‹([^‹›]*)›")
@@ -80,9 +89,9 @@ class _Strings:
 
 def to_pprof(stacks: Iterable[tuple[Sequence[str], float]], unit: str, *,
              labels: Mapping[str, str] | None = None, duration_s: float = 0.0) -> bytes:
-    """A gzipped ``profile.proto`` of ``stacks`` (frames root first) in ``unit`` (:data:`UNITS`)."""
-    kind, written_unit = UNITS[unit]
-    scale = _SCALE[unit]
+    """A gzipped ``profile.proto`` of ``stacks`` (frames root first) in ``unit`` (:func:`sample_type`)."""
+    kind, written_unit = sample_type(unit)
+    scale = _SCALE.get(unit, 1.0)
     strings = _Strings()
     functions: dict[tuple[str, str], int] = {}
     locations: dict[tuple[str, str, int], int] = {}

@@ -18,6 +18,7 @@ from gpulens.analysis.flame.errors import FlameFormatError
 from gpulens.analysis.flame.group import Part, ProfileGroup, group_of
 from gpulens.analysis.flame.labels import parse_frame
 from gpulens.analysis.flame.model import Profile, build_from_stacks, subtree_stacks
+from gpulens.analysis.flame.units import unit_kind, unit_label
 
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 _TIME_UNITS = {"nanoseconds": 1e-9, "microseconds": 1e-6, "milliseconds": 1e-3, "seconds": 1.0}
@@ -162,7 +163,8 @@ def _frame_json(text: str) -> dict[str, Any]:
 
 
 def to_speedscope(profile: Profile, root: int = 0) -> dict[str, Any]:
-    """A speedscope document with one sampled profile of ``root``'s subtree (weights in the profile's unit).
+    """A speedscope document with one sampled profile of ``root``'s subtree (weights in the profile's unit;
+    event counts, which speedscope has no unit for, as ``none`` with the event in the name).
 
     A non-root ``root`` keeps its ancestors out: the subtree's stacks start at its frame.
     """
@@ -185,10 +187,13 @@ def to_speedscope(profile: Profile, root: int = 0) -> dict[str, Any]:
         samples.append(row)
         weights.append(value)
     weights = [int(v) if profile.unit != "seconds" and v == int(v) else v for v in weights]
-    unit = {"samples": "none", "seconds": "seconds", "bytes": "bytes"}[profile.unit]
+    kind = unit_kind(profile.unit)
+    unit = {"samples": "none", "seconds": "seconds", "bytes": "bytes", "events": "none"}[kind]
     name = profile.title or "gpulens"
     if root:
         name = f"{name} (focus: {profile.label(root)})"
+    if kind == "events":  # speedscope has no unit for event counts: the name says it
+        name = f"{name} · weights: {unit_label(profile.unit)}"
     return {
         "$schema": SCHEMA,
         "shared": {"frames": shared},

@@ -16,7 +16,8 @@ HELP = ("open a profile (folded, speedscope, py-spy, Chrome/Kineto trace, perf s
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``gpulens flame``."""
-    from gpulens.core.limits import FLAME_MAX_MIB, add_limit_arguments
+    from gpulens.commands._args import add_limit_arguments
+    from gpulens.core.limits import FLAME_MAX_MIB
 
     parser.add_argument("file", metavar="FILE", nargs="?", help="folded stacks, speedscope JSON, Chrome/Kineto "
                         "trace, perf script output, memory snapshot pickle or pprof (or --pyroscope)")
@@ -28,13 +29,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metric", default="auto", choices=["auto", "time", "memory", "live", "allocated"],
                         help="trace: time or memory; snapshot: live or allocated blocks (default: auto)")
     parser.add_argument("--top", type=int, metavar="N", help="print the N functions with the highest self value")
-    parser.add_argument("--json", action="store_true", help="print {unit, total, frames: [{name, self, total}]} as JSON")
+    parser.add_argument("--json", action="store_true", help="print {unit, total, frames: [{name, self, total}]} as "
+                        "JSON; unit: samples, seconds, bytes or events (then event: its name, e.g. cycles)")
     parser.add_argument("--profile", metavar="N|all", help="files with one profile per thread (py-spy speedscope, "
                         "Chrome traces): the 0-based profile to show, or 'all' merged (default: the file's active one)")
     parser.add_argument("--focus", metavar="REGEX", help="keep only the stacks through a frame matching REGEX, "
                         "starting at that frame (for --export-*, --top and --json)")
     parser.add_argument("--export-folded", metavar="OUT", help="write folded stacks with integer counts: samples, "
-                        "µs (time profiles) or bytes (memory); name it *.us.folded / *.bytes.folded to keep the unit")
+                        "perf events, µs (time profiles) or bytes (memory); name it *.us.folded / *.bytes.folded to "
+                        "keep the unit")
     parser.add_argument("--export-speedscope", metavar="OUT", help="write the profile as speedscope JSON")
     parser.add_argument("--export-pprof", metavar="OUT", help="write the profile as gzipped pprof (go tool pprof, "
                         "Pyroscope); *.pb.gz by convention")
@@ -49,6 +52,7 @@ def summary(profile: object, top: int | None) -> dict[str, object]:
     """The ``--json`` document: functions merged across the tree, highest self first."""
     from gpulens.analysis.flame.model import Profile
     from gpulens.analysis.flame.query import function_table
+    from gpulens.analysis.flame.units import unit_event, unit_kind
 
     assert isinstance(profile, Profile)
     rows = function_table(profile)
@@ -56,7 +60,8 @@ def summary(profile: object, top: int | None) -> dict[str, object]:
         rows = rows[: max(top, 0)]
     unit = profile.unit
     return {
-        "unit": unit,
+        "unit": unit_kind(unit),
+        **({"event": unit_event(unit)} if unit_event(unit) else {}),
         "total": _number(profile.total, unit),
         "title": profile.title,
         "frames": [
@@ -91,8 +96,8 @@ def run(args: argparse.Namespace) -> int:
     from gpulens.analysis.flame.group import parse_choice
     from gpulens.analysis.flame.importers import load_group
     from gpulens.analysis.flame.subtree import focus_regex
+    from gpulens.commands._args import limits_from_args
     from gpulens.core.errors import ConfigError
-    from gpulens.core.limits import limits_from_args
 
     if args.top is not None and args.top < 1:
         raise ConfigError(f"--top: expected 1 or more functions, got {args.top}")
@@ -130,8 +135,10 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write("\n")
         else:
             from gpulens.analysis.flame.labels import format_value
+            from gpulens.analysis.flame.units import count_suffix
 
-            print(f"{profile.title}  total {format_value(profile.total, profile.unit)}")
+            print(f"{profile.title}  total {format_value(profile.total, profile.unit)}"
+                  f"{count_suffix(profile.total, profile.unit)}")
             print(f"{'self':>12} {'total':>12}  function")
             for row in doc["frames"]:  # type: ignore[attr-defined]
                 print(f"{format_value(row['self'], profile.unit):>12} {format_value(row['total'], profile.unit):>12}  {row['name']}")

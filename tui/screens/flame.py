@@ -28,6 +28,7 @@ from gpulens.analysis.flame.group import ProfileGroup
 from gpulens.analysis.flame.labels import format_value
 from gpulens.analysis.flame.model import Profile
 from gpulens.analysis.flame.query import frame_nodes, sandwich
+from gpulens.analysis.flame.units import count_suffix
 from gpulens.core.sanitize import clean_text
 from gpulens.tui.screens.flame_views import (
     CrumbedScreen,
@@ -115,7 +116,7 @@ class FlameScreen(CrumbedScreen[None]):
 
     def _title_line(self) -> Text:
         p = self.profile
-        unit = (" sample" if p.total == 1 else " samples") if p.unit == "samples" else ""  # "1 sample"
+        unit = count_suffix(p.total, p.unit)  # "1 sample", "3,400 events (cycles)"; "1.2 ms" says it
         part = f"{self.group.label(self.choice)} (T: threads)  ·  " if self.group is not None else ""
         # The total before the title: a narrow terminal cuts the end of the line.
         line = f"{format_value(p.total, p.unit)}{unit}  ·  {part}{self.title_text}"

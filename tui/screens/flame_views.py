@@ -30,7 +30,8 @@ READING_GUIDE = """\
 
 Each bar is a function; the bars stacked on it are the functions it called.
 The root is at the bottom. A bar's width is how much of the measured
-resource (samples, seconds, or bytes of GPU memory) passed through it.
+resource (samples, seconds, hardware events, or bytes of GPU memory)
+passed through it.
 
 [b]self[/b]   what the function used itself, not counting its callees.
 [b]total[/b]  self plus everything it called.
@@ -44,7 +45,8 @@ resource (samples, seconds, or bytes of GPU memory) passed through it.
 
 Labels: [b]Foo > bar[/b] method bar of class Foo; [b]Foo > __init__[/b] its
 constructor; [b]bar[/b] a module-level function; [b]<interpreter trampoline>[/b]
-CPython dispatch (ignore it); [b]0x7f15...[/b] native code without symbols.
+CPython dispatch (ignore it); [b]libc10.so: malloc[/b] a native function;
+[b]libffi.so+0x6f79[/b] or [b]0x7f15...[/b] native code without a symbol.
 """
 
 

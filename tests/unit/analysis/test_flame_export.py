@@ -42,6 +42,7 @@ def _check_flamegraph_pl_reads(path: Path) -> int:
         (SNAPSHOT, "bytes", 1.0, ".bytes.folded"),
         (STACKS / "perf-vertx-stacks-01-collapsed-all.txt", "samples", 1.0, ".folded"),
         (STACKS / "speedscope-1.25-export.speedscope.json", "seconds", 1e6, ".us.folded"),
+        (STACKS / "perf-dd-stacks-01.perf-script", "seconds", 1e6, ".us.folded"),  # cpu-clock periods (ns)
     ],
 )
 def test_folded_export_integer_counts_in_the_stated_unit(
@@ -85,7 +86,8 @@ def _validator() -> object:
 
 
 @pytest.mark.parametrize("source", [KINETO, SNAPSHOT, STACKS / "perf-vertx-stacks-01-collapsed-all.txt",
-                                    STACKS / "pyspy-0.4.3-threads.speedscope.json"])
+                                    STACKS / "pyspy-0.4.3-threads.speedscope.json",
+                                    STACKS / "perf-dd-stacks-01.perf-script"])
 def test_speedscope_export_validates_against_speedscopes_schema(tmp_path: Path, source: Path) -> None:
     validator = _validator()
     profile = load_profile(str(source))
