@@ -18,7 +18,7 @@ import re
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from gpulens.agent.request_kinds import (
@@ -106,6 +106,16 @@ class GpuMemService:
             log.info("pid %d: CUDA libraries not probed: %s", pid, err)
         self.tracer.watch(pid)
 
+    def read(self, pids: Sequence[int]) -> tuple[dict[tuple[str, ...], int], dict[tuple[str, ...], int],
+                                               dict[str, str | None], dict[int, int], int, float]:
+        """(live, total, why-not-Python per pid, live bytes seen per pid, events lost, since) of ``pids`` now."""
+        for pid in pids:
+            self.cover(pid)
+        tracer = self.tracer
+        live, total = tracer.snapshot(list(pids))
+        return (live, total, {str(p): tracer.python.get(p) for p in pids},
+                {p: tracer.allocations.live_bytes(p) for p in pids}, tracer.lost, self.since)
+
     def live_pids(self) -> list[int]:
         """Processes holding GPU memory the probes saw them allocate."""
         return self.tracer.live_pids()
@@ -119,6 +129,38 @@ class GpuMemService:
         self._stop.set()
         self._thread.join(timeout=2.0)
         self.tracer.close()
+
+
+class LocalGpuMemory:
+    """The TUI's own GPU-memory flame graphs of this machine's processes, when it runs as root with no agent.
+
+    One system-wide tracer (:class:`GpuMemService`), started at the first ask (the
+    ``m`` key), kept while the TUI runs: each ask covers the processes named and
+    reads their live bytes, so a graph refreshed every few seconds grows from the
+    moment it was first asked for. The command line hands it to the local source
+    (``sources.local.LocalSource``: sources never import the agent).
+    """
+
+    def __init__(self) -> None:
+        self._service: GpuMemService | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, pids: list[int], gpu_used: Callable[[int], int | None]) -> tuple[str, dict[str, Any]]:
+        """(folded live bytes, ``{"python", "lost", "since"}``) of ``pids``. Raises BpfError with why not."""
+        with self._lock:
+            if self._service is None:
+                self._service = GpuMemService()
+            service = self._service
+        live, _total, python, tracked, lost, since = service.read(pids)
+        text = folded(before_attach(live, pids, tracked, gpu_used).items())
+        return text, {"python": python, "lost": lost, "since": since}
+
+    def close(self) -> None:
+        """Detach (idempotent)."""
+        with self._lock:
+            if self._service is not None:
+                self._service.close()
+                self._service = None
 
 
 BEFORE = "<before attach: allocated before the probes attached (not attributed)>"
@@ -149,12 +191,7 @@ def gpumem(conn: RequestConn, req: stream.Request, service: GpuMemService | None
         raise RequestError("mode must be 'live' or 'total'")
     check_owner(conn.principal, pids)
     if service is not None:
-        for pid in pids:
-            service.cover(pid)
-        tracer, since, lost = service.tracer, service.since, service.tracer.lost
-        live, total = tracer.snapshot(pids)
-        python = {str(p): tracer.python.get(p) for p in pids}
-        tracked = {p: tracer.allocations.live_bytes(p) for p in pids}
+        live, total, python, tracked, lost, since = service.read(pids)
     else:
         seconds = req.params.get("duration_s", 5.0)
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= MAX_WINDOW_S:

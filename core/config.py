@@ -29,22 +29,27 @@ Example::
     expr = 'rate(nccl_bytes_total{host="$host"}[1m])'   # Prometheus source
     # metric = "gpu.power_w"                             # direct streams
 
-A bad value gives one line naming the file, the key and what was expected.
+The file is checked against a schema (:class:`_File`, msgspec): each key's
+type, bounds and default, and in ``description`` what an error says was
+expected. A bad value gives one line naming the file, the key and that.
 An unknown key is not fatal (as in btop and k9s): it is ignored with a
 warning naming the closest known key (``Config.warnings``).
 """
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import os
 import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
+from msgspec import Meta
 
 from gpulens.core.errors import ConfigError
 from gpulens.core.jobs_pattern import (
@@ -66,39 +71,42 @@ MAX_CONFIG_BYTES = 1 << 20
 DEFAULT_SIGNAL_SSH = ("ssh", "-o", "ConnectTimeout=5")
 """ssh as the user; gpulens adds its guards (no prompt, no new host key, nothing forwarded)."""
 
+_Text = Annotated[str, Meta(description="a string")]
+_NonEmpty = Annotated[str, Meta(pattern=r"\S", description="a non-empty string")]
+_Level = Annotated[float, Meta(ge=0, le=1000, description="a number from 0 to 1000")]
+
 
 @dataclass(frozen=True, slots=True)
 class Panel:
     """A user-defined time-series panel on host and job screens."""
 
-    title: str
-    unit: str = ""
-    expr: str | None = None
-    metric: str | None = None
+    title: Annotated[str, Meta(min_length=1, description="a non-empty string")]
+    unit: _Text = ""
+    expr: _Text | None = None
+    metric: _Text | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Thresholds:
     """Where a value turns warning (▲, yellow) or critical (!, red): ``[thresholds]``."""
 
-    util_low_percent: float = 10.0
+    util_low_percent: _Level = 10.0
     """A GPU holding processes below this utilization is a warning (paid for, idle)."""
-    temp_warn_c: float = 80.0
-    temp_crit_c: float = 90.0
-    mem_warn_percent: float = 90.0
-    mem_crit_percent: float = 98.0
-    power_warn_percent: float = 90.0
+    temp_warn_c: _Level = 80.0
+    temp_crit_c: _Level = 90.0
+    mem_warn_percent: _Level = 90.0
+    mem_crit_percent: _Level = 98.0
+    power_warn_percent: _Level = 90.0
     """Of the GPU's power limit."""
-    power_crit_percent: float = 100.0
+    power_crit_percent: _Level = 100.0
 
 
 THRESHOLD_KEYS = tuple(Thresholds.__dataclass_fields__)
 
 
-# ---- [prometheus]: how to reach a Prometheus that asks who you are (Prometheus' own key names)
 @dataclass(frozen=True, slots=True)
 class PrometheusAccess:
-    """``[prometheus]``: credentials by file (never inline), a CA file, extra headers."""
+    """``[prometheus]``: credentials by file (never inline), a CA file, extra headers (Prometheus' key names)."""
 
     bearer_token_file: str | None = None
     username: str | None = None
@@ -106,33 +114,6 @@ class PrometheusAccess:
     ca_file: str | None = None
     headers: tuple[tuple[str, str], ...] = ()
     """Extra request headers, e.g. ``X-Scope-OrgID`` for Mimir and Thanos."""
-
-
-PROMETHEUS_KEYS = ("bearer_token_file", "username", "password_file", "ca_file", "headers")
-
-
-def _parse_prometheus(cfg: Config, value: Any, where: str) -> Config:
-    if not isinstance(value, dict):
-        raise _expect(where, "prometheus", "a table ([prometheus])", value)
-    cfg = replace(cfg, warnings=cfg.warnings + _unknown_keys(value, set(PROMETHEUS_KEYS), where, "prometheus."))
-    got: dict[str, Any] = {}
-    for key in PROMETHEUS_KEYS[:-1]:
-        if key in value:
-            v = value[key]
-            if not isinstance(v, str) or not v.strip():
-                raise _expect(where, f"prometheus.{key}", "a non-empty string", v)
-            got[key] = os.path.expanduser(v) if key.endswith("_file") else v
-    if "headers" in value:
-        h = value["headers"]
-        if not isinstance(h, dict) or not all(isinstance(k, str) and isinstance(x, str) for k, x in h.items()):
-            raise _expect(where, "prometheus.headers", 'a table of strings, e.g. {"X-Scope-OrgID" = "team-a"}', h)
-        bad = [k for k, x in h.items() if not re.fullmatch(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,256}", k)
-               or any(c in x for c in "\r\n\0")]
-        if bad:
-            raise ConfigError(f"{where}: key 'prometheus.headers': {bad[0]!r} is not a header name with a one-line value")
-        got["headers"] = tuple(h.items())
-    return replace(cfg, prometheus=PrometheusAccess(**got))
-# ---- end [prometheus]
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +135,72 @@ class Config:
     source_path: str | None = field(default=None, compare=False)
     warnings: tuple[str, ...] = field(default=(), compare=False)
     """Unknown keys, each as one line naming the closest known key; shown, then ignored."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigFlags:
+    """The command-line flags that override the file; None where not given."""
+
+    interval: float | None = None
+    pattern: str | None = None
+    window: str | None = None
+
+
+# ---- the file's schema: defaults are Config's, ``description`` is an error's "expected ..."
+_DEFAULT = Config()
+_SSH_EXPECTED = ('a command as a list of strings (e.g. ["ssh", "-o", "BatchMode=yes"]), '
+                 "or [] for no signals to other hosts")
+_Seconds = Annotated[float, Meta(ge=INTERVAL_S[0], le=INTERVAL_S[1],
+                                 description=f"a number of seconds between {INTERVAL_S[0]:g} and {INTERVAL_S[1]:g}")]
+_Window = Annotated[str, Meta(pattern=f"^(?:{'|'.join(map(re.escape, WINDOWS))})$",
+                              description=f"one of {', '.join(WINDOWS)}")]
+_Argv = Annotated[tuple[Annotated[str, Meta(min_length=1, pattern="^[^\0]*$")], ...],
+                  Meta(max_length=64, description=_SSH_EXPECTED)]
+_Panels = Annotated[tuple[Annotated[Panel, Meta(description="a table")], ...],
+                    Meta(description="an array of tables ([[panels]])")]
+_Headers = Annotated[dict[str, str], Meta(description='a table of strings, e.g. {"X-Scope-OrgID" = "team-a"}')]
+_HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,256}")
+
+
+class _Cache(msgspec.Struct, frozen=True):
+    max_mib: Annotated[int, Meta(ge=1, le=1 << 20, description="an integer number of MiB from 1 to 1048576")] = (
+        _DEFAULT.cache_max_mib)
+    max_age_days: Annotated[float, Meta(gt=0, le=3650, description="a number of days from 0 to 3650")] = (
+        _DEFAULT.cache_max_age_days)
+
+
+class _Prometheus(msgspec.Struct, frozen=True):
+    bearer_token_file: _NonEmpty | None = None
+    username: _NonEmpty | None = None
+    password_file: _NonEmpty | None = None
+    ca_file: _NonEmpty | None = None
+    headers: _Headers = msgspec.field(default_factory=dict)
+
+
+class _File(msgspec.Struct, frozen=True):
+    """config.toml as written."""
+
+    interval_s: _Seconds = _DEFAULT.interval_s
+    job_pattern: Annotated[str, Meta(description="a string (regular expression)")] = _DEFAULT.job_pattern
+    history_minutes: Annotated[int, Meta(ge=1, le=24 * 60, description="an integer from 1 to 1440")] = (
+        _DEFAULT.history_minutes)
+    window: _Window = _DEFAULT.window
+    job_key_env: Annotated[tuple[str, ...], Meta(description="a list of environment variable names")] = (
+        _DEFAULT.job_key_env)
+    signal_ssh: _Argv = _DEFAULT.signal_ssh
+    panels: _Panels = ()
+    cache: Annotated[_Cache, Meta(description="a table ([cache])")] = _Cache()
+    thresholds: Annotated[Thresholds, Meta(description="a table ([thresholds])")] = _DEFAULT.thresholds
+    prometheus: Annotated[_Prometheus, Meta(description="a table ([prometheus])")] = _Prometheus()
+
+
+_TABLES = (msgspec.inspect.StructType, msgspec.inspect.DataclassType)
+
+
+@cache
+def _schema() -> Any:
+    """:class:`_File` as msgspec describes it (built once: it takes about a millisecond)."""
+    return msgspec.inspect.type_info(_File)
 
 
 def default_path() -> Path:
@@ -180,75 +227,111 @@ def _check_pattern(label: str, pattern: str) -> tuple[str, ...]:
 
 def parse_config(data: Mapping[str, Any], where: str) -> Config:
     """Validate a parsed TOML table; raises ConfigError naming ``where`` and the key."""
-    cfg = Config(source_path=where)
-    known = {"interval_s", "job_pattern", "history_minutes", "window", "job_key_env", "panels", "cache",
-             "thresholds", "prometheus", "signal_ssh"}
-    warnings = _unknown_keys(data, known, where, "")
-    if warnings:
-        cfg = replace(cfg, warnings=warnings)
-    if "interval_s" in data:
-        v = data["interval_s"]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not INTERVAL_S[0] <= v <= INTERVAL_S[1]:
-            raise _expect(where, "interval_s", f"a number of seconds between {INTERVAL_S[0]:g} and {INTERVAL_S[1]:g}", v)
-        cfg = replace(cfg, interval_s=float(v))
-    if "job_pattern" in data:
-        v = data["job_pattern"]
-        if not isinstance(v, str):
-            raise _expect(where, "job_pattern", "a string (regular expression)", v)
-        cfg = replace(cfg, job_pattern=v, warnings=cfg.warnings + _check_pattern(f"{where}: key 'job_pattern'", v))
-    if "history_minutes" in data:
-        v = data["history_minutes"]
-        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 24 * 60:
-            raise _expect(where, "history_minutes", "an integer from 1 to 1440", v)
-        cfg = replace(cfg, history_minutes=v)
-    if "window" in data:
-        v = data["window"]
-        if v not in WINDOWS:
-            raise _expect(where, "window", f"one of {', '.join(WINDOWS)}", v)
-        cfg = replace(cfg, window=v)
-    if "job_key_env" in data:
-        v = data["job_key_env"]
-        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-            raise _expect(where, "job_key_env", "a list of environment variable names", v)
-        cfg = replace(cfg, job_key_env=tuple(v))
-    if "signal_ssh" in data:
-        v = data["signal_ssh"]
-        if (not isinstance(v, list) or not all(isinstance(x, str) and x and "\0" not in x for x in v)
-                or (v and v[0].startswith("-")) or len(v) > 64):
-            raise _expect(where, "signal_ssh", "a command as a list of strings (e.g. [\"ssh\", \"-o\", "
-                          "\"BatchMode=yes\"]), or [] for no signals to other hosts", v)
-        cfg = replace(cfg, signal_ssh=tuple(v))
-    if "panels" in data:
-        panels, notes = _parse_panels(data["panels"], where)
-        cfg = replace(cfg, panels=panels, warnings=cfg.warnings + notes)
-    if "cache" in data:
-        cfg = _parse_cache(cfg, data["cache"], where)
-    if "thresholds" in data:
-        cfg = _parse_thresholds(cfg, data["thresholds"], where)
-    if "prometheus" in data:
-        cfg = _parse_prometheus(cfg, data["prometheus"], where)
-    return cfg
+    try:
+        file = msgspec.convert(dict(data), _File)
+    except msgspec.ValidationError as err:
+        raise _schema_error(err, data, where) from None
+    notes = _check_pattern(f"{where}: key 'job_pattern'", file.job_pattern) if "job_pattern" in data else ()
+    argv = data.get("signal_ssh", ())
+    if argv and argv[0].startswith("-"):
+        raise _expect(where, "signal_ssh", _SSH_EXPECTED, argv)
+    for i, panel in enumerate(file.panels):
+        if panel.expr is None and panel.metric is None:
+            raise ConfigError(f"{where}: key 'panels[{i}]': expected 'expr' (PromQL) or 'metric' (gpulens metric name)")
+    _check_levels(file.thresholds, where)
+    return Config(
+        interval_s=file.interval_s, job_pattern=file.job_pattern, history_minutes=file.history_minutes,
+        window=file.window, job_key_env=file.job_key_env, panels=file.panels, cache_max_mib=file.cache.max_mib,
+        cache_max_age_days=file.cache.max_age_days, thresholds=file.thresholds,
+        prometheus=_access(file.prometheus, where), signal_ssh=file.signal_ssh, source_path=where,
+        warnings=_unknown(data, _schema(), where, "") + notes,
+    )
 
 
-def _parse_thresholds(cfg: Config, value: Any, where: str) -> Config:
-    """``[thresholds]``: numbers from 0 to 1000; each warning level below its critical one."""
-    if not isinstance(value, dict):
-        raise _expect(where, "thresholds", "a table ([thresholds])", value)
-    cfg = replace(cfg, warnings=cfg.warnings + _unknown_keys(value, set(THRESHOLD_KEYS), where, "thresholds."))
-    got: dict[str, float] = {}
-    for key in THRESHOLD_KEYS:
-        if key in value:
-            v = value[key]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1000:
-                raise _expect(where, f"thresholds.{key}", "a number from 0 to 1000", v)
-            got[key] = float(v)
-    t = replace(cfg.thresholds, **got)
+def _check_levels(t: Thresholds, where: str) -> None:
+    """Each warning level at most its critical one."""
     for kind in ("temp", "mem", "power"):
         warn, crit = [k for k in THRESHOLD_KEYS if k.startswith(f"{kind}_")]
         if getattr(t, warn) > getattr(t, crit):
             raise ConfigError(f"{where}: key 'thresholds.{warn}': expected at most thresholds.{crit} "
                               f"({getattr(t, crit):g}), got {getattr(t, warn):g}")
-    return replace(cfg, thresholds=t)
+
+
+def _access(table: _Prometheus, where: str) -> PrometheusAccess:
+    """``[prometheus]``: header names HTTP tokens with one-line values; ``~`` expanded in file names."""
+    bad = [k for k, v in table.headers.items() if not _HEADER_NAME.fullmatch(k) or any(c in v for c in "\r\n\0")]
+    if bad:
+        raise ConfigError(f"{where}: key 'prometheus.headers': {bad[0]!r} is not a header name with a one-line value")
+
+    def home(path: str | None) -> str | None:
+        return None if path is None else os.path.expanduser(path)
+
+    return PrometheusAccess(
+        bearer_token_file=home(table.bearer_token_file), username=table.username,
+        password_file=home(table.password_file), ca_file=home(table.ca_file), headers=tuple(table.headers.items()),
+    )
+
+
+# ---- msgspec's error in today's words: the key, what the schema says is expected, the value given
+_AT = re.compile(r"(.*?)(?: - at `\$(.*)`)?", re.DOTALL)
+_STEP = re.compile(r"\.(\w+)|\[(\d+)\]")
+_MISSING = re.compile(r"Object missing required field `(\w+)`")
+
+
+def _schema_error(err: msgspec.ValidationError, data: Mapping[str, Any], where: str) -> ConfigError:
+    """``Expected `int` >= 1 - at `$.cache.max_mib``` as ``FILE: key 'cache.max_mib': expected ..., got 0``."""
+    m = _AT.fullmatch(str(err))
+    assert m is not None  # the pattern matches any text
+    steps: list[str | int] = [int(i) if i else name for name, i in _STEP.findall(m[2] or "")]
+    missing = _MISSING.fullmatch(m[1])
+    if missing is not None:
+        steps.append(missing[1])
+    steps, expected = _expected(steps)
+    got: Any = data
+    for step in steps:
+        got = got.get(step) if isinstance(got, Mapping) else got[step]
+    key = "".join(f"[{s}]" if isinstance(s, int) else f".{s}" for s in steps)
+    return _expect(where, key.lstrip("."), expected, got)
+
+
+def _expected(steps: list[str | int]) -> tuple[list[str | int], str]:
+    """The steps down to the key an error names, and that key's description.
+
+    A value in a list or table of plain values (``signal_ssh[1]``) is named by its list, as a whole.
+    """
+    node = _schema()
+    for n, step in enumerate(steps):
+        inner, what = _unwrap(node)
+        if isinstance(step, str) and isinstance(inner, _TABLES):
+            node = next(f.type for f in inner.fields if f.name == step)
+        elif (isinstance(step, int) and isinstance(inner, msgspec.inspect.VarTupleType)
+              and isinstance(_unwrap(inner.item_type)[0], _TABLES)):
+            node = inner.item_type
+        else:
+            return steps[:n], what
+    return steps, _unwrap(node)[1]
+
+
+def _unwrap(node: Any) -> tuple[Any, str]:
+    """A schema node without its Optional and Annotated wrappers, and its ``description``."""
+    if isinstance(node, msgspec.inspect.UnionType):
+        node = next(t for t in node.types if not isinstance(t, msgspec.inspect.NoneType))
+    if isinstance(node, msgspec.inspect.Metadata):
+        return node.type, (node.extra_json_schema or {}).get("description", "")
+    return node, ""
+
+
+def _unknown(data: Mapping[str, Any], node: Any, where: str, prefix: str) -> tuple[str, ...]:
+    """Warnings for a table's unknown keys, then for those of the tables in it (data the schema accepted)."""
+    fields = {f.name: _unwrap(f.type)[0] for f in node.fields}
+    out = _unknown_keys(data, set(fields), where, prefix)
+    for name, inner in fields.items():
+        if isinstance(inner, _TABLES) and name in data:
+            out += _unknown(data[name], inner, where, f"{prefix}{name}.")
+        elif isinstance(inner, msgspec.inspect.VarTupleType) and isinstance(item := _unwrap(inner.item_type)[0], _TABLES):
+            for i, table in enumerate(data.get(name, ())):
+                out += _unknown(table, item, where, f"{prefix}{name}[{i}].")
+    return out
 
 
 def _unknown_keys(data: Mapping[str, Any], known: set[str], where: str, prefix: str) -> tuple[str, ...]:
@@ -263,82 +346,40 @@ def _unknown_keys(data: Mapping[str, Any], known: set[str], where: str, prefix: 
     return tuple(out)
 
 
-def _parse_cache(cfg: Config, value: Any, where: str) -> Config:
-    if not isinstance(value, dict):
-        raise _expect(where, "cache", "a table ([cache])", value)
-    warnings = cfg.warnings + _unknown_keys(value, {"max_mib", "max_age_days"}, where, "cache.")
-    cfg = replace(cfg, warnings=warnings)
-    if "max_mib" in value:
-        v = value["max_mib"]
-        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 1 << 20:
-            raise _expect(where, "cache.max_mib", "an integer number of MiB from 1 to 1048576", v)
-        cfg = replace(cfg, cache_max_mib=v)
-    if "max_age_days" in value:
-        v = value["max_age_days"]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 3650:
-            raise _expect(where, "cache.max_age_days", "a number of days from 0 to 3650", v)
-        cfg = replace(cfg, cache_max_age_days=float(v))
-    return cfg
-
-
-def _parse_panels(value: Any, where: str) -> tuple[tuple[Panel, ...], tuple[str, ...]]:
-    if not isinstance(value, list):
-        raise _expect(where, "panels", "an array of tables ([[panels]])", value)
-    panels = []
-    warnings: tuple[str, ...] = ()
-    for i, item in enumerate(value):
-        key = f"panels[{i}]"
-        if not isinstance(item, dict):
-            raise _expect(where, key, "a table", item)
-        warnings += _unknown_keys(item, {"title", "unit", "expr", "metric"}, where, f"{key}.")
-        title = item.get("title")
-        if not isinstance(title, str) or not title:
-            raise _expect(where, f"{key}.title", "a non-empty string", title)
-        for k in ("unit", "expr", "metric"):
-            if k in item and not isinstance(item[k], str):
-                raise _expect(where, f"{key}.{k}", "a string", item[k])
-        if "expr" not in item and "metric" not in item:
-            raise ConfigError(f"{where}: key '{key}': expected 'expr' (PromQL) or 'metric' (gpulens metric name)")
-        panels.append(Panel(title=title, unit=item.get("unit", ""), expr=item.get("expr"), metric=item.get("metric")))
-    return tuple(panels), warnings
-
-
-def load_config(path: str | None, args: argparse.Namespace | None = None) -> Config:
-    """Read the config file (missing default file = defaults), then apply flags.
-
-    Flags read from ``args`` when present: ``interval``, ``pattern``, ``window``.
-    """
+def load_config(path: str | None, flags: ConfigFlags | None = None) -> Config:
+    """Read the config file (missing default file = defaults), then apply ``flags``."""
     if path is not None and not path.strip():
         raise ConfigError("--config: expected a file name, got an empty string")
     file = Path(path) if path else default_path()
-    cfg = Config()
-    if file.exists() or path:
-        try:
-            with open(file, "rb") as fh:
-                raw = fh.read(MAX_CONFIG_BYTES + 1)  # bounded: --config /dev/zero must not fill memory
-        except OSError as err:
-            raise ConfigError(f"{file}: cannot read: {err.strerror}") from err
-        if len(raw) > MAX_CONFIG_BYTES:
-            raise ConfigError(f"{file}: larger than {MAX_CONFIG_BYTES} bytes; not a gpulens config file")
-        try:
-            data = tomllib.loads(raw.decode("utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-            raise ConfigError(f"{file}: not valid TOML: {err}") from err
-        cfg = parse_config(data, str(file))
-    if args is not None:
-        interval = getattr(args, "interval", None)
-        if interval is not None:
-            if not INTERVAL_S[0] <= interval <= INTERVAL_S[1]:
-                raise ConfigError(f"--interval: expected seconds between {INTERVAL_S[0]:g} and {INTERVAL_S[1]:g}, "
-                                  f"got {interval}")
-            cfg = replace(cfg, interval_s=float(interval))
-        pattern = getattr(args, "pattern", None)
-        if pattern is not None:
-            notes = _check_pattern(f"--pattern {pattern!r}", pattern)
-            cfg = replace(cfg, job_pattern=pattern, warnings=cfg.warnings + notes)
-        window = getattr(args, "window", None)
-        if window is not None:
-            if window not in WINDOWS:
-                raise ConfigError(f"--window: expected one of {', '.join(WINDOWS)}, got {window!r}")
-            cfg = replace(cfg, window=window)
+    cfg = parse_config(_read_toml(file), str(file)) if file.exists() or path else Config()
+    return cfg if flags is None else _with_flags(cfg, flags)
+
+
+def _read_toml(file: Path) -> dict[str, Any]:
+    try:
+        with open(file, "rb") as fh:
+            raw = fh.read(MAX_CONFIG_BYTES + 1)  # bounded: --config /dev/zero must not fill memory
+    except OSError as err:
+        raise ConfigError(f"{file}: cannot read: {err.strerror}") from err
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{file}: larger than {MAX_CONFIG_BYTES} bytes; not a gpulens config file")
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{file}: not valid TOML: {err}") from err
+
+
+def _with_flags(cfg: Config, flags: ConfigFlags) -> Config:
+    if flags.interval is not None:
+        if not INTERVAL_S[0] <= flags.interval <= INTERVAL_S[1]:
+            raise ConfigError(f"--interval: expected seconds between {INTERVAL_S[0]:g} and {INTERVAL_S[1]:g}, "
+                              f"got {flags.interval}")
+        cfg = replace(cfg, interval_s=float(flags.interval))
+    if flags.pattern is not None:
+        notes = _check_pattern(f"--pattern {flags.pattern!r}", flags.pattern)
+        cfg = replace(cfg, job_pattern=flags.pattern, warnings=cfg.warnings + notes)
+    if flags.window is not None:
+        if flags.window not in WINDOWS:
+            raise ConfigError(f"--window: expected one of {', '.join(WINDOWS)}, got {flags.window!r}")
+        cfg = replace(cfg, window=flags.window)
     return cfg

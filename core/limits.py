@@ -21,7 +21,6 @@ error class (``cannot_open`` tells a missing or unreadable file apart).
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import os
 import stat
@@ -186,28 +185,16 @@ def _over(path: str, size: int, cap: int, by_ratio: int, limits: InputLimits) ->
             "(the --max-mib limit; raise it with --max-mib)")
 
 
-def add_limit_arguments(parser: argparse.ArgumentParser, default_mib: int) -> None:
-    """``--max-mib``, ``--max-ratio`` and ``--max-events`` for a command that reads files."""
-    parser.add_argument("--max-mib", type=int, default=default_mib, metavar="MIB",
-                        help=f"refuse inputs larger than this uncompressed (default {default_mib})")
-    parser.add_argument("--max-ratio", type=float, default=DEFAULT_MAX_RATIO, metavar="X",
-                        help="refuse gzip files that unpack to more than X times their size "
-                             f"(default {DEFAULT_MAX_RATIO:g}; real traces unpack 7-30x)")
-    parser.add_argument("--max-events", type=int, default=DEFAULT_MAX_EVENTS, metavar="N",
-                        help="refuse inputs of more than N events, JSON objects, lines or snapshot "
-                             f"containers (default {DEFAULT_MAX_EVENTS:,})")
-
-
-def limits_from_args(args: argparse.Namespace) -> InputLimits:
-    """The limits the flags of :func:`add_limit_arguments` ask for.
+def checked_limits(max_mib: int, max_ratio: float, max_events: int) -> InputLimits:
+    """The limits ``--max-mib``, ``--max-ratio`` and ``--max-events`` ask for.
 
     Raises:
         ConfigError: a limit that is not a positive number.
     """
-    if args.max_mib < 1:
-        raise ConfigError(f"--max-mib: expected 1 MiB or more, got {args.max_mib}")
-    if not args.max_ratio >= 1:  # also NaN
-        raise ConfigError(f"--max-ratio: expected 1 or more, got {args.max_ratio:g}")
-    if args.max_events < 1:
-        raise ConfigError(f"--max-events: expected 1 or more, got {args.max_events}")
-    return InputLimits(max_bytes=args.max_mib * MiB, max_ratio=args.max_ratio, max_events=args.max_events)
+    if max_mib < 1:
+        raise ConfigError(f"--max-mib: expected 1 MiB or more, got {max_mib}")
+    if not max_ratio >= 1:  # also NaN
+        raise ConfigError(f"--max-ratio: expected 1 or more, got {max_ratio:g}")
+    if max_events < 1:
+        raise ConfigError(f"--max-events: expected 1 or more, got {max_events}")
+    return InputLimits(max_bytes=max_mib * MiB, max_ratio=max_ratio, max_events=max_events)

@@ -131,14 +131,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace, module: ModuleType | None) -> int:
-    from gpulens.core.config import load_config
+    from gpulens.commands._args import flags_of
+    from gpulens.core.config import ConfigFlags, load_config
     from gpulens.errors import report
 
     if sys.stdout is None:  # started with fd 1 closed (``>&-``): writing must fail with one line
         sys.stdout = cast(TextIO, _ClosedStdout())
     try:
         _start_logging(args)
-        args.cfg = load_config(args.config, args)
+        args.cfg = load_config(args.config, flags_of(ConfigFlags, args))
         _warn_config(args.cfg.warnings)
         if getattr(args, "command", None) in PRUNING_COMMANDS:
             _housekeeping(args.cfg)

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
+from gpulens.commands._args import flags_of
 from gpulens.core.config import Config
 from gpulens.core.errors import ConfigError
 from gpulens.core.events import Source
+
+if TYPE_CHECKING:
+    from gpulens.sources.local import GpuMemReader
+    from gpulens.sources.prometheus.access import PromFlags
 
 
 def build_source(args: argparse.Namespace, cfg: Config) -> Source:
@@ -24,11 +30,10 @@ def build_source(args: argparse.Namespace, cfg: Config) -> Source:
         from gpulens.sources.local import ReplaySource
 
         sources.append(ReplaySource(args.replay))
-    stream_flags = [getattr(args, n, None) for n in ("connect", "ssh", "slurm_job")]
-    if any(f is not None for f in stream_flags):
-        from gpulens.sources.stream.source import stream_source_from_args
+    if any(getattr(args, n, None) is not None for n in ("connect", "ssh", "slurm_job")):
+        from gpulens.sources.stream.source import StreamFlags, stream_source_from_flags
 
-        sources.append(stream_source_from_args(args, cfg))
+        sources.append(stream_source_from_flags(flags_of(StreamFlags, args)))
     if getattr(args, "prometheus", None):
         from gpulens.sources.prometheus.access import access_from
         from gpulens.sources.prometheus.source import PrometheusSource
@@ -38,7 +43,7 @@ def build_source(args: argparse.Namespace, cfg: Config) -> Source:
         timing = {} if limit is None else {"timeout_s": min(5.0, limit), "poll_timeout_s": limit}
         sources.append(
             PrometheusSource(args.prometheus, selector=getattr(args, "prom_selector", None) or "", cfg=cfg,
-                             access=access_from(args, cfg), **timing)
+                             access=access_from(prom_flags(args), cfg), **timing)
         )
     if not sources:
         from gpulens.collectors.processes import ProcessLister
@@ -46,7 +51,7 @@ def build_source(args: argparse.Namespace, cfg: Config) -> Source:
         from gpulens.sources.local import LocalSource
 
         sources.append(LocalSource(cfg, lambda: Sampler(job_pattern=cfg.job_pattern, job_key_env=cfg.job_key_env),
-                                   ProcessLister().listing))
+                                   ProcessLister().listing, gpumem=_local_gpumem()))
     if getattr(args, "demo", False) and len(sources) > 1:
         raise ConfigError("--demo cannot be mixed with real sources (SIMULATED data must stay apart)")
     if len(sources) == 1:
@@ -54,3 +59,24 @@ def build_source(args: argparse.Namespace, cfg: Config) -> Source:
     from gpulens.sources.local import MultiSource
 
     return MultiSource(sources)
+
+
+def prom_flags(args: argparse.Namespace) -> PromFlags:
+    """``--prom-bearer-token-file``, ``--prom-user``, ``--prom-password-file``, ``--prom-ca-file``, ``--prom-header``."""
+    from gpulens.sources.prometheus.access import PromFlags
+
+    return PromFlags(bearer_token_file=args.prom_bearer_token_file, user=args.prom_user,
+                     password_file=args.prom_password_file, ca_file=args.prom_ca_file,
+                     headers=tuple(args.prom_header or ()))
+
+
+def _local_gpumem() -> GpuMemReader | None:
+    """This machine's GPU memory by stack for a TUI run as root, with no agent (eBPF loads at the first ``m``,
+    which says why where it cannot); None for any other user, who asks an agent."""
+    import os
+
+    if os.geteuid() != 0:
+        return None
+    from gpulens.agent.gpumem import LocalGpuMemory
+
+    return LocalGpuMemory()

@@ -39,6 +39,8 @@ from gpulens.ipc.serialize import to_dict
 from gpulens.sources.replay import RecordingIndex, read_header
 
 ProcessListing = Callable[[Mapping[int, Mapping[str, int]]], tuple[tuple[JobInfo, ...], int]]
+GpuMemReader = Callable[[list[int], Callable[[int], int | None]], tuple[str, dict[str, Any]]]
+"""(pids, GPU memory NVML reports per pid) -> (folded live bytes by stack, a note): ``agent.gpumem.LocalGpuMemory``."""
 """GPU memory per pid -> (every process of this machine, how many there were)."""
 
 
@@ -50,13 +52,16 @@ class LocalSource:
     """
 
     def __init__(self, cfg: Config, sampler_factory: Callable[[], HostSampler],
-                 lister: ProcessListing | None = None) -> None:
+                 lister: ProcessListing | None = None, gpumem: GpuMemReader | None = None) -> None:
         """``sampler_factory`` builds the sampler in the sampling thread (the command line
         passes ``collectors.sampler.Sampler``: sources never import collectors); ``lister``
-        lists this machine's processes (``collectors.processes.ProcessLister.listing``; None: no table)."""
+        lists this machine's processes (``collectors.processes.ProcessLister.listing``; None: no table);
+        ``gpumem`` reads their GPU memory by stack (``agent.gpumem.LocalGpuMemory``, given when the TUI
+        runs as root and eBPF can load; None: ask an agent)."""
         self._cfg = cfg
         self._factory = sampler_factory
         self._lister = lister
+        self._gpumem = gpumem
         self._latest: HostSample | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -108,6 +113,24 @@ class LocalSource:
             close = getattr(sampler, "close", None)
             if close is not None:
                 close()
+
+    def gpu_memory_stacks(self, pids: list[int]) -> Future[tuple[str, dict[str, Any]]] | None:
+        """Folded live GPU memory by stack of this machine's ``pids`` and a note (None: this source cannot:
+        not root, or no eBPF), read on a thread of its own."""
+        reader, latest = self._gpumem, self._latest
+        if reader is None:
+            return None
+        used = {pid: sum(per.values()) for pid, per in gpu_memory(latest).items()}  # NVML's, all GPUs
+        fut: Future[tuple[str, dict[str, Any]]] = Future()
+
+        def run() -> None:
+            try:
+                fut.set_result(reader(pids, used.get))
+            except Exception as err:  # the flame panel says why (eBPF refused, a process gone…)
+                fut.set_exception(err)
+
+        threading.Thread(target=run, name="gpulens-gpumem", daemon=True).start()
+        return fut
 
     def process_table(self, host: str, limit: int, pids: Collection[int] | None) -> Future[dict[str, Any]] | None:
         """This machine's process table, as an agent's ``processes`` request answers it (None: ``host``

@@ -3,9 +3,10 @@
 Through the agent of the processes' host (request ``gpumem``: an agent with
 ``--gpumem`` answers at once with everything its processes allocated since
 they started CUDA; another one running as root traces a window of ``F``
-seconds). The viewer never loads eBPF itself: for this machine's processes
-without an agent it says how to get one (``gpulens gpumem`` traces from the
-command line). The graph opens in the flame screen like py-spy's and is
+seconds). For this machine's processes, a TUI running as root reads them
+itself (its local source was handed ``agent.gpumem.LocalGpuMemory``: probes
+attached at the first ``m``, kept while the TUI runs); otherwise it says how
+to get them (an agent, or ``gpulens gpumem`` from the command line). The graph opens in the flame screen like py-spy's and is
 asked for again every :data:`REFRESH_S` seconds while it is open (the flame
 widget keeps focus, search and expansion; ``Space`` pauses it); ``L``
 reopens the last one.
@@ -16,8 +17,10 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
+from gpulens.sources.gpumem import local_gpu_memory
 from gpulens.tui.context import requester
 from gpulens.tui.workers import call_in_app, wait
 
@@ -48,7 +51,13 @@ def open_gpu_memory(p: Profiling) -> None:
         p._start_countdown(f"the agent on {host} reads the GPU memory of {len(pids)} process(es)")
         p._run_on_app(lambda: _remote(p, agents, host, pids, seconds), f"GPU memory on {host}")
         return
-    if p.local_pids():
+    local = p.local_pids()
+    first = local_gpu_memory(p.screen.ctx.source, local) if local else None
+    if first is not None:
+        p._start_countdown(f"reading the GPU memory of {len(local)} process(es) here (eBPF)")
+        p._run_on_app(lambda: _here(p, local, first), "GPU memory here")
+        return
+    if local:
         p.screen.notify(f"{NEEDS_ROOT}; or, for these processes now: sudo gpulens gpumem --pid "
                         + ",".join(map(str, p.local_pids()[:8])), severity="warning", timeout=12)
         return
@@ -76,6 +85,36 @@ def _ask(source: RequestSource, host: str, pids: list[int], seconds: float) -> t
                            title=f"GPU memory live on {host}: {', '.join(map(str, pids))}")
     body = result.result if isinstance(result.result, dict) else {}
     return profile, _note(body.get("python"), body.get("lost"))
+
+
+def _ask_here(p: Profiling, pids: list[int], fut: Future[tuple[str, dict[str, Any]]] | None = None,
+              ) -> tuple[Profile, str] | None:
+    """This machine's answer, from the TUI's own tracer (None: the screen went meanwhile). Raises on failure."""
+    from gpulens.analysis.flame.folded import parse_folded
+
+    fut = fut or local_gpu_memory(p.screen.ctx.source, pids)
+    if fut is None:
+        raise RuntimeError("this machine's GPU memory cannot be read here any more")
+    got = wait(fut, 60.0)
+    if got is None:
+        return None
+    text, body = got
+    profile = parse_folded(text.encode(), unit="bytes", source="eBPF",
+                           title=f"GPU memory live here: {', '.join(map(str, pids))}")
+    return profile, _note(body.get("python"), body.get("lost"))
+
+
+def _here(p: Profiling, pids: list[int], first: Future[tuple[str, dict[str, Any]]]) -> None:
+    try:
+        got = _ask_here(p, pids, first)
+    except Exception as err:  # shown in the panel: eBPF refused, the processes gone…
+        call_in_app(p._set_state, f"GPU memory here failed: {err}")
+        return
+    if got is None:
+        return
+    profile, note = got
+    call_in_app(p._show, profile, "", note)
+    call_in_app(_follow, p, profile, lambda: _ask_here(p, pids))
 
 
 def _remote(p: Profiling, source: RequestSource, host: str, pids: list[int], seconds: float) -> None:

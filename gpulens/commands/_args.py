@@ -1,4 +1,7 @@
-"""Flags spelled one way across every command: pid lists and remote hosts.
+"""Flags spelled one way across every command: pid lists, remote hosts, input limits.
+
+The layers below take typed options, never the parsed command line: the
+commands build them here (:func:`flags_of`, :func:`limits_from_args`).
 
 - ``--pid P[,P...]``, repeatable: ``--pid 1,2 --pid 3`` is (1, 2, 3) in
   every command (argparse ``extend``; a repeat never silently replaces).
@@ -10,7 +13,15 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import dataclasses
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+    from gpulens.core.limits import InputLimits
+
+Flags = TypeVar("Flags", bound="DataclassInstance")
 
 PID_LIMIT = 1 << 22
 """Linux's largest pid_max, plus one."""
@@ -78,3 +89,29 @@ def remote_target(args: argparse.Namespace) -> str | None:
             raise ConfigError(f"--ssh {value!r}: expected one node (this command works on one host)")
         return f"ssh:{value}"
     return str(value)
+
+
+def add_limit_arguments(parser: argparse.ArgumentParser, default_mib: int) -> None:
+    """``--max-mib``, ``--max-ratio`` and ``--max-events`` for a command that reads files."""
+    from gpulens.core.limits import DEFAULT_MAX_EVENTS, DEFAULT_MAX_RATIO
+
+    parser.add_argument("--max-mib", type=int, default=default_mib, metavar="MIB",
+                        help=f"refuse inputs larger than this uncompressed (default {default_mib})")
+    parser.add_argument("--max-ratio", type=float, default=DEFAULT_MAX_RATIO, metavar="X",
+                        help="refuse gzip files that unpack to more than X times their size "
+                             f"(default {DEFAULT_MAX_RATIO:g}; real traces unpack 7-30x)")
+    parser.add_argument("--max-events", type=int, default=DEFAULT_MAX_EVENTS, metavar="N",
+                        help="refuse inputs of more than N events, JSON objects, lines or snapshot "
+                             f"containers (default {DEFAULT_MAX_EVENTS:,})")
+
+
+def limits_from_args(args: argparse.Namespace) -> InputLimits:
+    """The limits ``--max-mib``, ``--max-ratio`` and ``--max-events`` ask for; ConfigError for one below 1."""
+    from gpulens.core.limits import checked_limits
+
+    return checked_limits(args.max_mib, args.max_ratio, args.max_events)
+
+
+def flags_of(cls: type[Flags], args: argparse.Namespace) -> Flags:
+    """``cls``, a dataclass of flags, from the parsed flags of the same names (None where a command has none)."""
+    return cls(**{f.name: getattr(args, f.name, None) for f in dataclasses.fields(cls)})

@@ -22,7 +22,8 @@ EPILOG = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``gpulens analyze``."""
-    from gpulens.core.limits import ANALYZE_MAX_MIB, add_limit_arguments
+    from gpulens.commands._args import add_limit_arguments
+    from gpulens.core.limits import ANALYZE_MAX_MIB
 
     parser.epilog = EPILOG
     parser.add_argument("trace", metavar="TRACE|DIR", nargs="+",
@@ -44,8 +45,8 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     from gpulens.analysis.trace.rank_files import trace_files
+    from gpulens.commands._args import limits_from_args
     from gpulens.core.errors import ConfigError
-    from gpulens.core.limits import limits_from_args
 
     limits = limits_from_args(args)
     top = max(args.top, 1)

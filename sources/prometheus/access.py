@@ -17,7 +17,6 @@ and Cortex want the tenant in ``X-Scope-OrgID``: ``--prom-header
 
 from __future__ import annotations
 
-import argparse
 import base64
 import re
 import ssl
@@ -137,27 +136,43 @@ def add_access_flags(group: Any) -> None:
                        help="an extra request header, e.g. 'X-Scope-OrgID: team-a' for Mimir/Thanos (repeatable)")
 
 
-def access_from(args: argparse.Namespace | None, cfg: object | None) -> PromAccess:
+@dataclass(frozen=True, slots=True)
+class PromFlags:
+    """The access flags as given (:func:`add_access_flags`; None: not given)."""
+
+    bearer_token_file: str | None = None
+    """``--prom-bearer-token-file FILE``."""
+    user: str | None = None
+    """``--prom-user USER``."""
+    password_file: str | None = None
+    """``--prom-password-file FILE``."""
+    ca_file: str | None = None
+    """``--prom-ca-file PEM``."""
+    headers: tuple[str, ...] = ()
+    """Each ``--prom-header 'NAME: VALUE'``, in order (a later one of a name wins)."""
+
+
+def access_from(flags: PromFlags | None, cfg: object | None) -> PromAccess:
     """Flags over ``cfg.prometheus`` (config.toml's ``[prometheus]``); the URL's user comes later.
 
     Raises:
         ConfigError: a malformed ``--prom-header``.
     """
     base = getattr(cfg, "prometheus", None)
+    flags = flags or PromFlags()
 
-    def pick(flag: str, key: str) -> str | None:
-        value = getattr(args, flag, None) if args is not None else None
+    def pick(value: str | None, key: str) -> str | None:
         return value if value is not None else getattr(base, key, None)
 
     headers = dict(getattr(base, "headers", ()) or ())
-    for text in (getattr(args, "prom_header", None) or []) if args is not None else []:
+    for text in flags.headers:
         name, value = parse_header(text, "--prom-header")
         headers[name] = value
     return PromAccess(
-        bearer_token_file=pick("prom_bearer_token_file", "bearer_token_file"),
-        username=pick("prom_user", "username"),
-        password_file=pick("prom_password_file", "password_file"),
-        ca_file=pick("prom_ca_file", "ca_file"),
+        bearer_token_file=pick(flags.bearer_token_file, "bearer_token_file"),
+        username=pick(flags.user, "username"),
+        password_file=pick(flags.password_file, "password_file"),
+        ca_file=pick(flags.ca_file, "ca_file"),
         headers=tuple(headers.items()),
     )
 

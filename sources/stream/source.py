@@ -16,14 +16,13 @@ agent's history (SampleEvent(backfill=True)).
 
 from __future__ import annotations
 
-import argparse
 import shlex
 import shutil
 import subprocess
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from gpulens.core.errors import ConfigError
@@ -37,13 +36,14 @@ from gpulens.sources.stream.requests import RequestResult
 __all__ = [
     "LinkOptions",
     "RequestResult",
+    "StreamFlags",
     "StreamSource",
     "Target",
     "command_target",
     "parse_connect",
     "slurm_hosts",
     "ssh_target",
-    "stream_source_from_args",
+    "stream_source_from_flags",
     "tcp_target",
     "token_from_file",
 ]
@@ -231,48 +231,51 @@ def token_from_file(path: str | None) -> bytes | None:
         raise ConfigError(f"--token-file: {err}") from err
 
 
-def stream_source_from_args(args: argparse.Namespace, cfg: Any) -> StreamSource:
-    """Build a StreamSource from ``--connect``, ``--ssh``, ``--slurm-job`` (any mix).
+@dataclass(frozen=True, slots=True)
+class StreamFlags:
+    """The agents the command line names, and how to reach them (None: flag not given)."""
 
-    Also reads ``--ssh-command``, ``--token-file`` and ``--tls-ca`` when present.
+    connect: str | None = None
+    """``--connect HOST:PORT[,...]`` (an empty value is an error, never "no flag")."""
+    ssh: str | None = None
+    """``--ssh HOSTLIST``."""
+    slurm_job: str | None = None
+    """``--slurm-job ID``."""
+    ssh_command: str | None = None
+    """``--ssh-command CMD``, for ``ssh`` and ``slurm_job``."""
+    token_file: str | None = None
+    """``--token-file FILE``."""
+    tls_ca: str | None = None
+    """``--tls-ca PEM``, for ``tls://`` agents."""
+
+
+def stream_source_from_flags(flags: StreamFlags) -> StreamSource:
+    """Build a StreamSource from ``--connect``, ``--ssh``, ``--slurm-job`` (any mix).
 
     Raises:
         ConfigError: a malformed flag, unsafe token file, or Slurm missing.
     """
     targets: list[Target] = []
-    # An empty value (``--connect "$HOSTS"`` with HOSTS unset) is an error, never "no flag".
-    if getattr(args, "connect", None) is not None:
-        found = parse_connect(args.connect)
+    if flags.connect is not None:
+        found = parse_connect(flags.connect)
         if not found:
-            raise ConfigError(f"--connect: expected HOST:PORT[,HOST:PORT...], got {args.connect!r}")
+            raise ConfigError(f"--connect: expected HOST:PORT[,HOST:PORT...], got {flags.connect!r}")
         targets.extend(found)
-    ssh_command = getattr(args, "ssh_command", None)
-    if getattr(args, "ssh", None) is not None:
+    if flags.ssh is not None:
         try:
-            names = expand(args.ssh)
+            names = expand(flags.ssh)
         except ConfigError as err:
             raise ConfigError(f"--ssh: {err}") from err
-        targets.extend(ssh_target(h, ssh_command) for h in names)
-    if getattr(args, "slurm_job", None) is not None:
-        targets.extend(ssh_target(h, ssh_command) for h in slurm_hosts(str(args.slurm_job)))
-    token = token_from_file(getattr(args, "token_file", None))
+        targets.extend(ssh_target(h, flags.ssh_command) for h in names)
+    if flags.slurm_job is not None:
+        targets.extend(ssh_target(h, flags.ssh_command) for h in slurm_hosts(flags.slurm_job))
+    token = token_from_file(flags.token_file)
     ssl_context = None
     if any(t.tls for t in targets):
         import ssl
 
-        ca = getattr(args, "tls_ca", None)
         try:
-            ssl_context = ssl.create_default_context(cafile=ca)
+            ssl_context = ssl.create_default_context(cafile=flags.tls_ca)
         except (OSError, ssl.SSLError) as err:
-            raise ConfigError(f"--tls-ca {ca}: cannot load: {err}") from err
-    history_s = float(getattr(args, "backfill_s", 0.0) or 0.0)
-    download = getattr(args, "download_dir", None)
-    return StreamSource(
-        targets,
-        LinkOptions(
-            token=token,
-            ssl_context=ssl_context,
-            initial_history_s=history_s,
-            download_dir=Path(download) if download else None,
-        ),
-    )
+            raise ConfigError(f"--tls-ca {flags.tls_ca}: cannot load: {err}") from err
+    return StreamSource(targets, LinkOptions(token=token, ssl_context=ssl_context))

@@ -127,6 +127,14 @@ def test_ui_and_nvml_stay_in_their_layer() -> None:
     assert not bad, "\n".join(bad)
 
 
+def test_only_the_command_line_sees_argparse() -> None:
+    """The layers below take typed options (``ConfigFlags``, ``StreamFlags``, ...), never parsed flags."""
+    bad = [f"{modules()[name].relative_to(ROOT)}:{line}: imports {target}"
+           for name in modules() if layer_of(name) != "gpulens"
+           for target, line in imports_of(name) if target.split(".")[0] == "argparse"]
+    assert not bad, "\n".join(bad)
+
+
 def test_no_import_cycles() -> None:
     mods = modules()
     graph: dict[str, set[str]] = {m: set() for m in mods}

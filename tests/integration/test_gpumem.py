@@ -361,6 +361,46 @@ def test_the_agent_answers_a_gpumem_request_at_once_and_only_for_the_owner(libdi
         agent.stop()
 
 
+def test_the_tui_run_as_root_reads_this_machines_gpu_memory_without_an_agent(libdir: Path) -> None:
+    """``LocalSource`` handed ``LocalGpuMemory`` (as the command line does for a root TUI): the first ask attaches,
+    the next ones read what was allocated since, by Python stack."""
+    from gpulens.agent.gpumem import LocalGpuMemory
+    from gpulens.collectors.synthetic import SyntheticSampler
+    from gpulens.core.config import Config
+    from gpulens.sources.gpumem import local_gpu_memory
+    from gpulens.sources.local import LocalSource
+
+    reader = LocalGpuMemory()
+    source = LocalSource(Config(), lambda: SyntheticSampler(hostname="here", gpus=0), gpumem=reader)
+    proc = subprocess.Popen([sys.executable, str(WORKLOAD), str(libdir)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "READY"
+        first = local_gpu_memory(source, [proc.pid])
+        assert first is not None
+        text, note = first.result(timeout=30)
+        assert text == "" and note["python"] == {str(proc.pid): None}  # attached: nothing allocated yet
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "DONE"
+        deadline = time.monotonic() + 10  # the reader's own thread takes the events
+        while time.monotonic() < deadline:
+            later = local_gpu_memory(source, [proc.pid])
+            assert later is not None
+            text, note = later.result(timeout=30)
+            if len(text.splitlines()) == len(_expected()[0]) + 1:  # and the worker thread's
+                break
+            time.sleep(0.1)
+    finally:
+        proc.kill()
+        proc.wait()
+        reader.close()
+    lines = dict(line.rsplit(" ", 1) for line in text.splitlines())
+    want = {";".join(s): str(n) for s, n in _expected()[0].items()}
+    assert {k: v for k, v in lines.items() if "_bootstrap" not in k} == want and note["lost"] == 0
+
+
 HOSTILE = r"""
 import ctypes, sys
 cuda = ctypes.CDLL(sys.argv[1] + "/libcuda.so.1")

@@ -7,7 +7,6 @@ same protocol and the same reconnect path as a real ssh.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import subprocess
@@ -15,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gpulens.core.config import Config
 from gpulens.core.events import HostStatusEvent
-from gpulens.sources.stream.source import stream_source_from_args
+from gpulens.sources.stream.source import StreamFlags, stream_source_from_flags
 from tests.fakes.agent_helpers import WAIT_S, EventLog, count_samples
 
 pytestmark = pytest.mark.slow
@@ -29,8 +27,8 @@ def _ssh_command(exe: str, extra: str = "") -> str:
 
 
 def test_ssh_hostlist_streams_every_host(gpulens_exe: str) -> None:
-    args = argparse.Namespace(ssh="node[1-3]", ssh_command=_ssh_command(gpulens_exe))
-    src = stream_source_from_args(args, Config())
+    flags = StreamFlags(ssh="node[1-3]", ssh_command=_ssh_command(gpulens_exe))
+    src = stream_source_from_flags(flags)
     assert src.expected_hosts() == ["node1", "node2", "node3"]
     log = EventLog()
     src.start(log)
@@ -51,8 +49,8 @@ def test_ssh_hostlist_streams_every_host(gpulens_exe: str) -> None:
 
 def test_ssh_failure_reports_the_commands_stderr() -> None:
     cmd = "sh -c 'echo \"ssh: Could not resolve hostname {host}: Name or service not known\" >&2; exit 255'"
-    args = argparse.Namespace(ssh="ghost1", ssh_command=cmd)
-    src = stream_source_from_args(args, Config())
+    flags = StreamFlags(ssh="ghost1", ssh_command=cmd)
+    src = stream_source_from_flags(flags)
     log = EventLog()
     src.start(log)
     try:
@@ -103,8 +101,8 @@ def test_snapshot_over_ssh_lists_up_and_down_hosts(gpulens_exe: str, tmp_path: P
 
 
 def test_login_banner_on_stdout_is_explained() -> None:
-    args = argparse.Namespace(ssh="chatty", ssh_command="sh -c 'echo Welcome to {host}; sleep 5'")
-    src = stream_source_from_args(args, Config())
+    flags = StreamFlags(ssh="chatty", ssh_command="sh -c 'echo Welcome to {host}; sleep 5'")
+    src = stream_source_from_flags(flags)
     log = EventLog()
     src.start(log)
     try:

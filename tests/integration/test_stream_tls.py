@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from gpulens.core.config import Config
 from gpulens.core.events import HostStatusEvent
 from gpulens.ipc import auth
-from gpulens.sources.stream.source import stream_source_from_args
+from gpulens.sources.stream.source import StreamFlags, stream_source_from_flags
 from tests.fakes.agent_helpers import AgentProc, EventLog, count_samples
 
 pytestmark = pytest.mark.slow
@@ -42,8 +40,8 @@ def test_tls_with_token_streams_and_unknown_ca_is_refused(
                "--token-file", str(token_file)],
     )
     try:
-        args = argparse.Namespace(connect=f"tls://127.0.0.1:{agent.port}", token_file=str(token_file), tls_ca=str(crt))
-        src = stream_source_from_args(args, Config())
+        flags = StreamFlags(connect=f"tls://127.0.0.1:{agent.port}", token_file=str(token_file), tls_ca=str(crt))
+        src = stream_source_from_flags(flags)
         log = EventLog()
         src.start(log)
         try:
@@ -51,7 +49,7 @@ def test_tls_with_token_streams_and_unknown_ca_is_refused(
         finally:
             src.stop()
         # Without the agent's CA the certificate does not verify: down, with the reason.
-        bad = stream_source_from_args(argparse.Namespace(connect=f"tls://127.0.0.1:{agent.port}"), Config())
+        bad = stream_source_from_flags(StreamFlags(connect=f"tls://127.0.0.1:{agent.port}"))
         log2 = EventLog()
         bad.start(log2)
         try:
@@ -71,4 +69,4 @@ def test_viewer_refuses_unsafe_token_file(tmp_path: Path) -> None:
     tok = auth.make_token_file(tmp_path / "tok")
     tok.chmod(0o640)
     with pytest.raises(ConfigError, match="mode 0640"):
-        stream_source_from_args(argparse.Namespace(connect="127.0.0.1:9", token_file=str(tok)), Config())
+        stream_source_from_flags(StreamFlags(connect="127.0.0.1:9", token_file=str(tok)))

@@ -91,9 +91,9 @@ def test_a_pattern_re2_refuses_falls_back_to_python_re_and_the_config_says_so() 
 
 
 def test_the_pattern_flag_warns_the_same() -> None:
-    import argparse
+    from gpulens.core.config import ConfigFlags
 
-    cfg = load_config(None, argparse.Namespace(pattern=r"(a)\1"))
+    cfg = load_config(None, ConfigFlags(pattern=r"(a)\1"))
     if RE2_AVAILABLE:
         assert len(cfg.warnings) == 1 and cfg.warnings[0].startswith("--pattern '(a)\\\\1': RE2 refuses it")
 

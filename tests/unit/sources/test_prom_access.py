@@ -32,6 +32,7 @@ from gpulens.sources.prometheus.access import (
 )
 from gpulens.sources.prometheus.client import PromClient
 from gpulens.sources.prometheus.source import PrometheusSource
+from gpulens.sources_from_args import prom_flags
 
 SECRET = "s3cr3t-p@ss:word"
 TOKEN = "tok-1234567890"
@@ -129,7 +130,7 @@ def test_password_file_and_config_toml(basic: str, tmp_path: Path) -> None:
     parser = argparse.ArgumentParser()
     add_access_flags(parser)
     args = parser.parse_args(["--prom-user", "bob", "--prom-header", "X-Scope-OrgID: team-b"])
-    access = access_from(args, cfg)
+    access = access_from(prom_flags(args), cfg)
     assert access.username == "bob" and dict(access.headers) == {"X-Scope-OrgID": "team-b"}
     assert access.password_file == str(pw)
     with pytest.raises(PrometheusError) as err:

@@ -128,3 +128,34 @@ async def test_m_on_this_machine_without_an_agent_says_how() -> None:
         await pilot.pause()
         said = [str(n.message) for n in app._notifications]
         assert any("gpulens agent --gpumem" in s and "sudo gpulens gpumem --pid 777" in s for s in said), said
+
+
+class RootLocal(StaticSource):
+    """A test double of this machine's collector in a TUI run as root: it reads GPU memory itself."""
+
+    def __init__(self, events: list[Any]) -> None:
+        super().__init__(events, name="local")
+        self.asked: list[list[int]] = []
+
+    def gpu_memory_stacks(self, pids: list[int]) -> Future[tuple[str, dict[str, Any]]]:
+        self.asked.append(list(pids))
+        fut: Future[tuple[str, dict[str, Any]]] = Future()
+        fut.set_result((FOLDED, {"python": {"777": None}, "lost": 0}))
+        return fut
+
+
+@sync
+async def test_m_on_this_machine_as_root_reads_it_here_without_an_agent() -> None:
+    source = RootLocal([SampleEvent(_sample("this-host"))])
+    app = GpulensApp(source=source, clock=frozen_clock, hostname="this-host")
+    async with app.run_test(size=(160, 45)) as pilot:
+        await settle(app, pilot)
+        app.jump("host this-host")
+        await settle(app, pilot)
+        await pilot.press("m")
+        await _flame_opens(app, pilot)
+        assert type(app.screen).__name__ == "FlameScreen"
+        profile = app.screen.profile  # type: ignore[attr-defined]
+        assert profile.unit == "bytes" and profile.total == 59055800320 + 1048576
+        assert profile.title == "GPU memory live here: 777"
+        assert source.asked[0] == [777]
