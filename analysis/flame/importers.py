@@ -34,7 +34,7 @@ import itertools
 import json
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from gpulens.analysis.flame.errors import FlameError, FlameFormatError
 from gpulens.analysis.flame.folded import parse_folded, unit_from_name
@@ -153,53 +153,67 @@ def group_from_bytes(
     an unreadable file looks like and how to make a readable one.
     """
     limits = limits or default_limits()
-    cap = limits.max_events
     if metric not in METRICS:
         raise FlameFormatError(f"unknown metric {metric!r}; expected one of {', '.join(METRICS)}")
     data = _utf8(data)
     kind = detect_format(data)
-    title = os.path.basename(source)
     if kind == "unknown":
         raise FlameFormatError(unreadable_line(data, source))
-    if kind == "pprof":
-        _check_metric(metric, (), "a pprof profile", source)
-        return single(_titled(read_pprof(data, source), title))
-    if kind == "snapshot":
-        _check_metric(metric, ("live", "allocated"), "a memory snapshot", source)
-        snap = load_snapshot_bytes(data, source, max_objects=cap)
-        view = metric if metric in ("live", "allocated") else "auto"
-        return single(_titled(snapshot_profile(snap, view, source, file_bytes=len(data)), title))
-    if kind == "json":
-        doc, truncated = _json_or_cut_array(data, source, cap)
-        if isinstance(doc, dict) and "profiles" in doc:
-            _check_metric(metric, (), "a speedscope profile", source)
-            return _titled_group(speedscope_group(doc, source), title)
-        foreign = foreign_kind(doc)
-        if foreign is not None:
-            _check_metric(metric, (), f"a {foreign} profile", source)
-            return _titled_group(foreign_group(doc, foreign, source, "", cap), title)
-        refusal = unsupported_json(doc)
-        if refusal is not None:
-            raise FlameFormatError(f"{source}: {refusal}")
-        events = trace_events(doc)
-        if events is not None and not is_kineto(events) and (has_stack_events(events) or has_samples(doc)):
-            _check_metric(metric, ("time",), "a Chrome trace", source)
-            return _titled_group(trace_event_group(doc, source, max_events=cap, truncated=truncated), title)
-        if events is None:
-            raise FlameFormatError(f"{source}: JSON, but neither speedscope ('profiles') nor a Chrome/Kineto "
-                                   "trace ('traceEvents' or an event array)")
-        _check_metric(metric, ("time", "memory"), "a Kineto trace", source)
-        if metric == "memory":
-            return single(_titled(kineto_memory(doc, source, max_events=cap), title))
-        if metric == "time":
-            return single(_titled(kineto_time(doc, source, max_events=cap), title))
-        return single(_titled(kineto_auto(doc, source, max_events=cap), title))
+    return _READERS[kind](data, source, metric, limits.max_events, os.path.basename(source))
+
+
+def _pprof_group(data: bytes, source: str, metric: str, cap: int, title: str) -> ProfileGroup:
+    _check_metric(metric, (), "a pprof profile", source)
+    return single(_titled(read_pprof(data, source), title))
+
+
+def _snapshot_group(data: bytes, source: str, metric: str, cap: int, title: str) -> ProfileGroup:
+    _check_metric(metric, ("live", "allocated"), "a memory snapshot", source)
+    snap = load_snapshot_bytes(data, source, max_objects=cap)
+    view = metric if metric in ("live", "allocated") else "auto"
+    return single(_titled(snapshot_profile(snap, view, source, file_bytes=len(data)), title))
+
+
+def _json_group(data: bytes, source: str, metric: str, cap: int, title: str) -> ProfileGroup:
+    """speedscope, a foreign JSON profile, a Chrome trace with stacks, or a Kineto trace."""
+    doc, truncated = _json_or_cut_array(data, source, cap)
+    if isinstance(doc, dict) and "profiles" in doc:
+        _check_metric(metric, (), "a speedscope profile", source)
+        return _titled_group(speedscope_group(doc, source), title)
+    foreign = foreign_kind(doc)
+    if foreign is not None:
+        _check_metric(metric, (), f"a {foreign} profile", source)
+        return _titled_group(foreign_group(doc, foreign, source, "", cap), title)
+    refusal = unsupported_json(doc)
+    if refusal is not None:
+        raise FlameFormatError(f"{source}: {refusal}")
+    events = trace_events(doc)
+    if events is not None and not is_kineto(events) and (has_stack_events(events) or has_samples(doc)):
+        _check_metric(metric, ("time",), "a Chrome trace", source)
+        return _titled_group(trace_event_group(doc, source, max_events=cap, truncated=truncated), title)
+    if events is None:
+        raise FlameFormatError(f"{source}: JSON, but neither speedscope ('profiles') nor a Chrome/Kineto "
+                               "trace ('traceEvents' or an event array)")
+    _check_metric(metric, ("time", "memory"), "a Kineto trace", source)
+    kineto = _KINETO_VIEWS.get(metric, kineto_auto)
+    return single(_titled(kineto(doc, source, max_events=cap), title))
+
+
+def _check_lines(data: bytes, source: str, cap: int) -> None:
+    """Text formats: at most ``cap`` lines."""
     if data.count(b"\n") > cap:
         raise FlameFormatError(too_many(source, "lines", cap))
-    if kind == "perf":
-        _check_metric(metric, (), "perf script output", source)
-        prof = parse_perf_script(data, source)
-        return single(_titled(prof, title))
+
+
+def _perf_group(data: bytes, source: str, metric: str, cap: int, title: str) -> ProfileGroup:
+    _check_lines(data, source, cap)
+    _check_metric(metric, (), "perf script output", source)
+    prof = parse_perf_script(data, source)
+    return single(_titled(prof, title))
+
+
+def _folded_group(data: bytes, source: str, metric: str, cap: int, title: str) -> ProfileGroup:
+    _check_lines(data, source, cap)
     _check_metric(metric, (), "folded stacks", source)
     unit, scale = unit_from_name(source)
     try:
@@ -208,6 +222,23 @@ def group_from_bytes(
         if not _first_line_folded(data):
             raise FlameFormatError(unreadable_line(data, source)) from None
         raise
+
+
+_READERS: dict[str, Callable[[bytes, str, str, int, str], ProfileGroup]] = {
+    "pprof": _pprof_group, "snapshot": _snapshot_group, "json": _json_group, "perf": _perf_group,
+    "folded": _folded_group,
+}
+""":func:`detect_format`'s kind -> its reader ``(data, source, metric, max records, title)``."""
+
+
+class _KinetoView(Protocol):
+    """One of :mod:`.kineto`'s readers."""
+
+    def __call__(self, doc: Any, source: str = ..., *, max_events: int = ...) -> Profile: ...
+
+
+_KINETO_VIEWS: dict[str, _KinetoView] = {"memory": kineto_memory, "time": kineto_time}
+"""A Kineto trace's view by metric; ``auto`` is :func:`~.kineto.kineto_auto`."""
 
 
 def _utf8(data: bytes) -> bytes:

@@ -88,11 +88,8 @@ def kineto_time(doc: Any, source: str = "input", *, max_events: int = MAX_EVENTS
     return build_from_stacks(((p, max(w, 0.0)) for p, w in stacks), "seconds", title)
 
 
-def kineto_memory(
-    doc: Any, source: str = "input", device_type: int | None = None, *, max_events: int = MAX_EVENTS
-) -> Profile:
-    """Bytes allocated per enclosing stack from ``[memory]`` events (CUDA first, else CPU)."""
-    events = _events(doc, source, max_events)
+def _allocations(events: list[Any], source: str) -> dict[int, dict[tuple[str, str], list[tuple[float, float]]]]:
+    """Device type -> (pid, tid) -> (ts, bytes) of each ``[memory]`` event with ``Bytes > 0``."""
     allocs: dict[int, dict[tuple[str, str], list[tuple[float, float]]]] = {}
     for k, ev in enumerate(events):
         if not isinstance(ev, dict) or ev.get("name") != "[memory]":
@@ -107,6 +104,34 @@ def kineto_memory(
         if nbytes > 0:
             key = (str(ev.get("pid")), str(ev.get("tid")))
             allocs.setdefault(dev, {}).setdefault(key, []).append((float(ts), float(nbytes)))
+    return allocs
+
+
+def _enclosing_stacks(ivs: list[tuple[float, float, str, str]],
+                      points: list[tuple[float, float]]) -> list[tuple[list[str], float]]:
+    """Each allocation of one thread with the path of the events open when it happened."""
+    ivs = sorted(ivs, key=lambda e: (e[0], -e[1]))
+    merged = sorted([(ts, 0, dur, name, cs) for ts, dur, name, cs in ivs] + [(ts, 1, b, "", "") for ts, b in points],
+                    key=lambda e: (e[0], e[1]))
+    stacks: list[tuple[list[str], float]] = []
+    open_: list[tuple[float, list[str]]] = []
+    for ts, kind, val, name, cs in merged:
+        while open_ and (open_[-1][0] <= ts if kind == 0 else open_[-1][0] < ts):
+            open_.pop()
+        if kind == 0:
+            path = [*open_[-1][1], name] if open_ else _root_path(name, cs)
+            open_.append((ts + val, path))
+        else:
+            stacks.append((open_[-1][1] if open_ else ["<no enclosing op>"], val))
+    return stacks
+
+
+def kineto_memory(
+    doc: Any, source: str = "input", device_type: int | None = None, *, max_events: int = MAX_EVENTS
+) -> Profile:
+    """Bytes allocated per enclosing stack from ``[memory]`` events (CUDA first, else CPU)."""
+    events = _events(doc, source, max_events)
+    allocs = _allocations(events, source)
     if not allocs:
         raise FlameFormatError(f"{source}: no [memory] allocation events (record with profile_memory=True)")
     if device_type is None:
@@ -116,18 +141,7 @@ def kineto_memory(
     threads = _intervals(events, _STACK_CATS, source)
     stacks: list[tuple[list[str], float]] = []
     for key, points in allocs[device_type].items():
-        ivs = sorted(threads.get(key, []), key=lambda e: (e[0], -e[1]))
-        merged = sorted([(ts, 0, dur, name, cs) for ts, dur, name, cs in ivs] + [(ts, 1, b, "", "") for ts, b in points],
-                        key=lambda e: (e[0], e[1]))
-        open_: list[tuple[float, list[str]]] = []
-        for ts, kind, val, name, cs in merged:
-            while open_ and (open_[-1][0] <= ts if kind == 0 else open_[-1][0] < ts):
-                open_.pop()
-            if kind == 0:
-                path = [*open_[-1][1], name] if open_ else _root_path(name, cs)
-                open_.append((ts + val, path))
-            else:
-                stacks.append((open_[-1][1] if open_ else ["<no enclosing op>"], val))
+        stacks += _enclosing_stacks(threads.get(key, []), points)
     device = _DEVICE_NAMES.get(device_type, f"device type {device_type}")
     return build_from_stacks(stacks, "bytes", f"{device} memory allocated")
 

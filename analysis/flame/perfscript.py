@@ -107,65 +107,82 @@ def _unit(event: str, periods: int, samples: int) -> str:
     return "seconds" if event.split(":", 1)[0] in TIME_EVENTS else event_unit(event)
 
 
+class _Folding:
+    """The fold of ``perf script`` text so far, fed one line at a time."""
+
+    def __init__(self) -> None:
+        self.stacks: dict[bytes, int] = {}  # summed periods (or 1 per sample without one)
+        self.counts: dict[bytes, int] = {}  # samples
+        self.stack: list[str] = []
+        self.pname: str | None = None
+        self.period: int | None = None
+        self.event_filter = ""
+        self.skipped = self.unrecognized = self.samples = self.periods = 0
+
+    def line(self, line: str) -> None:
+        line = line.rstrip("\r")
+        if line.startswith("#"):
+            return
+        if len(line) > MAX_LINE_CHARS:
+            self.unrecognized += 1
+        elif not line:
+            self._end_sample()
+        elif (head := _HEADER.match(line)) is not None:
+            self._header(head, line)
+        elif (frame := _frame_line(line)) is None:
+            self.unrecognized += 1
+        elif self.pname is not None:
+            self.stack[:0] = _frames_of(frame[0], frame[1], self.pname)
+
+    def _end_sample(self) -> None:
+        """A blank line: count the sample read so far, if any."""
+        if self.pname is not None and self.stack:
+            key = stack_key([self.pname, *self.stack])
+            self.stacks[key] = self.stacks.get(key, 0) + (1 if self.period is None else self.period)
+            self.counts[key] = self.counts.get(key, 0) + 1
+            self.samples += 1
+            self.periods += self.period is not None
+        self.stack, self.pname = [], None
+
+    def _header(self, head: re.Match[str], line: str) -> None:
+        """A sample's header: its process name and period, unless its event is not the first one seen."""
+        self.pname, self.period = None, None
+        event = _EVENT.search(line)
+        if event is not None:
+            if not self.event_filter:
+                self.event_filter = event.group(2)
+            elif event.group(2) != self.event_filter:
+                self.skipped += 1
+                return
+            self.period = int(event.group(1)) if event.group(1) else None
+        self.pname = head.group(1).replace(" ", "_")
+
+    def notes(self, unit: str) -> str:
+        """The default title: the event, and what was counted differently or left out."""
+        notes = [f"perf script, {self.event_filter or 'samples'}"]
+        if unit == "samples" and self.periods:
+            notes.append(f"{self.samples - self.periods} of {self.samples} samples without a period: counting samples")
+        if self.skipped:
+            notes.append(f"{self.skipped} sample(s) of other events skipped")
+        if self.unrecognized:
+            notes.append(f"{self.unrecognized} line(s) not recognised")
+        return "; ".join(notes)
+
+
 def parse_perf_script(data: bytes, source: str = "input", title: str = "") -> Profile:
     """Fold ``perf script`` text as stackcollapse-perf.pl does (see the module docstring).
 
     Raises FlameFormatError when no sample could be read.
     """
-    stacks: dict[bytes, int] = {}
-    counts: dict[bytes, int] = {}
-    stack: list[str] = []
-    pname: str | None = None
-    period: int | None = None
-    event_filter = ""
-    skipped = unrecognized = samples = periods = 0
+    fold = _Folding()
     text = data.decode("utf-8", "replace")
     for line in [*text.split("\n"), ""]:
-        line = line.rstrip("\r")
-        if line.startswith("#"):
-            continue
-        if len(line) > MAX_LINE_CHARS:
-            unrecognized += 1
-            continue
-        if not line:
-            if pname is not None and stack:
-                key = stack_key([pname, *stack])
-                stacks[key] = stacks.get(key, 0) + (1 if period is None else period)
-                counts[key] = counts.get(key, 0) + 1
-                samples += 1
-                periods += period is not None
-            stack, pname = [], None
-            continue
-        head = _HEADER.match(line)
-        if head is not None:
-            pname, period = None, None
-            event = _EVENT.search(line)
-            if event is not None:
-                if not event_filter:
-                    event_filter = event.group(2)
-                elif event.group(2) != event_filter:
-                    skipped += 1
-                    continue
-                period = int(event.group(1)) if event.group(1) else None
-            pname = head.group(1).replace(" ", "_")
-            continue
-        frame = _frame_line(line)
-        if frame is not None:
-            if pname is not None:
-                stack[:0] = _frames_of(frame[0], frame[1], pname)
-            continue
-        unrecognized += 1
+        fold.line(line)
+    stacks = fold.stacks
     if not stacks:
         raise FlameFormatError(f"{source}: no perf script samples (a header line, then 'addr symbol (dso)' "
-                               f"frame lines); {unrecognized} line(s) not recognised")
-    unit = _unit(event_filter, periods, samples)
-    notes = [f"perf script, {event_filter or 'samples'}"]
-    if unit == "samples" and periods:
-        notes.append(f"{samples - periods} of {samples} samples without a period: counting samples")
-    if skipped:
-        notes.append(f"{skipped} sample(s) of other events skipped")
-    if unrecognized:
-        notes.append(f"{unrecognized} line(s) not recognised")
+                               f"frame lines); {fold.unrecognized} line(s) not recognised")
+    unit = _unit(fold.event_filter, fold.periods, fold.samples)
     if unit == "seconds":  # summed as integer ns, divided once
-        return build_profile({k: v / 1e9 for k, v in stacks.items()}, unit, title or "; ".join(notes))
-    return build_profile(counts if unit == "samples" else stacks, unit, title or "; ".join(notes))
+        return build_profile({k: v / 1e9 for k, v in stacks.items()}, unit, title or fold.notes(unit))
+    return build_profile(fold.counts if unit == "samples" else stacks, unit, title or fold.notes(unit))

@@ -26,7 +26,7 @@ import gzip
 import re
 import time
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from gpulens.analysis.flame.errors import FlameFormatError
 from gpulens.analysis.flame.model import Profile, build_from_stacks
@@ -183,13 +183,8 @@ def _signed(v: int) -> int:
     return v - (1 << 64) if v >= 1 << 63 else v
 
 
-def read_pprof(raw: bytes, source: str = "input") -> Profile:
-    """A profile from pprof bytes (gzipped or not); its default sample type, else its last one.
-
-    Raises:
-        FlameFormatError: not pprof, malformed, or over the bounds.
-    """
-    data = raw
+def _unzipped(raw: bytes, source: str) -> bytes:
+    """``raw`` gunzipped when it is gzip, within :data:`MAX_BYTES` either way."""
     if raw[:2] == b"\x1f\x8b":
         unzip = zlib.decompressobj(wbits=47)
         try:
@@ -198,64 +193,110 @@ def read_pprof(raw: bytes, source: str = "input") -> Profile:
             raise FlameFormatError(f"{source}: not a gzip stream: {err}") from None
         if unzip.unconsumed_tail:
             raise FlameFormatError(f"{source}: over {MAX_BYTES >> 20} MiB uncompressed")
-    elif len(raw) > MAX_BYTES:
+        return data
+    if len(raw) > MAX_BYTES:
         raise FlameFormatError(f"{source}: over {MAX_BYTES >> 20} MiB")
-    strings: list[str] = []
-    types: list[tuple[int, int]] = []
-    samples: list[tuple[list[int], list[int]]] = []
-    locations: dict[int, list[tuple[int, int]]] = {}
-    functions: dict[int, tuple[int, int]] = {}
-    default = 0
-    for num, value in _fields(data):
-        if num == 6 and isinstance(value, bytes):
-            strings.append(value.decode("utf-8", "replace"))
-        elif num == 1 and isinstance(value, bytes):
-            f = dict(_fields(value))
-            types.append((int(f.get(1, 0)), int(f.get(2, 0))))
-        elif num == 2 and isinstance(value, bytes):
-            ids: list[int] = []
-            vals: list[int] = []
-            for n2, v2 in _fields(value):
-                if n2 == 1:
-                    ids += _ints(v2)
-                elif n2 == 2:
-                    vals += [_signed(v) for v in _ints(v2)]
-            samples.append((ids, vals))
-        elif num == 4 and isinstance(value, bytes):
-            lid, lines = 0, []
-            for n2, v2 in _fields(value):
-                if n2 == 1 and isinstance(v2, int):
-                    lid = v2
-                elif n2 == 4 and isinstance(v2, bytes):
-                    line = dict(_fields(v2))
-                    lines.append((int(line.get(1, 0)), _signed(int(line.get(2, 0)))))
-            locations[lid] = lines
-        elif num == 5 and isinstance(value, bytes):
-            f = dict(_fields(value))
-            functions[int(f.get(1, 0))] = (int(f.get(2, 0)), int(f.get(4, 0)))
-        elif num == 14 and isinstance(value, int):
-            default = value
-    if not types or not strings or strings[0] != "":
-        raise FlameFormatError(f"{source}: not a pprof profile (no sample type or string table)")
+    return raw
 
-    def text(i: int) -> str:
+
+class _Tables:
+    """The ``Profile`` messages a flame graph needs, decoded one top-level field at a time."""
+
+    def __init__(self) -> None:
+        self.strings: list[str] = []
+        self.types: list[tuple[int, int]] = []
+        self.samples: list[tuple[list[int], list[int]]] = []
+        self.locations: dict[int, list[tuple[int, int]]] = {}
+        self.functions: dict[int, tuple[int, int]] = {}
+        self.default = 0
+
+    def add(self, num: int, value: int | bytes) -> None:
+        if isinstance(value, bytes):
+            decode = _MESSAGES.get(num)
+            if decode is not None:
+                decode(self, value)
+        elif num == 14:
+            self.default = value
+
+    def string(self, value: bytes) -> None:
+        self.strings.append(value.decode("utf-8", "replace"))
+
+    def value_type(self, value: bytes) -> None:
+        f = dict(_fields(value))
+        self.types.append((int(f.get(1, 0)), int(f.get(2, 0))))
+
+    def sample(self, value: bytes) -> None:
+        ids: list[int] = []
+        vals: list[int] = []
+        for num, v in _fields(value):
+            if num == 1:
+                ids += _ints(v)
+            elif num == 2:
+                vals += [_signed(x) for x in _ints(v)]
+        self.samples.append((ids, vals))
+
+    def location(self, value: bytes) -> None:
+        lid, lines = 0, []
+        for num, v in _fields(value):
+            if num == 1 and isinstance(v, int):
+                lid = v
+            elif num == 4 and isinstance(v, bytes):
+                line = dict(_fields(v))
+                lines.append((int(line.get(1, 0)), _signed(int(line.get(2, 0)))))
+        self.locations[lid] = lines
+
+    def function(self, value: bytes) -> None:
+        f = dict(_fields(value))
+        self.functions[int(f.get(1, 0))] = (int(f.get(2, 0)), int(f.get(4, 0)))
+
+
+_MESSAGES: dict[int, Callable[[_Tables, bytes], None]] = {
+    6: _Tables.string, 1: _Tables.value_type, 2: _Tables.sample, 4: _Tables.location, 5: _Tables.function,
+}
+"""``Profile`` field number -> the decoder of its length-delimited message."""
+_OUR_UNITS = {"bytes": ("bytes", 1.0), "nanoseconds": ("seconds", 1e-9), "microseconds": ("seconds", 1e-6)}
+"""pprof unit -> (our unit, scale); anything else is counted as samples."""
+
+
+class _Stacks:
+    """Frames (root first) of samples, with strings looked up and bounds-checked."""
+
+    def __init__(self, tables: _Tables, source: str) -> None:
+        self.tables = tables
+        self.source = source
+
+    def text(self, i: int) -> str:
+        strings = self.tables.strings
         if not 0 <= i < len(strings):
-            raise FlameFormatError(f"{source}: string index {i} outside the table of {len(strings)}")
+            raise FlameFormatError(f"{self.source}: string index {i} outside the table of {len(strings)}")
         return strings[i]
 
-    which = next((k for k, (t, _) in enumerate(types) if default and t == default), len(types) - 1)
-    kind, unit = text(types[which][0]), text(types[which][1])
-    ours, scale = ("bytes", 1.0) if unit == "bytes" else ("seconds", 1e-9) if unit == "nanoseconds" else \
-        ("seconds", 1e-6) if unit == "microseconds" else ("samples", 1.0)
-
-    def frames(ids: list[int]) -> list[str]:
+    def frames(self, ids: list[int]) -> list[str]:
         out: list[str] = []
         for lid in reversed(ids):  # root first
-            for fid, line in reversed(locations.get(lid, [(0, 0)])):  # inlined: the caller's line last
-                name_i, file_i = functions.get(fid, (0, 0))
-                name, file = _QUOTES.sub(r"<\1>", text(name_i)) or f"0x{lid:x}", text(file_i)
+            for fid, line in reversed(self.tables.locations.get(lid, [(0, 0)])):  # inlined: the caller's line last
+                name_i, file_i = self.tables.functions.get(fid, (0, 0))
+                name, file = _QUOTES.sub(r"<\1>", self.text(name_i)) or f"0x{lid:x}", self.text(file_i)
                 out.append(f"{name} ({file}:{line})" if file and line else name)
         return out
 
-    stacks = ((frames(ids), vals[which] * scale) for ids, vals in samples if len(vals) > which and vals[which] > 0)
+
+def read_pprof(raw: bytes, source: str = "input") -> Profile:
+    """A profile from pprof bytes (gzipped or not); its default sample type, else its last one.
+
+    Raises:
+        FlameFormatError: not pprof, malformed, or over the bounds.
+    """
+    tables = _Tables()
+    for num, value in _fields(_unzipped(raw, source)):
+        tables.add(num, value)
+    types, default = tables.types, tables.default
+    if not types or not tables.strings or tables.strings[0] != "":
+        raise FlameFormatError(f"{source}: not a pprof profile (no sample type or string table)")
+    stacks_of = _Stacks(tables, source)
+    which = next((k for k, (t, _) in enumerate(types) if default and t == default), len(types) - 1)
+    kind, unit = stacks_of.text(types[which][0]), stacks_of.text(types[which][1])
+    ours, scale = _OUR_UNITS.get(unit, ("samples", 1.0))
+    stacks = ((stacks_of.frames(ids), vals[which] * scale)
+              for ids, vals in tables.samples if len(vals) > which and vals[which] > 0)
     return build_from_stacks(stacks, ours, f"{source} ({kind}, {unit})")

@@ -135,39 +135,7 @@ def sample_counted(pids: list[int], duration_s: float, rate_hz: int = 100, *, co
     seconds = max(1, math.ceil(duration_s))
     exe = pyspy_binary()
     counts = {pid: python_threads(pid) if count_threads else None for pid in pids}
-    sampled: list[int] = []
-    with tempfile.TemporaryDirectory(prefix="gpulens-pyspy-") as tmp:
-        procs = []
-        for pid in pids:
-            out = os.path.join(tmp, f"{pid}.txt")
-            cmd = [exe, "record", "--format", "raw", "-F", "--nonblocking", "-d", str(seconds),
-                   "-r", str(rate_hz), "-p", str(pid), "-o", out]
-            procs.append((pid, out, subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)))
-        stacks: list[tuple[list[str], float]] = []
-        errors: list[ProfilerError] = []
-        deadline = time.monotonic() + seconds + 60
-        for pid, out, proc in procs:
-            try:
-                err = _finish(proc, deadline, cancel)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                _, err = proc.communicate()
-                errors.append(ProfilerError(f"py-spy did not finish sampling process {pid}"))
-                continue
-            except BaseException:  # Ctrl-C / SIGTERM / cancelled: detach py-spy from every target now
-                _kill_all([q for _, _, q in procs])
-                raise
-            if proc.returncode != 0 or not os.path.exists(out):
-                errors.append(classify_failure(pid, proc.returncode, err.decode("utf-8", "replace")))
-                continue
-            if os.path.getsize(out) > MAX_OUTPUT_BYTES:
-                errors.append(ProfilerError(f"py-spy output for {pid} is over {MAX_OUTPUT_BYTES} bytes"))
-                continue
-            with open(out, "rb") as fh:
-                part = parse_folded(fh.read(), "samples", source=f"py-spy output for {pid}")
-            sampled.append(pid)
-            prefix = [f"process {pid}"] if len(pids) > 1 else []
-            stacks.extend((prefix + frames, value) for frames, value in part.stacks())
+    stacks, sampled, errors = _sample_all(exe, pids, seconds, rate_hz, cancel)
     if errors and not stacks:
         raise errors[0]
     title = f"py-spy {rate_hz} Hz x {seconds} s: " + ", ".join(str(p) for p in pids)
@@ -175,6 +143,62 @@ def sample_counted(pids: list[int], duration_s: float, rate_hz: int = 100, *, co
     known = [counts[pid] for pid in sampled]
     threads = None if None in known else sum(c for c in known if c is not None)
     return Sampled(profile, int(profile.total), threads, rate_hz * seconds)
+
+
+def _sample_all(exe: str, pids: list[int], seconds: int, rate_hz: int, cancel: Callable[[], bool] | None,
+                ) -> tuple[list[tuple[list[str], float]], list[int], list[ProfilerError]]:
+    """Run one py-spy per process at once: the stacks (under ``process PID`` when several), the pids
+    sampled, and the errors of the others."""
+    sampled: list[int] = []
+    stacks: list[tuple[list[str], float]] = []
+    errors: list[ProfilerError] = []
+    with tempfile.TemporaryDirectory(prefix="gpulens-pyspy-") as tmp:
+        procs = []
+        for pid in pids:
+            out = os.path.join(tmp, f"{pid}.txt")
+            procs.append((pid, out, _record(exe, pid, seconds, rate_hz, out)))
+        every = [q for _, _, q in procs]
+        deadline = time.monotonic() + seconds + 60
+        for pid, out, proc in procs:
+            part = _recorded(pid, out, proc, deadline, cancel, every)
+            if isinstance(part, ProfilerError):
+                errors.append(part)
+                continue
+            sampled.append(pid)
+            prefix = [f"process {pid}"] if len(pids) > 1 else []
+            stacks.extend((prefix + frames, value) for frames, value in part.stacks())
+    return stacks, sampled, errors
+
+
+def _record(exe: str, pid: int, seconds: int, rate_hz: int, out: str) -> subprocess.Popen[bytes]:
+    """Start ``py-spy record`` of ``pid`` into ``out`` (raw folded stacks, aggregated by function)."""
+    cmd = [exe, "record", "--format", "raw", "-F", "--nonblocking", "-d", str(seconds),
+           "-r", str(rate_hz), "-p", str(pid), "-o", out]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _recorded(pid: int, out: str, proc: subprocess.Popen[bytes], deadline: float,
+              cancel: Callable[[], bool] | None, every: list[subprocess.Popen[bytes]]) -> Profile | ProfilerError:
+    """The stacks one py-spy child recorded once it ends, or why there are none.
+
+    Interrupted (Ctrl-C, SIGTERM, cancelled), it kills ``every`` py-spy child, detaching them from
+    their targets, and re-raises.
+    """
+    try:
+        err = _finish(proc, deadline, cancel)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return ProfilerError(f"py-spy did not finish sampling process {pid}")
+    except BaseException:  # Ctrl-C / SIGTERM / cancelled: detach py-spy from every target now
+        _kill_all(every)
+        raise
+    if proc.returncode != 0 or not os.path.exists(out):
+        return classify_failure(pid, proc.returncode, err.decode("utf-8", "replace"))
+    if os.path.getsize(out) > MAX_OUTPUT_BYTES:
+        return ProfilerError(f"py-spy output for {pid} is over {MAX_OUTPUT_BYTES} bytes")
+    with open(out, "rb") as fh:
+        return parse_folded(fh.read(), "samples", source=f"py-spy output for {pid}")
 
 
 CANCEL_POLL_S = 0.2

@@ -226,6 +226,23 @@ class Timeline:
         return out
 
 
+def _end_group(ends: list[tuple[float, TraceEvent]], ei: int) -> tuple[_Ends | None, int]:
+    """The ends at the timestamp of ``ends[ei]`` and the index after them; (None, ``ei``) when none are left."""
+    ne = len(ends)
+    if ei >= ne:
+        return None, ei
+    j, ts = ei + 1, ends[ei][0]
+    while j < ne and ends[j][0] == ts:
+        j += 1
+    return _Ends(ts, [r for _, r in ends[ei:j]]), j
+
+
+def _begins_first(begin: tuple[float, TraceEvent], group: _Ends | None) -> bool:
+    """Does this begin come before the pending ends (earlier, or at their time and the front's own event)?"""
+    return (group is None or begin[0] < group.ts
+            or (begin[0] == group.ts and begin[1].eid == group.front().eid))
+
+
 def timeline(events: list[TraceEvent]) -> Timeline:
     """Play one thread's events (see the module docstring) into a :class:`Timeline`."""
     tree = Timeline()
@@ -235,19 +252,12 @@ def timeline(events: list[TraceEvent]) -> Timeline:
     weight, parent = tree.weight, tree.parent
     stack: list[TraceEvent] = []
     node, now = 0, 0.0
-    bi, ei, nb, ne = 0, 0, len(begins), len(ends)
+    bi, ei, nb = 0, 0, len(begins)
     group: _Ends | None = None
     while True:
         if group is None or group.empty():
-            group = None
-            if ei < ne:
-                j, ts = ei + 1, ends[ei][0]
-                while j < ne and ends[j][0] == ts:
-                    j += 1
-                group = _Ends(ts, [r for _, r in ends[ei:j]])
-                ei = j
-        if bi < nb and (group is None or begins[bi][0] < group.ts
-                        or (begins[bi][0] == group.ts and begins[bi][1].eid == group.front().eid)):
+            group, ei = _end_group(ends, ei)
+        if bi < nb and _begins_first(begins[bi], group):
             ts, rec = begins[bi]
             bi += 1
             if node and ts > now:

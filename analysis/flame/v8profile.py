@@ -94,11 +94,26 @@ def cpuprofile_profile(doc: dict[str, Any], source: str, title: str = "", max_no
     """A ``.cpuprofile`` (new or old format) in seconds, as speedscope weighs it."""
     if is_old_cpuprofile(doc) and not is_cpuprofile(doc):
         doc = _old_to_new(doc, source, max_nodes)
+    nodes, samples, deltas = _checked_lists(doc, source)
+    by_id, parent = _node_tree(nodes, source)
+    runs, times = _runs(samples, deltas)
+    weights = _stack_weights(runs, times, by_id, parent)
+    stacks = [([frame_text(by_id[n].get("callFrame")) for n in stack], us * 1e-6) for stack, us in weights.items()]
+    return build_from_stacks(stacks, "seconds", title or "Chrome CPU profile")
+
+
+def _checked_lists(doc: dict[str, Any], source: str) -> tuple[list[Any], list[Any], list[Any]]:
+    """``nodes``, ``samples`` and ``timeDeltas``: lists, with a numeric delta for every sample."""
     nodes, samples, deltas = doc["nodes"], doc["samples"], doc["timeDeltas"]
     if not isinstance(nodes, list) or not isinstance(samples, list) or not isinstance(deltas, list):
         raise FlameFormatError(f"{source}: expected 'nodes', 'samples' and 'timeDeltas' to be lists")
     if len(deltas) < len(samples) or any(_num(d) is None for d in deltas[:len(samples)]):
         raise FlameFormatError(f"{source}: expected a numeric time delta for each of the {len(samples)} samples")
+    return nodes, samples, deltas
+
+
+def _node_tree(nodes: list[Any], source: str) -> tuple[dict[Any, dict[str, Any]], dict[Any, Any]]:
+    """Node by id, and parent by id (from ``parent`` fields, then from ``children`` lists)."""
     by_id: dict[Any, dict[str, Any]] = {}
     parent: dict[Any, Any] = {}
     for k, node in enumerate(nodes):
@@ -112,10 +127,7 @@ def cpuprofile_profile(doc: dict[str, Any], source: str, title: str = "", max_no
         for kid in kids if isinstance(kids, list) else ():
             if kid in by_id:
                 parent[kid] = node["id"]
-    runs, times = _runs(samples, deltas)
-    weights = _stack_weights(runs, times, by_id, parent)
-    stacks = [([frame_text(by_id[n].get("callFrame")) for n in stack], us * 1e-6) for stack, us in weights.items()]
-    return build_from_stacks(stacks, "seconds", title or "Chrome CPU profile")
+    return by_id, parent
 
 
 def _runs(samples: list[Any], deltas: list[Any]) -> tuple[list[Any], list[float]]:

@@ -191,48 +191,66 @@ def op_table(threads: Iterable[list[CpuEvent]], memory_ts: Iterable[float] = (),
     those outside every CPU event become ``[memory]`` rows, as torch's top-level memory events.
     ``shapes``: names carry input shapes (``load_compact(group_by_input_shape=True)``).
     """
-    # one accumulator per row: [name, calls, total_us, self_us, key]
-    op_rows: dict[str, list[Any] | None] = {}
-    ann_rows: dict[str, list[Any] | None] = {}
-    by_key: dict[OpKey, list[Any]] = {}
-    launcher: dict[int, OpKey] = {}
-    runtime: list[CpuEvent] = []
-    steps: list[Step] = []
-    roots: list[tuple[float, float]] = []
-    annotation, step_row = ANNOTATION, STEP_ROW
-    unseen: list[Any] = []  # a sentinel for dict.get: no row is this list
-    start = float("inf")
+    nest = _Nesting(shapes)
     for evs in threads:
-        if not evs:
-            continue
-        try:
-            evs.sort()  # (start, -duration, ...): parents before their children
-        except TypeError:  # a full tie between an op and an annotation of one name
-            evs.sort(key=lambda e: (e[0], e[1], e[2], -9 if e[3] is None else e[3]))
-        start = min(start, evs[0][0])
-        # Float ends are exact to about 2 ulp; spans whose ends are closer than tol are decided in
-        # integer nanoseconds (_inside), so "child ends exactly at its parent's end" is exact.
-        tol = max(abs(evs[0][0]), abs(evs[-1][0]), 1.0) * 2.0**-48
-        slack = 0
-        if all(ev[0].is_integer() and ev[1].is_integer() for ev in evs[:64]):
-            tol, slack = 1.0, 1000  # whole microseconds: see _inside
+        if evs:
+            nest.thread(evs)
+    roots = nest.roots
+    end_all = max((e for _s, e in roots), default=float("-inf"))
+    outside = _outside(sorted(_ns(t) for t in memory_ts), roots)
+    rows = [OpRow(r[0], r[1], r[3], r[2], user_annotation=r[4][1], input_shapes=r[4][2])
+            for r in nest.by_key.values() if r[1] > 0]
+    if outside:
+        rows.append(OpRow(MEMORY_ROW, outside, 0.0, 0.0, input_shapes="[]" if shapes else ""))
+    steps = nest.steps
+    if not steps:  # on-demand traces carry no ProfilerStep: the steps the rank report and the TUI find
+        steps = _optimizer_steps(threads, [*nest.op_rows, *nest.ann_rows])
+    steps.sort(key=lambda st: st.start_us)
+    return OpTable(rows, sum(r.self_cpu_us for r in rows), nest.launcher, runtime=nest.runtime, steps=steps,
+                   start_us=nest.start, end_us=end_all)
+
+
+_UNSEEN: list[Any] = []
+"""A sentinel for dict.get: no row is this list."""
+
+
+class _Nesting:
+    """The accumulators of :func:`op_table`, filled one thread at a time."""
+
+    __slots__ = ("ann_rows", "by_key", "launcher", "op_rows", "roots", "runtime", "shapes", "start", "steps")
+
+    def __init__(self, shapes: bool) -> None:
+        self.shapes = shapes
+        # one accumulator per row: [name, calls, total_us, self_us, key]
+        self.op_rows: dict[str, list[Any] | None] = {}
+        self.ann_rows: dict[str, list[Any] | None] = {}
+        self.by_key: dict[OpKey, list[Any]] = {}
+        self.launcher: dict[int, OpKey] = {}
+        self.runtime: list[CpuEvent] = []
+        self.steps: list[Step] = []
+        self.roots: list[tuple[float, float]] = []
+        self.start = float("inf")
+
+    def thread(self, evs: list[CpuEvent]) -> None:
+        """Nest one thread's events (not empty) and count each into its row as it closes."""
+        _sort_parents_first(evs)
+        self.start = min(self.start, evs[0][0])
+        tol, slack = _tolerance(evs)
+        op_rows, ann_rows, by_key, shapes = self.op_rows, self.ann_rows, self.by_key, self.shapes
+        launcher, runtime, steps, roots = self.launcher, self.runtime, self.steps, self.roots
+        annotation, step_row, unseen = ANNOTATION, STEP_ROW, _UNSEEN
         # a frame: [end + tol, end - tol, ts, dur, row, n_children, children_us (final once closed),
         #           the frame of its first child when that child has its name, else None]
         stack: list[list[Any]] = []
         push, pop = stack.append, stack.pop
         for ev in evs:
             ts, negdur, name, corr = ev
-            if corr is None:
-                row = op_rows.get(name, unseen)
-                if row is unseen:
-                    row = op_rows[name] = _new_row(name, False, by_key, shapes)
-            else:
-                table = ann_rows if corr == annotation else op_rows
-                row = table.get(name, unseen)
-                if row is unseen:
-                    row = table[name] = _new_row(name, corr == annotation, by_key, shapes)
-                if corr >= -1:
-                    runtime.append(ev)
+            table = ann_rows if corr == annotation else op_rows
+            row = table.get(name, unseen)
+            if row is unseen:
+                row = table[name] = _new_row(name, corr == annotation, by_key, shapes)
+            if corr is not None and corr >= -1:
+                runtime.append(ev)
             if row is None:
                 continue  # a name torch filters out
             if row[0] is step_row:  # ProfilerStep#N: an annotation, or an "Operator" in old Kineto traces
@@ -251,37 +269,31 @@ def op_table(threads: Iterable[list[CpuEvent]], memory_ts: Iterable[float] = (),
                     if corr is not None and corr >= 0:
                         launcher[corr] = top[4][4]
                     break
-                # the top has ended: count it (the body of _count, inlined for speed)
-                pop()
-                kids = top[6]
-                if top[7] is not None and top[5] == 1:
-                    child = top[7]
-                    crow, cdur, ckids = child[4], child[3], child[6]
-                    crow[1] -= 1
-                    crow[2] -= cdur
-                    crow[3] -= cdur - ckids
-                    kids = top[6] = ckids
-                trow, tdur = top[4], top[3]
-                trow[1] += 1
-                trow[2] += tdur
-                trow[3] += tdur - kids
-                if not stack:
-                    roots.append((top[2], top[2] + tdur))
+                _count(pop(), stack, roots)  # the top has ended
             frame = [end + tol, end - tol, ts, dur, row, 0, 0.0, None]
             if twin is not None:
                 twin[7] = frame
             push(frame)
         _drain(stack, roots)
-    end_all = max((e for _s, e in roots), default=float("-inf"))
-    rows_acc = by_key.values()
-    outside = _outside(sorted(_ns(t) for t in memory_ts), roots)
-    rows = [OpRow(r[0], r[1], r[3], r[2], user_annotation=r[4][1], input_shapes=r[4][2]) for r in rows_acc if r[1] > 0]
-    if outside:
-        rows.append(OpRow(MEMORY_ROW, outside, 0.0, 0.0, input_shapes="[]" if shapes else ""))
-    if not steps:  # on-demand traces carry no ProfilerStep: the steps the rank report and the TUI find
-        steps = _optimizer_steps(threads, [*op_rows, *ann_rows])
-    steps.sort(key=lambda st: st.start_us)
-    return OpTable(rows, sum(r.self_cpu_us for r in rows), launcher, runtime, steps, start, end_all)
+
+
+def _sort_parents_first(evs: list[CpuEvent]) -> None:
+    """Sort by (start, -duration, ...): parents before their children."""
+    try:
+        evs.sort()
+    except TypeError:  # a full tie between an op and an annotation of one name
+        evs.sort(key=lambda e: (e[0], e[1], e[2], -9 if e[3] is None else e[3]))
+
+
+def _tolerance(evs: list[CpuEvent]) -> tuple[float, int]:
+    """(tol, slack) for one thread's span tests.
+
+    Float ends are exact to about 2 ulp; spans whose ends are closer than tol are decided in
+    integer nanoseconds (_inside), so "child ends exactly at its parent's end" is exact.
+    """
+    if all(ev[0].is_integer() and ev[1].is_integer() for ev in evs[:64]):
+        return 1.0, 1000  # whole microseconds: see _inside
+    return max(abs(evs[0][0]), abs(evs[-1][0]), 1.0) * 2.0**-48, 0
 
 
 def _optimizer_steps(threads: Iterable[list[Any]], names: Iterable[str]) -> list[Step]:

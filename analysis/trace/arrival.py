@@ -30,6 +30,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from gpulens.analysis.trace.events import Event
 from gpulens.analysis.trace.intervals import Interval
 from gpulens.analysis.trace.rank_reduce import KERNEL_CATS, RankFold
 from gpulens.analysis.trace.step_profile import StepProfile, step_profile
@@ -154,40 +155,43 @@ def _cpu_rows(fold: RankFold) -> list[Iterable[Interval]]:
             zip(fold.row_starts, fold.row_ends, strict=True), spans]
 
 
-def rank_arrival(fold: RankFold) -> RankArrival:
-    """Reduce a folded trace to its :class:`RankArrival`."""
-    profile = step_profile(fold)
-    steps = tuple(StepSpan(int(m.group(1)), ts, dur) for name, ts, dur in fold.profiler
-                  if (m := STEP_NUMBER.match(name)))
-    if not steps:
-        return RankArrival((), (), (), "no ProfilerStep#N spans", profile)
+def _overlap_refusal(steps: tuple[StepSpan, ...], fold: RankFold) -> str | None:
+    """Why overlapping step spans are not scanned (too many events to place in them), or None."""
     _, starts, ends = _sorted(steps)
     rows = len(fold.cpu_starts) + len(fold.comm_ops) + len(fold.row_starts) + len(fold.gpu)
     if not _disjoint(starts, ends) and len(steps) * rows > OVERLAP_BUDGET:
-        return RankArrival(steps, (), (), f"{len(steps)} ProfilerStep#N spans that overlap: too many to place "
-                                          f"{rows} events in them (HTA scans every span for every event)",
-                           profile)
+        return (f"{len(steps)} ProfilerStep#N spans that overlap: too many to place "
+                f"{rows} events in them (HTA scans every span for every event)")
+    return None
+
+
+def _launch_link(e: Event) -> tuple[int, int] | None:
+    """(correlation id, stream) of a GPU record with a correlation id on a stream > 0, else None."""
+    a = e.args
+    if a is None:
+        return None
+    corr, stream = a.correlation, a.stream
+    if type(corr) is not int:  # exact type: JSON gives int; bool and the rest are no link
+        return None
+    if type(stream) is not int:
+        stream = _int(stream)
+        if stream is None:
+            return None
+    return (corr, stream) if stream > 0 else None
+
+
+def _fold_gpu(fold: RankFold, steps: tuple[StepSpan, ...], lo: list[float], hi: list[float]) -> list[CommKernel]:
+    """Widen each step's ``[lo, hi]`` by the GPU records launched in it; the NCCL kernels of steps > 0."""
     find = locator(steps)
-    n = len(steps)
-    lo, hi = [math.inf] * n, [-math.inf] * n
-    _fold_rows(steps, _cpu_rows(fold), lo, hi)
     launch = dict(zip(fold.launch_corr, fold.launch_ts, strict=True))  # a repeated id: the last call wins, as in HTA
     kernels: list[CommKernel] = []
     names: dict[str, str] = {}  # one string object per name: the pickled summary stores each once
     launch_get = launch.get
     for e in fold.gpu:
-        a = e.args
-        if a is None:
+        link = _launch_link(e)
+        if link is None:
             continue
-        corr, stream = a.correlation, a.stream
-        if type(corr) is not int:  # exact type: JSON gives int; bool and the rest are no link
-            continue
-        if type(stream) is not int:
-            stream = _int(stream)
-            if stream is None:
-                continue
-        if stream <= 0:
-            continue
+        corr, stream = link
         at = launch_get(corr)
         if at is None:
             continue
@@ -202,11 +206,33 @@ def rank_arrival(fold: RankFold) -> RankArrival:
         it = steps[i].iteration
         if it > 0 and e.cat in KERNEL_CATS and e.name.startswith(COMM_PREFIXES):  # HTA: iteration > 0
             kernels.append(CommKernel(stream, it, names.setdefault(e.name, e.name), e.ts, e.dur))
+    return kernels
+
+
+def _iteration_ranges(steps: tuple[StepSpan, ...], lo: list[float], hi: list[float]) -> tuple[IterRange, ...]:
+    """Per iteration (steps of one number merged), the span of the events in it, if any."""
     by_iter: dict[int, tuple[float, float]] = {}
     for i, s in enumerate(steps):
         if lo[i] <= hi[i]:
             a0, b0 = by_iter.get(s.iteration, (math.inf, -math.inf))
             by_iter[s.iteration] = (min(a0, lo[i]), max(b0, hi[i]))
-    ranges = tuple(IterRange(k, a, b) for k, (a, b) in sorted(by_iter.items()))
+    return tuple(IterRange(k, a, b) for k, (a, b) in sorted(by_iter.items()))
+
+
+def rank_arrival(fold: RankFold) -> RankArrival:
+    """Reduce a folded trace to its :class:`RankArrival`."""
+    profile = step_profile(fold)
+    steps = tuple(StepSpan(int(m.group(1)), ts, dur) for name, ts, dur in fold.profiler
+                  if (m := STEP_NUMBER.match(name)))
+    if not steps:
+        return RankArrival((), (), (), "no ProfilerStep#N spans", profile)
+    refused = _overlap_refusal(steps, fold)
+    if refused is not None:
+        return RankArrival(steps, (), (), refused, profile)
+    n = len(steps)
+    lo, hi = [math.inf] * n, [-math.inf] * n
+    _fold_rows(steps, _cpu_rows(fold), lo, hi)
+    kernels = _fold_gpu(fold, steps, lo, hi)
+    ranges = _iteration_ranges(steps, lo, hi)
     note = "" if kernels else "no NCCL kernels (ncclKernel*, ncclDevKernel*) launched inside a ProfilerStep"
     return RankArrival(steps, ranges, tuple(kernels), note, profile)

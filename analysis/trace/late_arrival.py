@@ -87,39 +87,43 @@ def _kept_steps(r: RankArrival, drop_last: bool) -> set[int]:
     return {s.iteration for s in r.steps if s.ts_us < last}
 
 
-def late_arrival(
-    ranks: Sequence[tuple[int, RankArrival]], *, candidates: int = CANDIDATES, include_last_step: bool = True
-) -> LateArrival:
-    """HTA's potential stragglers for ranks ``(rank, reduction)`` (see the module docstring)."""
-    k = max(1, candidates)
-    fail = LateArrival("", k, include_last_step)
+def _refusal(ranks: Sequence[tuple[int, RankArrival]]) -> str | None:
+    """Why a rank's reduction cannot be used (its step spans overlap), or None."""
     refused = next(((rank, r.note) for rank, r in ranks if r.steps and not r.ranges and "overlap" in r.note), None)
-    if refused is not None:
-        return _with(fail, f"rank {refused[0]}: {refused[1]}")
+    return None if refused is None else f"rank {refused[0]}: {refused[1]}"
+
+
+def _steps_used(ranks: Sequence[tuple[int, RankArrival]], include_last_step: bool) -> dict[int, set[int]]:
+    """Step 1: per rank, the iterations it keeps."""
     names = {s.iteration for _, r in ranks for s in r.steps}
     drop_last = not include_last_step and len(names) > 1
-    kept = {rank: _kept_steps(r, drop_last) for rank, r in ranks}
-    iterations = sorted(set().union(*kept.values())) if kept else []
-    if not iterations:
-        return _with(fail, "no ProfilerStep#N spans (HTA's method needs them)")
+    return {rank: _kept_steps(r, drop_last) for rank, r in ranks}
+
+
+def _time_span(ranks: Sequence[tuple[int, RankArrival]], kept: dict[int, set[int]]) -> tuple[float, float]:
+    """Step 2: the earliest start and latest end of any event in the kept iterations."""
     lo, hi = math.inf, -math.inf
     for rank, r in ranks:
         for g in r.ranges:
             if g.iteration in kept[rank]:
                 lo, hi = min(lo, g.min_ts_us), max(hi, g.max_end_us)
-    mean_iter = (hi - lo) / len(iterations)
-    if not (math.isfinite(mean_iter) and mean_iter > 0):
-        return _with(fail, "the ProfilerStep#N spans have no usable time span "
-                           "(no events with a duration, or timestamps out of range)")
-    min_dur = mean_iter * MIN_NORMALIZED_DURATION
+    return lo, hi
+
+
+def _candidate_kernels(ranks: Sequence[tuple[int, RankArrival]], kept: dict[int, set[int]],
+                       min_dur: float) -> dict[tuple[int, int, int, str], CommKernel]:
+    """Step 3: per (rank, stream, iteration, name), the last long-enough NCCL kernel."""
     last: dict[tuple[int, int, int, str], CommKernel] = {}
     for rank, r in ranks:
         for c in r.kernels:
             if c.iteration > 0 and c.iteration in kept[rank] and c.dur_us >= min_dur:
                 last[(rank, c.stream, c.iteration, c.name)] = c  # the last in the file wins
-    if not last:
-        return _with(fail, "no NCCL kernel (ncclKernel*, ncclDevKernel*) of at least 1% of the mean step "
-                           "launched in a ProfilerStep > 0 (HTA's method needs one)")
+    return last
+
+
+def _dominant_collective(last: dict[tuple[int, int, int, str], CommKernel],
+                         mean_iter: float) -> tuple[int, str] | None:
+    """Step 4: the (stream, name) whose normalized duration varies most across ranks, or None."""
     durs: dict[tuple[int, int, str], list[float]] = {}
     for (_, stream, it, name), c in last.items():
         durs.setdefault((stream, it, name), []).append(c.dur_us / mean_iter)
@@ -128,21 +132,34 @@ def late_arrival(
         if len(xs) > 1:
             spread.setdefault((stream, name), []).append(statistics.stdev(xs))
     if not spread:
-        return _with(fail, "no NCCL kernel seen on two ranks in one iteration (the spread across ranks is undefined)")
-    best = min(spread, key=lambda sn: (-statistics.fmean(spread[sn]), sn))
-    stream, name = best
+        return None
+    return min(spread, key=lambda sn: (-statistics.fmean(spread[sn]), sn))
+
+
+def _normalized_starts(last: dict[tuple[int, int, int, str], CommKernel], best: tuple[int, str], lo: float,
+                       mean_iter: float) -> dict[int, dict[int, float]]:
+    """Step 5's metric: iteration -> rank -> the collective's normalized start."""
     metric: dict[int, dict[int, float]] = {}
     for (rank, st, it, nm), c in last.items():
         if (st, nm) == best:
             metric.setdefault(it, {})[rank] = (c.ts_us - lo) / mean_iter
-    its = sorted(metric)
+    return metric
+
+
+def _flag_counts(metric: dict[int, dict[int, float]], its: list[int], k: int) -> dict[int, int]:
+    """Step 5's vote: per rank, in how many iterations it was among the k latest."""
     flagged: dict[int, int] = {}
     for it in its:
         vals = sorted(metric[it].values(), reverse=True)
         threshold = vals[min(k, len(vals)) - 1]
         for rank, v in metric[it].items():
             flagged[rank] = flagged.get(rank, 0) + (1 if v >= threshold else 0)
-    order = sorted(flagged, key=lambda rk: (-flagged[rk], rk))
+    return flagged
+
+
+def _arrival_rows(metric: dict[int, dict[int, float]], its: list[int], flagged: dict[int, int],
+                  mean_iter: float) -> list[ArrivalRank]:
+    """Per rank: its normalized starts and its lateness behind the earliest rank, per iteration."""
     earliest = {it: min(metric[it].values()) for it in its}
     rows = []
     for rank in sorted(flagged):
@@ -150,6 +167,41 @@ def late_arrival(
         late = tuple(None if s is None else (s - earliest[it]) * mean_iter / 1000.0
                      for s, it in zip(starts, its, strict=True))
         rows.append(ArrivalRank(rank, flagged[rank], starts, late))
+    return rows
+
+
+def late_arrival(
+    ranks: Sequence[tuple[int, RankArrival]], *, candidates: int = CANDIDATES, include_last_step: bool = True
+) -> LateArrival:
+    """HTA's potential stragglers for ranks ``(rank, reduction)`` (see the module docstring)."""
+    k = max(1, candidates)
+    fail = LateArrival("", k, include_last_step)
+    refused = _refusal(ranks)
+    if refused is not None:
+        return _with(fail, refused)
+    kept = _steps_used(ranks, include_last_step)
+    iterations = sorted(set().union(*kept.values())) if kept else []
+    if not iterations:
+        return _with(fail, "no ProfilerStep#N spans (HTA's method needs them)")
+    lo, hi = _time_span(ranks, kept)
+    mean_iter = (hi - lo) / len(iterations)
+    if not (math.isfinite(mean_iter) and mean_iter > 0):
+        return _with(fail, "the ProfilerStep#N spans have no usable time span "
+                           "(no events with a duration, or timestamps out of range)")
+    min_dur = mean_iter * MIN_NORMALIZED_DURATION
+    last = _candidate_kernels(ranks, kept, min_dur)
+    if not last:
+        return _with(fail, "no NCCL kernel (ncclKernel*, ncclDevKernel*) of at least 1% of the mean step "
+                           "launched in a ProfilerStep > 0 (HTA's method needs one)")
+    best = _dominant_collective(last, mean_iter)
+    if best is None:
+        return _with(fail, "no NCCL kernel seen on two ranks in one iteration (the spread across ranks is undefined)")
+    stream, name = best
+    metric = _normalized_starts(last, best, lo, mean_iter)
+    its = sorted(metric)
+    flagged = _flag_counts(metric, its, k)
+    order = sorted(flagged, key=lambda rk: (-flagged[rk], rk))
+    rows = _arrival_rows(metric, its, flagged, mean_iter)
     return LateArrival("", k, include_last_step, tuple(order[:k]), name, stream, tuple(its), mean_iter, min_dur,
                        tuple(rows))
 

@@ -92,10 +92,8 @@ class RankFold:
         """Fold one decoded batch in."""
         other = self.cats
         gpu_cats, op_cats = GPU_CATS, OP_CATS
-        comm_get = self._comm_names.get
-        gpu_append, comm_append = self.gpu.append, self.comm_ops.append
-        start_append, end_append = self.cpu_starts.append, self.cpu_ends.append
-        row_start, row_end, launch_get = self.row_starts.append, self.row_ends.append, self._launch_cats.get
+        gpu_append = self.gpu.append
+        add_op, add_annotation, add_row = self._add_op, self._add_annotation, self._add_row
         for item in batch:
             ev: RawEvent | None = item
             if item.ph != "X":
@@ -109,49 +107,61 @@ class RankFold:
             cat = ev.cat
             if cat in gpu_cats:
                 gpu_append(with_args(ev))
-                continue
-            if cat in op_cats:
-                name = ev.name
-                ts = ev.ts
-                if name[:1] in "PO":
-                    if name.startswith(PROFILER_PREFIX):
-                        self.profiler.append((name, ts, ev.dur))
-                        continue  # a step marker is not work
-                    if name.startswith(OPTIMIZER_PREFIX):
-                        self.optimizer.append((name, ts, ev.dur))
-                end = ts + ev.dur
-                comm = comm_get(name)
-                if comm is None:
-                    comm = self._comm_names[name] = is_comm_op(name)
-                if comm:
-                    comm_append((ts, end))
-                    if name.startswith(C10D_PREFIXES):
-                        self.c10d_calls += 1
-                else:
-                    start_append(ts)
-                    end_append(end)
+            elif cat in op_cats:
+                add_op(ev)
             elif cat == "user_annotation":
-                name = ev.name
-                span = (name, ev.ts, ev.dur)
-                if name.startswith(PROFILER_PREFIX):
-                    self.profiler.append(span)
-                elif name.startswith(OPTIMIZER_PREFIX):
-                    self.optimizer.append(span)
-                elif is_comm_op(name):  # gloo:all_reduce and friends, on gloo's own threads
-                    comm_append((ev.ts, ev.ts + ev.dur))
-                else:
-                    self.annotations.append(span)
+                add_annotation(ev)
             else:
-                other[cat] += 1
-                if cat not in NOT_ROWS:
-                    ts = ev.ts
-                    row_start(ts)
-                    row_end(ts + ev.dur)
-                    launch = launch_get(cat)
-                    if launch is None:
-                        launch = self._launch_cats[cat] = is_launch_cat(cat)
-                    if launch and len(ev.args):
-                        self._launch(ev)
+                add_row(ev, cat)
+
+    def _add_op(self, ev: RawEvent) -> None:
+        """A CPU op: a step marker, a collective call, or work (an optimizer step is work too)."""
+        name = ev.name
+        ts = ev.ts
+        if name[:1] in "PO":
+            if name.startswith(PROFILER_PREFIX):
+                self.profiler.append((name, ts, ev.dur))
+                return  # a step marker is not work
+            if name.startswith(OPTIMIZER_PREFIX):
+                self.optimizer.append((name, ts, ev.dur))
+        end = ts + ev.dur
+        comm = self._comm_names.get(name)
+        if comm is None:
+            comm = self._comm_names[name] = is_comm_op(name)
+        if comm:
+            self.comm_ops.append((ts, end))
+            if name.startswith(C10D_PREFIXES):
+                self.c10d_calls += 1
+        else:
+            self.cpu_starts.append(ts)
+            self.cpu_ends.append(end)
+
+    def _add_annotation(self, ev: RawEvent) -> None:
+        """A ``user_annotation``: a step marker, an optimizer step, a collective, or a plain annotation."""
+        name = ev.name
+        span = (name, ev.ts, ev.dur)
+        if name.startswith(PROFILER_PREFIX):
+            self.profiler.append(span)
+        elif name.startswith(OPTIMIZER_PREFIX):
+            self.optimizer.append(span)
+        elif is_comm_op(name):  # gloo:all_reduce and friends, on gloo's own threads
+            self.comm_ops.append((ev.ts, ev.ts + ev.dur))
+        else:
+            self.annotations.append(span)
+
+    def _add_row(self, ev: RawEvent, cat: str) -> None:
+        """Any other complete event: counted by category, kept as a CPU row, its correlation id kept when a launch."""
+        self.cats[cat] += 1
+        if cat in NOT_ROWS:
+            return
+        ts = ev.ts
+        self.row_starts.append(ts)
+        self.row_ends.append(ts + ev.dur)
+        launch = self._launch_cats.get(cat)
+        if launch is None:
+            launch = self._launch_cats[cat] = is_launch_cat(cat)
+        if launch and len(ev.args):
+            self._launch(ev)
 
     def _launch(self, ev: RawEvent) -> None:
         try:

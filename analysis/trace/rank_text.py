@@ -63,56 +63,74 @@ def straggler_lines(rep: RanksReport) -> list[str]:
     return [head, *(_straggler_line(s) for s in rep.stragglers)]
 
 
-def ranks_text(rep: RanksReport) -> str:
-    """The whole multi-rank report."""
-    n = len(rep.ranks)
+def _files_lines(rep: RanksReport) -> list[str]:
+    """What was read: ranks, events, bytes, each rank's file, and how steps were found."""
     events = sum(r.events for r in rep.ranks)
     size = sum(r.size_bytes for r in rep.ranks)
-    lines = [f"{n} ranks, {events} events, {fmt_bytes(size)}"]
+    lines = [f"{len(rep.ranks)} ranks, {events} events, {fmt_bytes(size)}"]
     for r in rep.ranks:
         lines.append(f"  rank {r.rank} ({r.rank_source}): {clean_text(r.path)}")
     sources = {clean_text(r.steps.describe) for r in rep.ranks}
-    lines += ["", "steps: " + ("; ".join(sorted(sources)) if len(sources) > 1 else sources.pop())]
-    lines += [
-        "",
+    return [*lines, "", "steps: " + ("; ".join(sorted(sources)) if len(sources) > 1 else sources.pop())]
+
+
+def _split_lines(rep: RanksReport) -> list[str]:
+    """The time-split table, one row per rank, and why overlap is n/a where it is."""
+    lines = [
         "time split over each rank's activity window (on its GPU streams, else CPU threads):",
         f"{'rank':>5}  {'steps':>5}  {'mean ms':>10}  {'min ms':>9}  {'max ms':>9}  {'basis':>5}  "
         f"{'compute':>8}  {'comm':>7}  {'exposed':>9}  {'idle':>7}  {'overlap':>7}  collectives on CPU (calls)",
     ]
     lines += [_row(r) for r in rep.ranks]
     notes = sorted({r.overlap_note for r in rep.ranks if r.overlap_note})
-    lines += [f"  overlap n/a: {note}" for note in notes]
+    return lines + [f"  overlap n/a: {note}" for note in notes]
+
+
+def _spread_line(rep: RanksReport) -> str:
+    """The fastest and slowest rank's mean step and their gap."""
     sp = rep.spread
-    lines.append("")
     if sp is None:
-        lines.append("spread: n/a (no rank has step markers)")
-    else:
-        lines.append(
-            f"spread: mean step {sp.min_ms:.2f} ms (rank {sp.min_rank}) to {sp.max_ms:.2f} ms (rank {sp.max_rank}), "
+        return "spread: n/a (no rank has step markers)"
+    return (f"spread: mean step {sp.min_ms:.2f} ms (rank {sp.min_rank}) to {sp.max_ms:.2f} ms (rank {sp.max_rank}), "
             f"{sp.spread_ms:.2f} ms = {sp.spread_pct:.1f}% of the median {sp.median_ms:.2f} ms "
-            f"({sp.ranks_with_steps} ranks with steps)"
-        )
-    lines += straggler_lines(rep)
-    if rep.late is not None:
-        lines += ["", *late_lines(rep.late)]
-    lines += ["", "step times per rank (ms):"]
+            f"({sp.ranks_with_steps} ranks with steps)")
+
+
+def _step_time_lines(rep: RanksReport) -> list[str]:
+    """Each rank's first 20 step times."""
+    lines = ["step times per rank (ms):"]
     for r in rep.ranks:
         shown = " ".join(f"{t:.2f}" for t in r.step_times_ms[:20])
         more = f" ... ({len(r.step_times_ms)} steps)" if len(r.step_times_ms) > 20 else ""
         lines.append(f"  rank {r.rank:>4}: {shown or 'no steps'}{more}")
+    return lines
+
+
+def _gpu_lines(rep: RanksReport) -> list[str]:
+    """The GPU breakdown of each rank that has one (none: no lines, not even the heading)."""
     gpu_ranks = [r for r in rep.ranks if r.gpu is not None]
-    if gpu_ranks:
-        lines += ["", "GPU breakdown per rank (as in the single-trace summary):"]
-        for r in gpu_ranks:
-            g = r.gpu
-            assert g is not None
-            top = clean_text(r.top_kernels[0].name) if r.top_kernels else ""
-            top = top if len(top) <= 50 else top[:47] + "..."
-            lines.append(
-                f"  rank {r.rank:>4}: window {fmt_us(g.window_us)}, busy {g.pct(g.busy_us):.1f}%  idle "
-                f"{g.pct(g.idle_us):.1f}%  compute {g.pct(g.compute_us):.1f}%  comm {g.pct(g.comm_us):.1f}%  "
-                f"memcpy {g.pct(g.memcpy_us):.1f}%; top kernel {top}"
-            )
+    if not gpu_ranks:
+        return []
+    lines = ["", "GPU breakdown per rank (as in the single-trace summary):"]
+    for r in gpu_ranks:
+        g = r.gpu
+        assert g is not None
+        top = clean_text(r.top_kernels[0].name) if r.top_kernels else ""
+        top = top if len(top) <= 50 else top[:47] + "..."
+        lines.append(
+            f"  rank {r.rank:>4}: window {fmt_us(g.window_us)}, busy {g.pct(g.busy_us):.1f}%  idle "
+            f"{g.pct(g.idle_us):.1f}%  compute {g.pct(g.compute_us):.1f}%  comm {g.pct(g.comm_us):.1f}%  "
+            f"memcpy {g.pct(g.memcpy_us):.1f}%; top kernel {top}"
+        )
+    return lines
+
+
+def ranks_text(rep: RanksReport) -> str:
+    """The whole multi-rank report."""
+    lines = [*_files_lines(rep), "", *_split_lines(rep), "", _spread_line(rep), *straggler_lines(rep)]
+    if rep.late is not None:
+        lines += ["", *late_lines(rep.late)]
+    lines += ["", *_step_time_lines(rep), *_gpu_lines(rep)]
     return "\n".join(lines) + "\n"
 
 

@@ -215,6 +215,15 @@ def judge_ranks(ranks: Sequence[_Rank], threshold_pct: float) -> tuple[list[Stra
     if len(ranks) < 2:
         return [], StragglerRule(len(ranks), min((r.steps for r in ranks), default=0), False, 0.0, 0.0,
                                  threshold_pct, (), "needs two or more ranks with steps")
+    rule = _rule(ranks, threshold_pct)
+    thr = {row.metric: row for row in rule.metrics}
+    ordered = {m: sorted(r.medians[m] for r in ranks) for m in ("step", *METRICS)}
+    out = [s for s in (_straggler(r, ordered, thr, rule.floor_ms) for r in ranks) if s is not None]
+    return sorted(out, key=lambda s: (-s.excess_ms, s.rank)), rule
+
+
+def _rule(ranks: Sequence[_Rank], threshold_pct: float) -> StragglerRule:
+    """The floor, and per part the noise and the excess that names a rank (two or more ranks)."""
     steps = min(r.steps for r in ranks)
     median_step = statistics.median(r.medians["step"] for r in ranks)
     floor = max(ABS_FLOOR_MS, threshold_pct / 100.0 * median_step)
@@ -229,26 +238,27 @@ def judge_ranks(ranks: Sequence[_Rank], threshold_pct: float) -> tuple[list[Stra
         sigma = noise(ranks, m) if measured else None
         limit = max(K * sigma * se_factor(steps, len(ranks)), floor) if sigma is not None else floor
         rows.append(RuleMetric(m, sigma, limit))
-    rule = StragglerRule(len(ranks), steps, measured, median_step, floor, threshold_pct, tuple(rows), note)
-    thr = {row.metric: row for row in rows}
-    ordered = {m: sorted(r.medians[m] for r in ranks) for m in ("step", *METRICS)}
-    out = []
-    for r in ranks:
-        others = {m: _median_without(ordered[m], r.medians[m]) for m in ordered}
-        delta = {m: r.medians[m] - others[m] for m in METRICS}
-        if delta["wait"] > thr["wait"].threshold_ms:
-            continue  # it waits for another rank: not the one holding them back
-        named = [(delta[part], kind, part, by) for kind, part, by in KINDS
-                 if delta[part] > thr[part].threshold_ms
-                 and _most_steps(r, part) - others[part] > thr[part].threshold_ms]
-        if not named:
-            continue
-        excess, kind, part, by = max(named)
-        other, other_step = others[part], others["step"]
-        out.append(Straggler(
-            r.rank, by, r.medians[part], other, excess, 100.0 * excess / other if other > 0 else math.inf,
-            delta["compute"], delta["wait"], delta["idle"], delta["other"], part, kind, delta["data"],
-            -delta["wait"], thr[part].threshold_ms, thr[part].noise_ms,
-            100.0 * excess / other_step if other_step > 0 else math.inf, r.steps,
-            -delta["wait"] > max(floor, 0.5 * excess)))
-    return sorted(out, key=lambda s: (-s.excess_ms, s.rank)), rule
+    return StragglerRule(len(ranks), steps, measured, median_step, floor, threshold_pct, tuple(rows), note)
+
+
+def _straggler(r: _Rank, ordered: dict[str, list[float]], thr: dict[str, RuleMetric],
+               floor: float) -> Straggler | None:
+    """Rank ``r`` against the median of the other ranks' medians (``ordered``: every rank's, sorted), or None
+    when no part names it."""
+    others = {m: _median_without(ordered[m], r.medians[m]) for m in ordered}
+    delta = {m: r.medians[m] - others[m] for m in METRICS}
+    if delta["wait"] > thr["wait"].threshold_ms:
+        return None  # it waits for another rank: not the one holding them back
+    named = [(delta[part], kind, part, by) for kind, part, by in KINDS
+             if delta[part] > thr[part].threshold_ms
+             and _most_steps(r, part) - others[part] > thr[part].threshold_ms]
+    if not named:
+        return None
+    excess, kind, part, by = max(named)
+    other, other_step = others[part], others["step"]
+    return Straggler(
+        r.rank, by, r.medians[part], other, excess, 100.0 * excess / other if other > 0 else math.inf,
+        delta["compute"], delta["wait"], delta["idle"], delta["other"], part, kind, delta["data"],
+        -delta["wait"], thr[part].threshold_ms, thr[part].noise_ms,
+        100.0 * excess / other_step if other_step > 0 else math.inf, r.steps,
+        -delta["wait"] > max(floor, 0.5 * excess))
