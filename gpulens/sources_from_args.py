@@ -27,7 +27,7 @@ def build_source(args: argparse.Namespace, cfg: Config) -> Source:
 
         sources.append(DemoSource(interval_s=cfg.interval_s))
     if getattr(args, "replay", None):
-        from gpulens.sources.local import ReplaySource
+        from gpulens.sources.replay import ReplaySource
 
         sources.append(ReplaySource(args.replay))
     if any(getattr(args, n, None) is not None for n in ("connect", "ssh", "slurm_job")):

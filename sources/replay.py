@@ -1,4 +1,8 @@
-"""A recording's index, for a replay you can scrub: where each record is, and what ran when.
+"""A replayed recording (:class:`ReplaySource`) and its index, for a replay you can scrub.
+
+A source that can be scrubbed offers an :attr:`~Scrubbable.index` (the TUI's
+``tui/replay.py`` drives it: play, pause, seek, speed); screens ask for that
+capability, never for the concrete class.
 
 :class:`RecordingIndex` scans a recording once (in a thread: :meth:`build`)
 and keeps, per record, its time and place (28 bytes a record: the offset of
@@ -24,23 +28,45 @@ from __future__ import annotations
 import bisect
 import os
 import threading
+import time
 from array import array
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import msgpack
 
-from gpulens.core.errors import RecordingError
-from gpulens.core.events import HostStatusEvent, SampleEvent, SourceEvent, SourceStatusEvent
+from gpulens.core.errors import ConfigError, RecordingError
+from gpulens.core.events import Emit, HostStatusEvent, SampleEvent, SourceEvent, SourceStatusEvent
 from gpulens.ipc.recording import (
     Place,
     decode_header_bytes,
     decode_record_bytes,
     decode_spans,
+    decode_stream,
     open_recording,
+    read_recording,
 )
 from gpulens.ipc.recording_blocks import MAX_RECORD_BYTES, BlockReader, read_block
+
+
+@runtime_checkable
+class Scrubbable(Protocol):
+    """A source whose events are a recording the viewer moves through (position, seek, speed)."""
+
+    path: str
+    """The recording's file."""
+
+    @property
+    def index(self) -> RecordingIndex:
+        """Where each record is and what ran when."""
+        ...
+
+    def build_index(self) -> RecordingIndex:
+        """Start indexing in a thread (once); ``index.done`` is set when finished."""
+        ...
+
 
 CACHED_BLOCKS = 2
 """Version 2: the decompressed blocks an index keeps for the next read, per thread (playback on the app's
@@ -297,3 +323,113 @@ class RecordingIndex:
             return text, self.hosts[text]
         name = next((h for h in sorted(self.hosts) if text in h), None)
         return (name, self.hosts[name]) if name is not None else None
+
+
+class ReplaySource:
+    """Replays a recording made with ``--record``.
+
+    The TUI scrubs it through :attr:`index` (play, pause, seek, speed: see
+    ``tui/replay.py``) and never calls :meth:`start`. Other readers call
+    :meth:`start`: ``speed=0`` (default) hands every event over at once, as
+    backfill; ``speed=1`` replays in real time. A corrupt or truncated file
+    shows what was read plus an error in the header.
+
+    Raises:
+        ConfigError: the path is missing, a directory, not a regular file, or
+            not a gpulens recording (at construction, before the UI opens).
+    """
+
+    def __init__(self, path: str, speed: float = 0.0) -> None:
+        if not os.path.lexists(path):
+            raise ConfigError(f"--replay {path}: no such file")
+        if os.path.isdir(path):
+            found = sorted(n for n in os.listdir(path) if n.endswith(".gpulens"))[:3] if os.access(path, os.R_OK) else []
+            hint = f" (in it: {', '.join(found)})" if found else ""
+            raise ConfigError(f"--replay {path}: is a directory; give one recording file{hint}")
+        if not os.path.isfile(path):
+            raise ConfigError(f"--replay {path}: not a regular file (a FIFO or device)")
+        try:
+            head = read_header(path)
+        except RecordingError as err:
+            raise ConfigError(f"--replay {path}: {err}") from None
+        self.path = path
+        self.speed = speed
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._simulated = bool(head.get("simulated", False))
+        self.index = RecordingIndex(path)
+        """Where each record is and what ran when, built by :meth:`build_index` (in a thread)."""
+        self._indexing: threading.Thread | None = None
+
+    def build_index(self) -> RecordingIndex:
+        """Start indexing the file in a thread (once); ``index.done`` is set when it is finished."""
+        if self._indexing is None:
+            self._indexing = threading.Thread(target=self.index.build, name="gpulens-replay-index", daemon=True)
+            self._indexing.start()
+        return self.index
+
+    @property
+    def name(self) -> str:
+        """``replay FILE``."""
+        return f"replay {os.path.basename(self.path)}"
+
+    @property
+    def simulated(self) -> bool:
+        """True when the recording was made from the demo fleet."""
+        return self._simulated
+
+    def load(self) -> tuple[list[SourceEvent], str | None]:
+        """Every event in the file and an error message (None when the file is whole)."""
+        try:
+            head, events = read_recording(self.path)
+        except RecordingError as err:
+            return list(err.events), str(err)
+        self._simulated = bool(head.get("simulated", False))
+        return events, None
+
+    def start(self, emit: Emit) -> None:
+        """Start replaying in a thread; returns at once."""
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, args=(emit,), name="gpulens-replay",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, emit: Emit) -> None:
+        # Streamed: a recording of any length replays in bounded memory.
+        n = 0
+        last: float | None = None
+        error: str | None = None
+        try:
+            with open_recording(self.path) as fh:
+                for item in decode_stream(iter(lambda: fh.read(1 << 16), b"")):
+                    if self._stop.is_set():
+                        return
+                    if isinstance(item, dict):
+                        self._simulated = bool(item.get("simulated", False))
+                        continue
+                    if isinstance(item, SampleEvent):
+                        n += 1
+                        if self.speed > 0:
+                            if last is not None and item.sample.time > last:
+                                self._stop.wait((item.sample.time - last) / self.speed)
+                            last = item.sample.time
+                        else:
+                            item = SampleEvent(item.sample, backfill=True)
+                    emit(item)
+        except OSError as err:
+            error = f"{self.path}: cannot read: {err.strerror}"
+        except RecordingError as err:
+            error = f"{self.path}: {err}"
+        if error is not None:
+            emit(SourceStatusEvent(message=f"{error} (showing the {n} samples read)", ok=False,
+                                   time=time.time()))
+        else:
+            emit(SourceStatusEvent(message=f"replayed {n} samples", ok=True, time=time.time()))
+
+    def stop(self) -> None:
+        """Stop replaying; idempotent."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+            self._thread = None
+        self.index.close()

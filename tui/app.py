@@ -32,7 +32,8 @@ from gpulens.core import logbook
 from gpulens.core.config import WINDOWS, Config, Panel
 from gpulens.core.events import HostStatusEvent, PanelData, Source, SourceEvent, SourceStatusEvent
 from gpulens.ipc.kineto.protocol import TraceService
-from gpulens.sources.local import ReplaySource, collects_here, sample_step
+from gpulens.sources.local import collects_here, sample_step
+from gpulens.sources.replay import Scrubbable
 from gpulens.store.store import Store
 from gpulens.tui._driver import IdleInput
 from gpulens.tui._theme_cache import ThemeCache
@@ -124,7 +125,7 @@ class GpulensApp(IdleInput, ThemeCache, App[int]):
         """Least time between two redraws (``:interval S``); sampling keeps its own interval."""
         self.replay: ReplayControl | None = None
         """The scrubbing control when the source is one recording."""
-        if isinstance(source, ReplaySource):  # the recording's own clock, not the wall clock
+        if isinstance(source, Scrubbable):  # the recording's own clock, not the wall clock
             control = self.replay = ReplayControl(self, source)
             self.clock = lambda: control.position if control.ready else self.store.now or clock()
 

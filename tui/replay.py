@@ -1,6 +1,6 @@
 """A replay you can scrub: play, pause, seek and speed over a recording, on its own clock.
 
-:class:`ReplayControl` drives a :class:`~gpulens.sources.local.ReplaySource`
+:class:`ReplayControl` drives a :class:`~gpulens.sources.replay.Scrubbable` source (a recording)
 from the app's thread: the source indexes its file (a thread), then the
 control starts at the beginning and plays at 1x, applying the records whose
 time the position passes (read back from the file by offset, a few per
@@ -29,7 +29,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from gpulens.core.events import HostStatusEvent, SourceEvent, SourceStatusEvent
-from gpulens.sources.local import ReplaySource
+from gpulens.sources.replay import Scrubbable
 from gpulens.store.store import Store
 from gpulens.tui.screens.process import ProcessScreen
 
@@ -62,7 +62,7 @@ class _Superseded(Exception):
 class ReplayControl:
     """Position, play/pause and speed of one replay; the app calls it from its keys and jumps."""
 
-    def __init__(self, app: GpulensApp, source: ReplaySource) -> None:
+    def __init__(self, app: GpulensApp, source: Scrubbable) -> None:
         self.app = app
         self.source = source
         self.index = source.index

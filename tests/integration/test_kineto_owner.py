@@ -27,7 +27,8 @@ from gpulens.core.config import Config
 from gpulens.ipc.kineto.endpoint import holder_of
 from gpulens.launch import _trace_service
 from gpulens.sources.demo import DemoSource
-from gpulens.sources.local import MultiSource, Recorder, ReplaySource
+from gpulens.sources.local import MultiSource, Recorder
+from gpulens.sources.replay import ReplaySource
 from tests.paths import KINETO_WORKLOAD
 
 OWNER = """
@@ -118,7 +119,7 @@ def test_demo_and_replay_never_bind_the_endpoint(sock: Path, tmp_path: Path, mon
         rec.write(event)
     rec.close()
     sources: list[object] = [DemoSource(interval_s=1.0), ReplaySource(str(recording))]
-    sources.append(MultiSource([DemoSource(interval_s=1.0)]))  # type: ignore[list-item]
+    sources.append(MultiSource([DemoSource(interval_s=1.0)]))
     for source in sources:
         service, error, release = _trace_service(source)  # type: ignore[arg-type]
         release()

@@ -28,7 +28,7 @@ from gpulens.core.model import JobInfo
 from gpulens.core.sanitize import clean_text
 from gpulens.core.units import duration, pct, size, window_name
 from gpulens.core.workload import describe
-from gpulens.sources.local import ReplaySource
+from gpulens.sources.local import replays
 from gpulens.store.views import gpu_unreadable, job_key
 from gpulens.tui.context import ScreenContext
 from gpulens.tui.screens._listed import LIST_POLL_S, ListedProcess
@@ -162,7 +162,7 @@ class ProcessScreen(DataScreen):
         source = self.ctx.source
         if source.simulated:
             return "the demo's hosts are SIMULATED: they have no processes to signal"
-        if isinstance(source, ReplaySource):
+        if replays(source):
             return "a recording: its processes are not running now"
         return ssh_refusal(self.host, self.ctx.cfg.signal_ssh)
 

@@ -12,7 +12,8 @@ from gpulens.core.errors import ConfigError, RecordingError
 from gpulens.core.events import HostStatusEvent, SampleEvent, SourceEvent, SourceStatusEvent
 from gpulens.ipc.recording import header, read_recording
 from gpulens.sources.demo import DemoSource
-from gpulens.sources.local import Recorder, ReplaySource
+from gpulens.sources.local import Recorder
+from gpulens.sources.replay import ReplaySource
 from gpulens.store.store import Store
 
 T0 = 1_700_000_000.0

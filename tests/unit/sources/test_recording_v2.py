@@ -32,8 +32,8 @@ from gpulens.ipc.recording_blocks import (
     frame,
 )
 from gpulens.sources.demo import DemoSource
-from gpulens.sources.local import Recorder, ReplaySource
-from gpulens.sources.replay import RecordingIndex
+from gpulens.sources.local import Recorder
+from gpulens.sources.replay import RecordingIndex, ReplaySource
 
 T0 = 1_700_000_000.0
 HEAD = header("x", False, T0)
@@ -241,7 +241,7 @@ def test_hostile_blocks_give_clear_errors_and_keep_what_was_read(tmp_path: Path,
         read_recording(str(path))
     assert "\n" not in str(err.value)
     if payload.startswith(GOOD):
-        assert [e.message for e in err.value.events][:2] == ["m0", "m1"]  # type: ignore[attr-defined]
+        assert [e.message for e in err.value.events][:2] == ["m0", "m1"]
     index = built(path)
     assert index.error is not None and "record" in index.error
 

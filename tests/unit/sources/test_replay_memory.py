@@ -38,7 +38,7 @@ def peak_rss_bytes():
         line = next(line for line in fh if line.startswith("VmHWM:"))
     return int(line.split()[1]) * 1024
 from gpulens.core.events import SampleEvent
-from gpulens.sources.local import ReplaySource
+from gpulens.sources.replay import ReplaySource
 src = ReplaySource(sys.argv[1])
 index = src.index
 index.build()

@@ -100,7 +100,7 @@ async def test_the_gpu_screen_plots_every_metric_the_store_keeps_for_the_gpu() -
 async def test_readonly_removes_the_signal_actions() -> None:
     me = sample(T0, host="this-host")
     ctx = FakeContext(StaticSource([SampleEvent(me)]), [SampleEvent(me)])
-    ctx.readonly = True  # type: ignore[attr-defined]
+    ctx.readonly = True
     app: App[None] = App()
     async with app.run_test(size=(120, 35)) as pilot:
         app.push_screen(ProcessScreen("this-host", 1, context=ctx))
@@ -125,8 +125,8 @@ async def test_readonly_removes_py_spy_and_traces_from_the_host_and_job_screens(
     me = replace(sample(T0, host="this-host"), jobs=(job,))
     for readonly in (False, True):
         ctx = FakeContext(StaticSource([SampleEvent(me)]), [SampleEvent(me)])
-        ctx.readonly = readonly  # type: ignore[attr-defined]
-        ctx.hostname = "this-host"  # type: ignore[attr-defined]
+        ctx.readonly = readonly
+        ctx.hostname = "this-host"
         app: App[None] = App()
         async with app.run_test(size=(160, 45)) as pilot:
             for screen in (HostScreen("this-host", context=ctx), JobScreen(ctx.store.jobs(300)[0].key, context=ctx)):
@@ -158,7 +158,8 @@ async def test_a_replay_offers_no_py_spy_nor_traces_a_recorded_pid_may_be_anothe
     from dataclasses import replace
 
     from gpulens.core.model import JobInfo
-    from gpulens.sources.local import Recorder, ReplaySource
+    from gpulens.sources.local import Recorder
+    from gpulens.sources.replay import ReplaySource
     from gpulens.tui.profiling import REPLAY_NOTE
     from gpulens.tui.screens.host import HostScreen
     from gpulens.tui.widgets.profile_panel import ProfilePanel
@@ -396,7 +397,8 @@ async def test_enter_on_the_job_screen_goes_to_the_processes_and_again_opens_one
 
 
 def test_a_replay_is_found_through_the_sources_that_wrap_it(tmp_path: Path) -> None:
-    from gpulens.sources.local import MultiSource, Recorder, RecordingSource, ReplaySource, replays
+    from gpulens.sources.local import MultiSource, Recorder, RecordingSource, replays
+    from gpulens.sources.replay import ReplaySource
 
     me = SampleEvent(sample(T0, host="this-host"))
     rec = Recorder(str(tmp_path / "r.gpulens"), "test")
@@ -457,14 +459,14 @@ async def test_a_refused_signal_key_says_why_instead_of_doing_nothing() -> None:
     """K on a process that has gone (or that is not yours) is answered with the reason, not silence."""
     me = sample(T0, host="this-host")
     ctx = FakeContext(StaticSource([SampleEvent(me)]), [SampleEvent(me)])
-    ctx.hostname = "this-host"  # type: ignore[attr-defined]
+    ctx.hostname = "this-host"
     app: App[None] = App()
     async with app.run_test(size=(120, 35)) as pilot:
         app.push_screen(ProcessScreen("this-host", 999_999, context=ctx))  # no such process
         await pilot.pause()
         screen = app.screen
         said: list[str] = []
-        screen.notify = lambda message, **kw: said.append(str(message))  # type: ignore[method-assign,assignment]
+        screen.notify = lambda message, **kw: said.append(str(message))  # type: ignore[method-assign]
         assert screen.check_action("signal", ("SIGKILL",)) is True
         await pilot.press("K")
         await pilot.pause()

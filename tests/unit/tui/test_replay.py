@@ -21,7 +21,8 @@ from gpulens.core.model import (
     NetworkSample,
     StorageSample,
 )
-from gpulens.sources.local import Recorder, ReplaySource
+from gpulens.sources.local import Recorder
+from gpulens.sources.replay import ReplaySource
 from gpulens.tui.app import GpulensApp
 from gpulens.tui.replay import SEEK_STEP_S, ReplayBar
 from gpulens.tui.screens.host import HostScreen

@@ -26,7 +26,8 @@ from gpulens.core.model import (
     StorageSample,
 )
 from gpulens.ipc.recording import read_recording
-from gpulens.sources.local import Recorder, ReplaySource
+from gpulens.sources.local import Recorder
+from gpulens.sources.replay import ReplaySource
 from gpulens.store.store import Store
 from gpulens.tui.app import GpulensApp
 from gpulens.tui.replay import SEEK_HISTORY_S, ReplayControl

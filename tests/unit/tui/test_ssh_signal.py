@@ -22,7 +22,8 @@ from gpulens.core.config import DEFAULT_SIGNAL_SSH, parse_config
 from gpulens.core.errors import ConfigError
 from gpulens.core.events import SampleEvent
 from gpulens.core.model import JobInfo
-from gpulens.sources.local import Recorder, ReplaySource
+from gpulens.sources.local import Recorder
+from gpulens.sources.replay import ReplaySource
 from gpulens.tui.screens import _ssh_signal
 from gpulens.tui.screens._signals import start_time
 from gpulens.tui.screens._ssh_signal import (
@@ -307,7 +308,7 @@ async def test_the_demo_and_a_recording_offer_no_remote_signals(tmp_path: Path) 
     rec.write(SampleEvent(there))
     rec.close()
     for source, why in ((demo_app().source, "SIMULATED"), (ReplaySource(str(tmp_path / "r.gpulens")), "a recording")):
-        ctx = FakeContext(source, [SampleEvent(there)])  # type: ignore[arg-type]
+        ctx = FakeContext(source, [SampleEvent(there)])
         ctx.cfg = dataclasses.replace(ctx.cfg, signal_ssh=tuple(fake_ssh(tmp_path)))
         app: App[None] = App()
         async with app.run_test(size=(120, 35)) as pilot:
