@@ -30,10 +30,10 @@ from gpulens.core.model import (
 from gpulens.ipc import stream
 from gpulens.ipc.serialize import sample_to_dict
 from gpulens.ipc.stream_frames import pack_sample, sample_frame
+from gpulens.sources.signals import start_time
 from gpulens.sources.stream.link import LinkOptions
 from gpulens.sources.stream.source import StreamSource, tcp_target
 from gpulens.tui.app import GpulensApp
-from gpulens.tui.screens._signals import start_time
 from gpulens.tui.screens.process import ConfirmSignal, ProcessScreen
 from tests.fakes import security_helpers
 from tests.fakes.security_helpers import User, demote
@@ -102,7 +102,7 @@ async def test_an_impostor_agent_of_another_uid_cannot_make_a_signal_local(two_u
             screen = app.screen
             assert isinstance(screen, ProcessScreen) and not screen.signals_here()
             said: list[str] = []
-            screen.notify = lambda message, **kw: said.append(str(message))  # type: ignore[method-assign,assignment]
+            screen.notify = lambda message, **kw: said.append(str(message))  # type: ignore[method-assign]
             await pilot.press("K")
             await pilot.pause()
             assert not isinstance(app.screen, ConfirmSignal)

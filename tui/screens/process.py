@@ -29,12 +29,12 @@ from gpulens.core.sanitize import clean_text
 from gpulens.core.units import duration, pct, size, window_name
 from gpulens.core.workload import describe
 from gpulens.sources.local import replays
+from gpulens.sources.signals import proc_cmdline, refusal, send
+from gpulens.sources.ssh_signal import Answer, look_over_ssh, send_over_ssh, ssh_refusal
 from gpulens.store.views import gpu_unreadable, job_key
 from gpulens.tui.context import ScreenContext
 from gpulens.tui.screens._listed import LIST_POLL_S, ListedProcess
 from gpulens.tui.screens._plots import PROCESS_PLOTS, SeriesFeed, configure_plots, plot_rows
-from gpulens.tui.screens._signals import proc_cmdline, refusal, send
-from gpulens.tui.screens._ssh_signal import Answer, look_over_ssh, send_over_ssh, ssh_refusal
 from gpulens.tui.screens.base import DataScreen, update_static
 from gpulens.tui.widgets.header import AppHeader
 from gpulens.tui.widgets.plot import TimeSeriesPlot, plot_data

@@ -17,7 +17,7 @@ from textual.app import App
 
 from gpulens.core.events import SampleEvent
 from gpulens.core.model import JobInfo
-from gpulens.tui.screens._signals import proc_cmdline, start_time
+from gpulens.sources.signals import proc_cmdline, start_time
 from gpulens.tui.screens.process import ConfirmSignal, ProcessScreen
 from tests.fakes.tui_fakes import FakeContext, StaticSource, sync
 from tests.unit.store.test_store import T0, sample
@@ -65,7 +65,7 @@ async def test_a_stream_host_named_like_this_machine_is_not_signalled_locally() 
             # Remote rules apply: here signal_ssh is off, so nothing can be sent, and it says why.
             assert "signals to other hosts are off" in (screen.why_not() or "")
             said: list[str] = []
-            screen.notify = lambda message, **kw: said.append(str(message))  # type: ignore[method-assign,assignment]
+            screen.notify = lambda message, **kw: said.append(str(message))  # type: ignore[method-assign]
             await pilot.press("K")
             await pilot.pause()
             assert said and said[0].startswith("SIGKILL not sent: signals to other hosts are off"), said

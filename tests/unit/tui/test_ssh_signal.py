@@ -22,11 +22,11 @@ from gpulens.core.config import DEFAULT_SIGNAL_SSH, parse_config
 from gpulens.core.errors import ConfigError
 from gpulens.core.events import SampleEvent
 from gpulens.core.model import JobInfo
+from gpulens.sources import ssh_signal as _ssh_signal
 from gpulens.sources.local import Recorder
 from gpulens.sources.replay import ReplaySource
-from gpulens.tui.screens import _ssh_signal
-from gpulens.tui.screens._signals import start_time
-from gpulens.tui.screens._ssh_signal import (
+from gpulens.sources.signals import start_time
+from gpulens.sources.ssh_signal import (
     GUARDS,
     look_over_ssh,
     send_over_ssh,

@@ -7,10 +7,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from gpulens.core.config import Thresholds, parse_config
 from gpulens.core.model import GpuSample, JobInfo
-from gpulens.tui.screens._signals import refusal, send, start_time
+from gpulens.sources.signals import refusal, send, start_time
 from gpulens.tui.screens.process import ancestry
 from gpulens.tui.widgets._braille import time_axis
 from gpulens.tui.widgets.gpu_table import GpuTable
@@ -140,11 +141,11 @@ def test_a_thermal_throttle_is_critical_and_alerts_sort_loudest_first() -> None:
     assert explain("THROTTLE HW").startswith("THROTTLE HW: a GPU's clocks are cut now by heat")
     assert explain("XID 79").startswith("XID 79: a GPU reported NVIDIA XID error 79")
 
-    def key(alerts: tuple[str, ...]) -> object:
+    def key(alerts: tuple[str, ...]) -> Any:
         row = type("Row", (), {"host": "h", "gpus": 8, "util_percent": 1.0, "sm_percent": 1.0,
                                "gpu_mem_percent": 1.0, "power_w": 1.0, "cpu_percent": 1.0,
                                "net_bytes_per_s": 1.0, "alerts": alerts})()
-        return HostTable.sort_value(row, 8)  # type: ignore[arg-type]
+        return HostTable.sort_value(row, 8)
 
     order = sorted([("THROTTLE",), ("IDLE-HELD 4", "THROTTLE"), ("XID 79",), ()], key=key, reverse=True)
     assert order == [("XID 79",), ("IDLE-HELD 4", "THROTTLE"), ("THROTTLE",), ()]
