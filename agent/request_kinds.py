@@ -32,7 +32,7 @@ from gpulens.ipc.principal import Principal
 
 if TYPE_CHECKING:  # the trace service is imported only when the agent starts one
     from gpulens.ipc.kineto.protocol import TraceService
-    from gpulens.ipc.kineto.requests import TraceJob
+    from gpulens.ipc.kineto.requests import TraceJob, TraceRequest, TraceResult
 
 MAX_FILE_BYTES = 2 * 1024**3
 MAX_PIDS = 64
@@ -132,6 +132,29 @@ def trace(
     from gpulens.ipc.kineto.requests import TraceRequest
 
     p = req.params
+    kwargs = _trace_options(p)
+    _resolve_pids(conn, svc, p, kwargs, job_key_env)
+    owners = check_owner(conn.principal, kwargs["pids"]) if kwargs.get("pids") else {}
+    tag = p.get("tag")
+    if tag is not None and (not isinstance(tag, str) or not _TAG.fullmatch(tag)):
+        raise RequestError("tag must be 1..64 characters of [A-Za-z0-9._-]")
+    try:
+        treq = TraceRequest(**kwargs)
+        treq.validate()
+    except (TypeError, ValueError) as err:
+        raise RequestError(f"bad trace request: {err}") from err
+    res = _await_trace(svc, treq, progress, (id(conn), tag or ""), tag is not None)
+    return {
+        "request_id": res.request_id,
+        "files": _send_traces(conn, req, res.files, owners),
+        "missing": {str(k): v for k, v in res.missing.items()},
+        "notes": {str(k): v for k, v in res.notes.items()},
+        "elapsed_s": res.elapsed_s,
+    }
+
+
+def _trace_options(p: Mapping[str, Any]) -> dict[str, Any]:
+    """The request's integer, true/false and seconds options, checked, as TraceRequest keywords."""
     kwargs: dict[str, Any] = {}
     for key in ("duration_ms", "iterations", "job_id", "start_time_ms"):
         if key in p:
@@ -148,6 +171,13 @@ def trace(
         v = _num(p, key, None)
         if v is not None:
             kwargs[key] = v
+    return kwargs
+
+
+def _resolve_pids(
+    conn: RequestConn, svc: TraceService, p: Mapping[str, Any], kwargs: dict[str, Any], job_key_env: tuple[str, ...]
+) -> None:
+    """Set ``kwargs["pids"]`` from ``pids``, else ``job_key``, else ``job_id`` (which it replaces)."""
     job_key = p.get("job_key")
     if "pids" in p:
         kwargs["pids"] = parse_pids(p)
@@ -158,22 +188,18 @@ def trace(
     elif kwargs.get("job_id") is not None:
         # Resolved here, not by the service: each pid's owner is checked and captured.
         kwargs["pids"] = job_pids(svc, conn.principal, kwargs.pop("job_id"))
-    owners = check_owner(conn.principal, kwargs["pids"]) if kwargs.get("pids") else {}
-    tag = p.get("tag")
-    if tag is not None and (not isinstance(tag, str) or not _TAG.fullmatch(tag)):
-        raise RequestError("tag must be 1..64 characters of [A-Za-z0-9._-]")
-    try:
-        treq = TraceRequest(**kwargs)
-        treq.validate()
-    except (TypeError, ValueError) as err:
-        raise RequestError(f"bad trace request: {err}") from err
-    pkey = (id(conn), tag or "")
+
+
+def _await_trace(
+    svc: TraceService, treq: TraceRequest, progress: TraceProgress, pkey: tuple[int, str], tagged: bool
+) -> TraceResult:
+    """Run ``treq`` and wait for its result; a tagged request reports its jobs' progress under ``pkey``."""
 
     def on_job(job: TraceJob) -> None:
         if job.request is treq:  # only this request's jobs
             progress.set(pkey, job.state.value, job.detail)
 
-    listener = on_job if tag is not None else None
+    listener = on_job if tagged else None
     if listener is not None:
         progress.set(pkey, "requested", "request received by the agent")
         svc.add_listener(listener)
@@ -186,22 +212,23 @@ def trace(
     finally:
         if listener is not None:
             svc.remove_listener(listener)
-    if tag is not None:
+    if tagged:
         progress.set(pkey, "sending", "sending the trace files")
+    return res
+
+
+def _send_traces(
+    conn: RequestConn, req: stream.Request, files: dict[int, str], owners: dict[int, int]
+) -> dict[str, str]:
+    """Send each trace file, as its process's owner; pid -> the name it went back as."""
     names: dict[str, str] = {}
-    for pid, path in res.files.items():
+    for pid, path in files.items():
         if pid not in owners:
             raise RequestError(f"the trace service returned a file for process {pid}, which was not asked for")
         name = f"{pid}-{Path(path).name}"
         send_file(conn, req.id, name, Path(path), owner=owners[pid])
         names[str(pid)] = name
-    return {
-        "request_id": res.request_id,
-        "files": names,
-        "missing": {str(k): v for k, v in res.missing.items()},
-        "notes": {str(k): v for k, v in res.notes.items()},
-        "elapsed_s": res.elapsed_s,
-    }
+    return names
 
 
 def trace_diagnose(conn: RequestConn, req: stream.Request, svc: TraceService) -> dict[str, Any]:

@@ -178,29 +178,49 @@ def _fields(cls: type) -> tuple[_Field, ...]:
             if len(members) != 1:
                 raise TypeError(f"sanitize: {cls.__name__}.{f.name} has a union it does not know")
         lo, hi = bound_of(cls, f.name)
-        origin, args = typing.get_origin(tp), typing.get_args(tp)
-        if tp is bool:
-            kind, sub = "bool", None
-        elif tp in (int, float):
-            kind, sub = "num", None
-        elif tp is str:
-            kind, sub = "str", None
-        elif isinstance(tp, type) and dataclasses.is_dataclass(tp):
-            kind, sub = "obj", tp
-        elif origin is tuple and isinstance(args[0], type) and dataclasses.is_dataclass(args[0]):
-            kind, sub = "objs", args[0]
-        elif origin is tuple and args[0] in (int, float):
-            kind, sub = "nums", None
-        elif origin is tuple and args[0] is str:
-            kind, sub = "strs", None
-        elif origin in (Mapping, dict) and args == (str, str):
-            kind, sub = "strmap", None
-        elif origin in (Mapping, dict) and args[0] is str and args[1] in (int, float):
-            kind, sub = "nummap", None
-        else:
+        kind, sub = _kind_of(tp)
+        if not kind:
             raise TypeError(f"sanitize: {cls.__name__}.{f.name}: no rule for {tp!r}")
         out.append(_Field(f.name, kind, optional, lo, hi, sub))
     return tuple(out)
+
+
+def _kind_of(tp: Any) -> tuple[str, type | None]:
+    """A field type's kind (see :class:`_Field`) and its dataclass, if any; ("", None): no rule for it."""
+    if tp is bool:
+        return "bool", None
+    if tp in (int, float):
+        return "num", None
+    if tp is str:
+        return "str", None
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return "obj", tp
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is tuple:
+        return _tuple_kind(args)
+    if origin in (Mapping, dict):
+        return _mapping_kind(args)
+    return "", None
+
+
+def _tuple_kind(args: tuple[Any, ...]) -> tuple[str, type | None]:
+    """``tuple[X, ...]``: objs of a dataclass, nums or strs."""
+    if isinstance(args[0], type) and dataclasses.is_dataclass(args[0]):
+        return "objs", args[0]
+    if args[0] in (int, float):
+        return "nums", None
+    if args[0] is str:
+        return "strs", None
+    return "", None
+
+
+def _mapping_kind(args: tuple[Any, ...]) -> tuple[str, type | None]:
+    """``Mapping[str, X]``: strmap or nummap."""
+    if args == (str, str):
+        return "strmap", None
+    if args[0] is str and args[1] in (int, float):
+        return "nummap", None
+    return "", None
 
 
 _SPECS: dict[type, tuple[_Field, ...]] = {}
@@ -316,62 +336,93 @@ def _repair(obj: Any, cls: type, path: str, rel: str, notes: _Notes) -> Any:
         v = getattr(obj, f.name)
         full = f"{path}.{f.name}" if path else f.name
         key = f"{rel}.{f.name}" if rel else f.name
-        if f.kind == "num":
-            if v is None or _plausible(v, f.lo, f.hi):
-                continue
-            if not f.optional:
-                raise _Drop(v, full, f.lo, f.hi)
-            changes[f.name] = None
-            own.add(key, _why(v, full, f.lo, f.hi))
-        elif f.kind == "str":
-            s = v if v is None else clean_text(v)
-            if s is not v:
-                changes[f.name] = s
-        elif f.kind == "obj":
-            new = v if v is None else _repair(v, f.cls, full, key, own)  # type: ignore[arg-type]
-            if new is not v:
-                changes[f.name] = new
-        elif f.kind == "objs":
-            items = []
-            for i, x in enumerate(v):
-                item_full, item_key = f"{full}[{i}]", f"{key}[{i}]"
-                try:
-                    items.append(_repair(x, f.cls, item_full, item_key, own))  # type: ignore[arg-type]
-                except _Drop as drop:
-                    own.add(item_key, f"{item_full} dropped: {drop.why}")
-            if len(items) != len(v) or any(a is not b for a, b in zip(items, v, strict=False)):
-                changes[f.name] = tuple(items)
-        elif f.kind == "nums":
-            bad = [x for x in v if not _plausible(x, f.lo, f.hi)]
-            if not bad:
-                continue
-            if cls is CpuSample:  # per-core values are positional: one bad core voids the list
-                changes[f.name] = ()
-                own.add(key, _why(bad[0], full, f.lo, f.hi).replace("shown as n/a", "per-core values dropped"))
-            else:
-                changes[f.name] = tuple(x for x in v if _plausible(x, f.lo, f.hi))
-                own.add(key, _why(bad[0], full, f.lo, f.hi).replace("shown as n/a", "dropped"))
-        elif f.kind == "strs":
-            cleaned = tuple(clean_text(x) for x in v)
-            if any(a is not b for a, b in zip(cleaned, v, strict=True)):
-                changes[f.name] = cleaned
-        elif f.kind == "strmap":
-            if f.name == "unavailable":
-                continue  # merged below, with this object's own reasons
-            changes[f.name] = {clean_text(k): clean_text(x) for k, x in v.items()}
-        elif f.kind == "nummap":
-            kept = {}
-            for k, x in v.items():
-                if _plausible(x, f.lo, f.hi):
-                    kept[clean_text(k)] = x
-                else:
-                    own.add(f"{key}.{clean_text(k)}", _why(x, f"{full}.{clean_text(k)}", f.lo, f.hi)
-                            .replace("shown as n/a", "dropped"))
-            if kept != v:
-                changes[f.name] = kept
+        fix = _FIXES.get(f.kind)
+        new = _SAME if fix is None else fix(cls, f, v, full, key, own)
+        if new is not _SAME:
+            changes[f.name] = new
     if cls in (GpuSample, HostSample) and (own.items or own.more or not _checker_strmap(obj.unavailable)):
         changes["unavailable"] = own.merged(obj.unavailable)
     return dataclasses.replace(obj, **changes) if changes else obj
+
+
+_SAME: Any = object()
+"""What a fixer returns for a value that needs no change."""
+
+
+def _fix_num(cls: type, f: _Field, v: Any, full: str, key: str, own: _Notes) -> Any:
+    """An implausible number: None (with the reason), or _Drop when the field cannot be None."""
+    if v is None or _plausible(v, f.lo, f.hi):
+        return _SAME
+    if not f.optional:
+        raise _Drop(v, full, f.lo, f.hi)
+    own.add(key, _why(v, full, f.lo, f.hi))
+    return None
+
+
+def _fix_str(cls: type, f: _Field, v: Any, full: str, key: str, own: _Notes) -> Any:
+    s = v if v is None else clean_text(v)
+    return _SAME if s is v else s
+
+
+def _fix_obj(cls: type, f: _Field, v: Any, full: str, key: str, own: _Notes) -> Any:
+    new = v if v is None else _repair(v, f.cls, full, key, own)  # type: ignore[arg-type]
+    return _SAME if new is v else new
+
+
+def _fix_objs(cls: type, f: _Field, v: Any, full: str, key: str, own: _Notes) -> Any:
+    """Each object repaired; one with a bad required number dropped, with the reason."""
+    items = []
+    for i, x in enumerate(v):
+        item_full, item_key = f"{full}[{i}]", f"{key}[{i}]"
+        try:
+            items.append(_repair(x, f.cls, item_full, item_key, own))  # type: ignore[arg-type]
+        except _Drop as drop:
+            own.add(item_key, f"{item_full} dropped: {drop.why}")
+    if len(items) != len(v) or any(a is not b for a, b in zip(items, v, strict=False)):
+        return tuple(items)
+    return _SAME
+
+
+def _fix_nums(cls: type, f: _Field, v: Any, full: str, key: str, own: _Notes) -> Any:
+    """Implausible items dropped; for per-core values (positional), the whole list."""
+    bad = [x for x in v if not _plausible(x, f.lo, f.hi)]
+    if not bad:
+        return _SAME
+    if cls is CpuSample:  # per-core values are positional: one bad core voids the list
+        own.add(key, _why(bad[0], full, f.lo, f.hi).replace("shown as n/a", "per-core values dropped"))
+        return ()
+    own.add(key, _why(bad[0], full, f.lo, f.hi).replace("shown as n/a", "dropped"))
+    return tuple(x for x in v if _plausible(x, f.lo, f.hi))
+
+
+def _fix_strs(cls: type, f: _Field, v: Any, full: str, key: str, own: _Notes) -> Any:
+    cleaned = tuple(clean_text(x) for x in v)
+    return cleaned if any(a is not b for a, b in zip(cleaned, v, strict=True)) else _SAME
+
+
+def _fix_strmap(cls: type, f: _Field, v: Any, full: str, key: str, own: _Notes) -> Any:
+    if f.name == "unavailable":
+        return _SAME  # merged by _repair, with this object's own reasons
+    return {clean_text(k): clean_text(x) for k, x in v.items()}
+
+
+def _fix_nummap(cls: type, f: _Field, v: Any, full: str, key: str, own: _Notes) -> Any:
+    """Implausible entries dropped, with the reason; keys cleaned."""
+    kept = {}
+    for k, x in v.items():
+        if _plausible(x, f.lo, f.hi):
+            kept[clean_text(k)] = x
+        else:
+            own.add(f"{key}.{clean_text(k)}", _why(x, f"{full}.{clean_text(k)}", f.lo, f.hi)
+                    .replace("shown as n/a", "dropped"))
+    return kept if kept != v else _SAME
+
+
+_FIXES: dict[str, Callable[[type, _Field, Any, str, str, _Notes], Any]] = {
+    "num": _fix_num, "str": _fix_str, "obj": _fix_obj, "objs": _fix_objs, "nums": _fix_nums,
+    "strs": _fix_strs, "strmap": _fix_strmap, "nummap": _fix_nummap,
+}
+"""The repair of each kind of field (bool and any need none): the new value, or _SAME."""
 
 
 def _checker_strmap(m: Mapping[str, str]) -> bool:

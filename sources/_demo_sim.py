@@ -11,6 +11,7 @@ digest of the output, so a change here that moves one digit fails them.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from math import cos, log, pi, sin, sqrt
 
@@ -111,35 +112,49 @@ _cache = fast_builder(m.CacheSample)
 def host_plan(h: int, gpus_per_host: int, epoch: int, name: str) -> HostPlan:
     """The constant part of host ``h`` (0-based) of a demo whose jobs began at ``epoch``."""
     role = ROLES.get(h % 16)
-    gpus: list[GpuPlan] = []
-    for g in range(gpus_per_host):
-        kind = IDLE
-        if role is not None:
-            key = role[0]
-            if key == "4720":
-                kind = HELD if g < 4 else IDLE
-            elif key or g == 0:
-                kind = BUSY
-        held = 0.5 if kind == HELD else 1.0 if kind == BUSY else 0.0
-        pid = 10_000 + h * 100 + g
-        mem_used = int((0.55 + 0.35 * min(1.0, held)) * GPU_MEM) if held else 600 * MIB
-        processes = (m.GpuProcess(pid=pid, used_memory_bytes=mem_used - 500 * MIB),) if held else ()
-        job: JobPlan | None = None
-        if role is not None and held and (role[0] or g == 0):
-            key, user, cmd, *_ = role
-            launcher = "torchrun/" if key and key != "4720" else ""
-            tree = f"systemd/slurmstepd/bash/{launcher}python3.11" if key else "systemd/containerd-shim-runc-v2/python3.11"
-            job = (pid, tree, f"python3.11 {cmd}" + (f" --local-rank {g}" if launcher else ""),
-                   user, epoch + (h % 16) * 600.0, bool(launcher), str(g), mem_used - 500 * MIB,
-                   key or None, (1, 900 + h, 901 + h), demo_workload(h, g, key))
-        throttled = h % 16 == 4 and g == 2
-        watts = 0.0
-        if kind == BUSY and role is not None:  # power drawn: 72 + util x 6.2 + rand() x 10
-            watts = 6.2 * role[3] * (0.7 if throttled else 1.0)
-        given = None if job is None else replace(job[10], slurm_task=None, ns_pid=None)
-        gpus.append((g, kind, h % 16 == 10 and g == 3, throttled,
-                     f"GPU-de000000-{h:04d}-{g:04d}", mem_used, processes, job, watts, given))
-    return HostPlan(h=h, name=name, role=role, no_cache=h % 16 == 8, gpus=tuple(gpus))
+    gpus = tuple(_gpu_plan(h, g, role, epoch) for g in range(gpus_per_host))
+    return HostPlan(h=h, name=name, role=role, no_cache=h % 16 == 8, gpus=gpus)
+
+
+def _gpu_kind(role: Role | None, g: int) -> int:
+    """IDLE, HELD or BUSY: the notebook holds its host's first four GPUs; keyed jobs use every GPU, others GPU 0."""
+    if role is None:
+        return IDLE
+    key = role[0]
+    if key == "4720":
+        return HELD if g < 4 else IDLE
+    if key or g == 0:
+        return BUSY
+    return IDLE
+
+
+def _gpu_plan(h: int, g: int, role: Role | None, epoch: int) -> GpuPlan:
+    """What never changes about GPU ``g`` of host ``h``: its load kind, memory, process and job."""
+    kind = _gpu_kind(role, g)
+    held = 0.5 if kind == HELD else 1.0 if kind == BUSY else 0.0
+    pid = 10_000 + h * 100 + g
+    mem_used = int((0.55 + 0.35 * min(1.0, held)) * GPU_MEM) if held else 600 * MIB
+    processes = (m.GpuProcess(pid=pid, used_memory_bytes=mem_used - 500 * MIB),) if held else ()
+    job: JobPlan | None = None
+    if role is not None and held and (role[0] or g == 0):
+        job = _job_plan(h, g, role, pid, mem_used - 500 * MIB, epoch)
+    throttled = h % 16 == 4 and g == 2
+    watts = 0.0
+    if kind == BUSY and role is not None:  # power drawn: 72 + util x 6.2 + rand() x 10
+        watts = 6.2 * role[3] * (0.7 if throttled else 1.0)
+    given = None if job is None else replace(job[10], slurm_task=None, ns_pid=None)
+    return (g, kind, h % 16 == 10 and g == 3, throttled,
+            f"GPU-de000000-{h:04d}-{g:04d}", mem_used, processes, job, watts, given)
+
+
+def _job_plan(h: int, g: int, role: Role, pid: int, gpu_bytes: int, epoch: int) -> JobPlan:
+    """The job on GPU ``g``: torchrun ranks for the Slurm jobs, one process for the notebook and the pods."""
+    key, user, cmd, *_ = role
+    launcher = "torchrun/" if key and key != "4720" else ""
+    tree = f"systemd/slurmstepd/bash/{launcher}python3.11" if key else "systemd/containerd-shim-runc-v2/python3.11"
+    return (pid, tree, f"python3.11 {cmd}" + (f" --local-rank {g}" if launcher else ""),
+            user, epoch + (h % 16) * 600.0, bool(launcher), str(g), gpu_bytes,
+            key or None, (1, 900 + h, 901 + h), demo_workload(h, g, key))
 
 
 def load_integral(role: tuple[str, str, str, float, float, int] | None, h: int, t: float) -> float:
@@ -159,22 +174,45 @@ def load_integral(role: tuple[str, str, str, float, float, int] | None, h: int, 
     return cycles * whole + part
 
 
+class _Gauss:
+    """``rng.gauss(0, 1)`` inlined (as random.py has it): two at a time, from ``rand``."""
+
+    __slots__ = ("next", "rand")
+
+    def __init__(self, rand: Callable[[], float]) -> None:
+        self.rand = rand
+        self.next: float | None = None
+
+    def __call__(self) -> float:
+        z = self.next
+        self.next = None
+        if z is None:
+            x2pi = self.rand() * _TWOPI
+            g2rad = sqrt(-2.0 * log(1.0 - self.rand()))
+            z = cos(x2pi) * g2rad
+            self.next = sin(x2pi) * g2rad
+        return z
+
+
+def _role_util(role: Role | None, h: int, t: float) -> tuple[float, float]:
+    """(utilization before noise, noise) of a busy GPU of host ``h`` at ``t``; (0, 0) without a role."""
+    if role is None:
+        return 0.0, 0.0
+    key, _, _, base, noise, period = role
+    phase = (t + h * 7) % period if period else 0
+    if key == "4731":
+        return base * (0.6 + 0.8 * phase / period), noise
+    if phase < period * 0.13:
+        return base * 0.18, noise  # evaluation / checkpoint dip
+    return base, noise
+
+
 def host_sample(plan: HostPlan, seed: str, t: float, epoch: int) -> m.HostSample:
     """Host ``plan.h``'s sample at ``t``, drawing from a ``random.Random(seed)``."""
     rand = random.Random(seed).random
-    gauss_next: float | None = None  # rng.gauss inlined (as random.py has it): two at a time
+    gauss = _Gauss(rand)
     role = plan.role
-    u: float = 0.0
-    noise: float = 0.0
-    if role is not None:
-        key, _, _, base, noise, period = role
-        phase = (t + plan.h * 7) % period if period else 0
-        if key == "4731":
-            u = base * (0.6 + 0.8 * phase / period)
-        elif phase < period * 0.13:
-            u = base * 0.18  # evaluation / checkpoint dip
-        else:
-            u = base
+    u, noise = _role_util(role, plan.h, t)
     # A counter of the power drawn since the demo's epoch (its noise's mean), so it only grows.
     span = max(0.0, t - epoch)
     load = load_integral(role, plan.h, t) - load_integral(role, plan.h, epoch) if t > epoch else 0.0
@@ -185,14 +223,7 @@ def host_sample(plan: HostPlan, seed: str, t: float, epoch: int) -> m.HostSample
         energy = round(IDLE_W * span + watts * load, 1)
         util = 0.0
         if kind == BUSY:
-            z = gauss_next
-            gauss_next = None
-            if z is None:
-                x2pi = rand() * _TWOPI
-                g2rad = sqrt(-2.0 * log(1.0 - rand()))
-                z = cos(x2pi) * g2rad
-                gauss_next = sin(x2pi) * g2rad
-            util = max(0.0, min(100.0, u + (0 + z * noise)))  # u + rng.gauss(0, noise)
+            util = max(0.0, min(100.0, u + (0 + gauss() * noise)))  # u + rng.gauss(0, noise)
         if lost:
             gpus.append(_gpu(g, GPU_NAME, uuid, None, None, None, None, None, None, None,
                               None, None, None, None, None, None, None, None,
@@ -200,35 +231,59 @@ def host_sample(plan: HostPlan, seed: str, t: float, epoch: int) -> m.HostSample
                               _LOST_REASONS, None, None, None, "nvidia", given))
             utils.append(0)
         elif kind == BUSY:
-            if throttled:
-                util *= 0.7
-            sm = util * (0.78 + rand() * 0.08)
-            up = round1(util)
+            sample, up = _busy_gpu(rand, g, uuid, util, throttled, mem_used, processes, energy, given)
+            gpus.append(sample)
             utils.append(up or 0)
-            nvlink = util * 3e9
-            gpus.append(_gpu(
-                g, GPU_NAME, uuid, up, round1(util * 0.45), mem_used, GPU_MEM,
-                round1(72 + util * 6.2 + rand() * 10), 700.0,
-                89.0 if throttled else round1(33 + util * 0.3),
-                1410 if throttled else 1980, 2619, util * 2e8, util * 1.5e8, nvlink, nvlink, 0, 0,
-                (), _THROTTLES if throttled else (), round1(sm), round1(sm * 0.55),
-                round1(util * 0.5), processes, {}, round1(sm * 0.6), util * 6e9, energy, "nvidia", given))
-        else:  # 0 %: every figure that scales with utilization is 0.0; the draws still happen
-            rand()
-            gpus.append(_gpu(
-                g, GPU_NAME, uuid, 0.0, 0.0, mem_used, GPU_MEM, round1(72.0 + rand() * 10), 700.0,
-                89.0 if throttled else 33.0, 1410 if throttled else 1980, 2619, 0.0, 0.0, 0.0, 0.0,
-                0, 0, (), _THROTTLES if throttled else (), 0.0, 0.0, 0.0, processes, {}, 0.0, 0.0,
-                energy, "nvidia", given))
+        else:
+            gpus.append(_idle_gpu(rand, g, uuid, throttled, mem_used, processes, energy, given))
             utils.append(0)
         if job is not None:
-            pid, tree_id, cmdline, user, start, launcher, gkey, gmem, jkey, ancestors, workload = job
-            jobs.append(_job(
-                pid, tree_id, cmdline, user, start,
-                round1(95 + rand() * 10 if launcher else 1 + rand() * 4),
-                int((12 + rand()) * GIB), {} if lost else {gkey: gmem}, jkey, ancestors, False, workload))
-            # A lost GPU lists no processes (NVML cannot read it): its job holds no memory there.
-    busy = sum(utils) / max(1, len(utils))
+            jobs.append(_job_sample(rand, job, lost))
+    return _host_sample(plan, rand, t, sum(utils) / max(1, len(utils)), gpus, jobs)
+
+
+def _busy_gpu(rand: Callable[[], float], g: int, uuid: str, util: float, throttled: bool, mem_used: int,
+              processes: tuple[m.GpuProcess, ...], energy: float,
+              given: m.Workload | None) -> tuple[m.GpuSample, float]:
+    """A busy GPU's sample at ``util`` (before a throttled GPU's 30 % less), and its utilization as shown."""
+    if throttled:
+        util *= 0.7
+    sm = util * (0.78 + rand() * 0.08)
+    up = round1(util)
+    nvlink = util * 3e9
+    return _gpu(
+        g, GPU_NAME, uuid, up, round1(util * 0.45), mem_used, GPU_MEM,
+        round1(72 + util * 6.2 + rand() * 10), 700.0,
+        89.0 if throttled else round1(33 + util * 0.3),
+        1410 if throttled else 1980, 2619, util * 2e8, util * 1.5e8, nvlink, nvlink, 0, 0,
+        (), _THROTTLES if throttled else (), round1(sm), round1(sm * 0.55),
+        round1(util * 0.5), processes, {}, round1(sm * 0.6), util * 6e9, energy, "nvidia", given), up
+
+
+def _idle_gpu(rand: Callable[[], float], g: int, uuid: str, throttled: bool, mem_used: int,
+              processes: tuple[m.GpuProcess, ...], energy: float, given: m.Workload | None) -> m.GpuSample:
+    """A GPU at 0 %: every figure that scales with utilization is 0.0; the draws still happen."""
+    rand()
+    return _gpu(
+        g, GPU_NAME, uuid, 0.0, 0.0, mem_used, GPU_MEM, round1(72.0 + rand() * 10), 700.0,
+        89.0 if throttled else 33.0, 1410 if throttled else 1980, 2619, 0.0, 0.0, 0.0, 0.0,
+        0, 0, (), _THROTTLES if throttled else (), 0.0, 0.0, 0.0, processes, {}, 0.0, 0.0,
+        energy, "nvidia", given)
+
+
+def _job_sample(rand: Callable[[], float], job: JobPlan, lost: bool) -> m.JobInfo:
+    """The job's sample: its constant fields and this tick's CPU and RSS draws."""
+    pid, tree_id, cmdline, user, start, launcher, gkey, gmem, jkey, ancestors, workload = job
+    # A lost GPU lists no processes (NVML cannot read it): its job holds no memory there.
+    return _job(
+        pid, tree_id, cmdline, user, start,
+        round1(95 + rand() * 10 if launcher else 1 + rand() * 4),
+        int((12 + rand()) * GIB), {} if lost else {gkey: gmem}, jkey, ancestors, False, workload)
+
+
+def _host_sample(plan: HostPlan, rand: Callable[[], float], t: float, busy: float,
+                 gpus: list[m.GpuSample], jobs: list[m.JobInfo]) -> m.HostSample:
+    """The host's sample around its GPUs and jobs, its figures following ``busy`` (the mean utilization)."""
     if plan.no_cache:
         cache = _NO_CACHE
         unavailable = dict.fromkeys(_NO_CACHE_FIELDS, NO_COUNTERS)

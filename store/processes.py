@@ -24,20 +24,34 @@ MAX_TRACKED = 32
 def process_values(s: HostSample, pid: int) -> list[float] | None:
     """The process's values in :data:`PROC_METRICS` order; None when it is not in the sample."""
     job = next((j for j in s.jobs if j.pid == pid), None)
+    utils, mems = _gpu_figures(s, pid)
+    if job is None and not mems:
+        return None
+    cpu, rss = (NAN, NAN) if job is None else (_value(job.cpu_percent), _value(job.rss_bytes))
+    return [cpu, rss, _gpu_mem(job, mems, bool(s.gpus)), sum(utils) / len(utils) if utils else NAN]
+
+
+def _gpu_figures(s: HostSample, pid: int) -> tuple[list[float], list[int]]:
+    """The process's SM utilizations and memory used on the GPUs NVML lists it on (those it reports)."""
     utils = [p.sm_util_percent for g in s.gpus for p in g.processes
              if p.pid == pid and p.sm_util_percent is not None]
     mems = [p.used_memory_bytes for g in s.gpus for p in g.processes
             if p.pid == pid and p.used_memory_bytes is not None]
-    if job is None and not mems:
-        return None
-    mem = float(sum(job.gpu_mem_bytes.values())) if job is not None and job.gpu_mem_bytes else (
-        float(sum(mems)) if mems else (0.0 if s.gpus else NAN))
-    return [
-        NAN if job is None or job.cpu_percent is None else float(job.cpu_percent),
-        NAN if job is None or job.rss_bytes is None else float(job.rss_bytes),
-        mem,
-        sum(utils) / len(utils) if utils else NAN,
-    ]
+    return utils, mems
+
+
+def _value(x: float | None) -> float:
+    return NAN if x is None else float(x)
+
+
+def _gpu_mem(job: JobInfo | None, mems: list[int], gpus_read: bool) -> float:
+    """GPU memory over the process's GPUs: the job's figures, else NVML's process list's, else 0 B (n/a when
+    its host reads no GPU)."""
+    if job is not None and job.gpu_mem_bytes:
+        return float(sum(job.gpu_mem_bytes.values()))
+    if mems:
+        return float(sum(mems))
+    return 0.0 if gpus_read else NAN
 
 
 class ProcessHistory:

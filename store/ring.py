@@ -154,6 +154,14 @@ class Ring:
             return
         elif cb < self.cnewest:
             self._past += 1  # a backfilled bucket: cached past sums are stale
+        self._put_fine(fb, values, self._put_coarse(cb, fb, values))
+
+    def _put_coarse(self, cb: int, fb: int, values: Sequence[float]) -> bool:
+        """Add ``values`` to coarse bucket ``cb``'s sums, counts and extremes, and mark fine bucket ``fb`` seen.
+
+        True when the extremes are left for :meth:`_fold` (the fine row goes on the pending list).
+        """
+        n = self.n
         ci = cb % self.coarse_slots
         bit = 1 << (fb % COARSE_FACTOR)
         lo = ci * n
@@ -184,6 +192,11 @@ class Ring:
                 miss[lo + i] += 1
             self.cfull[ci] += 1
         self.mask[ci] |= bit
+        return lazy and not dup
+
+    def _put_fine(self, fb: int, values: Sequence[float], pending: bool) -> None:
+        """Write ``values`` as fine bucket ``fb``'s row (unless too old for the fine tier)."""
+        n = self.n
         if fb > self.fnewest:
             # Clear the buckets skipped over (none in the steady state); bucket fb is written below.
             if fb > self.fnewest + 1 and self.fnewest != _FRESH:
@@ -194,7 +207,7 @@ class Ring:
             return
         fi = (fb % self.fine_slots) * n
         self.fbuf[fi : fi + n] = array("f", values)
-        if lazy and not dup:
+        if pending:
             self._pending.append(fi)
 
     def _fold(self) -> None:

@@ -65,31 +65,50 @@ class Filter:
             return Selection(tuple(hosts), frozenset(j.key for j in jobs), tuple(gpus))
         direct_hosts = {h for h in hosts if p.search(h)}
         direct_jobs = [j for j in jobs if self.job_matches(j)]
-        job_hosts = {h for j in direct_jobs for h in j.hosts}
-        held: dict[str, set[int]] = {}
-        for j in direct_jobs:
-            for h, i in j.gpus:
-                if i.isdigit():
-                    held.setdefault(h, set()).add(int(i))
-        shown_hosts = direct_hosts | job_hosts
-        shown_jobs = {j.key for j in direct_jobs} | {j.key for j in jobs if direct_hosts.intersection(j.hosts)}
-
-        def gpu_shown(h: str, i: int) -> bool:
-            if h in direct_hosts:
-                return True
-            return h in job_hosts and (i in held[h] if h in held else True)
-
         if self.inverted:
-            kept = [h for h in hosts if h not in shown_hosts]
-            kept_set = set(kept)
-            # Linked as the plain filter is: a host kept shows its jobs (but not those that match), and
-            # a job is kept only beside one of its hosts (bob's job on a host /!alice hides goes with it).
-            direct = {j.key for j in direct_jobs}
-            return Selection(tuple(kept),
-                             frozenset(j.key for j in jobs if j.key not in direct and kept_set.intersection(j.hosts)),
-                             tuple((h, i) for h, i in gpus if h in kept_set))
-        return Selection(tuple(h for h in hosts if h in shown_hosts), frozenset(shown_jobs),
-                         tuple((h, i) for h, i in gpus if gpu_shown(h, i)))
+            return _select_inverted(hosts, jobs, gpus, direct_hosts, direct_jobs)
+        return _select_plain(hosts, jobs, gpus, direct_hosts, direct_jobs)
+
+
+def _select_plain(hosts: Sequence[str], jobs: Sequence[JobView], gpus: Sequence[tuple[str, int]],
+                  direct_hosts: set[str], direct_jobs: list[JobView]) -> Selection:
+    """What a plain filter shows, given the hosts and jobs that match it (see :meth:`Filter.select`)."""
+    job_hosts = {h for j in direct_jobs for h in j.hosts}
+    held = _held_gpus(direct_jobs)
+    shown_hosts = direct_hosts | job_hosts
+    shown_jobs = {j.key for j in direct_jobs} | {j.key for j in jobs if direct_hosts.intersection(j.hosts)}
+
+    def gpu_shown(h: str, i: int) -> bool:
+        if h in direct_hosts:
+            return True
+        return h in job_hosts and (i in held[h] if h in held else True)
+
+    return Selection(tuple(h for h in hosts if h in shown_hosts), frozenset(shown_jobs),
+                     tuple((h, i) for h, i in gpus if gpu_shown(h, i)))
+
+
+def _held_gpus(jobs: list[JobView]) -> dict[str, set[int]]:
+    """host -> the indexes of the GPUs ``jobs`` hold there (hosts where they hold none are absent)."""
+    held: dict[str, set[int]] = {}
+    for j in jobs:
+        for h, i in j.gpus:
+            if i.isdigit():
+                held.setdefault(h, set()).add(int(i))
+    return held
+
+
+def _select_inverted(hosts: Sequence[str], jobs: Sequence[JobView], gpus: Sequence[tuple[str, int]],
+                     direct_hosts: set[str], direct_jobs: list[JobView]) -> Selection:
+    """What an inverted (``!``) filter shows, given the hosts and jobs that match it (see :meth:`Filter.select`)."""
+    shown_hosts = direct_hosts | {h for j in direct_jobs for h in j.hosts}
+    kept = [h for h in hosts if h not in shown_hosts]
+    kept_set = set(kept)
+    # Linked as the plain filter is: a host kept shows its jobs (but not those that match), and
+    # a job is kept only beside one of its hosts (bob's job on a host /!alice hides goes with it).
+    direct = {j.key for j in direct_jobs}
+    return Selection(tuple(kept),
+                     frozenset(j.key for j in jobs if j.key not in direct and kept_set.intersection(j.hosts)),
+                     tuple((h, i) for h, i in gpus if h in kept_set))
 
 
 NO_FILTER = Filter("", None, False)

@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from gpulens.core.errors import ConfigError
@@ -115,24 +116,69 @@ def _make_sampler(args: argparse.Namespace, hostname: str) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Run the agent until the viewer leaves (--stdio) or a signal arrives."""
-    import logging
     import socket
 
     from gpulens import __version__
     from gpulens.agent.agent import Agent
-    from gpulens.agent.listener import is_loopback, listen
     from gpulens.ipc import auth
+
+    _setup_logging(args.quiet)
+    cfg = args.cfg
+    _check_flags(args)
+    token = auth.load_token(args.token_file) if args.token_file else None
+    host, port = _listen_address(args, token)
+    ssl_context = _tls_context(args)
+
+    hostname = args.hostname or socket.gethostname()
+    history_s = 60.0 * (args.history_minutes if args.history_minutes is not None else cfg.history_minutes)
+    sock = _bind(args, host, port)
+    agent = Agent(
+        _make_sampler(args, hostname),
+        hostname=hostname,
+        interval_s=cfg.interval_s,
+        history_s=history_s,
+        token=token,
+        max_queued_frames=args.max_queue,
+        version=__version__,
+        job_key_env=cfg.job_key_env,
+    )
+    if args.claim_retry is not None:
+        agent.claim_retry_s = args.claim_retry
+    if args.pyroscope and not args.gpumem:
+        raise ConfigError("--pyroscope pushes --gpumem's profiles: add --gpumem")
+    services = _Services()
+    try:
+        services.start(args, hostname, agent)
+        if args.stdio:
+            return _serve_stdio(agent)
+        assert sock is not None
+        notes = f"{'token' if token else 'no token'}{', TLS' if ssl_context else ''}"
+        return _serve_tcp(args, agent, sock, ssl_context,
+                          lambda bound: f"{_shown(host)}:{bound} as {hostname} ({notes})")
+    finally:
+        if sock is not None:
+            sock.close()
+        agent.stop()
+        services.close(agent)
+
+
+def _setup_logging(quiet: bool) -> None:
+    """Log to stderr, prefixed, and rate-limited: peers cause warnings (bad datagrams): 10 a kind a minute."""
+    import logging
 
     logging.basicConfig(
         stream=sys.stderr,
-        level=logging.WARNING if args.quiet else logging.INFO,
+        level=logging.WARNING if quiet else logging.INFO,
         format="gpulens agent: %(message)s",
     )
     from gpulens.core import logbook
 
-    for handler in logging.getLogger().handlers:  # peers cause warnings (bad datagrams): 10 a kind a minute
+    for handler in logging.getLogger().handlers:
         logbook.rate_limit(handler)
-    cfg = args.cfg
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    """The checks that need nothing but the flags themselves; ConfigError on the first that fails."""
     if args.stdio:
         tcp_only = [flag for flag, v in (("--port-file", args.port_file), ("--tls-cert", args.tls_cert),
                                          ("--tls-key", args.tls_key)) if v]
@@ -146,6 +192,13 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--max-queue: expected at least 1")
     if args.history_minutes is not None and not 0 < args.history_minutes <= 24 * 60:
         raise ConfigError(f"--history-minutes: expected minutes in (0, 1440], got {args.history_minutes:g}")
+    _check_metrics_flags(args)
+
+
+def _check_metrics_flags(args: argparse.Namespace) -> None:
+    """``--metrics-port`` in range, and a non-loopback ``--metrics-addr`` only with ``--metrics-public``."""
+    from gpulens.agent.listener import is_loopback
+
     if args.metrics_port is not None and not 1 <= args.metrics_port <= 65535:
         raise ConfigError(f"--metrics-port: expected a port from 1 to 65535, got {args.metrics_port}")
     if args.metrics_port is not None and not args.metrics_public and not is_loopback(args.metrics_addr):
@@ -153,97 +206,115 @@ def run(args: argparse.Namespace) -> int:
             f"--metrics-addr {args.metrics_addr}: /metrics has no authentication, so a non-loopback "
             "address needs --metrics-public"
         )
-    token = auth.load_token(args.token_file) if args.token_file else None
-    host, port = ("", 0)
-    if args.listen is not None:
-        host, port = parse_listen(args.listen)
-        if not is_loopback(host) and token is None:
-            raise ConfigError(
-                f"--listen {args.listen}: a non-loopback address needs --token-file "
-                "(or use --ssh from the viewer, which opens no port)"
-            )
+
+
+def _listen_address(args: argparse.Namespace, token: bytes | None) -> tuple[str, int]:
+    """``--listen``'s (host, port), ("", 0) without it; a non-loopback host needs a token."""
+    from gpulens.agent.listener import is_loopback
+
+    if args.listen is None:
+        return "", 0
+    host, port = parse_listen(args.listen)
+    if not is_loopback(host) and token is None:
+        raise ConfigError(
+            f"--listen {args.listen}: a non-loopback address needs --token-file "
+            "(or use --ssh from the viewer, which opens no port)"
+        )
+    return host, port
+
+
+def _tls_context(args: argparse.Namespace) -> Any:
+    """``--tls-cert``/``--tls-key``: a server SSL context (None: no TLS), or ConfigError in one line."""
     if bool(args.tls_cert) != bool(args.tls_key):
         raise ConfigError("--tls-cert and --tls-key go together")
-    ssl_context = None
-    if args.tls_cert:
-        import ssl
+    if not args.tls_cert:
+        return None
+    import ssl
 
-        ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        for flag, path in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)):
-            if not os.path.isfile(path) or not os.access(path, os.R_OK):
-                raise ConfigError(f"{flag} {path}: not a readable file")
-        try:
-            ssl_context.load_cert_chain(args.tls_cert, args.tls_key)
-        except (OSError, ssl.SSLError) as err:
-            raise ConfigError(f"--tls-cert/--tls-key: cannot load a PEM certificate chain and its key: {err}") from err
-
-    hostname = args.hostname or socket.gethostname()
-    history_s = 60.0 * (args.history_minutes if args.history_minutes is not None else cfg.history_minutes)
-    sock = None
-    if args.listen is not None:
-        # Bind before starting anything, so a port in use fails at once with one line.
-        try:
-            sock = listen(host, port)
-        except OSError as err:
-            raise ConfigError(f"--listen {args.listen}: cannot listen: {err.strerror or err}") from err
-    agent = Agent(
-        _make_sampler(args, hostname),
-        hostname=hostname,
-        interval_s=cfg.interval_s,
-        history_s=history_s,
-        token=token,
-        max_queued_frames=args.max_queue,
-        version=__version__,
-        job_key_env=cfg.job_key_env,
-    )
-    if args.claim_retry is not None:
-        agent.claim_retry_s = args.claim_retry
-    stop = threading.Event()
-    metrics = None
-    pusher = None
-    if args.pyroscope and not args.gpumem:
-        raise ConfigError("--pyroscope pushes --gpumem's profiles: add --gpumem")
+    ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    for flag, path in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)):
+        if not os.path.isfile(path) or not os.access(path, os.R_OK):
+            raise ConfigError(f"{flag} {path}: not a readable file")
     try:
+        ssl_context.load_cert_chain(args.tls_cert, args.tls_key)
+    except (OSError, ssl.SSLError) as err:
+        raise ConfigError(f"--tls-cert/--tls-key: cannot load a PEM certificate chain and its key: {err}") from err
+    return ssl_context
+
+
+def _bind(args: argparse.Namespace, host: str, port: int) -> Any:
+    """``--listen``: the bound socket (None: --stdio).
+
+    Bound before starting anything, so a port in use fails at once with one line.
+    """
+    from gpulens.agent.listener import listen
+
+    if args.listen is None:
+        return None
+    try:
+        return listen(host, port)
+    except OSError as err:
+        raise ConfigError(f"--listen {args.listen}: cannot listen: {err.strerror or err}") from err
+
+
+class _Services:
+    """What runs beside the agent, as asked: /metrics, the Kineto trace endpoint, GPU-memory tracing."""
+
+    def __init__(self) -> None:
+        self.metrics: Any = None
+        self.pusher: Any = None
+
+    def start(self, args: argparse.Namespace, hostname: str, agent: Any) -> None:
+        """Start each asked-for service; those started before a failure are still closed by :meth:`close`."""
         if args.metrics_port is not None:
-            metrics = _serve_metrics(args, hostname, agent)
+            self.metrics = _serve_metrics(args, hostname, agent)
         if not args.no_trace:
             agent.start_trace_service()
         if args.gpumem:
             agent.requests.gpumem = _start_gpumem()
-            pusher = _start_pyroscope(args, agent, hostname)
+            self.pusher = _start_pyroscope(args, agent, hostname)
         else:
             from gpulens.agent.gpumem import gpumem_possible
 
             agent.requests.gpumem_windows = gpumem_possible()
-        if args.stdio:
-            # The protocol owns the real stdout; anything a library prints goes to stderr.
-            rfd, wfd = os.dup(0), os.dup(1)
-            os.dup2(2, 1)
-            agent.start()
-            agent.serve_stdio(rfd, wfd)
-            return 0
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        assert sock is not None
-        bound = sock.getsockname()[1]
-        if args.port_file:
-            _write_port_file(args.port_file, bound)
-        auth_note = "token" if token else "no token"
-        tls_note = ", TLS" if ssl_context else ""
-        shown = f"[{host}]" if ":" in host else host
-        print(f"gpulens agent: listening on {shown}:{bound} as {hostname} ({auth_note}{tls_note})", file=sys.stderr, flush=True)
-        agent.start()
-        agent.serve_tcp(sock, ssl_context, stop)
-        return 143 if stop.is_set() else 0  # as --help promises: SIGTERM is 143 (issue 31 item 19)
-    finally:
-        if sock is not None:
-            sock.close()
-        agent.stop()
-        if metrics is not None:
-            metrics.close()
-        if pusher is not None:
-            pusher.close()
+
+    def close(self, agent: Any) -> None:
+        """Close what :meth:`start` started (after ``agent.stop()``)."""
+        if self.metrics is not None:
+            self.metrics.close()
+        if self.pusher is not None:
+            self.pusher.close()
         if agent.requests.gpumem is not None:
             agent.requests.gpumem.close()
+
+
+def _shown(host: str) -> str:
+    """A host as a viewer types it: an IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host else host
+
+
+def _serve_stdio(agent: Any) -> int:
+    """``--stdio``: serve one viewer; the protocol owns the real stdout, anything a library prints goes to stderr."""
+    rfd, wfd = os.dup(0), os.dup(1)
+    os.dup2(2, 1)
+    agent.start()
+    agent.serve_stdio(rfd, wfd)
+    return 0
+
+
+def _serve_tcp(
+    args: argparse.Namespace, agent: Any, sock: Any, ssl_context: Any, where: Callable[[int], str]
+) -> int:
+    """``--listen``: serve viewers until SIGTERM; ``where(port)`` says where, for the one line on stderr."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    bound = sock.getsockname()[1]
+    if args.port_file:
+        _write_port_file(args.port_file, bound)
+    print(f"gpulens agent: listening on {where(bound)}", file=sys.stderr, flush=True)
+    agent.start()
+    agent.serve_tcp(sock, ssl_context, stop)
+    return 143 if stop.is_set() else 0  # as --help promises: SIGTERM is 143 (issue 31 item 19)
 
 
 def _start_pyroscope(args: argparse.Namespace, agent: Any, hostname: str) -> Any:

@@ -74,13 +74,7 @@ def run_job(args: argparse.Namespace, req: TraceRequest, hosts: list[str]) -> in
     out_dir = _output_dir(args.output, key)
     opened: list[_Host] = []
     try:
-        unreached = []
-        for target in hosts or [""]:
-            try:
-                opened.append(_open(args, target))
-            except GpulensError as err:  # one host down: trace the others, and say so
-                say(f"[{_label(target) if target else 'local'}] not reached: {err}")
-                unreached.append(target)
+        unreached = _open_all(args, hosts, opened)
         if not opened:
             return EXIT_FAILED
         wait = JOB_WAIT_S if args.wait is None else args.wait
@@ -90,21 +84,8 @@ def run_job(args: argparse.Namespace, req: TraceRequest, hosts: list[str]) -> in
             say(f"job {key}: no polling process of this job on {', '.join(h.label for h in opened)} within "
                 f"{wait:g} s (a job still starting: give it longer with --wait S)")
             return EXIT_FAILED
-        longest = max((iv for h in opened for iv in h.intervals), default=DEFAULT_POLL_S)
-        lead = args.start_in if args.start_in is not None else longest + START_MARGIN_S + req.warmup_s
-        start = time.time() + lead
-        jreq = replace(req, pids=(), job_id=0, start_time_ms=int(start * 1000), timeout_s=req.timeout_s + lead)
-        stamp = time.strftime("%H:%M:%S", time.localtime(start)) + f".{int(start * 1000) % 1000:03d}"
-        say(f"job {key}: {found} processes on {len(opened)} host(s); every rank starts at {stamp} (in {lead:.1f} s)")
-        for h in opened:
-            for pid in h.busy:
-                say(f"[{h.label}] process {pid} (rank {_rank(h, pid)}) is busy with another trace: it is traced only "
-                    "if that trace is written before the start; the other ranks are traced either way")
-        workers = [threading.Thread(target=_trace_host, args=(h, jreq, key), daemon=True) for h in opened]
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
+        jreq = _job_request(args, req, opened, key, found)
+        _trace_all(opened, jreq, key)
         if any(h.got is not None and h.got.files for h in opened):
             _make_dir(out_dir, default=args.output is None)
         code = _write(opened, out_dir)
@@ -112,6 +93,47 @@ def run_job(args: argparse.Namespace, req: TraceRequest, hosts: list[str]) -> in
     finally:
         for h in opened:
             h.close()
+
+
+def _open_all(args: argparse.Namespace, hosts: list[str], opened: list[_Host]) -> list[str]:
+    """Reach each host's agent into ``opened``; the hosts not reached (one host down: trace the others, and say so)."""
+    unreached = []
+    for target in hosts or [""]:
+        try:
+            opened.append(_open(args, target))
+        except GpulensError as err:
+            say(f"[{_label(target) if target else 'local'}] not reached: {err}")
+            unreached.append(target)
+    return unreached
+
+
+def _job_request(
+    args: argparse.Namespace, req: TraceRequest, opened: list[_Host], key: str, found: int
+) -> TraceRequest:
+    """The request every host gets: the job's key and one start time, after the longest poll interval seen.
+
+    Says when every rank starts, and which ranks are busy with another trace now.
+    """
+    longest = max((iv for h in opened for iv in h.intervals), default=DEFAULT_POLL_S)
+    lead = args.start_in if args.start_in is not None else longest + START_MARGIN_S + req.warmup_s
+    start = time.time() + lead
+    jreq = replace(req, pids=(), job_id=0, start_time_ms=int(start * 1000), timeout_s=req.timeout_s + lead)
+    stamp = time.strftime("%H:%M:%S", time.localtime(start)) + f".{int(start * 1000) % 1000:03d}"
+    say(f"job {key}: {found} processes on {len(opened)} host(s); every rank starts at {stamp} (in {lead:.1f} s)")
+    for h in opened:
+        for pid in h.busy:
+            say(f"[{h.label}] process {pid} (rank {_rank(h, pid)}) is busy with another trace: it is traced only "
+                "if that trace is written before the start; the other ranks are traced either way")
+    return jreq
+
+
+def _trace_all(opened: list[_Host], jreq: TraceRequest, key: str) -> None:
+    """Send ``jreq`` to every host at once; returns when each has answered."""
+    workers = [threading.Thread(target=_trace_host, args=(h, jreq, key), daemon=True) for h in opened]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
 
 
 def _output_dir(output: str | None, key: str) -> Path:
@@ -196,12 +218,7 @@ def _discover(hosts: list[_Host], key: str, wait_s: float) -> None:
         for i, h in enumerate(hosts):
             if i in settled and not starting:
                 continue
-            procs = _processes(h)
-            mine = [p for p in procs if key in p.get("job_keys", []) or str(p.get("job_id")) == key]
-            h.ranks = {int(p["pid"]): p.get("rank") if isinstance(p.get("rank"), int) else None for p in mine}
-            h.intervals = [float(p["interval_s"]) for p in mine if isinstance(p.get("interval_s"), (int, float))]
-            h.busy = [int(p["pid"]) for p in mine if p.get("busy") is True]
-            if mine and len(h.intervals) == len(mine):  # each polled twice: its interval is known
+            if _look(h, key):
                 settled.add(i)
             else:
                 settled.discard(i)
@@ -213,6 +230,16 @@ def _discover(hosts: list[_Host], key: str, wait_s: float) -> None:
         if (len(settled) == len(hosts) and steady) or time.monotonic() > deadline:
             return
         time.sleep(0.3)
+
+
+def _look(h: _Host, key: str) -> bool:
+    """Ask ``h`` for the job's processes (ranks, poll intervals, busy ones); True when each has polled twice."""
+    procs = _processes(h)
+    mine = [p for p in procs if key in p.get("job_keys", []) or str(p.get("job_id")) == key]
+    h.ranks = {int(p["pid"]): p.get("rank") if isinstance(p.get("rank"), int) else None for p in mine}
+    h.intervals = [float(p["interval_s"]) for p in mine if isinstance(p.get("interval_s"), (int, float))]
+    h.busy = [int(p["pid"]) for p in mine if p.get("busy") is True]
+    return bool(mine) and len(h.intervals) == len(mine)  # each polled twice: its interval is known
 
 
 def _processes(h: _Host) -> list[dict[str, Any]]:

@@ -45,7 +45,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 
-from gpulens.ipc.kineto.jobstate import Job, finish, refresh, start_missed
+from gpulens.ipc.kineto.jobstate import Job, finish, no_file_error, refresh, start_missed
 from gpulens.ipc.kineto.jobstate import PidTask as PidTask  # re-exported for the service and tests
 from gpulens.ipc.kineto.jobtext import NO_MEMORY_NOTE as NO_MEMORY_NOTE
 from gpulens.ipc.kineto.jobtext import (
@@ -317,21 +317,9 @@ class JobTable:
         for job in open_jobs:
             # /proc and the target's files: read outside the lock (the endpoint thread's
             # hand_over must never wait behind a slow filesystem).
-            gone = {t.pid: ended(t.pid, t.ident) for t in live[id(job)] if exited(t.pid, t.ident)}
-            late = [
-                t.pid for t in live[id(job)]
-                if t.handed_s is None and t.pid not in gone and now > t.poll_deadline_s and t.busy_since_s is None
-            ]
-            reasons = {pid: diagnose(pid) for pid in late}
+            gone, reasons = _look_at_processes(live[id(job)], now, diagnose, ended)
             probes = {t.pid: probe(out, t.pid, wall) for t, out, wall in watched[id(job)] if out is not None}
-            steps: dict[int, bool | None] = {}
-            memory: dict[int, bool | None] = {}
-            for t, out, _wall in watched[id(job)]:
-                path = probes[t.pid].path if t.pid in probes else None
-                if path is not None and out is not None and self._inspect is not None:
-                    steps[t.pid] = self._inspect(path, out.owner_uid)
-                if path is not None and out is not None and job.request.profile_memory:
-                    memory[t.pid] = self._memory(path, out.owner_uid)
+            steps, memory = self._look_into_files(job, watched[id(job)], probes)
             with self._lock:
                 before = (job.state, job.detail)
                 self._advance(job, now, gone, reasons, probes, steps, memory)
@@ -339,16 +327,22 @@ class JobTable:
                     changed.append(job.snapshot())
         return changed
 
-    def _advance(
-        self,
-        job: Job,
-        now: float,
-        gone: dict[int, int | None],
-        reasons: dict[int, str],
-        probes: dict[int, FileProbe],
-        steps: dict[int, bool | None],
-        memory: dict[int, bool | None],
-    ) -> None:
+    def _look_into_files(
+        self, job: Job, watched: list[tuple[PidTask, TraceOutput | None, float]], probes: dict[int, FileProbe]
+    ) -> tuple[dict[int, bool | None], dict[int, bool | None]]:
+        """For each landed file: (did the target step an optimizer, does it hold the memory events asked for)."""
+        steps: dict[int, bool | None] = {}
+        memory: dict[int, bool | None] = {}
+        for t, out, _wall in watched:
+            path = probes[t.pid].path if t.pid in probes else None
+            if path is not None and out is not None and self._inspect is not None:
+                steps[t.pid] = self._inspect(path, out.owner_uid)
+            if path is not None and out is not None and job.request.profile_memory:
+                memory[t.pid] = self._memory(path, out.owner_uid)
+        return steps, memory
+
+    def _advance(self, job: Job, now: float, gone: dict[int, int | None], reasons: dict[int, str],
+                 probes: dict[int, FileProbe], steps: dict[int, bool | None], memory: dict[int, bool | None]) -> None:
         req = job.request
         for task in job.tasks.values():
             if task.finished:
@@ -360,43 +354,39 @@ class JobTable:
                 continue
             found = probes.get(task.pid, FileProbe())
             if task.handed_s is None:
-                if task.pid in gone:
-                    task.error = ended_before_pickup(task.pid, gone[task.pid])
-                elif task.pid in reasons:
-                    task.error = reasons[task.pid]
-                elif start_missed(req):
-                    task.error = missed_common_start(task, None)
-                elif task.busy_since_s is not None and now - task.busy_since_s > req.timeout_s:
-                    task.error = (
-                        f"process {task.pid}'s profiler stayed busy with another trace for "
-                        f"{req.timeout_s:.0f} s; the request was never handed over"
-                    )
-            elif found.refused is not None:
-                task.refused = True
-                task.error = f"trace file refused: {found.refused}"
-            elif found.path is not None:
-                task.file = found.path
-                job.files[task.pid] = task.file
-                self._learn(task, req, steps.get(task.pid))
-                if memory.get(task.pid) is False:
-                    task.result_note = "; ".join(n for n in (task.result_note, NO_MEMORY_NOTE) if n)
-            elif task.pid in gone:
-                task.ended = True
-                task.error = ended_during_trace(task.pid, gone[task.pid])
-            elif now - task.handed_s > req.timeout_s:
-                task.note = found.note or task.note
-                placed = task.output.note if task.output is not None else None
-                task.error = (
-                    f"no trace file from process {task.pid} within {req.timeout_s:.0f} s "
-                    f"after the config was handed over (watched {task.watched})"
-                ) + "".join(f"; {n}" for n in (placed, task.note) if n)
+                error = _pickup_error(task, req, now, gone, reasons)
+                if error is not None:
+                    task.error = error
             else:
-                task.note = found.note or task.note
+                self._advance_handed(job, task, now - task.handed_s, found, gone, steps, memory)
             if task.finished:
                 self._release(task.pid, task, now)
         refresh(job, self.stepped)
         if all(t.finished for t in job.tasks.values()):
             finish(job, now)
+
+    def _advance_handed(self, job: Job, task: PidTask, since_handed_s: float, found: FileProbe,
+                        gone: dict[int, int | None], steps: dict[int, bool | None],
+                        memory: dict[int, bool | None]) -> None:
+        """A handed task: its file refused or landed, its process gone, the request timed out, or still waiting."""
+        req = job.request
+        if found.refused is not None:
+            task.refused = True
+            task.error = f"trace file refused: {found.refused}"
+        elif found.path is not None:
+            task.file = found.path
+            job.files[task.pid] = task.file
+            self._learn(task, req, steps.get(task.pid))
+            if memory.get(task.pid) is False:
+                task.result_note = "; ".join(n for n in (task.result_note, NO_MEMORY_NOTE) if n)
+        elif task.pid in gone:
+            task.ended = True
+            task.error = ended_during_trace(task.pid, gone[task.pid])
+        elif since_handed_s > req.timeout_s:
+            task.note = found.note or task.note
+            task.error = no_file_error(task, req)
+        else:
+            task.note = found.note or task.note
 
     def _learn(self, task: PidTask, req: TraceRequest, stepped: bool | None) -> None:
         if task.start_wall is not None and req.duration_ms is not None and task.ident is not None:
@@ -467,3 +457,35 @@ class JobTable:
 def _key(task: PidTask) -> tuple[int, int]:
     """The process a learned loop tick belongs to: a reused pid is another process (no tick known)."""
     return task.pid, task.ident.start_ticks if task.ident is not None else -1
+
+
+def _look_at_processes(
+    live: list[PidTask], now: float, diagnose: Callable[[int], str], ended: Ended
+) -> tuple[dict[int, int | None], dict[int, str]]:
+    """(how each exited target ended, why each target past its poll deadline has not polled)."""
+    gone = {t.pid: ended(t.pid, t.ident) for t in live if exited(t.pid, t.ident)}
+    late = [
+        t.pid for t in live
+        if t.handed_s is None and t.pid not in gone and now > t.poll_deadline_s and t.busy_since_s is None
+    ]
+    return gone, {pid: diagnose(pid) for pid in late}
+
+
+def _pickup_error(
+    task: PidTask, req: TraceRequest, now: float, gone: dict[int, int | None], reasons: dict[int, str]
+) -> str | None:
+    """Why a task not handed over yet fails now (its process ended, never polls, missed the start,
+    stayed busy too long); None: it still waits."""
+    if task.pid in gone:
+        return ended_before_pickup(task.pid, gone[task.pid])
+    if task.pid in reasons:
+        return reasons[task.pid]
+    if start_missed(req):
+        return missed_common_start(task, None)
+    if task.busy_since_s is not None and now - task.busy_since_s > req.timeout_s:
+        return (
+            f"process {task.pid}'s profiler stayed busy with another trace for "
+            f"{req.timeout_s:.0f} s; the request was never handed over"
+        )
+    return None
+

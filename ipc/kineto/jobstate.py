@@ -92,32 +92,10 @@ def refresh(job: Job, stepped: dict[int, bool]) -> None:
         return
     handed = [t for t in open_tasks if t.handed_s is not None]
     pending = [t for t in open_tasks if t.handed_s is None and t.queued_behind is None]
-    req = job.request
     if handed:
-        t = handed[0]
-        pids = [h.pid for h in handed]
-        started = t.start_wall if t.start_wall is not None else t.handed_wall + req.warmup_s
-        if req.duration_ms is not None and time.time() > window_end_wall(started, req.duration_ms):
-            job.state = TraceState.WRITING
-            job.detail = (f"waiting for process {t.pid} to write its trace" if len(pids) == 1
-                          else f"waiting for processes {name_pids(pids)} to write their traces")
-        else:
-            job.state = TraceState.TRACING
-            waits = len(pending)
-            more = (f" ({waits} more wait{'s' if waits == 1 else ''} for {'its' if waits == 1 else 'their'} poll)"
-                    if waits else "")
-            whom = f"process {t.pid}" if len(pids) == 1 else f"processes {name_pids(pids)}"
-            job.detail = f"config handed to {whom}{more}; {tracing_what(req, pids, stepped)}"
+        _refresh_handed(job, handed, len(pending), stepped)
     elif pending:
-        job.state = TraceState.WAITING_FOR_POLL
-        busy = [t.pid for t in pending if t.busy_since_s is not None]
-        if busy:
-            job.detail = (
-                f"process {busy[0]}'s profiler is busy with another trace (not this request); "
-                "the config goes at its first poll after that trace is written"
-            )
-        else:
-            job.detail = "the target picks the request up at its next poll (up to one poll interval)"
+        _refresh_pending(job, pending)
     else:
         job.state = TraceState.QUEUED
         t = open_tasks[0]
@@ -125,6 +103,37 @@ def refresh(job: Job, stepped: dict[int, bool]) -> None:
             f"queued behind trace {t.queued_behind} of process {t.pid}; starts when that trace's "
             "file has landed"
         )
+
+
+def _refresh_handed(job: Job, handed: list[PidTask], waits: int, stepped: dict[int, bool]) -> None:
+    """Some config was handed over: WRITING once the window has passed, else TRACING (``waits``: pids still pending)."""
+    req = job.request
+    t = handed[0]
+    pids = [h.pid for h in handed]
+    started = t.start_wall if t.start_wall is not None else t.handed_wall + req.warmup_s
+    if req.duration_ms is not None and time.time() > window_end_wall(started, req.duration_ms):
+        job.state = TraceState.WRITING
+        job.detail = (f"waiting for process {t.pid} to write its trace" if len(pids) == 1
+                      else f"waiting for processes {name_pids(pids)} to write their traces")
+    else:
+        job.state = TraceState.TRACING
+        more = (f" ({waits} more wait{'s' if waits == 1 else ''} for {'its' if waits == 1 else 'their'} poll)"
+                if waits else "")
+        whom = f"process {t.pid}" if len(pids) == 1 else f"processes {name_pids(pids)}"
+        job.detail = f"config handed to {whom}{more}; {tracing_what(req, pids, stepped)}"
+
+
+def _refresh_pending(job: Job, pending: list[PidTask]) -> None:
+    """Nothing handed yet: waiting for a poll, or for a busy profiler to finish someone else's trace."""
+    job.state = TraceState.WAITING_FOR_POLL
+    busy = [t.pid for t in pending if t.busy_since_s is not None]
+    if busy:
+        job.detail = (
+            f"process {busy[0]}'s profiler is busy with another trace (not this request); "
+            "the config goes at its first poll after that trace is written"
+        )
+    else:
+        job.detail = "the target picks the request up at its next poll (up to one poll interval)"
 
 
 MAX_NAMED = 8
@@ -178,6 +187,15 @@ def start_missed(req: TraceRequest) -> bool:
         req.start_time_ms is not None
         and time.time() > req.start_time_ms / 1000 - MIN_LEAD_S - warmup_secs(req)
     )
+
+
+def no_file_error(task: PidTask, req: TraceRequest) -> str:
+    """A handed task's error when no file came within the request's timeout."""
+    placed = task.output.note if task.output is not None else None
+    return (
+        f"no trace file from process {task.pid} within {req.timeout_s:.0f} s "
+        f"after the config was handed over (watched {task.watched})"
+    ) + "".join(f"; {n}" for n in (placed, task.note) if n)
 
 
 def tracing_what(req: TraceRequest, pids: list[int], stepped: dict[int, bool]) -> str:

@@ -115,49 +115,84 @@ def _apply(hosts: dict[str, _Host], row: MetricMap, scope: str, labels: Mapping[
     if h is None:
         h = _new_host(hosts, host)
     if row.field == "host.unavailable":
-        gpu, key, reason = labels.get("gpu", ""), labels.get("field", ""), labels.get("reason", "")
-        if gpu.isdigit() and len(gpu) <= 4:
-            h.gpus.setdefault(int(gpu), _Gpu()).unavailable[key] = reason
-        elif key:
-            h.unavailable[key] = reason
+        _apply_unavailable(h, labels)
     elif scope == "host":
         h.values.setdefault(row.field, value)
     elif scope == "gpu":
         assert ident is not None
-        g = h.gpus.get(ident[0])
-        if g is None:
-            g = h.gpus[ident[0]] = _Gpu()
-        if row.family == "amd":
-            g.vendor, g.amd_exporter = "amd", True
-        if not row.windowed:  # ids come from instant rows only, so the order of passes cannot change them
-            g.uuid = g.uuid or ident[1]
-            g.name = g.name or labels.get("name") or labels.get("modelName") or ""
-            g.pod = g.pod or _pod_of(labels)
-        if row.field == "gpu.throttle_reasons":
-            g.throttle.add(labels.get("reason", "?"))
-        elif row.field == "gpu.throttle_mask":
-            g.throttle.update(throttle_names(value))
-        elif row.field == "gpu.xid_events":
-            code = labels.get("code", "")
-            if code.isdigit() and len(code) <= 10:
-                g.xids.add(int(code))
-        elif row.field == "gpu.processes":
-            pid = labels.get("pid", "")
-            if pid.isdigit() and len(pid) <= 10:
-                g.processes.setdefault(int(pid), int(value))
-        else:
-            g.values.setdefault(row.field[4:], value)
+        _apply_gpu(h, row, ident, labels, value)
     else:
-        pid_text = labels.get("pid", "")
-        if not pid_text.isdigit() or len(pid_text) > 10:
-            return
-        j = h.jobs.setdefault(int(pid_text), _Job())
-        if row.field == "job.info":
-            j.labels = labels
-        elif row.field == "job.gpu_mem_bytes":
-            j.gpu_mem[labels.get("gpu", "?")] = int(value)
-        else:
-            j.values.setdefault(row.field[4:], value)
+        _apply_job(h, row.field, labels, value)
+
+
+def _apply_unavailable(h: _Host, labels: Mapping[str, str]) -> None:
+    """``host.unavailable``: why a field (of the host, or of one GPU) has no value."""
+    gpu, key, reason = labels.get("gpu", ""), labels.get("field", ""), labels.get("reason", "")
+    if gpu.isdigit() and len(gpu) <= 4:
+        h.gpus.setdefault(int(gpu), _Gpu()).unavailable[key] = reason
+    elif key:
+        h.unavailable[key] = reason
+
+
+def _apply_gpu(h: _Host, row: MetricMap, ident: tuple[int, str], labels: Mapping[str, str], value: float) -> None:
+    """A GPU-scope series: the GPU's identity (instant rows only), then its value by field."""
+    g = h.gpus.get(ident[0])
+    if g is None:
+        g = h.gpus[ident[0]] = _Gpu()
+    if row.family == "amd":
+        g.vendor, g.amd_exporter = "amd", True
+    if not row.windowed:  # ids come from instant rows only, so the order of passes cannot change them
+        g.uuid = g.uuid or ident[1]
+        g.name = g.name or labels.get("name") or labels.get("modelName") or ""
+        g.pod = g.pod or _pod_of(labels)
+    _GPU_SPECIAL.get(row.field, _gpu_value)(g, row.field, labels, value)
+
+
+def _gpu_value(g: _Gpu, field: str, labels: Mapping[str, str], value: float) -> None:
+    g.values.setdefault(field[4:], value)
+
+
+def _gpu_throttle_reason(g: _Gpu, field: str, labels: Mapping[str, str], value: float) -> None:
+    g.throttle.add(labels.get("reason", "?"))
+
+
+def _gpu_throttle_mask(g: _Gpu, field: str, labels: Mapping[str, str], value: float) -> None:
+    g.throttle.update(throttle_names(value))
+
+
+def _gpu_xid(g: _Gpu, field: str, labels: Mapping[str, str], value: float) -> None:
+    code = labels.get("code", "")
+    if code.isdigit() and len(code) <= 10:
+        g.xids.add(int(code))
+
+
+def _gpu_process(g: _Gpu, field: str, labels: Mapping[str, str], value: float) -> None:
+    pid = labels.get("pid", "")
+    if pid.isdigit() and len(pid) <= 10:
+        g.processes.setdefault(int(pid), int(value))
+
+
+_GPU_SPECIAL = {
+    "gpu.throttle_reasons": _gpu_throttle_reason,
+    "gpu.throttle_mask": _gpu_throttle_mask,
+    "gpu.xid_events": _gpu_xid,
+    "gpu.processes": _gpu_process,
+}
+"""GPU fields that are not a plain value, by field (any other: :func:`_gpu_value`)."""
+
+
+def _apply_job(h: _Host, field: str, labels: Mapping[str, str], value: float) -> None:
+    """A job-scope series, placed by its ``pid`` label (skipped without a valid one)."""
+    pid_text = labels.get("pid", "")
+    if not pid_text.isdigit() or len(pid_text) > 10:
+        return
+    j = h.jobs.setdefault(int(pid_text), _Job())
+    if field == "job.info":
+        j.labels = labels
+    elif field == "job.gpu_mem_bytes":
+        j.gpu_mem[labels.get("gpu", "?")] = int(value)
+    else:
+        j.values.setdefault(field[4:], value)
 
 
 _SPECIAL = {"host.unavailable", "gpu.throttle_reasons", "gpu.throttle_mask", "gpu.xid_events", "gpu.processes"}
@@ -167,25 +202,27 @@ _INDEX = {str(i): i for i in range(256)}
 """GPU index label -> int, for the usual indexes (saves a parse per series)."""
 
 
-def _apply_plain(
-    hosts: dict[str, _Host], row: MetricMap, answer: Answer, only: set[str] | None = None
-) -> None:
+def _apply_plain_host(hosts: dict[str, _Host], row: MetricMap, answer: Answer, only: set[str] | None) -> None:
     """The hot path (tens of thousands of series per poll): plain host or GPU
     values, without the per-series branching of :func:`_apply`. With ``only``,
-    series of other hosts are skipped."""
+    series of other hosts are skipped. This one: host values."""
     isfinite = math.isfinite
     find = hosts.get
-    if row.scope == "host":
-        key = row.field
-        for labels, value in answer:
-            host = labels.get("host") or host_of(labels)
-            if host is None or not isfinite(value) or (only is not None and host not in only):
-                continue
-            h = find(host)
-            if h is None:
-                h = _new_host(hosts, host)
-            h.values.setdefault(key, value)
-        return
+    key = row.field
+    for labels, value in answer:
+        host = labels.get("host") or host_of(labels)
+        if host is None or not isfinite(value) or (only is not None and host not in only):
+            continue
+        h = find(host)
+        if h is None:
+            h = _new_host(hosts, host)
+        h.values.setdefault(key, value)
+
+
+def _apply_plain_gpu(hosts: dict[str, _Host], row: MetricMap, answer: Answer, only: set[str] | None) -> None:
+    """GPU values: as :func:`_apply_plain_host`, for GPUs."""
+    isfinite = math.isfinite
+    find = hosts.get
     key = row.field[4:]
     # gpulens: ids only on gpu_info; windowed rows never (see _apply)
     ids = (row.family != "gpulens" or row.field == "gpu.info") and not row.windowed
@@ -212,17 +249,22 @@ def _apply_plain(
         elif ids and labels.get("vendor") == "amd":
             g.vendor = "amd"
         if ids:
-            g.uuid = g.uuid or labels.get("uuid") or labels.get("UUID") or ""
-            g.name = g.name or labels.get("name") or labels.get("modelName") or ""
-            g.pod = g.pod or _pod_of(labels)
+            _identify(g, labels)
         if isfinite(value):
             g.values.setdefault(key, value)
+
+
+def _identify(g: _Gpu, labels: Mapping[str, str]) -> None:
+    """Fill the GPU's uuid, name and pod from a series' labels, where not known yet."""
+    g.uuid = g.uuid or labels.get("uuid") or labels.get("UUID") or ""
+    g.name = g.name or labels.get("name") or labels.get("modelName") or ""
+    g.pod = g.pod or _pod_of(labels)
 
 
 def _apply_row(hosts: dict[str, _Host], row: MetricMap, answer: Answer, only: set[str] | None) -> None:
     scope = row.scope
     if scope != "job" and row.field not in _SPECIAL:
-        _apply_plain(hosts, row, answer, only)
+        (_apply_plain_host if scope == "host" else _apply_plain_gpu)(hosts, row, answer, only)
     elif only is None:
         for labels, value in answer:
             _apply(hosts, row, scope, labels, value)

@@ -184,6 +184,20 @@ class PrometheusSource:
         at = time.time()
         q = self._client.query_pairs
         now = time.monotonic()
+        due, skipped = self._due_tiers(rows, quick, now)
+        wanted = [r for r in rows if r.tier in due]
+
+        def call(r: MetricMap) -> Callable[[], Vector]:
+            return lambda: q(r.query(self._sel, self.rate_window_s), at, deadline=deadline)
+
+        answers: list[tuple[MetricMap, Answer]] = list(self._run_all((r, call(r)) for r in wanted))
+        with _gc_paused():
+            digests = self._cache_tiers(answers, due, now)
+            return assemble(answers, at, skipped=skipped, digests=digests)
+
+    def _due_tiers(self, rows: tuple[MetricMap, ...], quick: bool, now: float) -> tuple[set[str], dict[str, str]]:
+        """The tiers to query now (``core`` always; the others when their rows changed or their answers are
+        old), and the fields ``quick`` leaves out (those of a detail tier not fetched yet)."""
         due = {"core"}
         skipped: dict[str, str] = {}
         for tier in ("detail", "static"):
@@ -194,22 +208,19 @@ class PrometheusSource:
                 skipped = {r.field: DETAIL_PENDING for r in tier_rows}
             elif cached is None or cached[0] != tier_rows or now - cached[2] >= period:
                 due.add(tier)
-        wanted = [r for r in rows if r.tier in due]
+        return due, skipped
 
-        def call(r: MetricMap) -> Callable[[], Vector]:
-            return lambda: q(r.query(self._sel, self.rate_window_s), at, deadline=deadline)
-
-        answers: list[tuple[MetricMap, Answer]] = list(self._run_all((r, call(r)) for r in wanted))
+    def _cache_tiers(self, answers: list[tuple[MetricMap, Answer]], due: set[str], now: float) -> list[Digest]:
+        """Keep the digest of each queried non-core tier; the cached digests of those not queried."""
         digests: list[Digest] = []
-        with _gc_paused():
-            for tier in ("detail", "static"):
-                if tier in due:
-                    fresh = [a for a in answers if a[0].tier == tier]
-                    # detail answers are re-read every few polls: hosts found only there are hosts
-                    self._cache[tier] = (tuple(a[0] for a in fresh), digest(fresh, tier == "detail"), now)
-                elif tier in self._cache:
-                    digests.append(self._cache[tier][1])
-            return assemble(answers, at, skipped=skipped, digests=digests)
+        for tier in ("detail", "static"):
+            if tier in due:
+                fresh = [a for a in answers if a[0].tier == tier]
+                # detail answers are re-read every few polls: hosts found only there are hosts
+                self._cache[tier] = (tuple(a[0] for a in fresh), digest(fresh, tier == "detail"), now)
+            elif tier in self._cache:
+                digests.append(self._cache[tier][1])
+        return digests
 
     def fetch_range(
         self, start: float, end: float, step_s: float, budget: int = BACKFILL_BUDGET

@@ -93,13 +93,19 @@ def key_rows(screen: Screen[object], app_bindings: list[BindingType]) -> list[tu
     app's window and pause keys are listed on data screens only, and a key the
     screen hides now (``--readonly``, a job that does not poll Kineto) not at all.
     """
+    rows, moves = _binding_rows(screen, _listed(screen, app_bindings))
+    rows = [(" ".join(moves) if not k and w == "move the cursor" else k, w) for k, w in rows]
+    return [(k, _lower(w)) for k, w in _grouped(rows)] + list(GLOBAL_EXTRA)
+
+
+def _listed(screen: Screen[object], app_bindings: list[BindingType]) -> list[Binding]:
+    """The bindings to list, screen's first: described, first of their key, and not hidden on this screen."""
     from gpulens.tui.screens.base import DataScreen
 
     data = isinstance(screen, DataScreen)
-    rows: list[tuple[str, str]] = []
     seen: set[str] = set()
     app_own = [b for b in app_bindings if isinstance(b, Binding)]
-    moves: list[str] = []
+    out: list[Binding] = []
     for b in [*screen_bindings(screen), *app_own]:
         if not b.description or b.key in seen:
             continue
@@ -108,40 +114,70 @@ def key_rows(screen: Screen[object], app_bindings: list[BindingType]) -> list[tu
         if b not in app_own and _hidden(screen, b):
             continue
         seen.add(b.key)
+        out.append(b)
+    return out
+
+
+def _binding_rows(screen: Screen[object], listed: list[Binding]) -> tuple[list[tuple[str, str]], list[str]]:
+    """(keys, what) rows, keys of the same description on one row; and the cursor keys, whose row has no keys yet."""
+    rows: list[tuple[str, str]] = []
+    moves: list[str] = []
+    for b in listed:
         if b.action.startswith(MOVE_ACTIONS):
             if not moves:
                 rows.append(("", "move the cursor"))
             moves += [ARROWS.get(k, k) for k in b.key.split(",")]
             continue
-        key, what = _display(b), CLEARER.get(f"{b.action.split('(')[0]}:{b.description}", b.description)
-        if b.action == "go_back" and not hasattr(screen, "filter_widgets"):
-            what = "back"  # a screen without a / filter has none to clear first
+        key, what = _display(b), _what(screen, b)
         same = next((i for i, r in enumerate(rows) if r[1] == what), None)
         if same is not None:
             rows[same] = (f"{rows[same][0]} / {key}", what)
         else:
             rows.append((key, what))
-    rows = [(" ".join(moves) if not k and w == "move the cursor" else k, w) for k, w in rows]
+    return rows, moves
+
+
+def _what(screen: Screen[object], b: Binding) -> str:
+    """What ``b`` does, in words: the clearer text where there is one."""
+    if b.action == "go_back" and not hasattr(screen, "filter_widgets"):
+        return "back"  # a screen without a / filter has none to clear first
+    return CLEARER.get(f"{b.action.split('(')[0]}:{b.description}", b.description)
+
+
+def _grouped(rows: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Runs of three or more one-character keys whose descriptions share a first word, each as one row."""
     grouped: list[tuple[str, str]] = []
     i = 0
     while i < len(rows):
-        first = rows[i][1].split(" ", 1)
-        j = i
-        while (j < len(rows) and len(first) == 2 and len(rows[j][0]) == 1
-               and rows[j][1].startswith(first[0] + " ")):
-            j += 1
+        j = _run_end(rows, i)
         if j - i >= 3:
-            rest = [r[1].split(" ", 1)[1] for r in rows[i:j]]
-            if first[0] == "Sort":  # "Sort by Util", ...: the letters are underlined in the headers
-                what = "sort the focused table by the column with that letter underlined; again: reverse"
-            else:
-                what = f"{first[0]}: " + " / ".join(rest)
-            grouped.append((" ".join(r[0] for r in rows[i:j]), what))
+            grouped.append(_group(rows[i:j]))
             i = j
         else:
             grouped.append(rows[i])
             i += 1
-    return [(k, _lower(w)) for k, w in grouped] + list(GLOBAL_EXTRA)
+    return grouped
+
+
+def _run_end(rows: list[tuple[str, str]], i: int) -> int:
+    """The end of the run from ``i``: one-character keys whose descriptions start with row i's first word."""
+    first = rows[i][1].split(" ", 1)
+    j = i
+    while (j < len(rows) and len(first) == 2 and len(rows[j][0]) == 1
+           and rows[j][1].startswith(first[0] + " ")):
+        j += 1
+    return j
+
+
+def _group(run: list[tuple[str, str]]) -> tuple[str, str]:
+    """One row for a run: ``1 2 3 4``, ``Window: 1m / 5m / 15m / 1h``."""
+    first = run[0][1].split(" ", 1)[0]
+    rest = [r[1].split(" ", 1)[1] for r in run]
+    if first == "Sort":  # "Sort by Util", ...: the letters are underlined in the headers
+        what = "sort the focused table by the column with that letter underlined; again: reverse"
+    else:
+        what = f"{first}: " + " / ".join(rest)
+    return " ".join(r[0] for r in run), what
 
 
 def _lower(what: str) -> str:

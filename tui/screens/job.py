@@ -228,14 +228,7 @@ class JobScreen(DataScreen):
         store = ctx.store
         view = store.job(self.key, ctx.window_s)
         if view is None:
-            self._shown.pop("info-fields", None)
-            self.query_one("#job-info", FieldsLine).show(
-                Text(f"job {self.key} is not running (last seen data kept below)", style="bold"))
-            # The job ended: no stale "Open Profiler" line or key for processes that are gone.
-            self.query_one("#profiler-action", Static).display = False
-            if self._polling:
-                self._polling, self._polling_host = (), None
-                self.refresh_bindings()
+            self._show_ended()
             return
         first = self.view is None
         self.view = view
@@ -247,17 +240,41 @@ class JobScreen(DataScreen):
         w = ctx.window_s
         down = self._show_down(view.hosts)
         seen = (tuple(store.host_version(h) for h in view.hosts), w, down)
+        self._show_profiler_line(self._update_polling())
+        if seen == self._seen and not force:
+            return
+        self._seen = seen
+        self._info(view)
+        self._draw_plots(view, w)
+        for i, panel in enumerate(ctx.cfg.panels):
+            self.query_one(f"#panel-{i}", CustomPanel).show(
+                ctx.panel_data(panel, host=None, job=self.key), window_name(w))
+        no_gpu = frozenset(h for h in view.hosts if gpu_unreadable(store.latest(h)) is not None)
+        self.query_one(ProcessTable).show(view.processes, no_gpu)  # repaints the rows whose text changed
+
+    def _show_ended(self) -> None:
+        """The job is not running: say so, and no stale "Open Profiler" line or key for processes that are gone."""
+        self._shown.pop("info-fields", None)
+        self.query_one("#job-info", FieldsLine).show(
+            Text(f"job {self.key} is not running (last seen data kept below)", style="bold"))
+        self.query_one("#profiler-action", Static).display = False
+        if self._polling:
+            self._polling, self._polling_host = (), None
+            self.refresh_bindings()
+
+    def _update_polling(self) -> tuple[int, ...]:
+        """The job's pids that poll Kineto, here or (none here) on one agent's host; the keys follow a change."""
         polling, polling_host = self.polling_pids(), None
         if not polling:
             polling_host, polling = self.remote_polling() or (None, ())
         if (polling, polling_host) != (self._polling, self._polling_host):
             self._polling, self._polling_host = polling, polling_host
             self.refresh_bindings()
-        self._show_profiler_line(polling)
-        if seen == self._seen and not force:
-            return
-        self._seen = seen
-        self._info(view)
+        return polling
+
+    def _draw_plots(self, view: JobView, w: float) -> None:
+        """Each plot's data for the window; a plot n/a with nothing in the window is left out."""
+        store = self.ctx.store
         drawn, left_out = [], []
         if not self._plots:  # looked up once: a query a plot a tick adds up
             self._plots = [self.query_one(f"#{spec.id}", TimeSeriesPlot) for spec in JOB_PLOTS]
@@ -278,12 +295,6 @@ class JobScreen(DataScreen):
         for plot, data in drawn:
             if plot.display:
                 plot.set_data(data)  # repaints the lines that differ
-        for i, panel in enumerate(ctx.cfg.panels):
-            self.query_one(f"#panel-{i}", CustomPanel).show(
-                ctx.panel_data(panel, host=None, job=self.key), window_name(w))
-        store = ctx.store
-        no_gpu = frozenset(h for h in view.hosts if gpu_unreadable(store.latest(h)) is not None)
-        self.query_one(ProcessTable).show(view.processes, no_gpu)  # repaints the rows whose text changed
 
     def _show_down(self, hosts: tuple[str, ...]) -> str:
         """Say which of the job's hosts are DOWN and since when (their figures are the last received)."""

@@ -167,7 +167,6 @@ def analyze_paths(paths: Sequence[str], labels: Sequence[str] | None = None,
     """
     from dataclasses import replace
 
-    from gpulens.analysis.trace.summary import TraceSummary
     from gpulens.tui.screens.profiler_views import AnalysisExtras, RankCharts
 
     done = [_analyze_one(p, progress(i, len(paths)) if progress else None) for i, p in enumerate(paths)]
@@ -178,27 +177,36 @@ def analyze_paths(paths: Sequence[str], labels: Sequence[str] | None = None,
     charts, process_rank, reports = [], [], []
     for i, (summary, (report, kernels), _) in enumerate(done):
         if report is not None and report.step_times_ms:
-            steps, source = tuple(report.step_times_ms), report.steps.describe
             reports.append(replace(report, rank=ranks[i], rank_source="distributedInfo"))
-        else:
-            first = summary.processes[0] if summary.processes else None
-            steps = tuple(s.dur_us / 1000 for s in first.steps) if first is not None else ()
-            source = "ProfilerStep spans" if steps else ""
-        charts.append(RankCharts(names[i], steps, source, kernels))
+        charts.append(RankCharts(names[i], *_rank_steps(summary, report), kernels))
         process_rank += [i] * len(summary.processes)
-    summaries = [d[0] for d in done]
-    if len(summaries) == 1:
-        whole = summaries[0]
-    else:
-        whole = TraceSummary(
-            path=f"{len(paths)} ranks",
-            size_bytes=sum(s.size_bytes for s in summaries),
-            events=sum(s.events for s in summaries),
-            devices=tuple(dict.fromkeys(d for s in summaries for d in s.devices)),
-            processes=tuple(p for s in summaries for p in s.processes),
-        )
+    whole = _merged(len(paths), [d[0] for d in done])
     notes = _spread_notes(reports, dict(zip(ranks, names, strict=True))) if len(paths) > 1 and reports else ()
     return whole, AnalysisExtras(tuple(charts), tuple(process_rank), notes)
+
+
+def _rank_steps(summary: Any, report: Any) -> tuple[tuple[float, ...], str]:
+    """A rank's step times for its chart and where they came from: the step report's, else ProfilerStep spans."""
+    if report is not None and report.step_times_ms:
+        return tuple(report.step_times_ms), report.steps.describe
+    first = summary.processes[0] if summary.processes else None
+    steps = tuple(s.dur_us / 1000 for s in first.steps) if first is not None else ()
+    return steps, "ProfilerStep spans" if steps else ""
+
+
+def _merged(files: int, summaries: list[Any]) -> Any:
+    """One file's summary as it is; several files' as one whose processes are every rank's."""
+    from gpulens.analysis.trace.summary import TraceSummary
+
+    if len(summaries) == 1:
+        return summaries[0]
+    return TraceSummary(
+        path=f"{files} ranks",
+        size_bytes=sum(s.size_bytes for s in summaries),
+        events=sum(s.events for s in summaries),
+        devices=tuple(dict.fromkeys(d for s in summaries for d in s.devices)),
+        processes=tuple(p for s in summaries for p in s.processes),
+    )
 
 
 def analyze(host: WorkHost, rows: Sequence[FileRow]) -> None:
@@ -219,7 +227,7 @@ def analyze(host: WorkHost, rows: Sequence[FileRow]) -> None:
 
 def export(host: WorkHost, rows: Sequence[FileRow], dest: str) -> None:
     """Copy one file to ``dest``, or every rank to a directory / archive named ``dest``."""
-    from gpulens.analysis.trace.export import export_ranks, export_trace
+    from gpulens.sources.trace_export import export_ranks, export_trace
 
     try:
         call_in_app(host.set_progress, 0.0, "exporting")
