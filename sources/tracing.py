@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpulens.analysis.trace.export import LIMIT_ENV as LIMIT_ENV  # re-exported for callers
 from gpulens.core.events import Requester as Requester  # re-exported: the one spelling
 from gpulens.core.sanitize import clean_text
 from gpulens.ipc.kineto.requests import TraceRequest
+from gpulens.sources.trace_export import LIMIT_ENV as LIMIT_ENV  # re-exported for callers
 
 STATUS_EVERY_S = 0.5
 OnState = Callable[[str, str], None]
@@ -191,10 +191,10 @@ def _wait_done(fut: Future[Any], seconds: float) -> None:
 def copy_trace(src: str | Path, dest: str, pid: int | str, count: int, *, owner_uid: int | None = None) -> str:
     """Copy to ``dest`` (``_<pid>`` inserted when several), gzip when it ends in .gz; the path written.
 
-    The copy itself is :func:`gpulens.analysis.trace.export.export_trace`
+    The copy itself is :func:`gpulens.sources.trace_export.export_trace`
     (regular source files only, an exclusive temporary name, bounded expansion).
     """
-    from gpulens.analysis.trace.export import export_trace
+    from gpulens.sources.trace_export import export_trace
 
     out = Path(dest).expanduser()
     if count > 1:

@@ -13,6 +13,7 @@ import contextlib
 import gzip
 import logging
 import os
+import secrets
 import select
 import shutil
 import socket
@@ -652,8 +653,7 @@ def test_output_is_never_written_through_a_link(tmp_path: Path, monkeypatch: pyt
     assert precious.read_text() == "keep" and not out.is_symlink()
     assert gzip.decompress(out.read_bytes()) == src.read_bytes()
     # A link planted at the temporary name (made predictable here): refused, nothing followed.
-    from gpulens.analysis.trace import export
-    monkeypatch.setattr(export.secrets, "token_hex", lambda n: "f" * (2 * n))
+    monkeypatch.setattr(secrets, "token_hex", lambda n: "f" * (2 * n))  # the module gpulens.sources.trace_export uses
     os.symlink(precious, tmp_path / f".again.json.{'f' * 16}.tmp")
     with pytest.raises(TraceFileError, match="exists"):
         trace_remote.copy_trace(src, str(tmp_path / "again.json"), 1, 1)

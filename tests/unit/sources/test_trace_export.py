@@ -1,4 +1,4 @@
-"""analysis/trace/export.py: one trace or every rank, never a directory the user did not name."""
+"""sources/trace_export.py: one trace or every rank, never a directory the user did not name."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpulens.analysis.trace.errors import TraceFileError
-from gpulens.analysis.trace.export import check_destination, export_ranks, export_trace, is_archive
+from gpulens.sources.trace_export import check_destination, export_ranks, export_trace, is_archive
 from tests.paths import DATA
 
 RANK0 = DATA / "traces" / "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
