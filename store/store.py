@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from operator import attrgetter
 
 from gpulens.core.events import (
     HostStatusEvent,
@@ -36,8 +35,9 @@ from gpulens.store.alerts import host_alerts
 from gpulens.store.aligned import Grid, memory_estimate_bytes, stale
 from gpulens.store.aligned import slots as _slots
 from gpulens.store.fleet import fleet_means
-from gpulens.store.gpu_events import _XIDS, BENIGN_THROTTLE, GpuEvent
+from gpulens.store.gpu_events import BENIGN_THROTTLE, GpuEvent
 from gpulens.store.host import HostState
+from gpulens.store.host_columns import HOST_WIDTH, INDEX, MAX_GPUS_PER_HOST, gpu_columns
 from gpulens.store.jobs import MAX_JOBS_PER_HOST, JobViews, add_jobs, evict_jobs
 from gpulens.store.panels import combine, combine_columns, panel_series
 from gpulens.store.processes import PROC_METRICS, ProcessHistory
@@ -61,13 +61,8 @@ from gpulens.store.window import merge, stats_of
 _HOST_INDEX = {m: i for i, m in enumerate(HOST_METRICS)}
 _GPU_INDEX = {m: i for i, m in enumerate(GPU_METRICS)}
 MAX_HOSTS = 4096
-MAX_GPUS_PER_HOST = 64
 __all__ = ["BENIGN_THROTTLE", "MAX_JOBS_PER_HOST", "GpuEvent", "Store", "memory_estimate_bytes"]
 
-_INDEX = attrgetter("index")
-_GPU_WIDTH = len(GPU_METRICS)
-_NAN_GPU = [NAN] * _GPU_WIDTH
-_HOST_WIDTH = len(HOST_METRICS)
 
 
 class Store:
@@ -139,25 +134,13 @@ class Store:
             return False
         gpus = s.gpus if len(s.gpus) <= MAX_GPUS_PER_HOST else s.gpus[:MAX_GPUS_PER_HOST]
         block = gpu_block_values(gpus)
-        order = tuple(map(_INDEX, gpus))
+        order = tuple(map(INDEX, gpus))
         if gpus:
             h.energy = fill_energy_rates(h.energy, s.time, order, gpus, block)
         values = host_values_flat(s, block)
         h.late += fb < h.ring.fnewest
-        util: dict[str, float] | None = None
-        if gpus:
-            if order == h.gorder:
-                values += block
-                if s.jobs and gpus is s.gpus:
-                    util = dict(zip(h.gkeys, block[::_GPU_WIDTH], strict=True))
-            else:
-                values += self._regroup(h, order, block)
-            if any(map(_XIDS, gpus)):
-                for g in gpus:
-                    if g.xid_events and g.index in h.gpus and s.time >= h.xid_last.get(g.index, (-1.0, 0))[0]:
-                        h.xid_last[g.index] = (s.time, g.xid_events[-1])
-        elif h.gorder:
-            values += _NAN_GPU * len(h.gorder)
+        columns, util = gpu_columns(h, s, gpus, order, block)
+        values += columns
         h.ring.put(fb, values)
         groups: dict[str, list[JobInfo]] = {}
         totals: dict[str, tuple[set[str], int]] = {}
@@ -180,26 +163,6 @@ class Store:
 
     def _job_ring(self) -> Ring:
         return self._ring(len(JOB_METRICS))
-
-    def _regroup(self, h: HostState, order: tuple[int, ...], block: list[float]) -> list[float]:
-        """``block`` (GPUs in ``order``) laid out in the host's column order, new GPUs added."""
-        new = [i for i in dict.fromkeys(order) if i not in h.gpus][: MAX_GPUS_PER_HOST - len(h.gpus)]
-        if new:
-            ring = h.ring.widened(_HOST_WIDTH + (len(h.gorder) + len(new)) * _GPU_WIDTH)
-            for view in h.gpus.values():
-                view.ring = ring
-            for k, i in enumerate(new, len(h.gorder)):
-                h.gpus[i] = Columns(ring, _HOST_WIDTH + k * _GPU_WIDTH)
-            h.ring, h.gorder = ring, h.gorder + tuple(new)
-            h.gkeys = tuple(map(str, h.gorder))
-            if order == h.gorder:
-                return block
-        pos = {i: k * _GPU_WIDTH for k, i in enumerate(order)}  # a repeated index: the last wins
-        out: list[float] = []
-        for i in h.gorder:
-            at = pos.get(i)
-            out += _NAN_GPU if at is None else block[at : at + _GPU_WIDTH]
-        return out
 
     # ---- simple reads ----------------------------------------------------
     def hosts(self) -> list[str]:
@@ -410,7 +373,7 @@ class Store:
         h = self._hosts[host]
         _, now_cb, k = self._buckets(window_s)
 
-        means = h.ring.window_means(now_cb, k, 0, _HOST_WIDTH)  # fleet() asks the same
+        means = h.ring.window_means(now_cb, k, 0, HOST_WIDTH)  # fleet() asks the same
 
         def w(metric: str) -> float:
             return means[_HOST_INDEX[metric]]

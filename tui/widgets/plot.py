@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import ClassVar
 
 from rich.cells import cell_len
@@ -36,67 +35,16 @@ from gpulens.tui.widgets._braille import (
     time_axis,
 )
 from gpulens.tui.widgets.na import na_text
+from gpulens.tui.widgets.plot_data import PlotData, known, plot_data
 
-__all__ = ["PlotData", "PlotLines", "TimeSeriesPlot", "axis_label", "braille_area", "chart_columns", "time_axis"]
+__all__ = ["PlotData", "PlotLines", "TimeSeriesPlot", "axis_label", "braille_area", "chart_columns", "plot_data",
+           "time_axis"]
 
 Y_LABEL = 7
 """Cells of the y-axis labels (one more for the gap to the chart)."""
 
 
-@dataclass(frozen=True, slots=True)
-class PlotData:
-    """What one plot shows: the series (NaN = gap), or why there is none, and over which window."""
-
-    values: tuple[float | None, ...]
-    """Oldest first, spanning the window; None where the store has no value."""
-    reason: str | None
-    window: str
-    """The window's name (``5m``), shown after the figures."""
-    window_s: float = 0.0
-    """The window in seconds: the time axis (none when 0)."""
-    stats: WindowStats | None = None
-    """Exact figures for the summary line (else they come from ``values``)."""
-    lines: tuple[tuple[str, tuple[float | None, ...]], ...] = ()
-    """Per-series bands (``GPU0``, ...) drawn one under the other instead of ``values``."""
-    note: str = ""
-    """Appended to the summary line (``per GPU``, ``since 12:00:01``)."""
-    covered_s: float = 0.0
-    """How much data the figures cover, when ``stats`` does not say (a sum: rx + tx)."""
-    newest_even: bool = False
-    """The newest aligned column has an even absolute index: it starts a braille cell.
-
-    A cell holds two columns, an even one and the odd one after it, so the
-    chart moves left one whole cell every two columns (and only the newest
-    cell changes in between) instead of moving every dot every column. The
-    oldest column is then left out and the newest cell's right half is empty.
-    """
-
-
-def plot_data(values: Sequence[float], reason: str | None, window: str, window_s: float = 0.0,
-              stats: WindowStats | None = None, lines: Sequence[tuple[str, Sequence[float]]] = (),
-              note: str = "", newest_column: int | None = None, covered_s: float = 0.0) -> PlotData:
-    """A :class:`PlotData` from float series (NaN becomes None, so equal data compares equal).
-
-    ``newest_column``: the absolute index of the newest aligned column (``Store.newest_column``).
-    """
-    return PlotData(_clean(values), reason, window, window_s, stats,
-                    tuple((label, _clean(v)) for label, v in lines), note, covered_s,
-                    newest_column is not None and newest_column % 2 == 0)
-
-
-def _clean(values: Sequence[float]) -> tuple[float | None, ...]:
-    return tuple([v if v == v else None for v in values])
-
-
 _INF = math.inf
-
-
-def _known(values: Sequence[float | None]) -> list[float]:
-    """The finite values (None is a gap; inf is left out, as NaN is)."""
-    return [v for v in values if v is not None and -_INF < v < _INF]
-
-
-
 _BOLD = Style(bold=True)
 
 
@@ -382,42 +330,52 @@ class TimeSeriesPlot(Widget):
         """Summary line, the chart with a y axis, the time axis: each line's runs."""
         d = self.data
         axis = self._style("plot--axis")
-        if self.hi is not None and not d.lines and d.stats is not None and not d.stats.empty:
-            # A fixed scale and exact figures: the values are only looked at for whether any is known.
-            known: Sequence[float] = (1.0,) if any(v is not None and -_INF < v < _INF for v in d.values) else ()
-        else:
-            known = _known([v for _, vals in d.lines for v in vals] if d.lines else d.values)
-        if not known:
+        seen = self._known_values()
+        if not seen:
             plain = na_text(d.reason, width).plain
             bold = min(3, len(plain))
             return [tuple(p for p in ((plain[:bold], axis + _BOLD), (plain[bold:], axis)) if p[0])]
-        hi = self.hi if self.hi is not None else self.scale(known)[0]
+        hi = self.hi if self.hi is not None else self.scale(seen)[0]
         out: list[Line] = [()]
         show_axis = height >= 4 and d.window_s > 0
         rows = max(1, height - 1 - show_axis)
         cols = chart_columns(width)
-        notes: list[tuple[str, Style]] = []
         if d.lines:  # the bands' own scale, and how many fit: part of the line the summary is fitted to
-            notes.append((f" · each {self.fmt(self.lo)}–{self.fmt(hi)}", axis))
+            notes = [(f" · each {self.fmt(self.lo)}–{self.fmt(hi)}", axis)]
             if rows < len(d.lines):
                 notes.append((f" · {rows} of {len(d.lines)} shown", axis))
-        head = self._summary((_known(d.values) or known) if d.lines else known, width, notes)
-        if d.lines:
+            head = self._summary(known(d.values) or seen, width, notes)
             self._bands(out, rows, cols, hi, axis)
         else:
-            mid = self.fmt((hi + self.lo) / 2) if rows >= 5 else ""
-            top, bottom = self.fmt(hi), self.fmt(self.lo)
-            labels = tuple(top if i == 0 else bottom if i == rows - 1 else (mid if i == rows // 2 else "")
-                           for i in range(rows))
-            out += self._chart(0, self._paired(d.values, cols), cols, hi, labels, axis,
+            head = self._summary(seen, width, [])
+            out += self._chart(0, self._paired(d.values, cols), cols, hi, self._y_labels(rows, hi), axis,
                                axis + self._style("plot--area"))
         out[0] = tuple(head)
         if show_axis:
-            key = (d.window_s, width)
-            if self._axis is None or self._axis[0] != key:
-                self._axis = key, ((" " * (Y_LABEL + 1) + time_axis(d.window_s, width - Y_LABEL - 1), axis),)
-            out.append(self._axis[1])
+            out.append(self._time_axis(width, axis))
         return out
+
+    def _known_values(self) -> Sequence[float]:
+        """The finite values the scale and summary are worked out from (any one, for a fixed scale)."""
+        d = self.data
+        if self.hi is not None and not d.lines and d.stats is not None and not d.stats.empty:
+            # A fixed scale and exact figures: the values are only looked at for whether any is known.
+            return (1.0,) if any(v is not None and -_INF < v < _INF for v in d.values) else ()
+        return known([v for _, vals in d.lines for v in vals] if d.lines else d.values)
+
+    def _y_labels(self, rows: int, hi: float) -> tuple[str, ...]:
+        """The y axis of one series: top, bottom, and the middle where there are 5 rows or more."""
+        mid = self.fmt((hi + self.lo) / 2) if rows >= 5 else ""
+        top, bottom = self.fmt(hi), self.fmt(self.lo)
+        return tuple(top if i == 0 else bottom if i == rows - 1 else (mid if i == rows // 2 else "")
+                     for i in range(rows))
+
+    def _time_axis(self, width: int, axis: Style) -> Line:
+        """The time axis under the chart (kept while the window and width stay)."""
+        key = (self.data.window_s, width)
+        if self._axis is None or self._axis[0] != key:
+            self._axis = key, ((" " * (Y_LABEL + 1) + time_axis(self.data.window_s, width - Y_LABEL - 1), axis),)
+        return self._axis[1]
 
     def _bands(self, out: list[Line], rows: int, cols: int, hi: float, axis: Style) -> None:
         """One band per series, labelled, as tall as the rows allow; the rest counted."""
