@@ -17,13 +17,14 @@ import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from textual.app import App
 from textual.screen import Screen
 from textual.widgets import DataTable
 
+from gpulens.ipc.kineto.protocol import TraceService
 from gpulens.ipc.kineto.registry import PollingProcess
 from gpulens.ipc.kineto.requests import TraceJob, TraceRequest, TraceState
 from gpulens.tui.screens import profiler
@@ -80,7 +81,7 @@ class SnapshotService:
 @contextlib.contextmanager
 def frozen_monotonic() -> Iterator[None]:
     """The profiler screen's clock (the 'waiting for poll' age) stands still."""
-    real = profiler.time
+    real = vars(profiler)["time"]
     # setattr: the stand-in only has the one function the screen calls.
     setattr(profiler, "time", SimpleNamespace(monotonic=lambda: NOW_MONO))  # noqa: B010
     try:
@@ -125,7 +126,7 @@ class ProfilerHost(App[None]):
         self._top = top
 
     def on_mount(self) -> None:
-        self.push_screen(ProfilerScreen(SnapshotService(), "gpu-node05", PIDS))
+        self.push_screen(ProfilerScreen(cast(TraceService, SnapshotService()), "gpu-node05", PIDS))
         if self._top is not None:
             self.push_screen(self._top())
 

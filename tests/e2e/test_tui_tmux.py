@@ -7,6 +7,7 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,12 +20,12 @@ def _tmux(sock: str, *args: str) -> str:
     return out.stdout
 
 
-def _wait_for(sock: str, pane: str, predicate: object, timeout_s: float = 40.0) -> str:
+def _wait_for(sock: str, pane: str, predicate: Callable[[str], object], timeout_s: float = 40.0) -> str:
     deadline = time.monotonic() + timeout_s
     screen = ""
     while time.monotonic() < deadline:
         screen = _tmux(sock, "capture-pane", "-p", "-t", pane)
-        if predicate(screen):  # type: ignore[operator]
+        if predicate(screen):
             return screen
         time.sleep(0.3)
     raise AssertionError(f"timed out; the pane shows:\n{screen}")

@@ -13,10 +13,12 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from gpulens.core.events import HostStatusEvent, SampleEvent
 from gpulens.ipc import stream
+
+_M = TypeVar("_M")  # a message class, for until()
 
 WAIT_S = 60.0
 """Upper bound for waits on a busy shared machine; tests finish as soon as the condition holds."""
@@ -143,7 +145,7 @@ class RawViewer:
             self.pending.extend(self.dec.feed(data))
         return self.pending.pop(0)
 
-    def until(self, kind: type, limit: int = 10_000) -> Any:
+    def until(self, kind: type[_M], limit: int = 10_000) -> _M:
         for _ in range(limit):
             msg = self.recv_msg()
             if msg is None:
@@ -316,7 +318,7 @@ class MemTransport:
             self._msgs.extend(self._dec.feed(data))
         return self._msgs.pop(0)
 
-    def until(self, kind: type, limit: int = 10_000) -> Any:
+    def until(self, kind: type[_M], limit: int = 10_000) -> _M:
         for _ in range(limit):
             msg = self.next_msg()
             if msg is None:

@@ -18,7 +18,7 @@ class AmdSmiException(Exception):
 def make_fake_amdsmi(gpus: dict[str, dict[str, Any]] | None = None, init_error: Exception | None = None) -> Any:
     """A module-like double: ``gpus`` maps a PCI address to ``{"ecc": {...}, "metrics": {...}}``."""
     mod: Any = types.ModuleType("amdsmi")
-    state = {"inited": False, "shut": 0, "gpus": dict(gpus or {})}
+    state: dict[str, Any] = {"inited": False, "shut": 0, "gpus": dict(gpus or {})}
     mod.state = state
     mod.AmdSmiException = AmdSmiException
 

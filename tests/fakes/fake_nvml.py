@@ -136,6 +136,44 @@ class EventSet:
 class FakeNvml:
     """A module-like fake of pynvml; see the module docstring for the knobs."""
 
+    # Set in __init__ from error_classes() and constants(); declared here for the type checker.
+    NVMLError_Uninitialized: type[NVMLError]
+    NVMLError_InvalidArgument: type[NVMLError]
+    NVMLError_NotSupported: type[NVMLError]
+    NVMLError_NoPermission: type[NVMLError]
+    NVMLError_AlreadyInitialized: type[NVMLError]
+    NVMLError_NotFound: type[NVMLError]
+    NVMLError_InsufficientSize: type[NVMLError]
+    NVMLError_InsufficientPower: type[NVMLError]
+    NVMLError_DriverNotLoaded: type[NVMLError]
+    NVMLError_Timeout: type[NVMLError]
+    NVMLError_IrqIssue: type[NVMLError]
+    NVMLError_LibraryNotFound: type[NVMLError]
+    NVMLError_FunctionNotFound: type[NVMLError]
+    NVMLError_CorruptedInforom: type[NVMLError]
+    NVMLError_GpuIsLost: type[NVMLError]
+    NVMLError_ResetRequired: type[NVMLError]
+    NVMLError_OperatingSystem: type[NVMLError]
+    NVMLError_LibRmVersionMismatch: type[NVMLError]
+    NVMLError_InUse: type[NVMLError]
+    NVMLError_Memory: type[NVMLError]
+    NVMLError_NoData: type[NVMLError]
+    NVMLError_Unknown: type[NVMLError]
+    NVML_ERROR_INVALID_ARGUMENT: int
+    NVML_ERROR_NOT_SUPPORTED: int
+    NVML_TEMPERATURE_GPU: int
+    NVML_CLOCK_GRAPHICS: int
+    NVML_CLOCK_SM: int
+    NVML_CLOCK_MEM: int
+    NVML_PCIE_UTIL_TX_BYTES: int
+    NVML_PCIE_UTIL_RX_BYTES: int
+    NVML_MEMORY_ERROR_TYPE_CORRECTED: int
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED: int
+    NVML_FI_DEV_NVLINK_LINK_COUNT: int
+    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: int
+    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: int
+    nvmlEventTypeXidCriticalError: int
+
     def __init__(self, gpus: list[FakeGpu], init_error: Any = None) -> None:
         self.__dict__.update(constants())
         self.__dict__.update(error_classes())

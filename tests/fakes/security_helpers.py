@@ -82,9 +82,9 @@ def demote(user: User) -> None:
     os.setuid(user.uid)
 
 
-def popen_as(user: User, argv: list[str], **kw: object) -> subprocess.Popen[bytes]:
-    """Start ``argv`` as ``user`` (cwd /, no inherited fds)."""
-    return subprocess.Popen(argv, preexec_fn=lambda: demote(user), cwd="/", close_fds=True, **kw)  # type: ignore[call-overload]
+def popen_as(user: User, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start ``argv`` as ``user`` (cwd /, no inherited fds; ``env`` None: this process's)."""
+    return subprocess.Popen(argv, preexec_fn=lambda: demote(user), cwd="/", close_fds=True, env=env)
 
 
 def call_as(user: User, fn: Callable[..., Any], *args: Any, timeout: float = 60.0) -> Any:

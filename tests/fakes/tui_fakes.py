@@ -6,10 +6,11 @@ import asyncio
 import functools
 import os
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Hashable, Iterator
 from typing import Any
 
 import pytest
+from textual.pilot import Pilot
 
 from gpulens.core.config import WINDOWS, Config, Panel
 from gpulens.core.events import PanelData, Source
@@ -30,12 +31,20 @@ def sync(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
     return wrapper
 
 
-async def settle(app: GpulensApp, pilot: object) -> None:
+def heat_key(key: Hashable) -> tuple[str, int]:
+    """A GpuHeatmap row key as (host, GPU index): the rows of a LazyLines are only Hashable."""
+    assert isinstance(key, tuple)
+    host, gpu = key
+    assert isinstance(host, str) and isinstance(gpu, int), key
+    return host, gpu
+
+
+async def settle(app: GpulensApp, pilot: Pilot[Any]) -> None:
     """Let the app mount and draw, then refresh its data from the store once more."""
     for _ in range(3):
-        await pilot.pause()  # type: ignore[attr-defined]
+        await pilot.pause()
     app.refresh_data(force=True)
-    await pilot.pause()  # type: ignore[attr-defined]
+    await pilot.pause()
 
 
 def frozen_clock() -> float:
@@ -125,7 +134,7 @@ class FakeRequestSource(StaticSource):
         from concurrent.futures import Future
 
         from gpulens.ipc.errors import RequestFailed
-        from gpulens.sources.stream.link import RequestResult
+        from gpulens.sources.stream.requests import RequestResult
 
         self.requests.append((host, kind, dict(params)))
         fut: Future[Any] = Future()

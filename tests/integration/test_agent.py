@@ -12,6 +12,7 @@ import itertools
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,7 +50,10 @@ def test_kill9_and_restart_marks_down_reconnects_and_backfills(
     src, log = _viewer([a.address for a in agents], backoff_min_s=1.0)
     try:
         for name in ("alpha", "beta", "gamma"):
-            log.wait_for(lambda evs, n=name: count_samples(n)(evs) >= 3, what=f"samples from {name}")
+            def enough(evs: list[Any], n: str = name) -> bool:
+                return count_samples(n)(evs) >= 3
+
+            log.wait_for(enough, what=f"samples from {name}")
         # Real collectors ran: the sample has this machine's CPU and memory.
         first = log.samples("alpha")[0].sample
         assert first.memory.total_bytes and first.memory.total_bytes > 0 and not first.simulated

@@ -34,6 +34,7 @@ from gpulens.collectors.synthetic import SyntheticSampler
 from gpulens.ipc import auth, stream
 from gpulens.ipc.control import ControlListener, control_name, describe_holder, who_holds
 from gpulens.ipc.principal import NOT_AUTHENTICATED, Principal, owner, peer
+from gpulens.ipc.transport import Transport
 from tests.fakes import security_helpers
 from tests.fakes.agent_helpers import (
     WAIT_S,
@@ -98,7 +99,8 @@ def test_tcp_without_token_gets_samples_and_history_only(agent: Agent) -> None:
     for rid, (kind, params) in enumerate(asks, start=1):
         res = _ask(t, rid, kind, params)
         assert not res.ok and res.error == NOT_AUTHENTICATED, (kind, res.error)
-    assert agent.requests.trace_service.asked == []
+    svc = agent.requests.trace_service
+    assert isinstance(svc, FakeTraceService) and svc.asked == []
     res = _ask(t, 9, "history", {"since": 0})
     assert res.ok and res.result["count"] == 5
     res = _ask(t, 10, "teleport", {})
@@ -179,7 +181,10 @@ def test_symlink_fifo_and_foreign_files_are_refused(tmp_path: Path) -> None:
     assert isinstance(err, RequestError) and f"belongs to uid {os.geteuid()}" in str(err) and not conn.frames
     conn, err = _send_in_thread(real, os.geteuid())
     assert err is None
-    chunks = [m for f in conn.frames for m in stream.FrameDecoder().feed(f)]
+    chunks: list[stream.FileChunk] = []
+    for m in (m for f in conn.frames for m in stream.FrameDecoder().feed(f)):
+        assert isinstance(m, stream.FileChunk), m
+        chunks.append(m)
     assert b"".join(c.data for c in chunks) == b"{}" * 10 and chunks[-1].last
 
 
@@ -251,7 +256,11 @@ def test_control_socket_caps_connections_per_uid(tmp_path: Path) -> None:
     from gpulens.ipc.control import MAX_PER_UID
 
     held = threading.Event()
-    listener = ControlListener(str(tmp_path / "cap"), lambda tr, p, pr: held.wait(30))
+
+    def hold(tr: Transport, p: str, pr: Principal) -> None:
+        held.wait(30)
+
+    listener = ControlListener(str(tmp_path / "cap"), hold)
     listener.start()
     socks = []
     try:

@@ -117,8 +117,8 @@ def test_sample_cadence_holds_beside_a_deep_chain(deep_chain: int, gpulens_exe: 
         in_window = [a for a in arrivals if start < a[0] <= start + WINDOW_S]
         asked = WINDOW_S / INTERVAL_S
         assert len(in_window) >= asked / 2, f"{len(in_window)} samples in {WINDOW_S} s; the interval asks {asked:g}"
-        last = arrivals[-1][1]
-        assert isinstance(last.get("unavailable"), dict) and "jobs.pattern" not in last["unavailable"]
+        unavailable = arrivals[-1][1].get("unavailable")
+        assert isinstance(unavailable, dict) and "jobs.pattern" not in unavailable
     finally:
         sampler.kill()
         sampler.wait()

@@ -70,7 +70,7 @@ def test_a_user_finds_roots_agent_through_its_control_socket(two_users: tuple[Us
         ag.stop()
     assert "error" not in out, out
     assert out["agent_pid"] == os.getpid()  # root's listener, found with no /proc access
-    assert "trace" in out["caps"]  # type: ignore[operator]
+    assert "trace" in out["caps"]
     assert out["result"] == {"reasons": {str(out["me"]): None}}  # her own pid: nothing against tracing it
 
 

@@ -7,14 +7,17 @@ same protocol and the same reconnect path as a real ssh.
 
 from __future__ import annotations
 
+import io
 import json
 import shlex
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gpulens.core.events import HostStatusEvent
+from gpulens.ipc.channels import CommandChannel
 from gpulens.sources.stream.source import StreamFlags, stream_source_from_flags
 from tests.fakes.agent_helpers import WAIT_S, EventLog, count_samples
 
@@ -34,12 +37,15 @@ def test_ssh_hostlist_streams_every_host(gpulens_exe: str) -> None:
     src.start(log)
     try:
         for h in ("node1", "node2", "node3"):
-            log.wait_for(lambda evs, h=h: count_samples(h)(evs) >= 3, what=f"samples from {h}")
+            def enough(evs: list[Any], h: str = h) -> bool:
+                return count_samples(h)(evs) >= 3
+
+            log.wait_for(enough, what=f"samples from {h}")
         up = [e for e in log.snapshot() if isinstance(e, HostStatusEvent) and e.up]
         assert {(e.host, e.address) for e in up} == {("node1", "node1"), ("node2", "node2"), ("node3", "node3")}
         res = src.request("node2", "history", {"since": 0}, 30).result(timeout=WAIT_S)
         assert res.samples and {s.host for s in res.samples} == {"node2"}
-        procs = [link._chan.proc for link in src._links if link._chan is not None]  # type: ignore[union-attr]
+        procs = [link._chan.proc for link in src._links if isinstance(link._chan, CommandChannel)]
         assert len(procs) == 3
     finally:
         src.stop()
@@ -73,6 +79,7 @@ def test_stdio_agent_keeps_stdout_for_the_protocol_and_exits_with_the_viewer(gpu
     dec = stream.FrameDecoder()
     msgs: list[stream.Message] = []
     while not msgs:
+        assert isinstance(p.stdout, io.BufferedReader)  # Popen's default buffering
         msgs.extend(dec.feed(p.stdout.read1(65536)))
     assert isinstance(msgs[0], stream.Hello) and msgs[0].host == "s1"  # first bytes are a frame, no banner
     p.stdin.close()  # the viewer leaves

@@ -45,7 +45,7 @@ def test_children_traces_every_rank_and_not_the_launcher(tmp_path: Path) -> None
              str(short / "s"), "--duration-ms", "300", "--timeout", "120", "-o", str(out / "trace.json")],
             capture_output=True, text=True, timeout=240, env=env)
         assert launcher.stdout is not None
-        ready = {}
+        ready: dict[int, int] = {}
         while len(ready) < 4:
             line = launcher.stdout.readline()
             assert line, f"torchrun ended before 4 ranks were ready: {res.stderr}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -12,8 +13,10 @@ from gpulens.cli import build_parser, main
 EXE = str(Path(sys.executable).with_name("gpulens"))
 
 
-def _trace_parser() -> object:
-    return build_parser()._subparsers._group_actions[0].choices["trace"]  # type: ignore[union-attr]
+def _trace_parser() -> argparse.ArgumentParser:
+    subparsers = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    parser: argparse.ArgumentParser = subparsers.choices["trace"]
+    return parser
 
 
 def test_help_lists_the_exit_statuses_and_the_remote_spellings() -> None:
@@ -25,7 +28,7 @@ def test_help_lists_the_exit_statuses_and_the_remote_spellings() -> None:
 
 
 def test_pid_repeats_add_up() -> None:
-    ns = _trace_parser().parse_args(["--pid", "5,6", "--pid", "7"])  # type: ignore[attr-defined]
+    ns = _trace_parser().parse_args(["--pid", "5,6", "--pid", "7"])
     assert ns.pid == [5, 6, 7]
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -97,7 +98,7 @@ _V14_DEFAULTS: dict[str, object] = {
     "hotspot": 61, "mem": 49, "power": 548, "gfx": 64, "umc": 22, "energy": 123_456_789_012,
     "xgmi_read": XGMI_READ, "xgmi_write": XGMI_WRITE, "gfxclk": 1420, "uclk": 1300,
 }
-FILES = {
+FILES: dict[str, Callable[[], bytes]] = {
     "mi210/sys/class/drm/card0/device/gpu_metrics": lambda: v1_3(indep_throttle=1 << 0),  # PPT0 throttling
     "mi250x/sys/class/drm/card1/device/gpu_metrics": lambda: v1_3(edge=41, hotspot=63, mem=57, gfx=93,
                                                                   umc=55, power=402, gfxclk=1700),

@@ -88,9 +88,9 @@ def _profile(body: str, unit: str) -> dict[str, Any]:
                 frames.append(frame)
             frame = {}
         elif line.startswith("      ") and ": " in text:
-            key, _, value = text.partition(": ")
+            key, _, raw = text.partition(": ")
             if key.strip('"') in keys:
-                frame[keys[key.strip('"')]] = _literal(value)
+                frame[keys[key.strip('"')]] = _literal(raw)
     return {"unit": unit, "stacks": {k: [round(v[0], 6), round(v[1], 6)] for k, v in stacks.items()},
             "idle": round(idle, 6), "frames": frames}
 

@@ -54,7 +54,10 @@ def _literal(text: str) -> Any:
 
 def _profile(body: str) -> dict[str, Any]:
     lines = body.splitlines()
-    name, frames, stacks, idle = None, [], {}, 0.0
+    name: Any = None
+    frames: list[dict[str, Any]] = []
+    stacks: dict[str, list[float]] = {}
+    idle = 0.0
     frame: dict[str, Any] = {}
     in_stacks = False
     for line in lines:

@@ -8,7 +8,7 @@ KV = ("<module> (serve.py:1)", "Runner > _allocate_kv_cache_tensors (runner.py:9
 
 
 def test_live_totals_add_up_to_what_the_gpu_reports() -> None:
-    live = {KV: 1000}
+    live: dict[tuple[str, ...], int] = {KV: 1000}
     used = {7: 1500, 8: 200, 9: None}
     got = before_attach(live, [7, 8, 9], {7: 1000, 8: 0}, used.get)
     assert got == {KV: 1000, (BEFORE,): 500 + 200}

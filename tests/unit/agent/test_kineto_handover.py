@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -24,6 +24,7 @@ from gpulens.ipc.control import control_name
 from gpulens.ipc.handover import KIND, handover_allowed, request_handover
 from gpulens.ipc.kineto import codec
 from gpulens.ipc.kineto.endpoint import holder_of
+from gpulens.ipc.kineto.protocol import TraceService
 from gpulens.ipc.kineto.requests import TraceRequest, TraceResult, TraceState
 from gpulens.ipc.kineto.service import LocalTraceService
 from gpulens.ipc.principal import Principal, owner, peer
@@ -79,7 +80,7 @@ def test_release_waits_for_accepted_traces_to_reach_kineto(sock: Path) -> None:
         assert svc.unhanded() == 1
         # Not handed yet: the name is kept, the reason said, and requests are accepted again.
         handed: list[socket.socket] = []
-        why = svc.release_endpoint("handing over", 0.2, lambda s: handed.append(s) or None)
+        why = svc.release_endpoint("handing over", 0.2, handed.append)
         assert why is not None and "1 trace(s)" in why and "poll" in why
         assert handed == []  # nothing passed while traces wait
         assert svc.endpoint.running and holder_of(str(sock)) is not None
@@ -87,7 +88,7 @@ def test_release_waits_for_accepted_traces_to_reach_kineto(sock: Path) -> None:
         assert not again.done()  # queued behind the first, not refused
         # The target polls during the drain: the first config goes out, then the name is released...
         threading.Timer(0.3, _poll, (svc,)).start()
-        why = svc.release_endpoint("handing over", 0.6, lambda s: handed.append(s) or None)
+        why = svc.release_endpoint("handing over", 0.6, handed.append)
         assert why is not None and "1 trace(s)" in why and handed == []  # ...but the queued one has not reached Kineto
         assert not fut.done()
         accepted = svc.request_trace(TraceRequest(pids=(os.getpid(),), duration_ms=100))
@@ -306,7 +307,7 @@ def _wait(pred: Any) -> None:
 
 def test_the_switch_holds_requests_while_draining_then_sends_them_to_the_checked_new_owner() -> None:
     local, remote = _Local(), _Remote()
-    svc = HandoverTraceService(local, connect=lambda: remote, holder=lambda: 4242, bound=lambda: True)
+    svc = HandoverTraceService(local, connect=lambda: cast(TraceService, remote), holder=lambda: 4242, bound=lambda: True)
     seen: list[Any] = []
     svc.add_listener(seen.append)
     svc.on_handover("draining")
@@ -321,7 +322,7 @@ def test_the_switch_holds_requests_while_draining_then_sends_them_to_the_checked
 
 def test_a_hand_over_that_did_not_happen_sends_held_requests_locally() -> None:
     local = _Local()
-    svc = HandoverTraceService(local, connect=lambda: _Remote(), holder=lambda: 4242, bound=lambda: True)
+    svc = HandoverTraceService(local, connect=lambda: cast(TraceService, _Remote()), holder=lambda: 4242, bound=lambda: True)
     svc.on_handover("draining")
     held = svc.request_trace(TraceRequest(pids=(7,), duration_ms=100))
     svc.on_handover("resumed")
@@ -432,7 +433,7 @@ def test_when_the_new_owner_exits_the_tui_takes_the_name_back(monkeypatch: pytes
     monkeypatch.setattr(sw, "RECHECK_S", 0.0)
     bound = [True]
     local = _Local()
-    svc = HandoverTraceService(local, connect=lambda: _Remote(), holder=lambda: 4242 if bound[0] else None,
+    svc = HandoverTraceService(local, connect=lambda: cast(TraceService, _Remote()), holder=lambda: 4242 if bound[0] else None,
                                bound=lambda: bound[0])
     svc.on_handover("draining")
     svc.on_handover("released")

@@ -111,7 +111,7 @@ def _amount(s: HostSample, prev: HostSample, amount: str) -> float:
     return s.cpu.per_core_percent[0] / 100 * dt
 
 
-COUNTERS = (
+COUNTERS: tuple[tuple[str, str, dict[str, str]], ...] = (
     ("rx", "gpulens_network_receive_bytes_total", {}),
     ("pcie", "gpulens_gpu_pcie_receive_bytes_total", {}),
     ("energy", "gpulens_gpu_energy_joules_total", {}),

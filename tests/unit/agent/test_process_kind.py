@@ -107,9 +107,14 @@ def test_bad_params_are_refused(params: dict[str, Any]) -> None:
 def test_one_listing_serves_every_asker_for_a_second() -> None:
     now = [100.0]
     lister = ProcessLister(clock=lambda: now[0])
-    reads = []
+    reads: list[float] = []
     real = lister._read
-    lister._read = lambda t: (reads.append(t), real(t))[1]  # type: ignore[method-assign]
+
+    def counted(now: float) -> tuple[tuple[JobInfo, ...], int]:
+        reads.append(now)
+        return real(now)
+
+    lister._read = counted  # type: ignore[method-assign]
     for _ in range(50):
         lister.listing()
     assert len(reads) == 1

@@ -69,7 +69,7 @@ def test_each_traced_process_lands_as_one_labelled_pprof_profile(server: FakePyr
     served = JobInfo(pid=7, tree_id="t", cmdline="serve", user="erin", start_time=T0 - 5, job_key=None,
                      workload=Workload(pod_uid="5e1f0000-0000-4000-8000-000000000001", pod="vllm-0",
                                        namespace="llm-serving", container="vllm"))
-    stacks = {7: {KV: 1 << 30}, 8: {}}
+    stacks: dict[int, dict[tuple[str, ...], int]] = {7: {KV: 1 << 30}, 8: {}}
     pusher = GpuMemPusher(target, lambda pid: stacks[pid], lambda: [7, 8], lambda: sample(T0, host="n1", jobs=(served,)),
                           "n1")
     assert pusher.push_once(T0 - 15, T0) == 1 and pusher.failed == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import re
@@ -115,8 +116,8 @@ def test_text_reports(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_help_states_the_exit_codes() -> None:
-    sub = next(a for a in build_parser()._actions if getattr(a, "choices", None) and "analyze" in a.choices)
-    text = sub.choices["analyze"].format_help()
+    subparsers = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    text = subparsers.choices["analyze"].format_help()
     assert "Exit status: 0 success; 2 a file that cannot be read or has nothing to analyse" in " ".join(text.split())
 
 

@@ -85,6 +85,7 @@ def test_cpu_traces_without_profiler_steps() -> None:
     d = diff_files(str(GLOO_A), str(GLOO_B))
     assert d.a.steps.source == d.b.steps.source == "optimizer step"
     assert d.scale == "per step" and d.kernels == ()
+    assert d.a.mean_step_ms is not None and d.b.mean_step_ms is not None
     assert d.mean_step_delta_ms == pytest.approx(d.b.mean_step_ms - d.a.mean_step_ms)
     mm = {x.name: x for x in d.ops}["aten::mm"]
     assert mm.time_b_us > mm.time_a_us  # rank 1's extra matrix products

@@ -71,8 +71,9 @@ def test_cpuprofile_frames_keep_file_and_one_based_line() -> None:
 
 
 def test_cpuprofile_gc_sits_on_the_previous_stack() -> None:
-    node = lambda i, name, kids=(): {"id": i, "callFrame": {"functionName": name, "url": ""},  # noqa: E731
-                                     "children": list(kids)}
+    def node(i: int, name: str, kids: tuple[int, ...] = ()) -> dict[str, object]:
+        return {"id": i, "callFrame": {"functionName": name, "url": ""}, "children": list(kids)}
+
     doc = {"nodes": [node(1, "(root)", (2, 4)), node(2, "main", (3,)), node(3, "leaf"), node(4, "(garbage collector)")],
            "samples": [3, 4, 3, 3], "timeDeltas": [0, 10, 20, 30]}
     prof = group_from_bytes(json.dumps(doc).encode(), "gc.cpuprofile").pick()

@@ -75,11 +75,13 @@ def test_speedscope_active_profile_index() -> None:
 
 
 def _kineto_doc() -> dict[str, object]:
-    x = lambda name, ts, dur, cat="python_function": {  # noqa: E731
-        "ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
-    mem = lambda ts, n, dev=1: {  # noqa: E731
-        "ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": ts,
-        "args": {"Device Type": dev, "Device Id": 0, "Bytes": n, "Addr": 1}}
+    def x(name: str, ts: int, dur: int, cat: str = "python_function") -> dict[str, object]:
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+
+    def mem(ts: int, n: int, dev: int = 1) -> dict[str, object]:
+        return {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": ts,
+                "args": {"Device Type": dev, "Device Id": 0, "Bytes": n, "Addr": 1}}
+
     return {"traceEvents": [
         x("train.py(10): main", 0, 100),
         x("train.py(20): step", 10, 60),

@@ -19,7 +19,7 @@ from gpulens.analysis.flame.errors import FlameError
 from gpulens.analysis.flame.exporters import export_folded, export_pprof, export_speedscope
 from gpulens.analysis.flame.group import ALL, Part, group_of
 from gpulens.analysis.flame.importers import load_profile, profile_from_bytes
-from gpulens.analysis.flame.model import build_from_stacks
+from gpulens.analysis.flame.model import Profile, build_from_stacks
 from gpulens.analysis.flame.pprof import read_pprof
 from gpulens.cli import main
 from tests.paths import DATA
@@ -45,8 +45,8 @@ def _periods(text: str) -> list[int]:
     return [int(m.group(1)) for m in found if m]
 
 
-def _stacks(profile: object) -> dict[str, float]:
-    return {";".join(f): v for f, v in profile.stacks()}  # type: ignore[attr-defined]
+def _stacks(profile: Profile) -> dict[str, float]:
+    return {";".join(f): v for f, v in profile.stacks()}
 
 
 def test_cpu_clock_periods_are_nanoseconds() -> None:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from gpulens.analysis.flame.errors import FlameFormatError
 from gpulens.analysis.flame.exporters import export_pprof
 from gpulens.analysis.flame.importers import load_profile
-from gpulens.analysis.flame.model import build_from_stacks
+from gpulens.analysis.flame.model import Profile, build_from_stacks
 from gpulens.analysis.flame.pprof import read_pprof, to_pprof
 
 GPU = [
@@ -27,8 +27,8 @@ GO = shutil.which("go")
 needs_go = pytest.mark.skipif(GO is None, reason="needs go tool pprof (Debian golang-go; .ci/run installs it)")
 
 
-def _stacks(profile: object) -> dict[tuple[str, ...], float]:
-    return {tuple(f): v for f, v in profile.stacks()}  # type: ignore[attr-defined]
+def _stacks(profile: Profile) -> dict[tuple[str, ...], float]:
+    return {tuple(f): v for f, v in profile.stacks()}
 
 
 def test_round_trip_keeps_frames_lines_and_bytes() -> None:

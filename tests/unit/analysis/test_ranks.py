@@ -26,7 +26,8 @@ GLOO = TRACES / "ddp_gloo"
 
 
 def _hta() -> dict[str, Any]:
-    return json.loads((TRACES / "hta_sampled_ranks.json").read_text())
+    doc: dict[str, Any] = json.loads((TRACES / "hta_sampled_ranks.json").read_text())
+    return doc
 
 
 @pytest.fixture(scope="module")

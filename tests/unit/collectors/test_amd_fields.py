@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -185,7 +186,7 @@ def test_background_pcie_reader_feeds_the_sample(tmp_path: Path) -> None:
     assert g.pcie_rx_bytes_per_s == 104857 * 256
 
 
-def _generator():  # type: ignore[no-untyped-def]
+def _generator() -> ModuleType:
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("make_gpu_metrics", AMD_DATA / "make_gpu_metrics.py")

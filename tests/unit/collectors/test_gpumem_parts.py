@@ -97,7 +97,7 @@ def _sample_functions() -> list[types.CodeType]:
         except ZeroDivisionError:
             return -1
 
-    return [nested.__code__, threading.Thread.run.__code__, threading.Thread._bootstrap_inner.__code__,
+    return [nested.__code__, threading.Thread.run.__code__, vars(threading.Thread)["_bootstrap_inner"].__code__,
             json.decoder.JSONDecoder.raw_decode.__code__, dis.dis.__code__]
 
 

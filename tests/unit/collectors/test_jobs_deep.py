@@ -207,8 +207,12 @@ def test_one_users_shells_are_read_in_turns(tmp_path: Path, monkeypatch: pytest.
     scanner = JobScanner(proc=str(proc))
     reads: list[str] = []
     real_read = KeptStats.read  # every stat read of the scan goes through it (kept open or by path)
-    monkeypatch.setattr(KeptStats, "read", lambda self, name, keep, size=4096:
-                        reads.append(name) or real_read(self, name, keep, size))
+
+    def counted_read(self: KeptStats, name: str, keep: bool, size: int = 4096) -> bytes:
+        reads.append(name)
+        return real_read(self, name, keep, size)
+
+    monkeypatch.setattr(KeptStats, "read", counted_read)
     seen: set[int] = set()
     for tick in range(4):
         reads.clear()
@@ -247,8 +251,13 @@ def test_cgroup_is_read_once_per_pid_and_start_time(tmp_path: Path, monkeypatch:
     (proc / "102" / "cgroup").write_text("0::/system.slice/slurmstepd.scope/job_77/step_0/user/task_0\n")
     cgroup_reads: list[str] = []
     real_read = workloads._read
-    monkeypatch.setattr(workloads, "_read", lambda path, limit: (
-        cgroup_reads.append(path) if path.endswith("/cgroup") else None) or real_read(path, limit))
+
+    def counted_read(path: str, limit: int) -> bytes:
+        if path.endswith("/cgroup"):
+            cgroup_reads.append(path)
+        return real_read(path, limit)
+
+    monkeypatch.setattr(workloads, "_read", counted_read)
     scanner = JobScanner(proc=str(proc))
     for _ in range(3):
         (job,) = scanner.scan()

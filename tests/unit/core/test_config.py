@@ -3,7 +3,6 @@ name the file, the key and what was expected."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulens.core.config import Config, default_path, load_config
+from gpulens.core.config import Config, ConfigFlags, default_path, load_config
 from gpulens.core.errors import ConfigError
 from gpulens.core.jobs_pattern import DEFAULT_JOB_PATTERN
 
@@ -42,7 +41,7 @@ expr = 'rate(x[1m])'
     cfg = load_config(path)
     assert (cfg.interval_s, cfg.job_pattern, cfg.window, cfg.job_key_env) == (2.0, "bash/python$", "15m", ("MY_JOB",))
     assert cfg.panels[0].title == "NCCL"
-    flags = argparse.Namespace(interval=0.5, pattern="x$", window="1m")
+    flags = ConfigFlags(interval=0.5, pattern="x$", window="1m")
     cfg = load_config(path, flags)
     assert (cfg.interval_s, cfg.job_pattern, cfg.window) == (0.5, "x$", "1m")
 
@@ -88,11 +87,11 @@ def test_unreadable_and_malformed_files(tmp_path: Path) -> None:
 
 def test_bad_flags(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="--interval"):
-        load_config(None, argparse.Namespace(interval=0.0, pattern=None, window=None))
+        load_config(None, ConfigFlags(interval=0.0, pattern=None, window=None))
     with pytest.raises(ConfigError, match="--window"):
-        load_config(None, argparse.Namespace(interval=None, pattern=None, window="2m"))
+        load_config(None, ConfigFlags(interval=None, pattern=None, window="2m"))
     with pytest.raises(ConfigError, match=r"--pattern.*regular expression"):
-        load_config(None, argparse.Namespace(interval=None, pattern="(", window=None))
+        load_config(None, ConfigFlags(interval=None, pattern="(", window=None))
 
 
 def test_cli_reports_one_line(tmp_path: Path) -> None:

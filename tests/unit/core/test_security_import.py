@@ -357,7 +357,7 @@ def test_dripping_server_is_cut_off_at_the_deadline(servers: list[RawServer], wh
     else:
         def handler(conn: socket.socket, _request: bytes) -> None:
             conn.sendall(answer[: answer.index(b"\r\n\r\n") + 4])
-            drip(answer[answer.index(b"\r\n\r\n") + 4 :], 0.2, stop)(conn)
+            drip(answer[answer.index(b"\r\n\r\n") + 4 :], 0.2, stop)(conn, b"")
     srv = RawServer(handler)
     servers.append(srv)
     client = PromClient(srv.url, timeout_s=1.0)

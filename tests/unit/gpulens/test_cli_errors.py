@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,8 +25,8 @@ from gpulens.cli import COMMANDS
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="signals, /dev/full and poll are Linux behaviour")
 
 
-def run(exe: str, *args: str, timeout: float = 60, **kw: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout, check=False, **kw)  # type: ignore[call-overload, no-any-return]
+def run(exe: str, *args: str, timeout: float = 60, **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout, check=False, **kw)
 
 
 def one_line(stderr: str) -> str:

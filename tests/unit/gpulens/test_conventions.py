@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,8 +22,8 @@ from gpulens.core.errors import ConfigError
 EXE = str(Path(sys.executable).with_name("gpulens"))
 
 
-def run(*args: str, **kw: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([EXE, *args], capture_output=True, text=True, timeout=60, check=False, **kw)  # type: ignore[call-overload, no-any-return]
+def run(*args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([EXE, *args], capture_output=True, text=True, timeout=60, check=False, **kw)
 
 
 def test_short_version_flag() -> None:
@@ -47,7 +48,8 @@ def test_pid_lists_add_up_in_every_spelling() -> None:
 
 @pytest.mark.parametrize("command", ["profile", "trace"])
 def test_profile_and_trace_take_the_same_pid_list(command: str) -> None:
-    sub = build_parser()._subparsers._group_actions[0].choices[command]  # type: ignore[union-attr]
+    subparsers = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    sub: argparse.ArgumentParser = subparsers.choices[command]
     ns = sub.parse_args(["--pid", "1,2", "--pid", "3", "-o", "x", "--duration", "1"]
                         if command == "profile" else ["--pid", "1,2", "--pid", "3"])
     flat = [p for item in ns.pid for p in (item if isinstance(item, (list, tuple)) else [item])]

@@ -98,7 +98,7 @@ def test_gpulens_jobs_prints_no_control(as_json: bool, fake_proc: str, monkeypat
 
     monkeypatch.setattr(jobs_mod, "JobScanner", functools.partial(JobScanner, proc=fake_proc))
     monkeypatch.setattr(cmd, "_gpu_memory", dict)
-    monkeypatch.setattr(cmd.time, "sleep", lambda s: None)
+    monkeypatch.setattr(time, "sleep", lambda s: None)  # the time module jobs uses
     assert cmd.run(_jobs_args(as_json)) == 0
     out = capsysbinary.readouterr().out.decode()
     assert_clean(out)

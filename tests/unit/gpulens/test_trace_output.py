@@ -28,7 +28,9 @@ from gpulens.ipc.kineto.requests import TraceRequest, TraceResult
 
 
 def _trace_parser() -> argparse.ArgumentParser:
-    return build_parser()._subparsers._group_actions[0].choices["trace"]  # type: ignore[union-attr,no-any-return]
+    subparsers = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    parser: argparse.ArgumentParser = subparsers.choices["trace"]
+    return parser
 
 
 def test_progress_says_each_line_once_and_leaves_a_failure_to_the_result(capsys: pytest.CaptureFixture[str]) -> None:

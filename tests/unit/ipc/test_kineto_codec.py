@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -33,6 +34,7 @@ from gpulens.ipc.kineto.endpoint import KinetoEndpoint
 from gpulens.ipc.kineto.kconfig import DURATION_PAD_MS
 from gpulens.ipc.kineto.registry import Registry
 from gpulens.ipc.kineto.requests import (
+    TraceJob,
     TraceRequest,
     TraceState,
     config_text,
@@ -127,7 +129,7 @@ def test_registry_tracks_polls_and_expires() -> None:
     reg.record_poll((10, 5, 1), 0, 0)
     now[0] += 1.0
     entry = reg.record_poll((10, 5, 1), 0, 0)
-    assert entry.polls == 2 and entry.interval_s == pytest.approx(1.0) and entry.ancestors == (5, 1)
+    assert entry is not None and entry.polls == 2 and entry.interval_s == pytest.approx(1.0) and entry.ancestors == (5, 1)
     now[0] += 10.0
     assert [p.pid for p in reg.live()] == [10]  # never sooner than ~11 s
     now[0] += 2.0
@@ -394,9 +396,9 @@ def test_an_idle_trace_service_looks_at_nothing_until_a_trace_is_requested(short
     ticks: list[float] = []
     real_tick = svc._table.tick
 
-    def counted(*args: object, **kwargs: object) -> object:
+    def counted(*args: Any, **kwargs: Any) -> list[TraceJob]:
         ticks.append(time.monotonic())
-        return real_tick(*args, **kwargs)  # type: ignore[arg-type]
+        return real_tick(*args, **kwargs)
 
     svc._table.tick = counted  # type: ignore[method-assign]
     svc.diagnose = lambda pid: None  # type: ignore[method-assign]  # as if this process could be traced

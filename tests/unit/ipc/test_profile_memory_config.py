@@ -13,6 +13,7 @@ import os
 import time
 from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,7 +62,7 @@ def test_iteration_config_with_memory_has_no_snapshot_keys() -> None:
     assert "\nPROFILE_MEMORY" not in text
 
 
-def _job(table: JobTable, rid: str, directory: Path, **req: object) -> tuple[PidTask, Future[TraceResult]]:
+def _job(table: JobTable, rid: str, directory: Path, **req: Any) -> tuple[PidTask, Future[TraceResult]]:  # TraceRequest's fields
     request = TraceRequest(pids=(ME,), **req)
     out = TraceOutput(directory, (0, 0), directory / "trace.json", os.geteuid())
     task = PidTask(pid=ME, config=config_text(request, out.log, rid), output=out, ident=identity(ME))

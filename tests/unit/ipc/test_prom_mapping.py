@@ -92,7 +92,7 @@ def test_every_field_has_a_gpulens_row_and_families_are_known() -> None:
 
 def test_mapped_metrics_found_in_real_scrapes_with_labels_and_units() -> None:
     scraped = {**parse(DCGM), **parse(NODE), **parse(AMD_EXPORTER), **parse(AMD_MI300X)}
-    seen = set()
+    seen: set[tuple[str, str]] = set()
     for row in TABLE:
         if row.family == "gpulens":
             continue

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from typing import Any
 
 import msgpack
 import pytest
@@ -78,10 +79,10 @@ def test_round_trip_json_and_msgpack() -> None:
 )
 def test_wrong_type_names_the_field(path: tuple[object, ...], value: object, expected_path: str) -> None:
     data = sample_to_dict(make_sample())
-    target = data
+    target: Any = data  # nested maps and lists
     for key in path[:-1]:
-        target = target[key]  # type: ignore[index]
-    target[path[-1]] = value  # type: ignore[index]
+        target = target[key]
+    target[path[-1]] = value
     with pytest.raises(SchemaError) as info:
         sample_from_dict(data)
     assert str(info.value).startswith(expected_path + ":")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import struct
+from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
@@ -129,7 +131,7 @@ def test_wrong_types_name_the_field(body: object, match: str) -> None:
 
 
 def _frame(obj: object) -> bytes:
-    payload = msgpack.packb(obj, use_bin_type=True)
+    payload: bytes = msgpack.packb(obj, use_bin_type=True)
     return struct.pack(">I", len(payload)) + payload
 
 
@@ -199,7 +201,7 @@ def test_fuzz_truncation_and_garbage_after_valid_frames(cut: int, junk: bytes) -
 # -- auth -----------------------------------------------------------------------
 
 
-def test_token_file_must_be_0600(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_token_file_must_be_0600(tmp_path: Path) -> None:
     p = auth.make_token_file(tmp_path / "tok")
     assert len(auth.load_token(p)) == 64
     p.chmod(0o644)
@@ -302,13 +304,13 @@ def test_a_wrongly_typed_field_is_refused_naming_its_path(path: tuple[object, ..
     import copy
 
     data = copy.deepcopy(_BASE)
-    parent: object = data
+    parent: Any = data  # nested maps and lists
     for key in path[:-1]:
-        parent = parent[key]  # type: ignore[index]
-    old = parent[path[-1]]  # type: ignore[index]
+        parent = parent[key]
+    old = parent[path[-1]]
     if type(old) is type(value) or (isinstance(old, list) and isinstance(value, list) and not value):
         return  # not a type change
-    parent[path[-1]] = value  # type: ignore[index]
+    parent[path[-1]] = value
     try:
         _decode_frame(data)
     except ProtocolError as err:

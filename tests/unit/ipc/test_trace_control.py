@@ -141,9 +141,8 @@ def test_chunks_are_saved_and_out_of_order_is_refused(fake_agent: FakeAgent, tmp
 
 def _sample_frame() -> bytes:
     from gpulens.collectors.synthetic import SyntheticSampler
-    from gpulens.ipc.serialize import sample_to_dict
 
-    return stream.encode(stream.SampleMsg(sample=sample_to_dict(SyntheticSampler(hostname="x", gpus=1).sample())))
+    return stream.encode(stream.SampleMsg(sample=SyntheticSampler(hostname="x", gpus=1).sample()))
 
 
 def test_live_samples_are_read_and_dropped_while_a_request_runs(fake_agent: FakeAgent, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -68,9 +69,9 @@ def _sleeper() -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
 
 
-def _until(cond: object, what: str) -> None:
+def _until(cond: Callable[[], object], what: str) -> None:
     deadline = time.monotonic() + 30
-    while not cond():  # type: ignore[operator]
+    while not cond():
         assert time.monotonic() < deadline, what
         time.sleep(0.02)
 

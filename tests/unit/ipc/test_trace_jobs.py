@@ -146,8 +146,10 @@ def test_iteration_config_names_its_fallback_and_a_common_start_is_kept() -> Non
 
 def test_registry_records_a_busy_profiler_from_the_poll() -> None:
     reg = Registry()
-    assert reg.record_poll((ME,), 0, 0, 3).busy is False  # type: ignore[union-attr]
-    assert reg.record_poll((ME,), 0, 0, 1).busy is True  # type: ignore[union-attr]  # ACTIVITIES bit clear
+    entry = reg.record_poll((ME,), 0, 0, 3)
+    assert entry is not None and entry.busy is False
+    entry = reg.record_poll((ME,), 0, 0, 1)
+    assert entry is not None and entry.busy is True  # ACTIVITIES bit clear
 
 
 def test_a_wrapper_is_told_its_polling_descendants() -> None:

@@ -15,6 +15,7 @@ import re
 import time
 from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,7 +45,7 @@ def _start_of(text: str) -> float:
     return int(found.group(1)) / 1000
 
 
-def _job(table: JobTable, rid: str, **req: object) -> tuple[PidTask, Future[TraceResult]]:
+def _job(table: JobTable, rid: str, **req: Any) -> tuple[PidTask, Future[TraceResult]]:  # TraceRequest's fields
     request = TraceRequest(pids=(ME,), **req)
     out = TraceOutput(Path("/nowhere") / rid, (0, 0), Path("/nowhere") / rid / "trace.json", os.geteuid())
     task = PidTask(pid=ME, config=config_text(request, out.log, rid), output=out, ident=identity(ME))

@@ -119,7 +119,7 @@ def test_password_file_and_config_toml(basic: str, tmp_path: Path) -> None:
     pw.write_text(SECRET + "\n")
     cfg = parse_config({"prometheus": {"username": "alice", "password_file": str(pw),
                                        "headers": {"X-Scope-OrgID": "team-a"}}}, "config.toml")
-    assert _fetch(basic, access_from(None, cfg))["h1"]  # type: ignore[truthy-bool]
+    assert _fetch(basic, access_from(None, cfg))["h1"]
     # the config is also what PrometheusSource reads when given no access at all
     src = PrometheusSource(basic, cfg=cfg, step_s=1, backfill=False)
     try:

@@ -66,8 +66,8 @@ def answer(row: MetricMap, before: dict[str, Series], after: dict[str, Series], 
     if "sum without (link_index)" in row.expr:
         sums: dict[tuple[tuple[str, str], ...], float] = {}
         for lab, v in values:
-            key = tuple(sorted((k, x) for k, x in lab.items() if k != "link_index"))
-            sums[key] = sums.get(key, 0.0) + v
+            labels = tuple(sorted((k, x) for k, x in lab.items() if k != "link_index"))
+            sums[labels] = sums.get(labels, 0.0) + v
         values = [(dict(k), v) for k, v in sums.items()]
     best: dict[tuple[str, ...], tuple[dict[str, str], float]] = {}
     for lab, v in values:

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -18,7 +20,7 @@ HOSTS = {"424773df46e0", "551bdf382151", "ip-11111"}
 def _answers(text: str) -> list[tuple[MetricMap, Answer]]:
     """What Prometheus answers for each dcgm row: the scrape's series plus the
     ``instance`` label Prometheus adds (the exporter scraped through localhost)."""
-    series: dict[str, Answer] = {}
+    series: dict[str, list[tuple[Mapping[str, str], float]]] = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             if "gpu" not in s.labels:  # the file's few unlabelled lines (a metric list, no series of a GPU)

@@ -9,7 +9,14 @@ import msgpack
 import pytest
 
 from gpulens.core.errors import ConfigError, RecordingError
-from gpulens.core.events import HostStatusEvent, SampleEvent, SourceEvent, SourceStatusEvent
+from gpulens.core.events import (
+    HostSampler,
+    HostStatusEvent,
+    SampleEvent,
+    SourceEvent,
+    SourceStatusEvent,
+)
+from gpulens.core.model import HostSample
 from gpulens.ipc.recording import header, read_recording
 from gpulens.sources.demo import DemoSource
 from gpulens.sources.local import Recorder
@@ -135,7 +142,7 @@ class FakeSampler:
         self.calls = 0
         self.closed = False
 
-    def sample(self) -> object:
+    def sample(self) -> HostSample:
         self.calls += 1
         if self.calls == 2:
             raise OSError("boom")
@@ -177,7 +184,7 @@ def test_local_source_sampler_that_cannot_start() -> None:
     got: list[SourceEvent] = []
     done = threading.Event()
 
-    def factory() -> object:
+    def factory() -> HostSampler:
         raise RuntimeError("no /proc")
 
     def emit(e: SourceEvent) -> None:

@@ -54,7 +54,7 @@ print(json.dumps({
 def write_recording(path: Path, size_bytes: int) -> int:
     """Demo samples, each with a 4 MiB unknown field of empty maps, until ``size_bytes``; returns the records."""
     demo = DemoSource(hosts=2, seed=3, clock=lambda: T0)
-    blob = [[{}] * 100_000 for _ in range(40)]  # one byte each packed, a dict each when built
+    blob: list[list[dict[str, object]]] = [[{}] * 100_000 for _ in range(40)]  # one byte each packed, a dict each when built
     records = 0
     with path.open("wb") as fh:
         fh.write(header("demo", True, T0, version=1))  # records as plain maps
@@ -81,7 +81,7 @@ def test_indexing_skips_large_unknown_fields_in_bounded_memory(tmp_path: Path) -
 
 def test_a_known_field_holding_a_large_value_is_refused_unbuilt(tmp_path: Path) -> None:
     path = tmp_path / "bad.gpulens"
-    big = [{}] * 100_000
+    big: list[dict[str, object]] = [{}] * 100_000
     path.write_bytes(msgpack.packb({"format": "gpulens-recording", "version": 1, "future": big})
                      + msgpack.packb({"k": "h", "host": big, "up": True, "reason": "", "time": T0}))
     assert read_header(str(path))["version"] == 1  # the header's unknown field: skipped

@@ -84,7 +84,7 @@ def test_planted_symlink_to_a_root_file_is_not_followed(two_users: tuple[User, U
     call_as(mallory, _plant_symlink, str(victim), str(link))
     for mode in ("new", "append", "overwrite"):
         with pytest.raises(ConfigError, match="symbolic link") as err:
-            Recorder(str(link), "demo", True, mode=mode)  # type: ignore[arg-type]
+            Recorder(str(link), "demo", True, mode=mode)
         assert "\n" not in str(err.value)
     assert victim.read_text() == "root's settings\n"
     assert stat.S_IMODE(victim.stat().st_mode) == 0o600
@@ -100,7 +100,7 @@ def test_planted_fifo_never_blocks(two_users: tuple[User, User], shared_dir: Pat
     def attempt() -> None:
         for mode in ("new", "append", "overwrite"):
             try:
-                Recorder(str(fifo), "demo", True, mode=mode)  # type: ignore[arg-type]
+                Recorder(str(fifo), "demo", True, mode=mode)
                 outcomes.append("opened")
             except ConfigError as err:
                 outcomes.append(str(err))
@@ -120,7 +120,7 @@ def test_another_users_file_is_refused_even_with_force(two_users: tuple[User, Us
         Recorder(str(theirs), "demo", True)
     for mode in ("append", "overwrite"):
         with pytest.raises(ConfigError, match=f"belongs to uid {mallory.uid}"):
-            Recorder(str(theirs), "demo", True, mode=mode)  # type: ignore[arg-type]
+            Recorder(str(theirs), "demo", True, mode=mode)
     assert theirs.read_bytes() == b"mallory's file\n"
 
 

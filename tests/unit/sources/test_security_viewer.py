@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgpack
 import pytest
@@ -41,6 +41,7 @@ from tests.paths import ROOT
 
 TOKEN = b"0123456789abcdef0123456789abcdef"
 Script = Callable[[socket.socket], None]
+_M = TypeVar("_M")  # a message class, for until()
 
 
 # -- a one-connection fake agent ------------------------------------------------
@@ -84,7 +85,7 @@ class Reader:
         self.dec = stream.FrameDecoder()
         self.pending: list[stream.Message] = []
 
-    def until(self, kind: type) -> Any:
+    def until(self, kind: type[_M]) -> _M:
         while True:
             while self.pending:
                 msg = self.pending.pop(0)
@@ -223,7 +224,8 @@ def test_samples_under_another_host_name_end_the_session(how: str) -> None:
         if how == "live":
             conn.sendall(_frame(own) + _frame(other))
         else:
-            conn.sendall(stream.encode(stream.History(id=0, samples=(own, other))))
+            # raw sample maps, as a lying agent sends them (encode packs them as it packs HostSamples)
+            conn.sendall(stream.encode(stream.History(id=0, samples=(own, other))))  # type: ignore[arg-type]
         _hold(conn)
 
     with viewing(FakeAgent(liar)) as (_src, log):
@@ -262,7 +264,8 @@ def test_nan_inf_and_1e308_reach_the_store_as_none_with_reasons() -> None:
     def sender(conn: socket.socket) -> None:
         conn.sendall(_hello("fake"))
         Reader(conn).until(stream.Hello)
-        conn.sendall(stream.encode(stream.History(id=0, samples=(history,))) + _frame(hostile))
+        # a raw sample map holding what no HostSample holds (NaN power)
+        conn.sendall(stream.encode(stream.History(id=0, samples=(history,))) + _frame(hostile))  # type: ignore[arg-type]
         _hold(conn)
 
     with viewing(FakeAgent(sender)) as (_src, log):
@@ -461,7 +464,7 @@ def test_sample_in_the_same_read_as_the_hello_is_delivered() -> None:
     link = HostLink(Target(address="fake:1", kind="tcp"), log, LinkOptions(), threading.Event())
     chan = OneReadChannel(_hello("fake") + _frame(_sample("fake")) + _frame(_sample("fake", time=2e9)))
     with pytest.raises(ChannelClosed):
-        link._session(chan)  # type: ignore[arg-type]
+        link._session(chan)
     kinds = [type(e).__name__ for e in log.snapshot()]
     assert kinds == ["HostStatusEvent", "SampleEvent", "SampleEvent"], kinds
     assert len(chan.sent) == 1  # the viewer's hello

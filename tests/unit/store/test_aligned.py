@@ -143,9 +143,9 @@ def test_stale_columns_reading_only_those_keeps_the_series_equal_to_a_full_read(
     rng = random.Random(9)
     for window, points in ((300, 69), (300, 132), (60, 69), (3600, 100)):
         kept: list[float] | None = None
-        stamp: tuple[object, ...] | None = None
+        stamp: tuple[int, ...] | None = None
         lag_kept: list[float] | None = None
-        lag_stamp: tuple[object, ...] | None = None
+        lag_stamp: tuple[int, ...] | None = None
         partial_reads = 0
         for i in range(700):
             t = T0 + 10_000 * points + i
@@ -158,7 +158,8 @@ def test_stale_columns_reading_only_those_keeps_the_series_equal_to_a_full_read(
             if kept is None or n >= points:
                 kept = store.series("h1", "cpu.total_percent", window, points, aligned=True)
             else:
-                shift = int(new[0]) - int(stamp[0])  # type: ignore[index, call-overload]  # columns started since
+                assert stamp is not None  # set with kept
+                shift = int(new[0]) - int(stamp[0])  # columns started since
                 head = kept[shift : points - n + shift]
                 kept = head + store.series("h1", "cpu.total_percent", window, points, tail=n)
                 partial_reads += 1
@@ -170,7 +171,8 @@ def test_stale_columns_reading_only_those_keeps_the_series_equal_to_a_full_read(
             if lag_kept is None or m >= points:
                 lag_kept = store.series("lag", "cpu.total_percent", window, points, aligned=True)
             else:
-                d = int(lag_new[0]) - int(lag_stamp[0])  # type: ignore[index, call-overload]
+                assert lag_stamp is not None  # set with lag_kept
+                d = int(lag_new[0]) - int(lag_stamp[0])
                 lag_kept = lag_kept[d : points - m + d] + store.series("lag", "cpu.total_percent", window, points,
                                                                         tail=m)
             lag_stamp = lag_new

@@ -28,7 +28,7 @@ def run(seconds: int = 1800, seed: int = 7) -> tuple[Store, list[dict[str, float
         temps = [rng.uniform(30, 90) for _ in range(4)]
         pcie = [rng.uniform(0, 1e9) for _ in range(4)]
         gpus = tuple(GpuSample(index=g, name="G", uuid=f"u{g}", utilization_percent=50.0, temperature_c=temps[g],
-                               sm_clock_mhz=1000.0 + 10 * g + i % 50, pcie_rx_bytes_per_s=pcie[g],
+                               sm_clock_mhz=1000 + 10 * g + i % 50, pcie_rx_bytes_per_s=pcie[g],
                                pcie_tx_bytes_per_s=0.0) for g in range(4))
         s = replace(sample(T0 + i), network=NetworkSample(rx_bytes_per_s=rx, tx_bytes_per_s=tx),
                     storage=StorageSample(read_bytes_per_s=rd, write_bytes_per_s=wr), gpus=gpus, unavailable={})

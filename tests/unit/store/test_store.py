@@ -7,7 +7,7 @@ import subprocess
 import sys
 from dataclasses import replace
 
-from gpulens.core.events import HostStatusEvent, SampleEvent, SourceStatusEvent
+from gpulens.core.events import Emit, HostStatusEvent, SampleEvent, SourceEvent, SourceStatusEvent
 from gpulens.core.model import (
     CpuSample,
     GpuSample,
@@ -37,6 +37,14 @@ def sample(t: float, host: str = "h1", util: float | None = 50.0, cpu: float | N
                       unavailable={"storage.read_bytes_per_s": "no disks"})
 
 
+def feed(store: Store) -> Emit:
+    """A source's ``emit`` that applies each event to ``store`` (dropping apply's changed flag)."""
+    def emit(event: SourceEvent) -> None:
+        store.apply(event)
+
+    return emit
+
+
 def test_window_mean_and_series() -> None:
     store = Store()
     for i in range(120):
@@ -59,7 +67,8 @@ def test_out_of_order_and_duplicates() -> None:
     assert not store.apply(SampleEvent(sample(T0 + 10, cpu=99.0)))
     s = store.series("h1", "cpu.total_percent", 11, 11)
     assert s[5] == 10.0 and s[10] == 30.0 and math.isnan(s[6])
-    assert store.latest("h1").time == T0 + 10  # type: ignore[union-attr]
+    latest = store.latest("h1")
+    assert latest is not None and latest.time == T0 + 10
     assert store.window_mean("h1", "cpu.total_percent", 60) == 20.0
 
 
@@ -108,21 +117,23 @@ def test_jobs_joined_by_key_and_panels() -> None:
     assert store.find_job("7", 60) == view
     p = store.panel_series("gpu.power_w", "a", None, 60)
     assert p.error is None and p.points[-1][1] == 100.0
-    assert store.panel_series("nope", "a", None, 60).error.startswith("unknown metric")  # type: ignore[union-attr]
+    error = store.panel_series("nope", "a", None, 60).error
+    assert error is not None and error.startswith("unknown metric")
     assert store.panel_series("job.cpu_percent", None, "J1", 60).points[-1][1] == 100.0
 
 
 def test_demo_fleet_alerts() -> None:
     demo = DemoSource(seed=3, clock=lambda: T0, live=False, backfill_s=120)
     store = Store()
-    demo.start(store.apply)
+    demo.start(feed(store))
     assert len(store.hosts()) == 16 and store.fleet(300).total_gpus == 128
     assert "IDLE-HELD 4" in store.host_row("gpu-node07", 300).alerts
     # node05 GPU 2 is slowed by heat (SW-therm,HW-therm): the critical kind, as the GPU table marks it.
     assert "THROTTLE HW" in store.host_row("gpu-node05", 300).alerts
-    assert store.unavailable("gpu-node09", "cache.l2_hit_ratio").startswith("perf_event_open")  # type: ignore[union-attr]
+    why = store.unavailable("gpu-node09", "cache.l2_hit_ratio")
+    assert why is not None and why.startswith("perf_event_open")
     again = Store()
-    DemoSource(seed=3, clock=lambda: T0, live=False, backfill_s=120).start(again.apply)
+    DemoSource(seed=3, clock=lambda: T0, live=False, backfill_s=120).start(feed(again))
     assert again.fleet(300) == store.fleet(300)
 
 

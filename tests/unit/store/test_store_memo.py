@@ -139,8 +139,8 @@ def _reference_fleet(store: Store, w: float) -> FleetStats:
                 weights[j] += n
         busy += sum(store.window_mean(host, metrics[0], w, gpu=g) >= BUSY_UTIL_PERCENT
                     for g in store.gpu_indices(host))
-    means = [s / k if k else math.nan for s, k in zip(sums, weights, strict=True)]
-    return FleetStats(w, *means, busy, total, len(store.hosts()), up, len(_reference_jobs(store, w)))
+    util, sm, mem = (s / k if k else math.nan for s, k in zip(sums, weights, strict=True))
+    return FleetStats(w, util, sm, mem, busy, total, len(store.hosts()), up, len(_reference_jobs(store, w)))
 
 
 def _views(store: Store) -> list[str]:

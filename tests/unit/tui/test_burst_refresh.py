@@ -24,19 +24,26 @@ async def test_a_burst_split_by_the_main_thread_is_one_redraw(monkeypatch: pytes
         await asyncio.sleep(app.refresh_s)  # the last redraw is long enough ago
         calls: list[bool] = []
         real = app.refresh_data
-        app.refresh_data = lambda force=False: calls.append(force) or real(force)  # type: ignore[method-assign]
+
+        def counted(force: bool = False) -> None:
+            calls.append(force)
+            real(force)
+
+        app.refresh_data = counted  # type: ignore[method-assign]
         hosts = app.store.hosts()
         later = [SampleEvent(dataclasses.replace(s, time=s.time + 1))
                  for h in hosts if (s := app.store.latest(h)) is not None]
         app.emit(later[0])
         await asyncio.sleep(0.01)  # the main thread takes the first sample alone
-        assert app.store.latest(hosts[0]).time == later[0].sample.time  # type: ignore[union-attr]
+        first = app.store.latest(hosts[0])
+        assert first is not None and first.time == later[0].sample.time
         for e in later[1:]:
             app.emit(e)
         await asyncio.sleep(BURST_S + app.refresh_s + 0.1)
         await pilot.pause()
         assert len(calls) == 1, calls  # not one for the first and one for the rest
-        assert all(app.store.latest(h).time == later[0].sample.time for h in hosts)  # type: ignore[union-attr]
+        latest = [app.store.latest(h) for h in hosts]
+        assert all(s is not None and s.time == later[0].sample.time for s in latest)
 
 
 @sync

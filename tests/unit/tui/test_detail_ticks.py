@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 from rich.segment import Segment
 from textual import _compositor
 from textual.pilot import Pilot
@@ -31,6 +32,7 @@ from gpulens.tui.screens.gpu import GpuScreen
 from gpulens.tui.screens.host import HostScreen
 from gpulens.tui.screens.job import JobScreen
 from gpulens.tui.widgets import plot as plot_module
+from gpulens.tui.widgets._braille import dot_counts
 from gpulens.tui.widgets.gpu_table import GpuTable
 from gpulens.tui.widgets.job_table import JobTable
 from gpulens.tui.widgets.plot import PlotLines, TimeSeriesPlot
@@ -186,20 +188,17 @@ async def test_a_plot_works_out_only_its_new_columns_when_they_shift_and_refresh
         await tick(app, source, clock, pilot, 2)
         plots = list(app.screen.query(TimeSeriesPlot))
         columns: list[int] = []
-        dot_counts = plot_module.dot_counts
 
         def spy(values: Any, *args: Any) -> list[int]:
             columns.append(len(values))
             return dot_counts(values, *args)
 
         refreshes: Counter[str] = Counter()
-        plot_module.dot_counts = spy  # type: ignore[assignment]
-        try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(plot_module, "dot_counts", spy)
             with counted(PlotLines, "refresh", refreshes):
                 ticks = 10
                 await tick(app, source, clock, pilot, ticks)
-        finally:
-            plot_module.dot_counts = dot_counts  # type: ignore[assignment]
         width = plots[0].points
         # Ticks in a column redraw its last cell (2 columns); a shift, the new columns and the one that
         # was filling. Drawing every column would be width per plot per tick.
@@ -252,8 +251,9 @@ async def test_the_host_screen_leaves_tables_out_of_view_alone_until_they_are_sc
         shown_jobs = [j.key for j in app.store.jobs(app.window_s) if "gpu-node05" in j.hosts]
         assert sorted(jobs.order) == sorted(shown_jobs) and shown_jobs
         await tick(app, source, clock, pilot, 2)  # in view: filled each tick
-        assert all(gpus._cells[str(g.index)] == GpuTable.cells(g, gpus.thresholds)
-                   for g in app.store.latest("gpu-node05").gpus)  # type: ignore[union-attr]
+        latest = app.store.latest("gpu-node05")
+        assert latest is not None
+        assert all(gpus._cells[str(g.index)] == GpuTable.cells(g, gpus.thresholds) for g in latest.gpus)
 
 
 def test_dot_counts_and_rows_draw_what_braille_area_drew() -> None:

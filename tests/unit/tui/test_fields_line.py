@@ -151,7 +151,13 @@ def test_a_same_shape_text_keeps_its_breaks_and_draws_what_a_fresh_wrap_draws(
     line = FieldsLine(old)
     line._lay_out(width)
     wrapped: list[int] = []
-    line._wrap = lambda w, wrap=line._wrap: wrapped.append(w) or wrap(w)  # type: ignore[method-assign]
+    wrap = line._wrap
+
+    def counted(width: int) -> list[Text]:
+        wrapped.append(width)
+        return wrap(width)
+
+    line._wrap = counted  # type: ignore[method-assign]
     line.show(new)
     fresh = FieldsLine(new)
     fresh._lay_out(width)
@@ -165,7 +171,12 @@ def test_a_changed_shape_is_wrapped_again() -> None:
     line._lay_out(40)
     wrapped: list[int] = []
     wrap = line._wrap
-    line._wrap = lambda w: wrapped.append(w) or wrap(w)  # type: ignore[method-assign]
+
+    def counted(width: int) -> list[Text]:
+        wrapped.append(width)
+        return wrap(width)
+
+    line._wrap = counted  # type: ignore[method-assign]
     for plain in (JOB.plain.replace("3h13m", "3h 3m"), JOB.plain.replace("3h13m", "3h1訓"),
                   JOB.plain.replace("3h13m", "3h\u00a03m"),  # a no-break space: Rich strips it at a break
                   JOB.plain.replace("3h13m", "3h13m5s")):

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
+from textual.pilot import Pilot
 from textual.widgets import Input
 
+from gpulens.sources.demo import DemoSource
 from gpulens.store.store import Store
 from gpulens.store.views import JobView
 from gpulens.tui.finding import FilterError, compile_filter
@@ -16,12 +19,13 @@ from gpulens.tui.widgets.host_table import HostTable
 from gpulens.tui.widgets.job_table import JobTable
 from gpulens.tui.widgets.sparklines import HostSparklines
 from gpulens.tui.widgets.stats import StatsBar
-from tests.fakes.tui_fakes import DemoSource, demo_app, frozen_clock, settle, sync
+from tests.fakes.tui_fakes import demo_app, frozen_clock, heat_key, settle, sync
+from tests.unit.store.test_store import feed
 
 
 def demo_store() -> Store:
     store = Store()
-    DemoSource(seed=7, clock=frozen_clock, live=False, backfill_s=20).start(store.apply)
+    DemoSource(seed=7, clock=frozen_clock, live=False, backfill_s=20).start(feed(store))
     return store
 
 
@@ -104,10 +108,10 @@ def test_invalid_regex_is_one_line_error() -> None:
     assert not compile_filter("").active and not compile_filter("!").active
 
 
-async def _type(pilot: object, text: str) -> None:
-    await pilot.press("slash")  # type: ignore[attr-defined]
+async def _type(pilot: Pilot[Any], text: str) -> None:
+    await pilot.press("slash")
     for ch in text:
-        await pilot.press(ch)  # type: ignore[attr-defined]
+        await pilot.press(ch)
 
 
 @sync
@@ -124,7 +128,7 @@ async def test_filter_narrows_every_panel_and_a_bad_regex_keeps_the_old_one() ->
         assert set(hosts.order) == want_hosts == {"gpu-node01", "gpu-node02", "gpu-node03"}
         assert set(jobs.order) == want_jobs and "4711" in jobs.order
         assert set(screen.query_one(HostSparklines).rows) == want_hosts
-        assert {h for h, _ in screen.query_one(GpuHeatmap).rows} == want_hosts
+        assert {heat_key(k)[0] for k in screen.query_one(GpuHeatmap).rows} == want_hosts
         # The headline too: the figures of the hosts shown, the jobs the table shows.
         stats = screen.query_one(StatsBar).stats
         assert stats is not None and (stats.hosts, stats.of_hosts, stats.jobs) == (3, 16, len(want_jobs))

@@ -34,7 +34,7 @@ class GpuMemAgent(StaticSource):
 
     def request(self, host: str, kind: str, params: Any, timeout_s: float) -> Future[Any]:
         from gpulens.ipc.errors import RequestFailed
-        from gpulens.sources.stream.link import RequestResult
+        from gpulens.sources.stream.requests import RequestResult
 
         self.asked.append((host, kind, dict(params)))
         fut: Future[Any] = Future()

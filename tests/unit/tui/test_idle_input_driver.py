@@ -43,7 +43,7 @@ def _keys(driver: _Recording) -> list[str]:
 
 def test_keys_arrive_a_lone_escape_is_delivered_idle_costs_no_wakeups_and_exit_ends_the_thread() -> None:
     async def scenario() -> None:
-        driver = _Recording(object(), debug=False, mouse=False, size=(80, 24))  # type: ignore[arg-type]
+        driver = _Recording(object(), debug=False, mouse=False, size=(80, 24))
         read_fd, write_fd = os.pipe()
         driver.fileno = read_fd
         thread = threading.Thread(target=driver.run_input_thread, daemon=True)

@@ -10,6 +10,7 @@ from gpulens.core.model import JobInfo
 from gpulens.sources.demo import DemoSource
 from gpulens.store.store import Store
 from tests.fakes.tui_fakes import FROZEN, demo_app, settle, sync
+from tests.unit.store.test_store import feed
 
 
 def _live_jobinfos() -> int:
@@ -25,7 +26,7 @@ def _tick(store: Store, demo: DemoSource, t: float) -> None:
 def test_store_views_asked_each_refresh_do_not_pile_up() -> None:
     demo = DemoSource(seed=7, clock=lambda: FROZEN, live=False, backfill_s=10)
     store = Store()
-    demo.start(store.apply)
+    demo.start(feed(store))
     counts = []
     for i in range(1, 121):
         _tick(store, demo, FROZEN + i)

@@ -15,6 +15,7 @@ from typing import Any
 
 from gpulens.core.events import SampleEvent
 from gpulens.core.units import pct
+from gpulens.sources.demo import DemoSource
 from gpulens.store.store import Store
 from gpulens.tui.app import GpulensApp
 from gpulens.tui.screens.gpu import GpuScreen
@@ -22,7 +23,7 @@ from gpulens.tui.widgets._columns import nice_columns, span_text
 from gpulens.tui.widgets._lines import CURSOR_MARK, LazyLines
 from gpulens.tui.widgets.heatmap import GLYPHS, GpuHeatmap, level
 from gpulens.tui.widgets.sparklines import HostSparklines
-from tests.fakes.tui_fakes import demo_app, settle, sync
+from tests.fakes.tui_fakes import demo_app, heat_key, settle, sync
 
 SIZE = (160, 45)
 
@@ -96,7 +97,7 @@ async def test_a_tick_with_one_host_changed_repaints_only_that_hosts_rows() -> N
         heat = app.screen.query_one(GpuHeatmap)
         spark = app.screen.query_one(HostSparklines)
         store, w = app.store, app.window_s
-        host = str(heat.rows[0][0])  # its GPUs are at the top of the heatmap
+        host = heat_key(heat.rows[0])[0]  # its GPUs are at the top of the heatmap
         points = heat.grid(heat.row_width)[0]
         cols = spark.columns_at(spark.row_width)[0]
         others = [h for h in store.hosts() if h != host]
@@ -110,7 +111,7 @@ async def test_a_tick_with_one_host_changed_repaints_only_that_hosts_rows() -> N
         await tick(app, pilot)
 
         heat_spy, spark_spy = spies
-        mine = {k for k in heat.rows if k[0] == host}
+        mine = {k for k in heat.rows if heat_key(k)[0] == host}
         assert heat_spy.made and set(heat_spy.made) <= mine  # no other host's row was rebuilt
         assert set(spark_spy.made) == {host}
         assert heat_spy.rendered and set(heat_spy.rendered) <= screen_lines(heat, mine)
@@ -132,7 +133,7 @@ async def test_an_unchanged_tick_repaints_nothing_and_a_new_column_shifts_the_ke
 
         store = app.store
         points, span = heat.grid(heat.row_width)
-        host = str(heat.rows[0][0])
+        host = heat_key(heat.rows[0])[0]
         before, shifted = heat._columns.full_reads, heat._columns.shifted_reads
         store.apply(flipped_sample(app, host, span))  # the next column starts, for every host
         await tick(app, pilot)
@@ -141,7 +142,7 @@ async def test_an_unchanged_tick_repaints_nothing_and_a_new_column_shifts_the_ke
         assert heat._columns.shifted_reads - shifted == len(shown)
         assert heat._columns.full_reads == before
         for y in sorted(shown)[:10]:
-            h, g = heat.rows[int(heat.scroll_offset.y) + y - heat.header_lines]
+            h, g = heat_key(heat.rows[int(heat.scroll_offset.y) + y - heat.header_lines])
             start = heat.first_cell(heat.row_width)
             assert glyphs(heat, y)[start:start + points] == heat_row(store, heat, h, g, points)
         await tick(app, pilot)
@@ -196,7 +197,7 @@ async def test_heatmap_cursor_moves_scrolls_and_enter_opens_the_gpu() -> None:
         assert glyphs(heat, last).startswith(CURSOR_MARK) and "end" in glyphs(heat, last + 1)
         await pilot.press("home", "down", "down", "down")
         await pilot.pause()
-        host, gpu = heat.rows[3]
+        host, gpu = heat_key(heat.rows[3])
         await pilot.press("enter")
         await pilot.pause()
         screen = app.screen
@@ -275,6 +276,7 @@ def test_sparkline_now_equals_the_stores_host_mean_with_gpus_missing() -> None:
 
     app = demo_app(backfill_s=5)
     src = app.source
+    assert isinstance(src, DemoSource)
     base = src.sample(4, 1_780_000_000.0)  # node05: throttled GPU, noisy utilization
     lost = src.sample(10, 1_780_000_000.0)  # node11: GPU 3 reports nothing
     g0 = base.gpus[0]
@@ -301,6 +303,7 @@ async def test_rows_equal_a_full_read_at_every_tick_across_column_boundaries_and
         heat = app.screen.query_one(GpuHeatmap)
         spk = app.screen.query_one(HostSparklines)
         store, w, src = app.store, app.window_s, app.source
+        assert isinstance(src, DemoSource)
         points = heat.grid(heat.row_width)[0]
         cols = spk.columns_at(spk.row_width)[0]
         shifted = heat._columns.shifted_reads + spk._columns.shifted_reads
@@ -316,12 +319,12 @@ async def test_rows_equal_a_full_read_at_every_tick_across_column_boundaries_and
             await tick(app, pilot)
             top = int(heat.scroll_offset.y)
             for y in range(heat.header_lines, heat.size.height - 1):
-                host, g = heat.rows[top + y - heat.header_lines]
+                host, g = heat_key(heat.rows[top + y - heat.header_lines])
                 start = heat.first_cell(heat.row_width)
                 assert glyphs(heat, y)[start:start + points] == heat_row(store, heat, host, g, points), (k, host, g)
-            for i, host in enumerate(spk.rows[: spk.size.height - 1]):
-                values = store.series(str(host), HostSparklines.METRICS[0], w, cols, aligned=True)
-                assert glyphs(spk, i + 1)[12:12 + cols] == spark(values), (k, host)
+            for i, key in enumerate(spk.rows[: spk.size.height - 1]):
+                values = store.series(str(key), HostSparklines.METRICS[0], w, cols, aligned=True)
+                assert glyphs(spk, i + 1)[12:12 + cols] == spark(values), (k, key)
         assert heat._columns.shifted_reads + spk._columns.shifted_reads > shifted  # the shift path ran
 
 

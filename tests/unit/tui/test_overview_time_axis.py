@@ -20,7 +20,7 @@ from gpulens.tui.widgets import sparklines as sparklines_module
 from gpulens.tui.widgets._braille import time_axis
 from gpulens.tui.widgets.heatmap import GpuHeatmap
 from gpulens.tui.widgets.sparklines import HostSparklines, TimeAxisLine, sparkline_axis
-from tests.fakes.tui_fakes import demo_app, settle, sync
+from tests.fakes.tui_fakes import demo_app, heat_key, settle, sync
 from tests.unit.tui.test_overview_repaint import flipped_sample, glyphs, tick
 
 WIDE = (200, 50)
@@ -192,7 +192,7 @@ async def test_a_tick_without_a_new_column_does_not_redraw_the_axes(monkeypatch:
         newest = store.newest_column(w, points), store.newest_column(w, cols)
         done = dict(computed)
 
-        host = str(heat.rows[0][0])
+        host = heat_key(heat.rows[0])[0]
         store.apply(flipped_sample(app, host, 0.2))
         assert (store.newest_column(w, points), store.newest_column(w, cols)) == newest  # the premise
         await tick(app, pilot)

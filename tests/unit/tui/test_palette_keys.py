@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from textual.app import App, SystemCommand
+
 from gpulens.tui.screens.host import HostScreen
 from gpulens.tui.screens.job import JobScreen
 from gpulens.tui.screens.overview import OverviewScreen
@@ -9,8 +13,8 @@ from gpulens.tui.screens.processes import ProcessesView
 from tests.fakes.tui_fakes import demo_app, settle, sync
 
 
-def _titles(app: object) -> dict[str, object]:
-    return {c.title: c for c in app.get_system_commands(app.screen)}  # type: ignore[attr-defined]
+def _titles(app: App[Any]) -> dict[str, SystemCommand]:
+    return {c.title: c for c in app.get_system_commands(app.screen)}
 
 
 @sync
@@ -23,7 +27,7 @@ async def test_every_key_of_the_screen_is_in_the_palette_and_runs_from_there() -
         titles = _titles(app)
         for key_title in ("Per GPU", "Profile", "Quick look", "Processes", "Open Profiler", "Overview"):
             assert key_title in titles, sorted(titles)
-        titles["Processes"].callback()  # type: ignore[attr-defined]
+        titles["Processes"].callback()
         await settle(app, pilot)
         assert isinstance(app.screen, ProcessesView) and app.screen.host == "gpu-node01"
         job = app.store.jobs(app.window_s)[0].key
@@ -44,7 +48,7 @@ async def test_home_closes_every_jump_back_to_the_overview() -> None:
         app.jump("home")
         await settle(app, pilot)
         assert isinstance(app.screen, OverviewScreen) and len(app.screen_stack) == 2
-        _titles(app)["Overview"].callback()  # type: ignore[attr-defined]  # again: nothing to close, no error
+        _titles(app)["Overview"].callback()  # again: nothing to close, no error
         await settle(app, pilot)
         assert isinstance(app.screen, OverviewScreen)
 

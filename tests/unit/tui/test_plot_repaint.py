@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from textual.app import App
 from textual.strip import Strip
+from textual.widgets import Static
 
 from gpulens.core.events import SampleEvent
 from gpulens.core.model import GpuSample
@@ -249,7 +250,7 @@ async def test_new_figures_in_the_gpu_info_repaint_it_without_a_layout_unless_it
     async with app.run_test(size=(160, 45)) as pilot:
         for _ in range(3):
             await pilot.pause()
-        info = screen.query_one("#gpu-info")
+        info = screen.query_one("#gpu-info", Static)
         updates: list[bool] = []
         update = info.update
 

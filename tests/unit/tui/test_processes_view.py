@@ -12,10 +12,11 @@ import os
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import Any, cast
 
 from gpulens.collectors.processes import ProcessLister
 from gpulens.core.config import Config
+from gpulens.core.events import HostSampler
 from gpulens.core.model import CpuSample, HostSample, MemorySample, NetworkSample, StorageSample
 from gpulens.sources.local import LocalSource
 from gpulens.sources.processes import decode_rows
@@ -58,7 +59,9 @@ async def test_ps_lists_every_process_gpu_ones_first_and_sorts_and_opens_one() -
         table = view.query_one(HostProcessTable)
         await until(pilot, lambda: table.order, "the process rows")
         pids = [int(k.rsplit(":", 1)[1]) for k in table.order]
-        jobs = {j.pid for j in app.store.latest("gpu-node01").jobs}  # type: ignore[union-attr]
+        latest = app.store.latest("gpu-node01")
+        assert latest is not None
+        jobs = {j.pid for j in latest.jobs}
         assert 1 in pids and 812 in pids  # systemd and sshd: no job pattern matches them
         assert set(pids[: len(jobs)]) == jobs  # the GPU processes (the job's ranks) first
         await pilot.press("C")  # sort by CPU, busiest first
@@ -133,9 +136,11 @@ class OneSample:
 async def test_this_machines_real_processes_are_listed_and_a_stray_one_can_be_opened() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "gpulens-stray"])
     try:
-        probe = GpulensApp(source=LocalSource(Config(), lambda: OneSample("x")), cfg=Config())
+        # cast: OneSample has no close(), which LocalSource calls only where a sampler has one
+        probe = GpulensApp(source=LocalSource(Config(), lambda: cast(HostSampler, OneSample("x"))), cfg=Config())
         host = probe.hostname
-        app = GpulensApp(source=LocalSource(Config(interval_s=0.2), lambda: OneSample(host), ProcessLister().listing),
+        app = GpulensApp(source=LocalSource(Config(interval_s=0.2), lambda: cast(HostSampler, OneSample(host)),
+                                             ProcessLister().listing),
                          cfg=Config(interval_s=0.2))
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda: app.store.latest(host) is not None, "the first sample")
@@ -164,6 +169,7 @@ async def test_this_machines_real_processes_are_listed_and_a_stray_one_can_be_op
 
 
 def test_a_malformed_answer_is_one_line_not_a_crash() -> None:
+    bad: object
     for bad in (None, {}, {"processes": "x"}, {"processes": [{"pid": "one"}]}, {"processes": [{}]}):
         try:
             decode_rows(bad)

@@ -140,7 +140,8 @@ async def test_a_job_and_a_host_not_on_screen_now_are_reachable(tmp_path: Path) 
         assert "Job 4711 (in the recording)" in [c.title for c in app.get_system_commands(app.screen)]
         app.jump("job 4711")
         await until(pilot, lambda: isinstance(app.screen, JobScreen))
-        assert app.screen.key == "4711"
+        job_screen = app.screen
+        assert isinstance(job_screen, JobScreen) and job_screen.key == "4711"
         assert T0 + JOB_FROM <= control.position <= T0 + JOB_TO
         assert app.store.find_job("4711", app.window_s) is not None
         await pilot.press("escape")

@@ -77,7 +77,8 @@ def figures(store: Store) -> dict[str, object]:
     """Every window figure the screens show for the 15m and 1h windows (NaN as None)."""
     out: dict[str, object] = {"now": store.now}
     for w in WINDOWS:
-        stats = [("node-a", m, None) for m in HOST_METRICS] + [("node-b", m, None) for m in HOST_METRICS]
+        stats: list[tuple[str, str, int | None]] = [("node-a", m, None) for m in HOST_METRICS]
+        stats += [("node-b", m, None) for m in HOST_METRICS]
         stats += [("node-a", "gpu.utilization_percent", 0), ("node-a", "gpu.power_w", 0)]
         for host, metric, gpu in stats:
             s = store.window_stats(host, metric, w, gpu=gpu)

@@ -20,7 +20,7 @@ from rich.console import Console
 from textual._compositor import ChopsUpdate, Compositor
 from textual.geometry import Region
 
-from gpulens.core.events import SampleEvent
+from gpulens.core.events import SampleEvent, SourceEvent
 from gpulens.tui import _compositor
 from gpulens.tui._compositor import SparseCompositor
 from gpulens.tui.app import GpulensApp
@@ -74,9 +74,9 @@ def twin(monkeypatch: pytest.MonkeyPatch) -> type[Twin]:
     return Twin
 
 
-def moved(app: GpulensApp, k: int) -> list[SampleEvent]:
+def moved(app: GpulensApp, k: int) -> list[SourceEvent]:
     """Every host's newest sample ``k`` seconds on, its GPUs' utilization moved by ``k``."""
-    out = []
+    out: list[SourceEvent] = []
     for host in app.store.hosts():
         s = app.store.latest(host)
         assert s is not None

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 from textual.app import App, ComposeResult
 from textual.scrollbar import ScrollBar
 from textual.strip import Strip
+from textual.widget import Widget
 
 from gpulens.tui.widgets._table import IncrementalTable
 from tests.fakes.tui_fakes import sync
@@ -70,7 +71,7 @@ async def test_one_changed_row_repaints_only_its_line() -> None:
         bar = table.vertical_scrollbar
         original = ScrollBar.render_line  # ScrollBar draws through the Line API too
 
-        def counting(self: ScrollBar, y: int) -> Strip:
+        def counting(self: Widget, y: int) -> Strip:  # render_line as Widget declares it
             if self is bar:
                 bar_lines[y] += 1
             return original(self, y)
@@ -177,13 +178,13 @@ async def test_a_change_in_a_dropped_column_repaints_nothing() -> None:
     app = NarrowApp()
     async with app.run_test(size=(24, 12)) as pilot:  # room for name and value only
         table = app.query_one(Narrow)
-        data = {f"h{i}": (f"h{i}", str(i), f"{100 + i}W") for i in range(5)}
+        data: dict[str, tuple[str, ...]] = {f"h{i}": (f"h{i}", str(i), f"{100 + i}W") for i in range(5)}
         table.sync(data, sorted(data))
         await pilot.pause()
         await pilot.pause()
         assert [i for i, _ in table.column_layout(table._row_width())] == [0, 1]  # power dropped
         table.rendered.clear()
-        hidden = {k: (v[0], v[1], "999W") for k, v in data.items()}  # only the hidden column changed
+        hidden: dict[str, tuple[str, ...]] = {k: (v[0], v[1], "999W") for k, v in data.items()}  # only the hidden column changed
         table.sync(hidden, sorted(hidden))
         await pilot.pause()
         assert not table.rendered, table.rendered

@@ -14,7 +14,7 @@ class Themed(ThemeCache, App[None]):
 
 def test_current_theme_follows_the_theme_and_its_registration() -> None:
     app = Themed()
-    plain = App()
+    plain: App[None] = App()
     assert app.current_theme is app.current_theme  # kept
     assert app.current_theme.name == plain.current_theme.name
     app.theme = "textual-light"

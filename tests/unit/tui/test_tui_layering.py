@@ -172,7 +172,7 @@ def _far_host(tmp_path: Path) -> tuple[list[SampleEvent], Path]:
 
 @sync
 async def test_a_screen_runs_on_a_fake_context_and_posts_its_navigation(tmp_path: Path) -> None:
-    from gpulens.sources.stream.link import RequestResult
+    from gpulens.sources.stream.requests import RequestResult
 
     events, folded = _far_host(tmp_path)
 

@@ -73,12 +73,16 @@ async def test_drill_into_host_and_back() -> None:
         assert isinstance(screen, HostScreen) and screen.host == "gpu-node01"
         assert screen.query_one(AppHeader).crumbs == ("gpulens", "Overview", "gpu-node01")
         gpus = screen.query_one(GpuTable)
-        g0 = app.store.latest("gpu-node01").gpus[0]  # type: ignore[union-attr]
+        latest = app.store.latest("gpu-node01")
+        assert latest is not None
+        g0 = latest.gpus[0]
         assert cell(gpus, "0", "util") == f"{g0.utilization_percent:.0f}%"
         plot = screen.query_one("#cpu", TimeSeriesPlot)
         plot.scroll_visible(animate=False)  # plots out of view are filled when scrolled to
         await settle(app, pilot)
-        assert plot.values[-1] == pytest.approx(app.store.latest("gpu-node01").cpu.total_percent, rel=1e-5)  # type: ignore[union-attr]
+        latest = app.store.latest("gpu-node01")
+        assert latest is not None
+        assert plot.values[-1] == pytest.approx(latest.cpu.total_percent, rel=1e-5)
         await pilot.press("escape")
         await pilot.pause()
         assert isinstance(app.screen, OverviewScreen)
@@ -133,7 +137,7 @@ async def test_no_profiler_action_without_service_and_profile_notice() -> None:
         await pilot.press("o")  # not offered: the other o says why, instead of nothing
         await pilot.pause()
         assert any("no process of this job polls Kineto" in str(n.message) for n in app._notifications)
-        assert ("o", "open Profiler") in key_rows(app.screen, [])  # ? lists it: it does something
+        assert ("o", "open Profiler") in key_rows(app.screen, [])  # type: ignore[arg-type]  # help takes Screen[object] (invariant); ? lists it: it does something
         await pilot.press("f")
         await pilot.pause()
         assert any("SIMULATED" in str(n.message) for n in app._notifications)
@@ -355,7 +359,7 @@ def _far_host_app(monkeypatch: pytest.MonkeyPatch) -> tuple[GpulensApp, Any, lis
 
     pending: Future[Any] = Future()
     returned: list[object] = []
-    real_wait = profiling.wait
+    from gpulens.tui.workers import wait as real_wait  # the function profiling calls
 
     def spy(fut: Future[Any], timeout_s: float) -> object:
         returned.append(real_wait(fut, timeout_s))
@@ -390,7 +394,9 @@ async def test_a_profile_started_on_a_host_goes_on_after_leaving_it_and_is_offer
         await settle(app, pilot)
         app.jump("host far-host")
         await settle(app, pilot)
-        app.screen.profiling.duration_s = 8.0  # what F 8 Enter sets
+        host_screen = app.screen
+        assert isinstance(host_screen, HostScreen)
+        host_screen.profiling.duration_s = 8.0  # what F 8 Enter sets
         await pilot.press("f")
         await pilot.pause()
         [worker] = [w for w in app.workers if (w.group or "").startswith("profile")]
@@ -398,7 +404,7 @@ async def test_a_profile_started_on_a_host_goes_on_after_leaving_it_and_is_offer
         await pilot.pause(0.3)
         assert isinstance(app.screen, OverviewScreen)
         assert not worker.is_cancelled and not returned  # still waiting for the agent: not dropped
-        assert "py-spy far-host" in app.screen.query_one("AppHeader").source  # shown like REC
+        assert "py-spy far-host" in app.screen.query_one("AppHeader", AppHeader).source  # shown like REC
         pending.set_result(SimpleNamespace(files={777: str(folded)}))
         for _ in range(200):
             if any("flame graph of far-host ready" in str(n.message) for n in app._notifications):
@@ -407,7 +413,9 @@ async def test_a_profile_started_on_a_host_goes_on_after_leaving_it_and_is_offer
         assert any("flame graph of far-host ready" in str(n.message) for n in app._notifications)
         app.jump("host far-host")  # opened again: the same duration, the graph offered
         await settle(app, pilot)
-        prof = app.screen.profiling
+        again = app.screen
+        assert isinstance(again, HostScreen)
+        prof = again.profiling
         assert prof.duration_s == 8.0 and prof.last is not None and prof.last[0].total == 40
         assert any("while you were away is ready: L opens it" in str(n.message) for n in app._notifications)
         await pilot.press("L")

@@ -12,11 +12,14 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from textual.app import App
+from textual.pilot import Pilot
 from textual.widgets import DataTable, Static
 
+from gpulens.ipc.kineto.protocol import TraceService
 from gpulens.ipc.kineto.requests import TraceJob, TraceRequest, TraceResult, TraceState
 from gpulens.tui.screens.profiler import ProfilerScreen
 from gpulens.tui.screens.profiler_views import AnalyzeScreen, TimelineScreen
@@ -73,18 +76,18 @@ class Host(App[None]):
         self.push_screen(self._screen)
 
 
-async def _wait_for(pilot: object, cond: Callable[[], bool], limit_s: float = 30) -> None:
+async def _wait_for(pilot: Pilot[Any], cond: Callable[[], bool], limit_s: float = 30) -> None:
     deadline = time.monotonic() + limit_s
     while not cond():
         assert time.monotonic() < deadline, "condition not reached"
-        await pilot.pause(0.05)  # type: ignore[attr-defined]
+        await pilot.pause(0.05)
 
 
 @pytest.mark.timeout(60)
 @sync
 async def test_trace_view_analyze_export(tmp_path: Path) -> None:
     svc = FakeService(TRACES / "mi250_minitoy_train_ROCm6_2_kineto.json.gz")
-    screen = ProfilerScreen(svc, "localhost", [4242])
+    screen = ProfilerScreen(cast(TraceService, svc), "localhost", [4242])
     app = Host(screen)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -126,7 +129,7 @@ async def test_untraceable_process_shows_reason_and_bad_trace_notifies(tmp_path:
     bad = tmp_path / "cut.json"
     bad.write_text('{"traceEvents": [{"ph": "X"')
     svc = FakeService(bad, {99: "KINETO_USE_DAEMON is not set in its environment: restart it with KINETO_USE_DAEMON=1"})
-    screen = ProfilerScreen(svc, "node1", [99])
+    screen = ProfilerScreen(cast(TraceService, svc), "node1", [99])
     app = Host(screen)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -199,7 +202,7 @@ async def test_the_table_names_the_trace_file_and_the_line_under_it_its_path(tmp
     deep.mkdir(parents=True)
     trace = deep / "gpulens-trace-4242.json.gz"
     trace.write_bytes((TRACES / "mi250_minitoy_train_ROCm6_2_kineto.json.gz").read_bytes())
-    screen = ProfilerScreen(PathDetailService(trace), "localhost", [4242])
+    screen = ProfilerScreen(cast(TraceService, PathDetailService(trace)), "localhost", [4242])
     app = Host(screen)
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.pause()
@@ -218,7 +221,7 @@ async def test_t_traces_from_a_number_field_and_types_in_the_export_path() -> No
     from textual.widgets import Input
 
     svc = FakeService(TRACES / "mi250_minitoy_train_ROCm6_2_kineto.json.gz")
-    screen = ProfilerScreen(svc, "localhost", [4242])
+    screen = ProfilerScreen(cast(TraceService, svc), "localhost", [4242])
     app = Host(screen)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()

@@ -14,12 +14,13 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from textual.app import App
 from textual.widgets import DataTable, Input, Static
 
+from gpulens.ipc.kineto.protocol import TraceService
 from gpulens.ipc.kineto.registry import PollingProcess
 from gpulens.ipc.kineto.requests import TraceJob, TraceRequest, TraceResult, TraceState
 from gpulens.tui.screens.profiler import ProfilerScreen
@@ -136,7 +137,7 @@ async def test_view_analyze_export_act_on_the_selected_trace_default_newest(tmp_
     svc = ScriptedService()
     svc.done_job("old", (11,), {11: SMALL})
     svc.done_job("new", (11,), {11: RANK0})
-    screen = ProfilerScreen(svc, "node", [11])
+    screen = ProfilerScreen(cast(TraceService, svc), "node", [11])
     app = Host(screen)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -164,7 +165,7 @@ async def test_view_analyze_export_act_on_the_selected_trace_default_newest(tmp_
 async def test_every_rank_has_a_row_and_is_reachable_and_exported(tmp_path: Path) -> None:
     svc = ScriptedService()
     svc.done_job("job", (21, 22), {21: RANK0, 22: RANK1})
-    screen = ProfilerScreen(svc, "node", [21, 22])
+    screen = ProfilerScreen(cast(TraceService, svc), "node", [21, 22])
     app = Host(screen)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -197,7 +198,11 @@ async def test_every_rank_has_a_row_and_is_reachable_and_exported(tmp_path: Path
             await pilot.press("x")
             await type_text(pilot, str(tmp_path / dest))
             await pilot.press("enter")
-            await wait_for(pilot, lambda d=dest: (tmp_path / d).exists(), f"export {dest}")  # type: ignore[misc]
+
+            def exported(d: str = dest) -> bool:
+                return (tmp_path / d).exists()
+
+            await wait_for(pilot, exported, f"export {dest}")
         names = sorted(p.name for p in (tmp_path / "ranks").iterdir())
         assert names == ["node-pid21.json.gz", "node-pid22.json.gz"]
         assert (tmp_path / "ranks" / "node-pid22.json.gz").read_bytes() == RANK1.read_bytes()
@@ -212,7 +217,7 @@ async def test_every_rank_has_a_row_and_is_reachable_and_exported(tmp_path: Path
 async def test_export_to_a_missing_directory_is_refused_and_creates_nothing(tmp_path: Path) -> None:
     svc = ScriptedService()
     svc.done_job("job", (21, 22), {21: RANK0, 22: RANK1})
-    screen = ProfilerScreen(svc, "node", [21, 22])
+    screen = ProfilerScreen(cast(TraceService, svc), "node", [21, 22])
     app = Host(screen)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -220,9 +225,12 @@ async def test_export_to_a_missing_directory_is_refused_and_creates_nothing(tmp_
             await pilot.press("x")
             await type_text(pilot, str(dest))
             await pilot.press("enter")
-            await wait_for(pilot, lambda d=dest: any(n.startswith("cannot export to") and str(d) in n
-                                                     and "does not exist" in n for n in notes(app)),
-                           f"refusal of {dest}")
+
+            def refused(d: Path = dest) -> bool:
+                return any(n.startswith("cannot export to") and str(d) in n and "does not exist" in n
+                           for n in notes(app))
+
+            await wait_for(pilot, refused, f"refusal of {dest}")
         assert list(tmp_path.iterdir()) == []
 
 
@@ -230,7 +238,7 @@ async def test_export_to_a_missing_directory_is_refused_and_creates_nothing(tmp_
 @sync
 async def test_enter_submits_the_form_with_a_typed_iteration_count() -> None:
     svc = ScriptedService(intervals={31: 1.0})
-    screen = ProfilerScreen(svc, "node", [31])
+    screen = ProfilerScreen(cast(TraceService, svc), "node", [31])
     app = Host(screen)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -249,7 +257,7 @@ async def test_enter_submits_the_form_with_a_typed_iteration_count() -> None:
 @sync
 async def test_second_trace_of_a_busy_pid_shows_queued(queues: bool) -> None:
     svc = ScriptedService(intervals={41: 1.0}, queues=queues)
-    screen = ProfilerScreen(svc, "node", [41])
+    screen = ProfilerScreen(cast(TraceService, svc), "node", [41])
     app = Host(screen)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -267,7 +275,7 @@ async def test_second_trace_of_a_busy_pid_shows_queued(queues: bool) -> None:
 @sync
 async def test_poll_hint_uses_the_interval_the_target_shows() -> None:
     svc = ScriptedService(intervals={51: 1.5, 52: 0.5})
-    screen = ProfilerScreen(svc, "node", [51, 52])
+    screen = ProfilerScreen(cast(TraceService, svc), "node", [51, 52])
     app = Host(screen)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -288,7 +296,7 @@ def test_poll_hint_texts() -> None:
 async def test_job_wide_trace_asks_every_host_with_one_start_time() -> None:
     here = ScriptedService("here", intervals={61: 1.0, 62: 1.0})
     there = ScriptedService("there", intervals={71: 3.0})
-    screen = ProfilerScreen(here, "a", [61, 62], others=[Target("b", there, (71,))])
+    screen = ProfilerScreen(cast(TraceService, here), "a", [61, 62], others=[Target("b", cast(TraceService, there), (71,))])
     app = Host(screen)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -461,7 +469,7 @@ class RefusingService(ScriptedService):
 @sync
 async def test_a_request_refused_before_any_job_is_said() -> None:
     svc = RefusingService(intervals={81: 1.0})
-    screen = ProfilerScreen(svc, "node", [81])
+    screen = ProfilerScreen(cast(TraceService, svc), "node", [81])
     app = Host(screen)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()

@@ -248,6 +248,7 @@ async def test_real_agent_and_pytorch_over_the_stream(tmp_path: Path) -> None:
             await pilot.press("o")
             await _wait_for(pilot, lambda: isinstance(app.screen, ProfilerScreen), what="profiler screen")
             prof = app.screen
+            assert isinstance(prof, ProfilerScreen)
             await pilot.press("t")
             table = prof.query_one("#pf-jobs", DataTable)
             await _wait_for(pilot, lambda: table.row_count == 1 and ("done" in _cell(table, 0)

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from textual import events
 from textual.widgets import Input, Static
 
 from gpulens.core import units as fmt
-from gpulens.core.events import HostStatusEvent, SampleEvent
+from gpulens.core.events import HostStatusEvent, SampleEvent, SourceEvent
 from gpulens.core.model import (
     CpuSample,
     HostSample,
@@ -25,6 +25,8 @@ from gpulens.core.model import (
     NetworkSample,
     StorageSample,
 )
+from gpulens.ipc.kineto.protocol import TraceService
+from gpulens.sources.demo import DemoSource
 from gpulens.sources.local import MultiSource
 from gpulens.tui.app import GpulensApp
 from gpulens.tui.screens.host import HostScreen
@@ -38,7 +40,6 @@ from gpulens.tui.widgets.plot import TimeSeriesPlot, axis_label
 from gpulens.tui.widgets.sparklines import HostSparklines
 from tests.fakes.tui_fakes import (
     FROZEN,
-    DemoSource,
     FakeTraceService,
     StaticSource,
     demo_app,
@@ -120,7 +121,9 @@ async def test_gpu_table_shows_every_column_at_160_and_compact_pairs() -> None:
         header = line_text(gpus, 0)
         for label in ("PCIe rx/tx", "NVLink rx/tx", "XID", "Throttle", "Procs"):
             assert label in header  # XID was cut, Throttle and Procs off screen
-        g1 = app.store.latest("gpu-node12").gpus[1]  # type: ignore[union-attr]
+        latest = app.store.latest("gpu-node12")
+        assert latest is not None
+        g1 = latest.gpus[1]
         assert g1.mem_used_bytes is not None
         assert gpus.get_cell("1", "mem") == f"{g1.mem_used_bytes / 2**30:.1f}/{fmt.size(g1.mem_total_bytes)}"
         assert "…" not in line_text(gpus, 2)
@@ -198,7 +201,7 @@ async def test_long_reasons_wrap_instead_of_being_cut() -> None:
 @sync
 async def test_host_down_shows_reason_and_time() -> None:
     down_at = FROZEN - 42
-    events_ = [_cpu_sample("node-a", FROZEN - 60 + i) for i in range(10)]
+    events_: list[SourceEvent] = [_cpu_sample("node-a", FROZEN - 60 + i) for i in range(10)]
     events_.append(HostStatusEvent(host="node-a", up=False, reason="Connection refused", time=down_at))
     app = GpulensApp(source=StaticSource(events_), clock=frozen_clock)
     async with app.run_test(size=(160, 45)) as pilot:
@@ -278,7 +281,7 @@ def test_tui_accepts_tls_ca() -> None:
 def test_help_lists_each_key_once_and_groups_families() -> None:
     from gpulens.tui.screens.help import key_rows
 
-    rows = key_rows(OverviewScreen(), GpulensApp.BINDINGS)
+    rows = key_rows(OverviewScreen(), GpulensApp.BINDINGS)  # type: ignore[arg-type]  # help takes Screen[object] (invariant)
     keys = [k for k, _ in rows]
     assert "q / ctrl+c" in keys and "ctrl+c" not in keys  # one Quit row, not two
     assert keys.count("esc") == 1 and "escape" not in keys  # 'esc Back' was listed twice
@@ -295,7 +298,7 @@ async def test_profiler_trace_button_stays_on_screen_at_80_columns() -> None:
 
     class Host(App[None]):
         def on_mount(self) -> None:
-            self.push_screen(ProfilerScreen(FakeTraceService(set()), "localhost", [4242]))
+            self.push_screen(ProfilerScreen(cast(TraceService, FakeTraceService(set())), "localhost", [4242]))
 
     app = Host()
     async with app.run_test(size=(80, 24)) as pilot:
@@ -313,7 +316,7 @@ async def test_f_on_a_remote_host_asks_its_agent_for_the_profile(tmp_path: Any) 
     from concurrent.futures import Future
 
     from gpulens.core.model import JobInfo
-    from gpulens.sources.stream.link import RequestResult
+    from gpulens.sources.stream.requests import RequestResult
     from gpulens.tui.screens.flame import FlameScreen
 
     folded = tmp_path / "profile-far.folded"
