@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.table import Table
 from rich.text import Text
@@ -57,7 +57,7 @@ def _own_bindings(node_type: type[DOMNode]) -> list[Binding]:
     return out
 
 
-def screen_bindings(screen: Screen[object]) -> list[Binding]:
+def screen_bindings(screen: Screen[Any]) -> list[Binding]:
     """The screen's keys, then those of the widgets on it that take focus (a table's, a timeline's).
 
     Read from ``BINDINGS``, so the help cannot drift from what the keys do.
@@ -76,7 +76,7 @@ def screen_bindings(screen: Screen[object]) -> list[Binding]:
     return out
 
 
-def _hidden(screen: Screen[object], b: Binding) -> bool:
+def _hidden(screen: Screen[Any], b: Binding) -> bool:
     """Whether the screen hides ``b`` now (its ``check_action`` says False: ``--readonly``, no Kineto)."""
     try:
         return screen.check_action(b.action.split("(")[0], ()) is False
@@ -84,7 +84,7 @@ def _hidden(screen: Screen[object], b: Binding) -> bool:
         return False
 
 
-def key_rows(screen: Screen[object], app_bindings: list[BindingType]) -> list[tuple[str, str]]:
+def key_rows(screen: Screen[Any], app_bindings: list[BindingType]) -> list[tuple[str, str]]:
     """(keys, what) rows: the screen's keys and its widgets', then the app's, then the global extras.
 
     Keys with the same description share a row (``q / ctrl+c``); three or
@@ -98,7 +98,7 @@ def key_rows(screen: Screen[object], app_bindings: list[BindingType]) -> list[tu
     return [(k, _lower(w)) for k, w in _grouped(rows)] + list(GLOBAL_EXTRA)
 
 
-def _listed(screen: Screen[object], app_bindings: list[BindingType]) -> list[Binding]:
+def _listed(screen: Screen[Any], app_bindings: list[BindingType]) -> list[Binding]:
     """The bindings to list, screen's first: described, first of their key, and not hidden on this screen."""
     from gpulens.tui.screens.base import DataScreen
 
@@ -118,7 +118,7 @@ def _listed(screen: Screen[object], app_bindings: list[BindingType]) -> list[Bin
     return out
 
 
-def _binding_rows(screen: Screen[object], listed: list[Binding]) -> tuple[list[tuple[str, str]], list[str]]:
+def _binding_rows(screen: Screen[Any], listed: list[Binding]) -> tuple[list[tuple[str, str]], list[str]]:
     """(keys, what) rows, keys of the same description on one row; and the cursor keys, whose row has no keys yet."""
     rows: list[tuple[str, str]] = []
     moves: list[str] = []
@@ -137,7 +137,7 @@ def _binding_rows(screen: Screen[object], listed: list[Binding]) -> tuple[list[t
     return rows, moves
 
 
-def _what(screen: Screen[object], b: Binding) -> str:
+def _what(screen: Screen[Any], b: Binding) -> str:
     """What ``b`` does, in words: the clearer text where there is one."""
     if b.action == "go_back" and not hasattr(screen, "filter_widgets"):
         return "back"  # a screen without a / filter has none to clear first
@@ -185,7 +185,7 @@ def _lower(what: str) -> str:
     return what[0].lower() + what[1:] if len(what) > 1 and not what[1].isupper() else what
 
 
-def alert_rows(screen: Screen[object]) -> list[tuple[str, str]]:
+def alert_rows(screen: Screen[Any]) -> list[tuple[str, str]]:
     """The alert legend, for screens whose tables show alerts (``SHOWS_ALERTS``): marker + code, meaning."""
     if not getattr(screen, "SHOWS_ALERTS", False):
         return []
@@ -194,7 +194,7 @@ def alert_rows(screen: Screen[object]) -> list[tuple[str, str]]:
     return [(f"{MARKS[info.level]} {code}".strip(), info.meaning) for code, info in ALERT_HELP.items()]
 
 
-def level_rows(screen: Screen[object]) -> list[tuple[str, str]]:
+def level_rows(screen: Screen[Any]) -> list[tuple[str, str]]:
     """Where coloured values start, for screens that colour GPU values (``SHOWS_LEVELS``), as configured."""
     if not getattr(screen, "SHOWS_LEVELS", False):
         return []
@@ -207,7 +207,7 @@ def level_rows(screen: Screen[object]) -> list[tuple[str, str]]:
     return threshold_rows(thresholds)
 
 
-def key_table(screen: Screen[object], app_bindings: list[BindingType]) -> Table:
+def key_table(screen: Screen[Any], app_bindings: list[BindingType]) -> Table:
     """Keys of ``screen`` and the app as a two-column table."""
     table = Table(box=None, show_header=False, padding=(0, 2))
     table.add_column(style="bold", max_width=26)
@@ -251,7 +251,7 @@ class HelpScreen(ModalScreen[None]):
         border: round $accent; background: $surface; padding: 0 1; }
     """
 
-    def __init__(self, below: Screen[object], app_bindings: list[BindingType]) -> None:
+    def __init__(self, below: Screen[Any], app_bindings: list[BindingType]) -> None:
         super().__init__()
         self.below = below
         self.app_bindings = app_bindings

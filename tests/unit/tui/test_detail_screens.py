@@ -109,7 +109,7 @@ async def test_readonly_removes_the_signal_actions() -> None:
         assert isinstance(screen, ProcessScreen)
         assert screen.check_action("signal", ("SIGTERM",)) is False
         assert "read-only" in str(screen.query_one("#proc-actions").render())
-        assert not {"I", "T", "K"} & {k for k, _ in key_rows(screen, [])}  # type: ignore[arg-type]  # help takes Screen[object] (invariant)
+        assert not {"I", "T", "K"} & {k for k, _ in key_rows(screen, [])}
 
 
 @sync
@@ -136,7 +136,7 @@ async def test_readonly_removes_py_spy_and_traces_from_the_host_and_job_screens(
                                        "open_profiler") if screen.check_action(a, ())}
                 panel = str(screen.query_one(ProfilePanel).render())
                 names = {c.title for c in screen.profiling.commands()}
-                helped = {k for k, _ in key_rows(screen, [])}  # type: ignore[arg-type]  # help takes Screen[object] (invariant)
+                helped = {k for k, _ in key_rows(screen, [])}
                 if readonly:
                     # ? lists the screen's keys as they are now: none of the removed ones.
                     assert not {"f", "d", "F", "L", "o"} & helped, helped
@@ -177,7 +177,7 @@ async def test_a_replay_offers_no_py_spy_nor_traces_a_recorded_pid_may_be_anothe
             await pilot.pause()
             assert not any(screen.check_action(a, ()) for a in ("profile", "quick_look", "open_profiler"))
             assert str(screen.query_one(ProfilePanel).render()).startswith(REPLAY_NOTE)
-            assert not {"f", "d", "o"} & {k for k, _ in key_rows(screen, [])}  # type: ignore[arg-type]  # help takes Screen[object] (invariant)
+            assert not {"f", "d", "o"} & {k for k, _ in key_rows(screen, [])}
             screen.action_profile()
             await pilot.pause()
             assert any(REPLAY_NOTE in n.message for n in app._notifications)

@@ -63,7 +63,7 @@ async def test_countdown_duration_idle_line_and_reopen(monkeypatch: pytest.Monke
         await settle(app, pilot)
         screen = app.screen
         assert isinstance(screen, HostScreen)
-        keys = dict(key_rows(screen, []))  # type: ignore[arg-type]  # help takes Screen[object] (invariant)
+        keys = dict(key_rows(screen, []))
         assert any("F" in k for k in keys) and any("L" in k for k in keys)  # in the screen's ? help
         await pilot.press("L")  # nothing yet
         await pilot.pause()

@@ -72,7 +72,7 @@ async def test_overview_help_is_built_from_its_bindings() -> None:
     assert letters == set(HostTable.SORT_KEYS.values()) | set(JobTable.SORT_KEYS.values())
     assert letters <= keys and "s" not in keys  # no more 's' cycling nine columns
     assert "space" not in keys  # replay keys are not passed when not replaying (the app filters them)
-    assert any(b.key == "slash" for b in screen_bindings(OverviewScreen()))  # type: ignore[arg-type]  # help takes Screen[object] (invariant)
+    assert any(b.key == "slash" for b in screen_bindings(OverviewScreen()))
 
 
 @sync
@@ -205,10 +205,10 @@ def test_help_explains_every_alert_code_on_screens_that_show_them() -> None:
 
     for screen_type in (OverviewScreen, HostScreen):
         screen = screen_type.__new__(screen_type)  # the legend is read from the class
-        rows = dict(alert_rows(screen))  # type: ignore[arg-type]  # help takes Screen[object] (invariant)
+        rows = dict(alert_rows(screen))
         assert set(rows) == {"! DOWN", "! XID n", "▲ THROTTLE", "! THROTTLE HW", "▽ IDLE-HELD n"}
         assert "utilization" in rows["▽ IDLE-HELD n"] and rows["! XID n"] == ALERT_HELP["XID n"].meaning
-    assert alert_rows(ProfilerScreen.__new__(ProfilerScreen)) == []  # type: ignore[arg-type]  # help takes Screen[object] (invariant)
+    assert alert_rows(ProfilerScreen.__new__(ProfilerScreen)) == []
 
 
 @sync
@@ -225,10 +225,10 @@ async def test_help_gives_the_thresholds_in_force_on_screens_that_colour_gpu_val
         await settle(app, pilot)
         app.cfg = replace(app.cfg, thresholds=replace(app.cfg.thresholds, temp_warn_c=77.0, mem_crit_percent=95.5))
         for screen in (app.screen, GpuScreen("gpu-node01", 0, context=app), GpusView(context=app)):
-            text = " ".join(d for _, d in level_rows(screen))  # type: ignore[arg-type]  # help takes Screen[object] (invariant)
+            text = " ".join(d for _, d in level_rows(screen))
             assert "temperature from 77 / 90 °C" in text and "from 90 / 95.5 %" in text, (screen, text)
             assert "of the GPU's limit" in text and "under 10 %" in text
-        assert level_rows(ProfilerScreen.__new__(ProfilerScreen)) == []  # type: ignore[arg-type]  # help takes Screen[object] (invariant)
+        assert level_rows(ProfilerScreen.__new__(ProfilerScreen)) == []
 
 
 @sync
@@ -343,5 +343,5 @@ def test_the_job_screens_help_explains_its_bounds() -> None:
     from gpulens.tui.screens.job import JobScreen
 
     screen = JobScreen.__new__(JobScreen)  # the notes are read from the class
-    rows = [str(cell) for col in key_table(screen, []).columns for cell in col._cells]  # type: ignore[arg-type]  # help takes Screen[object] (invariant)
+    rows = [str(cell) for col in key_table(screen, []).columns for cell in col._cells]
     assert "min≥ max≤" in rows and any(r.startswith("bounds, not exact") for r in rows)

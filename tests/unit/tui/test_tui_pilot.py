@@ -137,7 +137,7 @@ async def test_no_profiler_action_without_service_and_profile_notice() -> None:
         await pilot.press("o")  # not offered: the other o says why, instead of nothing
         await pilot.pause()
         assert any("no process of this job polls Kineto" in str(n.message) for n in app._notifications)
-        assert ("o", "open Profiler") in key_rows(app.screen, [])  # type: ignore[arg-type]  # help takes Screen[object] (invariant); ? lists it: it does something
+        assert ("o", "open Profiler") in key_rows(app.screen, [])  # ? lists it: it does something
         await pilot.press("f")
         await pilot.pause()
         assert any("SIMULATED" in str(n.message) for n in app._notifications)

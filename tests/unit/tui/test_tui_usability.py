@@ -281,7 +281,7 @@ def test_tui_accepts_tls_ca() -> None:
 def test_help_lists_each_key_once_and_groups_families() -> None:
     from gpulens.tui.screens.help import key_rows
 
-    rows = key_rows(OverviewScreen(), GpulensApp.BINDINGS)  # type: ignore[arg-type]  # help takes Screen[object] (invariant)
+    rows = key_rows(OverviewScreen(), GpulensApp.BINDINGS)
     keys = [k for k, _ in rows]
     assert "q / ctrl+c" in keys and "ctrl+c" not in keys  # one Quit row, not two
     assert keys.count("esc") == 1 and "escape" not in keys  # 'esc Back' was listed twice
