@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gpulens.core.errors import GpulensError
 from gpulens.core.jobs_pattern import DEFAULT_JOB_KEY_ENV
 from gpulens.ipc import stream
 from gpulens.ipc.principal import Principal
@@ -49,8 +50,10 @@ HistoryFn = Callable[[float | None, float | None], list[bytes]]
 """Packed samples with ``since < time <= until`` (None: unbounded), oldest first."""
 
 
-class RequestError(Exception):
+class RequestError(GpulensError):
     """A request that cannot be honoured; the message goes back to the viewer."""
+
+    title = "request refused"
 
 
 class RequestConn(Protocol):

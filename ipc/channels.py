@@ -20,12 +20,15 @@ from collections import deque
 from collections.abc import Sequence
 
 from gpulens.core.sanitize import clean_text
+from gpulens.ipc.errors import IpcError
 
 RECV_BYTES = 256 * 1024
 
 
-class ChannelClosed(Exception):
+class ChannelClosed(IpcError):
     """The agent's side ended; the message says how (exit code, stderr)."""
+
+    title = "agent connection closed"
 
 
 class TcpChannel:

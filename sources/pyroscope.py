@@ -23,6 +23,8 @@ TIMEOUT_S = 15.0
 class PyroscopeError(GpulensError):
     """The server could not be asked, or answered something that is not a profile."""
 
+    title = "Pyroscope error"
+
 
 def render_url(base: str, query: str, start: str, until: str) -> str:
     """The render request for ``query`` between ``start`` and ``until`` (unix seconds or Pyroscope's ``now-1h``)."""

@@ -15,11 +15,14 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpulens.core.errors import GpulensError
 from gpulens.store.views import JobView
 
 
-class FilterError(ValueError):
+class FilterError(GpulensError, ValueError):
     """The text is not a valid regular expression (the message says why, in one line)."""
+
+    title = "filter error"
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,8 @@ MAX_SYMBOLS = 2_000_000
 class ElfError(GpulensError):
     """Not an ELF file this reader understands, or a malformed one."""
 
+    title = "ELF file not readable"
+
 
 @dataclass(frozen=True, slots=True)
 class Symbol:

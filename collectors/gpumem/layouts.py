@@ -26,6 +26,8 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gpulens.core.errors import GpulensError
+
 DIRECT = 0xFFFFFFFF
 """``cframe_frame``/``pthread_tid`` value: no indirection (what the BPF program reads as "none")."""
 
@@ -100,8 +102,10 @@ DEBUG_OFFSETS = struct.Struct(f"<8s{len(_DEBUG_FIELDS)}Q")
 """CPython 3.13's ``_Py_DebugOffsets`` (Include/internal/pycore_runtime.h): a cookie, then uint64 fields."""
 
 
-class LayoutError(Exception):
+class LayoutError(GpulensError):
     """Why a process's CPython layout cannot be known (the message names what was found)."""
+
+    title = "unknown CPython layout"
 
 
 def debug_layout(raw: bytes) -> tuple[tuple[int, int], PyLayout]:

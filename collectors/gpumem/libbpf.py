@@ -26,6 +26,8 @@ RingCallback = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, 
 class BpfError(GpulensError):
     """A BPF step failed; the message names the step and the reason."""
 
+    title = "eBPF error"
+
 
 def _why(err: int) -> str:
     if err in (errno.EPERM, errno.EACCES):

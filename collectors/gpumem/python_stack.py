@@ -32,6 +32,7 @@ from gpulens.collectors.gpumem.layouts import (
     debug_layout,
     pthread_tid_offset,
 )
+from gpulens.core.errors import GpulensError
 from gpulens.core.sanitize import clean_text
 
 _LIB = re.compile(r"/(?:lib)?python3\.(\d+)[^/]*$")
@@ -55,8 +56,10 @@ class PyTarget:
     """Where glibc's ``struct pthread`` holds the thread id (3.10); :data:`DIRECT` otherwise."""
 
 
-class PythonNotReadable(Exception):
+class PythonNotReadable(GpulensError):
     """Why a process's Python frames cannot be read (the message is shown in its flame)."""
+
+    title = "Python frames not readable"
 
 
 def _maps(pid: int) -> list[tuple[int, int, str]]:

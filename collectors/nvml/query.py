@@ -16,6 +16,8 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from gpulens.core.errors import CollectorError
+
 # NVML return codes (nvml.h); stable ABI values, named as pynvml names them.
 NOT_SUPPORTED = 3
 NO_PERMISSION = 4
@@ -53,8 +55,10 @@ CLOCK_REASONS: tuple[tuple[int, str], ...] = (
 )
 
 
-class GpuLost(Exception):
+class GpuLost(CollectorError):
     """Raised inside a GPU's read when NVML says the GPU is lost."""
+
+    title = "GPU lost"
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
