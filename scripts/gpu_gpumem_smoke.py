@@ -55,7 +55,7 @@ def main() -> int:
             print("GPU GPUMEM SMOKE FAILED: the torch program did not start")
             return 1
         began = time.monotonic()
-        tracer = GpuMemTracer([proc.pid])
+        tracer = GpuMemTracer([proc.pid], native=True)  # the C++ of PyTorch's allocator under the Python frames
         print(f"attached in {time.monotonic() - began:.2f} s: {tracer.attached}; python: {tracer.python}")
         proc.stdin.write("go\n")
         proc.stdin.flush()
@@ -72,6 +72,8 @@ def main() -> int:
     got = sum(live.values())
     top = max(live.items(), key=lambda kv: kv[1])[0] if live else ()
     print(f"live flame total {got:,} bytes; torch.cuda.memory_reserved() grew {reserved:,} bytes")
+    native = [f for f in top if not f.endswith(")") and not f.startswith("<") and f not in ("cudaMalloc", "cuMemAlloc_v2")]
+    print(f"native frames of the largest stack (--native; informative): {native or 'none'}")
     bad = []
     if abs(got - reserved) > reserved * 0.01 + (2 << 20):
         bad.append(f"total {got:,} != reserved {reserved:,}")
