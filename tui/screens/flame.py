@@ -154,6 +154,7 @@ class FlameScreen(CrumbedScreen[None]):
         self.profile = profile
         self.graph.live = True
         self.graph.update_profile(profile)
+        self.query_one("#flame-title", Static).update(self._title_line())  # its total changed too
 
     def action_leave(self) -> None:
         """Close the search box, else leave the screen."""

@@ -109,6 +109,7 @@ async def test_the_open_gpu_memory_flame_is_refreshed_from_the_agent(tmp_path: P
             await pilot.pause(0.05)
         assert flame.profile.total == 59055800320 + 1048576 + 2097152  # type: ignore[attr-defined]
         assert app.screen is flame  # refreshed in place, not a new screen
+
         asked = len([a for a in source.asked if a[1] == "gpumem"])
         await pilot.press("escape")
         await pilot.pause(0.8)
@@ -133,14 +134,16 @@ async def test_m_on_this_machine_without_an_agent_says_how() -> None:
 class RootLocal(StaticSource):
     """A test double of this machine's collector in a TUI run as root: it reads GPU memory itself."""
 
-    def __init__(self, events: list[Any]) -> None:
+    def __init__(self, events: list[Any], answers: tuple[str, ...] = (FOLDED,)) -> None:
         super().__init__(events, name="local")
         self.asked: list[list[int]] = []
+        self.answers = answers
 
     def gpu_memory_stacks(self, pids: list[int]) -> Future[tuple[str, dict[str, Any]]]:
         self.asked.append(list(pids))
         fut: Future[tuple[str, dict[str, Any]]] = Future()
-        fut.set_result((FOLDED, {"python": {"777": None}, "lost": 0}))
+        text = self.answers[min(len(self.asked), len(self.answers)) - 1]
+        fut.set_result((text, {"python": {"777": None}, "lost": 0}))
         return fut
 
 
@@ -159,3 +162,29 @@ async def test_m_on_this_machine_as_root_reads_it_here_without_an_agent() -> Non
         assert profile.unit == "bytes" and profile.total == 59055800320 + 1048576
         assert profile.title == "GPU memory live here: 777"
         assert source.asked[0] == [777]
+
+
+@sync
+async def test_a_refresh_here_updates_the_graph_and_its_title(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpulens.tui import gpumem_flame
+
+    monkeypatch.setattr(gpumem_flame, "REFRESH_S", 0.2)
+    grown = ("<module> (serve.py:40);allocate (serve.py:9);cuMemAlloc_v2 1048576\n",
+             "<module> (serve.py:40);allocate (serve.py:9);cuMemAlloc_v2 3145728\n")
+    source = RootLocal([SampleEvent(_sample("this-host"))], grown)
+    app = GpulensApp(source=source, clock=frozen_clock, hostname="this-host")
+    async with app.run_test(size=(160, 45)) as pilot:
+        await settle(app, pilot)
+        app.jump("host this-host")
+        await settle(app, pilot)
+        await pilot.press("m")
+        await _flame_opens(app, pilot)
+        flame = app.screen
+        for _ in range(100):
+            if flame.profile.total == 3145728:  # type: ignore[attr-defined]
+                break
+            await pilot.pause(0.05)
+        await pilot.pause()
+        title = str(flame.query_one("#flame-title").render())
+        assert title.startswith("3.0 MiB"), title  # the title's total follows the refresh, not the first answer
+
