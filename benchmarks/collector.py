@@ -6,25 +6,36 @@ GPU here, so NVML is the fake 8-GPU test double (tests/fakes/fake_nvml.py) behin
 the real NvmlCollector. Eight Python sleepers are the jobs (one per GPU,
 each with GPU memory on the fake GPUs); 1,000 ``sleep`` processes are the
 crowd. CPU time is ``time.process_time()`` around ``sample()`` (user + sys
-of this process), median over 60 ticks.
+of this process); ticks are 0.25 s apart.
 
 Figures:
-* steady: the processes are older than jobs.YOUNG_S, so only jobs, shells
-  and new pids are read, and /proc is listed only when a pid was allocated
-  since the last tick (the normal state of a node running training jobs);
-* busy: steady, but with /proc listed every tick, as on a node where some
-  process or thread is created every second;
+* steady, in rounds (issue #33): the processes are older than jobs.YOUNG_S, so
+  only jobs, shells and new pids are read; :data:`ROUNDS` rounds of
+  :data:`CYCLES` ticks each, every tick of a round taken in turns with the same
+  tick of gpulens without GPUs and of the two psutil peers below; each round's
+  median, and the min / median / max over rounds;
+* peers, in the same rounds, on the same processes: :class:`PsutilPeer`, the
+  same steady work written with psutil in its best configuration (cached
+  ``Process`` objects, ``oneshot()``, only the jobs, the shells, the young and the
+  new processes read), once listing /proc every tick (``process_iter``: how a
+  psutil program finds new processes) and once listing only when the last pid
+  in /proc/loadavg moved (gpulens's trigger), against gpulens without GPUs
+  (the same host and process work, nothing for NVML to read); and the 14 ms
+  all-smi publishes for one collection with about 500 processes (not measured
+  here). Until 2026-12-07 the peer read every process every tick: other work
+  than gpulens's steady tick;
+* busy: /proc listed whole every tick (as at every newpids.FULL_EVERY-th tick, or
+  when the last pid wrapped); probed: one short-lived process started before every
+  tick, so the listing of /proc is read from the pids handed out on
+  (collectors/newpids.py);
 * young: the first ticks after the 1,000 processes started, when every one
   of them is re-read each tick to catch exec (the worst case);
-* peer: the same host figures and process table read the usual way with
-  psutil (``process_iter`` + ``cpu_percent`` + counters), measured in the
-  same run on the same processes; and the 14 ms all-smi publishes for one
-  collection with about 500 processes (not measured here);
 * parts (issue #29): where a steady tick's CPU goes, each part timed inside
   the tick in a separate pass (the wrapper's own cost, an empty wrapped call
   in the same conditions, is printed beside them), and how much of the NVML
   read is the fake NVML's own Python (one read's calls replayed straight into
-  the fake, each replay 0.25 s after the last, as the ticks are);
+  the fake, each replay 0.25 s after the last, as the ticks are): the steady
+  tick less that share is printed too;
 * before / now (``--before REV``): the collectors and core of git revision
   REV, copied into a temporary package ``gpulens_before``, sample the same
   processes and fake GPUs in turns with today's code, tick about; their
@@ -55,6 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.fakes.
 import psutil
 
 from gpulens.collectors import jobs as jobs_mod
+from gpulens.collectors.newpids import FULL_EVERY
 from gpulens.collectors.nvml.collector import NvmlCollector
 from gpulens.collectors.sampler import Sampler
 from tests.fakes.fake_nvml import FakeNvml, make_fake_nvml
@@ -62,6 +74,9 @@ from tests.fakes.fake_nvml import FakeNvml, make_fake_nvml
 CROWD = 1000
 JOBS = 8
 TICKS = 60
+ROUNDS = 3
+CYCLES = 40
+"""Ticks of each sampler and peer per round."""
 TICK_S = 0.25
 ALL_SMI_MS = 14.0
 """all-smi's published CPU time per collection, ~500 processes."""
@@ -69,6 +84,7 @@ TARGET_MS = 3.0
 ISSUE_29_MS = 1.0
 """Issue #29: 1,000 processes + 8 GPUs in at most 1.0 ms per steady tick."""
 ROOT = Path(__file__).resolve().parents[1]
+SHELL = re.compile(r"[a-z]*sh$")
 
 
 def cpu_ms(fn: Callable[[], object]) -> float:
@@ -92,19 +108,133 @@ def spawn() -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]:
     return crowd, jobs
 
 
-def psutil_tick(state: dict[int, psutil.Process]) -> None:
-    """What a psutil-based monitor does per tick for the same figures."""
-    psutil.cpu_percent(percpu=True)
-    psutil.virtual_memory()
-    psutil.net_io_counters(pernic=True)
-    psutil.disk_io_counters(perdisk=True)
-    for p in psutil.process_iter(["pid", "ppid", "name"]):
-        cached = state.setdefault(p.pid, p)  # keeps cpu_percent's previous reading
-        try:
-            cached.cpu_percent()
-            cached.memory_info()
-        except psutil.Error:
-            pass
+class PsutilPeer:
+    """gpulens's steady tick written with psutil, in its best configuration.
+
+    Host: ``cpu_percent(percpu=True)`` (the total is their mean: one /proc/stat
+    read, as gpulens makes), ``getloadavg``, ``virtual_memory``, ``swap_memory``,
+    ``net_io_counters(pernic=True)``, ``disk_io_counters(perdisk=True)``.
+    Processes, as the job scan reads them: every process's name, parent and start
+    once (``Process.oneshot()``: one stat read); then each tick only the new
+    processes, the shells and the processes younger than jobs.YOUNG_S (name and
+    parent again: exec renames a process), the tree IDs of those that changed
+    matched against the pattern, and each job's CPU % and RSS (``cpu_percent`` and
+    ``memory_info`` in one ``oneshot()``); a new job's command line, user and
+    environment once. ``process_iter()`` keeps the Process objects between ticks.
+    ``on_new_pid``: list /proc only when the last pid of /proc/loadavg moved (and
+    every newpids.FULL_EVERY ticks), gpulens's trigger; else every tick.
+    """
+
+    def __init__(self, pattern: str, *, on_new_pid: bool) -> None:
+        self._pattern = re.compile(pattern)
+        self._on_new_pid = on_new_pid
+        self._procs: dict[int, psutil.Process] = {}
+        self._seen: dict[int, tuple[str, int]] = {}  # pid -> (name, parent)
+        self._young: dict[int, float] = {}  # pid -> start (epoch seconds), while young
+        self._shells: set[int] = set()
+        self._matched: set[int] = set()
+        self._details: dict[int, tuple[str, str, dict[str, str]]] = {}
+        self._loadavg = os.open("/proc/loadavg", os.O_RDONLY | os.O_CLOEXEC)
+        self._last_pid: int | None = None
+        self._quiet = 0
+        self.tick()
+
+    def close(self) -> None:
+        os.close(self._loadavg)
+
+    def _read(self, pid: int, p: psutil.Process) -> bool:
+        """Name and parent (one stat read); whether they changed. Raises psutil.Error."""
+        with p.oneshot():
+            got = (p.name(), p.ppid())
+            if pid not in self._seen and p.create_time() > time.time() - jobs_mod.YOUNG_S:
+                self._young[pid] = p.create_time()
+        changed = self._seen.get(pid) != got
+        self._seen[pid] = got
+        if SHELL.match(got[0]):
+            self._shells.add(pid)
+        else:
+            self._shells.discard(pid)
+        return changed
+
+    def _drop(self, pid: int) -> None:
+        for holder in (self._procs, self._seen, self._young, self._details):
+            holder.pop(pid, None)
+        self._shells.discard(pid)
+        self._matched.discard(pid)
+
+    def _tree_id(self, pid: int) -> str:
+        names: list[str] = []
+        while pid > 0 and pid in self._seen and len(names) < 512:
+            name, pid = self._seen[pid]
+            names.append(name)
+        return "/".join(reversed(names))
+
+    def tick(self) -> int:
+        cores = psutil.cpu_percent(percpu=True)
+        _total = sum(cores) / len(cores) if cores else None
+        os.getloadavg()
+        psutil.virtual_memory()
+        psutil.swap_memory()
+        psutil.net_io_counters(pernic=True)
+        psutil.disk_io_counters(perdisk=True)
+        changed: list[int] = []
+        last = int(os.pread(self._loadavg, 256, 0).split()[4])
+        if not self._on_new_pid or last != self._last_pid or self._quiet >= FULL_EVERY:
+            listed = set()
+            for p in psutil.process_iter():
+                listed.add(p.pid)
+                if p.pid not in self._seen:
+                    self._procs[p.pid] = p
+                    try:
+                        self._read(p.pid, p)
+                        changed.append(p.pid)
+                    except psutil.Error:
+                        self._drop(p.pid)
+            for pid in self._seen.keys() - listed:
+                self._drop(pid)
+            self._quiet = 0
+        else:
+            self._quiet += 1
+        self._last_pid = last
+        now = time.time()
+        for pid, start in list(self._young.items()):
+            if start < now - jobs_mod.YOUNG_S:
+                del self._young[pid]
+        for pid in (self._shells | self._young.keys()) - set(changed):
+            try:
+                if self._read(pid, self._procs[pid]):
+                    changed.append(pid)
+            except psutil.Error:
+                self._drop(pid)
+        for pid in changed:
+            if pid in self._seen and self._pattern.search(self._tree_id(pid)):
+                self._matched.add(pid)
+            else:
+                self._matched.discard(pid)
+        for pid in list(self._matched):
+            p = self._procs[pid]
+            try:
+                with p.oneshot():
+                    p.cpu_percent()
+                    p.memory_info()
+                if pid not in self._details:
+                    self._details[pid] = (" ".join(p.cmdline()), p.username(), p.environ())
+            except psutil.Error:
+                self._drop(pid)
+        return len(self._matched)
+
+
+def force_listing(sampler: Any) -> None:
+    """Make the sampler's next job scan list /proc (as when many pids were handed out); today's code or REV's."""
+    scanner = sampler._jobs
+    if hasattr(scanner, "_pids"):
+        scanner._pids.forget()
+    else:
+        scanner._prev_last_pid = None
+
+
+def spread(values: list[float]) -> str:
+    return f"{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f}"
 
 
 def before_package(rev: str, into: Path) -> Any:
@@ -162,9 +292,9 @@ PART_NAMES = (
 EMPTY = "(the wrapper's own cost: an empty call)"
 
 
-def time_parts(samplers: list[Any], fake: FakeNvml) -> list[list[str]]:
+def time_parts(samplers: list[Any], fake: FakeNvml) -> list[tuple[list[str], float]]:
     """Each sampler's steady tick by part, ticks taken in turns: CPU ms per part, the wrapper's own
-    cost, and the fake NVML's share of the GPU read."""
+    cost, and the fake NVML's share of the GPU read (lines, and that share in ms)."""
     parts = [Parts() for _ in samplers]
     undo: list[Callable[[], None]] = []
     for sampler, timer in zip(samplers, parts, strict=True):
@@ -204,14 +334,15 @@ def time_parts(samplers: list[Any], fake: FakeNvml) -> list[list[str]]:
         rest = statistics.median(whole) - timed - wrappers * timer.per_tick(EMPTY, TICKS)
         lines.append(f"  {'the rest (sample() itself; less the wrappers):':55s} {rest:6.3f} ms")
         out.append(lines)
-    for lines, share in zip(out, fake_share(samplers, fake), strict=True):
+    shares = fake_share(samplers, fake)
+    for lines, (share, _ms) in zip(out, shares, strict=True):
         lines.append(share)
-    return out
+    return [(lines, ms) for lines, (_share, ms) in zip(out, shares, strict=True)]
 
 
-def fake_share(samplers: list[Any], fake: FakeNvml) -> list[str]:
+def fake_share(samplers: list[Any], fake: FakeNvml) -> list[tuple[str, float]]:
     """CPU of the fake NVML's own Python in one read: the read's calls recorded, then replayed alone
-    (each sampler's NVML read and its replay in turns)."""
+    (each sampler's NVML read and its replay in turns); the line, and the replay's ms."""
     names = [n for n in dir(type(fake)) if n.startswith("nvml") and callable(getattr(fake, n))]
     recorded: list[list[tuple[Callable[..., Any], tuple[Any, ...]]]] = []
     for sampler in samplers:
@@ -241,8 +372,9 @@ def fake_share(samplers: list[Any], fake: FakeNvml) -> list[str]:
     out = []
     for calls, read_ms, replay_ms in zip(recorded, reads, replays, strict=True):
         read, replay = statistics.median(read_ms), statistics.median(replay_ms)
-        out.append(f"  NVML read alone {read:.3f} ms; of it the fake NVML's own Python ({len(calls)} calls replayed "
-                   f"straight into the fake) {replay:.3f} ms ({100 * replay / read:.0f} %); real NVML: ~2-10 us a call")
+        out.append((f"  NVML read alone {read:.3f} ms; of it the fake NVML's own Python ({len(calls)} calls "
+                    f"replayed straight into the fake) {replay:.3f} ms ({100 * replay / read:.0f} %); real NVML: "
+                    "~2-10 us a call", replay))
     return out
 
 
@@ -262,6 +394,7 @@ def main() -> int:
     old_modules = before_package(args.before, Path(scratch.name)) if args.before else None
     crowd, jobs = spawn()
     spawned_at = time.monotonic()
+    peers: list[PsutilPeer] = []
     try:
         job_pids = [c.pid for c in psutil.Process(jobs.pid).children()]
         fake = make_fake_nvml(gpus=8)
@@ -286,18 +419,40 @@ def main() -> int:
             holder: list[int] = []
             ms = cpu_ms(lambda: holder.append(len((which or sampler).sample().jobs)))
             ticks.append(ms)
+            fewest[0] = min(fewest[0], holder[0])
             return holder[0]
 
         ticks: list[float] = []
+        fewest = [JOBS]
         while time.monotonic() - spawned_at < jobs_mod.YOUNG_S - TICK_S:
             found = tick()
         young = list(ticks)
         time.sleep(max(0.0, spawned_at + jobs_mod.YOUNG_S + 1 - time.monotonic()))
         ticks.clear()
-        for _ in range(TICKS):
-            found = tick()
-        steady = list(ticks)
-        ticks.clear()
+
+        # Steady, in rounds: gpulens, gpulens without GPUs and the two psutil peers, tick about.
+        no_gpu = Sampler(job_pattern=pattern, nvml=None, amd=None, kubelet=None)
+        peers = [PsutilPeer(pattern, on_new_pid=False), PsutilPeer(pattern, on_new_pid=True)]
+        names = ("gpulens, 8 fake GPUs", "gpulens, no GPU", "psutil, lists /proc every tick",
+                 "psutil, lists /proc when a pid was handed out")
+        counts: dict[str, int] = {}
+        calls: list[Callable[[], int]] = [
+            lambda: len(sampler.sample().jobs), lambda: len(no_gpu.sample().jobs), peers[0].tick, peers[1].tick]
+        rounds: dict[str, list[list[float]]] = {name: [] for name in names}
+        for _ in range(ROUNDS):
+            for name in names:
+                rounds[name].append([])
+            for _ in range(CYCLES):
+                for name, call in zip(names, calls, strict=True):
+                    time.sleep(TICK_S)
+                    fake.advance(TICK_S)
+                    holder: list[int] = []
+                    rounds[name][-1].append(cpu_ms(lambda call=call, holder=holder: holder.append(call())))
+                    counts[name] = min(counts.get(name, holder[0]), holder[0])  # the fewest jobs found a tick
+        no_gpu.close()
+        steady = [ms for one in rounds[names[0]] for ms in one]
+        found = counts[names[0]]
+
         on: list[float] = []  # attribution on and off, tick about, the same processes
         off: list[float] = []
         for _ in range(TICKS):
@@ -319,27 +474,28 @@ def main() -> int:
                 now.append(ticks.pop())
             for _ in range(TICKS):
                 for which, into in ((old, busy_before), (sampler, busy_now)):
-                    which._jobs._prev_last_pid = None
+                    force_listing(which)
                     tick(which)
                     into.append(ticks.pop())
-            parts, old_parts = time_parts([sampler, old], fake)
+            (parts, fake_ms), (old_parts, _old_fake) = time_parts([sampler, old], fake)
             old.close()
         else:
-            (parts,) = time_parts([sampler], fake)
+            ((parts, fake_ms),) = time_parts([sampler], fake)
         for _ in range(TICKS):
-            sampler._jobs._prev_last_pid = None  # as if a pid was allocated every tick
+            force_listing(sampler)  # as at every FULL_EVERY-th tick
             found = tick()
         busy = list(ticks)
-        sampler.close()
-
-        state: dict[int, psutil.Process] = {}
-        psutil_tick(state)
-        peer = []
+        ticks.clear()
         for _ in range(TICKS):
-            time.sleep(TICK_S)
-            peer.append(cpu_ms(lambda: psutil_tick(state)))
+            subprocess.run(["/bin/true"], check=True)  # a pid handed out: looked at, gone already
+            found = tick()
+        probed = list(ticks)
+        sampler.close()
         nprocs = len(psutil.pids())
+        alive = sum(psutil.pid_exists(pid) for pid in job_pids)
     finally:
+        for peer in peers:
+            peer.close()
         for parent in (crowd, jobs):
             for c in psutil.Process(parent.pid).children():
                 c.kill()
@@ -347,19 +503,31 @@ def main() -> int:
             parent.wait()
 
     ours = statistics.median(steady)
-    print(f"processes on the machine: {nprocs}; jobs found per tick: {found} (expected {JOBS})")
+    medians = {name: [statistics.median(one) for one in rounds[name]] for name in names}
+    print(f"processes on the machine: {nprocs}; jobs found per tick: {found} (expected {JOBS}; fewest in any other "
+          f"tick {fewest[0]}); fewest in a "
+          f"round's tick: gpulens {counts[names[0]]} and {counts[names[1]]}, psutil {counts[names[2]]} and "
+          f"{counts[names[3]]}; job processes alive at the end: {alive}")
     print(f"gpulens tick, steady   : median {ours:.2f} ms CPU, p90 "
           f"{statistics.quantiles(steady, n=10)[-1]:.2f} ms, mean {statistics.mean(steady):.2f} ms "
-          f"over {len(steady)} ticks")
+          f"over {len(steady)} ticks ({ROUNDS} rounds of {CYCLES})")
+    print(f"steady less the fake NVML's own Python ({fake_ms:.3f} ms, parts below): {ours - fake_ms:.2f} ms")
+    print(f"rounds ({ROUNDS} x {CYCLES} ticks, each tick in turns with the same tick of the others), "
+          "median of each round; min / median / max over rounds:")
+    for name in names:
+        print(f"  {name:48s} {' '.join(f'{m:6.2f}' for m in medians[name])} ms   {spread(medians[name])}")
+    for peer_name in names[2:]:
+        ratios = [p / g for p, g in zip(medians[peer_name], medians[names[1]], strict=True)]
+        print(f"  {peer_name} / gpulens, no GPU: {spread(ratios)}x")
     print(f"attribution on / off   : median {statistics.median(on):.2f} / {statistics.median(off):.2f} ms CPU, "
           f"ticks taken in turns ({len(on)} each): {statistics.median(on) / statistics.median(off):.3f}x "
           f"(container, pod and Slurm job read once per process; target: within 10 %)")
     print(f"gpulens tick, busy     : median {statistics.median(busy):.2f} ms CPU over "
-          f"{len(busy)} ticks (/proc listed every tick, as when pids are allocated each tick)")
+          f"{len(busy)} ticks (/proc listed whole every tick, as in one tick of {FULL_EVERY + 1} anyway)")
+    print(f"gpulens tick, probed   : median {statistics.median(probed):.2f} ms CPU over "
+          f"{len(probed)} ticks (a short-lived process started before each tick: /proc read from its pid on)")
     print(f"gpulens tick, young    : median {statistics.median(young):.2f} ms CPU over "
           f"{len(young)} ticks (all {CROWD} processes < {jobs_mod.YOUNG_S:.0f} s old, re-read)")
-    print(f"psutil peer (same run) : median {statistics.median(peer):.2f} ms CPU "
-          f"-> gpulens is {statistics.median(peer) / ours:.1f}x cheaper")
     print(f"all-smi (published)    : {ALL_SMI_MS:.0f} ms per collection with ~500 processes "
           f"-> ratio {ALL_SMI_MS / ours:.1f}x")
     if before:
@@ -374,7 +542,8 @@ def main() -> int:
         print(f"the same, {args.before}'s code:")
         print("\n".join(old_parts))
     print(f"target <= {TARGET_MS:.0f} ms: {'met' if ours <= TARGET_MS else 'NOT met'}")
-    print(f"issue #29 target <= {ISSUE_29_MS:.1f} ms per steady tick: {'met' if ours <= ISSUE_29_MS else 'NOT met'}")
+    print(f"issue #29 target <= {ISSUE_29_MS:.1f} ms per steady tick: {'met' if ours <= ISSUE_29_MS else 'NOT met'}"
+          f"; less the fake NVML's own Python: {'met' if ours - fake_ms <= ISSUE_29_MS else 'NOT met'}")
     scratch.cleanup()
     return 0
 

@@ -9,10 +9,12 @@ A port seen for the first time later has no rate yet (None plus reason).
 from __future__ import annotations
 
 import os
+import stat
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 from gpulens.core.model import IbPort
 
@@ -60,6 +62,9 @@ class InfinibandCollector:
 
     def __init__(self, root: Path | str = DEFAULT_ROOT) -> None:
         self._root = Path(root)
+        self._root_text = str(self._root)
+        self._absent = IbReading((), MappingProxyType({"infiniband": f"{self._root} absent (no InfiniBand devices)"}))
+        """The reading while the root is absent (most machines): one stat(2) a tick, nothing built."""
         self._last_time = time.monotonic()
         self._last: dict[tuple[str, int], tuple[int | None, int | None]] = {}
         for dev, port, path in self._ports():
@@ -90,8 +95,12 @@ class InfinibandCollector:
 
     def read(self) -> IbReading:
         """Ports with rates in bytes/s since the previous call; never raises on sysfs errors."""
-        if not self._root.is_dir():
-            return IbReading((), {"infiniband": f"{self._root} absent (no InfiniBand devices)"})
+        try:
+            is_dir = stat.S_ISDIR(os.stat(self._root_text).st_mode)
+        except (OSError, ValueError):
+            is_dir = False
+        if not is_dir:
+            return self._absent
         wait = self._last_time + MIN_INTERVAL_S - time.monotonic()
         if wait > 0:
             time.sleep(wait)

@@ -8,9 +8,11 @@ process every tick would cost tens of milliseconds with a thousand
 processes, so :class:`JobScanner` keeps one entry per (pid, start time)
 and per tick only
 
-* lists ``/proc`` when a pid was allocated since the last tick (the last
-  pid in ``/proc/loadavg`` moved; otherwise every :data:`FULL_EVERY`
-  ticks, to drop dead pids); new pids are read once,
+* reads the processes new since the last tick once: those in the range of
+  pids handed out since (the last pid in ``/proc/loadavg`` moved), found by
+  reading the listing of ``/proc`` from the first of them on, and ``/proc``
+  is listed whole every :data:`~gpulens.collectors.newpids.FULL_EVERY` ticks
+  to drop dead pids (:class:`~gpulens.collectors.newpids.NewPids`),
 * re-reads processes younger than :data:`YOUNG_S` seconds, and shells of
   any age, because exec changes ``comm`` without changing the pid (``sh -c
   'python train.py'`` becomes ``python``; a batch script may ``exec`` its
@@ -41,6 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeAlias
 
+from gpulens.collectors.newpids import NewPids
 from gpulens.collectors.procstat import KeptStats, ProcFile
 from gpulens.collectors.slurm_pidinfo import SlurmPidinfo
 from gpulens.collectors.workloads import PodNames, read_workload
@@ -55,8 +58,6 @@ from gpulens.core.model import JobInfo, Workload
 from gpulens.core.sanitize import clean_text
 from gpulens.core.workload import with_pod_names, workload_key
 
-FULL_EVERY = 30
-"""With no pid allocated, /proc is still listed every this many ticks to drop dead pids."""
 YOUNG_S = 10.0
 """Processes younger than this are re-read every tick (exec renames them)."""
 _SHELL = re.compile(r"[a-z]*sh$")
@@ -167,6 +168,7 @@ class _Entry:
     top: str | None = None  # the oldest ancestor's name when the names were cut
     tree_id: str = ""
     ancestors: tuple[int, ...] = ()  # the nearest MAX_TREE_DEPTH - 1, oldest first
+    up_names: tuple[str, ...] | None = None  # the parent's names it was last placed under (None: as a root)
     hit_for: str | None = None  # the tree ID the pattern was last matched against
     hit: bool = False
     matched: bool = False
@@ -197,6 +199,7 @@ class JobScanner:
         # Shells and jobs are read every tick: their stat files stay open.
         self._stats = KeptStats(proc, lambda path, size: _read(path, size))
         self._loadavg = ProcFile(f"{proc}/loadavg", 256)
+        self._pids = NewPids(proc, self._loadavg.read)
         self._pattern = compile_job_pattern(pattern)
         self._attribute = attribute
         self._pods = pods
@@ -209,10 +212,8 @@ class JobScanner:
         self._young: dict[str, int] = {}  # name -> start ticks, re-read every tick
         self._matched: set[str] = set()
         self._shells: set[str] = set()  # re-read every tick: scripts end in `exec python`
-        self._not_pids: set[str] = set()  # /proc/self, /proc/net, ...
+        self._again: set[str] = set()  # pids whose process was replaced or became a zombie: read next tick
         self._young_ticks = 0.0
-        self._prev_last_pid: int | None = None
-        self._quiet = 0
         self._users = UserNames()
         self._tick = 0
         self.unnamed_pods = False
@@ -221,26 +222,11 @@ class JobScanner:
         """uid -> processes not re-read in the last scan (over :data:`REREAD_PER_UID`)."""
         self.scan()  # prime: CPU % of jobs alive now is a real rate on the next scan
 
-    def _last_pid(self) -> int | None:
-        """The most recently allocated pid in our namespace (``/proc/loadavg`` field 5)."""
-        try:
-            return int(self._loadavg.read().split()[4])
-        except (OSError, ValueError, IndexError):
-            return None
-
-    def _allocated(self, pid: int, last_pid: int) -> bool:
-        """Whether ``pid`` lies in (previous last pid, last pid], wrapping at pid_max."""
-        prev = self._prev_last_pid
-        if prev is None or prev == last_pid:
-            return False
-        if prev < last_pid:
-            return prev < pid <= last_pid
-        return pid > prev or pid <= last_pid  # wrapped past pid_max
-
     def close(self) -> None:
         """Close the kept /proc files (a later scan opens them again)."""
         self._stats.close()
         self._loadavg.close()
+        self._pids.close()
 
     def _drop(self, name: str) -> None:
         self._stats.forget(name)
@@ -304,6 +290,15 @@ class JobScanner:
             self._shells.discard(name)
         return entry
 
+    def _placed(self, entry: _Entry) -> bool:
+        """Whether placing ``entry`` (its stat line unchanged) again would give the tree it has:
+        it is a root, or its parent is cached with the names it was placed under."""
+        ppid = entry.stat.ppid
+        if ppid <= 0:
+            return True
+        parent = self._cache.get(str(ppid))
+        return parent is not None and parent.names is entry.up_names
+
     def _place(self, name: str, entry: _Entry, depth: int = 0) -> None:
         """Compute the tree ID from the parent's (loading the parent if unknown)."""
         ppid = entry.stat.ppid
@@ -316,8 +311,10 @@ class JobScanner:
         comm = entry.stat.comm
         if parent is None or depth >= MAX_DEPTH:
             entry.names, entry.top, entry.ancestors = (comm,), None, ()
+            entry.up_names = None
         else:
             entry.names, entry.top, entry.ancestors = under((parent.names, parent.top, parent.ancestors), ppid, comm)
+            entry.up_names = parent.names
         entry.tree_id = join_tree_id(entry.names, entry.top)
         if entry.hit_for != entry.tree_id:  # a steady tree is not matched again every tick
             entry.hit_for, entry.hit = entry.tree_id, self._pattern.search(entry.tree_id)
@@ -330,25 +327,17 @@ class JobScanner:
     def scan(self, gpu_mem: Mapping[int, Mapping[str, int]] | None = None) -> tuple[JobInfo, ...]:
         """Jobs now, with CPU % since the previous scan; gpu_mem maps pid -> GPU -> bytes."""
         cache = self._cache
-        # Read the last pid before listing: a process forked after it shows up next tick.
-        last_pid = self._last_pid()
-        new: set[str] = set()
-        if last_pid is None or last_pid != self._prev_last_pid or self._quiet >= FULL_EVERY:
-            try:
-                names = set(os.listdir(self._proc))
-            except OSError:
-                return ()
-            for name in cache.keys() - names:
+        try:
+            found = self._pids.tick(cache.keys())
+        except OSError:
+            return ()
+        if found.listed is not None:
+            for name in cache.keys() - found.listed:
                 self._drop(name)
-            new = names - cache.keys() - self._not_pids
-            if last_pid is not None and self._prev_last_pid is not None:
-                # Pids handed out since the last tick are new processes even when a
-                # dead one with the same pid is still cached (pid_max wrapped).
-                new.update(n for n in names & cache.keys() if self._allocated(int(n), last_pid))
-            self._quiet = 0
-        else:
-            self._quiet += 1  # no pid allocated since the last tick: nothing new to list
-        self._prev_last_pid = last_pid
+        new = set(found.new)
+        if self._again:
+            new |= self._again
+            self._again = set()
         self._tick += 1
         self._young_ticks = (time.clock_gettime(time.CLOCK_BOOTTIME) - YOUNG_S) * CLK_TCK
         for name, start in list(self._young.items()):
@@ -357,22 +346,20 @@ class JobScanner:
                 entry = cache.get(name)
                 if entry is not None and name not in self._shells:
                     entry.raw = b""  # no longer read every tick: its last stat line is not needed
-        dirty: list[tuple[int, str]] = []
+        dirty: list[tuple[int, str, bool]] = []
         for name in new | self._within_budget((self._young.keys() | self._shells) - new):
-            if name in new and not name.isdigit():
-                self._not_pids.add(name)
-                continue
-            entry = self._load(name, cache.get(name))
+            old = cache.get(name)
+            entry = self._load(name, old)
             if entry is None:
                 self._drop(name)
                 continue
-            dirty.append((entry.stat.start_ticks, name))
+            dirty.append((entry.stat.start_ticks, name, entry is old))  # the same object: the same stat line
         # Parents start before their children: placing in start order reuses fresh parents.
-        for _start, name in sorted(dirty):
+        for _start, name, same in sorted(dirty):
             entry = cache.get(name)
-            if entry is not None:
+            if entry is not None and not (same and self._placed(entry)):  # an idle shell stays where it was
                 self._place(name, entry)
-        jobs = self._jobs({name for _s, name in dirty}, gpu_mem or {})
+        jobs = self._jobs({name for _s, name, _same in dirty}, gpu_mem or {})
         self._stats.sweep()  # a process no longer read every tick gives its kept file back
         return jobs
 
@@ -409,6 +396,7 @@ class JobScanner:
                     continue
                 if stat.start_ticks != entry.stat.start_ticks or stat.state == "Z":
                     self._drop(name)  # pid reused or exiting: read as new next tick
+                    self._again.add(name)
                     continue
                 entry.stat = stat
             if entry.details is None:

@@ -38,6 +38,8 @@ _CLOCK_REASONS = ("nvmlDeviceGetCurrentClocksEventReasons",
 _COMPUTE = ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2")
 _GRAPHICS = ("nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses_v2")
 _PROC_UTIL = ("processes.sm_util_percent", "processes.mem_util_percent")
+_NO_SAMPLES = frozenset({NOT_FOUND, 0})
+"""Process utilization errors that mean "no sample since then", not a failure."""
 
 
 def _text(value: Any) -> str:
@@ -215,16 +217,16 @@ class GpuDevice:
             if used.get(proc.pid) is None:
                 used[int(proc.pid)] = None if mem is None else int(mem)
         ok, samples = q.call(_PROC_UTIL, "nvmlDeviceGetProcessUtilization", h,
-                             self._util_since_us, empty_on=frozenset({NOT_FOUND, 0}))
+                             self._util_since_us, empty_on=_NO_SAMPLES)
         util: dict[int, Any] = {}
         for sample in (samples or ())[:MAX_PROCESSES]:
             seen = util.get(sample.pid)
             if seen is None or sample.timeStamp >= seen.timeStamp:
                 util[int(sample.pid)] = sample
             self._util_since_us = max(self._util_since_us, int(sample.timeStamp))
-        if any(mem is None for mem in used.values()):
+        if None in used.values():
             q.note("processes.used_memory_bytes", "NVML gives no per-process memory here")
-        if ok and any(pid not in util for pid in used):
+        if ok and not used.keys() <= util.keys():
             q.note(_PROC_UTIL, "no utilization sample since the last read for some processes")
         out = []
         for pid in sorted(used):

@@ -11,6 +11,7 @@ counters are read when the counter is made, so the first read is a real rate.
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import attrgetter
 from typing import Any
 
 from gpulens.collectors.nvml.query import Query, describe_code
@@ -21,6 +22,8 @@ MAX_LINKS = 64
 _FI_LINK_COUNT = 91
 _FI_DATA_TX = 138
 _FI_DATA_RX = 139
+_RETURN = attrgetter("nvmlReturn")
+_KIB = attrgetter("value.ullVal")
 
 
 class NvLinkCounter:
@@ -67,8 +70,8 @@ class NvLinkCounter:
         out: list[int | None] = []
         for half, name in enumerate(NVLINK_FIELDS):
             links = values[half * self._links : (half + 1) * self._links]
-            if links and not any([value.nvmlReturn for value in links]):  # every link answered: the usual case
-                out.append(sum([int(value.value.ullVal) for value in links]))
+            if links and not any(map(_RETURN, links)):  # every link answered: the usual case (summed in C)
+                out.append(int(sum(map(_KIB, links))))
                 continue
             total: int | None = None
             first_error = 0

@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from gpulens.collectors import jobs as jobs_mod
+from gpulens.collectors import newpids
 from gpulens.collectors.jobs import JobScanner, parse_stat
 from gpulens.collectors.procstat import KeptStats
 
@@ -43,7 +44,8 @@ def _wait_for(cond: object, timeout: float = 10.0) -> None:
 
 
 def _children(pid: int) -> list[psutil.Process]:
-    return psutil.Process(pid).children()
+    found: list[psutil.Process] = psutil.Process(pid).children()
+    return found
 
 
 @pytest.fixture
@@ -105,7 +107,7 @@ def test_process_exiting_during_the_scan_is_skipped(
     scanner = JobScanner(pattern)
     assert victim in {j.pid for j in scanner.scan()}
     real_read = KeptStats.read
-    killed = []
+    killed: list[int] = []
 
     # A job's stat is read through KeptStats (kept open after its first read as a job).
     def read_killing_victim(self: KeptStats, name: str, keep: bool, size: int = 4096) -> bytes:
@@ -147,9 +149,9 @@ def test_jobs_stat_files_stay_open_and_are_given_back(tree: tuple[subprocess.Pop
     again = scanner.scan()  # read through the kept files: the same jobs, CPU % a real rate
     assert sorted(j.pid for j in again) == pids and all(j.cpu_percent is not None for j in again)
     os.kill(pids[0], signal.SIGKILL)
-    _wait_for(lambda: pids[0] not in {c.pid for c in _children(sh.pid)}
-              or psutil.Process(pids[0]).status() == psutil.STATUS_ZOMBIE)
-    assert sorted(j.pid for j in scanner.scan()) == pids[1:]  # dead (or a zombie): gone from the jobs
+    # Reaped by the shell's wait: a zombie still young would be read again next tick (kept open meanwhile).
+    _wait_for(lambda: not os.path.exists(f"/proc/{pids[0]}"))
+    assert sorted(j.pid for j in scanner.scan()) == pids[1:]  # dead: gone from the jobs
     assert _open_stat_files(pids) == {pids[1]}  # and its kept file closed with it
     scanner.close()
     assert _open_stat_files([*pids, sh.pid]) == set()
@@ -237,24 +239,31 @@ def test_parse_stat_hostile_comm() -> None:
 
 def test_allocated_pid_range_wraps() -> None:
     scanner = JobScanner("^$")
-    scanner._prev_last_pid = 100
-    assert scanner._allocated(101, 105) and scanner._allocated(105, 105)
-    assert not scanner._allocated(100, 105) and not scanner._allocated(106, 105)
-    scanner._prev_last_pid = 4_194_000  # wrapped past pid_max to 300
-    assert scanner._allocated(4_194_001, 300) and scanner._allocated(2, 300)
-    assert not scanner._allocated(301, 300) and not scanner._allocated(4_194_000, 300)
-    assert not scanner._allocated(5, 4_194_000)  # nothing allocated
+    pids = scanner._pids
+    pids._prev = 100
+    assert pids.allocated(101, 105) and pids.allocated(105, 105)
+    assert not pids.allocated(100, 105) and not pids.allocated(106, 105)
+    pids._prev = 4_194_000  # wrapped past pid_max to 300
+    assert pids.allocated(4_194_001, 300) and pids.allocated(2, 300)
+    assert not pids.allocated(301, 300) and not pids.allocated(4_194_000, 300)
+    assert not pids.allocated(5, 4_194_000)  # nothing allocated
 
 
 def test_no_listing_while_no_pid_is_allocated(monkeypatch: pytest.MonkeyPatch) -> None:
     scanner = JobScanner("^$")
     listed: list[str] = []
     real_listdir = os.listdir
-    monkeypatch.setattr(jobs_mod.os, "listdir", lambda p: listed.append(p) or real_listdir(p))
-    monkeypatch.setattr(scanner, "_last_pid", lambda: 12345)
-    scanner.scan()  # the last pid moved (to 12345): list
+
+    def counted_listdir(path: str) -> list[str]:
+        listed.append(path)
+        return real_listdir(path)
+
+    monkeypatch.setattr(os, "listdir", counted_listdir)  # what newpids lists /proc with
+    monkeypatch.setattr(scanner._pids, "_loadavg", lambda: b"0.00 0.00 0.00 1/1 12345\n")
+    scanner._pids.forget()
+    scanner.scan()  # the last pid was not known: list
     assert len(listed) == 1
-    for _ in range(jobs_mod.FULL_EVERY):
+    for _ in range(newpids.FULL_EVERY):
         scanner.scan()
     assert len(listed) == 1  # unchanged: no listing
     scanner.scan()
