@@ -70,7 +70,7 @@ class RequestConn(Protocol):
 
 
 class Profiler(Protocol):
-    """py-spy sampling (``gpulens.analysis.flame.pyspy``)."""
+    """py-spy sampling (``gpulens.agent.pyspy``: runs ``collectors.pyspy``, reads with ``analysis.flame.pyspy``)."""
 
     def sample_pids(self, pids: list[int], duration_s: float, /, rate_hz: int = 100) -> Any:
         """A profile (or folded text) of ``pids`` over ``duration_s`` seconds."""
@@ -84,7 +84,7 @@ ProfilerFn = Callable[[], "Profiler | None"]
 def find_profiler() -> Profiler | None:
     """The py-spy sampler when it is importable, else None."""
     try:
-        from gpulens.analysis.flame import pyspy
+        from gpulens.agent import pyspy
     except ImportError:
         return None
     return pyspy if hasattr(pyspy, "sample_pids") else None

@@ -26,8 +26,9 @@ Where each lives, by package (as httpx keeps its tree in one place)::
     │   └── StreamError            ProtocolError (VersionMismatch), AuthError (TokenRequired in
     │                              sources.stream.link), RequestFailed (SaveFailed in sources.stream.downloads)
     ├── RequestError               agent.request_kinds: a request the agent cannot honour (sent back)
-    ├── FlameError                 analysis.flame.errors: FlameFormatError, ProfilerError
-    │                              (ProfilerPermissionError, SamplingCancelled)
+    ├── FlameError                 analysis.flame.errors: FlameFormatError (a file that is no profile)
+    ├── ProfilerError              core.pyspy: py-spy missing or failed (ProfilerPermissionError,
+    │                              SamplingCancelled)
     ├── TraceFileError             analysis.trace.errors: a trace file that is not one
     │   └── ExportError            sources.trace_export: a destination that cannot be written
     ├── PyroscopeError             sources.pyroscope: Pyroscope refused or is unreachable

@@ -12,6 +12,7 @@ from gpulens.core.events import Source
 
 if TYPE_CHECKING:
     from gpulens.sources.local import GpuMemReader
+    from gpulens.sources.profiling import LocalProfiler
     from gpulens.sources.prometheus.access import PromFlags
 
 
@@ -51,7 +52,7 @@ def build_source(args: argparse.Namespace, cfg: Config) -> Source:
         from gpulens.sources.local import LocalSource
 
         sources.append(LocalSource(cfg, lambda: Sampler(job_pattern=cfg.job_pattern, job_key_env=cfg.job_key_env),
-                                   ProcessLister().listing, gpumem=_local_gpumem()))
+                                   ProcessLister().listing, gpumem=_local_gpumem(), profiler=_local_profiler()))
     if getattr(args, "demo", False) and len(sources) > 1:
         raise ConfigError("--demo cannot be mixed with real sources (SIMULATED data must stay apart)")
     if len(sources) == 1:
@@ -80,3 +81,13 @@ def _local_gpumem() -> GpuMemReader | None:
     from gpulens.agent.gpumem import LocalGpuMemory
 
     return LocalGpuMemory()
+
+
+def _local_profiler() -> LocalProfiler | None:
+    """py-spy on this machine for the TUI (``agent.pyspy``: runs ``collectors.pyspy``, reads with analysis);
+    None when it cannot be imported (the TUI then says py-spy is not available here)."""
+    try:
+        from gpulens.agent import pyspy
+    except ImportError:
+        return None
+    return pyspy

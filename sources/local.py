@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from gpulens.core.config import Config
 from gpulens.core.events import (
@@ -34,6 +34,9 @@ from gpulens.ipc.recording_out import RecordMode, open_for_recording
 from gpulens.ipc.serialize import to_dict
 from gpulens.sources.replay import Scrubbable
 
+if TYPE_CHECKING:
+    from gpulens.sources.profiling import LocalProfiler
+
 ProcessListing = Callable[[Mapping[int, Mapping[str, int]]], tuple[tuple[JobInfo, ...], int]]
 """GPU memory per pid -> (every process of this machine, how many there were)."""
 GpuMemReader = Callable[[list[int], Callable[[int], int | None]], tuple[str, dict[str, Any]]]
@@ -48,16 +51,19 @@ class LocalSource:
     """
 
     def __init__(self, cfg: Config, sampler_factory: Callable[[], HostSampler],
-                 lister: ProcessListing | None = None, gpumem: GpuMemReader | None = None) -> None:
+                 lister: ProcessListing | None = None, gpumem: GpuMemReader | None = None,
+                 profiler: LocalProfiler | None = None) -> None:
         """``sampler_factory`` builds the sampler in the sampling thread (the command line
         passes ``collectors.sampler.Sampler``: sources never import collectors); ``lister``
         lists this machine's processes (``collectors.processes.ProcessLister.listing``; None: no table);
         ``gpumem`` reads their GPU memory by stack (``agent.gpumem.LocalGpuMemory``, given when the TUI
-        runs as root and eBPF can load; None: ask an agent)."""
+        runs as root and eBPF can load; None: ask an agent); ``profiler`` runs py-spy on this machine's
+        processes (``agent.pyspy``; None: the TUI says py-spy is not available here)."""
         self._cfg = cfg
         self._factory = sampler_factory
         self._lister = lister
         self._gpumem = gpumem
+        self._profiler = profiler
         self._latest: HostSample | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -71,6 +77,11 @@ class LocalSource:
     def simulated(self) -> bool:
         """Never: this is real data."""
         return False
+
+    @property
+    def profiler(self) -> LocalProfiler | None:
+        """py-spy on this machine (``sources.profiling.local_profiler`` finds it); None: not given."""
+        return self._profiler
 
     def _make_sampler(self) -> HostSampler:
         return self._factory()

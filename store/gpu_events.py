@@ -73,7 +73,3 @@ class GpuEventLog:
     def events(self, gpu: int) -> tuple[GpuEvent, ...]:
         """GPU ``gpu``'s events, oldest first."""
         return tuple(self._events.get(gpu, ()))
-
-    def throttling(self, gpu: int) -> tuple[str, ...]:
-        """The slowdown reasons GPU ``gpu`` shows now (empty when it runs free)."""
-        return self._throttle.get(gpu, ())

@@ -78,10 +78,6 @@ BUSY_UTIL_PERCENT = 10.0
 """A GPU whose window-mean utilization is at least this counts as busy."""
 
 
-def _f(v: float | int | None) -> float:
-    return NAN if v is None else float(v)
-
-
 def gpu_mem_percent(g: GpuSample) -> float | None:
     """Used / total GPU memory in %, or None when either is unknown."""
     if g.mem_used_bytes is None or not g.mem_total_bytes:
@@ -167,13 +163,9 @@ def _max(vals: list[float]) -> float:
     return max(known) if known else NAN
 
 
-def host_values(s: HostSample, per_gpu: list[list[float]]) -> list[float]:
-    """The host's values in :data:`HOST_METRICS` order (NaN = unavailable)."""
-    return host_values_flat(s, [v for g in per_gpu for v in g])
-
-
 def host_values_flat(s: HostSample, gpu_block: list[float]) -> list[float]:
-    """:func:`host_values` from the GPUs' values as :func:`gpu_block_values` gives them."""
+    """The host's values in :data:`HOST_METRICS` order (NaN = unavailable), from the GPUs' values as
+    :func:`gpu_block_values` gives them."""
     mem, cpu, net, sto, cache = s.memory, s.cpu, s.network, s.storage, s.cache
     used, total = mem.used_bytes, mem.total_bytes
     w = len(GPU_METRICS)

@@ -17,19 +17,19 @@ import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from textual.app import App
 from textual.screen import Screen
 from textual.widgets import DataTable
 
-from gpulens.ipc.kineto.protocol import TraceService
 from gpulens.ipc.kineto.registry import PollingProcess
 from gpulens.ipc.kineto.requests import TraceJob, TraceRequest, TraceState
 from gpulens.tui.screens import profiler
 from gpulens.tui.screens.profiler import ProfilerScreen
 from gpulens.tui.screens.profiler_views import AnalyzeScreen, TimelineScreen
+from tests.fakes.trace_service import FakeTraceService
 from tests.fakes.tui_fakes import (
     utc,  # noqa: F401 - a fixture, used by name below
 )
@@ -44,38 +44,27 @@ NOW_MONO = 5000.0
 PIDS = [2869224, 2869301]
 
 
-class SnapshotService:
+def snapshot_service() -> FakeTraceService:
     """A trace service double whose job list is fixed: one job per state worth showing."""
-
-    address = "unix:/tmp/gpulens-kineto (fake)"
-
-    def __init__(self) -> None:
-        ms = TraceRequest(pids=(PIDS[0],), duration_ms=500)
-        steps = TraceRequest(pids=tuple(PIDS), duration_ms=None, iterations=3, record_shapes=True)
-        job = TraceRequest(pids=tuple(PIDS), duration_ms=300)
-        self._jobs = [
-            TraceJob("2869-1-1700000000", ms, ms.pids, TraceState.DONE, "1 file, 24.8 kB",
-                     NOW_MONO - 90, {PIDS[0]: str(GPU_TRACE)}),
-            TraceJob("2869-2-1700000030", steps, steps.pids, TraceState.FAILED,
-                     "[Errno 3] pid 2869301 exited before its next poll", NOW_MONO - 60),
-            TraceJob("2869-3-1700000060", ms, ms.pids, TraceState.TRACING, "tracing 500 ms", NOW_MONO - 20),
-            TraceJob("2869-4-1700000075", steps, steps.pids, TraceState.WAITING_FOR_POLL,
-                     "waiting for 2 pids to poll", NOW_MONO - 12),
-            TraceJob("2869-5-1700000090", job, job.pids, TraceState.DONE, "2 files", NOW_MONO - 5,
-                     {PIDS[0]: str(RANKS[0]), PIDS[1]: str(RANKS[1])}),
-        ]
-
-    def processes(self) -> list[PollingProcess]:
-        """The ready process polls every 2 s (the poll hint says so)."""
-        return [PollingProcess(PIDS[0], (1,), 0, 0, NOW_MONO - 30, NOW_MONO - 1, polls=15, interval_s=2.0)]
-
-    def diagnose(self, pid: int) -> str | None:
-        if pid == PIDS[1]:
-            return "KINETO_USE_DAEMON is not set in its environment: restart it with KINETO_USE_DAEMON=1"
-        return None
-
-    def jobs(self) -> list[TraceJob]:
-        return list(self._jobs)
+    ms = TraceRequest(pids=(PIDS[0],), duration_ms=500)
+    steps = TraceRequest(pids=tuple(PIDS), duration_ms=None, iterations=3, record_shapes=True)
+    job = TraceRequest(pids=tuple(PIDS), duration_ms=300)
+    jobs = [
+        TraceJob("2869-1-1700000000", ms, ms.pids, TraceState.DONE, "1 file, 24.8 kB",
+                 NOW_MONO - 90, {PIDS[0]: str(GPU_TRACE)}),
+        TraceJob("2869-2-1700000030", steps, steps.pids, TraceState.FAILED,
+                 "[Errno 3] pid 2869301 exited before its next poll", NOW_MONO - 60),
+        TraceJob("2869-3-1700000060", ms, ms.pids, TraceState.TRACING, "tracing 500 ms", NOW_MONO - 20),
+        TraceJob("2869-4-1700000075", steps, steps.pids, TraceState.WAITING_FOR_POLL,
+                 "waiting for 2 pids to poll", NOW_MONO - 12),
+        TraceJob("2869-5-1700000090", job, job.pids, TraceState.DONE, "2 files", NOW_MONO - 5,
+                 {PIDS[0]: str(RANKS[0]), PIDS[1]: str(RANKS[1])}),
+    ]
+    # The ready process polls every 2 s (the poll hint says so); the other one cannot be traced.
+    ready = PollingProcess(PIDS[0], (1,), 0, 0, NOW_MONO - 30, NOW_MONO - 1, polls=15, interval_s=2.0)
+    why = "KINETO_USE_DAEMON is not set in its environment: restart it with KINETO_USE_DAEMON=1"
+    return FakeTraceService(address="unix:/tmp/gpulens-kineto (fake)", processes=[ready], reasons={PIDS[1]: why},
+                            jobs=jobs)
 
 
 @contextlib.contextmanager
@@ -126,7 +115,7 @@ class ProfilerHost(App[None]):
         self._top = top
 
     def on_mount(self) -> None:
-        self.push_screen(ProfilerScreen(cast(TraceService, SnapshotService()), "gpu-node05", PIDS))
+        self.push_screen(ProfilerScreen(snapshot_service(), "gpu-node05", PIDS))
         if self._top is not None:
             self.push_screen(self._top())
 

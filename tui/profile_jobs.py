@@ -9,7 +9,7 @@ or job finds it; a sampling that ends while its screen is closed keeps its
 graph as that screen's last one (``L``) and says so in a toast; the header
 shows what runs (``py-spy job 4242 12s``), like REC. The app quitting cancels
 the work, and the sampler kills its py-spy children within
-:data:`~gpulens.analysis.flame.pyspy.CANCEL_POLL_S`.
+:data:`~gpulens.core.pyspy.CANCEL_POLL_S`.
 
 Only the app's thread touches these objects.
 """

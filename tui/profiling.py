@@ -3,8 +3,9 @@
 A :class:`Profiling` belongs to one screen and is handed how to find its
 processes: those on this machine and those on other hosts, by host.
 
-- ``f`` samples the local processes with py-spy for :attr:`Profiling.duration_s`
-  (:data:`PROFILE_S` at first), or, with none here, asks the agent of the
+- ``f`` samples the local processes with py-spy (the source's
+  :class:`~gpulens.sources.profiling.LocalProfiler`: the TUI never runs it
+  itself) for :attr:`Profiling.duration_s` (:data:`PROFILE_S` at first), or, with none here, asks the agent of the
   first other host to (a ``profile`` request through a source that can send
   requests); the panel counts the seconds down, then says how many idle
   thread samples py-spy left out (it records running threads only);
@@ -34,6 +35,7 @@ from textual.timer import Timer
 from textual.widgets import Input, Static
 
 from gpulens.sources.local import replays
+from gpulens.sources.profiling import local_profiler
 from gpulens.tui.context import requester
 from gpulens.tui.messages import OpenFlame
 from gpulens.tui.profile_jobs import PROFILE_S, ProfileState, profile_jobs
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
     from gpulens.analysis.flame.model import Profile
     from gpulens.analysis.flame.pyspy import Sampled
     from gpulens.core.events import RequestSource
+    from gpulens.sources.profiling import LocalProfiler
     from gpulens.tui.screens.base import DataScreen
 
 MAX_PROFILE_S = 60.0
@@ -65,6 +68,9 @@ stops it while it reads the stacks) and a trace request makes it run the profile
 READONLY_NOTE = "read-only (--readonly): no py-spy sampling, no traces"
 REPLAY_NOTE = "a recording: its processes are not running now (no py-spy sampling, no traces)"
 """Also :data:`READONLY_HIDES` gone: a recorded pid may name another process now."""
+NO_PYSPY_NOTE = "py-spy is not available here: no source of this view runs it on this machine"
+"""``f`` / ``d`` on this machine's processes when no part of the source offers a
+:class:`~gpulens.sources.profiling.LocalProfiler` (the command line gives this machine's source one)."""
 
 
 def refusal(ctx: object) -> str:
@@ -117,14 +123,18 @@ class Profiling:
 
     ``local_pids``: the screen's job processes on this machine (py-spy reaches
     only those); ``remote_pids``: those on other hosts, by host (their agents
-    sample them).
+    sample them); ``local_host``: the name this machine has in the view, so
+    that its processes are sampled through its agent when the view's source
+    does not run py-spy here (``--connect`` to this machine's own agent).
     """
 
     def __init__(self, screen: DataScreen, local_pids: Callable[[], list[int]],
-                 remote_pids: Callable[[], dict[str, list[int]]]) -> None:
+                 remote_pids: Callable[[], dict[str, list[int]]],
+                 local_host: Callable[[], str | None] = lambda: None) -> None:
         self.screen = screen
         self.local_pids = local_pids
         self.remote_pids = remote_pids
+        self.local_host = local_host
         self._countdown: Timer | None = None
         self._state: ProfileState | None = None
         self._doing = ""
@@ -200,6 +210,13 @@ class Profiling:
             return False
         return True
 
+    def _local_profiler(self) -> LocalProfiler | None:
+        """py-spy on this machine, from the screen's source; None, with a notice, when no part offers it."""
+        profiler = local_profiler(self.screen.ctx.source)
+        if profiler is None:
+            self.screen.notify(NO_PYSPY_NOTE, severity="warning")
+        return profiler
+
     def profile(self) -> None:
         """``f``: sample the processes' stacks with py-spy and open a flame graph."""
         if not self._can_profile():
@@ -210,12 +227,15 @@ class Profiling:
             return
         pids = self.local_pids()
         seconds = self.duration_s
-        if pids:
-            self._start_countdown(f"sampling {len(pids)} process(es) with py-spy")
-            self._run_on_app(lambda: self._sample(pids, seconds), "py-spy profile")
-            return
-        remote = self.remote_pids()
         source = requester(self.screen.ctx)
+        here = self.local_host() if pids and source is not None else None
+        if pids and (here is None or local_profiler(self.screen.ctx.source) is not None):
+            if (profiler := self._local_profiler()) is None:
+                return
+            self._start_countdown(f"sampling {len(pids)} process(es) with py-spy")
+            self._run_on_app(lambda: self._sample(profiler, pids, seconds), "py-spy profile")
+            return
+        remote = {here: pids} if here is not None else self.remote_pids()
         if remote and source is not None:
             agents: RequestSource = source
             host, host_pids = next(iter(remote.items()))
@@ -233,8 +253,10 @@ class Profiling:
             return
         pids = self.local_pids()
         if pids:
+            if (profiler := self._local_profiler()) is None:
+                return
             self._set_state(f"dumping the stacks of {len(pids)} process(es) with py-spy…")
-            self.screen.background.start(lambda: self._dump(pids), name="quick look", group="profile")
+            self.screen.background.start(lambda: self._dump(profiler, pids), name="quick look", group="profile")
             return
         if self.remote_pids():
             self.screen.notify("quick look (d) is local only; use f to sample through the agent", severity="warning")
@@ -356,11 +378,11 @@ class Profiling:
         self.screen.post_message(OpenFlame(profile, title))
 
     # ---- workers ----------------------------------------------------------------
-    def _sample(self, pids: list[int], seconds: float) -> None:
-        from gpulens.analysis.flame.pyspy import SamplingCancelled, sample_counted
+    def _sample(self, profiler: LocalProfiler, pids: list[int], seconds: float) -> None:
+        from gpulens.core.pyspy import SamplingCancelled
 
         try:
-            run: Sampled = sample_counted(pids, duration_s=seconds, cancel=cancelled)
+            run: Sampled = profiler.sample_counted(pids, duration_s=seconds, cancel=cancelled)
         except SamplingCancelled:  # the app quits: py-spy is killed, nothing to show
             return
         except Exception as err:  # shown in the panel: permission, process gone...
@@ -371,8 +393,8 @@ class Profiling:
 
     def _sample_remote(self, source: RequestSource, host: str, pids: list[int], seconds: float) -> None:
         from gpulens.analysis.flame.folded import parse_folded
-        from gpulens.analysis.flame.pyspy import MAX_OUTPUT_BYTES
         from gpulens.core.limits import InputLimits, read_input
+        from gpulens.core.pyspy import MAX_OUTPUT_BYTES
 
         params = {"pids": pids, "duration_s": seconds, "rate_hz": 100}
         try:
@@ -392,9 +414,8 @@ class Profiling:
                 "are not counted through an agent")
         call_in_app(self._show, profile, "", note)
 
-    def _dump(self, pids: list[int]) -> None:
+    def _dump(self, profiler: LocalProfiler, pids: list[int]) -> None:
         from gpulens.analysis.flame.model import build_from_stacks
-        from gpulens.analysis.flame.pyspy import dump
 
         stacks: list[tuple[list[str], float]] = []
         errors: list[str] = []
@@ -402,7 +423,7 @@ class Profiling:
             if cancelled():
                 return
             try:
-                part = dump(pid)
+                part = profiler.dump(pid)
             except Exception as err:  # one gone process must not hide the others' stacks
                 errors.append(str(err))
                 continue

@@ -4,9 +4,11 @@ Exception tree::
 
     GpulensError                      (gpulens.core.errors)
     └── FlameError                    any flame-graph failure
-        ├── FlameFormatError          malformed profile input: names the line or field
-        └── ProfilerError             py-spy could not sample (missing, failed)
-            └── ProfilerPermissionError   no ptrace permission: says how to grant it
+        └── FlameFormatError          malformed profile input: names the line or field
+
+py-spy's own errors (``ProfilerError``: missing, failed; ``ProfilerPermissionError``;
+``SamplingCancelled``) live in :mod:`gpulens.core.pyspy`: the runner
+(``collectors.pyspy``) raises them, and collectors cannot import analysis.
 
 Every error has a short ``title`` and a message a user can act on.
 """
@@ -27,14 +29,3 @@ class FlameFormatError(FlameError):
 
     title = "malformed profile"
 
-
-class ProfilerError(FlameError):
-    """The stack sampler (py-spy) is missing or failed."""
-
-    title = "profiler error"
-
-
-class ProfilerPermissionError(ProfilerError):
-    """The sampler may not attach to the process (ptrace denied)."""
-
-    title = "no permission to sample"

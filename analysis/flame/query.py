@@ -140,11 +140,6 @@ def function_table(profile: Profile) -> tuple[FunctionRow, ...]:
     return result
 
 
-def top_functions(profile: Profile, n: int) -> list[FunctionRow]:
-    """The ``n`` functions with the highest self value."""
-    return list(function_table(profile)[: max(n, 0)])
-
-
 def _function_frame_text(name: str, file: str | None) -> str:
     return f"{name} ({file})" if file else name
 

@@ -84,15 +84,6 @@ def speedscope_group(doc: Any, source: str = "input") -> ProfileGroup:
     return group_of(str(doc.get("name") or ""), parts, idx)
 
 
-def parse_speedscope(doc: Any, source: str = "input", profile_index: int | str | None = None) -> Profile:
-    """One profile of a speedscope document: an index, ``"all"`` merged, or None for the active one.
-
-    Unit ``none`` -> samples, time units -> seconds, ``bytes`` -> bytes.
-    Raises FlameFormatError naming the JSON field that is wrong.
-    """
-    return speedscope_group(doc, source).pick(profile_index)
-
-
 def _build(prof: dict[str, Any], frames: list[str], where: str) -> Profile:
     unit, scale = _unit_of(prof, where)
     title = str(prof.get("name", ""))

@@ -74,11 +74,6 @@ class AmdCollector:
         """The cards found when the collector opened (partitions after their GPU)."""
         return tuple(r.card for r in self._readers)
 
-    @property
-    def gpu_count(self) -> int:
-        """How many GPUs (cards and partitions) :meth:`read` reports."""
-        return len(self._readers)
-
     def read(self, first_index: int = 0) -> AmdReading:
         """Read every card now; GPU indices start at ``first_index``. Never raises."""
         if self._why is not None:

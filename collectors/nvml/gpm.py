@@ -109,8 +109,3 @@ class GpmSampler:
                 self._q.nvml.nvmlGpmSampleFree(sample)
         self._prev = self._cur = self._request = None
         self._why = "GPM sampler closed"
-
-    @property
-    def supported(self) -> bool:
-        """True when this GPU yields GPM figures."""
-        return self._why is None

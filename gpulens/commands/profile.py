@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
 
         profile = parse_folded(_remote_folded(args), source=f"profile from {args.host}")
     else:
-        from gpulens.analysis.flame.pyspy import sample_pids
+        from gpulens.agent.pyspy import sample_pids
 
         profile = sample_pids(args.pid, args.duration, args.rate)
     if args.output.endswith(".json"):
@@ -60,9 +60,9 @@ def _remote_folded(args: argparse.Namespace) -> bytes:
     import tempfile
     from pathlib import Path
 
-    from gpulens.analysis.flame.pyspy import MAX_OUTPUT_BYTES
     from gpulens.core.errors import CollectorError
     from gpulens.core.limits import InputLimits, InputRefused, read_input
+    from gpulens.core.pyspy import MAX_OUTPUT_BYTES
     from gpulens.ipc.errors import RequestFailed
     from gpulens.sources.stream.connect import open_agent
 

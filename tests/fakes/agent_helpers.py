@@ -1,5 +1,6 @@
 """Helpers for the agent/stream tests: real agent subprocesses, an event log, a cuttable proxy,
-an in-memory transport for in-process agents and their parts, a fake trace service and profiler."""
+an in-memory transport for in-process agents and their parts, a blocking profiler
+(the fake trace service is tests/fakes/trace_service.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -333,50 +333,6 @@ class MemTransport:
             msg = self.until(stream.Response)
             if msg.id == request_id:
                 return msg
-
-
-class FakeTraceService:
-    """Enough of LocalTraceService for the request checks: traces come back as the given files."""
-
-    dynolog = None
-    address = "fake trace service"
-
-    def __init__(self, files: dict[int, str] | None = None, jobs: dict[int, int] | None = None) -> None:
-        self.files = files or {}
-        self.job_ids = jobs or {}  # pid -> job id of polling processes
-        self.asked: list[Any] = []
-        self.stopped = False
-
-    def polling_pids(self) -> set[int]:
-        return set(self.job_ids)
-
-    def processes(self) -> list[Any]:
-        from types import SimpleNamespace
-
-        return [SimpleNamespace(pid=p, job_id=j) for p, j in self.job_ids.items()]
-
-    def diagnose(self, pid: int) -> str | None:
-        return None
-
-    def jobs(self) -> list[Any]:
-        return []
-
-    def add_listener(self, listener: Any) -> None:
-        pass
-
-    def remove_listener(self, listener: Any) -> None:
-        pass
-
-    def request_trace(self, req: Any) -> Future[Any]:
-        from gpulens.ipc.kineto.requests import TraceResult
-
-        self.asked.append(req)
-        fut: Future[Any] = Future()
-        fut.set_result(TraceResult(request_id="r1", files={p: self.files[p] for p in req.pids if p in self.files}))
-        return fut
-
-    def stop(self) -> None:
-        self.stopped = True
 
 
 class BlockingProfiler:

@@ -71,16 +71,6 @@ def utc() -> Iterator[None]:
     time.tzset()
 
 
-class FakeTraceService:
-    """A test double of gpulens.ipc's trace service: which pids poll the endpoint."""
-
-    def __init__(self, pids: set[int]) -> None:
-        self.pids = pids
-
-    def polling_pids(self) -> set[int]:
-        return set(self.pids)
-
-
 def demo_app(backfill_s: float = 300, panels: tuple[Panel, ...] = (), **kw: Any) -> GpulensApp:
     """The demo fleet (seed 7) at a frozen clock, history loaded synchronously."""
     source = DemoSource(seed=7, clock=frozen_clock, live=False, backfill_s=backfill_s)
@@ -108,6 +98,38 @@ class StaticSource:
 
     def stop(self) -> None:
         pass
+
+
+class FakeProfiler:
+    """A test double of ``sources.profiling.LocalProfiler`` (``agent.pyspy``): hands back what it is given.
+
+    ``sample``: ``(pids, duration_s) -> Sampled``; ``dump``: ``pid -> Profile``; every call is in ``calls``.
+    """
+
+    def __init__(self, sample: Callable[[list[int], float], Any] | None = None,
+                 dump: Callable[[int], Any] | None = None) -> None:
+        self._sample = sample
+        self._dump = dump
+        self.calls: list[tuple[str, object]] = []
+
+    def sample_counted(self, pids: list[int], duration_s: float, rate_hz: int = 100, *,
+                       count_threads: bool = True, cancel: Callable[[], bool] | None = None) -> Any:
+        self.calls.append(("sample", (pids, duration_s)))
+        assert self._sample is not None, "this fake does not sample"
+        return self._sample(pids, duration_s)
+
+    def dump(self, pid: int) -> Any:
+        self.calls.append(("dump", pid))
+        assert self._dump is not None, "this fake does not dump"
+        return self._dump(pid)
+
+
+class ProfilingSource(StaticSource):
+    """A StaticSource that runs (fake) py-spy on this machine, as ``LocalSource`` given a ``profiler``."""
+
+    def __init__(self, events: list[Any], profiler: FakeProfiler, name: str = "static") -> None:
+        super().__init__(events, name=name)
+        self.profiler = profiler
 
 
 class FakeRequestSource(StaticSource):

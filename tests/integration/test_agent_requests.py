@@ -97,9 +97,9 @@ def test_trace_and_profile_refused_with_reason_when_unavailable(gpulens_exe: str
 
 def test_remote_profile_folded_file(gpulens_exe: str, tmp_path: Path) -> None:
     try:
-        from gpulens.analysis.flame import pyspy  # noqa: F401
+        from gpulens.agent import pyspy  # noqa: F401
     except ImportError:
-        pytest.skip("gpulens.analysis.flame.pyspy is not in this tree yet (flame helper)")
+        pytest.skip("gpulens.agent.pyspy is not in this tree yet (flame helper)")
     busy = subprocess.Popen([sys.executable, "-c", "import time\nwhile True:\n    sum(range(10000)); time.sleep(0.001)"])
     agent = AgentProc(gpulens_exe, tmp_path, "prof", extra=["--interval", "0.5", "--simulated-gpus", "0"], token=True)
     src = StreamSource([tcp_target(agent.address)], LinkOptions(download_dir=tmp_path / "dl", token=agent.token))

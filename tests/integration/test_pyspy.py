@@ -1,4 +1,5 @@
-"""Real py-spy sampling of a program whose hot function is known."""
+"""Real py-spy sampling of a program whose hot function is known (run: collectors.pyspy, read: analysis.flame.pyspy,
+both in one call: agent.pyspy)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from gpulens.analysis.flame.errors import ProfilerError, ProfilerPermissionError
+from gpulens.agent.pyspy import dump, sample_pids
 from gpulens.analysis.flame.importers import load_profile
-from gpulens.analysis.flame.pyspy import PERMISSION_FIX, classify_failure, dump, sample_pids
 from gpulens.analysis.flame.query import function_table
 from gpulens.cli import main
+from gpulens.collectors.pyspy import PERMISSION_FIX, classify_failure
+from gpulens.core.pyspy import ProfilerError, ProfilerPermissionError
 
 PROGRAM = """
 import time
@@ -143,7 +145,8 @@ def test_profile_host_without_agent_is_a_clear_error(
 
 def test_a_cancelled_sampling_kills_py_spy_at_once(target: int) -> None:
     # Issue 31, item 1: quitting while py-spy sampled for 20 s left the app blank until it ended.
-    from gpulens.analysis.flame.pyspy import SamplingCancelled, sample_counted
+    from gpulens.agent.pyspy import sample_counted
+    from gpulens.core.pyspy import SamplingCancelled
 
     started = time.monotonic()
     with pytest.raises(SamplingCancelled):

@@ -40,12 +40,12 @@ from tests.fakes.agent_helpers import (
     WAIT_S,
     AgentProc,
     BlockingProfiler,
-    FakeTraceService,
     MemTransport,
     RawViewer,
     RecordingConn,
 )
 from tests.fakes.security_helpers import User, popen_as, run_as
+from tests.fakes.trace_service import FakeTraceService, poller
 
 two_users = security_helpers.two_users  # the fixture, visible to pytest in this module
 
@@ -100,7 +100,7 @@ def test_tcp_without_token_gets_samples_and_history_only(agent: Agent) -> None:
         res = _ask(t, rid, kind, params)
         assert not res.ok and res.error == NOT_AUTHENTICATED, (kind, res.error)
     svc = agent.requests.trace_service
-    assert isinstance(svc, FakeTraceService) and svc.asked == []
+    assert isinstance(svc, FakeTraceService) and svc.requests == []
     res = _ask(t, 9, "history", {"since": 0})
     assert res.ok and res.result["count"] == 5
     res = _ask(t, 10, "teleport", {})
@@ -317,7 +317,7 @@ def test_control_socket_user_acts_only_for_itself(two_users: tuple[User, User], 
     a_user, b_user = two_users
     victim = popen_as(a_user, ["sleep", "300"])
     ag = Agent(SyntheticSampler(hostname="ctl", gpus=0, interval_s=0.1), hostname="ctl", interval_s=0.1)
-    ag.requests.trace_service = FakeTraceService(jobs={victim.pid: 7})
+    ag.requests.trace_service = FakeTraceService(processes=[poller(victim.pid, job_id=7)])
     listener = ControlListener(str(tmp_path), lambda tr, p, pr: ag.serve_connection(tr, p, principal=pr,
                                                                                        kind="control"))
     listener.start()
@@ -337,7 +337,7 @@ def test_control_socket_user_acts_only_for_itself(two_users: tuple[User, User], 
             assert not res["ok"] and f"belongs to uid {uid}" in res["error"], (label, res)
             assert f"uid {b_user.uid} (control socket) may trace or profile only its own" in res["error"]
         assert not out["trace_job"]["ok"] and "no process of uid" in out["trace_job"]["error"]
-        assert ag.requests.trace_service.asked == []
+        assert ag.requests.trace_service.requests == []
         assert out["own"] == {"ok": True, "error": "", "result": {"reasons": {str(out["me"]): None}}}
     finally:
         listener.stop()

@@ -22,8 +22,8 @@ from gpulens.ipc.control import ControlListener, control_name
 from gpulens.ipc.errors import StreamError
 from gpulens.sources.stream.control_trace import connect_owner
 from tests.fakes import security_helpers
-from tests.fakes.agent_helpers import FakeTraceService
 from tests.fakes.security_helpers import User, call_as
+from tests.fakes.trace_service import FakeTraceService
 
 two_users = security_helpers.two_users  # the fixture, visible to pytest in this module
 

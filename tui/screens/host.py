@@ -101,7 +101,8 @@ class HostScreen(DataScreen):
         self.feed = SeriesFeed()
         """The plots' aligned columns: per tick only the newest is read."""
         self._plots: list[tuple[TimeSeriesPlot, bool]] = []
-        self.profiling = Profiling(self, self.profile_pids, self.remote_profile_pids)
+        self.profiling = Profiling(self, self.profile_pids, self.remote_profile_pids,
+                                   lambda: self.host if self.is_local(self.host) else None)
 
     def compose(self) -> ComposeResult:
         """Header, plots, custom panels, GPU table, jobs, Profile slot."""

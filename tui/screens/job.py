@@ -82,7 +82,7 @@ class JobScreen(DataScreen):
         self._trace_why = ""
         """Why the job's processes cannot be traced, as the profiler line last said ("" when it said nothing)."""
         self._remote_why: tuple[float, str | None] | None = None  # (asked at, the agent's reason)
-        self.profiling = Profiling(self, self.profile_pids, self.remote_profile_pids)
+        self.profiling = Profiling(self, self.profile_pids, self.remote_profile_pids, self._local_host)
         self._plots: list[TimeSeriesPlot] = []
         self._cmdline = ("", "")
         """The job's command and its text made safe to show (:meth:`_command`)."""
@@ -143,6 +143,10 @@ class JobScreen(DataScreen):
         if self.view is None:
             return []
         return [p.pid for h, p in self.view.processes if self.is_local(h)]
+
+    def _local_host(self) -> str | None:
+        """The name this machine has among the job's hosts (None: the job does not run here)."""
+        return next((h for h, _ in self.view.processes if self.is_local(h)), None) if self.view is not None else None
 
     def remote_profile_pids(self) -> dict[str, list[int]]:
         """The job's pids on other hosts, by host (their agents sample them)."""
@@ -344,8 +348,6 @@ class JobScreen(DataScreen):
         why: str | None
         if service is None:
             why = self.ctx.trace_error or "no trace service (it serves processes of this machine only)"
-        elif not hasattr(service, "diagnose"):
-            why = None
         else:
             reasons: list[tuple[int, str]] = []
             for pid in pids[:8]:

@@ -176,12 +176,10 @@ class ProfilerScreen(SparseScreen, Screen[None]):
             svc = target.service
             if svc is None:
                 continue
-            # Tolerate services without the listener API (test doubles, remote stubs).
-            if hasattr(svc, "add_listener"):
-                listener = partial(self._listener, i)
-                svc.add_listener(listener)
-                self._listeners.append((svc, listener))
-            for job in getattr(svc, "jobs", list)():
+            listener = partial(self._listener, i)
+            svc.add_listener(listener)
+            self._listeners.append((svc, listener))
+            for job in svc.jobs():
                 self._show_job(i, job)
         if table.row_count:  # the newest trace is the one worth acting on
             table.move_cursor(row=table.row_count - len(self._last_rows()))
@@ -192,8 +190,7 @@ class ProfilerScreen(SparseScreen, Screen[None]):
     def on_unmount(self) -> None:
         self.background.cancel()
         for svc, listener in self._listeners:
-            if hasattr(svc, "remove_listener"):
-                svc.remove_listener(listener)
+            svc.remove_listener(listener)
         self._listeners.clear()
 
     # ---- service events (from its threads) ------------------------------------
@@ -313,7 +310,7 @@ class ProfilerScreen(SparseScreen, Screen[None]):
     def action_trace(self) -> None:
         """Request a trace with the chosen options from every target; the table shows its progress."""
         live = [(i, t) for i, t in enumerate(self.targets)
-                if t.service is not None and hasattr(t.service, "request_trace") and t.pids]
+                if t.service is not None and t.pids]
         if not live:
             self.notify("no trace service here", severity="error")
             return

@@ -197,7 +197,7 @@ def status_lines(targets: Sequence[Target], most: int) -> list[str]:
     ready = total = 0
     for target in targets:
         svc = target.service
-        diagnose = getattr(svc, "diagnose", lambda pid: None) if svc is not None else None
+        diagnose = svc.diagnose if svc is not None else None
         for pid in target.pids:
             total += 1
             who = f"{target.host} pid {pid}" if len(targets) > 1 else f"pid {pid}"

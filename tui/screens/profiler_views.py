@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
 from textual import events
@@ -266,8 +266,3 @@ class AnalyzeScreen(SparseScreen, Screen[None]):
     def action_leave(self) -> None:
         """Back to the profiler."""
         self.dismiss(None)
-
-
-def details_text(details: dict[str, Any]) -> str:
-    """One-line form of an event's details (for notifications and tests)."""
-    return f"{details['name']} {fmt_us(details['dur_us'])}"

@@ -201,12 +201,6 @@ class IncrementalTable(ScrollView, can_focus=True):
         """Key of the row under the cursor."""
         return self.order[self.cursor] if 0 <= self.cursor < len(self.order) else None
 
-    def cycle_sort(self) -> str:
-        """Sort by the next column; returns its label."""
-        self.sort_index = (self.sort_index + 1) % len(self.COLUMNS)
-        self.refresh()
-        return self.COLUMNS[self.sort_index][1]
-
     def reverse_sort(self) -> None:
         """Flip the sort order."""
         self.sort_reverse = not self.sort_reverse

@@ -7,7 +7,7 @@ Pure drawings (data in, a Rich ``Text`` out, never raising):
 - :func:`ops_chart`: the top ops by self time, as horizontal bars;
 - :func:`kernel_histogram`: how many kernels took 1-10 us, 10-100 us, ... (decades).
 
-``StepChart`` / ``ChartView`` are the widgets. A ``ChartView`` draws each
+``ChartView`` is the widget: it draws each
 (chart, size, colour) once and keeps the text: a refresh or a repaint of the
 same analysis at the same size never runs plotext again.
 """
@@ -23,7 +23,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rich.text import Text
-from textual.reactive import reactive
 from textual.widget import Widget
 
 CHART_ROWS = 10
@@ -257,20 +256,6 @@ def kernel_histogram(durations_us: Sequence[float], width: int, rows: int = CHAR
 def color_wanted(app_no_color: bool) -> bool:
     """False under NO_COLOR (Textual removes it from the environment and sets ``App.no_color``)."""
     return not app_no_color and "NO_COLOR" not in os.environ
-
-
-class StepChart(Widget):
-    """The step times of one process as a bar chart, redrawn at the widget's width."""
-
-    DEFAULT_CSS = f"""
-    StepChart {{ height: {CHART_ROWS}; }}
-    """
-
-    steps_ms: reactive[tuple[float, ...]] = reactive((), layout=False)
-    """Duration of each step in ms, in step order; empty draws one dim "no step markers" line."""
-
-    def render(self) -> Text:
-        return step_chart(self.steps_ms, self.size.width, self.size.height, color=color_wanted(self.app.no_color))
 
 
 Draw = Callable[[int, int, bool], Text]

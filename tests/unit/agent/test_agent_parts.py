@@ -30,10 +30,10 @@ from gpulens.ipc.stream_frames import pack_sample
 from tests.fakes.agent_helpers import (
     WAIT_S,
     BlockingProfiler,
-    FakeTraceService,
     MemTransport,
     RecordingConn,
 )
+from tests.fakes.trace_service import FakeTraceService, poller
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -246,7 +246,7 @@ def test_runner_serves_a_samples_only_connection_history_only(prof: BlockingProf
     for rid, (kind, params) in enumerate(asks, start=1):
         res = _ask(runner, conn, rid, kind, params)
         assert not res.ok and res.error == NOT_AUTHENTICATED, kind
-    assert svc.asked == [] and runner.running() == 0
+    assert svc.requests == [] and runner.running() == 0
     assert _ask(runner, conn, 9, "history", {}).ok
     res = _ask(runner, conn, 10, "teleport", {})
     assert not res.ok and res.error.endswith("this agent serves: history")
@@ -277,7 +277,7 @@ def test_runner_without_a_trace_service_says_why() -> None:
 
 
 def test_runner_principal_rules_for_pids_and_jobs() -> None:
-    svc = FakeTraceService(jobs={os.getpid(): 7})
+    svc = FakeTraceService(processes=[poller(os.getpid(), job_id=7)])
     runner = _runner(svc=svc)
     mine = RecordingConn(peer(ME))
     res = _ask(runner, mine, 1, "trace_diagnose", {"pids": [os.getpid()]})
@@ -290,9 +290,9 @@ def test_runner_principal_rules_for_pids_and_jobs() -> None:
     assert f"uid {STRANGER} (control socket) may trace or profile only its own processes" in res.error
     res = _ask(runner, stranger, 2, "trace", {"job_id": 7, "duration_ms": 100})
     assert not res.ok and f"no process of uid {STRANGER} with job id 7" in res.error
-    assert svc.asked == []
+    assert svc.requests == []
     res = _ask(runner, mine, 3, "trace", {"job_id": 7, "duration_ms": 100})
-    assert res.ok and [r.pids for r in svc.asked] == [(os.getpid(),)]
+    assert res.ok and [r.pids for r in svc.requests] == [(os.getpid(),)]
 
 
 def test_runner_refuses_a_trace_whose_file_is_a_fifo(tmp_path: Path) -> None:

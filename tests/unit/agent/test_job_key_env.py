@@ -16,18 +16,11 @@ from gpulens.agent.agent import Agent
 from gpulens.ipc import stream
 from gpulens.ipc.kineto.registry import PollingProcess
 from gpulens.ipc.principal import peer
-from tests.fakes.agent_helpers import FakeTraceService, RecordingConn
+from tests.fakes.agent_helpers import RecordingConn
+from tests.fakes.trace_service import FakeTraceService
 
 ME = os.geteuid()
 
-
-class Pollers(FakeTraceService):
-    def __init__(self, entries: list[PollingProcess]) -> None:
-        super().__init__(files={}, jobs={e.pid: e.job_id for e in entries})
-        self.entries = entries
-
-    def processes(self) -> list[Any]:
-        return list(self.entries)
 
 
 @pytest.fixture
@@ -54,7 +47,7 @@ class _NoSampler:
 def _agent(job_key_env: tuple[str, ...] | None, pid: int) -> Agent:
     agent = Agent(_NoSampler(), hostname="h", job_key_env=job_key_env)
     now = time.monotonic()
-    agent.requests.trace_service = Pollers([PollingProcess(pid, (1,), 0, ME, now, now, polls=2, interval_s=1.0)])
+    agent.requests.trace_service = FakeTraceService(processes=[PollingProcess(pid, (1,), 0, ME, now, now, polls=2, interval_s=1.0)])
     return agent
 
 
@@ -79,7 +72,7 @@ def test_a_job_key_trace_finds_the_process_by_the_configured_variable(keyed: sub
     res = _ask(agent, "trace", {"job_key": "site-run-9", "duration_ms": 100})
     assert res.ok, res.error
     svc = agent.requests.trace_service
-    assert isinstance(svc, Pollers) and svc.asked[0].pids == (keyed.pid,)
+    assert isinstance(svc, FakeTraceService) and svc.requests[0].pids == (keyed.pid,)
     # The same key under the default list is unknown, and the refusal names the variables read.
     other = _ask(_agent(None, keyed.pid), "trace", {"job_key": "site-run-9", "duration_ms": 100})
     assert not other.ok and "no process with job key 'site-run-9'" in other.error and "SLURM_JOB_ID" in other.error

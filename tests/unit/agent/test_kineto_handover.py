@@ -13,9 +13,8 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
@@ -24,12 +23,12 @@ from gpulens.ipc.control import control_name
 from gpulens.ipc.handover import KIND, handover_allowed, request_handover
 from gpulens.ipc.kineto import codec
 from gpulens.ipc.kineto.endpoint import holder_of
-from gpulens.ipc.kineto.protocol import TraceService
-from gpulens.ipc.kineto.requests import TraceRequest, TraceResult, TraceState
+from gpulens.ipc.kineto.requests import TraceRequest, TraceState
 from gpulens.ipc.kineto.service import LocalTraceService
 from gpulens.ipc.principal import Principal, owner, peer
 from gpulens.sources.owner_switch import HandoverTraceService
 from tests.fakes.handover_helpers import Adopter
+from tests.fakes.trace_service import FakeTraceService
 
 ME = os.geteuid()
 
@@ -248,54 +247,15 @@ def test_a_socket_bound_elsewhere_is_not_adopted(sock: Path) -> None:
         svc.stop()
 
 
-class _Local:
-    """The owner's LocalTraceService, as the switch sees it."""
-
-    address = "local endpoint"
-
-    def __init__(self, rebind_error: Exception | None = None) -> None:
-        self.asked: list[TraceRequest] = []
-        self.rebound = False
-        self._rebind_error = rebind_error
-
-    def request_trace(self, req: TraceRequest) -> Future[TraceResult]:
-        self.asked.append(req)
-        fut: Future[TraceResult] = Future()
-        fut.set_result(TraceResult("local", {req.pids[0]: "/local"}))
-        return fut
-
-    def rebind(self) -> None:
-        if self._rebind_error is not None:
-            raise self._rebind_error
-        self.rebound = True
-
-    def jobs(self) -> list[Any]:
-        return []
-
-    def add_listener(self, fn: Any) -> None:
-        pass
-
-    def remove_listener(self, fn: Any) -> None:
-        pass
-
-    def polling_pids(self) -> set[int]:
-        return {1}
-
-    def diagnose(self, pid: int) -> str | None:
-        return None
+def _local(rebind_error: Exception | None = None) -> FakeTraceService:
+    """The owner's LocalTraceService, as the switch sees it (``rebind`` raises ``rebind_error``)."""
+    return FakeTraceService(address="local endpoint", polling={1}, files="/local", request_id="local",
+                            rebind_error=rebind_error)
 
 
-class _Remote(_Local):
-    address = "the agent"
-
-    def request_trace(self, req: TraceRequest) -> Future[TraceResult]:
-        self.asked.append(req)
-        fut: Future[TraceResult] = Future()
-        fut.set_result(TraceResult("remote", {req.pids[0]: "/remote"}))
-        return fut
-
-    def stop(self) -> None:
-        pass
+def _remote() -> FakeTraceService:
+    """The new owner, through its agent."""
+    return FakeTraceService(address="the agent", polling={1}, files="/remote", request_id="remote")
 
 
 def _wait(pred: Any) -> None:
@@ -306,8 +266,8 @@ def _wait(pred: Any) -> None:
 
 
 def test_the_switch_holds_requests_while_draining_then_sends_them_to_the_checked_new_owner() -> None:
-    local, remote = _Local(), _Remote()
-    svc = HandoverTraceService(local, connect=lambda: cast(TraceService, remote), holder=lambda: 4242, bound=lambda: True)
+    local, remote = _local(), _remote()
+    svc = HandoverTraceService(local, connect=lambda: remote, holder=lambda: 4242, bound=lambda: True)
     seen: list[Any] = []
     svc.add_listener(seen.append)
     svc.on_handover("draining")
@@ -316,13 +276,13 @@ def test_the_switch_holds_requests_while_draining_then_sends_them_to_the_checked
     assert [j.request.pids for j in svc.jobs()] == [(7,)]
     svc.on_handover("released")
     assert held.result(timeout=10).files == {7: "/remote"}
-    assert local.asked == [] and svc.state == "remote" and svc.address == "the agent"
+    assert local.requests == [] and svc.state == "remote" and svc.address == "the agent"
     assert svc.request_trace(TraceRequest(pids=(8,), duration_ms=100)).result(timeout=1).request_id == "remote"
 
 
 def test_a_hand_over_that_did_not_happen_sends_held_requests_locally() -> None:
-    local = _Local()
-    svc = HandoverTraceService(local, connect=lambda: cast(TraceService, _Remote()), holder=lambda: 4242, bound=lambda: True)
+    local = _local()
+    svc = HandoverTraceService(local, connect=lambda: _remote(), holder=lambda: 4242, bound=lambda: True)
     svc.on_handover("draining")
     held = svc.request_trace(TraceRequest(pids=(7,), duration_ms=100))
     svc.on_handover("resumed")
@@ -338,7 +298,7 @@ def test_an_impostor_holder_gets_nothing_the_name_is_taken_back(monkeypatch: pyt
     def impostor() -> Any:
         raise StreamError("the Kineto name is held by pid 99 of uid 1234, not by a gpulens agent of yours or root's")
 
-    local = _Local()
+    local = _local()
     svc = HandoverTraceService(local, connect=impostor, holder=lambda: 99, bound=lambda: True)
     svc.on_handover("draining")
     held = svc.request_trace(TraceRequest(pids=(7,), duration_ms=100))
@@ -356,7 +316,7 @@ def test_an_impostor_holding_on_stops_tracing_with_the_reason(monkeypatch: pytes
     def impostor() -> Any:
         raise StreamError("held by pid 99 of uid 1234: it may be squatting")
 
-    svc = HandoverTraceService(_Local(EndpointBusy("taken by pid 99")), connect=impostor, holder=lambda: 99,
+    svc = HandoverTraceService(_local(EndpointBusy("taken by pid 99")), connect=impostor, holder=lambda: 99,
                                bound=lambda: True)
     svc.on_handover("draining")
     held = svc.request_trace(TraceRequest(pids=(7,), duration_ms=100))
@@ -432,8 +392,8 @@ def test_when_the_new_owner_exits_the_tui_takes_the_name_back(monkeypatch: pytes
 
     monkeypatch.setattr(sw, "RECHECK_S", 0.0)
     bound = [True]
-    local = _Local()
-    svc = HandoverTraceService(local, connect=lambda: cast(TraceService, _Remote()), holder=lambda: 4242 if bound[0] else None,
+    local = _local()
+    svc = HandoverTraceService(local, connect=lambda: _remote(), holder=lambda: 4242 if bound[0] else None,
                                bound=lambda: bound[0])
     svc.on_handover("draining")
     svc.on_handover("released")
@@ -451,14 +411,14 @@ def test_a_replaced_owner_is_checked_and_followed(monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr(sw, "RECHECK_S", 0.0)
     holder = [4242]
-    remotes = [_Remote(), _Remote()]
+    remotes = [_remote(), _remote()]
     made: list[Any] = []
 
     def connect() -> Any:
         made.append(remotes[len(made)])
         return made[-1]
 
-    svc = HandoverTraceService(_Local(), connect=connect, holder=lambda: holder[0], bound=lambda: True)
+    svc = HandoverTraceService(_local(), connect=connect, holder=lambda: holder[0], bound=lambda: True)
     svc.on_handover("draining")
     svc.on_handover("released")
     _wait(lambda: svc.state == "remote" and len(made) == 1)
@@ -466,4 +426,4 @@ def test_a_replaced_owner_is_checked_and_followed(monkeypatch: pytest.MonkeyPatc
     svc.polling_pids()
     _wait(lambda: len(made) == 2 and svc.state == "remote")
     svc.request_trace(TraceRequest(pids=(7,), duration_ms=100)).result(timeout=1)
-    assert remotes[1].asked and not remotes[0].asked
+    assert remotes[1].requests and not remotes[0].requests

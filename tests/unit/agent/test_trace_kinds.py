@@ -15,21 +15,12 @@ from gpulens.agent.requests import RequestRunner
 from gpulens.ipc import stream
 from gpulens.ipc.kineto.registry import PollingProcess
 from gpulens.ipc.principal import peer
-from tests.fakes.agent_helpers import FakeTraceService, RecordingConn
+from tests.fakes.agent_helpers import RecordingConn
+from tests.fakes.trace_service import FakeTraceService
 
 ME = os.geteuid()
 STRANGER = 424242
 
-
-class Pollers(FakeTraceService):
-    """A fake service whose registry holds real PollingProcess entries."""
-
-    def __init__(self, entries: list[PollingProcess]) -> None:
-        super().__init__(files={}, jobs={e.pid: e.job_id for e in entries})
-        self.entries = entries
-
-    def processes(self) -> list[Any]:
-        return list(self.entries)
 
 
 @pytest.fixture
@@ -50,7 +41,7 @@ def _ask(runner: RequestRunner, principal: Any, kind: str, params: dict[str, Any
 
 def test_trace_processes_lists_what_the_principal_may_trace(ranked: subprocess.Popen[bytes]) -> None:
     now = time.monotonic()
-    svc = Pollers([PollingProcess(ranked.pid, (os.getpid(), 1), 0, ME, now, now, polls=3, interval_s=1.0, busy=True)])
+    svc = FakeTraceService(processes=[PollingProcess(ranked.pid, (os.getpid(), 1), 0, ME, now, now, polls=3, interval_s=1.0, busy=True)])
     runner = RequestRunner(history=lambda a, b: [], hostname="h", trace_service=svc)
     assert "trace_processes" in runner.capabilities(peer(ME))
     mine = _ask(runner, ME, "trace_processes", {})
@@ -63,12 +54,12 @@ def test_trace_processes_lists_what_the_principal_may_trace(ranked: subprocess.P
 
 def test_job_key_selects_the_job_of_that_run_id_only(ranked: subprocess.Popen[bytes]) -> None:
     now = time.monotonic()
-    svc = Pollers([PollingProcess(ranked.pid, (), 0, ME, now, now),
-                   PollingProcess(os.getpid(), (), 0, ME, now, now)])
+    svc = FakeTraceService(processes=[PollingProcess(ranked.pid, (), 0, ME, now, now),
+                                      PollingProcess(os.getpid(), (), 0, ME, now, now)])
     runner = RequestRunner(history=lambda a, b: [], hostname="h", trace_service=svc)
     res = _ask(runner, ME, "trace", {"job_key": "run7", "duration_ms": 100})
     assert res.ok, res.error
-    assert svc.asked[-1].pids == (ranked.pid,)
+    assert svc.requests[-1].pids == (ranked.pid,)
     none = _ask(runner, ME, "trace", {"job_key": "other", "duration_ms": 100})
     assert not none.ok and "no process with job key 'other'" in str(none.error)
     bad = _ask(runner, ME, "trace", {"job_key": "../x", "duration_ms": 100})

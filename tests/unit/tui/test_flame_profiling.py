@@ -5,8 +5,6 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-import pytest
-
 from gpulens.analysis.flame import pyspy
 from gpulens.analysis.flame.model import build_from_stacks
 from gpulens.core.events import SampleEvent
@@ -19,22 +17,34 @@ from gpulens.core.model import (
     StorageSample,
 )
 from gpulens.tui.app import GpulensApp
-from gpulens.tui.profiling import DurationPrompt
+from gpulens.tui.profiling import NO_PYSPY_NOTE, DurationPrompt
 from gpulens.tui.screens.flame import FlameScreen
 from gpulens.tui.screens.help import key_rows
 from gpulens.tui.screens.host import HostScreen
 from gpulens.tui.widgets.profile_panel import ProfilePanel
-from tests.fakes.tui_fakes import FROZEN, StaticSource, frozen_clock, settle, sync
+from tests.fakes.tui_fakes import (
+    FROZEN,
+    FakeProfiler,
+    ProfilingSource,
+    StaticSource,
+    frozen_clock,
+    settle,
+    sync,
+)
 
 
-def _app() -> GpulensApp:
+def _events() -> list[SampleEvent]:
     job = JobInfo(pid=501, tree_id="slurmstepd/python", cmdline="python train.py", user="u",
                   start_time=FROZEN - 100, cpu_percent=50.0)
     sample = HostSample(host="near-host", time=FROZEN, cpu=CpuSample(total_percent=40.0),
                         memory=MemorySample(total_bytes=100, used_bytes=50),
                         network=NetworkSample(rx_bytes_per_s=1.0, tx_bytes_per_s=2.0),
                         storage=StorageSample(read_bytes_per_s=1.0, write_bytes_per_s=2.0), jobs=(job,))
-    return GpulensApp(source=StaticSource([SampleEvent(sample)]), clock=frozen_clock, hostname="near-host")
+    return [SampleEvent(sample)]
+
+
+def _app(profiler: FakeProfiler) -> GpulensApp:
+    return GpulensApp(source=ProfilingSource(_events(), profiler), clock=frozen_clock, hostname="near-host")
 
 
 async def _wait_for(pilot: Any, test: Any, tries: int = 100) -> None:
@@ -45,18 +55,17 @@ async def _wait_for(pilot: Any, test: Any, tries: int = 100) -> None:
 
 
 @sync
-async def test_countdown_duration_idle_line_and_reopen(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_countdown_duration_idle_line_and_reopen() -> None:
     release = threading.Event()
     calls: list[tuple[list[int], float]] = []
 
-    def fake_sample(pids: list[int], duration_s: float, rate_hz: int = 100, **_: Any) -> pyspy.Sampled:
+    def fake_sample(pids: list[int], duration_s: float) -> pyspy.Sampled:
         calls.append((pids, duration_s))
         release.wait(10)
         profile = build_from_stacks([(["main", "step"], 150)], "samples", "py-spy 100 Hz x 2 s: 501")
         return pyspy.Sampled(profile, recorded=150, threads=3, ticks=200)
 
-    monkeypatch.setattr(pyspy, "sample_counted", fake_sample)
-    app = _app()
+    app = _app(FakeProfiler(sample=fake_sample))
     async with app.run_test(size=(160, 45)) as pilot:
         await settle(app, pilot)
         app.jump("host near-host")
@@ -104,3 +113,19 @@ def test_idle_estimate_and_unknown() -> None:
     assert pyspy.Sampled(profile, 10, 2, 100).idle_dropped == 190
     assert pyspy.Sampled(profile, 10, None, 100).idle_dropped is None
     assert "unknown" in pyspy.Sampled(profile, 10, None, 100).idle_line()
+
+
+@sync
+async def test_without_a_local_profiler_f_and_d_say_py_spy_is_not_here() -> None:
+    """A source that runs no py-spy on this machine (the TUI never runs it itself): f and d say so, nothing starts."""
+    app = GpulensApp(source=StaticSource(_events()), clock=frozen_clock, hostname="near-host")
+    async with app.run_test(size=(160, 45)) as pilot:
+        await settle(app, pilot)
+        app.jump("host near-host")
+        await settle(app, pilot)
+        for key in ("f", "d"):
+            await pilot.press(key)
+            await pilot.pause()
+        said = [str(n.message) for n in app._notifications]
+        assert said.count(NO_PYSPY_NOTE) == 2, said
+        assert not any(w.group and w.group.startswith("profile") for w in app.workers)

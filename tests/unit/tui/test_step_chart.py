@@ -6,11 +6,11 @@ import math
 
 import pytest
 from rich.text import Text
-from textual.app import App, ComposeResult
+from textual.app import App
 
 from gpulens.analysis.trace.analyze import analyze_file
 from gpulens.tui.screens.profiler_views import AnalyzeScreen
-from gpulens.tui.widgets.step_chart import ChartView, StepChart, color_wanted, step_chart
+from gpulens.tui.widgets.step_chart import ChartView, color_wanted, step_chart
 from tests.fakes.tui_fakes import sync
 from tests.paths import DATA
 
@@ -119,25 +119,6 @@ def test_many_steps_share_bars() -> None:
     chart = step_chart([float(i % 7 + 1) for i in range(2000)], 100, 9, color=False)
     assert "2000 steps · 40 per bar" in chart.plain
     assert {len(line) for line in chart.plain.splitlines()} == {100}
-
-
-class ChartHost(App[None]):
-    def compose(self) -> ComposeResult:
-        yield StepChart()
-
-
-@sync
-async def test_widget_draws_at_its_width_and_honours_no_color() -> None:
-    app = ChartHost()
-    app.no_color = True
-    async with app.run_test(size=(70, 12)) as pilot:
-        chart = app.query_one(StepChart)
-        chart.steps_ms = (3.0, 1.0, 2.0)
-        await pilot.pause()
-        drawn = chart.render()
-        assert isinstance(drawn, Text) and not drawn.spans
-        assert {len(line) for line in drawn.plain.splitlines()} == {70}
-        assert len(column_heights(drawn)) == 3
 
 
 class AnalyzeHost(App[None]):

@@ -23,8 +23,8 @@ from gpulens.tui.widgets.panel import CustomPanel
 from gpulens.tui.widgets.plot import TimeSeriesPlot
 from gpulens.tui.widgets.process_table import ProcessTable
 from gpulens.tui.widgets.stats import StatsBar
+from tests.fakes.trace_service import FakeTraceService
 from tests.fakes.tui_fakes import (
-    FakeTraceService,
     demo_app,
     settle,
     sync,
@@ -106,7 +106,7 @@ async def test_na_with_reason_on_host_without_counters() -> None:
 @sync
 async def test_job_screen_processes_and_profiler_action() -> None:
     # gpu-node01 stands for this machine: the trace service reaches local pids only
-    app = demo_app(backfill_s=60, trace_service=FakeTraceService({10_000, 10_100}), hostname="gpu-node01")
+    app = demo_app(backfill_s=60, trace_service=FakeTraceService(polling={10_000, 10_100}), hostname="gpu-node01")
     async with app.run_test(size=SIZE) as pilot:
         await settle(app, pilot)
         await pilot.press("tab", "enter")

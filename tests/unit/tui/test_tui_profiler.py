@@ -10,20 +10,19 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from textual.app import App
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Static
 
-from gpulens.ipc.kineto.protocol import TraceService
-from gpulens.ipc.kineto.requests import TraceJob, TraceRequest, TraceResult, TraceState
+from gpulens.ipc.kineto.requests import TraceState
 from gpulens.tui.screens.profiler import ProfilerScreen
 from gpulens.tui.screens.profiler_views import AnalyzeScreen, TimelineScreen
 from gpulens.tui.widgets.timeline import TraceTimeline
+from tests.fakes.trace_service import FakeTraceService
 from tests.fakes.tui_fakes import sync
 from tests.paths import DATA, KINETO_WORKLOAD
 
@@ -31,40 +30,10 @@ TRACES = DATA / "traces"
 SIZE = (120, 36)
 
 
-class FakeService:
-    """A test double of LocalTraceService: every request 'finishes' with a fixture trace."""
-
-    address = "fake endpoint"
-
-    def __init__(self, trace: Path, reasons: dict[int, str] | None = None) -> None:
-        self.trace = trace
-        self.reasons = reasons or {}
-        self.listeners: list[Callable[[TraceJob], None]] = []
-        self._jobs: list[TraceJob] = []
-
-    def diagnose(self, pid: int) -> str | None:
-        return self.reasons.get(pid)
-
-    def jobs(self) -> list[TraceJob]:
-        return list(self._jobs)
-
-    def add_listener(self, fn: Callable[[TraceJob], None]) -> None:
-        self.listeners.append(fn)
-
-    def remove_listener(self, fn: Callable[[TraceJob], None]) -> None:
-        self.listeners.remove(fn)
-
-    def request_trace(self, req: TraceRequest) -> Future[TraceResult]:
-        rid = f"r{len(self._jobs) + 1}"
-        fut: Future[TraceResult] = Future()
-        for state in (TraceState.WAITING_FOR_POLL, TraceState.DONE):
-            files = {req.pids[0]: str(self.trace)} if state is TraceState.DONE else {}
-            job = TraceJob(rid, req, req.pids, state, "fixture", time.monotonic(), files)
-            for fn in self.listeners:
-                fn(job)
-        self._jobs.append(job)
-        fut.set_result(TraceResult(rid, dict(job.files)))
-        return fut
+def fixture_service(trace: Path, reasons: dict[int, str | None] | None = None) -> FakeTraceService:
+    """Every request 'finishes' with a fixture trace (waiting for poll, then done)."""
+    return FakeTraceService(address="fake endpoint", reasons=reasons, files=str(trace),
+                            states=(TraceState.WAITING_FOR_POLL, TraceState.DONE), detail="fixture")
 
 
 class Host(App[None]):
@@ -86,8 +55,8 @@ async def _wait_for(pilot: Pilot[Any], cond: Callable[[], bool], limit_s: float 
 @pytest.mark.timeout(60)
 @sync
 async def test_trace_view_analyze_export(tmp_path: Path) -> None:
-    svc = FakeService(TRACES / "mi250_minitoy_train_ROCm6_2_kineto.json.gz")
-    screen = ProfilerScreen(cast(TraceService, svc), "localhost", [4242])
+    svc = fixture_service(TRACES / "mi250_minitoy_train_ROCm6_2_kineto.json.gz")
+    screen = ProfilerScreen(svc, "localhost", [4242])
     app = Host(screen)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -128,8 +97,8 @@ async def test_trace_view_analyze_export(tmp_path: Path) -> None:
 async def test_untraceable_process_shows_reason_and_bad_trace_notifies(tmp_path: Path) -> None:
     bad = tmp_path / "cut.json"
     bad.write_text('{"traceEvents": [{"ph": "X"')
-    svc = FakeService(bad, {99: "KINETO_USE_DAEMON is not set in its environment: restart it with KINETO_USE_DAEMON=1"})
-    screen = ProfilerScreen(cast(TraceService, svc), "node1", [99])
+    svc = fixture_service(bad, {99: "KINETO_USE_DAEMON is not set in its environment: restart it with KINETO_USE_DAEMON=1"})
+    screen = ProfilerScreen(svc, "node1", [99])
     app = Host(screen)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -179,21 +148,6 @@ async def test_real_service_and_pytorch(tmp_path: Path) -> None:
         shutil.rmtree(d, ignore_errors=True)
 
 
-class PathDetailService(FakeService):
-    """As the real service says it: a finished trace's detail is its file's path (``jobstate.finish``)."""
-
-    def request_trace(self, req: TraceRequest) -> Future[TraceResult]:
-        rid = f"r{len(self._jobs) + 1}"
-        files = {req.pids[0]: str(self.trace)}
-        job = TraceJob(rid, req, req.pids, TraceState.DONE, ", ".join(files.values()), time.monotonic(), files)
-        for fn in self.listeners:
-            fn(job)
-        self._jobs.append(job)
-        fut: Future[TraceResult] = Future()
-        fut.set_result(TraceResult(rid, dict(files)))
-        return fut
-
-
 @pytest.mark.timeout(60)
 @sync
 async def test_the_table_names_the_trace_file_and_the_line_under_it_its_path(tmp_path: Path) -> None:
@@ -202,7 +156,9 @@ async def test_the_table_names_the_trace_file_and_the_line_under_it_its_path(tmp
     deep.mkdir(parents=True)
     trace = deep / "gpulens-trace-4242.json.gz"
     trace.write_bytes((TRACES / "mi250_minitoy_train_ROCm6_2_kineto.json.gz").read_bytes())
-    screen = ProfilerScreen(cast(TraceService, PathDetailService(trace)), "localhost", [4242])
+    # As the real service says it: a finished trace's detail is its file's path (``jobstate.finish``)
+    svc = FakeTraceService(address="fake endpoint", files=str(trace), states=(TraceState.DONE,), detail=str(trace))
+    screen = ProfilerScreen(svc, "localhost", [4242])
     app = Host(screen)
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.pause()
@@ -220,8 +176,8 @@ async def test_t_traces_from_a_number_field_and_types_in_the_export_path() -> No
     """Issue 31 item 14: in the profiler, t did nothing while a number field had focus."""
     from textual.widgets import Input
 
-    svc = FakeService(TRACES / "mi250_minitoy_train_ROCm6_2_kineto.json.gz")
-    screen = ProfilerScreen(cast(TraceService, svc), "localhost", [4242])
+    svc = fixture_service(TRACES / "mi250_minitoy_train_ROCm6_2_kineto.json.gz")
+    screen = ProfilerScreen(svc, "localhost", [4242])
     app = Host(screen)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()

@@ -11,18 +11,14 @@ import gzip
 import tarfile
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
-from dataclasses import replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from textual.app import App
 from textual.widgets import DataTable, Input, Static
 
-from gpulens.ipc.kineto.protocol import TraceService
-from gpulens.ipc.kineto.registry import PollingProcess
-from gpulens.ipc.kineto.requests import TraceJob, TraceRequest, TraceResult, TraceState
+from gpulens.ipc.kineto.requests import TraceJob, TraceRequest, TraceState
 from gpulens.tui.screens.profiler import ProfilerScreen
 from gpulens.tui.screens.profiler_rows import (
     Target,
@@ -35,6 +31,7 @@ from gpulens.tui.screens.profiler_rows import (
 from gpulens.tui.screens.profiler_views import AnalyzeScreen, TimelineScreen
 from gpulens.tui.widgets.step_chart import ChartView
 from gpulens.tui.widgets.timeline import TraceTimeline
+from tests.fakes.trace_service import FakeTraceService, poller
 from tests.fakes.tui_fakes import sync
 from tests.paths import DATA
 
@@ -44,58 +41,17 @@ SMALL = TRACES / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
 SIZE = (160, 45)
 
 
-class ScriptedService:
+def scripted(address: str = "fake endpoint", intervals: dict[int, float] | None = None,
+             queues: bool = False) -> FakeTraceService:
     """A TraceService double: requests wait until ``finish``; ``queues`` reports QUEUED itself."""
+    return FakeTraceService(address=address, processes=[poller(p, interval_s=v) for p, v in (intervals or {}).items()],
+                            states=(TraceState.WAITING_FOR_POLL,), detail="handed over", queues=queues,
+                            request_id="{address}-{n}")
 
-    def __init__(self, address: str = "fake endpoint", intervals: dict[int, float] | None = None,
-                 queues: bool = False) -> None:
-        self.address = address
-        self.intervals = intervals or {}
-        self.queues = queues
-        self.requests: list[TraceRequest] = []
-        self._jobs: dict[str, TraceJob] = {}
-        self.listeners: list[Callable[[TraceJob], None]] = []
 
-    def polling_pids(self) -> set[int]:
-        return set(self.intervals)
-
-    def processes(self) -> list[PollingProcess]:
-        return [PollingProcess(p, (), 0, 0, 0.0, 1.0, polls=3, interval_s=v) for p, v in self.intervals.items()]
-
-    def diagnose(self, pid: int) -> str | None:
-        return None
-
-    def jobs(self) -> list[TraceJob]:
-        return list(self._jobs.values())
-
-    def add_listener(self, fn: Callable[[TraceJob], None]) -> None:
-        self.listeners.append(fn)
-
-    def remove_listener(self, fn: Callable[[TraceJob], None]) -> None:
-        self.listeners.remove(fn)
-
-    def _publish(self, job: TraceJob) -> None:
-        self._jobs[job.request_id] = job
-        for fn in list(self.listeners):
-            fn(job)
-
-    def request_trace(self, req: TraceRequest) -> Future[TraceResult]:
-        self.requests.append(req)
-        busy = any(j.state not in (TraceState.DONE, TraceState.FAILED) and set(j.pids) & set(req.pids)
-                   for j in self._jobs.values())
-        state = TraceState.QUEUED if busy and self.queues else TraceState.WAITING_FOR_POLL
-        rid = f"{self.address}-{len(self.requests)}"
-        self._publish(TraceJob(rid, req, req.pids, state, "handed over", time.monotonic()))
-        return Future()
-
-    def finish(self, n: int, files: dict[int, Path]) -> None:
-        """Request ``n`` (1-based) is done with ``files``."""
-        job = list(self._jobs.values())[n - 1]
-        self._publish(replace(job, state=TraceState.DONE, detail="done", files={p: str(f) for p, f in files.items()}))
-
-    def done_job(self, rid: str, pids: tuple[int, ...], files: dict[int, Path]) -> None:
-        req = TraceRequest(pids=pids)
-        self._jobs[rid] = TraceJob(rid, req, pids, TraceState.DONE, "done", 0.0, {p: str(f) for p, f in files.items()})
+def done_job(rid: str, pids: tuple[int, ...], files: dict[int, Path]) -> TraceJob:
+    """A finished job of ``pids`` with ``files``."""
+    return TraceJob(rid, TraceRequest(pids=pids), pids, TraceState.DONE, "done", 0.0, {p: str(f) for p, f in files.items()})
 
 
 class Host(App[None]):
@@ -134,10 +90,10 @@ async def type_text(pilot: Any, text: str) -> None:
 @pytest.mark.timeout(120)
 @sync
 async def test_view_analyze_export_act_on_the_selected_trace_default_newest(tmp_path: Path) -> None:
-    svc = ScriptedService()
-    svc.done_job("old", (11,), {11: SMALL})
-    svc.done_job("new", (11,), {11: RANK0})
-    screen = ProfilerScreen(cast(TraceService, svc), "node", [11])
+    svc = scripted()
+    svc.publish(done_job("old", (11,), {11: SMALL}))
+    svc.publish(done_job("new", (11,), {11: RANK0}))
+    screen = ProfilerScreen(svc, "node", [11])
     app = Host(screen)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -163,9 +119,9 @@ async def test_view_analyze_export_act_on_the_selected_trace_default_newest(tmp_
 @pytest.mark.timeout(120)
 @sync
 async def test_every_rank_has_a_row_and_is_reachable_and_exported(tmp_path: Path) -> None:
-    svc = ScriptedService()
-    svc.done_job("job", (21, 22), {21: RANK0, 22: RANK1})
-    screen = ProfilerScreen(cast(TraceService, svc), "node", [21, 22])
+    svc = scripted()
+    svc.publish(done_job("job", (21, 22), {21: RANK0, 22: RANK1}))
+    screen = ProfilerScreen(svc, "node", [21, 22])
     app = Host(screen)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -215,9 +171,9 @@ async def test_every_rank_has_a_row_and_is_reachable_and_exported(tmp_path: Path
 @pytest.mark.timeout(60)
 @sync
 async def test_export_to_a_missing_directory_is_refused_and_creates_nothing(tmp_path: Path) -> None:
-    svc = ScriptedService()
-    svc.done_job("job", (21, 22), {21: RANK0, 22: RANK1})
-    screen = ProfilerScreen(cast(TraceService, svc), "node", [21, 22])
+    svc = scripted()
+    svc.publish(done_job("job", (21, 22), {21: RANK0, 22: RANK1}))
+    screen = ProfilerScreen(svc, "node", [21, 22])
     app = Host(screen)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -237,8 +193,8 @@ async def test_export_to_a_missing_directory_is_refused_and_creates_nothing(tmp_
 @pytest.mark.timeout(60)
 @sync
 async def test_enter_submits_the_form_with_a_typed_iteration_count() -> None:
-    svc = ScriptedService(intervals={31: 1.0})
-    screen = ProfilerScreen(cast(TraceService, svc), "node", [31])
+    svc = scripted(intervals={31: 1.0})
+    screen = ProfilerScreen(svc, "node", [31])
     app = Host(screen)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -256,8 +212,8 @@ async def test_enter_submits_the_form_with_a_typed_iteration_count() -> None:
 @pytest.mark.parametrize("queues", [False, True], ids=["screen-side", "service-side"])
 @sync
 async def test_second_trace_of_a_busy_pid_shows_queued(queues: bool) -> None:
-    svc = ScriptedService(intervals={41: 1.0}, queues=queues)
-    screen = ProfilerScreen(cast(TraceService, svc), "node", [41])
+    svc = scripted(intervals={41: 1.0}, queues=queues)
+    screen = ProfilerScreen(svc, "node", [41])
     app = Host(screen)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -274,8 +230,8 @@ async def test_second_trace_of_a_busy_pid_shows_queued(queues: bool) -> None:
 @pytest.mark.timeout(60)
 @sync
 async def test_poll_hint_uses_the_interval_the_target_shows() -> None:
-    svc = ScriptedService(intervals={51: 1.5, 52: 0.5})
-    screen = ProfilerScreen(cast(TraceService, svc), "node", [51, 52])
+    svc = scripted(intervals={51: 1.5, 52: 0.5})
+    screen = ProfilerScreen(svc, "node", [51, 52])
     app = Host(screen)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -294,9 +250,9 @@ def test_poll_hint_texts() -> None:
 @pytest.mark.timeout(60)
 @sync
 async def test_job_wide_trace_asks_every_host_with_one_start_time() -> None:
-    here = ScriptedService("here", intervals={61: 1.0, 62: 1.0})
-    there = ScriptedService("there", intervals={71: 3.0})
-    screen = ProfilerScreen(cast(TraceService, here), "a", [61, 62], others=[Target("b", cast(TraceService, there), (71,))])
+    here = scripted("here", intervals={61: 1.0, 62: 1.0})
+    there = scripted("there", intervals={71: 3.0})
+    screen = ProfilerScreen(here, "a", [61, 62], others=[Target("b", there, (71,))])
     app = Host(screen)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -455,21 +411,13 @@ class _Ev:
             "X", "cpu_op", name, 1, 1, ts, dur, None)
 
 
-class RefusingService(ScriptedService):
-    """Refuses every request at once, publishing no job (as a stopped local service does)."""
-
-    def request_trace(self, req: TraceRequest) -> Future[TraceResult]:
-        self.requests.append(req)
-        fut: Future[TraceResult] = Future()
-        fut.set_exception(RuntimeError("the trace service is not started"))
-        return fut
-
-
 @pytest.mark.timeout(60)
 @sync
 async def test_a_request_refused_before_any_job_is_said() -> None:
-    svc = RefusingService(intervals={81: 1.0})
-    screen = ProfilerScreen(cast(TraceService, svc), "node", [81])
+    # refuses every request at once, publishing no job (as a stopped local service does)
+    svc = FakeTraceService(address="fake endpoint", processes=[poller(81, interval_s=1.0)],
+                           fail=RuntimeError("the trace service is not started"))
+    screen = ProfilerScreen(svc, "node", [81])
     app = Host(screen)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()

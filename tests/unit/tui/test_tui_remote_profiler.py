@@ -267,3 +267,21 @@ async def test_real_agent_and_pytorch_over_the_stream(tmp_path: Path) -> None:
         work.wait()
         agent.stop()
         shutil.rmtree(short, ignore_errors=True)
+
+
+@pytest.mark.timeout(60)
+@sync
+async def test_f_on_this_machine_seen_through_its_own_agent_samples_through_that_agent(tmp_path: Path) -> None:
+    """``--connect`` to this machine's own agent: its source runs no py-spy here, so ``f`` asks that agent."""
+    source = FakeRequestSource(_samples(False, host="thisbox"), tmp_path, TRACE)
+    app = GpulensApp(source=source, clock=frozen_clock, hostname="thisbox")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.3)
+        app.jump("host thisbox")
+        await pilot.pause(0.3)
+        await pilot.press("f")
+        await _wait_for(pilot, lambda: any(k == "profile" for _, k, _ in source.requests), 10, "a profile request")
+        host, _, params = next(r for r in source.requests if r[1] == "profile")
+        assert host == "thisbox" and params["pids"] == [4242]
+        said = [str(n.message) for n in app._notifications]
+        assert not any("py-spy is not available here" in s for s in said), said

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from textual import events
@@ -25,7 +25,6 @@ from gpulens.core.model import (
     NetworkSample,
     StorageSample,
 )
-from gpulens.ipc.kineto.protocol import TraceService
 from gpulens.sources.demo import DemoSource
 from gpulens.sources.local import MultiSource
 from gpulens.tui.app import GpulensApp
@@ -38,9 +37,11 @@ from gpulens.tui.widgets.host_table import HostTable
 from gpulens.tui.widgets.job_table import JobTable
 from gpulens.tui.widgets.plot import TimeSeriesPlot, axis_label
 from gpulens.tui.widgets.sparklines import HostSparklines
+from tests.fakes.trace_service import FakeTraceService
 from tests.fakes.tui_fakes import (
     FROZEN,
-    FakeTraceService,
+    FakeProfiler,
+    ProfilingSource,
     StaticSource,
     demo_app,
     frozen_clock,
@@ -214,17 +215,12 @@ async def test_host_down_shows_reason_and_time() -> None:
         assert f"since {app.clock_text(down_at)} (42s ago): Connection refused" in status
 
 
-class DiagnosingService(FakeTraceService):
-    """A trace service double that also says why a pid cannot be traced."""
-
-    def diagnose(self, pid: int) -> str | None:
-        return None if pid in self.pids else "KINETO_USE_DAEMON is not set in its environment: restart it"
-
-
 @sync
 async def test_job_screen_says_why_it_cannot_be_profiled(monkeypatch: pytest.MonkeyPatch) -> None:
     for kw, expected in (
-        ({"trace_service": DiagnosingService(set())}, "pid 11100: KINETO_USE_DAEMON is not set"),
+        # a double that says why a pid cannot be traced: none of them polls
+        ({"trace_service": FakeTraceService(not_polling="KINETO_USE_DAEMON is not set in its environment: restart it")},
+         "pid 11100: KINETO_USE_DAEMON is not set"),
         ({"trace_error": "trace service not started: name taken"}, "trace service not started: name taken"),
     ):
         app = demo_app(backfill_s=60, hostname="gpu-node12", **kw)
@@ -298,7 +294,7 @@ async def test_profiler_trace_button_stays_on_screen_at_80_columns() -> None:
 
     class Host(App[None]):
         def on_mount(self) -> None:
-            self.push_screen(ProfilerScreen(cast(TraceService, FakeTraceService(set())), "localhost", [4242]))
+            self.push_screen(ProfilerScreen(FakeTraceService(), "localhost", [4242]))
 
     app = Host()
     async with app.run_test(size=(80, 24)) as pilot:
@@ -351,9 +347,8 @@ async def test_f_on_a_remote_host_asks_its_agent_for_the_profile(tmp_path: Any) 
 
 
 @sync
-async def test_d_dumps_each_local_process_and_opens_one_flame_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_d_dumps_each_local_process_and_opens_one_flame_graph() -> None:
     """``d``: one py-spy dump per local pid, merged under ``process PID`` frames; remote: a notice."""
-    from gpulens.analysis.flame import pyspy
     from gpulens.analysis.flame.model import build_from_stacks
     from gpulens.core.model import JobInfo
     from gpulens.tui.screens.flame import FlameScreen
@@ -364,7 +359,6 @@ async def test_d_dumps_each_local_process_and_opens_one_flame_graph(monkeypatch:
         dumped.append(pid)
         return build_from_stacks([([f"thread {pid}", "main", "step"], 1)], "samples", f"dump {pid}")
 
-    monkeypatch.setattr(pyspy, "dump", fake_dump)
     jobs = tuple(JobInfo(pid=pid, tree_id="slurmstepd/python", cmdline="python train.py", user="u",
                          start_time=FROZEN - 100, cpu_percent=50.0) for pid in (501, 502))
     events_ = []
@@ -372,7 +366,8 @@ async def test_d_dumps_each_local_process_and_opens_one_flame_graph(monkeypatch:
         base = _cpu_sample(host, FROZEN).sample
         events_.append(SampleEvent(HostSample(host=base.host, time=base.time, cpu=base.cpu, memory=base.memory,
                                               network=base.network, storage=base.storage, jobs=jobs)))
-    app = GpulensApp(source=StaticSource(events_), clock=frozen_clock, hostname="near-host")
+    app = GpulensApp(source=ProfilingSource(events_, FakeProfiler(dump=fake_dump)), clock=frozen_clock,
+                     hostname="near-host")
     async with app.run_test(size=(160, 45)) as pilot:
         await settle(app, pilot)
         app.jump("host near-host")
