@@ -128,16 +128,26 @@ class RequestRunner:
 
     def served_kinds(self) -> tuple[str, ...]:
         """Every request kind this agent can serve now, to someone."""
-        caps = ["history"] + ([PROCESSES] if self.lister is not None else [])
-        if self.profiler() is not None:
-            caps.append("profile")
+        return tuple(self.handlers())
+
+    def handlers(self) -> dict[str, Handler]:
+        """The one table from request kind to the function serving it, for what this agent has now (the
+        trace service, the profiler and the tracer may come and go), in the order capabilities are listed."""
+        table: dict[str, Handler] = {"history": lambda conn, req: kinds.history(conn, req, self._history)}
+        if (lister := self.lister) is not None:
+            table[PROCESSES] = lambda conn, req: processes(conn, req, lister, self.latest)
+        if (prof := self.profiler()) is not None:
+            table["profile"] = lambda conn, req: kinds.profile(conn, req, prof, self.hostname)
         if self.gpumem is not None or self.gpumem_windows:
-            caps.append("gpumem")
-        if self.trace_service is not None:
-            caps += ["trace", "trace_status", "trace_diagnose", "trace_processes"]
-            if self.handover is not None:
-                caps.append(HANDOVER_KIND)
-        return tuple(caps)
+            table["gpumem"] = lambda conn, req: gpumem(conn, req, self.gpumem, self.hostname, self.gpu_used)
+        if (svc := self.trace_service) is not None:
+            table["trace"] = lambda conn, req: kinds.trace(conn, req, svc, self._progress, self.job_key_env)
+            table["trace_status"] = lambda conn, req: kinds.trace_status(conn, req, self._progress)
+            table["trace_diagnose"] = lambda conn, req: kinds.trace_diagnose(conn, req, svc)
+            table["trace_processes"] = lambda conn, req: kinds.trace_processes(conn, req, svc, self.job_key_env)
+            if (handover := self.handover) is not None:
+                table[HANDOVER_KIND] = lambda conn, req: handover(conn.principal, req.params)
+        return table
 
     def capabilities(self, principal: Principal) -> tuple[str, ...]:
         """The request kinds ``principal`` may send (a samples-only peer: history)."""
@@ -153,7 +163,7 @@ class RequestRunner:
     def submit(self, conn: RequestConn, req: stream.Request) -> None:
         """Check ``req`` against ``conn``'s principal and run it; answers at once when it cannot run."""
         principal = conn.principal
-        handler = self._handler(req.kind) if req.kind in self.served_kinds() else None
+        handler = self.handlers().get(req.kind)
         if handler is None:
             why = f" ({self.trace_error})" if req.kind == "trace" and self.trace_error else ""
             conn.put(_error(req, f"unsupported request kind {req.kind[:40]!r}{why}; this agent serves: "
@@ -183,35 +193,6 @@ class RequestRunner:
         """Trace/profile requests running now."""
         with self._lock:
             return self._heavy
-
-    def _handler(self, kind: str) -> Handler | None:
-        """The function that serves ``kind``, bound to what it needs (read now: the service may change)."""
-        svc = self.trace_service
-        if kind == "history":
-            return lambda conn, req: kinds.history(conn, req, self._history)
-        if kind == "profile":
-            prof = self.profiler()
-            if prof is None:
-                return None
-            return lambda conn, req: kinds.profile(conn, req, prof, self.hostname)
-        if kind == "gpumem":
-            return lambda conn, req: gpumem(conn, req, self.gpumem, self.hostname, self.gpu_used)
-        if kind == PROCESSES and (lister := self.lister) is not None:
-            return lambda conn, req: processes(conn, req, lister, self.latest)
-        if svc is None:
-            return None
-        if kind == "trace":
-            return lambda conn, req: kinds.trace(conn, req, svc, self._progress, self.job_key_env)
-        if kind == "trace_diagnose":
-            return lambda conn, req: kinds.trace_diagnose(conn, req, svc)
-        if kind == "trace_status":
-            return lambda conn, req: kinds.trace_status(conn, req, self._progress)
-        if kind == "trace_processes":
-            return lambda conn, req: kinds.trace_processes(conn, req, svc, self.job_key_env)
-        handover = self.handover
-        if kind == HANDOVER_KIND and handover is not None:
-            return lambda conn, req: handover(conn.principal, req.params)
-        return None
 
     def _reserve(self, key: int, uid: int) -> str | None:
         lim = self.limits
