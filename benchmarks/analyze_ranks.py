@@ -14,13 +14,24 @@ each in its own fresh process:
   ``get_potential_stragglers()`` (its late-arrival stragglers, which gpulens
   reports as ``late_arrival``).
 
+HTA runs once per trace parser of ``--hta-backend`` (default both): ``json``
+(HTA 0.5's default) and ``ijson_batch_and_compress`` (what HTA's docs name as
+giving the best results; ``pip install ijson`` in its venv); its ranks are
+parsed by its own process pool (one worker per rank, at most one per CPU), as
+HTA does by default. gpulens' time is compared with HTA's faster backend and
+its memory with HTA's smaller, each by the ratio of the medians.
+
 Wall time is the child's whole life (interpreter start and imports
 included). Peak RSS: the largest single process (``ru_maxrss`` of the
 children) and the peak of the whole process tree (parent plus workers,
-sampled with psutil every 10 ms). Then prints both tools' numbers side by
-side: step time per rank, comm/comp overlap per rank, temporal breakdown.
+sampled with psutil every 10 ms). Both sides run ``--repeat`` times (default
+3) in turns (gpulens, HTA, gpulens, ...); printed per side: the median, min
+and max of each figure, and the ratios of the medians. Then prints both
+tools' numbers side by side (from the last run; they are the same every
+run): step time per rank, comm/comp overlap per rank, temporal breakdown.
 
-Usage: .venv/bin/python benchmarks/analyze_ranks.py [--ranks 8] [--hta-python PATH] [--no-hta] [--keep DIR]
+Usage: .venv/bin/python benchmarks/analyze_ranks.py [--ranks 8] [--repeat 3] [--hta-python PATH]
+       [--hta-backend json ijson_batch_and_compress] [--no-hta] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,6 +55,7 @@ import psutil
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 DF = ROOT.parent / "shared" / "fixtures" / "traces" / "hta" / "df_index_resolver" / "df_index_resolver.json.gz"
+BACKENDS = ("json", "ijson_batch_and_compress")
 INFO = re.compile(rb'"distributedInfo":\s*\{[^}]*\}')
 
 WRAP = r"""
@@ -57,7 +70,10 @@ HTA = r"""
 import json, logging, sys, warnings
 warnings.filterwarnings("ignore")
 logging.disable(logging.CRITICAL)
+from hta.common.trace_parser import set_default_trace_parsing_backend
+from hta.configs.parser_config import ParserBackend
 from hta.trace_analysis import TraceAnalysis
+set_default_trace_parsing_backend(ParserBackend(sys.argv[2]))
 a = TraceAnalysis(trace_dir=sys.argv[1], include_last_profiler_step=True)
 tb = a.get_temporal_breakdown(visualize=False)
 ov = a.get_comm_comp_overlap(visualize=False)
@@ -151,10 +167,27 @@ def side_by_side(ours: dict[str, Any], hta: dict[str, Any]) -> None:
           f"flagged steps {[r['flagged_steps'] for r in la.get('ranks', [])]}) | HTA {hta.get('late')}")
 
 
+FIGURES = ("s wall", "s CPU", "MB peak RSS (largest process)", "MB peak RSS (process tree)")
+
+
+def spread(runs: list[tuple[float, ...]], i: int, fmt: str) -> str:
+    """``median (min-max)`` of figure ``i`` over the runs."""
+    xs = [r[i] for r in runs]
+    return f"{format(statistics.median(xs), fmt)} ({format(min(xs), fmt)}-{format(max(xs), fmt)})"
+
+
+def report(name: str, runs: list[tuple[float, ...]]) -> None:
+    print(f"{name:34s}" + ", ".join(f"{spread(runs, i, '.2f' if i < 2 else '.0f')} {unit}"
+                                    for i, unit in enumerate(FIGURES)))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ranks", type=int, default=8)
+    ap.add_argument("--repeat", type=int, default=3, help="runs per side, in turns (default 3)")
     ap.add_argument("--hta-python", default="/tmp/hta-venv/bin/python")
+    ap.add_argument("--hta-backend", nargs="+", default=list(BACKENDS), choices=BACKENDS,
+                    help="HTA's trace parsers to run (default both)")
     ap.add_argument("--no-hta", action="store_true")
     ap.add_argument("--keep", metavar="DIR", help="build the copies here and keep them")
     ap.add_argument("--build-only", metavar="DIR", help=argparse.SUPPRESS)
@@ -164,6 +197,7 @@ def main() -> None:
         return
     if not DF.exists():
         sys.exit(f"skipped: {DF} is not here (the shared fixtures are needed)")
+    hta_ok = not args.no_hta and Path(args.hta_python).exists()
     tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="gpulens-ranks-"))
     tmp.mkdir(parents=True, exist_ok=True)
     try:
@@ -171,23 +205,40 @@ def main() -> None:
                                             "--build-only", str(tmp)]))
         print(f"{args.ranks} ranks of {DF.name}: {size / 1e6:.0f} MB unpacked in {tmp}; "
               f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
-        wall, cpu, single, tree, text = measure([sys.executable, "-m", "gpulens", "analyze", str(tmp), "--json"])
-        ours = json.loads(text)
-        print(f"gpulens analyze DIR: {wall:.2f} s wall, {cpu:.2f} s CPU, peak RSS {single:.0f} MB (largest process), "
-              f"{tree:.0f} MB (whole process tree)")
+        ours_runs: list[tuple[float, ...]] = []
+        hta_runs: dict[str, list[tuple[float, ...]]] = {b: [] for b in args.hta_backend}
+        ours: dict[str, Any] = {}
+        hta: dict[str, Any] = {}
+        for _ in range(args.repeat):
+            *figures, text = measure([sys.executable, "-m", "gpulens", "analyze", str(tmp), "--json"])
+            ours_runs.append(tuple(figures))  # type: ignore[arg-type]
+            ours = json.loads(text)
+            for backend in args.hta_backend if hta_ok else ():
+                *figures, htext = measure([args.hta_python, "-c", HTA, str(tmp), backend])
+                hta_runs[backend].append(tuple(figures))  # type: ignore[arg-type]
+                line = next(x for x in htext.splitlines() if x.startswith("HTA-JSON "))
+                hta = json.loads(line[len("HTA-JSON "):])
+        print(f"median (min-max) of {args.repeat} runs per side, in turns; "
+              f"load average now {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        report("gpulens analyze DIR:", ours_runs)
         if args.no_hta:
             return
-        if not Path(args.hta_python).exists():
+        if not hta_ok:
             print(f"HTA skipped: {args.hta_python} is not here (python -m venv /tmp/hta-venv && "
-                  "/tmp/hta-venv/bin/pip install HolisticTraceAnalysis)")
+                  "/tmp/hta-venv/bin/pip install HolisticTraceAnalysis ijson)")
             return
-        hwall, hcpu, hsingle, htree, htext = measure([args.hta_python, "-c", HTA, str(tmp)])
-        line = next(x for x in htext.splitlines() if x.startswith("HTA-JSON "))
-        hta = json.loads(line[len("HTA-JSON "):])
-        print(f"HTA TraceAnalysis:   {hwall:.2f} s wall, {hcpu:.2f} s CPU, peak RSS {hsingle:.0f} MB (largest process), "
-              f"{htree:.0f} MB (whole process tree)")
-        print(f"ratio HTA/gpulens: wall {hwall / wall:.1f}x, CPU {hcpu / cpu:.1f}x, peak RSS {hsingle / single:.1f}x (largest), "
-              f"{htree / tree:.1f}x (tree)")
+        for backend, runs in hta_runs.items():
+            report(f"HTA {backend}:", runs)
+
+        def med(runs: list[tuple[float, ...]], i: int) -> float:
+            return statistics.median(r[i] for r in runs)
+
+        best = [min(hta_runs, key=lambda b: med(hta_runs[b], i)) for i in range(len(FIGURES))]
+        ratio = [med(hta_runs[best[i]], i) / med(ours_runs, i) for i in range(len(FIGURES))]
+        print(f"ratio of medians, HTA's best backend for each figure / gpulens: wall {ratio[0]:.1f}x ({best[0]}), "
+              f"CPU {ratio[1]:.1f}x ({best[1]}), peak RSS {ratio[2]:.1f}x largest ({best[2]}), {ratio[3]:.1f}x "
+              f"tree ({best[3]}); HTA's fastest run / gpulens' slowest (wall): "
+              f"{min(r[0] for r in hta_runs[best[0]]) / max(r[0] for r in ours_runs):.1f}x")
         side_by_side(ours, hta)
     finally:
         if not args.keep:

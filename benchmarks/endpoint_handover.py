@@ -106,12 +106,18 @@ def main() -> int:
         runs = [one_run(base) for _ in range(args.runs)]
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    free, handed, switched, retried = (statistics.median(col) for col in zip(*runs, strict=True))
-    print(f"agent owns the name, name free (peer):        {free:.2f} s (median of {args.runs})")
-    print(f"agent owns the name, TUI hands over:          {handed:.2f} s  ({handed / free:.2f}x the peer, "
+    cols = list(zip(*runs, strict=True))
+    free, handed, switched, retried = (statistics.median(col) for col in cols)
+
+    def rng(i: int) -> str:
+        return f"({min(cols[i]):.2f}-{max(cols[i]):.2f})"
+
+    print(f"median (min-max) of {args.runs} runs, each case in turn within a run")
+    print(f"agent owns the name, name free (peer):        {free:.2f} s {rng(0)}")
+    print(f"agent owns the name, TUI hands over:          {handed:.2f} s {rng(1)}  ({handed / free:.2f}x the peer, "
           f"+{handed - free:.2f} s)")
-    print(f"TUI traces through the agent:                 {switched:.2f} s")
-    print(f"agent owns the name, holder exits after 1 s:  {retried:.2f} s  (retry every 1 s)")
+    print(f"TUI traces through the agent:                 {switched:.2f} s {rng(2)}")
+    print(f"agent owns the name, holder exits after 1 s:  {retried:.2f} s {rng(3)}  (retry every 1 s)")
     return 0
 
 

@@ -12,10 +12,12 @@ Figures, measured in the same run on the same live chain:
   the median over 20 ticks, and the first tick (every tree ID matched once);
 * peer: the same scanner with the matching it had before (the whole tree ID,
   matched with Python's ``re`` on every re-read), one tick: its priming scan.
-CPU time is ``time.process_time()`` (user + sys of this process).
+CPU time is ``time.process_time()`` (user + sys of this process). Both sides
+run ``--runs`` times (default 3) in turns; printed: median (min-max) per side
+and the ratios of the medians.
 
-Run: ``.venv/bin/python benchmarks/job_pattern_deep.py [--depth 500]``
-(about 100 s at depth 500: the peer's one tick).
+Run: ``.venv/bin/python benchmarks/job_pattern_deep.py [--depth 500] [--runs 3]``
+(about 100 s a run at depth 500: the peer's one tick).
 """
 
 from __future__ import annotations
@@ -105,23 +107,29 @@ def cpu_s(fn: object) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--depth", type=int, default=500)
+    parser.add_argument("--runs", type=int, default=3, help="runs of each side, in turns (default 3)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="gl-deep-") as tmp:
         top, hold_w = start_chain(args.depth, Path(tmp))
         try:
             time.sleep(jobs_mod.YOUNG_S + 0.5)  # old processes: only the shells are re-read, as in steady state
+            firsts, steady, peers = [], [], []
             box: list[JobScanner] = []
-            first = cpu_s(lambda: box.append(JobScanner()))
-            scanner = box[0]
-            ticks = [cpu_s(scanner.scan) for _ in range(20)]
+            for _ in range(args.runs):  # in turns, so load bursts hit both
+                firsts.append(cpu_s(lambda: box.append(JobScanner())))
+                scanner = box[-1]
+                steady.append(statistics.median(cpu_s(scanner.scan) for _ in range(20)))
+                peers.append(cpu_s(OldMatching))
             longest = max(len(e.tree_id) for e in scanner._cache.values())
-            now = statistics.median(ticks)
-            print(f"chain of {args.depth} shells named systemdpythonsh; {len(scanner._shells)} shells re-read a tick")
-            print(f"now:  {now * 1e3:.1f} ms CPU per tick (median of 20), first tick {first * 1e3:.1f} ms; "
-                  f"longest tree ID {longest} characters; engine {scanner._pattern.engine}")
-            peer = cpu_s(OldMatching)
-            print(f"peer: {peer:.1f} s CPU for one tick (whole tree IDs, Python's re on every re-read)")
-            print(f"ratio: {peer / now:,.0f}x per steady tick, {peer / first:,.0f}x against the first tick")
+            now, first, peer = (statistics.median(x) for x in (steady, firsts, peers))
+            print(f"chain of {args.depth} shells named systemdpythonsh; {len(scanner._shells)} shells re-read a tick; "
+                  f"median (min-max) of {args.runs} runs, in turns")
+            print(f"now:  {now * 1e3:.1f} ms CPU per tick (median of 20 a run; runs {min(steady) * 1e3:.1f}-"
+                  f"{max(steady) * 1e3:.1f}), first tick {first * 1e3:.1f} ms ({min(firsts) * 1e3:.1f}-"
+                  f"{max(firsts) * 1e3:.1f}); longest tree ID {longest} characters; engine {scanner._pattern.engine}")
+            print(f"peer: {peer:.1f} s CPU for one tick ({min(peers):.1f}-{max(peers):.1f}; whole tree IDs, "
+                  "Python's re on every re-read)")
+            print(f"ratio of medians: {peer / now:,.0f}x per steady tick, {peer / first:,.0f}x against the first tick")
         finally:
             os.close(hold_w)  # the leaf reads end of file; the chain unwinds
             top.wait(timeout=60)

@@ -12,9 +12,11 @@ Prometheus (Debian ``prometheus``) at 15 s:
   also through ``PrometheusSource`` as the viewer does.
 
 The truth is computed here from the sampler's own per-second rates over the
-same 60 s. Prints the three figures and each one's ratio to the truth.
+same 60 s. ``--repeat`` windows (default 3, ending ``--every`` 7 s apart, so
+each sees another scrape phase) are measured; prints each figure's median
+(min-max) and its ratio to each window's truth, median (min-max).
 
-    .venv/bin/python benchmarks/prom_rate_accuracy.py [--seconds 80] [--seed 12]
+    .venv/bin/python benchmarks/prom_rate_accuracy.py [--seconds 80] [--seed 12] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import random
+import statistics
 import sys
 import tempfile
 import threading
@@ -111,6 +114,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=80.0, help="run time (>= 75: the 60 s window covered at 15 s)")
     ap.add_argument("--seed", type=int, default=12)
+    ap.add_argument("--repeat", type=int, default=3, help="windows measured (default 3)")
+    ap.add_argument("--every", type=float, default=7.0, help="seconds between the windows' ends (default 7)")
     ap.add_argument("--pattern", choices=("periodic", "random"), default="periodic",
                     help="periodic: 9.0 MB/s over every 5 s, bursty within; random: seeded bursts")
     args = ap.parse_args()
@@ -142,40 +147,56 @@ def main() -> int:
     old_server, _ = start_http_server(old_port, addr="127.0.0.1", registry=reg)
     tmp = Path(tempfile.mkdtemp(prefix="gpulens-bench-"))
     prom = start_prometheus(tmp, {"new": [f"127.0.0.1:{new.port}"], "old": [f"127.0.0.1:{old_port}"]}, interval="15s")
+    rows: list[dict[str, float]] = []
     try:
         time.sleep(args.seconds)
-        at = time.time()
-        src = PrometheusSource(prom.url, step_s=15, rate_window_s=60, backfill=False)
-        try:
-            viewer = src.fetch_latest()["bench"].network.rx_bytes_per_s
-        finally:
-            src.stop()
-        at = time.time()
+        for k in range(args.repeat):
+            if k:
+                time.sleep(args.every)  # another window position and scrape phase
+            src = PrometheusSource(prom.url, step_s=15, rate_window_s=60, backfill=False)
+            try:
+                viewer = src.fetch_latest()["bench"].network.rx_bytes_per_s
+            finally:
+                src.stop()
+            at = time.time()
 
-        def q(expr: str) -> float:
-            res = prom.api("/api/v1/query", query=expr, time=f"{at:.3f}")["data"]["result"]
-            return float(res[0]["value"][1])
+            def q(expr: str, at: float = at) -> float:
+                res = prom.api("/api/v1/query", query=expr, time=f"{at:.3f}")["data"]["result"]
+                return float(res[0]["value"][1])
 
-        new_rate = q("sum(rate(gpulens_network_receive_bytes_total[60s]))")
-        old_avg = q("avg_over_time(gpulens_network_receive_bytes_per_second[60s])")
-        old_now = q("gpulens_network_receive_bytes_per_second")
-        truth = (sampler.bytes_at(at) - sampler.bytes_at(at - 60)) / 60
-        raw = prom.api("/api/v1/query", query="gpulens_network_receive_bytes_total[60s]",
-                       time=f"{at:.3f}")["data"]["result"][0]["values"]
-        t1, t2 = float(raw[0][0]), float(raw[-1][0])
-        span = (sampler.bytes_at(t2) - sampler.bytes_at(t1)) / (t2 - t1)
+            raw = prom.api("/api/v1/query", query="gpulens_network_receive_bytes_total[60s]",
+                           time=f"{at:.3f}")["data"]["result"][0]["values"]
+            t1, t2 = float(raw[0][0]), float(raw[-1][0])
+            rows.append({
+                "truth": (sampler.bytes_at(at) - sampler.bytes_at(at - 60)) / 60,
+                "span": (sampler.bytes_at(t2) - sampler.bytes_at(t1)) / (t2 - t1),
+                "old_avg": q("avg_over_time(gpulens_network_receive_bytes_per_second[60s])"),
+                "old_now": q("gpulens_network_receive_bytes_per_second"),
+                "new_rate": q("sum(rate(gpulens_network_receive_bytes_total[60s]))"),
+                "viewer": viewer,
+            })
     finally:
         stop.set()
         prom.close()
         new.close()
         old_server.shutdown()
-    print(f"60 s window, 15 s scrape, {args.pattern} bursty stream (MB/s)")
-    print(f"  truth over the 60 s (the sampler's rates)   {truth / MB:6.2f}")
-    print(f"  truth between the window's first and last scrape ({t2 - t1:.0f} s)  {span / MB:6.2f}")
-    print(f"  earlier: avg_over_time(gauge[60s])          {old_avg / MB:6.2f}   ratio {old_avg / truth:.3f}")
-    print(f"  earlier: the gauge's instant value          {old_now / MB:6.2f}   ratio {old_now / truth:.3f}")
-    print(f"  now: rate(gpulens_..._bytes_total[60s])     {new_rate / MB:6.2f}   ratio {new_rate / truth:.3f}")
-    print(f"  now: PrometheusSource (the viewer)          {viewer / MB:6.2f}   ratio {viewer / truth:.3f}")
+
+    def line(label: str, key: str, ratio: bool = True) -> str:
+        vals = [r[key] / MB for r in rows]
+        text = f"  {label:44s} {statistics.median(vals):6.2f} ({min(vals):.2f}-{max(vals):.2f})"
+        if ratio:
+            rs = [r[key] / r["truth"] for r in rows]
+            text += f"   ratio {statistics.median(rs):.3f} ({min(rs):.3f}-{max(rs):.3f})"
+        return text
+
+    print(f"60 s window, 15 s scrape, {args.pattern} bursty stream (MB/s); median (min-max) of {len(rows)} "
+          f"windows {args.every:g} s apart, the ratio to each window's truth")
+    print(line("truth over the 60 s (the sampler's rates)", "truth", ratio=False))
+    print(line("truth between the window's first and last scrape", "span", ratio=False))
+    print(line("earlier: avg_over_time(gauge[60s])", "old_avg"))
+    print(line("earlier: the gauge's instant value", "old_now"))
+    print(line("now: rate(gpulens_..._bytes_total[60s])", "new_rate"))
+    print(line("now: PrometheusSource (the viewer)", "viewer"))
     return 0
 
 

@@ -11,10 +11,11 @@ then measures, in this process:
   and the longest the app's event loop went without running a 50 ms timer
   meanwhile (its stall: how frozen the UI is). The peer, measured in the same
   run: the same hour rebuilt in one pass on the app's thread, which freezes
-  the UI for all of it.
+  the UI for all of it. ``--runs`` seeks (default 3), each in a fresh app
+  with its peer right after; printed: median (min-max), ratios of medians.
 - peak RSS of this process (the recording's decoded records never all live at once).
 
-Usage: .venv/bin/python benchmarks/replay_seek.py [--file PATH] [--minutes 60]
+Usage: .venv/bin/python benchmarks/replay_seek.py [--file PATH] [--minutes 60] [--runs 3]
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import resource
+import statistics
 import sys
 import tempfile
 import time
@@ -68,7 +70,7 @@ def decode(path: Path) -> tuple[float, float, float, int]:
 
 
 async def seek(path: Path) -> dict[str, float]:
-    from gpulens.sources.local import ReplaySource
+    from gpulens.sources.replay import ReplaySource
     from gpulens.store.store import Store
     from gpulens.tui.app import GpulensApp
 
@@ -114,20 +116,26 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--file", type=Path, help="a recording to reuse (made if missing)")
     parser.add_argument("--minutes", type=float, default=60)
+    parser.add_argument("--runs", type=int, default=3, help="decodes and seeks (each with its peer; default 3)")
     args = parser.parse_args()
     path = args.file or Path(tempfile.mkdtemp()) / "demo-1h.gpulens"
     if not path.exists():
         t0 = time.perf_counter()
         make_recording(path, args.minutes)
         print(f"made {path} ({path.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t0:.0f} s")
-    built, dec, app, n = decode(path)
+    decodes = [decode(path) for _ in range(args.runs)]
+    built, dec, app = (statistics.median(d[i] for d in decodes) for i in range(3))
+    n = decodes[0][3]
     print(f"index build: {built:.1f} s; the last hour: {n} records, decode {dec:.1f} s + store {app:.1f} s "
-          f"= {dec + app:.1f} s ({n / (dec + app):.0f} records/s)")
-    got = asyncio.run(seek(path))
+          f"= {dec + app:.1f} s ({n / (dec + app):.0f} records/s); medians of {args.runs} runs, decode + store "
+          f"{min(d[1] + d[2] for d in decodes):.1f}-{max(d[1] + d[2] for d in decodes):.1f} s")
+    seeks = [asyncio.run(seek(path)) for _ in range(args.runs)]  # each a fresh app, its peer right after
+    got = {k: statistics.median(r[k] for r in seeks) for k in seeks[0]}
+    print(f"seek to end - 2 min, median (min-max) of {args.runs} runs, a fresh app each:")
     for name, v in got.items():
-        print(f"seek to end - 2 min: {name:34s} {v:6.2f}")
+        print(f"  {name:34s} {v:6.2f}  ({min(r[name] for r in seeks):.2f}-{max(r[name] for r in seeks):.2f})")
     peer = got["peer: one pass on the UI thread s"]
-    print(f"=> shown after {got['first pass shown s'] / peer:.2f}x the one-pass freeze; "
+    print(f"=> ratio of medians: shown after {got['first pass shown s'] / peer:.2f}x the one-pass freeze; "
           f"longest stall {got['longest UI stall during it s'] / peer:.3f}x of it; "
           f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
     return 0

@@ -115,10 +115,10 @@ def main() -> None:
         labels = [label for label, _ in stores]
         rounds = [run([cls for _, cls in stores], backfill, ticks, args.window) for _ in range(args.rounds)]
     print(f"{args.hosts} hosts x {demo.gpus_per_host} GPUs, {args.ticks} ticks after a 300 s backfill, "
-          f"window {args.window:g} s; ms per tick (mean over ticks, best of {args.rounds} rounds)")
+          f"window {args.window:g} s; ms per tick (mean over ticks; best of {args.rounds} rounds, then the worst round)")
     for i, label in enumerate(labels):
-        figures = {k: min(statistics.fmean(r[0][i][k]) for r in rounds) * 1000 for k in rounds[0][0][i]}
-        print(f"  {label:14s} " + "  ".join(f"{k} {v:.3f}" for k, v in figures.items()))
+        means = {k: [statistics.fmean(r[0][i][k]) * 1000 for r in rounds] for k in rounds[0][0][i]}
+        print(f"  {label:14s} " + "  ".join(f"{k} {min(v):.3f} ({max(v):.3f})" for k, v in means.items()))
     if len(labels) == 2:
         a, b = rounds[0][1]
         same = all(repr(x) == repr(y) for x, y in zip(a, b, strict=True))

@@ -6,8 +6,10 @@ job screen of a light CPU workload the benchmark starts, renamed
 ``gl-cpu-workload``, the local viewers' job pattern matching it alone) and
 ``--demo`` (16 hosts x 8 GPUs: overview, host gpu-node05, job 4711), plus
 ``btop --utf-force``. CPU is utime + stime from /proc/PID/stat (threads
-included), as % of one core; each figure is printed with its ratio to btop
-and to the overview of the same source.
+included), as % of one core, over ``--windows`` back-to-back windows (default
+3 of 20 s); each figure is printed as the median with the windows' min-max,
+and with its ratio to btop and to the overview of the same source (ratios
+of the medians).
 
 RSS: ``--demo`` viewers left ``--minutes`` on the overview, host and job
 screens, and a viewer of this machine on the profiler screen: the demo
@@ -25,7 +27,7 @@ The issue's targets: <= 5 MB growth over the last 15 of 30 minutes,
 Targets (issue 13): overview <= 1.0 % (this machine), <= 1.5 % (demo);
 host and job screens within 1.3x of the overview.
 
-Usage: .venv/bin/python benchmarks/tui_screens.py [--seconds 60] [--minutes 2] [--no-rss | --rss-only] [--no-trace]
+Usage: .venv/bin/python benchmarks/tui_screens.py [--seconds 60] [--windows 3] [--minutes 2] [--no-rss | --rss-only] [--no-trace]
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import argparse
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -123,7 +126,8 @@ def local_job() -> subprocess.Popen[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--seconds", type=float, default=60, help="CPU measurement window")
+    parser.add_argument("--seconds", type=float, default=60, help="CPU measurement, in all")
+    parser.add_argument("--windows", type=int, default=3, help="windows the seconds are cut into (default 3)")
     parser.add_argument("--minutes", type=float, default=2, help="RSS run length (the issue's: 30)")
     parser.add_argument("--no-rss", action="store_true")
     parser.add_argument("--rss-only", action="store_true", help="skip the CPU part")
@@ -162,22 +166,29 @@ def main() -> int:
         for n, (_, jump) in viewers.items():
             reach(tmux, n, jump)
         time.sleep(5)
-        start = {n: cpu_s(p) for n, p in pids.items()}
-        t0 = time.monotonic()
-        time.sleep(args.seconds)
-        wall = time.monotonic() - t0
-        used = {n: (cpu_s(p) - start[n]) / wall * 100 for n, p in pids.items()}
+        per: dict[str, list[float]] = {n: [] for n in pids}
+        wall = 0.0
+        for _ in range(args.windows):  # back-to-back windows of the same run
+            start = {n: cpu_s(p) for n, p in pids.items()}
+            t0 = time.monotonic()
+            time.sleep(args.seconds / args.windows)
+            dt = time.monotonic() - t0
+            wall += dt
+            for n, p in pids.items():
+                per[n].append((cpu_s(p) - start[n]) / dt * 100)
     finally:
         tmux.stop()
         job.kill()
         job.wait()
+    used = {n: statistics.median(v) for n, v in per.items()}
     btop = max(used["btop"], 0.01)
-    print(f"CPU at 1 Hz, 160x45 tmux, all at once over {wall:.0f} s (% of one core):")
-    print(f"  btop --utf-force (update_ms = 1000): {used['btop']:.2f} %")
+    print(f"CPU at 1 Hz, 160x45 tmux, all at once, {args.windows} windows of {wall / args.windows:.0f} s "
+          "(% of one core; median, then min-max of the windows; ratios of the medians):")
+    print(f"  btop --utf-force (update_ms = 1000): {used['btop']:.2f} % ({min(per['btop']):.2f}-{max(per['btop']):.2f})")
     for n in viewers:
         base = used["local-overview" if n.startswith("local") else "demo-overview"]
-        print(f"  gpulens {n:15s}: {used[n]:.2f} %   x{used[n] / btop:.1f} btop   "
-              f"x{used[n] / max(base, 0.01):.2f} its overview")
+        print(f"  gpulens {n:15s}: {used[n]:.2f} % ({min(per[n]):.2f}-{max(per[n]):.2f})   x{used[n] / btop:.1f} btop"
+              f"   x{used[n] / max(base, 0.01):.2f} its overview")
     sys.stdout.flush()
     if not args.no_rss:
         rss(gpulens, env, args.minutes, not args.no_trace)

@@ -2,23 +2,43 @@
 
 One update = a tick of 256 host samples applied to the store, the overview
 refreshed and the screen repainted (``pilot.pause`` waits for the paint).
-Peer, measured in the same run: the naive way, a DataTable of the 256 hosts
-cleared and rebuilt on every update. Target: median <= 50 ms.
+Target: median <= 50 ms.
 
-Usage: .venv/bin/python benchmarks/tui_update.py [--ticks 30]
+Peers, measured in the same run on the same ticks (each its own headless app,
+same size, fed from its own store):
+
+* ``DataTable, update_cell`` -- Textual's best way to keep a changing table:
+  the table is built once, keyed by host and column; per update each host's
+  row is formatted, and only the cells whose text changed are written with
+  ``update_cell`` (the column widened with ``update_width=True`` only when a
+  value no longer fits); rows are added or removed only when hosts come or go.
+* ``DataTable, rebuild`` -- the naive way, for reference: the table cleared
+  (``clear(columns=True)``) and rebuilt on every update (the peer before
+  issue 33).
+
+Each side runs ``--rounds`` times (a fresh app each round, the order rotated
+each round so load bursts hit all of them); printed per side: the median over
+every tick of every round, the min and max of the per-round medians, and the
+ratios of the medians. The machine is shared: read the spread.
+
+Usage: .venv/bin/python benchmarks/tui_update.py [--ticks 30] [--rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from rich.cells import cell_len
 from textual.app import App, ComposeResult
 from textual.widgets import DataTable
 
@@ -29,6 +49,8 @@ from gpulens.tui.app import GpulensApp
 
 T0 = 1_700_000_000.0
 HOSTS = 256
+COLUMNS = ("Host", "GPUs", "Util", "SM", "GPU mem", "Power", "CPU", "Net", "Alerts")
+Times = tuple[list[float], list[float]]
 
 
 def ticks(demo: DemoSource, n: int) -> list[list[SampleEvent]]:
@@ -58,7 +80,15 @@ async def gpulens_update(n: int) -> tuple[list[float], list[float], list[float]]
     return out, cpu, idle
 
 
-class Naive(App[None]):
+def host_cells(store: Store, h: str) -> tuple[str, ...]:
+    r = store.host_row(h, 300)
+    return (h, str(r.gpus), f"{r.util_percent:.0f}%", f"{r.sm_percent:.0f}%", f"{r.gpu_mem_percent:.0f}%",
+            f"{r.power_w:.0f}W", f"{r.cpu_percent:.0f}%", f"{r.net_bytes_per_s:.0f}", " ".join(r.alerts))
+
+
+class TablePeer(App[None]):
+    """A DataTable of the hosts; ``update()`` is the peer's whole per-tick table work."""
+
     def __init__(self, store: Store) -> None:
         super().__init__()
         self.store = store
@@ -66,49 +96,133 @@ class Naive(App[None]):
     def compose(self) -> ComposeResult:
         yield DataTable()
 
-    def rebuild(self) -> None:
+    def update(self) -> None:
+        raise NotImplementedError
+
+
+class Rebuild(TablePeer):
+    """The naive way: clear the table (columns too) and add every row again."""
+
+    def update(self) -> None:
         table = self.query_one(DataTable)
         table.clear(columns=True)
-        table.add_columns("Host", "GPUs", "Util", "SM", "GPU mem", "Power", "CPU", "Net", "Alerts")
+        table.add_columns(*COLUMNS)
         for h in self.store.hosts():
-            r = self.store.host_row(h, 300)
-            table.add_row(h, r.gpus, f"{r.util_percent:.0f}%", f"{r.sm_percent:.0f}%",
-                          f"{r.gpu_mem_percent:.0f}%", f"{r.power_w:.0f}W", f"{r.cpu_percent:.0f}%",
-                          f"{r.net_bytes_per_s:.0f}", " ".join(r.alerts))
+            table.add_row(*host_cells(self.store, h))
 
 
-async def naive_update(n: int) -> tuple[list[float], list[float]]:
+class UpdateCell(TablePeer):
+    """Textual's way for a changing table: write only the cells that changed; rows only as hosts come or go."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
+        self.shown: dict[str, tuple[str, ...]] = {}
+        self.writes = 0
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        for name in COLUMNS:
+            table.add_column(name, key=name)
+
+    def update(self) -> None:
+        table = self.query_one(DataTable)
+        hosts = self.store.hosts()
+        gone = self.shown.keys() - set(hosts)
+        for h in gone:
+            table.remove_row(h)
+            del self.shown[h]
+        for h in hosts:
+            cells = host_cells(self.store, h)
+            old = self.shown.get(h)
+            if old is None:
+                table.add_row(*cells, key=h)
+            else:
+                for key, was, now in zip(COLUMNS, old, cells, strict=True):
+                    if now != was:
+                        wider = cell_len(now) > table.columns[key].content_width  # type: ignore[index]
+                        table.update_cell(h, key, now, update_width=wider)
+                        self.writes += 1
+            self.shown[h] = cells
+
+
+async def table_update(cls: type[TablePeer], n: int) -> tuple[list[float], list[float], float]:
     demo = DemoSource(seed=1, hosts=HOSTS, clock=lambda: T0, live=False, backfill_s=60)
     store = Store()
     demo.start(store.apply)
-    app = Naive(store)
+    app = cls(store)
     batches = ticks(demo, n)
     out, cpu = [], []
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.pause()
+        app.update()  # the first fill is not an update (it is every row added, for both peers)
+        await pilot.pause()
+        writes0 = getattr(app, "writes", 0)
         for batch in batches:
             t, c = time.perf_counter(), time.thread_time()
             store.apply_many(list(batch))
-            app.rebuild()
+            app.update()
             await pilot.pause()
             out.append((time.perf_counter() - t) * 1000)
             cpu.append((time.thread_time() - c) * 1000)
-    return out, cpu
+        writes = (getattr(app, "writes", 0) - writes0) / n
+    return out, cpu, writes
+
+
+def spread(rounds: list[list[float]]) -> str:
+    """Median over all ticks of all rounds, and the min-max of the per-round medians."""
+    meds = [statistics.median(r) for r in rounds]
+    every = [x for r in rounds for x in r]
+    return f"{statistics.median(every):6.1f} (rounds {min(meds):.1f}-{max(meds):.1f})"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--ticks", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    ours, ours_cpu, idle = (statistics.median(x) for x in asyncio.run(gpulens_update(args.ticks)))
-    naive, naive_cpu = (statistics.median(x) for x in asyncio.run(naive_update(args.ticks)))
-    print(f"gpulens overview update, {HOSTS} hosts x 8 GPUs: median {ours:.1f} ms wall, "
-          f"{ours_cpu:.1f} ms CPU (target <= 50 ms)")
-    print(f"  of which the harness's idle wait (pilot.pause() with nothing to do): {idle:.1f} ms; "
-          f"update without it: {ours - idle:.1f} ms wall")
-    print(f"naive DataTable rebuild of the host table alone: median {naive:.1f} ms wall, "
-          f"{naive_cpu:.1f} ms CPU")
-    print(f"ratio gpulens / naive: {ours / naive:.2f} wall, {ours_cpu / naive_cpu:.2f} CPU")
+    n = args.ticks
+    wall: dict[str, list[list[float]]] = {}
+    cpu: dict[str, list[list[float]]] = {}
+    idle: list[list[float]] = []
+    writes: list[float] = []
+
+    async def ours() -> None:
+        w, c, i = await gpulens_update(n)
+        wall.setdefault("gpulens", []).append(w)
+        cpu.setdefault("gpulens", []).append(c)
+        idle.append(i)
+
+    def peer(name: str, cls: type[TablePeer]) -> Callable[[], Coroutine[Any, Any, None]]:
+        async def run() -> None:
+            w, c, k = await table_update(cls, n)
+            wall.setdefault(name, []).append(w)
+            cpu.setdefault(name, []).append(c)
+            if cls is UpdateCell:
+                writes.append(k)
+        return run
+
+    sides = [ours, peer("update_cell", UpdateCell), peer("rebuild", Rebuild)]
+    load = os.getloadavg()[0]
+    for r in range(args.rounds):
+        for side in sides[r % len(sides):] + sides[: r % len(sides)]:
+            asyncio.run(side())
+    med = {k: statistics.median(x for r in v for x in r) for k, v in wall.items()}
+    med_cpu = {k: statistics.median(x for r in v for x in r) for k, v in cpu.items()}
+    idle_med = statistics.median(x for r in idle for x in r)
+    print(f"{HOSTS} hosts x 8 GPUs, {n} updates x {args.rounds} rounds per side, 160x45 headless; "
+          f"load average {load:.2f} -> {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    print(f"ms per update: median over all ticks (min-max of the {args.rounds} per-round medians)")
+    print(f"  gpulens overview update                : wall {spread(wall['gpulens'])}  CPU {spread(cpu['gpulens'])}"
+          "  (target <= 50 ms)")
+    print(f"    of which the harness's idle wait (pilot.pause() with nothing to do): {spread(idle)}; "
+          f"update without it: {med['gpulens'] - idle_med:.1f} ms wall")
+    print(f"  peer: DataTable, update_cell (changed)  : wall {spread(wall['update_cell'])}  CPU "
+          f"{spread(cpu['update_cell'])}  ({statistics.median(writes):.0f} of {HOSTS * len(COLUMNS)} cells "
+          "written per update)")
+    print(f"  ref.: DataTable, clear + rebuild        : wall {spread(wall['rebuild'])}  CPU {spread(cpu['rebuild'])}")
+    for name in ("update_cell", "rebuild"):
+        print(f"ratio gpulens / {name:11s} (medians): {med['gpulens'] / med[name]:.2f} wall, "
+              f"{med_cpu['gpulens'] / med_cpu[name]:.2f} CPU")
     return 0
 
 
