@@ -47,9 +47,8 @@ import stat
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from gpulens.core import safefs
 from gpulens.core.safefs import UnsafePath
@@ -448,50 +447,3 @@ def open_trace_file(path: str | Path, owner_uid: int | None, max_bytes: int = MA
     if fd is None:
         raise UnsafePath(f"{p} does not exist")
     return fd
-
-
-_BOOL_FIELDS = ("record_shapes", "with_stack", "with_flops", "with_modules", "profile_memory")
-
-
-def request_to_dict(req: TraceRequest) -> dict[str, Any]:
-    """Plain data for the agent stream (pids as a list)."""
-    d = {f.name: getattr(req, f.name) for f in fields(req)}
-    d["pids"] = list(req.pids)
-    return d
-
-
-def request_from_dict(d: Mapping[str, Any]) -> TraceRequest:
-    """Build and validate a TraceRequest from plain data (e.g. a remote viewer's request).
-
-    Unknown keys (an output path, say) are refused: gpulens chooses where
-    traces go. Raises ValueError naming the offending field.
-    """
-    known = {f.name for f in fields(TraceRequest)}
-    extra = set(d) - known
-    if extra:
-        raise ValueError(f"unknown trace request field(s): {', '.join(sorted(map(str, extra)))}")
-    kw: dict[str, Any] = {}
-    pids = d.get("pids", ())
-    if not isinstance(pids, (list, tuple)) or not all(isinstance(p, int) and not isinstance(p, bool) for p in pids):
-        raise ValueError("pids: expected a list of integers")
-    kw["pids"] = tuple(pids)
-    for key in ("job_id", "duration_ms", "iterations", "start_time_ms"):
-        if key in d:
-            v = d[key]
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
-                raise ValueError(f"{key}: expected an integer or null, got {v!r}")
-            kw[key] = v
-    for key in ("warmup_s", "timeout_s"):
-        if key in d:
-            v = d[key]
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise ValueError(f"{key}: expected a number, got {v!r}")
-            kw[key] = float(v)
-    for key in _BOOL_FIELDS:
-        if key in d:
-            if not isinstance(d[key], bool):
-                raise ValueError(f"{key}: expected true or false, got {d[key]!r}")
-            kw[key] = d[key]
-    req = TraceRequest(**kw)
-    req.validate()
-    return req
