@@ -144,6 +144,29 @@ class NewPids:
                     found.append(name)
         return found
 
+    def _quick(self, last: int, prev: int | None) -> Found | None:
+        """This tick without the full listing: nothing handed out, or only the pids after ``prev`` (None: list)."""
+        if last == prev:
+            self._quiet += 1
+            return NOTHING
+        if self._seek and prev is not None and prev < last:
+            try:
+                new = self._from(prev + 1, last)
+            except OSError:
+                new = None
+            if new is not None:
+                self._prev = last
+                self._quiet += 1
+                return Found(None, frozenset(new))
+        return None
+
+    def _reused(self, names: frozenset[str], known: Collection[str], prev: int, last: int) -> set[str]:
+        """Pids handed out since the last tick: new processes even when a dead one with the same pid is still
+        cached (pid_max wrapped)."""
+        if 0 < last - prev <= len(known):
+            return {name for name in map(str, range(prev + 1, last + 1)) if name in known and name in names}
+        return {n for n in names if n in known and n.isdigit() and self.allocated(int(n), last)}
+
     def tick(self, known: Collection[str]) -> Found:
         """What is new since the last tick; ``known``: the pids (entry names) cached now.
 
@@ -153,18 +176,9 @@ class NewPids:
         # Read the last pid first: a process forked after it is found next tick.
         last, prev = self.last_pid(), self._prev
         if last is not None and self._quiet < FULL_EVERY:
-            if last == prev:
-                self._quiet += 1
-                return NOTHING
-            if self._seek and prev is not None and prev < last:
-                try:
-                    new = self._from(prev + 1, last)
-                except OSError:
-                    new = None
-                if new is not None:
-                    self._prev = last
-                    self._quiet += 1
-                    return Found(None, frozenset(new))
+            quick = self._quick(last, prev)
+            if quick is not None:
+                return quick
         names = frozenset(os.listdir(self._proc))
         self._whole += 1
         new_names = names.difference(known, self._not_pids)  # set arithmetic stays in C
@@ -173,12 +187,6 @@ class NewPids:
             self._not_pids |= odd
             new_names -= odd
         if last is not None and prev is not None and last != prev:
-            # Pids handed out since the last tick are new processes even when a
-            # dead one with the same pid is still cached (pid_max wrapped).
-            if 0 < last - prev <= len(known):
-                again = {name for name in map(str, range(prev + 1, last + 1)) if name in known and name in names}
-            else:
-                again = {n for n in names if n in known and n.isdigit() and self.allocated(int(n), last)}
-            new_names |= again
+            new_names |= self._reused(names, known, prev, last)
         self._prev, self._quiet = last, 0
         return Found(names, new_names)

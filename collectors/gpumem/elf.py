@@ -101,27 +101,36 @@ def read_elf(path: str) -> ElfFile:
         phentsize, phnum, shentsize, shnum, _shstrndx = struct.unpack_from("<HHHHH", head, 54)
         if phentsize not in (0, 56) or shentsize not in (0, 64) or phnum > 4096 or shnum > 65535:
             raise ElfError(f"{path}: unexpected header sizes")
-        segments = []
-        for k in range(phnum):
-            p_type, _flags, off, vaddr, _paddr, filesz, memsz, _align = struct.unpack(
-                "<IIQQQQQQ", _read(fh, phoff + k * 56, 56))
-            if p_type == 1:
-                segments.append(Segment(vaddr, off, filesz, memsz))
+        segments = _segments(fh, phoff, phnum)
         sections = [struct.unpack("<IIQQQQIIQQ", _read(fh, shoff + k * 64, 64)) for k in range(shnum)]
         symbols: dict[str, Symbol] = {}
         for want in (11, 2):  # SHT_DYNSYM, then SHT_SYMTAB (its entries win: it has the local ones too)
             for sec in sections:
-                if sec[1] != want or sec[9] != 24 or sec[6] >= len(sections):
-                    continue
-                strtab = sections[sec[6]]
-                strings = _read(fh, strtab[4], min(strtab[5], 256 << 20))
-                count = min(sec[5] // 24, MAX_SYMBOLS)
-                table = _read(fh, sec[4], count * 24)
-                for j in range(count):
-                    st_name, st_info, _other, shndx, value, size = struct.unpack_from("<IBBHQQ", table, j * 24)
-                    if not st_name or shndx == 0 or st_name >= len(strings):
-                        continue
-                    end = strings.find(b"\0", st_name)
-                    name = strings[st_name:end if end >= 0 else len(strings)].decode("utf-8", "replace")
-                    symbols[name.split("@", 1)[0]] = Symbol(name, value, size, (st_info & 0xF) == 2)
+                if sec[1] == want and sec[9] == 24 and sec[6] < len(sections):
+                    _add_symbols(fh, sec, sections[sec[6]], symbols)
         return ElfFile(path, symbols, tuple(segments))
+
+
+def _segments(fh: object, phoff: int, phnum: int) -> list[Segment]:
+    """The ``PT_LOAD`` program headers."""
+    segments = []
+    for k in range(phnum):
+        p_type, _flags, off, vaddr, _paddr, filesz, memsz, _align = struct.unpack(
+            "<IIQQQQQQ", _read(fh, phoff + k * 56, 56))
+        if p_type == 1:
+            segments.append(Segment(vaddr, off, filesz, memsz))
+    return segments
+
+
+def _add_symbols(fh: object, sec: tuple[int, ...], strtab: tuple[int, ...], symbols: dict[str, Symbol]) -> None:
+    """The named, defined symbols of one symbol table section into ``symbols`` (bounded: :data:`MAX_SYMBOLS`)."""
+    strings = _read(fh, strtab[4], min(strtab[5], 256 << 20))
+    count = min(sec[5] // 24, MAX_SYMBOLS)
+    table = _read(fh, sec[4], count * 24)
+    for j in range(count):
+        st_name, st_info, _other, shndx, value, size = struct.unpack_from("<IBBHQQ", table, j * 24)
+        if not st_name or shndx == 0 or st_name >= len(strings):
+            continue
+        end = strings.find(b"\0", st_name)
+        name = strings[st_name:end if end >= 0 else len(strings)].decode("utf-8", "replace")
+        symbols[name.split("@", 1)[0]] = Symbol(name, value, size, (st_info & 0xF) == 2)

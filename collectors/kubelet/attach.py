@@ -129,28 +129,9 @@ def attach(
         notes["kubelet.note"] = reading.note
     if reading.why is not None:
         return tuple(gpus), tuple(jobs), notes
-    uid = _uid_by_name(pod_names)
     uuids = {g.uuid for g in gpus if g.uuid}
     parents = mig or {}
-    given_to: dict[str, list[tuple[str, GpuClaim]]] = {}  # GPU UUID -> (device id, container given it)
-    for device, holders in reading.gpu_claims.items():
-        gpu = _gpu_of(device, uuids, parents)
-        if gpu is not None:
-            given_to.setdefault(gpu, []).extend((device, c) for c in holders)
-    shared: list[str] = []
-    out_gpus: list[GpuSample] = []
-    for g in gpus:
-        pairs = given_to.get(g.uuid, []) if g.uuid else []
-        claims = list(dict.fromkeys(c for _, c in pairs))
-        given = _given(claims, uid) if claims else None
-        if given is not None:
-            out_gpus.append(replace(g, allocated=given))
-        elif claims:
-            on_mig = " on MIG devices" if any(d != g.uuid for d, _ in pairs) else ""
-            shared.append(f"GPU {g.index}: {len({(c.namespace, c.pod) for c in claims})} pods{on_mig}")
-            out_gpus.append(replace(g, unavailable={**g.unavailable, "allocated": _holders(pairs, g.uuid)}))
-        else:
-            out_gpus.append(g)
+    out_gpus, shared = _label_gpus(gpus, _claims_by_gpu(reading, uuids, parents), _uid_by_name(pod_names))
     if shared:
         notes["kubelet.shared"] = (f"GPUs given to several pods (time-slicing, or MIG devices of one GPU) are "
                                    f"labelled by none: {', '.join(shared[:8])}")
@@ -162,6 +143,37 @@ def attach(
     single = {(p.namespace, p.name): p.containers[0].name for p in reading.pods if len(p.containers) == 1}
     out_jobs = [_named(j, single) for j in jobs]
     return tuple(out_gpus), tuple(out_jobs), notes
+
+
+def _claims_by_gpu(reading: PodResourcesReading, uuids: set[str],
+                   parents: Mapping[str, str]) -> dict[str, list[tuple[str, GpuClaim]]]:
+    """GPU UUID -> (device id, container given it), a MIG device counted for its GPU."""
+    given_to: dict[str, list[tuple[str, GpuClaim]]] = {}
+    for device, holders in reading.gpu_claims.items():
+        gpu = _gpu_of(device, uuids, parents)
+        if gpu is not None:
+            given_to.setdefault(gpu, []).extend((device, c) for c in holders)
+    return given_to
+
+
+def _label_gpus(gpus: Sequence[GpuSample], given_to: Mapping[str, list[tuple[str, GpuClaim]]],
+                uid: Mapping[tuple[str, str], str]) -> tuple[list[GpuSample], list[str]]:
+    """Each GPU with the one pod given it (``allocated``), or why none is named; and the GPUs shared by several."""
+    shared: list[str] = []
+    out: list[GpuSample] = []
+    for g in gpus:
+        pairs = given_to.get(g.uuid, []) if g.uuid else []
+        claims = list(dict.fromkeys(c for _, c in pairs))
+        given = _given(claims, uid) if claims else None
+        if given is not None:
+            out.append(replace(g, allocated=given))
+        elif claims:
+            on_mig = " on MIG devices" if any(d != g.uuid for d, _ in pairs) else ""
+            shared.append(f"GPU {g.index}: {len({(c.namespace, c.pod) for c in claims})} pods{on_mig}")
+            out.append(replace(g, unavailable={**g.unavailable, "allocated": _holders(pairs, g.uuid)}))
+        else:
+            out.append(g)
+    return out, shared
 
 
 def _named(j: JobInfo, single: Mapping[tuple[str, str], str | None]) -> JobInfo:

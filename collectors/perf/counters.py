@@ -229,34 +229,43 @@ class PerfCollector:
         dt = now - self._last_time
         self._last, self._last_time = current, now
         unavailable = dict(self._unavailable)
-        l3 = l2 = bw = None
-        if "LLC-loads" in deltas:
-            l3 = hit_ratio(deltas["LLC-loads"], deltas["LLC-load-misses"])
-        if self._l2_from_hits and "l2_cache_req_stat.ic_dc_hit_in_l2" in deltas:
-            l2 = hit_ratio_from_hits(
-                deltas["l2_cache_req_stat.ic_dc_hit_in_l2"], deltas["l2_cache_req_stat.ic_dc_miss_in_l2"]
-            )
-        elif "l2_rqsts.references" in deltas:
-            l2 = hit_ratio(deltas["l2_rqsts.references"], deltas["l2_rqsts.miss"])
-        imc_r = [v for k, v in deltas.items() if k.startswith("imc_read")]
-        imc_w = [v for k, v in deltas.items() if k.startswith("imc_write")]
-        if imc_r:
-            known = None not in imc_r and None not in imc_w
-            bw = bandwidth_bytes_per_s(
-                sum(v for v in imc_r if v is not None) if known else None,
-                sum(v for v in imc_w if v is not None), dt,
-            )
+        l3 = hit_ratio(deltas["LLC-loads"], deltas["LLC-load-misses"]) if "LLC-loads" in deltas else None
+        l2 = self._l2_ratio(deltas)
+        bw = _bandwidth(deltas, dt)
         for field, value in (("cache.l3_hit_ratio", l3), ("cache.l2_hit_ratio", l2),
                              ("cache.mem_bandwidth_bytes_per_s", bw)):
             if value is None and field not in unavailable:
                 unavailable[field] = "no counted events in the interval"
         return PerfReading(CacheSample(l2, l3, bw), unavailable)
 
+    def _l2_ratio(self, deltas: dict[str, float | None]) -> float | None:
+        """The L2 hit ratio from AMD's hit/miss events or Intel's references/misses (None: neither counted)."""
+        if self._l2_from_hits and "l2_cache_req_stat.ic_dc_hit_in_l2" in deltas:
+            return hit_ratio_from_hits(
+                deltas["l2_cache_req_stat.ic_dc_hit_in_l2"], deltas["l2_cache_req_stat.ic_dc_miss_in_l2"]
+            )
+        if "l2_rqsts.references" in deltas:
+            return hit_ratio(deltas["l2_rqsts.references"], deltas["l2_rqsts.miss"])
+        return None
+
     def close(self) -> None:
         """Close every counter fd."""
         for c in self._counters.values():
             c.close()
         self._counters = {}
+
+
+def _bandwidth(deltas: dict[str, float | None], dt: float) -> float | None:
+    """Memory bandwidth from the uncore IMC read/write counts (None: no IMC counter, or one not counted)."""
+    imc_r = [v for k, v in deltas.items() if k.startswith("imc_read")]
+    imc_w = [v for k, v in deltas.items() if k.startswith("imc_write")]
+    if not imc_r:
+        return None
+    known = None not in imc_r and None not in imc_w
+    return bandwidth_bytes_per_s(
+        sum(v for v in imc_r if v is not None) if known else None,
+        sum(v for v in imc_w if v is not None), dt,
+    )
 
 
 def _listdir(path: Path) -> list[str]:
