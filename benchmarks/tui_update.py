@@ -87,7 +87,7 @@ def host_cells(store: Store, h: str) -> tuple[str, ...]:
 
 
 class TablePeer(App[None]):
-    """A DataTable of the hosts; ``update()`` is the peer's whole per-tick table work."""
+    """A DataTable of the hosts; each peer's ``update()`` is its whole per-tick table work."""
 
     def __init__(self, store: Store) -> None:
         super().__init__()
@@ -95,9 +95,6 @@ class TablePeer(App[None]):
 
     def compose(self) -> ComposeResult:
         yield DataTable()
-
-    def update(self) -> None:
-        raise NotImplementedError
 
 
 class Rebuild(TablePeer):
@@ -145,7 +142,7 @@ class UpdateCell(TablePeer):
             self.shown[h] = cells
 
 
-async def table_update(cls: type[TablePeer], n: int) -> tuple[list[float], list[float], float]:
+async def table_update(cls: type[Rebuild | UpdateCell], n: int) -> tuple[list[float], list[float], float]:
     demo = DemoSource(seed=1, hosts=HOSTS, clock=lambda: T0, live=False, backfill_s=60)
     store = Store()
     demo.start(store.apply)
@@ -192,7 +189,7 @@ def main() -> int:
         cpu.setdefault("gpulens", []).append(c)
         idle.append(i)
 
-    def peer(name: str, cls: type[TablePeer]) -> Callable[[], Coroutine[Any, Any, None]]:
+    def peer(name: str, cls: type[Rebuild | UpdateCell]) -> Callable[[], Coroutine[Any, Any, None]]:
         async def run() -> None:
             w, c, k = await table_update(cls, n)
             wall.setdefault(name, []).append(w)
