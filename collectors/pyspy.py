@@ -29,6 +29,7 @@ from gpulens.core.pyspy import (
     Recording,
     SamplingCancelled,
 )
+from gpulens.core.sanitize import clean_text
 
 PERMISSION_FIX = (
     "py-spy needs ptrace permission on the target. Fixes: run as the process owner with "
@@ -67,7 +68,7 @@ def classify_failure(pid: int, returncode: int, stderr: str) -> ProfilerError:
 
 def _first_line(text: str) -> str:
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("py-spy>")]
-    return lines[0][:200] if lines else "no message"
+    return clean_text(lines[0][:200]) if lines else "no message"  # py-spy may quote the target's names
 
 
 def python_threads(pid: int) -> int | None:

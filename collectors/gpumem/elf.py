@@ -89,8 +89,32 @@ def read_elf(path: str) -> ElfFile:
     """
     # The root agent opens files a traced process names (in its own mount namespace): never a FIFO that would
     # block it, a device, or a last-component link the process planted after mapping the library.
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    return read_elf_fd(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC), path)
+
+
+def read_mapped_elf(pid: int, start: int, end: int, shown: str) -> ElfFile:
+    """The ELF file ``pid`` has mapped at ``[start, end)``, opened through ``/proc/PID/map_files``.
+
+    That entry is the mapped file itself (a magic link the kernel resolves to
+    the open file, no path walk): a traced process cannot send the root agent
+    to another file with links planted in its own root, its mount namespace or
+    the agent's. ``shown`` names it in errors and in :attr:`ElfFile.path`.
+
+    Raises:
+        ElfError, OSError: as :func:`read_elf`.
+    """
+    fd = os.open(f"/proc/{pid}/map_files/{start:x}-{end:x}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    return read_elf_fd(fd, shown)
+
+
+def read_elf_fd(fd: int, path: str) -> ElfFile:
+    """:func:`read_elf` of an open descriptor (taken over and closed); a regular file only."""
+    try:
+        is_file = stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError:
+        os.close(fd)
+        raise
+    if not is_file:
         os.close(fd)
         raise ElfError(f"{path}: not a regular file")
     with os.fdopen(fd, "rb") as fh:

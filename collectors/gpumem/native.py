@@ -21,7 +21,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from gpulens.collectors.gpumem.elf import ElfError, ElfFile, read_elf
+from gpulens.collectors.gpumem.elf import ElfError, ElfFile, read_mapped_elf
 from gpulens.core.sanitize import clean_text
 
 INTERPRETER = re.compile(r"/(?:lib)?python3\.\d+[^/]*$")
@@ -29,6 +29,8 @@ CUDA = re.compile(r"/lib(?:cuda|cudart)\.so[^/]*$")
 MAX_FILES = 256
 """ELF files kept per tracer (a process maps a few dozen)."""
 MAX_NAME = 512
+MAX_DEMANGLED = 65536
+"""C++ names kept demangled (one ``c++filt`` run each, the first time)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +80,10 @@ class NativeSymbols:
     """Symbolises return addresses for the processes of one tracer (maps per pid, ELF files shared)."""
 
     def __init__(self) -> None:
-        self._maps: dict[int, list[Mapping]] = {}
-        self._files: dict[str, FunctionTable | None] = {}
+        self._maps: dict[int, tuple[list[Mapping], tuple[int, ...]]] = {}
+        """pid -> its executable mappings and their starts (for bisection)."""
+        self._files: dict[tuple[int, int], FunctionTable | None] = {}
+        """(device, inode) of a mapped file -> its functions: two containers' same path are two files."""
         self._demangled: dict[str, str] = {}
         self._cxxfilt = shutil.which("c++filt")
 
@@ -89,33 +93,43 @@ class NativeSymbols:
 
     def _mapping(self, pid: int, addr: int) -> Mapping | None:
         for attempt in range(2):  # a library loaded since the last read: read the maps again, once
-            maps = self._maps.get(pid)
-            if maps is None or attempt:
+            known = self._maps.get(pid)
+            if known is None or attempt:
                 try:
-                    maps = self._maps[pid] = executable_mappings(pid)
+                    maps = executable_mappings(pid)
                 except OSError:
                     return None
-            i = bisect.bisect_right([m.start for m in maps], addr) - 1
+                known = self._maps[pid] = maps, tuple(m.start for m in maps)
+            maps, starts = known
+            i = bisect.bisect_right(starts, addr) - 1
             if i >= 0 and addr < maps[i].end:
                 return maps[i]
         return None
 
-    def _table(self, pid: int, path: str) -> FunctionTable | None:
-        if path not in self._files:
+    def _table(self, pid: int, mapping: Mapping) -> FunctionTable | None:
+        """The functions of the file mapped there, read through ``/proc/PID/map_files`` (never a path walk)."""
+        where = f"/proc/{pid}/map_files/{mapping.start:x}-{mapping.end:x}"
+        try:
+            st = os.stat(where)
+        except OSError:
+            return None
+        key = (st.st_dev, st.st_ino)
+        if key not in self._files:
             if len(self._files) >= MAX_FILES:
                 self._files.clear()
-            rooted = f"/proc/{pid}/root{path}"
             try:
-                self._files[path] = FunctionTable.of(read_elf(rooted if os.path.exists(rooted) else path))
+                self._files[key] = FunctionTable.of(read_mapped_elf(pid, mapping.start, mapping.end, mapping.path))
             except (OSError, ElfError):
-                self._files[path] = None
-        return self._files[path]
+                self._files[key] = None
+        return self._files[key]
 
     def _demangle(self, name: str) -> str:
         if not name.startswith("_Z") or self._cxxfilt is None:
             return name
         hit = self._demangled.get(name)
         if hit is None:
+            if len(self._demangled) >= MAX_DEMANGLED:
+                self._demangled.clear()
             try:
                 out = subprocess.run([self._cxxfilt, name], capture_output=True, text=True, timeout=2, check=False)
                 hit = out.stdout.strip() or name
@@ -128,7 +142,7 @@ class NativeSymbols:
         """``lib.so: symbol`` of return address ``addr``, or ``lib.so+0x…`` (its file offset) without a symbol."""
         lib = os.path.basename(mapping.path)
         offset = addr - 1 - mapping.start + mapping.offset  # a return address: the call is the byte before
-        table = self._table(pid, mapping.path)
+        table = self._table(pid, mapping)
         if table is not None:
             for seg in table.elf.segments:
                 if seg.offset <= offset < seg.offset + seg.filesz:

@@ -22,7 +22,7 @@ import re
 import struct
 from dataclasses import dataclass
 
-from gpulens.collectors.gpumem.elf import ElfError, read_elf
+from gpulens.collectors.gpumem.elf import ElfError, read_mapped_elf
 from gpulens.collectors.gpumem.layouts import (
     DEBUG_OFFSETS,
     DIRECT,
@@ -62,15 +62,15 @@ class PythonNotReadable(GpulensError):
     title = "Python frames not readable"
 
 
-def _maps(pid: int) -> list[tuple[int, int, str]]:
-    """(start, file offset, path) of each file mapping of ``pid``."""
+def _maps(pid: int) -> list[tuple[int, int, int, str]]:
+    """(start, end, file offset, path) of each file mapping of ``pid``."""
     out = []
     with open(f"/proc/{pid}/maps") as fh:
         for line in fh:
             parts = line.split(None, 5)
             if len(parts) == 6 and parts[5].startswith("/"):
-                start = int(parts[0].split("-", 1)[0], 16)
-                out.append((start, int(parts[2], 16), parts[5].rstrip("\n")))
+                start, end = (int(x, 16) for x in parts[0].split("-", 1))
+                out.append((start, end, int(parts[2], 16), parts[5].rstrip("\n")))
     return out
 
 
@@ -85,13 +85,14 @@ def find_python(pid: int) -> PyTarget:
     except OSError as err:
         raise PythonNotReadable(f"/proc/{pid}/maps: {err.strerror}") from None
     tried: list[str] = []
-    for path in dict.fromkeys(p for _, _, p in maps):
+    for path in dict.fromkeys(p for _, _, _, p in maps):
         m = _LIB.search(path)
         if m is None:
             continue
         version = (3, int(m.group(1)))
+        start, end = next((lo, hi) for lo, hi, _, p in maps if p == path)
         try:
-            elf = read_elf(f"/proc/{pid}/root{path}" if os.path.exists(f"/proc/{pid}/root{path}") else path)
+            elf = read_mapped_elf(pid, start, end, path)
         except (OSError, ElfError) as err:
             tried.append(f"{path}: {err}")
             continue
@@ -99,7 +100,7 @@ def find_python(pid: int) -> PyTarget:
         if sym is None:
             tried.append(f"{path}: no _PyRuntime symbol")
             continue
-        base = next(start for start, off, p in maps if p == path and off == 0) - elf.first_vaddr
+        base = next(lo for lo, _, off, p in maps if p == path and off == 0) - elf.first_vaddr
         code_type = elf.symbols.get("PyCode_Type")
         return _target(pid, version, base + sym.value, base + code_type.value if code_type is not None else 0)
     raise PythonNotReadable("not a CPython process" + (f" ({'; '.join(tried)})" if tried else ""))

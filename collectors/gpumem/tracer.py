@@ -36,6 +36,7 @@ from gpulens.collectors.gpumem.python_stack import (
     PythonNotReadable,
     find_python,
 )
+from gpulens.core.sanitize import clean_text
 
 OBJECT = Path(__file__).with_name("bpf") / "cuda_mem.bpf.o"
 
@@ -254,7 +255,7 @@ class GpuMemTracer:
             target = find_python(pid)
             reader = CodeReader(target)
         except (PythonNotReadable, OSError) as err:
-            self.python[pid] = str(err)
+            self.python[pid] = clean_text(str(err))  # it may quote paths the traced process mapped
             return self.python[pid]
         self._readers[pid] = reader
         self.python[pid] = None

@@ -136,9 +136,10 @@ def run(args: argparse.Namespace) -> int:
         else:
             from gpulens.analysis.flame.labels import format_value
             from gpulens.analysis.flame.units import count_suffix
+            from gpulens.core.sanitize import clean_text
 
-            print(f"{profile.title}  total {format_value(profile.total, profile.unit)}"
-                  f"{count_suffix(profile.total, profile.unit)}")
+            print(clean_text(f"{profile.title}  total {format_value(profile.total, profile.unit)}"
+                             f"{count_suffix(profile.total, profile.unit)}"))  # a file's names and event
             print(f"{'self':>12} {'total':>12}  function")
             for row in doc["frames"]:  # type: ignore[attr-defined]
                 print(f"{format_value(row['self'], profile.unit):>12} {format_value(row['total'], profile.unit):>12}  {row['name']}")

@@ -202,7 +202,7 @@ class FlameScreen(CrumbedScreen[None]):
             except FlameError as err:
                 self.notify(str(err), severity="error", timeout=10)
                 return
-            self.notify(written.message(), timeout=10)
+            self.notify(clean_text(written.message()), markup=False, timeout=10)  # names the file's event
 
         self.app.push_screen(ExportScreen(what, default), chosen)
 
