@@ -68,6 +68,27 @@ def _run(proc: subprocess.Popen[str], tracer: GpuMemTracer) -> None:
         pass
 
 
+def _traced(argv: list[str], native: bool = False) -> tuple[dict[tuple[str, ...], int], dict[tuple[str, ...], int],
+                                                             str | None]:
+    """Run ``argv`` (it prints READY, waits for a line, allocates, prints DONE, waits), traced from READY on:
+    (live, total, why its Python frames cannot be read, as the tracer said at attach)."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "READY"
+        tracer = GpuMemTracer([proc.pid], native=native)
+        try:
+            assert set(tracer.python) == {proc.pid}
+            why = tracer.python[proc.pid]
+            _run(proc, tracer)
+            live, total = tracer.snapshot()
+        finally:
+            tracer.close()
+    finally:
+        proc.kill()
+        proc.wait()
+    return live, total, why
+
+
 def _line(text: str) -> int:
     lines = WORKLOAD.read_text().splitlines()
     hits = [n for n, line in enumerate(lines, 1) if text in line]
@@ -152,20 +173,8 @@ def test_every_cpython_from_3_10_to_3_13_gives_each_allocation_its_stack(libdir:
     exe = cpython(minor)
     if exe is None:
         pytest.skip(skip_reason(minor))
-    proc = subprocess.Popen([exe, str(WORKLOAD), str(libdir)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True)
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "READY"
-        tracer = GpuMemTracer([proc.pid])
-        try:
-            assert tracer.python == {proc.pid: None}
-            _run(proc, tracer)
-            live, total = tracer.snapshot()
-        finally:
-            tracer.close()
-    finally:
-        proc.kill()
-        proc.wait()
+    live, total, why = _traced([exe, str(WORKLOAD), str(libdir)])
+    assert why is None
     for got, want in zip((live, total), _expected(), strict=True):
         main, (thread,) = _without_thread(got)
         assert main == {_as_in(minor, s): n for s, n in want.items()}
@@ -184,19 +193,8 @@ def test_a_process_whose_python_is_unknown_still_shows_its_bytes(libdir: Path, t
     exe = tmp_path / "native"
     subprocess.run(["cc", "-o", str(exe), str(src), f"-L{libdir}", "-l:libcuda.so.1", f"-Wl,-rpath,{libdir}"],
                    check=True)
-    proc = subprocess.Popen([str(exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "READY"
-        tracer = GpuMemTracer([proc.pid])
-        try:
-            assert "not a CPython process" in (tracer.python[proc.pid] or "")
-            _run(proc, tracer)
-            live, _ = tracer.snapshot()
-        finally:
-            tracer.close()
-    finally:
-        proc.kill()
-        proc.wait()
+    live, _, why = _traced([str(exe)])
+    assert "not a CPython process" in (why or "")
     assert live == {("<python frames not read: not a CPython process>", "cuMemAlloc_v2"): 12345}
 
 
@@ -227,19 +225,7 @@ def test_native_frames_sit_between_python_and_the_cuda_call(libdir: Path, tmp_pa
     (tmp_path / "libcuda.so.1").symlink_to(libdir / "libcuda.so.1")
     script = tmp_path / "native_alloc.py"
     script.write_text(NATIVE_PROGRAM)
-    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "READY"
-        tracer = GpuMemTracer([proc.pid], native=True)
-        try:
-            _run(proc, tracer)
-            live, _ = tracer.snapshot()
-        finally:
-            tracer.close()
-    finally:
-        proc.kill()
-        proc.wait()
+    live, _, _ = _traced([sys.executable, str(script), str(tmp_path)], native=True)
     ((stack, size),) = live.items()
     lines = NATIVE_PROGRAM.splitlines()
     call = next(n for n, text in enumerate(lines, 1) if "# ALLOC native" in text)
@@ -421,19 +407,7 @@ def test_names_a_program_gives_its_code_are_cleaned(libdir: Path, tmp_path: Path
     """A traced program chooses its functions' and files' names: no escape sequence reaches a terminal."""
     script = tmp_path / "hostile.py"
     script.write_text(HOSTILE)
-    proc = subprocess.Popen([sys.executable, str(script), str(libdir)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True)
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "READY"
-        tracer = GpuMemTracer([proc.pid])
-        try:
-            _run(proc, tracer)
-            live, _ = tracer.snapshot()
-        finally:
-            tracer.close()
-    finally:
-        proc.kill()
-        proc.wait()
+    live, _, _ = _traced([sys.executable, str(script), str(libdir)])
     ((stack, size),) = live.items()
     assert size == 4096 and any("evil" in f for f in stack)
     assert not any(ch in f for f in stack for ch in "\x1b\x07")
