@@ -49,17 +49,22 @@ def open_gpu_memory(p: Profiling) -> None:
         agents: RequestSource = source
         host, pids = next(iter(remote.items()))
         p._start_countdown(f"the agent on {host} reads the GPU memory of {len(pids)} process(es)")
-        p._run_on_app(lambda: _remote(p, agents, host, pids, seconds), f"GPU memory on {host}")
+
+        def ask() -> tuple[Profile, str] | None:
+            return _ask(agents, host, pids, seconds)
+
+        p._run_on_app(lambda: _open(p, f"on {host}", ask, ask), f"GPU memory on {host}")
         return
     local = p.local_pids()
     first = local_gpu_memory(p.screen.ctx.source, local) if local else None
     if first is not None:
         p._start_countdown(f"reading the GPU memory of {len(local)} process(es) here (eBPF)")
-        p._run_on_app(lambda: _here(p, local, first), "GPU memory here")
+        p._run_on_app(lambda: _open(p, "here", lambda: _ask_here(p, local, first), lambda: _ask_here(p, local)),
+                      "GPU memory here")
         return
     if local:
         p.screen.notify(f"{NEEDS_ROOT}; or, for these processes now: sudo gpulens gpumem --pid "
-                        + ",".join(map(str, p.local_pids()[:8])), severity="warning", timeout=12)
+                        + ",".join(map(str, local[:8])), severity="warning", timeout=12)
         return
     p.screen.notify("no job processes whose GPU memory could be read here", severity="warning")
 
@@ -104,30 +109,19 @@ def _ask_here(p: Profiling, pids: list[int], fut: Future[tuple[str, dict[str, An
     return profile, _note(body.get("python"), body.get("lost"))
 
 
-def _here(p: Profiling, pids: list[int], first: Future[tuple[str, dict[str, Any]]]) -> None:
+def _open(p: Profiling, where: str, first: Callable[[], tuple[Profile, str] | None],
+          again: Callable[[], tuple[Profile, str] | None]) -> None:
+    """Show the first answer (in a worker), then refresh it from ``again`` while the flame screen is open."""
     try:
-        got = _ask_here(p, pids, first)
-    except Exception as err:  # shown in the panel: eBPF refused, the processes gone…
-        call_in_app(p._set_state, f"GPU memory here failed: {err}")
+        got = first()
+    except Exception as err:  # shown in the panel: no agent, not root there, eBPF refused, the processes gone…
+        call_in_app(p._set_state, f"GPU memory {where} failed: {err}")
         return
     if got is None:
         return
     profile, note = got
     call_in_app(p._show, profile, "", note)
-    call_in_app(_follow, p, profile, lambda: _ask_here(p, pids))
-
-
-def _remote(p: Profiling, source: RequestSource, host: str, pids: list[int], seconds: float) -> None:
-    try:
-        got = _ask(source, host, pids, seconds)
-    except Exception as err:  # shown in the panel: no agent, not root there, not the owner…
-        call_in_app(p._set_state, f"GPU memory on {host} failed: {err}")
-        return
-    if got is None:
-        return
-    profile, note = got
-    call_in_app(p._show, profile, "", note)
-    call_in_app(_follow, p, profile, lambda: _ask(source, host, pids, seconds))
+    call_in_app(_follow, p, profile, again)
 
 
 def _follow(p: Profiling, first: Profile, again: Callable[[], tuple[Profile, str] | None]) -> None:
