@@ -228,12 +228,15 @@ class Profiling:
         pids = self.local_pids()
         seconds = self.duration_s
         source = requester(self.screen.ctx)
-        here = self.local_host() if pids and source is not None else None
-        if pids and (here is None or local_profiler(self.screen.ctx.source) is not None):
-            if (profiler := self._local_profiler()) is None:
-                return
+        profiler = local_profiler(self.screen.ctx.source) if pids else None
+        if profiler is not None:
             self._start_countdown(f"sampling {len(pids)} process(es) with py-spy")
             self._run_on_app(lambda: self._sample(profiler, pids, seconds), "py-spy profile")
+            return
+        # No py-spy here: this machine's processes go through its agent when the view has one (--connect).
+        here = self.local_host() if pids and source is not None else None
+        if pids and here is None:
+            self.screen.notify(NO_PYSPY_NOTE, severity="warning")
             return
         remote = {here: pids} if here is not None else self.remote_pids()
         if remote and source is not None:
