@@ -19,6 +19,7 @@ import secrets
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from gpulens.core.errors import GpulensError
 
@@ -221,17 +222,25 @@ def open_regular_at(dir_fd: int | None, path: str | Path, *, owner: int | None, 
 
 
 def write_new_file(path: str | Path, data: bytes, mode: int = 0o644) -> None:
-    """Write ``data`` to ``path`` atomically through a fresh, unpredictable temporary name.
+    """Write ``data`` to ``path`` atomically through a fresh, unpredictable temporary name (:func:`new_file`)."""
+    with new_file(path, mode) as f:
+        f.write(data)
 
-    The temporary file is created with ``O_EXCL | O_NOFOLLOW`` (never an
-    existing file or link another user planted), then renamed over ``path``.
+
+@contextlib.contextmanager
+def new_file(path: str | Path, mode: int = 0o644) -> Iterator[BinaryIO]:
+    """A file written in the block and renamed over ``path`` when it ends; nothing is left if it raises.
+
+    It is written under a fresh, unpredictable temporary name beside ``path``,
+    created with ``O_EXCL | O_NOFOLLOW``: never an existing file or a link
+    another user planted.
     """
     p = Path(path)
     tmp = p.with_name(f".{p.name}.{secrets.token_hex(8)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
         os.replace(tmp, p)
     except BaseException:
         with contextlib.suppress(OSError):

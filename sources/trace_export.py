@@ -20,14 +20,13 @@ from __future__ import annotations
 import contextlib
 import gzip
 import os
-import secrets
 import tarfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import BinaryIO
 
 from gpulens.analysis.trace.errors import TraceFileError
-from gpulens.core.safefs import UnsafePath, open_regular_at
+from gpulens.core.safefs import UnsafePath, new_file, open_regular_at
 
 
 class ExportError(TraceFileError):
@@ -55,22 +54,13 @@ def export_trace(src: str | Path, dest: str | Path, *, owner_uid: int | None = N
         rfd = open_regular_at(None, src, owner=owner_uid, max_bytes=1 << 62)
     except UnsafePath as err:
         raise TraceFileError(f"cannot export {src}: {err}") from err
-    tmp = out.with_name(f".{out.name}.{secrets.token_hex(8)}.tmp")
     try:
         with os.fdopen(rfd, "rb") as fin:
             limit, why = output_limit(os.fstat(fin.fileno()).st_size)
-            wfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
-            with os.fdopen(wfd, "wb") as fout:
+            with new_file(out, 0o666) as fout:
                 _stream(fin, fout, out.name.endswith(".gz"), limit, why, str(src))
-        os.replace(tmp, out)
     except (OSError, EOFError, gzip.BadGzipFile) as err:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
         raise ExportError(f"cannot write {out} from {src}: {err}") from err
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
     return str(out)
 
 
@@ -152,11 +142,9 @@ def export_ranks(files: Mapping[str, str | Path], dest: str | Path, *,
 
 def _write_archive(files: Mapping[str, str | Path], out: Path, uids: Mapping[str, int]) -> str:
     """One tar (gzip unless ``.tar``) of every source as it is, through an exclusive temporary name."""
-    tmp = out.with_name(f".{out.name}.{secrets.token_hex(8)}.tmp")
     mode = "w" if str(out).lower().endswith(".tar") else "w:gz"
     try:
-        wfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
-        with os.fdopen(wfd, "wb") as raw, tarfile.open(fileobj=raw, mode=mode) as tar:  # type: ignore[call-overload]
+        with new_file(out, 0o666) as raw, tarfile.open(fileobj=raw, mode=mode) as tar:  # type: ignore[call-overload]
             for name, src in files.items():
                 try:
                     rfd = open_regular_at(None, src, owner=uids.get(name), max_bytes=1 << 62)
@@ -167,15 +155,8 @@ def _write_archive(files: Mapping[str, str | Path], out: Path, uids: Mapping[str
                     st = os.fstat(fin.fileno())
                     info.size, info.mtime, info.mode = st.st_size, int(st.st_mtime), 0o644
                     tar.addfile(info, fin)
-        os.replace(tmp, out)
     except (OSError, tarfile.TarError) as err:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
         raise ExportError(f"cannot write {out}: {err}") from err
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
     return str(out)
 
 
