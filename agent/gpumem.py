@@ -106,15 +106,11 @@ class GpuMemService:
             log.info("pid %d: CUDA libraries not probed: %s", pid, err)
         self.tracer.watch(pid)
 
-    def read(self, pids: Sequence[int]) -> tuple[dict[tuple[str, ...], int], dict[tuple[str, ...], int],
-                                               dict[str, str | None], dict[int, int], int, float]:
+    def read(self, pids: Sequence[int]) -> Readout:
         """(live, total, why-not-Python per pid, live bytes seen per pid, events lost, since) of ``pids`` now."""
         for pid in pids:
             self.cover(pid)
-        tracer = self.tracer
-        live, total = tracer.snapshot(list(pids))
-        return (live, total, {str(p): tracer.python.get(p) for p in pids},
-                {p: tracer.allocations.live_bytes(p) for p in pids}, tracer.lost, self.since)
+        return _readout(self.tracer, pids, self.since)
 
     def live_pids(self) -> list[int]:
         """Processes holding GPU memory the probes saw them allocate."""
@@ -129,6 +125,18 @@ class GpuMemService:
         self._stop.set()
         self._thread.join(timeout=2.0)
         self.tracer.close()
+
+
+Readout = tuple[dict[tuple[str, ...], int], dict[tuple[str, ...], int], dict[str, str | None], dict[int, int], int,
+                float]
+"""(live, total, why-not-Python per pid, live bytes seen per pid, events lost, since)."""
+
+
+def _readout(tracer: GpuMemTracer, pids: Sequence[int], since: float) -> Readout:
+    """What a tracer holds for ``pids`` now: the one reading for the service, the window and the TUI's own."""
+    live, total = tracer.snapshot(list(pids))
+    return (live, total, {str(p): tracer.python.get(p) for p in pids},
+            {p: tracer.allocations.live_bytes(p) for p in pids}, tracer.lost, since)
 
 
 class LocalGpuMemory:
@@ -209,9 +217,7 @@ def gpumem(conn: RequestConn, req: stream.Request, service: GpuMemService | None
             while time.monotonic() < end:
                 window.poll(100)
             window.poll(0)
-            live, total = window.snapshot()
-            lost, python = window.lost, {str(p): window.python.get(p) for p in pids}
-            tracked = {p: window.allocations.live_bytes(p) for p in pids}
+            live, total, python, tracked, lost, since = _readout(window, pids, since)
         finally:
             window.close()
     if mode == "live":

@@ -11,15 +11,13 @@ from __future__ import annotations
 from concurrent.futures import Future
 from typing import Any
 
-from gpulens.sources.local import parts
+from gpulens.sources.local import offered
 
 
 def local_gpu_memory(source: object, pids: list[int]) -> Future[tuple[str, dict[str, Any]]] | None:
     """Folded live bytes of this machine's ``pids`` and a note, or None when no part of ``source`` reads them."""
-    for part in parts(source):
-        own = getattr(part, "gpu_memory_stacks", None)
-        if callable(own):
-            fut = own(pids)
-            if fut is not None:
-                return fut  # type: ignore[no-any-return]
+    for own in offered(source, "gpu_memory_stacks"):
+        fut: Future[tuple[str, dict[str, Any]]] | None = own(pids)
+        if fut is not None:
+            return fut
     return None

@@ -255,6 +255,15 @@ def parts(source: object) -> Iterator[object]:
         yield from parts(part)
 
 
+def offered(source: object, capability: str) -> Iterator[Any]:
+    """The ``capability`` attribute of each part of ``source`` that has one (not None), in :func:`parts` order:
+    how screens find what a source can do (``process_table``, ``gpu_memory_stacks``, ``profiler``)."""
+    for part in parts(source):
+        own = getattr(part, capability, None)
+        if own is not None:
+            yield own
+
+
 class Recorder:
     """Writes every event to a recording file (``--record FILE``); thread-safe.
 

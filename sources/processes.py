@@ -18,7 +18,7 @@ from gpulens.core.processes import DEFAULT_ROWS, MAX_ROWS
 from gpulens.core.sanitize import clean_text
 from gpulens.ipc.errors import RequestFailed
 from gpulens.ipc.serialize import from_dict
-from gpulens.sources.local import MultiSource, parts, replays
+from gpulens.sources.local import MultiSource, offered, replays
 
 KIND = "processes"
 
@@ -32,12 +32,10 @@ def _failed(message: str) -> Future[dict[str, Any]]:
 def process_table(source: object, host: str, *, limit: int = DEFAULT_ROWS, pids: Collection[int] | None = None,
                   timeout_s: float = 10.0) -> Future[dict[str, Any]]:
     """``{"processes": [JobInfo dicts], "total": n, "hidden": n}`` of ``host``, or a future that fails with why."""
-    for part in parts(source):
-        own = getattr(part, "process_table", None)
-        if callable(own):
-            fut = own(host, limit, pids)
-            if fut is not None:
-                return fut  # type: ignore[no-any-return]
+    for own in offered(source, "process_table"):
+        fut: Future[dict[str, Any]] | None = own(host, limit, pids)
+        if fut is not None:
+            return fut
     if replays(source):
         return _failed("a recording: its processes are not running now, and its pids may name others")
     params: dict[str, Any] = {"limit": limit}

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from gpulens.sources.local import parts
+from gpulens.sources.local import offered
 
 if TYPE_CHECKING:
     from gpulens.analysis.flame.model import Profile
@@ -35,8 +35,5 @@ class LocalProfiler(Protocol):
 
 def local_profiler(source: object) -> LocalProfiler | None:
     """The py-spy of the first part of ``source`` that runs it on this machine, None when no part does."""
-    for part in parts(source):
-        own = getattr(part, "profiler", None)
-        if own is not None:
-            return own  # type: ignore[no-any-return]
-    return None
+    found: LocalProfiler | None = next(offered(source, "profiler"), None)
+    return found

@@ -31,7 +31,7 @@ import re
 
 from gpulens.analysis.flame.errors import FlameFormatError
 from gpulens.analysis.flame.model import Profile, build_profile, stack_key
-from gpulens.analysis.flame.units import event_unit
+from gpulens.analysis.flame.units import perf_event_unit
 
 _HEADER = re.compile(r"^(\S.+?)\s+(\d+)/*(\d+)*\s+")
 _EVENT = re.compile(r":\s*(\d+)*\s+(\S+):\s*$")
@@ -42,8 +42,6 @@ _OFFSET = re.compile(r"\+0x[\da-f]+$")
 _GO_METHOD = re.compile(r"\.\(.*\)\.")
 _AFTER_PAREN = re.compile(r"\((?!anonymous namespace\)).*")
 _HEX = re.compile(r"[0-9a-fA-F]+")
-TIME_EVENTS = ("cpu-clock", "task-clock")
-"""Software events whose period is nanoseconds (``cpu-clock:u`` and other modifiers too)."""
 
 
 def looks_like_perf_script(data: bytes) -> bool:
@@ -104,7 +102,7 @@ def _unit(event: str, periods: int, samples: int) -> str:
     """The profile unit of ``samples`` of ``event``, ``periods`` of them with a period."""
     if not event or periods < samples:
         return "samples"
-    return "seconds" if event.split(":", 1)[0] in TIME_EVENTS else event_unit(event)
+    return perf_event_unit(event)
 
 
 class _Folding:

@@ -31,6 +31,16 @@ def event_unit(event: str) -> str:
     return _EVENTS + event
 
 
+TIME_EVENTS = ("cpu-clock", "task-clock")
+"""perf's software clocks: their periods are nanoseconds, so their profiles read as time."""
+
+
+def perf_event_unit(event: str) -> str:
+    """The unit of periods of perf event ``event`` (modifiers such as ``:u`` aside): time for the clocks,
+    else counts of that event."""
+    return "seconds" if event.split(":", 1)[0] in TIME_EVENTS else event_unit(event)
+
+
 def unit_kind(unit: str) -> str:
     """One of :data:`KINDS`: ``events`` for ``events:NAME``, else the unit itself."""
     return "events" if unit.startswith(_EVENTS) else unit

@@ -35,12 +35,13 @@ MAX_DEMANGLED = 65536
 
 @dataclass(frozen=True, slots=True)
 class Mapping:
-    """An executable file mapping: [start, end) of the process's memory from ``offset`` of ``path``."""
+    """A file mapping: [start, end) of the process's memory from ``offset`` of ``path``."""
 
     start: int
     end: int
     offset: int
     path: str
+    executable: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,16 +65,25 @@ class FunctionTable:
         return self.names[i] if i >= 0 and vaddr < self.ends[i] else None
 
 
-def executable_mappings(pid: int) -> list[Mapping]:
-    """The executable file mappings of ``pid``, sorted by address."""
+def file_mappings(pid: int) -> list[Mapping]:
+    """The file mappings of ``pid`` (``/proc/PID/maps``: the one reader of it here), sorted by address.
+
+    Raises:
+        OSError: the process is gone or its maps cannot be read.
+    """
     out = []
     with open(f"/proc/{pid}/maps") as fh:
         for line in fh:
             parts = line.split(None, 5)
-            if len(parts) == 6 and "x" in parts[1] and parts[5].startswith("/"):
+            if len(parts) == 6 and parts[5].startswith("/"):
                 lo, hi = (int(x, 16) for x in parts[0].split("-", 1))
-                out.append(Mapping(lo, hi, int(parts[2], 16), parts[5].rstrip("\n")))
+                out.append(Mapping(lo, hi, int(parts[2], 16), parts[5].rstrip("\n"), "x" in parts[1]))
     return sorted(out, key=lambda m: m.start)
+
+
+def executable_mappings(pid: int) -> list[Mapping]:
+    """The executable file mappings of ``pid``, sorted by address."""
+    return [m for m in file_mappings(pid) if m.executable]
 
 
 class NativeSymbols:
@@ -165,4 +175,4 @@ class NativeSymbols:
         return out[::-1]
 
 
-__all__ = ["FunctionTable", "Mapping", "NativeSymbols", "executable_mappings"]
+__all__ = ["FunctionTable", "Mapping", "NativeSymbols", "executable_mappings", "file_mappings"]

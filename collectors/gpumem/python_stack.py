@@ -32,6 +32,7 @@ from gpulens.collectors.gpumem.layouts import (
     debug_layout,
     pthread_tid_offset,
 )
+from gpulens.collectors.gpumem.native import file_mappings
 from gpulens.core.errors import GpulensError
 from gpulens.core.sanitize import clean_text
 
@@ -62,18 +63,6 @@ class PythonNotReadable(GpulensError):
     title = "Python frames not readable"
 
 
-def _maps(pid: int) -> list[tuple[int, int, int, str]]:
-    """(start, end, file offset, path) of each file mapping of ``pid``."""
-    out = []
-    with open(f"/proc/{pid}/maps") as fh:
-        for line in fh:
-            parts = line.split(None, 5)
-            if len(parts) == 6 and parts[5].startswith("/"):
-                start, end = (int(x, 16) for x in parts[0].split("-", 1))
-                out.append((start, end, int(parts[2], 16), parts[5].rstrip("\n")))
-    return out
-
-
 def find_python(pid: int) -> PyTarget:
     """Where ``pid``'s interpreter keeps its runtime, and which layout it has.
 
@@ -81,18 +70,18 @@ def find_python(pid: int) -> PyTarget:
         PythonNotReadable: not a CPython process, an unknown version, or unreadable.
     """
     try:
-        maps = _maps(pid)
+        maps = file_mappings(pid)
     except OSError as err:
         raise PythonNotReadable(f"/proc/{pid}/maps: {err.strerror}") from None
     tried: list[str] = []
-    for path in dict.fromkeys(p for _, _, _, p in maps):
+    for path in dict.fromkeys(m.path for m in maps):
         m = _LIB.search(path)
         if m is None:
             continue
         version = (3, int(m.group(1)))
-        start, end = next((lo, hi) for lo, hi, _, p in maps if p == path)
+        first = next(m for m in maps if m.path == path)
         try:
-            elf = read_mapped_elf(pid, start, end, path)
+            elf = read_mapped_elf(pid, first.start, first.end, path)
         except (OSError, ElfError) as err:
             tried.append(f"{path}: {err}")
             continue
@@ -100,7 +89,7 @@ def find_python(pid: int) -> PyTarget:
         if sym is None:
             tried.append(f"{path}: no _PyRuntime symbol")
             continue
-        base = next(lo for lo, _, off, p in maps if p == path and off == 0) - elf.first_vaddr
+        base = next(m.start for m in maps if m.path == path and m.offset == 0) - elf.first_vaddr
         code_type = elf.symbols.get("PyCode_Type")
         return _target(pid, version, base + sym.value, base + code_type.value if code_type is not None else 0)
     raise PythonNotReadable("not a CPython process" + (f" ({'; '.join(tried)})" if tried else ""))

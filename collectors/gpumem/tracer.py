@@ -29,7 +29,7 @@ from pathlib import Path
 
 from gpulens.collectors.gpumem.elf import ElfError, read_elf
 from gpulens.collectors.gpumem.libbpf import BpfError, BpfObject, Libbpf, RingBuffer
-from gpulens.collectors.gpumem.native import NativeSymbols
+from gpulens.collectors.gpumem.native import NativeSymbols, file_mappings
 from gpulens.collectors.gpumem.python_stack import (
     CodeReader,
     PyTarget,
@@ -151,15 +151,10 @@ class Allocations:
 def libraries(pid: int) -> dict[str, str]:
     """``cuda`` / ``cudart`` -> the path of that library as ``pid`` maps it (its mount namespace's view)."""
     found: dict[str, str] = {}
-    with open(f"/proc/{pid}/maps") as fh:
-        for line in fh:
-            parts = line.split(None, 5)
-            if len(parts) < 6:
-                continue
-            path = parts[5].rstrip("\n")
-            for lib, pattern in _LIBS.items():
-                if lib not in found and pattern.search(path):
-                    found[lib] = path
+    for m in file_mappings(pid):
+        for lib, pattern in _LIBS.items():
+            if lib not in found and pattern.search(m.path):
+                found[lib] = m.path
     return found
 
 
