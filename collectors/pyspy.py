@@ -74,10 +74,8 @@ def _first_line(text: str) -> str:
 def python_threads(pid: int) -> int | None:
     """How many Python threads ``pid`` has now (``py-spy dump --json``), None when py-spy cannot say."""
     try:
-        proc = subprocess.run([pyspy_binary(), "dump", "--json", "--nonblocking", "-p", str(pid)],
-                              capture_output=True, timeout=30, check=False)
-        threads = json.loads(proc.stdout[:MAX_OUTPUT_BYTES]) if proc.returncode == 0 else None
-    except (ProfilerError, OSError, subprocess.TimeoutExpired, json.JSONDecodeError):
+        threads = json.loads(dump_json(pid, timeout_s=30))
+    except (ProfilerError, OSError, json.JSONDecodeError):
         return None
     return len(threads) if isinstance(threads, list) else None
 
@@ -181,7 +179,7 @@ def _kill_all(procs: list[subprocess.Popen[bytes]]) -> None:
         proc.wait()
 
 
-def dump_json(pid: int) -> bytes:
+def dump_json(pid: int, *, timeout_s: float = 60) -> bytes:
     """``py-spy dump --json`` of ``pid`` now: one stack per thread, as py-spy wrote it (at most
     :data:`~gpulens.core.pyspy.MAX_OUTPUT_BYTES`).
 
@@ -190,7 +188,7 @@ def dump_json(pid: int) -> bytes:
     exe = pyspy_binary()
     try:
         proc = subprocess.run([exe, "dump", "--json", "--nonblocking", "-p", str(pid)],
-                              capture_output=True, timeout=60, check=False)
+                              capture_output=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired as err:
         raise ProfilerError(f"py-spy dump of process {pid} timed out") from err
     if proc.returncode != 0:

@@ -92,7 +92,7 @@ def ssh_refusal(host: str, ssh: Sequence[str]) -> str | None:
 def ssh_argv(ssh: Sequence[str], host: str, job: JobInfo, signal: str, mode: str = "send") -> list[str]:
     """The command that checks ``job``'s process on ``host`` and sends it ``signal`` (or, ``look``, shows it)."""
     if ssh_refusal(host, ssh) is not None:
-        raise ValueError(f"no ssh to {host!r}")
+        raise ValueError(f"no ssh to {clean_text(host[:60])!r}")  # a host name from the stream
     remote = shlex.join(["sh", "-c", SCRIPT, "gpulens-signal", str(int(job.pid)), str(int(job.start_time)),
                          signal.removeprefix("SIG"), mode])
     guards = GUARDS if Path(ssh[0]).name == "ssh" else ()
