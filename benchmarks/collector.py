@@ -28,8 +28,12 @@ Figures:
   when the last pid wrapped); probed: one short-lived process started before every
   tick, so the listing of /proc is read from the pids handed out on
   (collectors/newpids.py);
-* young: the first ticks after the 1,000 processes started, when every one
-  of them is re-read each tick to catch exec (the worst case);
+* young: the first ticks after the 1,000 processes started, when without exec
+  events every one of them is re-read each tick to catch exec (the worst case);
+* exec events (collectors/procevents.py, root): the steady rounds also tick a
+  sampler that re-reads shells instead (``exec_events=False``); then
+  :data:`SHELLS` more shells start, and a sampler with events and one without
+  tick in turns while they are young and once they are old and idle;
 * parts (issue #29): where a steady tick's CPU goes, each part timed inside
   the tick in a separate pass (the wrapper's own cost, an empty wrapped call
   in the same conditions, is printed beside them), and how much of the NVML
@@ -386,6 +390,43 @@ def _replay(calls: list[tuple[Callable[..., Any], tuple[Any, ...]]], fake: FakeN
             continue
 
 
+SHELLS = 300
+"""Idle shells added for the exec-events figure (a login node's interactive shells and batch scripts)."""
+
+
+def shells_and_young(pattern: str, fake: FakeNvml) -> tuple[list[float], list[float], list[float], list[float]]:
+    """Ticks with exec events and without, in turns: first while :data:`SHELLS` processes are young,
+    then once they are old idle shells."""
+    started = time.monotonic()
+    group = subprocess.Popen(["/bin/sh", "-c", f"i=0; while [ $i -lt {SHELLS} ]; do "
+                                               "sh -c 'sleep 900; true' & i=$((i+1)); done; wait"])
+    pair = [Sampler(job_pattern=pattern, nvml=NvmlCollector(fake, clock=fake.clock), exec_events=on)
+            for on in (True, False)]
+    out: list[list[float]] = [[], [], [], []]
+    try:
+        while len(psutil.Process(group.pid).children()) < SHELLS:
+            time.sleep(0.1)
+        while time.monotonic() - started < jobs_mod.YOUNG_S - 2 * TICK_S:  # young: both re-read by age or not
+            for i, sampler in enumerate(pair):
+                time.sleep(TICK_S)
+                fake.advance(TICK_S)
+                out[2 + i].append(cpu_ms(sampler.sample))
+        time.sleep(max(0.0, started + jobs_mod.YOUNG_S + 1 - time.monotonic()))
+        for _ in range(TICKS):
+            for i, sampler in enumerate(pair):
+                time.sleep(TICK_S)
+                fake.advance(TICK_S)
+                out[i].append(cpu_ms(sampler.sample))
+    finally:
+        for sampler in pair:
+            sampler.close()
+        for c in psutil.Process(group.pid).children(recursive=True):
+            c.kill()
+        group.kill()
+        group.wait()
+    return out[0], out[1], out[2], out[3]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--before", metavar="REV", help="also time git revision REV's collectors, ticks in turns")
@@ -433,11 +474,14 @@ def main() -> int:
         # Steady, in rounds: gpulens, gpulens without GPUs and the two psutil peers, tick about.
         no_gpu = Sampler(job_pattern=pattern, nvml=None, amd=None, kubelet=None)
         peers = [PsutilPeer(pattern, on_new_pid=False), PsutilPeer(pattern, on_new_pid=True)]
+        no_events = Sampler(job_pattern=pattern, nvml=NvmlCollector(fake, clock=fake.clock), exec_events=False)
         names = ("gpulens, 8 fake GPUs", "gpulens, no GPU", "psutil, lists /proc every tick",
-                 "psutil, lists /proc when a pid was handed out")
+                 "psutil, lists /proc when a pid was handed out",
+                 "gpulens, 8 fake GPUs, no exec events (shells re-read)")
         counts: dict[str, int] = {}
         calls: list[Callable[[], int]] = [
-            lambda: len(sampler.sample().jobs), lambda: len(no_gpu.sample().jobs), peers[0].tick, peers[1].tick]
+            lambda: len(sampler.sample().jobs), lambda: len(no_gpu.sample().jobs), peers[0].tick, peers[1].tick,
+            lambda: len(no_events.sample().jobs)]
         rounds: dict[str, list[list[float]]] = {name: [] for name in names}
         for _ in range(ROUNDS):
             for name in names:
@@ -450,6 +494,7 @@ def main() -> int:
                     rounds[name][-1].append(cpu_ms(lambda call=call, holder=holder: holder.append(call())))
                     counts[name] = min(counts.get(name, holder[0]), holder[0])  # the fewest jobs found a tick
         no_gpu.close()
+        no_events.close()
         steady = [ms for one in rounds[names[0]] for ms in one]
         found = counts[names[0]]
 
@@ -492,6 +537,7 @@ def main() -> int:
         probed = list(ticks)
         sampler.close()
         nprocs = len(psutil.pids())
+        shells_on, shells_off, young_on, young_off = shells_and_young(pattern, fake)
         alive = sum(psutil.pid_exists(pid) for pid in job_pids)
     finally:
         for peer in peers:
@@ -516,7 +562,7 @@ def main() -> int:
           "median of each round; min / median / max over rounds:")
     for name in names:
         print(f"  {name:48s} {' '.join(f'{m:6.2f}' for m in medians[name])} ms   {spread(medians[name])}")
-    for peer_name in names[2:]:
+    for peer_name in names[2:4]:
         ratios = [p / g for p, g in zip(medians[peer_name], medians[names[1]], strict=True)]
         print(f"  {peer_name} / gpulens, no GPU: {spread(ratios)}x")
     print(f"attribution on / off   : median {statistics.median(on):.2f} / {statistics.median(off):.2f} ms CPU, "
@@ -528,6 +574,12 @@ def main() -> int:
           f"{len(probed)} ticks (a short-lived process started before each tick: /proc read from its pid on)")
     print(f"gpulens tick, young    : median {statistics.median(young):.2f} ms CPU over "
           f"{len(young)} ticks (all {CROWD} processes < {jobs_mod.YOUNG_S:.0f} s old, re-read)")
+    print(f"{SHELLS} idle shells more  : median {statistics.median(shells_on):.2f} ms CPU with exec events, "
+          f"{statistics.median(shells_off):.2f} ms re-reading the shells (no events), ticks in turns "
+          f"({len(shells_on)} each): {statistics.median(shells_off) / statistics.median(shells_on):.2f}x")
+    print(f"{SHELLS} young processes: median {statistics.median(young_on):.2f} ms CPU with exec events, "
+          f"{statistics.median(young_off):.2f} ms re-reading them (no events), ticks in turns "
+          f"({len(young_on)} each): {statistics.median(young_off) / statistics.median(young_on):.2f}x")
     print(f"all-smi (published)    : {ALL_SMI_MS:.0f} ms per collection with ~500 processes "
           f"-> ratio {ALL_SMI_MS / ours:.1f}x")
     if before:

@@ -13,10 +13,14 @@ and per tick only
   reading the listing of ``/proc`` from the first of them on, and ``/proc``
   is listed whole every :data:`~gpulens.collectors.newpids.FULL_EVERY` ticks
   to drop dead pids (:class:`~gpulens.collectors.newpids.NewPids`),
-* re-reads processes younger than :data:`YOUNG_S` seconds, and shells of
-  any age, because exec changes ``comm`` without changing the pid (``sh -c
-  'python train.py'`` becomes ``python``; a batch script may ``exec`` its
-  program after minutes of set-up),
+* re-reads the known processes that exec'd or renamed themselves since the
+  last tick (``sh -c 'python train.py'`` becomes ``python`` with the same pid;
+  a batch script may ``exec`` its program after minutes of set-up) and the
+  young ones and shells whose parent exited, as the kernel's process connector
+  tells root (:mod:`~gpulens.collectors.procevents`); without it (not root, a
+  container's namespaces, events dropped on a busy node) it re-reads every
+  process younger than :data:`YOUNG_S` seconds and every shell of any age,
+  the processes such a change can come to,
 * reads ``stat`` of matched jobs for CPU % and RSS.
 
 The ``stat`` files read tick after tick stay open (:class:`~gpulens.collectors.procstat.KeptStats`),
@@ -36,21 +40,28 @@ from __future__ import annotations
 
 import heapq
 import os
-import pwd
 import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TypeAlias
 
 from gpulens.collectors.newpids import NewPids
+from gpulens.collectors.procevents import ProcEvents, open_events
 from gpulens.collectors.procstat import KeptStats, ProcFile
+from gpulens.collectors.proctree import (
+    CLK_TCK,
+    PAGE_SIZE,
+    ProcStat,
+    UserNames,
+    boot_time,
+    parse_stat,
+    under,
+)
 from gpulens.collectors.slurm_pidinfo import SlurmPidinfo
 from gpulens.collectors.workloads import PodNames, read_workload
 from gpulens.core.jobs_pattern import (
     DEFAULT_JOB_KEY_ENV,
     DEFAULT_JOB_PATTERN,
-    MAX_TREE_DEPTH,
     compile_job_pattern,
     join_tree_id,
 )
@@ -68,93 +79,15 @@ MAX_ENVIRON = 1024 * 1024
 MAX_DEPTH = 512
 """Unknown ancestors loaded for one process at most; a deeper one is placed as a root."""
 REREAD_PER_UID = 1024
+MAX_OWED = 65536
+"""Exec'd processes left for a later tick at most; past it the next tick re-reads as without exec events."""
 """Young processes and shells of one user re-read per tick at most (about 10 ms of reads)."""
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
-
-
-@dataclass(frozen=True, slots=True)
-class ProcStat:
-    """The fields of ``/proc/PID/stat`` the scanner uses."""
-
-    comm: str
-    state: str
-    ppid: int
-    cpu_ticks: int
-    start_ticks: int
-    rss_pages: int
-
-
-def parse_stat(data: bytes) -> ProcStat:
-    """Parse ``/proc/PID/stat``; ``comm`` may hold spaces and ``)``.
-
-    Raises:
-        ValueError: the text is not a stat line.
-    """
-    open_at, close_at = data.find(b"("), data.rfind(b")")
-    if open_at < 0 or close_at < open_at:
-        raise ValueError("no (comm) in stat line")
-    # Cleaned where read: a comm is any 15 bytes its owner chose (escape sequences for root's terminal).
-    comm = clean_text(data[open_at + 1 : close_at].decode("utf-8", "replace"))
-    f = data[close_at + 2 :].split()
-    # f[0] is field 3 (state); utime=14, stime=15, starttime=22, rss=24 (1-based).
-    return ProcStat(comm, f[0].decode(), int(f[1]), int(f[11]) + int(f[12]), int(f[19]), int(f[21]))
-
-
-Tree: TypeAlias = tuple[tuple[str, ...], str | None, tuple[int, ...]]
-"""(names, top, ancestors): the nearest names, its own last; the oldest name when cut; the pids above."""
-
-
-def under(parent: Tree, ppid: int, comm: str) -> Tree:
-    """The tree of a process named ``comm`` whose parent ``ppid`` has ``parent``.
-
-    Costs :data:`~gpulens.core.jobs_pattern.MAX_TREE_DEPTH` steps whatever the
-    tree's depth: past it the oldest name is kept as ``top`` and those between go.
-    A root's tree is ``((comm,), None, ())``.
-    """
-    up_names, top, up_ancestors = parent
-    names, ancestors = (*up_names, comm), (*up_ancestors, ppid)
-    if len(names) > MAX_TREE_DEPTH:
-        top = names[0] if top is None else top
-        names, ancestors = names[-MAX_TREE_DEPTH:], ancestors[-(MAX_TREE_DEPTH - 1) :]
-    return names, top, ancestors
-
-
 def _read(path: str, limit: int = 4096) -> bytes:
     fd = os.open(path, os.O_RDONLY)
     try:
         return os.read(fd, limit)
     finally:
         os.close(fd)
-
-
-def boot_time(proc: str = "/proc") -> float:
-    """When the machine booted (``btime`` of ``<proc>/stat``; from the boot clock when unreadable)."""
-    try:
-        with open(f"{proc}/stat", "rb") as f:
-            for line in f:
-                if line.startswith(b"btime"):
-                    return float(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
-
-
-class UserNames:
-    """uid -> login name, cleaned (the uid as text when it has none), looked up once per uid."""
-
-    def __init__(self) -> None:
-        self._names: dict[int, str] = {}
-
-    def __call__(self, uid: int) -> str:
-        name = self._names.get(uid)
-        if name is None:
-            try:
-                name = clean_text(pwd.getpwuid(uid).pw_name)
-            except KeyError:
-                name = str(uid)
-            self._names[uid] = name
-        return name
 
 
 @dataclass(slots=True)
@@ -189,12 +122,15 @@ class JobScanner:
         attribute: bool = True,
         pods: PodNames | None = None,
         slurm: SlurmPidinfo | None = None,
+        exec_events: bool = True,
     ) -> None:
         """Raises re.error for a bad pattern (callers turn it into ConfigError).
 
         ``attribute``: read each job's container, pod and Slurm job (once per process);
         ``pods``: names pods by UID (``/var/log/pods``);
-        ``slurm``: asks slurmd the job of a job process that neither its cgroup nor its environment names.
+        ``slurm``: asks slurmd the job of a job process that neither its cgroup nor its environment names;
+        ``exec_events``: learn exec from the kernel (root, ``proc`` the real /proc) instead of re-reading
+        shells and young processes every tick.
         """
         # Shells and jobs are read every tick: their stat files stay open.
         self._stats = KeptStats(proc, lambda path, size: _read(path, size))
@@ -213,6 +149,12 @@ class JobScanner:
         self._matched: set[str] = set()
         self._shells: set[str] = set()  # re-read every tick: scripts end in `exec python`
         self._again: set[str] = set()  # pids whose process was replaced or became a zombie: read next tick
+        self._owed: set[str] = set()  # named by exec events, over the budget last tick: read next tick
+        self._events: ProcEvents | None = None
+        self.events_why = "off" if not exec_events else "not the real /proc" if proc != "/proc" else ""
+        """Why exec is not learnt from the kernel ("": it is; shells and young processes are re-read instead)."""
+        if not self.events_why:
+            self._events, self.events_why = open_events()
         self._young_ticks = 0.0
         self._users = UserNames()
         self._tick = 0
@@ -227,6 +169,8 @@ class JobScanner:
         self._stats.close()
         self._loadavg.close()
         self._pids.close()
+        if self._events is not None:
+            self._events.close()
 
     def _drop(self, name: str) -> None:
         self._stats.forget(name)
@@ -347,7 +291,7 @@ class JobScanner:
                 if entry is not None and name not in self._shells:
                     entry.raw = b""  # no longer read every tick: its last stat line is not needed
         dirty: list[tuple[int, str, bool]] = []
-        for name in new | self._within_budget((self._young.keys() | self._shells) - new):
+        for name in new | self._rereads(new):
             old = cache.get(name)
             entry = self._load(name, old)
             if entry is None:
@@ -355,13 +299,46 @@ class JobScanner:
                 continue
             dirty.append((entry.stat.start_ticks, name, entry is old))  # the same object: the same stat line
         # Parents start before their children: placing in start order reuses fresh parents.
+        renamed = False
         for _start, name, same in sorted(dirty):
             entry = cache.get(name)
             if entry is not None and not (same and self._placed(entry)):  # an idle shell stays where it was
+                names = entry.names
                 self._place(name, entry)
+                renamed |= entry.names != names
+        if renamed and self._events is not None:  # not re-read every tick: the children of one that exec'd
+            self._replace_children({name for _s, name, _same in dirty})
         jobs = self._jobs({name for _s, name, _same in dirty}, gpu_mem or {})
         self._stats.sweep()  # a process no longer read every tick gives its kept file back
         return jobs
+
+    def _watched(self) -> set[str]:
+        """The processes re-read every tick without exec events: young ones and shells."""
+        return {n for n in self._young.keys() | self._shells if n in self._cache}
+
+    def _rereads(self, new: set[str]) -> set[str]:
+        """The known processes to read again this tick: every shell and young one, or with exec events
+        those the kernel named (exec'd, renamed) and the watched children of those that exited."""
+        drained = self._events.drain() if self._events is not None else None
+        if drained is None or not drained.complete or len(self._owed) > MAX_OWED:
+            self._owed = set()  # events missed (or too many owed): every one that could have exec'd
+            return self._within_budget(self._watched() - new)
+        cache = self._cache
+        names = self._owed | ({str(pid) for pid in drained.changed} & cache.keys())
+        if drained.exited:
+            names |= {n for n in self._watched() if cache[n].stat.ppid in drained.exited}
+        names -= new
+        read = self._within_budget(names)
+        self._owed = names - read
+        return read
+
+    def _replace_children(self, placed: set[str]) -> None:
+        """Place again, parents first, the watched processes whose parent's names changed."""
+        cache = self._cache
+        for name in sorted(self._watched() - placed, key=lambda n: cache[n].stat.start_ticks):
+            entry = cache[name]
+            if not self._placed(entry):
+                self._place(name, entry)
 
     def _within_budget(self, names: set[str]) -> set[str]:
         """``names`` less, per uid, those past :data:`REREAD_PER_UID` (the most recently read)."""

@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
-from gpulens.collectors.jobs import (
+from gpulens.collectors.jobs import MAX_CMDLINE
+from gpulens.collectors.proctree import (
     CLK_TCK,
-    MAX_CMDLINE,
     PAGE_SIZE,
     ProcStat,
     UserNames,

@@ -115,18 +115,21 @@ class Sampler:
         attribute: bool = True,
         kubelet: PodResourcesClient | str | None = "auto",
         amd: object | None = "auto",
+        exec_events: bool = True,
     ) -> None:
         """Raises re.error for a bad job pattern (check it first: gpulens.core.config);
         ``proc``: where the job scan reads processes (a fake tree in tests);
         ``attribute``: read each job's container, pod and Slurm job (``collectors.workloads``);
         ``kubelet``: the kubelet's PodResources client (``"auto"``: its default socket, when ``attribute``;
         None: not asked), which names the pod and container each GPU was given (``collectors.kubelet``);
-        ``nvml``/``amd``: ``"auto"``, None (off) or a reader (a test double; ``collectors.amd``)."""
+        ``nvml``/``amd``: ``"auto"``, None (off) or a reader (a test double; ``collectors.amd``);
+        ``exec_events``: learn exec from the kernel when root may (``collectors.procevents``)."""
         self.host = hostname or socket.gethostname()
         self._static: dict[str, str] = {}
         self._pods = PodNames()
         self._jobs = JobScanner(job_pattern, job_key_env, proc, attribute=attribute, pods=self._pods,
-                               slurm=SlurmPidinfo.detect() if attribute and proc == "/proc" else None)
+                               slurm=SlurmPidinfo.detect() if attribute and proc == "/proc" else None,
+                               exec_events=exec_events)
         self._kubelet = kubelet if isinstance(kubelet, PodResourcesClient) else (
             PodResourcesClient() if kubelet == "auto" and attribute else None)
         self._nv_static: dict[str, str] = {}

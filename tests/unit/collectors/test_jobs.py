@@ -21,8 +21,9 @@ import pytest
 
 from gpulens.collectors import jobs as jobs_mod
 from gpulens.collectors import newpids
-from gpulens.collectors.jobs import JobScanner, parse_stat
+from gpulens.collectors.jobs import JobScanner
 from gpulens.collectors.procstat import KeptStats
+from gpulens.collectors.proctree import parse_stat
 
 SLEEPER = "import time; time.sleep(60)"
 
@@ -139,13 +140,19 @@ def _open_stat_files(pids: list[int]) -> set[int]:
     return held
 
 
-def test_jobs_stat_files_stay_open_and_are_given_back(tree: tuple[subprocess.Popen[bytes], list[int], str]) -> None:
+@pytest.mark.parametrize("exec_events", [False, True], ids=["shells-reread", "exec-events"])
+def test_jobs_stat_files_stay_open_and_are_given_back(
+    tree: tuple[subprocess.Popen[bytes], list[int], str], exec_events: bool
+) -> None:
     sh, pids, pattern = tree
-    scanner = JobScanner(pattern)
+    scanner = JobScanner(pattern, exec_events=exec_events)
+    if exec_events and scanner.events_why:
+        pytest.skip(f"no exec events here: {scanner.events_why}")
     first = scanner.scan()
     assert sorted(j.pid for j in first) == pids
     scanner.scan()
-    assert _open_stat_files([*pids, sh.pid]) == {*pids, sh.pid}  # the jobs and their shell: read every tick
+    # The jobs are read every tick; their shell too unless the kernel says when it execs.
+    assert _open_stat_files([*pids, sh.pid]) == ({*pids} if exec_events else {*pids, sh.pid})
     again = scanner.scan()  # read through the kept files: the same jobs, CPU % a real rate
     assert sorted(j.pid for j in again) == pids and all(j.cpu_percent is not None for j in again)
     os.kill(pids[0], signal.SIGKILL)
@@ -157,7 +164,19 @@ def test_jobs_stat_files_stay_open_and_are_given_back(tree: tuple[subprocess.Pop
     assert _open_stat_files([*pids, sh.pid]) == set()
 
 
-def test_exec_after_fork_is_seen(tmp_path: Path) -> None:
+EXEC_EVENTS = pytest.mark.parametrize("exec_events", [False, True], ids=["shells-reread", "exec-events"])
+
+
+def _scanner(pattern: str, exec_events: bool) -> JobScanner:
+    scanner = JobScanner(pattern, exec_events=exec_events)
+    if exec_events and scanner.events_why:
+        scanner.close()
+        pytest.skip(f"no exec events here (needs root in the initial namespaces): {scanner.events_why}")
+    return scanner
+
+
+@EXEC_EVENTS
+def test_exec_after_fork_is_seen(tmp_path: Path, exec_events: bool) -> None:
     # sh starts as "sh" and becomes python by exec: the scanner must notice.
     go = tmp_path / "go"
     py = sys.executable
@@ -166,7 +185,7 @@ def test_exec_after_fork_is_seen(tmp_path: Path) -> None:
     )
     try:
         pattern = re.escape(_tree_id(os.getpid())) + r"/python[0-9.]*$"
-        scanner = JobScanner(pattern)
+        scanner = _scanner(pattern, exec_events)
         assert proc.pid not in {j.pid for j in scanner.scan()}
         go.touch()
         _wait_for(lambda: Path(f"/proc/{proc.pid}/comm").read_text().startswith("python"))
@@ -178,7 +197,8 @@ def test_exec_after_fork_is_seen(tmp_path: Path) -> None:
         proc.wait()
 
 
-def test_old_shell_exec_is_seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@EXEC_EVENTS
+def test_old_shell_exec_is_seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exec_events: bool) -> None:
     # A batch script that sets up for longer than YOUNG_S, then execs python.
     monkeypatch.setattr(jobs_mod, "YOUNG_S", 0.0)  # every process counts as old at once
     go = tmp_path / "go"
@@ -188,14 +208,74 @@ def test_old_shell_exec_is_seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     )
     try:
         _wait_for(lambda: Path(f"/proc/{proc.pid}/comm").read_text().strip() == "sh")
-        scanner = JobScanner(re.escape(_tree_id(os.getpid())) + r"/python[0-9.]*$")
+        scanner = _scanner(re.escape(_tree_id(os.getpid())) + r"/python[0-9.]*$", exec_events)
         assert proc.pid not in {j.pid for j in scanner.scan()}
+        scanner.scan()
+        # An idle old shell: re-read every tick, or with exec events never until it execs.
+        assert (proc.pid in _open_stat_files([proc.pid])) is not exec_events
         go.touch()
         _wait_for(lambda: Path(f"/proc/{proc.pid}/comm").read_text().startswith("python"))
         assert proc.pid in {j.pid for j in scanner.scan()}
     finally:
         proc.kill()
         proc.wait()
+
+
+def _kill_tree(proc: subprocess.Popen[bytes], *others: int) -> None:
+    pids = [*others, proc.pid]
+    for pid in pids:
+        try:
+            for child in psutil.Process(pid).children(recursive=True):
+                child.kill()
+            psutil.Process(pid).kill()
+        except psutil.NoSuchProcess:
+            pass
+    proc.wait()
+
+
+@EXEC_EVENTS
+def test_an_old_shell_whose_parent_exits_is_placed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exec_events: bool
+) -> None:
+    monkeypatch.setattr(jobs_mod, "YOUNG_S", 0.0)  # nothing is re-read for being young
+    die = tmp_path / "die"
+    outer = subprocess.Popen(["/bin/sh", "-c", f"/bin/sh -c 'sleep 60; true' & "
+                                               f"while [ ! -e '{die}' ]; do sleep 0.02; done"])
+    inner = 0
+    try:
+        _wait_for(lambda: any(c.name() == "sh" for c in _children(outer.pid)))
+        inner = next(c.pid for c in _children(outer.pid) if c.name() == "sh")
+        scanner = _scanner(re.escape(_tree_id(os.getpid())) + "/sh/sh$", exec_events)
+        assert inner in {j.pid for j in scanner.scan()}
+        die.touch()
+        outer.wait(timeout=10)
+        _wait_for(lambda: psutil.Process(inner).ppid() != outer.pid)
+        # Orphaned: its tree is its new parent's now, and no longer the pattern's.
+        assert inner not in {j.pid for j in scanner.scan()}
+    finally:
+        _kill_tree(outer, *([inner] if inner else []))
+
+
+@EXEC_EVENTS
+def test_children_follow_a_parent_that_execs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exec_events: bool
+) -> None:
+    monkeypatch.setattr(jobs_mod, "YOUNG_S", 0.0)
+    go = tmp_path / "go"
+    py = sys.executable
+    outer = subprocess.Popen(["/bin/sh", "-c", f"/bin/sh -c 'sleep 60; true' & "
+                                               f"while [ ! -e '{go}' ]; do sleep 0.02; done; exec '{py}' -c '{SLEEPER}'"])
+    inner = 0
+    try:
+        _wait_for(lambda: any(c.name() == "sh" for c in _children(outer.pid)))
+        inner = next(c.pid for c in _children(outer.pid) if c.name() == "sh")
+        scanner = _scanner(re.escape(_tree_id(os.getpid())) + r"/python[0-9.]*/sh$", exec_events)
+        assert inner not in {j.pid for j in scanner.scan()}
+        go.touch()
+        _wait_for(lambda: Path(f"/proc/{outer.pid}/comm").read_text().startswith("python"))
+        assert inner in {j.pid for j in scanner.scan()}  # its parent's new name is in its tree
+    finally:
+        _kill_tree(outer, *([inner] if inner else []))
 
 
 def test_old_processes_are_not_reread(

@@ -18,8 +18,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpulens.collectors import jobs as jobs_mod
-from gpulens.collectors.jobs import JobScanner, under
+from gpulens.collectors import proctree
+from gpulens.collectors.jobs import JobScanner
 from gpulens.collectors.procstat import KeptStats
+from gpulens.collectors.proctree import under
 from gpulens.core.config import load_config, parse_config
 from gpulens.core.errors import ConfigError
 from gpulens.core.jobs_pattern import (
@@ -99,7 +101,7 @@ def test_the_pattern_flag_warns_the_same() -> None:
 
 
 def test_tree_cut_keeps_the_top_and_the_nearest() -> None:
-    tree: jobs_mod.Tree = (("init",), None, ())
+    tree: proctree.Tree = (("init",), None, ())
     for pid in range(2, 514):
         tree = under(tree, pid - 1, "systemd" if pid == 2 else "sh")
         names, top, ancestors = tree
