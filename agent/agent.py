@@ -50,14 +50,15 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-from gpulens.agent.kineto_owner import CLAIM_RETRY_S, EndpointClaimer, EventFn, HandoverServer
+from gpulens.agent.kineto_owner import CLAIM_RETRY_S, EventFn
 from gpulens.agent.listener import PendingSlot, TcpListener
 from gpulens.agent.request_kinds import ProfilerFn, find_profiler
 from gpulens.agent.requests import RequestRunner
 from gpulens.agent.sessions import ViewerConnection
+from gpulens.agent.trace_host import TraceHost
 from gpulens.collectors.processes import ProcessLister
+from gpulens.core.errors import GpulensError
 from gpulens.core.events import HostSampler
 from gpulens.core.model import HostSample
 from gpulens.ipc import auth, stream
@@ -65,10 +66,6 @@ from gpulens.ipc.principal import SAMPLES_ONLY, Principal, owner
 from gpulens.ipc.serialize import sample_to_dict
 from gpulens.ipc.stream_frames import history_frames, pack_sample, sample_frame
 from gpulens.ipc.transport import StdioTransport, Transport
-
-if TYPE_CHECKING:
-    from gpulens.ipc.control import ControlListener
-    from gpulens.ipc.kineto.protocol import TraceService
 
 log = logging.getLogger("gpulens.agent")
 
@@ -121,9 +118,6 @@ class Agent:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_error = ""
-        self._control: ControlListener | None = None
-        self._claimer: EndpointClaimer | None = None
-        self._handover: HandoverServer | None = None
         self.claim_retry_s = CLAIM_RETRY_S
         """How often a taken Kineto name is tried again (``gpulens agent --claim-retry``)."""
         self.requests = RequestRunner(history=self.history_since, hostname=hostname, profiler=profiler)
@@ -132,6 +126,9 @@ class Agent:
         if job_key_env is not None:  # the config's: trace_processes and job_key traces read these
             self.requests.job_key_env = tuple(job_key_env)
         self._listener = TcpListener(self._serve_tcp, busy=self._busy)
+        self.trace = TraceHost(self.requests, self._stop, lambda transport, peer, principal: self.serve_connection(
+            transport, peer, principal=principal, kind="control"))
+        """The trace service's lifetime: endpoint, claim, hand-over, control socket."""
 
     # -- sampling ---------------------------------------------------------------
     def start(self) -> None:
@@ -148,12 +145,7 @@ class Agent:
         for conn in list(self._conns):
             conn.drop("agent stopping")
         self.requests.close()  # running requests are daemons: not waited for
-        self._stop_control()
-        if self._claimer is not None and self._claimer.thread is not None:
-            self._claimer.thread.join(timeout=STOP_JOIN_S)  # a daemon; it drops a service it starts now
-        svc, self.requests.trace_service = self.requests.trace_service, None
-        if svc is not None:
-            svc.stop()
+        self.trace.close()
         with contextlib.suppress(Exception):
             self.sampler.close()
 
@@ -175,10 +167,10 @@ class Agent:
         """Take one sample and fan it out; a failing sampler is logged, not fatal."""
         try:
             s = self.sampler.sample()
-        except Exception as err:
+        except Exception as err:  # last resort of the sampling thread: a failing sampler must not end sampling
             msg = f"{type(err).__name__}: {err}"
-            if msg != self._last_error:
-                log.warning("sampling failed: %s", msg)
+            if msg != self._last_error:  # once per distinct error, with its traceback
+                log.warning("sampling failed: %s", msg, exc_info=True)
                 self._last_error = msg
             return
         if s.host != self.hostname:
@@ -208,7 +200,7 @@ class Agent:
             return s
         try:
             polling = svc.polling_pids()
-        except Exception as err:  # the sample matters more than the flag
+        except (OSError, GpulensError) as err:  # the sample matters more than the flag
             log.debug("polling pids unavailable: %s", err)
             return s
         if not any(j.pid in polling for j in s.jobs):
@@ -216,7 +208,7 @@ class Agent:
         jobs = tuple(dataclasses.replace(j, kineto_polling=True) if j.pid in polling else j for j in s.jobs)
         return dataclasses.replace(s, jobs=jobs)
 
-    # -- the trace service --------------------------------------------------------
+    # -- the trace service (agent.trace_host) -------------------------------------
     def start_trace_service(self, socket_dir: str | None = None, *, strict: bool = False) -> None:
         """Own this host's Kineto endpoint when the trace service is installed (and the control socket).
 
@@ -227,53 +219,7 @@ class Agent:
         a local gpulens holding it is asked to hand it over; anyone else is
         tried again every ``claim_retry_s`` seconds.
         """
-        try:
-            from gpulens.ipc.errors import EndpointBusy
-            from gpulens.ipc.kineto.endpoint import resolve_socket_dir
-            from gpulens.ipc.kineto.service import LocalTraceService
-        except ImportError as err:
-            self.requests.trace_error = f"trace service not installed: {err}"
-            if strict:
-                raise
-            return
-
-        def started(adopt: socket.socket | None = None) -> LocalTraceService:
-            svc = LocalTraceService(socket_dir)
-            svc.start(adopt)
-            return svc
-
-        try:
-            svc = started()
-        except EndpointBusy as err:
-            if strict:
-                raise
-            self.requests.trace_error = f"Kineto endpoint not started: {err}"
-            log.warning("%s; asking its holder to hand it over, else trying again every %g s",
-                        self.requests.trace_error, self.claim_retry_s)
-            self._claimer = EndpointClaimer(
-                resolve_socket_dir(socket_dir), started, self._install_trace_service, self._note_trace_error,
-                self._stop, retry_s=self.claim_retry_s,
-            )
-            self._claimer.start(err)
-            return
-        except Exception as err:
-            if strict:
-                raise
-            self.requests.trace_error = f"Kineto endpoint not started: {err}"
-            log.warning("%s", self.requests.trace_error)
-            return
-        self._install_trace_service(svc)
-
-    def _install_trace_service(self, svc: TraceService) -> None:
-        """Serve traces with ``svc`` (started, holding the name) and open the control socket."""
-        self.requests.trace_service = svc
-        self.requests.trace_error = ""
-        log.info("Kineto endpoint serving at %s", svc.address)
-        if getattr(svc, "dynolog", None) is None:
-            self._start_control(getattr(svc, "socket_dir", None) or "")
-
-    def _note_trace_error(self, reason: str) -> None:
-        self.requests.trace_error = reason
+        self.trace.start(socket_dir, strict=strict, retry_s=self.claim_retry_s)
 
     def allow_handover(self, on_event: EventFn) -> None:
         """Hand this owner's endpoint over when a later agent of root or our uid asks (a TUI's owner).
@@ -281,8 +227,7 @@ class Agent:
         ``on_event`` is told ``draining``, then ``resumed`` or ``released``
         (see :class:`~gpulens.agent.kineto_owner.HandoverServer`).
         """
-        self._handover = HandoverServer(lambda: self.requests.trace_service, self._stop_control, on_event)
-        self.requests.handover = self._handover
+        self.trace.allow_handover(on_event)
 
     def reclaim_endpoint(self) -> None:
         """Take the Kineto name back after handing it over (the new owner exited or did not check out).
@@ -290,37 +235,7 @@ class Agent:
         Serves the control socket again and may hand over again. Raises as
         ``LocalTraceService.start`` (EndpointBusy: someone else holds it now).
         """
-        svc = self.requests.trace_service
-        if svc is None or not hasattr(svc, "rebind"):
-            raise RuntimeError("this gpulens has no Kineto endpoint to take back")
-        svc.rebind()
-        if self._control is None:
-            self._start_control(getattr(svc, "socket_dir", None) or "")
-        if self._handover is not None:
-            self._handover.done = False
-        log.info("Kineto endpoint %s taken back", svc.address)
-
-    def _stop_control(self) -> None:
-        control, self._control = self._control, None
-        if control is not None:
-            control.stop()
-
-    def _start_control(self, socket_dir: str) -> None:
-        """Serve the local control socket so ``gpulens trace`` here can use this agent."""
-        from gpulens.ipc.control import ControlListener, describe_holder
-
-        listener = ControlListener(
-            socket_dir,
-            lambda transport, peer, principal: self.serve_connection(transport, peer, principal=principal, kind="control"),
-        )
-        try:
-            listener.start()
-        except OSError as err:
-            held = describe_holder(listener.name) if err.errno == 98 else ""  # EADDRINUSE
-            log.warning("local control socket %s not served: %s%s", listener.address, err.strerror or err, held)
-            return
-        self._control = listener
-        log.info("local control socket at %s", listener.address)
+        self.trace.reclaim()
 
     # -- SessionHost: what each viewer connection asks of the agent -----------------
     def hello(self, principal: Principal) -> stream.Hello:

@@ -21,20 +21,13 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from gpulens.agent.request_kinds import (
-    RequestConn,
-    RequestError,
-    check_owner,
-    parse_pids,
-    send_bytes,
-)
+from gpulens.agent.request_kinds import RequestConn, RequestError, check_owner, send_bytes
 from gpulens.collectors.gpumem.libbpf import BpfError
 from gpulens.collectors.gpumem.tracer import GpuMemTracer, folded, libraries, why_not
-from gpulens.ipc import stream
+from gpulens.ipc.request_schema import GpuMemAnswer, GpuMemParams
 
 log = logging.getLogger("gpulens.agent")
 
-MAX_WINDOW_S = 120.0
 _LDCONFIG = re.compile(r"\s(lib(?:cuda|cudart)\.so[.0-9]*)\s.*=>\s*(\S+)$")
 
 
@@ -186,24 +179,18 @@ def before_attach(live: dict[tuple[str, ...], int], pids: Iterable[int], tracked
     return out
 
 
-def gpumem(conn: RequestConn, req: stream.Request, service: GpuMemService | None, hostname: str,
-           gpu_used: Callable[[int], int | None] = lambda pid: None) -> dict[str, Any]:
+def gpumem(conn: RequestConn, rid: int, p: GpuMemParams, service: GpuMemService | None, hostname: str,
+           gpu_used: Callable[[int], int | None] = lambda pid: None) -> GpuMemAnswer:
     """Live bytes (``mode`` live) or bytes allocated (``total``) per Python stack of ``pids``, as one folded file.
 
     Live bytes also count, as one ``before attach`` frame, what NVML reports a process holds beyond
     what the probes saw it allocate (its CUDA context, what it allocated before they attached).
     """
-    pids = parse_pids(req.params)
-    mode = req.params.get("mode", "live")
-    if mode not in ("live", "total"):
-        raise RequestError("mode must be 'live' or 'total'")
+    pids, mode = p.pids, p.mode
     check_owner(conn.principal, pids)
     if service is not None:
         live, total, python, tracked, lost, since = service.read(pids)
     else:
-        seconds = req.params.get("duration_s", 5.0)
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= MAX_WINDOW_S:
-            raise RequestError(f"duration_s must be in (0, {MAX_WINDOW_S:g}]")
         why = why_not()
         if why is not None:
             raise RequestError(why)
@@ -213,7 +200,7 @@ def gpumem(conn: RequestConn, req: stream.Request, service: GpuMemService | None
         except BpfError as err:
             raise RequestError(str(err)) from None
         try:
-            end = time.monotonic() + float(seconds)
+            end = time.monotonic() + p.duration_s
             while time.monotonic() < end:
                 window.poll(100)
             window.poll(0)
@@ -224,5 +211,5 @@ def gpumem(conn: RequestConn, req: stream.Request, service: GpuMemService | None
         live = before_attach(live, pids, tracked, gpu_used)
     text = folded((total if mode == "total" else live).items())
     name = f"gpumem-{hostname}-{int(time.time())}.bytes.folded"
-    send_bytes(conn, req.id, name, text.encode())
-    return {"files": [name], "pids": list(pids), "mode": mode, "since": since, "lost": lost, "python": python}
+    send_bytes(conn, rid, name, text.encode())
+    return GpuMemAnswer(files=(name,), pids=pids, mode=mode, since=since, lost=lost, python=python)

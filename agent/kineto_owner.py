@@ -23,11 +23,19 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpulens.agent.request_kinds import RequestError
+from gpulens.core.errors import GpulensError
 from gpulens.ipc.handover import handover_allowed, pass_socket, refusal, request_handover
 from gpulens.ipc.principal import Principal
+
+if TYPE_CHECKING:
+    from gpulens.ipc.kineto.protocol import TraceService
+    from gpulens.ipc.kineto.service import LocalTraceService
+
+StartService = Callable[[socket.socket | None], "LocalTraceService"]
+"""Starts the trace service (serving an adopted bound socket when given one); raises EndpointBusy when taken."""
 
 log = logging.getLogger("gpulens.agent")
 
@@ -55,8 +63,8 @@ class EndpointClaimer:
     def __init__(
         self,
         socket_dir: str | None,
-        start_service: Callable[..., Any],
-        install: Callable[[Any], None],
+        start_service: StartService,
+        install: Callable[[LocalTraceService], None],
         note: Callable[[str], None],
         stop: threading.Event,
         *,
@@ -103,14 +111,14 @@ class EndpointClaimer:
         try:
             if taken is not None:
                 raise taken
-            return self._take(self._start_service())
+            return self._take(self._start_service(None))
         except EndpointBusy as busy:
             held = holder_of(self.socket_dir)
             uid = None if held is None else held[2]
             if held is None or uid is None:
                 return str(busy)
             pid = held[0]
-            adopted: list[Any] = []
+            adopted: list[LocalTraceService] = []
 
             def adopt(sock: socket.socket) -> Callable[[], None]:
                 if self._stop.is_set():
@@ -124,10 +132,10 @@ class EndpointClaimer:
                 return f"{busy} (asked pid {pid} to pass the endpoint on: {answer.reason})"
             log.info("pid %d (uid %d) passed its Kineto endpoint on; serving it", pid, uid)
             return self._take(adopted[0])
-        except Exception as err:  # the agent serves without traces and says why
+        except (OSError, GpulensError, RuntimeError) as err:  # the agent serves without traces and says why
             return f"{type(err).__name__}: {err}"
 
-    def _take(self, svc: Any) -> str | None:
+    def _take(self, svc: LocalTraceService) -> str | None:
         if self._stop.is_set():
             svc.stop()
             return "the agent is stopping"
@@ -135,7 +143,7 @@ class EndpointClaimer:
         return None
 
 
-def _stop_keeping_name(svc: Any) -> None:
+def _stop_keeping_name(svc: LocalTraceService) -> None:
     """Stop a service that adopted a passed socket, without unbinding the name (its passer serves it again)."""
     sock = svc.endpoint.detach()
     if sock is not None:
@@ -151,7 +159,7 @@ class HandoverServer:
     """
 
     def __init__(
-        self, service: Callable[[], Any], release_control: Callable[[], None], on_event: EventFn
+        self, service: Callable[[], TraceService | None], release_control: Callable[[], None], on_event: EventFn
     ) -> None:
         self._service = service
         self._release_control = release_control
@@ -159,7 +167,7 @@ class HandoverServer:
         self._lock = threading.Lock()
         self.done = False
 
-    def __call__(self, principal: Principal, params: Mapping[str, Any]) -> dict[str, Any]:
+    def __call__(self, principal: Principal, params: Mapping[str, object]) -> dict[str, object]:
         me = os.geteuid()
         if not handover_allowed(principal, me):
             why = refusal(principal, me)
@@ -169,11 +177,12 @@ class HandoverServer:
             raise RequestError("endpoint hand-over already in progress")
         try:
             svc = self._service()
-            if self.done or svc is None or not hasattr(svc, "release_endpoint"):
+            release = getattr(svc, "release_endpoint", None)  # a LocalTraceService's (not the protocol's)
+            if self.done or svc is None or release is None:
                 raise RequestError("this gpulens holds no Kineto endpoint to hand over")
             receiver = params.get("receiver")
             self._on_event("draining")
-            why = svc.release_endpoint(
+            why = release(
                 f"this gpulens handed the Kineto endpoint over to the agent of {principal.describe()}: "
                 "trace through that agent ('gpulens trace' finds it)",
                 DRAIN_S,

@@ -28,7 +28,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from socketserver import ThreadingMixIn
-from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client.core import CollectorRegistry, Metric
@@ -37,7 +36,7 @@ from prometheus_client.registry import Collector
 
 from gpulens.agent.metrics_counters import Counters, job_label
 from gpulens.agent.metrics_families import MAX_LABEL_CHARS, families
-from gpulens.core.errors import ConfigError
+from gpulens.core.errors import ConfigError, SchemaError
 from gpulens.core.model import CpuTimes, HostSample
 from gpulens.ipc.prom_names import DEFAULT_METRICS_PORT
 
@@ -81,12 +80,13 @@ class SampleCollector(Collector):
 
     def _catch_up(self) -> HostSample | None:
         if self._history is not None:
+            from gpulens.ipc.errors import ProtocolError
             from gpulens.ipc.serialize import sample_from_msgpack
 
             for raw in self._history(self._counters.last_time):
                 try:  # our own ring: a bad entry must not stop scrapes
                     s = sample_from_msgpack(raw)
-                except Exception as err:
+                except (SchemaError, ProtocolError) as err:
                     log.debug("history sample skipped: %s", err)
                     continue
                 self._counters.observe(s, cpu=self._integrate_cpu(s))
@@ -120,8 +120,16 @@ class _Handler(WSGIRequestHandler):
 
     timeout = METRICS_IO_TIMEOUT_S  # StreamRequestHandler.setup() applies it to the connection
 
-    def log_message(self, format: str, *args: Any) -> None:
+    def log_message(self, format: str, *args: object) -> None:
         """Log nothing."""
+
+
+_Request = socket.socket | tuple[bytes, socket.socket]
+"""What socketserver hands a server per request (a stream server's is the connected socket)."""
+
+
+def _socket_of(request: _Request) -> socket.socket:
+    return request if isinstance(request, socket.socket) else request[1]
 
 
 class _BoundedServer(ThreadingMixIn, WSGIServer):
@@ -136,30 +144,33 @@ class _BoundedServer(ThreadingMixIn, WSGIServer):
         self._open: dict[socket.socket, float] = {}
         self._open_lock = threading.Lock()
 
-    def process_request(self, request: Any, client_address: Any) -> None:
+    def process_request(self, request: _Request, client_address: object) -> None:
+        conn = _socket_of(request)
         if not self._slots.acquire(blocking=False):
             with contextlib.suppress(OSError):
-                request.setblocking(False)
-                request.send(_BUSY)
+                conn.setblocking(False)
+                conn.send(_BUSY)
             self.shutdown_request(request)
             return
         with self._open_lock:
-            self._open[request] = time.monotonic() + METRICS_CONN_DEADLINE_S
+            self._open[conn] = time.monotonic() + METRICS_CONN_DEADLINE_S
+        started = False
         try:
             super().process_request(request, client_address)
-        except BaseException:
-            self._finished(request)
-            raise
+            started = True
+        finally:
+            if not started:  # no thread took it: free its slot here
+                self._finished(request)
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
+    def process_request_thread(self, request: _Request, client_address: object) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
             self._finished(request)
 
-    def _finished(self, request: Any) -> None:
+    def _finished(self, request: _Request) -> None:
         with self._open_lock:
-            if self._open.pop(request, None) is None:
+            if self._open.pop(_socket_of(request), None) is None:
                 return
         self._slots.release()
 
@@ -176,7 +187,7 @@ class _BoundedServer(ThreadingMixIn, WSGIServer):
 class MetricsServer:
     """A running ``/metrics`` endpoint; ``close()`` stops it (idempotent)."""
 
-    server: Any
+    server: _BoundedServer | None
     thread: threading.Thread
     port: int
     addr: str

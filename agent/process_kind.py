@@ -17,35 +17,22 @@ environment is read. The listing is shared for a second by all askers
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from gpulens.agent.request_kinds import MAX_PIDS, RequestConn, RequestError
+from gpulens.agent.request_kinds import RequestConn
 from gpulens.collectors.processes import ProcessLister, proc_hides_pids
 from gpulens.core.model import HostSample
-from gpulens.core.processes import DEFAULT_ROWS, MAX_ROWS, gpu_memory, order
-from gpulens.ipc import stream
+from gpulens.core.processes import gpu_memory, order
+from gpulens.ipc.request_schema import ProcessesAnswer, ProcessesParams
 from gpulens.ipc.serialize import to_dict
 
-KIND = "processes"
+KIND = ProcessesParams.kind
 
 
-def _params(req: stream.Request) -> tuple[int, set[int] | None]:
-    limit = req.params.get("limit", DEFAULT_ROWS)
-    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_ROWS:
-        raise RequestError(f"limit must be an integer in 1..{MAX_ROWS}")
-    pids = req.params.get("pids")
-    if pids is None:
-        return limit, None
-    if (not isinstance(pids, list) or not pids or len(pids) > MAX_PIDS
-            or not all(isinstance(p, int) and not isinstance(p, bool) and p > 0 for p in pids)):
-        raise RequestError(f"pids must be a list of 1..{MAX_PIDS} positive process ids")
-    return limit, set(pids)
-
-
-def processes(conn: RequestConn, req: stream.Request, lister: ProcessLister,
-              latest: Callable[[], HostSample | None], hides: Callable[[], bool] = proc_hides_pids) -> dict[str, Any]:
+def processes(conn: RequestConn, rid: int, p: ProcessesParams, lister: ProcessLister,
+              latest: Callable[[], HostSample | None], hides: Callable[[], bool] = proc_hides_pids,
+              ) -> ProcessesAnswer:
     """The rows ``conn``'s principal may see (module docstring)."""
-    limit, pids = _params(req)
+    limit, pids = p.limit, set(p.pids) if isinstance(p.pids, tuple) else None
     rows, total = lister.listing(gpu_memory(latest()))
     if pids is not None:
         rows = tuple(r for r in rows if r.pid in pids)
@@ -55,4 +42,5 @@ def processes(conn: RequestConn, req: stream.Request, lister: ProcessLister,
         owners = lister.owners()
         seen = tuple(r for r in rows if principal.may_act_for(owners.get(r.pid)))
         hidden, rows = len(rows) - len(seen), seen
-    return {"processes": [to_dict(r) for r in order(rows)[:limit]], "total": total, "hidden": hidden}
+    listed = tuple(d for r in order(rows)[:limit] if isinstance(d := to_dict(r), dict))
+    return ProcessesAnswer(processes=listed, total=total, hidden=hidden)

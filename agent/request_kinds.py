@@ -1,14 +1,15 @@
 """The request kinds an agent serves: history, profile, trace, trace_status, trace_diagnose, trace_processes.
 
 Each kind is one function that gets the connection that asked (a
-:class:`RequestConn`: its principal and a bounded ``put``), the request,
-and exactly what the kind needs (a history function, the profiler, the
-trace service, the progress table) -- never the agent. It checks the
-params, checks every pid against the principal (:func:`check_owner`: each
-pid's owner, read from /proc now, must be one the principal may act for,
-never the agent's uid), does the work, sends any file as ``chunk``
-messages and returns the ``response`` result. A
-:class:`RequestError` is a refusal whose message goes back to the viewer.
+:class:`RequestConn`: its principal and a bounded ``put``), the request's
+id, its params as the kind's struct (``gpulens.ipc.request_schema``: types
+and bounds were checked when the frame was decoded) and exactly what the
+kind needs (a history function, the profiler, the trace service, the
+progress table) -- never the agent. It checks every pid against the
+principal (:func:`check_owner`: each pid's owner, read from /proc now, must
+be one the principal may act for, never the agent's uid), does the work,
+sends any file as ``chunk`` messages and returns the kind's answer struct.
+A :class:`RequestError` is a refusal whose message goes back to the viewer.
 
 Files are opened with ``safefs.open_regular_at`` (no symlink, no FIFO or
 device, owned by the uid captured when the request was checked, bounded
@@ -18,34 +19,51 @@ size) and sent from that descriptor (:func:`send_file`).
 from __future__ import annotations
 
 import os
-import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from concurrent.futures import CancelledError
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+from msgspec import UNSET, UnsetType
 
 from gpulens.core.errors import GpulensError
 from gpulens.core.jobs_pattern import DEFAULT_JOB_KEY_ENV
 from gpulens.ipc import stream
 from gpulens.ipc.principal import Principal
+from gpulens.ipc.request_schema import (
+    MAX_PIDS,
+    HistoryAnswer,
+    HistoryParams,
+    Poller,
+    ProfileAnswer,
+    ProfileParams,
+    ProgressEvent,
+    TraceAnswer,
+    TraceDiagnoseAnswer,
+    TraceDiagnoseParams,
+    TraceParams,
+    TraceProcessesAnswer,
+    TraceProcessesParams,
+    TraceStatusAnswer,
+    TraceStatusParams,
+)
 
 if TYPE_CHECKING:  # the trace service is imported only when the agent starts one
     from gpulens.ipc.kineto.protocol import TraceService
     from gpulens.ipc.kineto.requests import TraceJob, TraceRequest, TraceResult
 
 MAX_FILE_BYTES = 2 * 1024**3
-MAX_PIDS = 64
-MAX_PROFILE_S = 60.0
 CHUNK_WAIT_S = 30.0
 """How long one frame of an answer may wait for room in the viewer's queue."""
 MAX_TAGS = 256
 """Trace progress entries kept for ``trace_status`` (oldest forgotten first)."""
 MAX_EVENTS = 64
 """Progress events kept per tag (a trace of many pids has a few per pid)."""
-_TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
+T = TypeVar("T")
 HistoryFn = Callable[[float | None, float | None], list[bytes]]
 """Packed samples with ``since < time <= until`` (None: unbounded), oldest first."""
 
@@ -72,7 +90,7 @@ class RequestConn(Protocol):
 class Profiler(Protocol):
     """py-spy sampling (``gpulens.agent.pyspy``: runs ``collectors.pyspy``, reads with ``analysis.flame.pyspy``)."""
 
-    def sample_pids(self, pids: list[int], duration_s: float, /, rate_hz: int = 100) -> Any:
+    def sample_pids(self, pids: list[int], duration_s: float, /, rate_hz: int = 100) -> object:
         """A profile (or folded text) of ``pids`` over ``duration_s`` seconds."""
         ...
 
@@ -91,106 +109,103 @@ def find_profiler() -> Profiler | None:
 
 
 # -- kinds ------------------------------------------------------------------------
-def history(conn: RequestConn, req: stream.Request, history_fn: HistoryFn) -> dict[str, Any]:
-    """Samples with ``since < time <= until`` as ``history`` frames of this request."""
+def history(conn: RequestConn, rid: int, p: HistoryParams, history_fn: HistoryFn) -> HistoryAnswer:
+    """Samples with ``since < time <= until`` as ``history`` frames of request ``rid``."""
     from gpulens.ipc.stream_frames import history_frames
 
-    since = _num(req.params, "since", None)
-    until = _num(req.params, "until", None)
-    raws = history_fn(since, until)
-    for frame in history_frames(req.id, raws):
+    raws = history_fn(_or(p.since, None), _or(p.until, None))
+    for frame in history_frames(rid, raws):
         if not conn.put(frame, CHUNK_WAIT_S):
             raise RequestError("viewer too slow to receive history")
-    return {"count": len(raws)}
+    return HistoryAnswer(count=len(raws))
 
 
-def profile(conn: RequestConn, req: stream.Request, profiler: Profiler, hostname: str) -> dict[str, Any]:
+def profile(conn: RequestConn, rid: int, p: ProfileParams, profiler: Profiler, hostname: str) -> ProfileAnswer:
     """py-spy ``pids`` for ``duration_s`` at ``rate_hz``; the folded stacks go back as one file."""
-    pids = parse_pids(req.params)
-    duration = _num(req.params, "duration_s", 5.0)
-    if duration is None or not 0 < duration <= MAX_PROFILE_S:
-        raise RequestError(f"duration_s must be in (0, {MAX_PROFILE_S:g}]")
-    rate = _num(req.params, "rate_hz", 100.0)
-    if rate is None or not 1 <= rate <= 1000:
-        raise RequestError("rate_hz must be 1..1000")
-    check_owner(conn.principal, pids)
-    result = profiler.sample_pids(list(pids), duration, rate_hz=int(rate))
+    check_owner(conn.principal, p.pids)
+    result = profiler.sample_pids(list(p.pids), p.duration_s, rate_hz=int(p.rate_hz))
     text = result if isinstance(result, str) else _folded(result)
     name = f"profile-{hostname}-{int(time.time())}.folded"
-    send_bytes(conn, req.id, name, text.encode())
-    return {"files": [name], "pids": list(pids), "duration_s": duration}
+    send_bytes(conn, rid, name, text.encode())
+    return ProfileAnswer(files=(name,), pids=p.pids, duration_s=p.duration_s)
 
 
 def trace(
     conn: RequestConn,
-    req: stream.Request,
+    rid: int,
+    p: TraceParams,
     svc: TraceService,
     progress: TraceProgress,
     job_key_env: tuple[str, ...] = DEFAULT_JOB_KEY_ENV,
-) -> dict[str, Any]:
+) -> TraceAnswer:
     """A Kineto trace of ``pids`` (or of a job's polling pids); each file goes back as chunks.
 
     ``job_key``: every polling process the principal may trace whose ``job_key_env`` value is the key.
     """
-    from gpulens.ipc.kineto.requests import TraceRequest
-
-    p = req.params
-    kwargs = _trace_options(p)
-    _resolve_pids(conn, svc, p, kwargs, job_key_env)
-    owners = check_owner(conn.principal, kwargs["pids"]) if kwargs.get("pids") else {}
-    tag = p.get("tag")
-    if tag is not None and (not isinstance(tag, str) or not _TAG.fullmatch(tag)):
-        raise RequestError("tag must be 1..64 characters of [A-Za-z0-9._-]")
+    job_key = p.job_key if isinstance(p.job_key, str) else None
+    pids = _resolve_pids(conn, svc, p, job_key, job_key_env)
+    owners = check_owner(conn.principal, pids) if pids else {}
+    tag = p.tag if isinstance(p.tag, str) else None
     try:
-        treq = TraceRequest(**kwargs)
+        treq = _trace_request(p, pids, from_job=pids is not None and p.pids is UNSET and job_key is None)
         treq.validate()
     except (TypeError, ValueError) as err:
         raise RequestError(f"bad trace request: {err}") from err
     res = _await_trace(svc, treq, progress, (id(conn), tag or ""), tag is not None)
-    return {
-        "request_id": res.request_id,
-        "files": _send_traces(conn, req, res.files, owners),
-        "missing": {str(k): v for k, v in res.missing.items()},
-        "notes": {str(k): v for k, v in res.notes.items()},
-        "elapsed_s": res.elapsed_s,
-    }
+    return TraceAnswer(
+        request_id=res.request_id,
+        files=_send_traces(conn, rid, res.files, owners),
+        missing={str(k): v for k, v in res.missing.items()},
+        notes={str(k): v for k, v in res.notes.items()},
+        elapsed_s=res.elapsed_s,
+    )
 
 
-def _trace_options(p: Mapping[str, Any]) -> dict[str, Any]:
-    """The request's integer, true/false and seconds options, checked, as TraceRequest keywords."""
-    kwargs: dict[str, Any] = {}
-    for key in ("duration_ms", "iterations", "job_id", "start_time_ms"):
-        if key in p:
-            v = p[key]
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
-                raise RequestError(f"{key} must be an integer")
-            kwargs[key] = v
-    for key in ("record_shapes", "with_stack", "with_flops", "with_modules", "profile_memory"):
-        if key in p:
-            if not isinstance(p[key], bool):
-                raise RequestError(f"{key} must be true or false")
-            kwargs[key] = p[key]
-    for key in ("warmup_s", "timeout_s"):
-        v = _num(p, key, None)
-        if v is not None:
-            kwargs[key] = v
-    return kwargs
+def _trace_request(p: TraceParams, pids: tuple[int, ...] | None, *, from_job: bool) -> TraceRequest:
+    """The service's request for ``p`` with ``pids`` resolved; unset options (and None seconds) keep its defaults.
+
+    ``from_job``: the pids are ``job_id``'s, which they replace.
+    """
+    from gpulens.ipc.kineto.requests import TraceRequest
+
+    d = TraceRequest()
+    return TraceRequest(
+        pids=pids or (),
+        job_id=None if from_job else _or(p.job_id, d.job_id),
+        duration_ms=_or(p.duration_ms, d.duration_ms),
+        iterations=_or(p.iterations, d.iterations),
+        record_shapes=_or(p.record_shapes, d.record_shapes),
+        with_stack=_or(p.with_stack, d.with_stack),
+        with_flops=_or(p.with_flops, d.with_flops),
+        with_modules=_or(p.with_modules, d.with_modules),
+        profile_memory=_or(p.profile_memory, d.profile_memory),
+        warmup_s=_seconds(p.warmup_s, d.warmup_s),
+        timeout_s=_seconds(p.timeout_s, d.timeout_s),
+        start_time_ms=_or(p.start_time_ms, d.start_time_ms),
+    )
+
+
+def _or(value: T | UnsetType, default: T) -> T:
+    return default if isinstance(value, UnsetType) else value
+
+
+def _seconds(value: float | UnsetType | None, default: float) -> float:
+    """A seconds option: left out or None keeps the default."""
+    return default if value is None or isinstance(value, UnsetType) else value
 
 
 def _resolve_pids(
-    conn: RequestConn, svc: TraceService, p: Mapping[str, Any], kwargs: dict[str, Any], job_key_env: tuple[str, ...]
-) -> None:
-    """Set ``kwargs["pids"]`` from ``pids``, else ``job_key``, else ``job_id`` (which it replaces)."""
-    job_key = p.get("job_key")
-    if "pids" in p:
-        kwargs["pids"] = parse_pids(p)
-    elif job_key is not None:
-        if not isinstance(job_key, str) or not _TAG.fullmatch(job_key):
-            raise RequestError("job_key must be 1..64 characters of [A-Za-z0-9._-]")
-        kwargs["pids"] = job_key_pids(svc, conn.principal, job_key, job_key_env)
-    elif kwargs.get("job_id") is not None:
+    conn: RequestConn, svc: TraceService, p: TraceParams, job_key: str | None, job_key_env: tuple[str, ...]
+) -> tuple[int, ...] | None:
+    """The pids asked for: ``pids``, else ``job_key``'s, else ``job_id``'s (None: none of them given)."""
+    if not isinstance(p.pids, UnsetType):
+        return p.pids
+    if job_key is not None:
+        return job_key_pids(svc, conn.principal, job_key, job_key_env)
+    if isinstance(p.job_id, int):
         # Resolved here, not by the service: each pid's owner is checked and captured.
-        kwargs["pids"] = job_pids(svc, conn.principal, kwargs.pop("job_id"))
+        return job_pids(svc, conn.principal, p.job_id)
+    return None
 
 
 def _await_trace(
@@ -210,7 +225,7 @@ def _await_trace(
         fut = svc.request_trace(treq)
         try:
             res = fut.result(timeout=treq.timeout_s + 30)
-        except Exception as err:
+        except (GpulensError, OSError, TimeoutError, CancelledError, ValueError) as err:
             raise RequestError(f"trace failed: {err}") from err
     finally:
         if listener is not None:
@@ -220,56 +235,54 @@ def _await_trace(
     return res
 
 
-def _send_traces(
-    conn: RequestConn, req: stream.Request, files: dict[int, str], owners: dict[int, int]
-) -> dict[str, str]:
+def _send_traces(conn: RequestConn, rid: int, files: dict[int, str], owners: dict[int, int]) -> dict[str, str]:
     """Send each trace file, as its process's owner; pid -> the name it went back as."""
     names: dict[str, str] = {}
     for pid, path in files.items():
         if pid not in owners:
             raise RequestError(f"the trace service returned a file for process {pid}, which was not asked for")
         name = f"{pid}-{Path(path).name}"
-        send_file(conn, req.id, name, Path(path), owner=owners[pid])
+        send_file(conn, rid, name, Path(path), owner=owners[pid])
         names[str(pid)] = name
     return names
 
 
-def trace_diagnose(conn: RequestConn, req: stream.Request, svc: TraceService) -> dict[str, Any]:
+def trace_diagnose(conn: RequestConn, rid: int, p: TraceDiagnoseParams, svc: TraceService) -> TraceDiagnoseAnswer:
     """Per pid: null when it can be traced now, else why not with the fix (read from the process)."""
-    pids = parse_pids(req.params)
-    check_owner(conn.principal, pids)
-    return {"reasons": {str(pid): svc.diagnose(pid) for pid in pids}}
+    check_owner(conn.principal, p.pids)
+    return TraceDiagnoseAnswer(reasons={str(pid): svc.diagnose(pid) for pid in p.pids})
 
 
 MAX_PROCESSES = 1024
 """Entries one ``trace_processes`` answer carries."""
 def trace_processes(
-    conn: RequestConn, req: stream.Request, svc: TraceService, job_key_env: tuple[str, ...] = DEFAULT_JOB_KEY_ENV
-) -> dict[str, Any]:
+    conn: RequestConn, rid: int, p: TraceProcessesParams, svc: TraceService,
+    job_key_env: tuple[str, ...] = DEFAULT_JOB_KEY_ENV,
+) -> TraceProcessesAnswer:
     """The polling processes the principal may trace: pid, ancestors, job keys, rank, poll timing, busy.
 
     ``job_keys``: the values of ``job_key_env`` (the config's, in its order) set in the process's environment.
     """
     from gpulens.core.procfs import proc_environ, proc_uid
 
-    out: list[dict[str, Any]] = []
-    for p in svc.processes():
+    out: list[Poller] = []
+    for proc in svc.processes():
         if len(out) >= MAX_PROCESSES:
             break
-        if not conn.principal.may_act_for(proc_uid(p.pid)):
+        if not conn.principal.may_act_for(proc_uid(proc.pid)):
             continue
-        env = proc_environ(p.pid) or {}
+        env = proc_environ(proc.pid) or {}
         rank = env.get("RANK", "")
-        out.append({
-            "pid": p.pid,
-            "ancestors": list(p.ancestors[:16]),
-            "job_id": p.job_id,
-            "job_keys": [env[k] for k in job_key_env if env.get(k)][:4],
-            "rank": int(rank) if rank.isdigit() and len(rank) < 8 else None,
-            "interval_s": p.interval_s,
-            "busy": p.busy,
-        })
-    return {"processes": out}
+        out.append(Poller(
+            pid=proc.pid,
+            ancestors=tuple(proc.ancestors[:16]),
+            job_id=proc.job_id,
+            job_keys=tuple([env[k] for k in job_key_env if env.get(k)][:4]),
+            rank=int(rank) if rank.isdigit() and len(rank) < 8 else None,
+            interval_s=proc.interval_s,
+            busy=proc.busy,
+        ))
+    return TraceProcessesAnswer(processes=tuple(out))
 
 
 def job_key_pids(
@@ -291,12 +304,9 @@ def job_key_pids(
     return tuple(pids[:MAX_PIDS])
 
 
-def trace_status(conn: RequestConn, req: stream.Request, progress: TraceProgress) -> dict[str, Any]:
+def trace_status(conn: RequestConn, rid: int, p: TraceStatusParams, progress: TraceProgress) -> TraceStatusAnswer:
     """The progress of this viewer's trace tagged ``tag`` (another viewer's tags are not visible)."""
-    tag = req.params.get("tag")
-    if not isinstance(tag, str) or not _TAG.fullmatch(tag):
-        raise RequestError("tag must be 1..64 characters of [A-Za-z0-9._-]")
-    return progress.status((id(conn), tag))
+    return progress.status((id(conn), p.tag))
 
 
 class TraceProgress:
@@ -322,16 +332,15 @@ class TraceProgress:
             while len(self._entries) > MAX_TAGS:
                 self._entries.popitem(last=False)
 
-    def status(self, key: tuple[int, str]) -> dict[str, Any]:
-        """The ``trace_status`` result for ``key``."""
+    def status(self, key: tuple[int, str]) -> TraceStatusAnswer:
+        """The ``trace_status`` answer for ``key``."""
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
-                return {"state": "unknown", "detail": "no trace with this tag from this viewer (yet)",
-                        "first": 0, "events": []}
+                return TraceStatusAnswer(state="unknown", detail="no trace with this tag from this viewer (yet)")
             state, detail = entry.events[-1]
-            return {"state": state, "detail": detail, "first": entry.first,
-                    "events": [{"state": s, "detail": d} for s, d in entry.events]}
+            return TraceStatusAnswer(state=state, detail=detail, first=entry.first,
+                                     events=tuple(ProgressEvent(state=s, detail=d) for s, d in entry.events))
 
 
 class _Progress:
@@ -345,25 +354,6 @@ class _Progress:
 
 
 # -- checks -----------------------------------------------------------------------
-def _num(params: Mapping[str, Any], key: str, default: float | None) -> float | None:
-    v = params.get(key, default)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
-        raise RequestError(f"{key} must be a number")
-    return float(v)
-
-
-def parse_pids(params: Mapping[str, Any]) -> tuple[int, ...]:
-    """The request's ``pids``: 1..MAX_PIDS positive integers."""
-    pids = params.get("pids")
-    if not isinstance(pids, list) or not pids or len(pids) > MAX_PIDS:
-        raise RequestError(f"pids must be a list of 1..{MAX_PIDS} process ids")
-    if not all(isinstance(p, int) and not isinstance(p, bool) and p > 0 for p in pids):
-        raise RequestError("pids must be positive integers")
-    return tuple(pids)
-
-
 def check_owner(principal: Principal, pids: tuple[int, ...]) -> dict[int, int]:
     """Each pid's owner uid, read now; refuses a pid ``principal`` may not act for (never the agent's uid)."""
     from gpulens.core.procfs import proc_uid
@@ -394,11 +384,14 @@ def job_pids(svc: TraceService, principal: Principal, job_id: int) -> tuple[int,
     return mine[:MAX_PIDS]
 
 
-def _folded(result: Any) -> str:
+def _folded(result: object) -> str:
     try:
         from gpulens.analysis.flame.folded import to_folded
+        from gpulens.analysis.flame.model import Profile
     except ImportError as err:
         raise RequestError(f"flame exporters not installed: {err}") from err
+    if not isinstance(result, Profile):
+        raise RequestError(f"the profiler answered {type(result).__name__}, neither folded text nor a profile")
     text: str = to_folded(result)
     return text
 

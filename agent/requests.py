@@ -19,6 +19,13 @@ too: it waits for the owner's accepted traces to reach Kineto. Every
 failure is an error response naming what went wrong; none ends the
 connection.
 
+A request's params are decoded into its kind's struct
+(``gpulens.ipc.request_schema``) before it runs: a value that breaks the
+schema is refused there with the field's own sentence, and each handler
+gets checked values. :meth:`RequestRunner.handlers` is the one registry from
+params struct to the function serving it; a handler's answer struct is
+encoded as the response's result.
+
 The runner is handed what it needs -- a history function, the host name,
 the trace service (settable: the agent installs it once it started), a
 function that finds the profiler, and its limits -- and knows nothing of
@@ -31,11 +38,10 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
 from gpulens.agent import request_kinds as kinds
 from gpulens.agent.gpumem import GpuMemService, gpumem
-from gpulens.agent.process_kind import KIND as PROCESSES
 from gpulens.agent.process_kind import processes
 from gpulens.agent.request_kinds import (
     CHUNK_WAIT_S,
@@ -47,8 +53,23 @@ from gpulens.agent.request_kinds import (
 )
 from gpulens.core.jobs_pattern import DEFAULT_JOB_KEY_ENV
 from gpulens.ipc import stream
+from gpulens.ipc.errors import ProtocolError
 from gpulens.ipc.handover import KIND as HANDOVER_KIND
 from gpulens.ipc.principal import NOT_AUTHENTICATED, Principal
+from gpulens.ipc.request_schema import (
+    Answer,
+    GpuMemParams,
+    HistoryParams,
+    Params,
+    ProcessesParams,
+    ProfileParams,
+    TraceDiagnoseParams,
+    TraceParams,
+    TraceProcessesParams,
+    TraceStatusParams,
+    answer_to_wire,
+    decode_params,
+)
 
 if TYPE_CHECKING:
     from gpulens.collectors.processes import ProcessLister
@@ -65,10 +86,30 @@ MAX_HEAVY = 8
 """Trace/profile requests running at once on the whole agent."""
 MAX_HEAVY_PER_UID = 2
 """Trace/profile requests running at once for one principal uid (below MAX_HEAVY: no user fills the agent)."""
-INLINE_KINDS = frozenset({"history", "trace_status", "trace_diagnose", "trace_processes", PROCESSES})
+INLINE_KINDS = frozenset(p.kind for p in (HistoryParams, TraceStatusParams, TraceDiagnoseParams,
+                                            TraceProcessesParams, ProcessesParams))
 """Quick requests answered on the connection's own thread."""
 
-Handler = Callable[[RequestConn, stream.Request], dict[str, Any]]
+P = TypeVar("P", bound=Params[Answer])
+Handler = Callable[[RequestConn, stream.Request], "Mapping[str, object]"]
+"""Serves one request: its result map (the params decoded into their struct first, for a kind of the schema)."""
+Handover = Callable[[Principal, Mapping[str, object]], "dict[str, object]"]
+"""Hands an in-process owner's Kineto endpoint over (``endpoint_pass``: its own params check, ipc.handover)."""
+
+
+def served(params: type[P], fn: Callable[[RequestConn, int, P], Answer]) -> tuple[str, Handler]:
+    """``params``' kind and the handler that decodes a request's params into ``params`` (a refusal names the broken field),
+    runs ``fn`` with them and encodes its answer."""
+
+    def run(conn: RequestConn, req: stream.Request) -> Mapping[str, object]:
+        try:
+            decoded = decode_params(params.kind, req.params)
+        except ProtocolError as err:
+            raise RequestError(str(err)) from None
+        assert isinstance(decoded, params)
+        return answer_to_wire(fn(conn, req.id, decoded))
+
+    return params.kind, run
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +157,7 @@ class RequestRunner:
         """This host's process table (``processes``); None: not served (a TUI's in-process endpoint owner)."""
         self.gpumem_windows = False
         """Whether ``gpumem`` requests trace a window when there is no tracer (``gpulens agent`` as root)."""
-        self.handover: Callable[[Principal, Mapping[str, Any]], dict[str, Any]] | None = None
+        self.handover: Handover | None = None
         """Hands this owner's Kineto endpoint over (set on a TUI's in-process owner only)."""
 
     def gpu_used(self, pid: int) -> int | None:
@@ -131,23 +172,29 @@ class RequestRunner:
         return tuple(self.handlers())
 
     def handlers(self) -> dict[str, Handler]:
-        """The one table from request kind to the function serving it, for what this agent has now (the
-        trace service, the profiler and the tracer may come and go), in the order capabilities are listed."""
-        table: dict[str, Handler] = {"history": lambda conn, req: kinds.history(conn, req, self._history)}
+        """The one registry from request kind (its params struct's ``kind``) to the function serving it, for
+        what this agent has now (the trace service, the profiler and the tracer may come and go), in the
+        order capabilities are listed."""
+        table = [served(HistoryParams, lambda conn, rid, p: kinds.history(conn, rid, p, self._history))]
         if (lister := self.lister) is not None:
-            table[PROCESSES] = lambda conn, req: processes(conn, req, lister, self.latest)
+            table.append(served(ProcessesParams, lambda conn, rid, p: processes(conn, rid, p, lister, self.latest)))
         if (prof := self.profiler()) is not None:
-            table["profile"] = lambda conn, req: kinds.profile(conn, req, prof, self.hostname)
+            table.append(served(ProfileParams, lambda conn, rid, p: kinds.profile(conn, rid, p, prof, self.hostname)))
         if self.gpumem is not None or self.gpumem_windows:
-            table["gpumem"] = lambda conn, req: gpumem(conn, req, self.gpumem, self.hostname, self.gpu_used)
+            table.append(served(GpuMemParams, lambda conn, rid, p: gpumem(conn, rid, p, self.gpumem, self.hostname,
+                                                                           self.gpu_used)))
         if (svc := self.trace_service) is not None:
-            table["trace"] = lambda conn, req: kinds.trace(conn, req, svc, self._progress, self.job_key_env)
-            table["trace_status"] = lambda conn, req: kinds.trace_status(conn, req, self._progress)
-            table["trace_diagnose"] = lambda conn, req: kinds.trace_diagnose(conn, req, svc)
-            table["trace_processes"] = lambda conn, req: kinds.trace_processes(conn, req, svc, self.job_key_env)
-            if (handover := self.handover) is not None:
-                table[HANDOVER_KIND] = lambda conn, req: handover(conn.principal, req.params)
-        return table
+            progress, env = self._progress, self.job_key_env
+            table += [
+                served(TraceParams, lambda conn, rid, p: kinds.trace(conn, rid, p, svc, progress, env)),
+                served(TraceStatusParams, lambda conn, rid, p: kinds.trace_status(conn, rid, p, progress)),
+                served(TraceDiagnoseParams, lambda conn, rid, p: kinds.trace_diagnose(conn, rid, p, svc)),
+                served(TraceProcessesParams, lambda conn, rid, p: kinds.trace_processes(conn, rid, p, svc, env)),
+            ]
+        out = dict(table)
+        if self.trace_service is not None and (handover := self.handover) is not None:
+            out[HANDOVER_KIND] = lambda conn, req: handover(conn.principal, req.params)
+        return out
 
     def capabilities(self, principal: Principal) -> tuple[str, ...]:
         """The request kinds ``principal`` may send (a samples-only peer: history)."""
@@ -229,11 +276,11 @@ class RequestRunner:
 
     def _run(self, handler: Handler, conn: RequestConn, req: stream.Request) -> None:
         try:
-            result = handler(conn, req)
+            result = dict(handler(conn, req))
             conn.put(stream.encode(stream.Response(id=req.id, ok=True, result=result)), CHUNK_WAIT_S)
         except RequestError as err:
             conn.put(_error(req, str(err)), CHUNK_WAIT_S)
-        except Exception as err:
+        except Exception as err:  # last resort of the request's thread: the viewer is answered whatever failed
             log.exception("request %s (%s) failed", req.id, req.kind)
             conn.put(_error(req, f"{type(err).__name__}: {err}"), CHUNK_WAIT_S)
 

@@ -232,7 +232,7 @@ class ViewerConnection:
             self.close_after(stream.ErrorMsg("protocol", str(err)), f"protocol error: {err}")
         except OSError as err:
             self.drop(f"receive failed: {err.strerror or err}")
-        except Exception as err:
+        except Exception as err:  # last resort of the viewer's thread: a bug ends this session only
             log.exception("viewer %s: internal error", self.peer)
             self.close_after(stream.ErrorMsg("internal", f"agent error: {err}"), f"internal error: {err}")
         if self._writer_thread is not None:

@@ -27,7 +27,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from types import EllipsisType
+from typing import Annotated, Any, TypeVar
 
 import msgpack
 import msgspec
@@ -343,35 +344,42 @@ def decode_body(body: bytes) -> Message:
     # msgpack raises ValueError subclasses, TypeError (unhashable keys),
     # UnicodeDecodeError and its own StackError for deep nesting: all of
     # them mean "malformed frame" here, and none may escape as a crash.
-    except Exception as err:
+    except (ValueError, TypeError, OverflowError) as err:
         raise ProtocolError(f"frame is not valid msgpack: {type(err).__name__}: {err}") from err
     return from_wire(obj)
 
 
-def _get(d: Mapping[str, Any], key: str, kind: type | tuple[type, ...], what: str, default: Any = ...) -> Any:
+_T = TypeVar("_T")
+
+
+def _get(d: Mapping[str, object], key: str, kind: type[_T], what: str, default: _T | EllipsisType = ...) -> _T:
+    """``d[key]``, a ``kind`` (True is no integer); missing: ``default``, or refused without one."""
     if key not in d:
-        if default is ...:
+        if isinstance(default, EllipsisType):
             raise ProtocolError(f"message '{d.get('t')}': missing field '{key}'")
         return default
+    return _checked(d, key, (kind,), what)
+
+
+def _checked(d: Mapping[str, object], key: str, kinds: tuple[type[_T], ...], what: str) -> _T:
     value = d[key]
-    if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+    if isinstance(value, bool) and bool not in kinds:
         raise ProtocolError(f"message '{d.get('t')}': field '{key}' must be {what}, got {value!r}")
-    if not isinstance(value, kind):
+    if not isinstance(value, kinds):
         shown = repr(value)
         shown = shown if len(shown) <= 40 else shown[:37] + "..."
         raise ProtocolError(f"message '{d.get('t')}': field '{key}' must be {what}, got {shown}")
     return value
 
 
-_NUM = (int, float)
+def _opt_num(d: Mapping[str, object], key: str) -> float | None:
+    if key not in d:
+        return None
+    value = _checked(d, key, (int, float, type(None)), "a number or nil")
+    return float(value) if isinstance(value, (int, float)) else None
 
 
-def _opt_num(d: Mapping[str, Any], key: str) -> float | None:
-    value = _get(d, key, (*_NUM, type(None)), "a number or nil", None)
-    return None if value is None else float(value)
-
-
-def from_wire(obj: Any) -> Message:
+def from_wire(obj: object) -> Message:
     """Validate a decoded msgpack object as a message; raises ProtocolError."""
     if not isinstance(obj, dict):
         raise ProtocolError(f"frame body must be a map, got {type(obj).__name__}")

@@ -6,13 +6,16 @@ Each runs its work in one daemon thread and hands events to ``emit``.
 from __future__ import annotations
 
 import os
+import re
+import sys
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from gpulens.core.config import Config
+from gpulens.core.errors import GpulensError
 from gpulens.core.events import (
     Emit,
     HostSampler,
@@ -41,6 +44,35 @@ ProcessListing = Callable[[Mapping[int, Mapping[str, int]]], tuple[tuple[JobInfo
 """GPU memory per pid -> (every process of this machine, how many there were)."""
 GpuMemReader = Callable[[list[int], Callable[[int], int | None]], tuple[str, dict[str, Any]]]
 """(pids, GPU memory NVML reports per pid) -> (folded live bytes by stack, a note): ``agent.gpumem.LocalGpuMemory``."""
+T = TypeVar("T")
+EXPECTED = (OSError, GpulensError, re.error)
+"""What this machine's readers raise (``collectors.sampler.Sampler``: a bad job pattern, /proc unreadable, a sample
+out of bounds; the process lister and the GPU-memory reader: /proc, eBPF refused): the screen shows the message.
+Anything else is a bug: it is shown too, then goes on to ``threading.excepthook`` with its traceback."""
+
+
+def _escaping() -> str:
+    """The exception leaving the ``finally`` block this is called from, as the screen shows it."""
+    err = sys.exc_info()[1]
+    return "stopped" if err is None else f"{type(err).__name__}: {err}"
+
+
+def on_thread(name: str, work: Callable[[], T]) -> Future[T]:
+    """``work()`` on a daemon thread of its own (it may block on /proc or eBPF; it never holds up exit),
+    into a future that always resolves: with the result, or with the error."""
+    fut: Future[T] = Future()
+
+    def run() -> None:
+        try:
+            fut.set_result(work())
+        except EXPECTED as err:  # the screen says why (eBPF refused, a process gone, /proc unreadable…)
+            fut.set_exception(err)
+        finally:
+            if not fut.done():  # a bug: the caller is told, the excepthook gets the traceback
+                fut.set_exception(RuntimeError(f"{name} failed: {_escaping()}"))
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return fut
 
 
 class LocalSource:
@@ -96,13 +128,16 @@ class LocalSource:
         self._thread.start()
 
     def _run(self, emit: Emit) -> None:
+        sampler: HostSampler | None = None
+        ended = False  # as it should: stopped, or a sampler that could not start (said already)
         try:
-            sampler = self._make_sampler()
-        except Exception as err:  # shown in the header, not a crash
-            emit(SourceStatusEvent(message=f"local sampler failed: {err}", ok=False, time=time.time()))
-            return
-        failing = False
-        try:
+            try:
+                sampler = self._make_sampler()
+            except EXPECTED as err:  # shown in the header, not a crash
+                emit(SourceStatusEvent(message=f"local sampler failed: {err}", ok=False, time=time.time()))
+                ended = True
+                return
+            failing = False
             while not self._stop.is_set():
                 began = time.monotonic()
                 try:
@@ -111,12 +146,16 @@ class LocalSource:
                     if failing:
                         emit(SourceStatusEvent(message="local sampling resumed", ok=True, time=time.time()))
                     failing = False
-                except Exception as err:  # one bad tick must not end sampling
+                except EXPECTED as err:  # one bad tick must not end sampling
                     failing = True
                     emit(SourceStatusEvent(message=f"sampling failed: {err}", ok=False, time=time.time()))
                 spent = time.monotonic() - began
                 self._stop.wait(max(0.0, self._cfg.interval_s - spent))
+            ended = True
         finally:
+            if not ended:  # a bug: the header says so, the excepthook gets the traceback
+                what = "local sampler failed" if sampler is None else "local sampling stopped"
+                emit(SourceStatusEvent(message=f"{what}: {_escaping()}", ok=False, time=time.time()))
             close = getattr(sampler, "close", None)
             if close is not None:
                 close()
@@ -128,16 +167,7 @@ class LocalSource:
         if reader is None:
             return None
         used = {pid: sum(per.values()) for pid, per in gpu_memory(latest).items()}  # NVML's, all GPUs
-        fut: Future[tuple[str, dict[str, Any]]] = Future()
-
-        def run() -> None:
-            try:
-                fut.set_result(reader(pids, used.get))
-            except Exception as err:  # the flame panel says why (eBPF refused, a process gone…)
-                fut.set_exception(err)
-
-        threading.Thread(target=run, name="gpulens-gpumem", daemon=True).start()
-        return fut
+        return on_thread("gpulens-gpumem", lambda: reader(pids, used.get))
 
     def process_table(self, host: str, limit: int, pids: Collection[int] | None) -> Future[dict[str, Any]] | None:
         """This machine's process table, as an agent's ``processes`` request answers it (None: ``host``
@@ -145,18 +175,13 @@ class LocalSource:
         latest, lister = self._latest, self._lister
         if lister is None or latest is None or latest.host != host:
             return None
-        fut: Future[dict[str, Any]] = Future()
 
-        def run() -> None:
-            try:
-                rows, total = lister(gpu_memory(latest))
-                chosen = order(r for r in rows if pids is None or r.pid in pids)[:limit]
-                fut.set_result({"processes": [to_dict(r) for r in chosen], "total": total, "hidden": 0})
-            except Exception as err:  # an unreadable /proc: the screen says so
-                fut.set_exception(err)
+        def run() -> dict[str, Any]:
+            rows, total = lister(gpu_memory(latest))
+            chosen = order(r for r in rows if pids is None or r.pid in pids)[:limit]
+            return {"processes": [to_dict(r) for r in chosen], "total": total, "hidden": 0}
 
-        threading.Thread(target=run, name="gpulens-processes", daemon=True).start()
-        return fut
+        return on_thread("gpulens-processes", run)
 
     def stop(self) -> None:
         """Stop sampling and wait (up to 2 s) for the thread; idempotent."""

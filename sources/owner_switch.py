@@ -31,13 +31,18 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from gpulens.core.errors import GpulensError
+from gpulens.ipc.errors import StreamError
 from gpulens.ipc.kineto.protocol import JobListener, TraceService
 from gpulens.ipc.kineto.registry import PollingProcess
 from gpulens.ipc.kineto.requests import TraceJob, TraceRequest, TraceResult, TraceState
+
+if TYPE_CHECKING:
+    from gpulens.core.events import Requester
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +52,15 @@ NEW_OWNER_WAIT_S = 10.0
 """How long, after the release, the new owner may take to bind the name and its control socket."""
 Connect = Callable[[], TraceService]
 """Connects to the gpulens now holding the name, checked (raises StreamError when it fails the check)."""
+
+
+@runtime_checkable
+class Rebindable(Protocol):
+    """A local trace service that can take the Kineto name back (``LocalTraceService.rebind``)."""
+
+    def rebind(self) -> None:
+        """Bind the endpoint's name again; raises as ``start``."""
+        ...
 
 
 class HandoverTraceService:
@@ -64,7 +78,7 @@ class HandoverTraceService:
 
     def __init__(
         self,
-        local: Any,
+        local: object,
         socket_dir: str | None = None,
         *,
         download_dir: Path | None = None,
@@ -74,10 +88,16 @@ class HandoverTraceService:
         bound: Callable[[], bool] | None = None,
         remote: TraceService | None = None,
     ) -> None:
-        self.local = local
-        self._reclaim = reclaim or local.rebind
-        self._holder = holder or self._holder_pid
-        self._bound = bound or self._name_bound
+        if not isinstance(local, TraceService):  # the owner agent's, typed optional (an agent may have none)
+            raise TypeError(f"the owner's trace service is {type(local).__name__}, not a TraceService")
+        self.local: TraceService = local
+        if reclaim is None:
+            if not isinstance(local, Rebindable):
+                raise TypeError(f"{type(local).__name__} cannot take the Kineto name back: pass reclaim")
+            reclaim = local.rebind
+        self._reclaim = reclaim
+        self._holder = holder or (lambda: holder_pid(self.socket_dir))
+        self._bound = bound or (lambda: name_bound(self.socket_dir))
         self._remote_pid: int | None = None
         self._checked = 0.0
         self._following = False
@@ -140,7 +160,7 @@ class HandoverTraceService:
                 remote = self._connect()
                 self._remote_pid = self._holder()
                 break
-            except Exception as err:  # not up yet, or not one we may use
+            except (OSError, GpulensError, RuntimeError) as err:  # not up yet, or not one we may use
                 why = str(err) or type(err).__name__
             if time.monotonic() > deadline:
                 self._fall_back(why)
@@ -155,7 +175,7 @@ class HandoverTraceService:
         """The new holder is not one we may use: take the name back, or say why tracing stopped."""
         try:
             self._reclaim()
-        except Exception as err:
+        except (OSError, GpulensError, RuntimeError) as err:
             reason = (f"the Kineto endpoint was handed over, but its holder now is not a gpulens of yours or "
                       f"root's ({why}), and it cannot be taken back ({err}): tracing is off")
             log.warning("%s", reason)
@@ -197,7 +217,7 @@ class HandoverTraceService:
         if pid is not None and pid != self._remote_pid:
             self._begin_follow(pid)
             return
-        if self.state == "remote" and not self._remote_alive():
+        if self.state == "remote" and not remote_alive(self.remote):
             self._begin_follow(pid)
             return
         with self._lock:
@@ -212,7 +232,7 @@ class HandoverTraceService:
         if pid is None:  # the new owner is gone and nobody holds the name: ours again
             try:
                 self._reclaim()
-            except Exception as err:
+            except (OSError, GpulensError, RuntimeError) as err:
                 log.info("Kineto name not taken back (%s); looking for its new holder", err)
             else:
                 log.info("the Kineto endpoint's owner exited; serving it here again")
@@ -324,36 +344,43 @@ class HandoverTraceService:
         # A holder this user cannot see in /proc is looked for as root's control socket there.
         return ControlTraceService(connect_owner(self.socket_dir, self._download_dir or default_download_dir()))
 
-    def _name_bound(self) -> bool:
-        """Does anyone hold the Kineto name now (a connect, no /proc scan)?"""
-        from gpulens.ipc.kineto.endpoint import (
-            ABSTRACT_NAME,
-            SOCKET_NAME,
-            is_live,
-            resolve_socket_dir,
-        )
 
-        directory = resolve_socket_dir(self.socket_dir)
-        return is_live(os.path.join(directory, SOCKET_NAME) if directory else ABSTRACT_NAME)
+def name_bound(socket_dir: str | None) -> bool:
+    """Does anyone hold the Kineto name now (a connect, no /proc scan)?"""
+    from gpulens.ipc.kineto.endpoint import (
+        ABSTRACT_NAME,
+        SOCKET_NAME,
+        is_live,
+        resolve_socket_dir,
+    )
 
-    def _remote_alive(self) -> bool:
-        """False once the link to the owner we trace through has closed (it exited or restarted)."""
-        link = getattr(self.remote, "link", None)
-        if link is None:
-            return True
-        try:
-            link.request("", "trace_status", {"tag": "liveness"}, 3.0).result(timeout=4)
-        except TimeoutError:
-            return True  # slow, not gone
-        except Exception as err:
-            return "closed" not in str(err)
+    directory = resolve_socket_dir(socket_dir)
+    return is_live(os.path.join(directory, SOCKET_NAME) if directory else ABSTRACT_NAME)
+
+
+def remote_alive(remote: TraceService | None) -> bool:
+    """False once the link to the owner we trace through has closed (it exited or restarted)."""
+    from gpulens.ipc.request_schema import TraceStatusParams
+    from gpulens.sources.ask import ask
+
+    link: Requester | None = getattr(remote, "link", None)
+    if link is None:
         return True
+    try:
+        ask(link, "", TraceStatusParams(tag="liveness"), 3.0).result(timeout=4)
+    except TimeoutError:
+        return True  # slow, not gone
+    except (StreamError, CancelledError) as err:
+        return "closed" not in str(err)
+    return True
 
-    def _holder_pid(self) -> int | None:
-        from gpulens.ipc.kineto.endpoint import holder_of, resolve_socket_dir
 
-        held = holder_of(resolve_socket_dir(self.socket_dir))
-        return None if held is None else held[0]
+def holder_pid(socket_dir: str | None) -> int | None:
+    """The pid holding the Kineto name (None: nobody, or not one this user can see)."""
+    from gpulens.ipc.kineto.endpoint import holder_of, resolve_socket_dir
+
+    held = holder_of(resolve_socket_dir(socket_dir))
+    return None if held is None else held[0]
 
 
 def _chain(src: Future[TraceResult], dst: Future[TraceResult]) -> None:

@@ -13,14 +13,18 @@ from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any
 
+from msgspec import UNSET
+
+from gpulens.core.errors import GpulensError
 from gpulens.core.model import JobInfo
 from gpulens.core.processes import DEFAULT_ROWS, MAX_ROWS
 from gpulens.core.sanitize import clean_text
 from gpulens.ipc.errors import RequestFailed
+from gpulens.ipc.request_schema import ProcessesParams, to_wire
 from gpulens.ipc.serialize import from_dict
 from gpulens.sources.local import MultiSource, offered, replays
 
-KIND = "processes"
+KIND = ProcessesParams.kind
 
 
 def _failed(message: str) -> Future[dict[str, Any]]:
@@ -38,9 +42,7 @@ def process_table(source: object, host: str, *, limit: int = DEFAULT_ROWS, pids:
             return fut
     if replays(source):
         return _failed("a recording: its processes are not running now, and its pids may name others")
-    params: dict[str, Any] = {"limit": limit}
-    if pids is not None:
-        params["pids"] = sorted(pids)
+    params = to_wire(ProcessesParams(limit=limit, pids=UNSET if pids is None else tuple(sorted(pids))))
     request = getattr(source, "request", None)
     if not callable(request):
         return MultiSource([source]).request(host, KIND, params, timeout_s)  # type: ignore[list-item]
@@ -54,7 +56,7 @@ def decode_rows(result: object) -> tuple[list[JobInfo], int, int]:
     raw = result["processes"][:MAX_ROWS]
     try:
         rows = [_cleaned(from_dict(JobInfo, r)) for r in raw]
-    except Exception as err:  # a hostile or newer agent: one line, not a crash
+    except (GpulensError, TypeError, ValueError, KeyError, AttributeError) as err:  # a hostile or newer agent
         raise ValueError(f"a malformed process row: {str(err)[:200]}") from err
     total, hidden = result.get("total", len(rows)), result.get("hidden", 0)
     return rows, total if isinstance(total, int) else len(rows), hidden if isinstance(hidden, int) else 0

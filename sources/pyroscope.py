@@ -12,7 +12,6 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any
 
 from gpulens.core.errors import ConfigError, GpulensError
 
@@ -35,7 +34,7 @@ def render_url(base: str, query: str, start: str, until: str) -> str:
     return f"{base.rstrip('/')}/pyroscope/render?{q}"
 
 
-def render(base: str, query: str, start: str = "now-1h", until: str = "now", token: str = "") -> Any:
+def render(base: str, query: str, start: str = "now-1h", until: str = "now", token: str = "") -> object:
     """The JSON document Pyroscope renders for ``query``.
 
     Raises:
@@ -55,6 +54,7 @@ def render(base: str, query: str, start: str = "now-1h", until: str = "now", tok
     if len(body) > MAX_BYTES:
         raise PyroscopeError(f"{base}: the answer is over {MAX_BYTES >> 20} MiB")
     try:
-        return json.loads(body)
+        doc: object = json.loads(body)
     except (ValueError, RecursionError) as err:
         raise PyroscopeError(f"{base}: the answer is not JSON: {str(err)[:100]}") from None
+    return doc

@@ -20,13 +20,17 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from dataclasses import replace
 from typing import Protocol
 
+from gpulens.core.errors import GpulensError
+from gpulens.ipc.errors import StreamError
 from gpulens.ipc.kineto.protocol import JobListener
 from gpulens.ipc.kineto.registry import PollingProcess
 from gpulens.ipc.kineto.requests import TraceJob, TraceRequest, TraceResult, TraceState
+from gpulens.ipc.request_schema import TraceProcessesAnswer, TraceProcessesParams
+from gpulens.sources.ask import ask
 from gpulens.sources.tracing import (
     Received,
     Requester,
@@ -178,7 +182,7 @@ class RemoteTraceService:
         started = time.monotonic()
         try:
             result = _result(fetch_trace(self.source, self.host, req, tag, self._on_state(tag)))
-        except Exception as err:  # every failure becomes the job's reason
+        except (GpulensError, OSError, TimeoutError, CancelledError) as err:  # every failure: the job's reason
             why = str(err) or type(err).__name__
             if isinstance(err, TimeoutError):
                 why = f"the agent on {self.host} sent no trace within {trace_wait_s(req):.0f} s"
@@ -227,32 +231,23 @@ class PollerCache:
     def refresh(self) -> list[PollingProcess]:
         """Ask now (blocking); an error leaves no entries (diagnose then says the pid does not poll)."""
         try:
-            res = self._source.request(self._host, "trace_processes", {}, 5.0).result(timeout=6)
-            got = _pollers(res.result)
-        except Exception:
+            got = _pollers(ask(self._source, self._host, TraceProcessesParams(), 5.0).result(timeout=6).answer)
+        except (StreamError, TimeoutError, CancelledError):
             got = []
         with self._lock:
             self._cache, self._at, self._asking = got, time.monotonic(), False
             return list(got)
 
 
-def _pollers(body: object) -> list[PollingProcess]:
-    raw = body.get("processes") if isinstance(body, dict) else None
+def _pollers(answer: TraceProcessesAnswer) -> list[PollingProcess]:
+    """The answer's pollers (types checked when it was decoded; a pid of 0 or less left out)."""
     now = time.monotonic()
-    out = []
-    for e in raw if isinstance(raw, list) else []:
-        if not isinstance(e, dict) or not isinstance(e.get("pid"), int) or isinstance(e["pid"], bool) or e["pid"] <= 0:
-            continue
-        anc, job, iv = e.get("ancestors"), e.get("job_id"), e.get("interval_s")
-        out.append(PollingProcess(
-            e["pid"],
-            tuple(a for a in anc if isinstance(a, int))[:64] if isinstance(anc, list) else (),
-            job if isinstance(job, int) and not isinstance(job, bool) else 0,
-            None, now, now,
-            interval_s=float(iv) if isinstance(iv, (int, float)) and not isinstance(iv, bool) and 0 < iv < 3600 else None,
-            busy=e.get("busy") is True,
-        ))
-    return out[:4096]
+    return [
+        PollingProcess(e.pid, e.ancestors[:64], e.job_id, None, now, now,
+                       interval_s=e.interval_s if e.interval_s is not None and 0 < e.interval_s < 3600 else None,
+                       busy=e.busy)
+        for e in answer.processes[:4096] if e.pid > 0
+    ]
 
 
 def _result(got: Received) -> TraceResult:

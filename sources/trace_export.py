@@ -126,17 +126,19 @@ def export_ranks(files: Mapping[str, str | Path], dest: str | Path, *,
             raise ExportError(f"cannot create {out}: {err.strerror or err}") from err
         made = True
     written: list[str] = []
+    done = False
     try:
         for name, src in files.items():
             written.append(export_trace(src, out / name, owner_uid=uids.get(name)))
-    except BaseException:
-        for path in written:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-        if made:
-            with contextlib.suppress(OSError):
-                os.rmdir(out)
-        raise
+        done = True
+    finally:
+        if not done:  # whatever stopped it: nothing half-written is left behind
+            for path in written:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+            if made:
+                with contextlib.suppress(OSError):
+                    os.rmdir(out)
     return written
 
 

@@ -24,14 +24,19 @@ from __future__ import annotations
 import secrets
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+import msgspec
+from msgspec import UNSET
 
 from gpulens.core.events import Requester as Requester  # re-exported: the one spelling
 from gpulens.core.sanitize import clean_text
+from gpulens.ipc.errors import StreamError
 from gpulens.ipc.kineto.requests import TraceRequest
+from gpulens.ipc.request_schema import TraceAnswer, TraceParams, TraceStatusParams, to_wire
+from gpulens.sources.ask import Reply, ask
 from gpulens.sources.trace_export import LIMIT_ENV as LIMIT_ENV  # re-exported for callers
 
 STATUS_EVERY_S = 0.5
@@ -81,31 +86,33 @@ def is_pid_text(value: object) -> bool:
     return isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 10
 
 
-def trace_params(req: TraceRequest, tag: str, job_key: str | None = None) -> dict[str, Any]:
+def trace_struct(req: TraceRequest, tag: str, job_key: str | None = None) -> TraceParams:
     """The ``trace`` request's params (docs/protocol.md) for ``req`` (``job_key``: instead of pids)."""
-    params: dict[str, Any] = {
-        "record_shapes": req.record_shapes,
-        "with_stack": req.with_stack,
-        "with_flops": req.with_flops,
-        "with_modules": req.with_modules,
-        "profile_memory": req.profile_memory,
-        "warmup_s": req.warmup_s,
-        "timeout_s": req.timeout_s,
-        "tag": tag,
-    }
     if job_key is not None:
-        params["job_key"] = job_key
+        whom = TraceParams(job_key=job_key)
     elif req.pids:
-        params["pids"] = list(req.pids)
+        whom = TraceParams(pids=tuple(req.pids))
     else:
-        params["job_id"] = req.job_id
-    if req.start_time_ms is not None:
-        params["start_time_ms"] = req.start_time_ms
-    if req.iterations is not None:
-        params["iterations"] = req.iterations
-    else:
-        params["duration_ms"] = req.duration_ms
-    return params
+        whom = TraceParams(job_id=req.job_id)
+    return msgspec.structs.replace(
+        whom,
+        record_shapes=req.record_shapes,
+        with_stack=req.with_stack,
+        with_flops=req.with_flops,
+        with_modules=req.with_modules,
+        profile_memory=req.profile_memory,
+        warmup_s=req.warmup_s,
+        timeout_s=req.timeout_s,
+        tag=tag,
+        start_time_ms=UNSET if req.start_time_ms is None else req.start_time_ms,
+        iterations=UNSET if req.iterations is None else req.iterations,
+        duration_ms=req.duration_ms if req.iterations is None else UNSET,
+    )
+
+
+def trace_params(req: TraceRequest, tag: str, job_key: str | None = None) -> dict[str, object]:
+    """The ``trace`` request frame's params map (:func:`trace_struct` on the wire)."""
+    return to_wire(trace_struct(req, tag, job_key))
 
 
 def fetch_trace(
@@ -126,27 +133,23 @@ def fetch_trace(
         TimeoutError: no answer within :func:`trace_wait_s`.
     """
     timeout = trace_wait_s(req)
-    fut = agent.request(host, "trace", trace_params(req, tag, job_key), timeout)
+    fut = ask(agent, host, trace_struct(req, tag, job_key), timeout)
     _follow(agent, host, tag, fut, on_state, on_silent)
     return received(fut.result(timeout=timeout + 30))
 
 
-def received(res: Any) -> Received:
-    """Map a ``trace`` response's ``{pid: name}`` and ``missing`` onto the files the requester saved."""
-    body = res.result if isinstance(res.result, dict) else {}
-    raw_names, raw_missing, raw_notes = body.get("files"), body.get("missing"), body.get("notes")
-    names: dict[Any, Any] = raw_names if isinstance(raw_names, dict) else {}
+def received(res: Reply[TraceAnswer]) -> Received:
+    """Map a ``trace`` answer's ``{pid: name}`` and ``missing`` onto the files the requester saved."""
+    names = res.answer.files
     # One line per item: a reason with its line breaks kept would forge output lines.
-    missing = ({clean_text(str(k))[:40]: clean_text(str(v))[:400] for k, v in raw_missing.items()}
-               if isinstance(raw_missing, dict) else {})
-    notes = ({k: clean_text(str(v))[:400] for k, v in raw_notes.items() if is_pid_text(k)}
-             if isinstance(raw_notes, dict) else {})
+    missing = {clean_text(k)[:40]: clean_text(v)[:400] for k, v in res.answer.missing.items()}
+    notes = {k: clean_text(v)[:400] for k, v in res.answer.notes.items() if is_pid_text(k)}
     files: dict[str, tuple[str, Path]] = {}
     for pid_s, name in names.items():
         if not is_pid_text(pid_s):
             missing[repr(pid_s)[:40]] = "the agent sent a malformed process id"
             continue
-        path = res.files.get(name) if isinstance(name, str) else None
+        path = res.files.get(name)
         if path is None:
             missing[pid_s] = f"the agent named {str(name)[:80]!r} but sent no such file"
         else:
@@ -155,34 +158,31 @@ def received(res: Any) -> Received:
 
 
 def _follow(
-    agent: Requester, host: str, tag: str, fut: Future[Any], on_state: OnState, on_silent: OnSilent | None
+    agent: Requester, host: str, tag: str, fut: Future[Reply[TraceAnswer]], on_state: OnState,
+    on_silent: OnSilent | None,
 ) -> None:
     """Report every state change of the tagged trace, in order, until ``fut`` is done."""
     seen = 0  # index of the next event to report
     while True:
         finished = fut.done()
         try:
-            status = agent.request(host, "trace_status", {"tag": tag}, 10.0).result(timeout=15)
-        except Exception as err:  # an older agent: no progress, the trace still comes
+            status = ask(agent, host, TraceStatusParams(tag=tag), 10.0).result(timeout=15).answer
+        except (StreamError, TimeoutError, CancelledError) as err:  # an older agent: no progress; the trace comes
             if not finished:
                 if on_silent is not None:
                     on_silent(str(err))
                 fut.exception()  # block until done
             return
-        st = status.result if isinstance(status.result, dict) else {}
-        raw_events, raw_first = st.get("events"), st.get("first")
-        events: list[Any] = raw_events if isinstance(raw_events, list) else []
-        first = raw_first if isinstance(raw_first, int) else 0
+        first, events = status.first, status.events
         for ev in events[max(seen - first, 0) :]:
-            if isinstance(ev, dict):
-                on_state(str(ev.get("state", "?")), str(ev.get("detail", "")))
+            on_state(ev.state, ev.detail)
         seen = max(seen, first + len(events))
         if finished:
             return
         _wait_done(fut, STATUS_EVERY_S)
 
 
-def _wait_done(fut: Future[Any], seconds: float) -> None:
+def _wait_done(fut: Future[Reply[TraceAnswer]], seconds: float) -> None:
     done = threading.Event()
     fut.add_done_callback(lambda _f: done.set())
     done.wait(seconds)

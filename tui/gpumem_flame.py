@@ -15,6 +15,7 @@ reopens the last one.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -23,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 from gpulens.sources.gpumem import local_gpu_memory
 from gpulens.tui.context import requester
 from gpulens.tui.workers import call_in_app, wait
+
+log = logging.getLogger("gpulens.tui.gpumem_flame")
 
 if TYPE_CHECKING:
     from gpulens.analysis.flame.model import Profile
@@ -73,9 +76,11 @@ def _ask(source: RequestSource, host: str, pids: list[int], seconds: float) -> t
     """One ``gpumem`` answer as a profile and its note (None: the screen went meanwhile). Raises on failure."""
     from gpulens.analysis.flame.folded import parse_folded
     from gpulens.core.limits import InputLimits, read_input
+    from gpulens.ipc.request_schema import GpuMemParams
+    from gpulens.sources.ask import ask
 
-    params = {"pids": pids, "mode": "live", "duration_s": seconds}
-    result = wait(source.request(host, "gpumem", params, seconds + 60.0), seconds + 90.0)
+    params = GpuMemParams(pids=tuple(pids), mode="live", duration_s=seconds)
+    result = wait(ask(source, host, params, seconds + 60.0), seconds + 90.0)
     if result is None:
         return None
     files = list(result.files.values())
@@ -88,8 +93,7 @@ def _ask(source: RequestSource, host: str, pids: list[int], seconds: float) -> t
             os.unlink(files[0])
     profile = parse_folded(bytes(data), unit="bytes", source=str(files[0]),
                            title=f"GPU memory live on {host}: {', '.join(map(str, pids))}")
-    body = result.result if isinstance(result.result, dict) else {}
-    return profile, _note(body.get("python"), body.get("lost"))
+    return profile, _note(result.answer.python, result.answer.lost)
 
 
 def _ask_here(p: Profiling, pids: list[int], fut: Future[tuple[str, dict[str, Any]]] | None = None,
@@ -115,6 +119,7 @@ def _open(p: Profiling, where: str, first: Callable[[], tuple[Profile, str] | No
     try:
         got = first()
     except Exception as err:  # shown in the panel: no agent, not root there, eBPF refused, the processes gone…
+        log.info("GPU memory %s failed", where, exc_info=True)
         call_in_app(p._set_state, f"GPU memory {where} failed: {err}")
         return
     if got is None:
@@ -149,6 +154,7 @@ def _follow(p: Profiling, first: Profile, again: Callable[[], tuple[Profile, str
             try:
                 got = again()
             except Exception as err:  # the agent went away: the graph stays, the title says so
+                log.info("GPU memory refresh failed", exc_info=True)
                 got, why = None, str(err)
             else:
                 why = ""

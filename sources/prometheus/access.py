@@ -23,7 +23,7 @@ import ssl
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from gpulens.core.errors import ConfigError
 from gpulens.core.secrets import read_secret
@@ -125,7 +125,15 @@ def parse_header(text: str, where: str) -> tuple[str, str]:
     return name, value
 
 
-def add_access_flags(group: Any) -> None:
+class FlagGroup(Protocol):
+    """Where flags are added (an ``argparse`` parser or group: sources take no parsed flags, only this)."""
+
+    def add_argument(self, *flags: str, action: str = ..., metavar: str = ..., help: str = ...) -> object:
+        """Add one flag."""
+        ...
+
+
+def add_access_flags(group: FlagGroup) -> None:
     """The access flags, next to ``--prometheus`` (TUI and snapshot)."""
     group.add_argument("--prom-bearer-token-file", metavar="FILE",
                        help="send the token in FILE as 'Authorization: Bearer' (default: config [prometheus])")

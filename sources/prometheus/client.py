@@ -144,7 +144,7 @@ def _few_enough_series(body: bytes) -> bool:
     return True
 
 
-def _labels(obj: Any) -> Labels:
+def _labels(obj: object) -> Labels:
     if not isinstance(obj, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in obj.items()
     ):
@@ -152,7 +152,7 @@ def _labels(obj: Any) -> Labels:
     return obj
 
 
-def _point(obj: Any) -> tuple[float, float]:
+def _point(obj: object) -> tuple[float, float]:
     if not isinstance(obj, list) or len(obj) != 2 or not isinstance(obj[1], str):
         raise _garbage("a sample is not [time, \"value\"]")
     try:
@@ -168,7 +168,7 @@ class _TooMany(Exception):
     pass
 
 
-def _loads(body: bytes, max_objects: int) -> Any:
+def _loads(body: bytes, max_objects: int) -> object:
     """``json.loads`` that stops once it has built more than ``max_objects`` objects."""
     counter = itertools.count(1)
 
@@ -177,10 +177,12 @@ def _loads(body: bytes, max_objects: int) -> Any:
             raise _TooMany
         return obj
 
-    return json.loads(body, object_hook=hook)
+    doc: object = json.loads(body, object_hook=hook)
+    return doc
 
 
-def _result(body: bytes, result_type: str) -> Any:
+def _result(body: bytes, result_type: str) -> list[Any]:
+    """The answer's ``data.result``: decoded JSON, its items checked by the caller."""
     if result_type == "matrix" and body.count(b"[") > MAX_RANGE_SAMPLES:
         raise _garbage(f"more than {MAX_RANGE_SAMPLES} samples in one range answer (the sample limit); "
                        "ask for a shorter window or a longer step")
@@ -338,7 +340,7 @@ class PromClient:
         except (http.client.HTTPException, ValueError) as err:  # bad status line and the like
             raise _garbage(f"not HTTP ({type(err).__name__}: {err})"[:200]) from err
 
-    def _read(self, resp: Any, slow: PrometheusError) -> bytes:
+    def _read(self, resp: http.client.HTTPResponse | urllib.error.HTTPError, slow: PrometheusError) -> bytes:
         """The body, in chunks: its declared length first, then every chunk, against ``max_bytes``."""
         declared = resp.headers.get("Content-Length") if resp.headers is not None else None
         if declared is not None and declared.strip().isdigit() and int(declared) > self.max_bytes:

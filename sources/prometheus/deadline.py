@@ -10,9 +10,13 @@ import functools
 import http.client
 import io
 import socket
+import ssl
 import time
 import urllib.request
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer, WriteableBuffer
 
 
 def _left(deadline: float) -> float:
@@ -31,7 +35,7 @@ class _DeadlineIO(socket.SocketIO):
         self._timed = sock
         self._deadline = deadline
 
-    def readinto(self, b: Any) -> int:
+    def readinto(self, b: WriteableBuffer) -> int:
         self._timed.settimeout(_left(self._deadline))
         n: int = super().readinto(b)  # type: ignore[assignment]
         return n
@@ -44,20 +48,21 @@ class _DeadlineSocket:
         self._sock = sock
         self._deadline = deadline
 
-    def makefile(self, mode: str, *args: Any, **kwargs: Any) -> io.BufferedReader:
+    def makefile(self, mode: str, *args: object, **kwargs: object) -> io.BufferedReader:
         return io.BufferedReader(_DeadlineIO(self._sock, self._deadline))
 
-    def sendall(self, data: Any) -> None:
+    def sendall(self, data: ReadableBuffer) -> None:
         self._sock.settimeout(_left(self._deadline))
         self._sock.sendall(data)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         return getattr(self._sock, name)
 
 
 class _HTTPConnection(http.client.HTTPConnection):
-    def __init__(self, host: str, *, deadline: float, **kwargs: Any) -> None:
-        super().__init__(host, **kwargs)
+    def __init__(self, host: str, *, deadline: float, port: int | None = None, timeout: float | None = None,
+                 source_address: tuple[str, int] | None = None, blocksize: int = 8192) -> None:
+        super().__init__(host, port, timeout, source_address, blocksize)
         self.deadline = deadline
 
     def connect(self) -> None:
@@ -67,8 +72,11 @@ class _HTTPConnection(http.client.HTTPConnection):
 
 
 class _HTTPSConnection(http.client.HTTPSConnection):
-    def __init__(self, host: str, *, deadline: float, **kwargs: Any) -> None:
-        super().__init__(host, **kwargs)
+    def __init__(self, host: str, *, deadline: float, context: ssl.SSLContext | None = None, port: int | None = None,
+                 timeout: float | None = None, source_address: tuple[str, int] | None = None,
+                 blocksize: int = 8192) -> None:
+        super().__init__(host, port, timeout=timeout, source_address=source_address, context=context,
+                         blocksize=blocksize)
         self.deadline = deadline
 
     def connect(self) -> None:
@@ -88,7 +96,7 @@ class DeadlineHTTPHandler(urllib.request.HTTPHandler):
 
 
 class DeadlineHTTPSHandler(urllib.request.HTTPSHandler):
-    def __init__(self, deadline: float, context: Any = None) -> None:
+    def __init__(self, deadline: float, context: ssl.SSLContext | None = None) -> None:
         super().__init__()
         self._deadline = deadline
         self._ctx = context

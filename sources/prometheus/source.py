@@ -14,6 +14,7 @@ that vanish get a :class:`HostStatusEvent`.
 from __future__ import annotations
 
 import gc
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -30,6 +31,7 @@ from gpulens.sources.prometheus.assemble import Answer, Digest, assemble, digest
 from gpulens.sources.prometheus.client import MAX_RESPONSE_BYTES, PromClient, Series, Vector
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 NAMES_REFRESH_S = 60.0
 STATIC_REFRESH_S = 60.0
 """Sizes and names (MetricMap.tier == "static") are re-read this often."""
@@ -303,6 +305,7 @@ class PrometheusSource:
 
     def _loop(self, emit: Emit) -> None:
         first, quick = True, True
+        logged = ""
         while not self._stop.is_set():
             began = time.monotonic()
             try:
@@ -331,11 +334,15 @@ class PrometheusSource:
                     newest = max(s.time for s in self._hosts.values())
                     last = f"showing data from {time.strftime('%H:%M:%S', time.localtime(newest))}"
                 self._status(emit, False, f"{err}; {last}", kind=err.kind, url=self._client.url)
-            except Exception as err:  # never let the poll thread die silently
+            except Exception as err:  # last resort of the poll thread: a bug must not end polling
                 if self._stop.is_set():
                     break
+                message = f"Prometheus source error: {type(err).__name__}: {err}"
+                if message != logged:  # once per distinct error, not every poll
+                    log.exception("%s", message)
+                    logged = message
                 self._healthy = False
-                self._status(emit, False, f"Prometheus source error: {type(err).__name__}: {err}", kind="internal")
+                self._status(emit, False, message, kind="internal")
             self._stop.wait(max(0.0, self.step_s - (time.monotonic() - began)))
 
     def _do_backfill(self, emit: Emit, before: float) -> None:
@@ -381,10 +388,8 @@ class PrometheusSource:
         window_s = max(window_s, 1.0)
         try:
             series = self._client.query_range(text, end - window_s, end, max(window_s / 240, 1.0))
-        except PrometheusError as err:
+        except PrometheusError as err:  # the client turns every failure into one (its module docstring)
             return PanelData(error=str(err))
-        except Exception as err:  # a panel must never take the screen down
-            return PanelData(error=f"{type(err).__name__}: {err}")
         total: dict[float, float] = {}
         for s in series:
             for t, v in s.points:

@@ -172,7 +172,7 @@ class HostLink:
             body()
         except (StreamError, SchemaError, ChannelClosed, ssl.SSLError, OSError) as err:
             return _describe(err)
-        except Exception as err:
+        except Exception as err:  # last resort of the link's thread: pending requests still fail, it reconnects
             log.exception("link %s", self.target.address)
             return f"internal error: {type(err).__name__}: {err}"
         return ""
@@ -196,11 +196,13 @@ class HostLink:
         channel is closed and pending requests fail.
         """
         self._chan = chan
+        began = False
         try:
             hello, decoder, backlog = self._begin(chan)
-        except BaseException:
-            self.hang_up("handshake failed")
-            raise
+            began = True
+        finally:
+            if not began:  # the error goes on to the caller
+                self.hang_up("handshake failed")
 
         def session() -> None:
             self.hang_up(self._guarded(lambda: self._serve(chan, decoder, hello.host, backlog)) or "disconnected")

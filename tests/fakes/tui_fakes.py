@@ -6,7 +6,8 @@ import asyncio
 import functools
 import os
 import time
-from collections.abc import Callable, Coroutine, Hashable, Iterator
+from collections.abc import Callable, Coroutine, Hashable, Iterator, Mapping
+from concurrent.futures import Future
 from typing import Any
 
 import pytest
@@ -14,9 +15,18 @@ from textual.pilot import Pilot
 
 from gpulens.core.config import WINDOWS, Config, Panel
 from gpulens.core.events import PanelData, Source
+from gpulens.ipc.errors import RequestFailed
+from gpulens.ipc.request_schema import (
+    ProgressEvent,
+    TraceAnswer,
+    TraceDiagnoseAnswer,
+    TraceStatusAnswer,
+)
 from gpulens.sources.demo import DemoSource
+from gpulens.sources.stream.requests import RequestResult
 from gpulens.store.store import Store
 from gpulens.tui.app import GpulensApp
+from tests.fakes.request_source import Answered, FakeAgent
 
 FROZEN = 1_700_000_000.0
 
@@ -132,50 +142,56 @@ class ProfilingSource(StaticSource):
         self.profiler = profiler
 
 
-class FakeRequestSource(StaticSource):
-    """A StaticSource that also answers agent requests the way a tracing agent does.
+class AgentSource(StaticSource):
+    """A StaticSource with agents behind it (a ``RequestSource``): requests go to ``agent``, a scripted FakeAgent."""
+
+    def __init__(self, events: list[Any], agent: FakeAgent, name: str = "fake agents") -> None:
+        super().__init__(events, name=name)
+        self.agent = agent
+
+    def request(self, host: str, kind: str, params: Mapping[str, Any], timeout_s: float) -> Future[RequestResult]:
+        """Through :attr:`agent`."""
+        return self.agent.request(host, kind, params, timeout_s)
+
+
+class FakeRequestSource(AgentSource):
+    """A StaticSource whose agents (a :class:`~tests.fakes.request_source.FakeAgent`) answer as a tracing agent does.
 
     ``trace`` writes ``trace_json`` under ``download_dir`` (as a StreamSource
     saves the chunks) and answers with its name; ``trace_status`` reports the
     progress events given; ``fail`` makes every trace fail with that reason;
     ``trace_diagnose`` answers from ``reasons`` (pid -> why, None: traceable).
+    :attr:`requests` is every request, as ``(host, kind, params)``.
     """
 
     def __init__(self, events: list[Any], download_dir: Any, trace_json: str,
                  status: tuple[tuple[str, str], ...] = (("waiting for poll", "config handed over"),),
                  fail: str | None = None, reasons: dict[int, str | None] | None = None) -> None:
-        super().__init__(events, name="fake agents")
+        super().__init__(events, FakeAgent({"trace_status": lambda host, params: self._status(),
+                                            "trace_diagnose": lambda host, params: self._diagnose(params),
+                                            "trace": lambda host, params: self._trace(params)}))
         self.download_dir = download_dir
         self.trace_json = trace_json
         self.status = status
         self.fail = fail
         self.reasons = reasons or {}
-        self.requests: list[tuple[str, str, dict[str, Any]]] = []
+        self.requests = self.agent.asked
 
-    def request(self, host: str, kind: str, params: Any, timeout_s: float) -> Any:
-        from concurrent.futures import Future
+    def _status(self) -> TraceStatusAnswer:
+        events = tuple(ProgressEvent(state=s, detail=d) for s, d in self.status)
+        return TraceStatusAnswer(state=events[-1].state, first=0, events=events)
 
-        from gpulens.ipc.errors import RequestFailed
-        from gpulens.sources.stream.requests import RequestResult
+    def _diagnose(self, params: Mapping[str, Any]) -> TraceDiagnoseAnswer:
+        return TraceDiagnoseAnswer(reasons={str(p): self.reasons.get(p) for p in params["pids"]})
 
-        self.requests.append((host, kind, dict(params)))
-        fut: Future[Any] = Future()
-        if kind == "trace_status":
-            events = [{"state": s, "detail": d} for s, d in self.status]
-            fut.set_result(RequestResult({"state": events[-1]["state"], "first": 0, "events": events}))
-        elif kind == "trace_diagnose":
-            fut.set_result(RequestResult({"reasons": {str(p): self.reasons.get(p) for p in params["pids"]}}))
-        elif kind == "trace" and self.fail:
-            fut.set_exception(RequestFailed(self.fail))
-        elif kind == "trace":
-            pid = params["pids"][0]
-            name = f"{pid}-trace_{pid}.json"
-            path = self.download_dir / name
-            path.write_text(self.trace_json)
-            fut.set_result(RequestResult({"files": {str(pid): name}, "missing": {}}, {name: path}))
-        else:
-            fut.set_exception(RequestFailed(f"unsupported request kind {kind!r}"))
-        return fut
+    def _trace(self, params: Mapping[str, Any]) -> Answered | RequestFailed:
+        if self.fail:
+            return RequestFailed(self.fail)
+        pid = params["pids"][0]
+        name = f"{pid}-trace_{pid}.json"
+        path = self.download_dir / name
+        path.write_text(self.trace_json)
+        return Answered(TraceAnswer(files={str(pid): name}, missing={}), {name: path})
 
 
 class FakeContext:

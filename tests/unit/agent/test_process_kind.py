@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 
 from gpulens.agent.process_kind import processes
-from gpulens.agent.request_kinds import RequestError
 from gpulens.agent.requests import RequestRunner
 from gpulens.collectors.processes import ProcessLister, proc_hides_pids
 from gpulens.core.model import GpuProcess, GpuSample, JobInfo
 from gpulens.core.processes import MAX_ROWS, order
-from gpulens.ipc import stream
+from gpulens.ipc.errors import ProtocolError
 from gpulens.ipc.principal import SAMPLES_ONLY, Principal, peer
+from gpulens.ipc.request_schema import ProcessesParams, answer_to_wire, decode_params
 from gpulens.ipc.serialize import from_dict
 from tests.unit.store.test_store import T0, sample
 
@@ -42,8 +42,9 @@ class Conn:
 
 def _ask(principal: Principal, params: dict[str, Any], lister: ProcessLister, latest: Any = None,
          hides: bool = False) -> dict[str, Any]:
-    req = stream.Request(id=1, kind="processes", params=params)
-    return processes(Conn(principal), req, lister, lambda: latest, lambda: hides)
+    asked = decode_params("processes", params)
+    assert isinstance(asked, ProcessesParams)
+    return answer_to_wire(processes(Conn(principal), 1, asked, lister, lambda: latest, lambda: hides))
 
 
 @pytest.fixture
@@ -100,8 +101,12 @@ def test_with_hidepid_a_user_sees_only_what_it_may_act_for(child: subprocess.Pop
 @pytest.mark.parametrize("params", [{"limit": 0}, {"limit": MAX_ROWS + 1}, {"limit": "9"}, {"limit": True},
                                     {"pids": []}, {"pids": list(range(1, 100))}, {"pids": [-1]}, {"pids": "1"}])
 def test_bad_params_are_refused(params: dict[str, Any]) -> None:
-    with pytest.raises(RequestError):
+    """Refused where the frame is decoded, with the field's own sentence (what the viewer is sent)."""
+    why = f"limit must be an integer in 1..{MAX_ROWS}" if "limit" in params else (
+        "pids must be a list of 1..64 positive process ids")
+    with pytest.raises(ProtocolError) as err:
         _ask(peer(ME), params, ProcessLister())
+    assert str(err.value) == why
 
 
 def test_one_listing_serves_every_asker_for_a_second() -> None:

@@ -25,9 +25,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Mapping
-from concurrent.futures import Future
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +36,8 @@ from gpulens.collectors.jobs import JobScanner
 from gpulens.collectors.sampler import Sampler
 from gpulens.core.config import Config
 from gpulens.core.model import GpuProcess, GpuSample
+from gpulens.ipc.request_schema import ProgressEvent, TraceAnswer, TraceStatusAnswer
+from tests.fakes.request_source import Answered, FakeAgent
 from tests.fakes.security_helpers import User, call_as, two_users
 
 __all__ = ["two_users"]  # the fixture, used by name
@@ -219,38 +218,23 @@ def test_the_log_file_holds_no_control(tmp_path: Path) -> None:
 # ---- gpulens trace: an agent's missing and notes, one line per item
 
 
-@dataclass(frozen=True)
-class _Result:
-    result: Any
-    files: dict[str, Path] = field(default_factory=dict)
-
-
-class _HostileAgent:
+def _hostile_agent(tmp: Path) -> FakeAgent:
     """Answers ``trace`` with a file for pid 7 and forged lines in ``missing`` and ``notes``."""
-
-    def __init__(self, tmp: Path) -> None:
-        (tmp / "7-t.json").write_text('{"traceEvents": []}')
-        self.answer = _Result({"files": {"7": "7-t.json"},
-                               "missing": {"9\ngpulens trace: done": f"gone{OSC52}\n8 /tmp/forged.json",
-                                           "10": f"{CSI}no poll{C1_OSC}"},
-                               "notes": {"7": f"a duration trace\ngpulens trace: done{OSC0}"}},
-                              {"7-t.json": tmp / "7-t.json"})
-
-    def request(self, host: str, kind: str, params: Mapping[str, Any], timeout_s: float) -> Future[Any]:
-        fut: Future[Any] = Future()
-        if kind == "trace_status":
-            fut.set_result(_Result({"state": "tracing", "first": 0,
-                                    "events": [{"state": "tracing", "detail": f"500 ms\nforged{C1_CSI}"}]}))
-        else:
-            fut.set_result(self.answer)
-        return fut
+    (tmp / "7-t.json").write_text('{"traceEvents": []}')
+    trace = TraceAnswer(files={"7": "7-t.json"},
+                        missing={"9\ngpulens trace: done": f"gone{OSC52}\n8 /tmp/forged.json",
+                                 "10": f"{CSI}no poll{C1_OSC}"},
+                        notes={"7": f"a duration trace\ngpulens trace: done{OSC0}"})
+    status = TraceStatusAnswer(state="tracing", first=0,
+                               events=(ProgressEvent(state="tracing", detail=f"500 ms\nforged{C1_CSI}"),))
+    return FakeAgent({"trace": Answered(trace, {"7-t.json": tmp / "7-t.json"}), "trace_status": status})
 
 
 def test_gpulens_trace_prints_one_line_per_item(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from gpulens.commands.trace import _trace_via
     from gpulens.ipc.kineto.requests import TraceRequest
 
-    assert _trace_via(_HostileAgent(tmp_path), "box", TraceRequest(pids=(7,)), None) == 1
+    assert _trace_via(_hostile_agent(tmp_path), "box", TraceRequest(pids=(7,)), None) == 1
     out, err = capsys.readouterr()
     assert out == f"7 {tmp_path / '7-t.json'}\n"
     assert_clean(err)

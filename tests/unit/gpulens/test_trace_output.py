@@ -14,9 +14,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from concurrent.futures import Future
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -25,6 +25,8 @@ from gpulens.cli import build_parser, main
 from gpulens.commands import trace, trace_job
 from gpulens.commands.trace_common import JOB_WAIT_S, Progress
 from gpulens.ipc.kineto.requests import TraceRequest, TraceResult
+from gpulens.ipc.request_schema import Poller, TraceProcessesAnswer
+from tests.fakes.request_source import FakeAgent
 
 
 def _trace_parser() -> argparse.ArgumentParser:
@@ -112,39 +114,34 @@ class _Clock:
         self.t += s
 
 
-class _Agent:
+def _agent(clock: _Clock, first_s: float, ranks: int, busy: int | None = None) -> FakeAgent:
     """An agent whose job processes start polling late, one rank every 2 s from ``first_s``."""
 
-    def __init__(self, clock: _Clock, first_s: float, ranks: int, busy: int | None = None) -> None:
-        self.clock, self.first_s, self.ranks, self.busy = clock, first_s, ranks, busy
+    def pollers(host: str, params: Mapping[str, Any]) -> TraceProcessesAnswer:
+        started = 0 if clock.t < first_s else min(ranks, 1 + int((clock.t - first_s) // 2))
+        return TraceProcessesAnswer(processes=tuple(
+            Poller(pid=500 + r, job_keys=("jk",), rank=r, interval_s=1.0, busy=r == busy) for r in range(started)))
 
-    def request(self, host: str, kind: str, params: dict[str, Any], timeout_s: float) -> Future[Any]:
-        assert kind == "trace_processes"
-        started = 0 if self.clock.t < self.first_s else min(self.ranks, 1 + int((self.clock.t - self.first_s) // 2))
-        procs = [{"pid": 500 + r, "job_keys": ["jk"], "rank": r, "interval_s": 1.0, "busy": r == self.busy}
-                 for r in range(started)]
-        fut: Future[Any] = Future()
-        fut.set_result(SimpleNamespace(result={"processes": procs}))
-        return fut
+    return FakeAgent({"trace_processes": pollers})
 
 
-def _host(agent: _Agent) -> trace_job._Host:
-    return trace_job._Host("h", agent, "h", lambda: None)  # type: ignore[arg-type]
+def _host(agent: FakeAgent) -> trace_job._Host:
+    return trace_job._Host("h", agent, "h", lambda: None)
 
 
 def test_a_late_job_is_waited_for_until_its_ranks_settle_and_no_longer(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = _Clock()
     monkeypatch.setattr(trace_job, "time", clock)
-    host = _host(_Agent(clock, first_s=10.0, ranks=4))
+    host = _host(_agent(clock, first_s=10.0, ranks=4))
     trace_job._discover([host], "jk", 60.0)
     assert sorted(host.ranks) == [500, 501, 502, 503]  # not only the first rank that polled
     assert 16.0 <= clock.t < 16.0 + 3.5  # the 4th polled at 16 s; the set then held for SETTLE_S
     clock.t = 0.0
-    host = _host(_Agent(clock, first_s=10.0, ranks=4))
+    host = _host(_agent(clock, first_s=10.0, ranks=4))
     trace_job._discover([host], "jk", JOB_WAIT_S)
     assert host.ranks == {} and JOB_WAIT_S <= clock.t < JOB_WAIT_S + 0.5  # the default: given up at 8 s
     clock.t = 20.0
-    host = _host(_Agent(clock, first_s=0.0, ranks=2, busy=1))
+    host = _host(_agent(clock, first_s=0.0, ranks=2, busy=1))
     trace_job._discover([host], "jk", JOB_WAIT_S)
     assert clock.t == 20.0 and host.busy == [501]  # a job polling already: no wait at all
 
@@ -152,7 +149,7 @@ def test_a_late_job_is_waited_for_until_its_ranks_settle_and_no_longer(monkeypat
 def test_a_job_nobody_polls_for_names_the_wait(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
                                                 tmp_path: Path) -> None:
     clock = _Clock()
-    monkeypatch.setattr(trace_job, "_open", lambda args, target: _host(_Agent(clock, first_s=1e9, ranks=1)))
+    monkeypatch.setattr(trace_job, "_open", lambda args, target: _host(_agent(clock, first_s=1e9, ranks=1)))
     monkeypatch.setattr(trace_job, "time", clock)
     args = argparse.Namespace(job="jk", output=str(tmp_path / "o"), wait=2.5, start_in=None)
     assert trace_job.run_job(args, TraceRequest(pids=(1,)), ["ssh:h"]) == 1
@@ -167,7 +164,7 @@ def test_the_written_ranks_are_counted_and_the_busy_one_named_with_its_rank(
 
     src = tmp_path / "dl.json"
     src.write_text('{"traceEvents": []}')
-    host = _host(_Agent(_Clock(), 0.0, 2))
+    host = _host(_agent(_Clock(), 0.0, 2))
     host.ranks = {500: 0, 501: 1}
     host.got = Received(files={"501": ("501-t.json", src)},
                         missing={"500": "process 500 was still busy with trace r (another request) ..."}, named=1)

@@ -49,6 +49,7 @@ from gpulens.ipc.kineto import codec, kconfig
 from gpulens.ipc.kineto.endpoint import ABSTRACT_NAME
 from gpulens.ipc.kineto.requests import TraceRequest
 from gpulens.ipc.principal import peer
+from gpulens.ipc.request_schema import HistoryParams, answer_to_wire, decode_params
 from gpulens.ipc.serialize import sample_to_dict, to_dict
 from gpulens.ipc.stream_frames import history_frames, pack_sample, sample_frame
 from gpulens.sources.tracing import trace_params
@@ -208,7 +209,9 @@ def _history_reply() -> tuple[list[bytes], dict[str, Any]]:
     def history_fn(since: float | None, until: float | None) -> list[bytes]:
         return [pack_sample(sample_to_dict(s)) for t, s in kept.items() if since is not None and since < t]
 
-    result = kinds.history(conn, req, history_fn)
+    params = decode_params(req.kind, req.params)
+    assert isinstance(params, HistoryParams)
+    result = answer_to_wire(kinds.history(conn, req.id, params, history_fn))
     return conn.frames, result
 
 
@@ -232,7 +235,7 @@ def _trace_status() -> dict[str, Any]:
     progress.set(key, "requested", "request received by the agent")
     progress.set(key, "waiting for poll", f"waiting for process {PID} to poll (every 1 s)")
     progress.set(key, "tracing", "tracing 500 ms")
-    return progress.status(key)
+    return answer_to_wire(progress.status(key))
 
 
 def _version_error() -> str:

@@ -185,7 +185,7 @@ def test_local_source_sampler_that_cannot_start() -> None:
     done = threading.Event()
 
     def factory() -> HostSampler:
-        raise RuntimeError("no /proc")
+        raise OSError("no /proc")
 
     def emit(e: SourceEvent) -> None:
         got.append(e)

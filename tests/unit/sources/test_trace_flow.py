@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,57 +21,39 @@ from gpulens.ipc.errors import RequestFailed
 from gpulens.ipc.kineto.protocol import TraceService
 from gpulens.ipc.kineto.requests import TraceRequest, TraceState
 from gpulens.ipc.kineto.service import LocalTraceService
+from gpulens.ipc.request_schema import ProgressEvent, TraceAnswer, TraceStatusAnswer, answer_to_wire
 from gpulens.sources.remote_trace import RemoteTraceService
+from gpulens.sources.stream.requests import RequestResult
 from gpulens.sources.tracing import Requester, fetch_trace
-
-
-@dataclass(frozen=True)
-class RequestResult:
-    """The shape of a stream request's result (``sources.stream``): the agent's answer and the files saved."""
-
-    result: Any
-    files: dict[str, Path] = field(default_factory=dict)
-
+from tests.fakes.request_source import Answered, FakeAgent, Script
 
 STATUS = [{"state": "waiting for poll", "detail": "config handed over"}, {"state": "tracing", "detail": "500 ms"}]
 
 
-class ScriptedAgent:
-    """Answers ``trace`` with ``answer`` (a RequestResult or an exception) and ``trace_status`` with STATUS."""
-
-    def __init__(self, answer: RequestResult | BaseException, status: list[dict[str, str]] | None = None) -> None:
-        self.answer = answer
-        self.status = STATUS if status is None else status
-        self.kinds: list[str] = []
-
-    def request(self, host: str, kind: str, params: Mapping[str, Any], timeout_s: float) -> Future[Any]:
-        self.kinds.append(kind)
-        fut: Future[Any] = Future()
-        if kind == "trace_status" and not self.status:
-            fut.set_exception(RequestFailed("unsupported request kind 'trace_status'"))
-        elif kind == "trace_status":
-            fut.set_result(RequestResult({"state": self.status[-1]["state"], "first": 0, "events": self.status}))
-        elif isinstance(self.answer, BaseException):
-            fut.set_exception(self.answer)
-        else:
-            fut.set_result(self.answer)
-        return fut
+def scripted(answer: Answered | BaseException, status: list[dict[str, str]] | None = None) -> FakeAgent:
+    """An agent answering ``trace`` with ``answer`` and ``trace_status`` with ``status`` (STATUS; []: unsupported)."""
+    status = STATUS if status is None else status
+    answers: dict[str, Script] = {"trace": answer}
+    if status:
+        events = tuple(ProgressEvent(state=e["state"], detail=e["detail"]) for e in status)
+        answers["trace_status"] = TraceStatusAnswer(state=events[-1].state, first=0, events=events)
+    return FakeAgent(answers)
 
 
-def _answer(tmp_path: Path) -> RequestResult:
+def _answer(tmp_path: Path) -> Answered:
     """Files for pids 7 and 12, a malformed pid, a named file never sent, and a pid the agent says is gone."""
     files = {}
     for pid in (7, 12):
         files[f"{pid}-t.json"] = tmp_path / f"{pid}-t.json"
         files[f"{pid}-t.json"].write_text('{"traceEvents": []}')
     names = {"7": "7-t.json", "12": "12-t.json", "x": "7-t.json", "8": "8-t.json"}
-    return RequestResult({"files": names, "missing": {"9": "process 9 is gone"}}, files)
+    return Answered(TraceAnswer(files=names, missing={"9": "process 9 is gone"}), files)
 
 
 def test_both_forms_are_trace_services() -> None:
     local: TraceService = LocalTraceService(use_dynolog=False)
-    remote: TraceService = RemoteTraceService(ScriptedAgent(RequestFailed("no")), "box", set)
-    agent: Requester = ScriptedAgent(RequestFailed("no"))
+    remote: TraceService = RemoteTraceService(scripted(RequestFailed("no")), "box", set)
+    agent: Requester = scripted(RequestFailed("no"))
     assert isinstance(local, TraceService) and isinstance(remote, TraceService)
     assert isinstance(agent, Requester)
     assert remote.processes() == [] and remote.jobs() == []
@@ -81,7 +62,7 @@ def test_both_forms_are_trace_services() -> None:
 
 def test_flow_reports_states_in_order_and_maps_the_files(tmp_path: Path) -> None:
     seen: list[tuple[str, str]] = []
-    got = fetch_trace(ScriptedAgent(_answer(tmp_path)), "box", TraceRequest(pids=(7,)), "t1",
+    got = fetch_trace(scripted(_answer(tmp_path)), "box", TraceRequest(pids=(7,)), "t1",
                       lambda s, d: seen.append((s, d)))
     assert seen == [("waiting for poll", "config handed over"), ("tracing", "500 ms")]
     assert got.files == {"7": ("7-t.json", tmp_path / "7-t.json"), "12": ("12-t.json", tmp_path / "12-t.json")}
@@ -91,7 +72,7 @@ def test_flow_reports_states_in_order_and_maps_the_files(tmp_path: Path) -> None
 
 
 def test_cli_prints_files_then_missing_processes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rc = _trace_via(ScriptedAgent(_answer(tmp_path)), "box", TraceRequest(pids=(7,)), None)
+    rc = _trace_via(scripted(_answer(tmp_path)), "box", TraceRequest(pids=(7,)), None)
     out, err = capsys.readouterr()
     assert rc == 1
     assert out.splitlines() == [f"12 {tmp_path / '12-t.json'}", f"7 {tmp_path / '7-t.json'}"]
@@ -107,8 +88,8 @@ def test_cli_copies_each_file_to_output(tmp_path: Path, capsys: pytest.CaptureFi
     staged = tmp_path / "dl"
     staged.mkdir()
     (staged / "7-t.json").write_text('{"traceEvents": []}')
-    answer = RequestResult({"files": {"7": "7-t.json"}, "missing": {}}, {"7-t.json": staged / "7-t.json"})
-    rc = _trace_via(ScriptedAgent(answer, status=[]), "box", TraceRequest(pids=(7,)), str(tmp_path / "o.json"))
+    answer = Answered(TraceAnswer(files={"7": "7-t.json"}, missing={}), {"7-t.json": staged / "7-t.json"})
+    rc = _trace_via(scripted(answer, status=[]), "box", TraceRequest(pids=(7,)), str(tmp_path / "o.json"))
     out, err = capsys.readouterr()
     assert rc == 0 and out == f"7 {tmp_path / 'o.json'}\n"
     assert (tmp_path / "o.json").read_text() == '{"traceEvents": []}'
@@ -123,14 +104,14 @@ def test_cli_copies_each_file_to_output(tmp_path: Path, capsys: pytest.CaptureFi
 ])
 def test_cli_failure_is_one_line_and_exit_1(answer: BaseException, line: str,
                                             capsys: pytest.CaptureFixture[str]) -> None:
-    rc = _trace_via(ScriptedAgent(answer), "box", TraceRequest(pids=(7,), timeout_s=1), None)
+    rc = _trace_via(scripted(answer), "box", TraceRequest(pids=(7,), timeout_s=1), None)
     out, err = capsys.readouterr()
     assert rc == 1 and out == ""
     assert err.splitlines()[-1] == f"gpulens trace: {line}"
 
 
 def test_remote_service_gets_the_same_answer(tmp_path: Path) -> None:
-    svc = RemoteTraceService(ScriptedAgent(_answer(tmp_path)), "box", set)
+    svc = RemoteTraceService(scripted(_answer(tmp_path)), "box", set)
     result = svc.request_trace(TraceRequest(pids=(7,))).result(timeout=10)
     assert result.files == {7: str(tmp_path / "7-t.json"), 12: str(tmp_path / "12-t.json")}
     assert result.missing == {8: "the agent named '8-t.json' but sent no such file", 9: "process 9 is gone"}
@@ -140,7 +121,7 @@ def test_remote_service_gets_the_same_answer(tmp_path: Path) -> None:
 
 
 def test_remote_service_names_the_timeout() -> None:
-    svc = RemoteTraceService(ScriptedAgent(TimeoutError("late")), "box", set)
+    svc = RemoteTraceService(scripted(TimeoutError("late")), "box", set)
     with pytest.raises(TimeoutError):
         svc.request_trace(TraceRequest(pids=(7,), timeout_s=1)).result(timeout=10)
     (job,) = svc.jobs()
@@ -151,17 +132,16 @@ def test_remote_service_names_the_timeout() -> None:
 
 def test_cli_without_progress_reports_still_gets_the_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """An older agent answers no trace_status: said once (while the trace runs), the files still come."""
-    trace: Future[Any] = Future()
+    trace: Future[RequestResult] = Future()
 
-    class SlowAgent(ScriptedAgent):
-        def request(self, host: str, kind: str, params: Mapping[str, Any], timeout_s: float) -> Future[Any]:
-            if kind == "trace":
-                return trace
-            if kind == "trace_status":
-                trace.set_result(_answer(tmp_path))  # answered after the first status request
-            return super().request(host, kind, params, timeout_s)
+    def status(host: str, params: Mapping[str, Any]) -> RequestFailed:
+        if not trace.done():
+            answer = _answer(tmp_path)  # answered after the first status request
+            trace.set_result(RequestResult(answer_to_wire(answer.answer), dict(answer.files)))
+        return RequestFailed("unsupported request kind 'trace_status'")
 
-    rc = _trace_via(SlowAgent(RequestFailed("unused"), status=[]), "box", TraceRequest(pids=(7,)), None)
+    slow = FakeAgent({"trace": lambda host, params: trace, "trace_status": status})
+    rc = _trace_via(slow, "box", TraceRequest(pids=(7,)), None)
     err = capsys.readouterr().err
     assert rc == 1 and os.path.exists(tmp_path / "7-t.json")
     assert err.startswith("gpulens trace: no progress reports from this agent "

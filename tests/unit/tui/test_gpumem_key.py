@@ -17,35 +17,28 @@ from gpulens.core.model import (
     NetworkSample,
     StorageSample,
 )
+from gpulens.ipc.request_schema import GpuMemAnswer
 from gpulens.tui.app import GpulensApp
-from tests.fakes.tui_fakes import FROZEN, StaticSource, frozen_clock, settle, sync
+from tests.fakes.request_source import Answered, FakeAgent
+from tests.fakes.tui_fakes import FROZEN, AgentSource, StaticSource, frozen_clock, settle, sync
 
 FOLDED = ("<module> (serve.py:40);Runner > _allocate_kv_cache_tensors (runner.py:212);cudaMalloc;cuMemAlloc_v2 "
           "59055800320\n<module> (serve.py:40);Model > __init__ (model.py:88);cuMemAlloc_v2 1048576\n")
 
 
-class GpuMemAgent(StaticSource):
-    """A test double of an agent that answers ``gpumem`` as ``gpulens agent`` does: one folded bytes file."""
+class GpuMemAgent(AgentSource):
+    """A source whose agent answers ``gpumem`` as ``gpulens agent`` does: one folded bytes file."""
 
     def __init__(self, events: list[Any], folded: Path) -> None:
-        super().__init__(events, name="fake agent")
+        super().__init__(events, FakeAgent({"gpumem": lambda host, params: self._gpumem()}), name="fake agent")
         self.folded = folded
-        self.asked: list[tuple[str, str, dict[str, Any]]] = []
+        self.asked = self.agent.asked
 
-    def request(self, host: str, kind: str, params: Any, timeout_s: float) -> Future[Any]:
-        from gpulens.ipc.errors import RequestFailed
-        from gpulens.sources.stream.requests import RequestResult
-
-        self.asked.append((host, kind, dict(params)))
-        fut: Future[Any] = Future()
-        if kind != "gpumem":
-            fut.set_exception(RequestFailed(f"unsupported request kind {kind!r}"))
-            return fut
+    def _gpumem(self) -> Answered:
         name = "gpumem-far-host-1.bytes.folded"
         download = self.folded.with_name(f"download-{len(self.asked)}.bytes.folded")  # as a StreamSource saves it
         download.write_bytes(self.folded.read_bytes())
-        fut.set_result(RequestResult({"files": [name], "python": {"777": None}, "lost": 0}, {name: download}))
-        return fut
+        return Answered(GpuMemAnswer(files=(name,), python={"777": None}, lost=0), {name: download})
 
 
 async def _flame_opens(app: GpulensApp, pilot: Any) -> None:

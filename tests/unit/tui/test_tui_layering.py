@@ -10,10 +10,8 @@ other ``gpulens.tui`` modules, so neither a lazy nor a types-only import of
 from __future__ import annotations
 
 import ast
-from concurrent.futures import Future
 from functools import cache
 from pathlib import Path
-from typing import Any
 
 from textual.app import App
 from textual.message import Message
@@ -30,7 +28,7 @@ from gpulens.core.model import (
 from gpulens.tui.messages import OpenFlame, OpenJob
 from gpulens.tui.screens.host import HostScreen
 from gpulens.tui.widgets.job_table import JobTable
-from tests.fakes.tui_fakes import FROZEN, FakeContext, StaticSource, sync
+from tests.fakes.tui_fakes import FROZEN, FakeContext, sync
 from tests.paths import ROOT
 
 TUI = ROOT / "tui"
@@ -172,17 +170,12 @@ def _far_host(tmp_path: Path) -> tuple[list[SampleEvent], Path]:
 
 @sync
 async def test_a_screen_runs_on_a_fake_context_and_posts_its_navigation(tmp_path: Path) -> None:
-    from gpulens.sources.stream.requests import RequestResult
+    from gpulens.ipc.request_schema import ProfileAnswer
+    from tests.fakes.request_source import Answered, FakeAgent
+    from tests.fakes.tui_fakes import AgentSource
 
     events, folded = _far_host(tmp_path)
-
-    class Agents(StaticSource):
-        def request(self, host: str, kind: str, params: Any, timeout_s: float) -> Future[Any]:
-            fut: Future[Any] = Future()
-            fut.set_result(RequestResult({"files": [folded.name]}, files={folded.name: folded}))
-            return fut
-
-    source = Agents(events)
+    source = AgentSource(events, FakeAgent({"profile": Answered(ProfileAnswer(files=(folded.name,)), {folded.name: folded})}))
     app = Bare(HostScreen("far-host", context=FakeContext(source, events)))
     async with app.run_test(size=(160, 45)) as pilot:
         for _ in range(3):

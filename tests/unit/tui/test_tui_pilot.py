@@ -355,7 +355,8 @@ def _far_host_app(monkeypatch: pytest.MonkeyPatch) -> tuple[GpulensApp, Any, lis
         StorageSample,
     )
     from gpulens.tui import profiling
-    from tests.fakes.tui_fakes import FROZEN, StaticSource, frozen_clock
+    from tests.fakes.request_source import FakeAgent
+    from tests.fakes.tui_fakes import FROZEN, AgentSource, frozen_clock
 
     pending: Future[Any] = Future()
     returned: list[object] = []
@@ -367,9 +368,7 @@ def _far_host_app(monkeypatch: pytest.MonkeyPatch) -> tuple[GpulensApp, Any, lis
 
     monkeypatch.setattr(profiling, "wait", spy)
 
-    class SlowAgent(StaticSource):
-        def request(self, host: str, kind: str, params: Any, timeout_s: float) -> Future[Any]:
-            return pending
+    slow = FakeAgent({"profile": lambda host, params: pending})  # answered when the test says
 
     job = JobInfo(pid=777, tree_id="slurmstepd/python", cmdline="python train.py", user="u",
                   start_time=FROZEN - 100, cpu_percent=99.0)
@@ -377,7 +376,7 @@ def _far_host_app(monkeypatch: pytest.MonkeyPatch) -> tuple[GpulensApp, Any, lis
                         memory=MemorySample(total_bytes=100, used_bytes=50),
                         network=NetworkSample(rx_bytes_per_s=1.0, tx_bytes_per_s=1.0),
                         storage=StorageSample(read_bytes_per_s=1.0, write_bytes_per_s=1.0), jobs=(job,))
-    return GpulensApp(source=SlowAgent([SampleEvent(sample)]), clock=frozen_clock), pending, returned
+    return GpulensApp(source=AgentSource([SampleEvent(sample)], slow), clock=frozen_clock), pending, returned
 
 
 @sync
@@ -385,7 +384,8 @@ async def test_a_profile_started_on_a_host_goes_on_after_leaving_it_and_is_offer
     monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
     # Issue 31, item 2: F 8, f, Esc used to lose the flame graph and forget the duration.
-    from types import SimpleNamespace
+    from gpulens.ipc.request_schema import ProfileAnswer, answer_to_wire
+    from gpulens.sources.stream.requests import RequestResult
 
     app, pending, returned = _far_host_app(monkeypatch)
     folded = tmp_path / "profile.txt"
@@ -405,7 +405,7 @@ async def test_a_profile_started_on_a_host_goes_on_after_leaving_it_and_is_offer
         assert isinstance(app.screen, OverviewScreen)
         assert not worker.is_cancelled and not returned  # still waiting for the agent: not dropped
         assert "py-spy far-host" in app.screen.query_one("AppHeader", AppHeader).source  # shown like REC
-        pending.set_result(SimpleNamespace(files={777: str(folded)}))
+        pending.set_result(RequestResult(answer_to_wire(ProfileAnswer(files=(folded.name,))), {folded.name: folded}))
         for _ in range(200):
             if any("flame graph of far-host ready" in str(n.message) for n in app._notifications):
                 break
