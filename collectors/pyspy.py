@@ -11,6 +11,7 @@ says how to grant it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -139,15 +140,16 @@ def _recorded(pid: int, out: str, proc: subprocess.Popen[bytes], deadline: float
     Interrupted (Ctrl-C, SIGTERM, cancelled), it kills ``every`` py-spy child, detaching them from
     their targets, and re-raises.
     """
-    try:
-        err = _finish(proc, deadline, cancel)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        return ProfilerError(f"py-spy did not finish sampling process {pid}")
-    except BaseException:  # Ctrl-C / SIGTERM / cancelled: detach py-spy from every target now
-        _kill_all(every)
-        raise
+    with contextlib.ExitStack() as undo:
+        undo.callback(_kill_all, every)  # Ctrl-C / SIGTERM / cancelled: detach py-spy from every target now
+        try:
+            err = _finish(proc, deadline, cancel)
+        except subprocess.TimeoutExpired:
+            undo.pop_all()
+            proc.kill()
+            proc.communicate()
+            return ProfilerError(f"py-spy did not finish sampling process {pid}")
+        undo.pop_all()
     if proc.returncode != 0 or not os.path.exists(out):
         return classify_failure(pid, proc.returncode, err.decode("utf-8", "replace"))
     if os.path.getsize(out) > MAX_OUTPUT_BYTES:

@@ -198,9 +198,12 @@ _TABLES = (msgspec.inspect.StructType, msgspec.inspect.DataclassType)
 
 
 @cache
-def _schema() -> Any:
+def _schema() -> msgspec.inspect.StructType | msgspec.inspect.DataclassType:
     """:class:`_File` as msgspec describes it (built once: it takes about a millisecond)."""
-    return msgspec.inspect.type_info(_File)
+    info = msgspec.inspect.type_info(_File)
+    if not isinstance(info, _TABLES):
+        raise TypeError(f"config: {_File.__name__} is not a table: {info!r}")
+    return info
 
 
 def default_path() -> Path:
@@ -209,7 +212,7 @@ def default_path() -> Path:
     return Path(base) / "gpulens" / "config.toml"
 
 
-def _expect(path: str, key: str, what: str, got: Any) -> ConfigError:
+def _expect(path: str, key: str, what: str, got: object) -> ConfigError:
     return ConfigError(f"{path}: key '{key}': expected {what}, got {got!r}")
 
 
@@ -299,7 +302,7 @@ def _expected(steps: list[str | int]) -> tuple[list[str | int], str]:
 
     A value in a list or table of plain values (``signal_ssh[1]``) is named by its list, as a whole.
     """
-    node = _schema()
+    node: msgspec.inspect.Type = _schema()
     for n, step in enumerate(steps):
         inner, what = _unwrap(node)
         if isinstance(step, str) and isinstance(inner, _TABLES):
@@ -312,7 +315,7 @@ def _expected(steps: list[str | int]) -> tuple[list[str | int], str]:
     return steps, _unwrap(node)[1]
 
 
-def _unwrap(node: Any) -> tuple[Any, str]:
+def _unwrap(node: msgspec.inspect.Type) -> tuple[msgspec.inspect.Type, str]:
     """A schema node without its Optional and Annotated wrappers, and its ``description``."""
     if isinstance(node, msgspec.inspect.UnionType):
         node = next(t for t in node.types if not isinstance(t, msgspec.inspect.NoneType))
@@ -321,7 +324,8 @@ def _unwrap(node: Any) -> tuple[Any, str]:
     return node, ""
 
 
-def _unknown(data: Mapping[str, Any], node: Any, where: str, prefix: str) -> tuple[str, ...]:
+def _unknown(data: Mapping[str, Any], node: msgspec.inspect.StructType | msgspec.inspect.DataclassType,
+             where: str, prefix: str) -> tuple[str, ...]:
     """Warnings for a table's unknown keys, then for those of the tables in it (data the schema accepted)."""
     fields = {f.name: _unwrap(f.type)[0] for f in node.fields}
     out = _unknown_keys(data, set(fields), where, prefix)

@@ -61,7 +61,7 @@ class SchemaError(GpulensError):
 
     title = "malformed data"
 
-    def __init__(self, path: str, expected: str, got: Any) -> None:
+    def __init__(self, path: str, expected: str, got: object) -> None:
         shown = repr(got)
         if len(shown) > 60:
             shown = shown[:57] + "..."

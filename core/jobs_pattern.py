@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import types
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,9 +38,9 @@ CUT = "…"
 """Stands for the ancestors left out of a deeper tree ID: ``systemd/…/sh/sh/python3``."""
 
 
-def _load_re2() -> Any:
+def _load_re2() -> types.ModuleType | None:
     try:
-        return importlib.import_module("re2")  # google-re2; typed Any: it ships no stubs
+        return importlib.import_module("re2")  # google-re2: it ships no stubs, so its names are untyped
     except ImportError:
         return None
 
@@ -82,7 +83,7 @@ class JobPattern:
         try:
             self._search = _RE2.compile(pattern, options).search
             self.engine = "re2"
-        except Exception as err:  # re2.error (bytes message), or a TypeError of the wrapper
+        except (_RE2.error, TypeError, ValueError) as err:  # re2.error (bytes message), or the wrapper's own
             msg = err.args[0] if err.args else err
             self.why_not_re2 = f"RE2 refuses it ({msg.decode(errors='replace') if isinstance(msg, bytes) else msg})"
 

@@ -110,6 +110,7 @@ def open_regular(path: str, what: str = "file") -> tuple[int, int]:
                            "only regular files (save it to a file first)")
     from gpulens.core.safefs import (  # not at import: the CLI parser loads this module
         UnsafePath,
+        closed_on_error,
         open_regular_at,
     )
 
@@ -118,11 +119,8 @@ def open_regular(path: str, what: str = "file") -> tuple[int, int]:
         fd = open_regular_at(None, path, owner=None, max_bytes=1 << 62)
     except UnsafePath as err:
         raise InputRefused(f"{path}: not read: {err}", cannot_open=True) from None
-    try:
+    with closed_on_error(fd):
         size = os.fstat(fd).st_size
-    except BaseException:
-        os.close(fd)
-        raise
     return fd, size
 
 

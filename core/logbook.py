@@ -31,12 +31,17 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 
 from gpulens.core.logfile import SafeFileHandler
 from gpulens.core.lograte import EXEMPT, RateLimit
 from gpulens.core.sanitize import clean_text
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 RING_SIZE = 500
 MAX_LOG_BYTES = 4 << 20
@@ -64,8 +69,8 @@ class _Ring(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             message = clean_text(record.getMessage())
-        except Exception:  # a bad %-format in someone's log call must not kill the caller
-            message = clean_text(str(record.msg))
+        except Exception as err:  # the log sink: a bad %-format (or __str__) in a log call must not kill the caller
+            message = clean_text(f"{record.msg} (not formatted: {type(err).__name__}: {err})")
         self.records.append(LogEntry(record.created, record.levelname, record.name, message))
         self.version += 1
 
@@ -158,3 +163,45 @@ def version() -> int:
 def log_file() -> Path | None:
     """The file being written, if any."""
     return _file.path if _file is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Why a guarded call (:func:`call_guarded`) failed: its error's type name and message."""
+
+    kind: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}"
+
+
+def call_guarded(log: logging.Logger, what: str, fn: Callable[_P, _T], /, *args: _P.args,
+                 **kwargs: _P.kwargs) -> _T | Failure:
+    """``fn(*args, **kwargs)``, or the :class:`Failure` it raised: the one place where code whose
+    errors cannot all be known (a plug-in, a listener, a foreign library such as pynvml or amdsmi, an
+    optional collector) is kept from stopping the thread that calls it.
+
+    The failure is logged (``<what> failed`` with its traceback, on ``log``, rate-limited as every
+    record is) and returned, so the caller can show it as a reason.
+    """
+    return _guarded(log, logging.WARNING, what, lambda: fn(*args, **kwargs))
+
+
+def _guarded(log: logging.Logger, level: int, what: str, call: Callable[[], _T]) -> _T | Failure:
+    try:
+        return call()
+    except Exception as err:  # the one guard: see call_guarded
+        log.log(level, "%s failed", what, exc_info=True)
+        return Failure(type(err).__name__, str(err))
+
+
+def call_isolated(log: logging.Logger, what: str, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> _T | None:
+    """``fn(*args, **kwargs)``, or None when it raised: code plugged in from elsewhere (a listener, a provider).
+
+    A plug-in's failure, whatever it is, is logged (``<what> failed`` with its
+    traceback, on ``log``; :func:`call_guarded`) and the caller (a socket's
+    thread, a job table) carries on for the others.
+    """
+    got = _guarded(log, logging.ERROR, what, lambda: fn(*args, **kwargs))
+    return None if isinstance(got, Failure) else got

@@ -34,7 +34,7 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from gpulens.core.safefs import UnsafePath, check_dir, open_dir
+from gpulens.core.safefs import UnsafePath, check_dir, closed_on_error, open_dir
 from gpulens.core.sanitize import clean_text
 
 _OPEN = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -77,13 +77,10 @@ def _open_checked(dir_fd: int, name: str, shown: str, flags: int) -> int:
         if err.errno == errno.ELOOP:
             raise UnsafePath(f"{shown} is a symbolic link; gpulens does not follow links here") from err
         raise UnsafePath(f"{shown}: {err.strerror or err}") from err
-    try:
+    with closed_on_error(fd):
         _check_file(os.fstat(fd), shown)  # the object opened decides, whatever the name is now
         os.fchmod(fd, MODE)
         os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
     return fd
 
 
@@ -109,13 +106,10 @@ class SafeFileHandler(logging.Handler):
             raise UnsafePath(f"{self.path}: not a file name")
         parent = str(self.path.parent)
         self._dir_fd = open_dir(parent)
-        try:
+        with closed_on_error(self._dir_fd):
             owners = tuple(sorted({0, os.geteuid()}))
             check_dir(self._dir_fd, parent, owners=owners, shared_ok=True)
             self._fd = _open_checked(self._dir_fd, self._name, str(self.path), _OPEN)
-        except BaseException:
-            os.close(self._dir_fd)
-            raise
         self.degraded: str | None = None
         """Why rotation stopped (the file is then truncated in place); None while it works."""
 

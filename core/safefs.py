@@ -33,6 +33,18 @@ class UnsafePath(GpulensError):
     title = "unsafe path"
 
 
+@contextlib.contextmanager
+def closed_on_error(fd: int) -> Iterator[int]:
+    """``fd`` for the block; closed when the block raises anything (Ctrl-C included), and the error goes on.
+
+    The cleanup of a close-and-re-raise handler, without a handler that catches everything.
+    """
+    with contextlib.ExitStack() as undo:
+        undo.callback(os.close, fd)
+        yield fd
+        undo.pop_all()
+
+
 def _describe_open_error(path: str, err: OSError) -> UnsafePath:
     if err.errno == 40:  # ELOOP: O_NOFOLLOW met a symlink
         return UnsafePath(f"{path} is a symbolic link; gpulens does not follow links here")
@@ -62,6 +74,7 @@ def _walk(path: str | Path, owners: tuple[int, ...] | None) -> int:
         raise UnsafePath(f"{text}: expected an absolute path")
     fd = os.open("/", _DIR_FLAGS)
     walked = ""
+    done = False
     try:
         if owners is not None:
             check_dir(fd, "/", owners=owners, shared_ok=True)
@@ -77,9 +90,10 @@ def _walk(path: str | Path, owners: tuple[int, ...] | None) -> int:
             fd = nxt
             if owners is not None:
                 check_dir(fd, walked, owners=owners, shared_ok=True)
-    except BaseException:
-        os.close(fd)
-        raise
+        done = True
+    finally:
+        if not done:  # anything raised, Ctrl-C included: the directory open now is closed
+            os.close(fd)
     return fd
 
 
@@ -151,7 +165,7 @@ def ensure_dir_at(parent_fd: int, name: str, mode: int, *, parent_path: str = ""
         fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
     except OSError as err:
         raise _describe_open_error(shown, err) from err
-    try:
+    with closed_on_error(fd):
         st = os.fstat(fd)
         if st.st_uid != os.geteuid():
             raise UnsafePath(
@@ -159,9 +173,6 @@ def ensure_dir_at(parent_fd: int, name: str, mode: int, *, parent_path: str = ""
                 "remove it or choose another directory"
             )
         os.fchmod(fd, mode)
-    except BaseException:
-        os.close(fd)
-        raise
     return fd
 
 
@@ -178,14 +189,11 @@ def make_unique_dir(parent_fd: int, prefix: str, mode: int) -> tuple[str, int]:
         except FileExistsError:
             continue
         fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
-        try:
+        with closed_on_error(fd):
             st = os.fstat(fd)
             if st.st_uid != os.geteuid():  # swapped between mkdir and open
                 raise UnsafePath(f"{name}: replaced by uid {st.st_uid} while being created")
             os.fchmod(fd, mode)
-        except BaseException:
-            os.close(fd)
-            raise
         return name, fd
     raise UnsafePath("could not create a fresh directory (8 random names taken)")
 
@@ -206,7 +214,7 @@ def open_regular_at(dir_fd: int | None, path: str | Path, *, owner: int | None, 
         fd = os.open(path, _FILE_FLAGS, dir_fd=dir_fd)
     except OSError as err:
         raise _describe_open_error(shown, err) from err
-    try:
+    with closed_on_error(fd):
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise UnsafePath(f"{shown} is not a regular file (a FIFO, device, socket or directory)")
@@ -215,9 +223,6 @@ def open_regular_at(dir_fd: int | None, path: str | Path, *, owner: int | None, 
         if st.st_size > max_bytes:
             raise UnsafePath(f"{shown} is {st.st_size} bytes; the limit is {max_bytes}")
         os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
     return fd
 
 
@@ -238,11 +243,14 @@ def new_file(path: str | Path, mode: int = 0o644) -> Iterator[BinaryIO]:
     p = Path(path)
     tmp = p.with_name(f".{p.name}.{secrets.token_hex(8)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-    try:
+    with contextlib.ExitStack() as undo:  # anything raised, Ctrl-C included: the temporary file goes
+        undo.callback(_unlink_quietly, tmp)
         with os.fdopen(fd, "wb") as f:
             yield f
         os.replace(tmp, p)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+        undo.pop_all()
+
+
+def _unlink_quietly(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)

@@ -38,7 +38,7 @@ import re
 import types
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Final, TypeVar, Union
 
 from gpulens.core.errors import SchemaError
 from gpulens.core.model import (
@@ -50,6 +50,11 @@ from gpulens.core.model import (
     JobInfo,
     Workload,
 )
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+_D = TypeVar("_D", bound="DataclassInstance")
 
 MAX_NOTES = 16
 """Reasons added to one ``unavailable`` map per sample; more are summarised in one."""
@@ -134,7 +139,7 @@ def clean_text(text: str, *, keep_newlines: bool = False) -> str:
     return _STRIP.sub("", _SPACE.sub(" ", text))
 
 
-def clean_data(value: Any, *, depth: int = 0, max_depth: int = 64) -> Any:
+def clean_data(value: object, *, depth: int = 0, max_depth: int = 64) -> object:
     """A copy of plain data (a request's result) with every string cleaned, newlines kept.
 
     Raises:
@@ -185,7 +190,7 @@ def _fields(cls: type) -> tuple[_Field, ...]:
     return tuple(out)
 
 
-def _kind_of(tp: Any) -> tuple[str, type | None]:
+def _kind_of(tp: object) -> tuple[str, type | None]:
     """A field type's kind (see :class:`_Field`) and its dataclass, if any; ("", None): no rule for it."""
     if tp is bool:
         return "bool", None
@@ -289,7 +294,7 @@ def _checker(cls: type) -> Callable[[Any], bool]:
 class _Drop(Exception):
     """A required number of this object is bad: drop the object from its list."""
 
-    def __init__(self, value: Any, path: str, lo: float, hi: float) -> None:
+    def __init__(self, value: object, path: str, lo: float, hi: float) -> None:
         self.value, self.path, self.lo, self.hi = value, path, lo, hi
         self.why = _why(value, path, lo, hi).replace("; shown as n/a", "")
 
@@ -315,23 +320,23 @@ class _Notes:
         return out
 
 
-def _why(value: Any, path: str, lo: float, hi: float) -> str:
+def _why(value: object, path: str, lo: float, hi: float) -> str:
     shown = repr(value)[:40]
     if isinstance(value, float) and not math.isfinite(value):
         return f"received a non-finite value ({shown}) for {path}; shown as n/a"
     return f"received an implausible value ({shown}) for {path} (expected {lo:g} to {hi:g}); shown as n/a"
 
 
-def _plausible(v: Any, lo: float, hi: float) -> bool:
+def _plausible(v: float, lo: float, hi: float) -> bool:
     return bool(lo <= v <= hi)
 
 
-def _repair(obj: Any, cls: type, path: str, rel: str, notes: _Notes) -> Any:
+def _repair(obj: _D, cls: type, path: str, rel: str, notes: _Notes) -> _D:
     """``obj`` with every bad value fixed; raises _Drop when a required number is bad."""
     own = notes
     if cls is GpuSample:  # a GPU's reasons go in its own map, keyed inside the GPU
         own, rel = _Notes(), ""
-    changes: dict[str, Any] = {}
+    changes: dict[str, object] = {}
     for f in _SPECS[cls]:
         v = getattr(obj, f.name)
         full = f"{path}.{f.name}" if path else f.name
@@ -340,16 +345,16 @@ def _repair(obj: Any, cls: type, path: str, rel: str, notes: _Notes) -> Any:
         new = _SAME if fix is None else fix(cls, f, v, full, key, own)
         if new is not _SAME:
             changes[f.name] = new
-    if cls in (GpuSample, HostSample) and (own.items or own.more or not _checker_strmap(obj.unavailable)):
+    if isinstance(obj, GpuSample | HostSample) and (own.items or own.more or not _checker_strmap(obj.unavailable)):
         changes["unavailable"] = own.merged(obj.unavailable)
     return dataclasses.replace(obj, **changes) if changes else obj
 
 
-_SAME: Any = object()
+_SAME: Final = object()
 """What a fixer returns for a value that needs no change."""
 
 
-def _fix_num(cls: type, f: _Field, v: Any, full: str, key: str, own: _Notes) -> Any:
+def _fix_num(cls: type, f: _Field, v: float | None, full: str, key: str, own: _Notes) -> object:
     """An implausible number: None (with the reason), or _Drop when the field cannot be None."""
     if v is None or _plausible(v, f.lo, f.hi):
         return _SAME
@@ -359,17 +364,17 @@ def _fix_num(cls: type, f: _Field, v: Any, full: str, key: str, own: _Notes) -> 
     return None
 
 
-def _fix_str(cls: type, f: _Field, v: Any, full: str, key: str, own: _Notes) -> Any:
+def _fix_str(cls: type, f: _Field, v: str | None, full: str, key: str, own: _Notes) -> object:
     s = v if v is None else clean_text(v)
     return _SAME if s is v else s
 
 
-def _fix_obj(cls: type, f: _Field, v: Any, full: str, key: str, own: _Notes) -> Any:
+def _fix_obj(cls: type, f: _Field, v: DataclassInstance | None, full: str, key: str, own: _Notes) -> object:
     new = v if v is None else _repair(v, f.cls, full, key, own)  # type: ignore[arg-type]
     return _SAME if new is v else new
 
 
-def _fix_objs(cls: type, f: _Field, v: Any, full: str, key: str, own: _Notes) -> Any:
+def _fix_objs(cls: type, f: _Field, v: tuple[DataclassInstance, ...], full: str, key: str, own: _Notes) -> object:
     """Each object repaired; one with a bad required number dropped, with the reason."""
     items = []
     for i, x in enumerate(v):
@@ -383,7 +388,7 @@ def _fix_objs(cls: type, f: _Field, v: Any, full: str, key: str, own: _Notes) ->
     return _SAME
 
 
-def _fix_nums(cls: type, f: _Field, v: Any, full: str, key: str, own: _Notes) -> Any:
+def _fix_nums(cls: type, f: _Field, v: tuple[float, ...], full: str, key: str, own: _Notes) -> object:
     """Implausible items dropped; for per-core values (positional), the whole list."""
     bad = [x for x in v if not _plausible(x, f.lo, f.hi)]
     if not bad:
@@ -395,18 +400,18 @@ def _fix_nums(cls: type, f: _Field, v: Any, full: str, key: str, own: _Notes) ->
     return tuple(x for x in v if _plausible(x, f.lo, f.hi))
 
 
-def _fix_strs(cls: type, f: _Field, v: Any, full: str, key: str, own: _Notes) -> Any:
+def _fix_strs(cls: type, f: _Field, v: tuple[str, ...], full: str, key: str, own: _Notes) -> object:
     cleaned = tuple(clean_text(x) for x in v)
     return cleaned if any(a is not b for a, b in zip(cleaned, v, strict=True)) else _SAME
 
 
-def _fix_strmap(cls: type, f: _Field, v: Any, full: str, key: str, own: _Notes) -> Any:
+def _fix_strmap(cls: type, f: _Field, v: Mapping[str, str], full: str, key: str, own: _Notes) -> object:
     if f.name == "unavailable":
         return _SAME  # merged by _repair, with this object's own reasons
     return {clean_text(k): clean_text(x) for k, x in v.items()}
 
 
-def _fix_nummap(cls: type, f: _Field, v: Any, full: str, key: str, own: _Notes) -> Any:
+def _fix_nummap(cls: type, f: _Field, v: Mapping[str, float], full: str, key: str, own: _Notes) -> object:
     """Implausible entries dropped, with the reason; keys cleaned."""
     kept = {}
     for k, x in v.items():
@@ -418,7 +423,7 @@ def _fix_nummap(cls: type, f: _Field, v: Any, full: str, key: str, own: _Notes) 
     return kept if kept != v else _SAME
 
 
-_FIXES: dict[str, Callable[[type, _Field, Any, str, str, _Notes], Any]] = {
+_FIXES: dict[str, Callable[[type, _Field, Any, str, str, _Notes], object]] = {
     "num": _fix_num, "str": _fix_str, "obj": _fix_obj, "objs": _fix_objs, "nums": _fix_nums,
     "strs": _fix_strs, "strmap": _fix_strmap, "nummap": _fix_nummap,
 }

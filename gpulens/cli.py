@@ -12,6 +12,7 @@ import argparse
 import errno
 import importlib
 import io
+import logging
 import os
 import select
 import signal
@@ -154,7 +155,8 @@ def _run(args: argparse.Namespace, module: ModuleType | None) -> int:
         return 130
     except _Terminated:
         return 143
-    except Exception as err:
+    except Exception as err:  # the command line's top: every error ends as one line and an exit code
+        logging.getLogger("gpulens.cli").debug("the command failed", exc_info=err)  # the traceback, in --debug's log
         code = report(err)
         if code is not None:
             return code

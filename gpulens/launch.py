@@ -36,6 +36,7 @@ def _trace_service(
     try:
         from gpulens import __version__
         from gpulens.agent.agent import endpoint_owner
+        from gpulens.core.errors import GpulensError
         from gpulens.ipc.errors import EndpointBusy
     except ImportError as err:
         return None, f"trace service not installed: {err}", _nothing
@@ -50,7 +51,7 @@ def _trace_service(
         owner = own()
     except EndpointBusy as busy:
         return _through_owner(busy, own, socket_dir)
-    except Exception as err:  # the TUI runs without "Open Profiler" and says why on job screens
+    except (GpulensError, OSError, RuntimeError) as err:  # the TUI runs without "Open Profiler", says why on job screens
         return None, f"trace service not started: {err}", _nothing
     from gpulens.sources.owner_switch import HandoverTraceService
 
@@ -132,7 +133,7 @@ def launch(args: argparse.Namespace) -> int:
     The source is always stopped and the terminal restored, also on Ctrl-C
     and errors (Textual restores the terminal before raising).
     """
-    from gpulens.core.errors import ConfigError
+    from gpulens.core.errors import ConfigError, GpulensError
     from gpulens.ipc.recording_out import RecordMode
     from gpulens.sources.local import Recorder, RecordingSource
     from gpulens.sources_from_args import build_source
@@ -158,7 +159,7 @@ def launch(args: argparse.Namespace) -> int:
         app.stop_source()
         try:
             release()
-        except Exception as err:
+        except (GpulensError, OSError, RuntimeError) as err:  # threads and sockets: say it, exit as the TUI did
             print(f"gpulens: trace service did not stop cleanly: {err}", file=sys.stderr)
     if app.return_code not in (None, 0):
         return int(app.return_code)

@@ -49,6 +49,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gpulens.core.errors import GpulensError
 from gpulens.core.sanitize import clean_text
 from gpulens.ipc import stream
 from gpulens.ipc.control import control_name, peer_allowed, peer_cred
@@ -73,7 +74,8 @@ MAX_STRAY_CONNECTIONS = 8
 """Connections to the receiver from a process other than the holder, before the agent stops listening."""
 
 Adopt = Callable[[socket.socket], Callable[[], None]]
-"""Serves a passed, bound Kineto socket (raising why it cannot); returns how to stop serving it again."""
+"""Serves a passed, bound Kineto socket, or raises why it cannot (a GpulensError such as UnsafePath or
+EndpointBusy, an OSError, or RuntimeError when the agent is stopping); returns how to stop serving it again."""
 
 
 def handover_allowed(principal: Principal, holder_uid: int) -> bool:
@@ -204,7 +206,7 @@ class _Exchange:
             passed = socket.socket(fileno=fds[0])
             try:
                 undo = self.adopt(passed)
-            except Exception as err:  # the holder keeps the name and serves it again
+            except (GpulensError, OSError, RuntimeError) as err:  # the holder keeps the name and serves it again
                 passed.close()
                 self.adopt_error = clean_text(f"{type(err).__name__}: {err}")[:300]
                 with contextlib.suppress(OSError):

@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gpulens.core.logbook import call_isolated
+
 log = logging.getLogger("gpulens.stream")
 
 RECV_BYTES = 256 * 1024
@@ -82,10 +84,7 @@ class Reactor:
             del self._regs[reg.fd]
             with contextlib.suppress(KeyError, ValueError, OSError):
                 self._sel.unregister(reg.fd)
-        try:
-            reg.on_end(err, reason)
-        except Exception:
-            log.exception("stream reactor: on_end failed")
+        call_isolated(log, "stream reactor: on_end", reg.on_end, err, reason)
 
     def _loop(self) -> None:
         last_check = time.monotonic()
@@ -123,7 +122,8 @@ class Reactor:
         reg.last_rx = now
         try:
             reg.on_data(data)
-        except Exception as err:
+        except Exception as err:  # the reader's failure, whatever it is, ends this connection only: on_end gets it
+            log.debug("stream reactor: the reader refused the connection's data", exc_info=True)
             self._end(reg, err, str(err))
 
     def close(self) -> None:

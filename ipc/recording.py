@@ -35,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Iterable, Iterator
-from typing import Any, BinaryIO, NamedTuple
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, TypeVar, overload
 
 import msgpack
 import msgspec
@@ -47,6 +47,11 @@ from gpulens.core.model import HostSample
 from gpulens.ipc.errors import ProtocolError
 from gpulens.ipc.recording_blocks import MAX_FRAME_BYTES, MAX_RECORD_BYTES, BlockReader, BlockWriter
 from gpulens.ipc.serialize import sample_from_dict, sample_from_msgpack
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+_T = TypeVar("_T")
 
 FORMAT = "gpulens-recording"
 VERSION = 2
@@ -65,7 +70,11 @@ UNPACK_LIMITS = _LIMITS
 """The ``msgpack.Unpacker`` limits every reader of a recording uses."""
 
 
-def compact(obj: Any) -> Any:
+@overload
+def compact(obj: DataclassInstance) -> dict[str, Any]: ...
+@overload
+def compact(obj: object) -> object: ...
+def compact(obj: object) -> object:
     """Plain data for ``obj`` without dataclass fields that equal their default."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         out: dict[str, Any] = {}
@@ -129,14 +138,21 @@ def encode_event(event: SourceEvent) -> bytes:
     return data
 
 
-def _field(rec: dict[Any, Any], name: str, kind: type | tuple[type, ...], where: str) -> Any:
+def _field(rec: dict[Any, Any], name: str, kind: type[_T], where: str) -> _T:
     v = rec.get(name)
-    if not isinstance(v, kind) or (isinstance(v, bool) and kind in (float, (int, float))):
+    if not isinstance(v, kind):
         raise RecordingError(f"{where}: field '{name}' has the wrong type ({type(v).__name__})")
     return v
 
 
-def decode_record(obj: Any, where: str) -> SourceEvent:
+def _number(rec: dict[Any, Any], name: str, where: str) -> float:
+    v = rec.get(name)
+    if not isinstance(v, int | float) or isinstance(v, bool):
+        raise RecordingError(f"{where}: field '{name}' has the wrong type ({type(v).__name__})")
+    return float(v)
+
+
+def decode_record(obj: object, where: str) -> SourceEvent:
     """Validate one decoded object as an event; raises RecordingError."""
     if not isinstance(obj, dict):
         raise RecordingError(f"{where}: expected a map, got {type(obj).__name__}")
@@ -149,18 +165,17 @@ def decode_record(obj: Any, where: str) -> SourceEvent:
             return HostStatusEvent(
                 host=_field(obj, "host", str, where), up=_field(obj, "up", bool, where),
                 reason=_field(obj, "reason", str, where),
-                time=float(_field(obj, "time", (int, float), where)),
-                address=str(obj.get("address", "")))
+                time=_number(obj, "time", where), address=str(obj.get("address", "")))
         if kind == "m":
             return SourceStatusEvent(
                 message=_field(obj, "message", str, where), ok=_field(obj, "ok", bool, where),
-                time=float(_field(obj, "time", (int, float), where)))
+                time=_number(obj, "time", where))
     except SchemaError as err:
         raise RecordingError(f"{where}: {err}") from err
     raise RecordingError(f"{where}: unknown record kind {kind!r}")
 
 
-def check_header(obj: Any) -> dict[str, Any]:
+def check_header(obj: object) -> dict[str, Any]:
     """Validate the header object; raises RecordingError."""
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
         raise RecordingError("not a gpulens recording (no 'gpulens-recording' header)")
@@ -283,7 +298,7 @@ def _got(err: msgspec.ValidationError) -> str:
     return _GOT.get(got, got)
 
 
-def _fields_of(data: bytes | memoryview, decoder: msgspec.msgpack.Decoder[Any], where: str) -> Any:
+def _fields_of(data: bytes | memoryview, decoder: msgspec.msgpack.Decoder[_T], where: str) -> _T:
     try:
         return decoder.decode(data)
     except msgspec.ValidationError as err:

@@ -29,6 +29,7 @@ from typing import Literal
 import msgpack
 
 from gpulens.core.errors import ConfigError, RecordingError
+from gpulens.core.safefs import closed_on_error
 from gpulens.ipc.recording import UNPACK_LIMITS, VERSION, check_header
 from gpulens.ipc.recording_blocks import MAX_FRAME_BYTES
 
@@ -94,7 +95,7 @@ def _open_existing(path: str) -> int:
         if err.errno == 2:
             raise ConfigError(f"--record {path}: does not exist (nothing to continue; leave out --append)") from None
         raise ConfigError(f"--record {path}: cannot open: {err.strerror}") from None
-    try:
+    with closed_on_error(fd):
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise ConfigError(f"--record {path}: is {_what_is_there(st)}; gpulens records only into a regular file")
@@ -102,9 +103,6 @@ def _open_existing(path: str) -> int:
             raise ConfigError(f"--record {path}: belongs to uid {st.st_uid}, not to this process (uid "
                               f"{os.geteuid()}); gpulens does not write into another user's file")
         os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
     return fd
 
 
@@ -167,7 +165,7 @@ def open_for_recording(path: str, mode: RecordMode, *, simulated: bool) -> Opene
             raise ConfigError(f"--record {path}: cannot create: {err.strerror}") from None
         return OpenedRecording(fd, continued=False, size=0)
     fd = _open_existing(path)
-    try:
+    with closed_on_error(fd):
         if mode == "overwrite":
             os.ftruncate(fd, 0)
             return OpenedRecording(fd, continued=False, size=0)
@@ -177,6 +175,3 @@ def open_for_recording(path: str, mode: RecordMode, *, simulated: bool) -> Opene
             os.ftruncate(fd, end)
         os.lseek(fd, end, os.SEEK_SET)
         return OpenedRecording(fd, continued=True, size=end, cut=total - end, version=version)
-    except BaseException:
-        os.close(fd)
-        raise

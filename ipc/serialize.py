@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import msgspec
 
@@ -34,6 +34,9 @@ from gpulens.core.errors import SchemaError
 from gpulens.core.model import HostSample
 from gpulens.core.sanitize import check_sample
 from gpulens.ipc.errors import ProtocolError
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 T = TypeVar("T")
 
@@ -43,7 +46,11 @@ _DECODER = msgspec.msgpack.Decoder(HostSample)
 # -- out ------------------------------------------------------------------------
 
 
-def to_dict(obj: Any) -> Any:
+@overload
+def to_dict(obj: DataclassInstance) -> dict[str, Any]: ...
+@overload
+def to_dict(obj: object) -> object: ...
+def to_dict(obj: object) -> object:
     """Convert a model object (or builtins holding them) to plain builtins."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
@@ -56,8 +63,7 @@ def to_dict(obj: Any) -> Any:
 
 def sample_to_dict(sample: HostSample) -> dict[str, Any]:
     """The documented JSON/msgpack form of a host sample (docs/sample-schema.md)."""
-    result: dict[str, Any] = to_dict(sample)
-    return result
+    return to_dict(sample)
 
 
 # -- in -------------------------------------------------------------------------
@@ -83,7 +89,7 @@ def sample_from_msgpack(raw: bytes | memoryview | msgspec.Raw) -> HostSample:
     return check_sample(sample)
 
 
-def sample_from_dict(data: Any) -> HostSample:
+def sample_from_dict(data: object) -> HostSample:
     """Validate plain data as a host sample, implausible values made n/a (``sanitize``).
 
     Raises:
@@ -92,7 +98,7 @@ def sample_from_dict(data: Any) -> HostSample:
     return check_sample(from_dict(HostSample, data))
 
 
-def from_dict(cls: type[T], data: Any) -> T:
+def from_dict(cls: type[T], data: object) -> T:
     """Rebuild a model object of type ``cls`` from plain data (no plausibility check).
 
     Raises:

@@ -20,7 +20,7 @@ UNITS = {"bytes": "bytes", "samples": "samples", "objects": "samples", "goroutin
          "lock_samples": "samples", "lock_nanoseconds": "seconds", "nanoseconds": "seconds"}
 
 
-def from_flamebearer(doc: Any, source: str = "pyroscope") -> Profile:
+def from_flamebearer(doc: object, source: str = "pyroscope") -> Profile:
     """A profile from a render answer (``{"flamebearer": …, "metadata": …}``).
 
     Raises:
@@ -35,7 +35,7 @@ def from_flamebearer(doc: Any, source: str = "pyroscope") -> Profile:
     return build_from_stacks(levels.stacks, unit, title)
 
 
-def _flamebearer_and_metadata(doc: Any, source: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def _flamebearer_and_metadata(doc: object, source: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """The checked ``flamebearer`` and the ``metadata`` (empty when it is not an object)."""
     fb = doc.get("flamebearer") if isinstance(doc, dict) else None
     meta = doc.get("metadata", {}) if isinstance(doc, dict) else {}
@@ -68,7 +68,7 @@ class _Levels:
         self.stacks: list[tuple[list[str], float]] = []
         self.count = 0
 
-    def add(self, depth: int, level: Any) -> None:
+    def add(self, depth: int, level: object) -> None:
         """Read level ``depth``; its nodes' parents are in the level read before it."""
         if not isinstance(level, list) or len(level) % 4:
             raise FlameFormatError(f"{self.source}: level {depth} is not a list of quadruples")

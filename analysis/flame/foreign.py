@@ -9,8 +9,6 @@ sniffs them), so the refusal says what the file is and how to convert it.
 
 from __future__ import annotations
 
-from typing import Any
-
 from gpulens.analysis.flame.errors import FlameFormatError
 from gpulens.analysis.flame.gecko import gecko_group, gecko_root
 from gpulens.analysis.flame.group import ProfileGroup, single
@@ -25,7 +23,7 @@ from gpulens.analysis.flame.v8profile import (
 _SPEEDSCOPE_HINT = "open it in speedscope (https://www.speedscope.app) and export speedscope JSON, which gpulens reads"
 
 
-def foreign_kind(doc: Any) -> str | None:
+def foreign_kind(doc: object) -> str | None:
     """``cpuprofile``, ``heapprofile`` or ``gecko`` for a document :func:`foreign_group` reads, else None."""
     if is_cpuprofile(doc) or is_old_cpuprofile(doc):
         return "cpuprofile"
@@ -36,18 +34,20 @@ def foreign_kind(doc: Any) -> str | None:
     return None
 
 
-def foreign_group(doc: Any, kind: str, source: str, title: str, max_events: int) -> ProfileGroup:
+def foreign_group(doc: object, kind: str, source: str, title: str, max_events: int) -> ProfileGroup:
     """The profiles of a document of ``kind`` (see :func:`foreign_kind`)."""
-    if kind == "cpuprofile":
-        return single(cpuprofile_profile(doc, source, "Chrome CPU profile: time", max_events))
-    if kind == "heapprofile":
-        return single(heapprofile_profile(doc, source, "Chrome heap profile: allocated bytes", max_events))
     if kind == "gecko":
         return gecko_group(doc, source, max_events)
-    raise FlameFormatError(f"{source}: unknown format {kind!r}")
+    if kind not in ("cpuprofile", "heapprofile"):
+        raise FlameFormatError(f"{source}: unknown format {kind!r}")
+    if not isinstance(doc, dict):
+        raise FlameFormatError(f"{source}: not a {kind} (expected a JSON object)")
+    if kind == "cpuprofile":
+        return single(cpuprofile_profile(doc, source, "Chrome CPU profile: time", max_events))
+    return single(heapprofile_profile(doc, source, "Chrome heap profile: allocated bytes", max_events))
 
 
-def unsupported_json(doc: Any) -> str | None:
+def unsupported_json(doc: object) -> str | None:
     """``<format>: not supported (hint)`` for a JSON profile format gpulens knows but does not read."""
     if not isinstance(doc, dict):
         return None

@@ -24,8 +24,9 @@ The active profile is the thread ``GeckoMain`` (speedscope's choice), else the f
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, TypeGuard
 
 from gpulens.analysis.flame.errors import FlameFormatError
 from gpulens.analysis.flame.group import Part, ProfileGroup, group_of
@@ -35,7 +36,7 @@ from gpulens.core.limits import too_many
 _LOCATION = re.compile(r"(.*)\s+\((.*?)(?::(\d+))?(?::(\d+))?\)$", re.S)
 
 
-def gecko_root(doc: Any) -> tuple[dict[str, Any], bool] | None:
+def gecko_root(doc: object) -> tuple[dict[str, Any], bool] | None:
     """(the profile with ``meta`` and ``threads``, wrapped by DevTools?) or None when ``doc`` is not one."""
     if isinstance(doc, dict) and isinstance(doc.get("profile"), dict) and _is_gecko(doc["profile"]):
         return doc["profile"], True
@@ -44,11 +45,11 @@ def gecko_root(doc: Any) -> tuple[dict[str, Any], bool] | None:
     return None
 
 
-def _is_gecko(doc: Any) -> bool:
+def _is_gecko(doc: object) -> TypeGuard[dict[str, Any]]:
     return isinstance(doc, dict) and isinstance(doc.get("meta"), dict) and isinstance(doc.get("threads"), list)
 
 
-def gecko_group(doc: Any, source: str, max_events: int = 10_000_000) -> ProfileGroup:
+def gecko_group(doc: object, source: str, max_events: int = 10_000_000) -> ProfileGroup:
     """Every thread with samples of a Gecko profile (raw or processed), one part each."""
     root = gecko_root(doc)
     if root is None:
@@ -91,7 +92,7 @@ def _has_samples(thread: dict[str, Any]) -> bool:
     return bool(samples.get("data") or samples.get("stack") or samples.get("length"))
 
 
-def _column(table: Any, name: str, where: str) -> int:
+def _column(table: object, name: str, where: str) -> int:
     schema = table.get("schema") if isinstance(table, dict) else None
     col = schema.get(name) if isinstance(schema, dict) else None
     if not isinstance(col, int):
@@ -108,9 +109,9 @@ def _raw_profile(thread: dict[str, Any], devtools: bool, where: str, title: str,
     prefix_c, frame_c = (_column(stacks_t, c, f"{where}: stackTable") for c in ("prefix", "frame"))
     loc_c = _column(frames_t, "location", f"{where}: frameTable")
     stack_rows, frame_rows = stacks_t.get("data") or [], frames_t.get("data") or []
-    names: dict[int, str | None] = {}
+    names: dict[object, str | None] = {}
 
-    def frame_name(f: Any) -> str | None:
+    def frame_name(f: object) -> str | None:
         if f not in names:
             row = frame_rows[f] if isinstance(f, int) and 0 <= f < len(frame_rows) else None
             loc = row[loc_c] if isinstance(row, list) and len(row) > loc_c else None
@@ -122,7 +123,7 @@ def _raw_profile(thread: dict[str, Any], devtools: bool, where: str, title: str,
     return _weigh(rows, lambda s: _chain(s, stack_rows, prefix_c, frame_c, where), frame_name, title, max_events, 0.0)
 
 
-def _kept(text: Any, devtools: bool) -> str | None:
+def _kept(text: object, devtools: bool) -> str | None:
     if not isinstance(text, str):
         return None
     m = _LOCATION.match(text)
@@ -135,9 +136,9 @@ def _kept(text: Any, devtools: bool) -> str | None:
     return f"{m.group(1)} ({file}:{line})" if line else f"{m.group(1)} ({file})"  # the column is left out
 
 
-def _chain(stack: Any, rows: list[Any], prefix_c: int, frame_c: int, where: str) -> list[Any]:
+def _chain(stack: object, rows: list[Any], prefix_c: int, frame_c: int, where: str) -> list[object]:
     """Frame indexes of ``stack``, root first."""
-    out: list[Any] = []
+    out: list[object] = []
     while stack is not None:
         row = rows[stack] if isinstance(stack, int) and 0 <= stack < len(rows) else None
         if not isinstance(row, list) or len(row) <= max(prefix_c, frame_c) or len(out) > len(rows):
@@ -148,10 +149,10 @@ def _chain(stack: Any, rows: list[Any], prefix_c: int, frame_c: int, where: str)
     return out
 
 
-def _weigh(rows: list[tuple[Any, Any]], chain: Any, frame_name: Any, title: str, max_events: int,
-           last_ms: float) -> Profile:
+def _weigh(rows: Sequence[tuple[object, object]], chain: Callable[[object], list[object]],
+           frame_name: Callable[[object], str | None], title: str, max_events: int, last_ms: float) -> Profile:
     """Stacks weighed by the time (ms) to the next sample; the last weighs ``last_ms``."""
-    weights: dict[Any, float] = {}
+    weights: dict[object, float] = {}
     for i, (t, stack) in enumerate(rows):
         if stack is None or not isinstance(t, (int, float)):
             continue
@@ -193,25 +194,25 @@ def _processed_profile(thread: dict[str, Any], shared: dict[str, Any], interval:
     prefix, frame = stacks_t["prefix"], stacks_t["frame"]
     func, names = frames_t["func"], funcs["name"]
     files, lines = funcs.get("fileName") or [], frames_t.get("line") or []
-    texts: dict[int, str | None] = {}
+    texts: dict[object, str | None] = {}
 
-    def frame_name(f: Any) -> str | None:
+    def frame_name(f: object) -> str | None:
         if f not in texts:
-            fn = func[f] if isinstance(f, int) and 0 <= f < len(func) else None
-            texts[f] = _func_text(fn, f, names, files, lines, strings)
+            texts[f] = (_func_text(func[f], f, names, files, lines, strings)
+                        if isinstance(f, int) and 0 <= f < len(func) else None)
         return texts[f]
 
     stack_rows = [[p, fr] for p, fr in zip(prefix, frame, strict=False)]
 
-    def chain(stack: Any) -> list[Any]:
+    def chain(stack: object) -> list[object]:
         return _chain(stack, stack_rows, 0, 1, where)
 
     rows = list(zip(times, samples["stack"], strict=False))
     return _weigh(rows, chain, frame_name, title, max_events, interval)
 
 
-def _func_text(fn: Any, f: int, names: list[Any], files: list[Any], lines: list[Any], strings: list[Any]) -> str | None:
-    def string(i: Any) -> str | None:
+def _func_text(fn: object, f: int, names: list[Any], files: list[Any], lines: list[Any], strings: list[Any]) -> str | None:
+    def string(i: object) -> str | None:
         return strings[i] if isinstance(i, int) and 0 <= i < len(strings) and isinstance(strings[i], str) else None
 
     if not isinstance(fn, int) or not 0 <= fn < len(names):

@@ -78,7 +78,7 @@ class _TooManyObjects(Exception):
     pass
 
 
-def _json(data: bytes, source: str, max_objects: int) -> Any:
+def _json(data: bytes, source: str, max_objects: int) -> object:
     """``json.loads`` that stops as soon as it has built more than ``max_objects`` objects.
 
     Each JSON object opens with ``{``: when the text has no more of them
@@ -107,7 +107,7 @@ def _json(data: bytes, source: str, max_objects: int) -> Any:
         raise FlameFormatError(f"{source}: invalid JSON: {err}") from None
 
 
-def _json_or_cut_array(data: bytes, source: str, max_objects: int) -> tuple[Any, bool]:
+def _json_or_cut_array(data: bytes, source: str, max_objects: int) -> tuple[object, bool]:
     """The JSON document, and whether it is an event array whose missing ``]`` was added to read it."""
     try:
         return _json(data, source, max_objects), False
@@ -119,7 +119,7 @@ def _json_or_cut_array(data: bytes, source: str, max_objects: int) -> tuple[Any,
             doc = _json(closed, source, max_objects)
         except FlameFormatError:
             raise err from None
-        if not has_stack_events(doc):  # read closed only as a trace (what such files are)
+        if not isinstance(doc, list) or not has_stack_events(doc):  # read closed only as a trace (what such files are)
             raise err from None
         return doc, True
 
@@ -234,7 +234,7 @@ _READERS: dict[str, Callable[[bytes, str, str, int, str], ProfileGroup]] = {
 class _KinetoView(Protocol):
     """One of :mod:`.kineto`'s readers."""
 
-    def __call__(self, doc: Any, source: str = ..., *, max_events: int = ...) -> Profile: ...
+    def __call__(self, doc: object, source: str = ..., *, max_events: int = ...) -> Profile: ...
 
 
 _KINETO_VIEWS: dict[str, _KinetoView] = {"memory": kineto_memory, "time": kineto_time}

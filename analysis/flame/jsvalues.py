@@ -14,7 +14,7 @@ import json
 import math
 import re
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeGuard
 
 _JS_DECIMAL = re.compile(r"[+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|Infinity)")
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -53,11 +53,11 @@ def number_text(x: float) -> str:
     return f"{sign}{mantissa}e{'+' if e >= 0 else '-'}{abs(e)}"
 
 
-def is_number(v: Any) -> bool:
+def is_number(v: object) -> TypeGuard[int | float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def to_text(v: Any) -> str:
+def to_text(v: object) -> str:
     """``String(v)`` / `` `${v}` `` of a JSON value (``None`` is ``null``)."""
     if isinstance(v, str):
         return v
@@ -90,12 +90,12 @@ def _list_text(v: list[Any]) -> str:
     return "".join(out)
 
 
-def template(v: Any) -> str:
+def template(v: object) -> str:
     """`` `${v}` `` of a field that may be :data:`MISSING` (``undefined``)."""
     return "undefined" if v is MISSING else to_text(v)
 
 
-def truthy(v: Any) -> bool:
+def truthy(v: object) -> bool:
     """JavaScript truthiness (objects and arrays, even empty, are true; NaN is false)."""
     if isinstance(v, (dict, list)):
         return True
@@ -104,7 +104,7 @@ def truthy(v: Any) -> bool:
     return bool(v)
 
 
-def to_number(v: Any) -> float:
+def to_number(v: object) -> float:
     """``Number(v)``: numbers as they are, numeric strings parsed, ``null`` 0, anything else NaN."""
     if isinstance(v, bool):
         return 1.0 if v else 0.0
@@ -140,7 +140,7 @@ def _string(s: str) -> str:
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) if _SURROGATE.search(text) else text
 
 
-def _scalar(v: Any) -> str:
+def _scalar(v: object) -> str:
     if isinstance(v, str):
         return _string(v)
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
@@ -158,7 +158,7 @@ class _Text(str):
     __slots__ = ()
 
 
-def stringify(v: Any) -> str:
+def stringify(v: object) -> str:
     """``JSON.stringify(v)`` of a value :func:`json.loads` made (NaN and infinities print ``null``).
 
     Without recursion, so arguments nested as deep as the JSON reader allows print too.
@@ -190,7 +190,7 @@ def stringify(v: Any) -> str:
     return "".join(out)
 
 
-def identity(v: Any, unique: int) -> tuple[Any, ...]:
+def identity(v: object, unique: int) -> tuple[Any, ...]:
     """A hashable token equal for two values exactly when JavaScript's ``===`` says so.
 
     Objects and arrays are never ``===`` to another one: ``unique`` (e.g. the

@@ -24,7 +24,7 @@ _STACK_CATS = ("python_function", "cpu_op", "Operator", "user_annotation", "gpu_
 _DEVICE_NAMES = {0: "CPU", 1: "CUDA"}
 
 
-def _events(doc: Any, source: str, max_events: int) -> list[Any]:
+def _events(doc: object, source: str, max_events: int) -> list[Any]:
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc
     if not isinstance(events, list):
         raise FlameFormatError(f"{source}: traceEvents: expected a list of events")
@@ -57,7 +57,7 @@ def _root_path(name: str, call_stack: str) -> list[str]:
     return frames
 
 
-def kineto_time(doc: Any, source: str = "input", *, max_events: int = MAX_EVENTS) -> Profile:
+def kineto_time(doc: object, source: str = "input", *, max_events: int = MAX_EVENTS) -> Profile:
     """Self time per stack of nested ``python_function`` (else CPU op) events, in seconds."""
     events = _events(doc, source, max_events)
     threads = _intervals(events, ("python_function",), source)
@@ -127,7 +127,7 @@ def _enclosing_stacks(ivs: list[tuple[float, float, str, str]],
 
 
 def kineto_memory(
-    doc: Any, source: str = "input", device_type: int | None = None, *, max_events: int = MAX_EVENTS
+    doc: object, source: str = "input", device_type: int | None = None, *, max_events: int = MAX_EVENTS
 ) -> Profile:
     """Bytes allocated per enclosing stack from ``[memory]`` events (CUDA first, else CPU)."""
     events = _events(doc, source, max_events)
@@ -146,7 +146,7 @@ def kineto_memory(
     return build_from_stacks(stacks, "bytes", f"{device} memory allocated")
 
 
-def kineto_auto(doc: Any, source: str = "input", *, max_events: int = MAX_EVENTS) -> Profile:
+def kineto_auto(doc: object, source: str = "input", *, max_events: int = MAX_EVENTS) -> Profile:
     """Time when the trace has Python or CPU operator events, else memory."""
     events = _events(doc, source, max_events)
     timed = ("python_function", "cpu_op", "Operator")

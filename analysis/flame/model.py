@@ -21,7 +21,7 @@ from itertools import accumulate
 from math import isnan
 from operator import sub
 from threading import RLock
-from typing import Any
+from typing import Any, cast
 
 from gpulens.analysis.flame.build import SEP, Skeleton, lay_out
 from gpulens.analysis.flame.errors import FlameError
@@ -85,25 +85,26 @@ class Profile:
     @property
     def frames(self) -> tuple[str, ...]:
         """Distinct frame texts; ``node_frame[i]`` indexes this tuple."""
-        return self._derived("frames")  # type: ignore[no-any-return]
+        return cast("tuple[str, ...]", self._derived("frames"))
 
     @property
     def node_frame(self) -> array[int]:
-        return self._derived("node_frame")  # type: ignore[no-any-return]
+        return cast("array[int]", self._derived("node_frame"))
 
     @property
     def node_parent(self) -> array[int]:
-        return self._derived("node_parent")  # type: ignore[no-any-return]
+        return cast("array[int]", self._derived("node_parent"))
 
     @property
     def node_depth(self) -> array[int]:
-        return self._derived("node_depth")  # type: ignore[no-any-return]
+        return cast("array[int]", self._derived("node_depth"))
 
     @property
     def node_total(self) -> array[float]:
-        return self._derived("node_total")  # type: ignore[no-any-return]
+        return cast("array[float]", self._derived("node_total"))
 
-    def _derived(self, name: str) -> Any:
+    def _derived(self, name: str) -> object:
+        """One value of the per-name cache (differently typed: each property above names its type)."""
         got = self._cache.get(name)
         if got is None:
             # A worker thread may warm the same arrays: derive each once.
@@ -196,7 +197,7 @@ class Profile:
 _DERIVE_LOCK = RLock()
 
 
-def _derive(profile: Profile, name: str) -> Any:
+def _derive(profile: Profile, name: str) -> object:
     cache, tree = profile._cache, profile._tree
     if name in ("frames", "node_frame"):
         frame_ids, node_frame = tree.node_frames()

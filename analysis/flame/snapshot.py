@@ -24,7 +24,7 @@ import io
 import pickle
 import pickletools
 import re
-from typing import Any
+from typing import Any, NoReturn
 
 from gpulens.analysis.flame.errors import FlameFormatError
 from gpulens.analysis.flame.model import Profile, build_from_stacks
@@ -71,8 +71,14 @@ of memory for one byte of opcode); a leaf costs at most its own bytes plus a sma
 _MEMOIZE = pickle.MEMOIZE[0]
 
 
+_PICKLE_ERRORS = (pickle.UnpicklingError, EOFError, ValueError, TypeError, LookupError, AttributeError,
+                  ArithmeticError, MemoryError, RecursionError)
+"""What the C unpickler raises for opcodes that passed the scan but not the load (UnicodeDecodeError is a
+ValueError, a missing memo key a LookupError, a too-large count an OverflowError)."""
+
+
 class _NoClassesUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
+    def find_class(self, module: str, name: str) -> NoReturn:
         raise FlameFormatError(
             f"memory snapshot refers to {module}.{name}; snapshots hold only plain data, refusing to load"
         )
@@ -182,14 +188,14 @@ def load_snapshot_bytes(data: bytes, source: str = "input", *, max_objects: int 
     except FlameFormatError as err:
         text = str(err)
         raise FlameFormatError(text if text.startswith(f"{source}: ") else f"{source}: {text}") from None
-    except Exception as err:
+    except _PICKLE_ERRORS as err:
         raise FlameFormatError(f"{source}: not a readable pickle: {type(err).__name__}: {err}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("segments"), list):
         raise FlameFormatError(f"{source}: not a memory snapshot (expected a dict with a 'segments' list)")
     return doc
 
 
-def _frame_text(frame: Any, where: str) -> str:
+def _frame_text(frame: object, where: str) -> str:
     if not isinstance(frame, dict) or not isinstance(frame.get("name"), str):
         raise FlameFormatError(f"{where}: expected {{name, filename, line}}")
     name: str = frame["name"]
@@ -199,7 +205,7 @@ def _frame_text(frame: Any, where: str) -> str:
     return name
 
 
-def snapshot_stack(frames: Any, where: str) -> list[str]:
+def snapshot_stack(frames: object, where: str) -> list[str]:
     """Frames of one allocation, root first.
 
     Snapshots list frames innermost first: the native stack (down to
@@ -242,7 +248,7 @@ class _Walk:
                 "(more than one per byte): a reference bomb, refusing to load"
             )
 
-    def stack(self, frames: Any, where: str) -> list[str]:
+    def stack(self, frames: object, where: str) -> list[str]:
         if isinstance(frames, list):
             self.frames_left -= len(frames)
             if self.frames_left < 0:

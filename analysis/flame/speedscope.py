@@ -26,7 +26,7 @@ VALUE_UNITS = ("none", "bytes", *_TIME_UNITS)
 MAX_SAMPLES = 50_000_000
 
 
-def _frame_text(frame: Any, where: str) -> str:
+def _frame_text(frame: object, where: str) -> str:
     if not isinstance(frame, dict) or not isinstance(frame.get("name"), str):
         raise FlameFormatError(f"{where}: expected an object with a string 'name'")
     name: str = frame["name"]
@@ -37,7 +37,7 @@ def _frame_text(frame: Any, where: str) -> str:
     return name
 
 
-def _index(value: Any, n: int, where: str) -> int:
+def _index(value: object, n: int, where: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < n:
         raise FlameFormatError(f"{where}: frame index {value!r} out of range 0..{n - 1}")
     return value
@@ -52,7 +52,7 @@ def _unit_of(prof: dict[str, Any], where: str) -> tuple[str, float]:
     return ("bytes" if name == "bytes" else "samples"), 1.0
 
 
-def speedscope_group(doc: Any, source: str = "input") -> ProfileGroup:
+def speedscope_group(doc: object, source: str = "input") -> ProfileGroup:
     """Every profile of a speedscope document, built on demand; ``active`` from ``activeProfileIndex``.
 
     Raises FlameFormatError naming the JSON field that is wrong (profiles are

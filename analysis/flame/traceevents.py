@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import Any
+from typing import Any, TypeGuard
 
 from gpulens.analysis.flame.errors import FlameFormatError
 from gpulens.analysis.flame.group import ALL, Part, ProfileGroup, group_of
@@ -49,7 +49,7 @@ _WS = b" \t\n\r\x0b\x0c"
 _NUMBERS = (int, float)  # not bool: type() is exact
 
 
-def trace_events(doc: Any) -> list[Any] | None:
+def trace_events(doc: object) -> list[Any] | None:
     """The event list of a Chrome trace (an object with ``traceEvents`` or a bare array), else None."""
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc
     return events if isinstance(events, list) else None
@@ -65,7 +65,7 @@ def has_stack_events(events: list[Any]) -> bool:
     return any(isinstance(ev, dict) and ev.get("ph") in ("B", "E", "X") for ev in events)
 
 
-def has_samples(doc: Any) -> bool:
+def has_samples(doc: object) -> TypeGuard[dict[str, Any]]:
     """A trace object with ``samples`` and ``stackFrames`` (read from those, as speedscope does)."""
     return isinstance(doc, dict) and isinstance(doc.get("traceEvents"), list) and "samples" in doc \
         and "stackFrames" in doc
@@ -102,7 +102,7 @@ def _zpad(text: str) -> str:
     return text.rjust(10, "0")
 
 
-def _thread_key(pid: Any, tid: Any) -> str:
+def _thread_key(pid: object, tid: object) -> str:
     """speedscope's profile key: ``Number(pid)`` and ``Number(tid)``, zero-padded (profiles sort by it)."""
     return f"{_zpad(number_text(to_number(pid)))}:{_zpad(number_text(to_number(tid)))}"
 
@@ -136,7 +136,7 @@ def _metadata(events: list[Any]) -> tuple[dict[tuple[Any, ...], str], dict[str, 
     return processes, threads
 
 
-def _is_hermes(doc: Any) -> bool:
+def _is_hermes(doc: object) -> TypeGuard[list[Any]]:
     """speedscope's test: a bare array of events that all have ``ph`` (and B/E/X a ``ts``), the first with Hermes' args."""
     if not isinstance(doc, list) or not doc or not isinstance(doc[0], dict):
         return False
@@ -161,7 +161,7 @@ def _checked(ev: dict[str, Any], k: int, source: str, hermes: bool, shared: dict
     return TraceEvent(float(ts), k, ph, float(dur), ev, hermes, shared)
 
 
-def trace_event_group(doc: Any, source: str = "input", max_events: int = 10_000_000,
+def trace_event_group(doc: object, source: str = "input", max_events: int = 10_000_000,
                       truncated: bool = False) -> ProfileGroup:
     """One time profile per thread of a Chrome trace's B/E/X events, or of its samples (seconds of self time).
 

@@ -74,11 +74,11 @@ class TraceEvent:
                 self.text = shared.setdefault(text, text)
 
 
-def _name(name: Any) -> str:
+def _name(name: object) -> str:
     return to_text(name) if truthy(name) else "(unnamed)"
 
 
-def _frame_text(name: Any, args: Any, hermes: bool) -> str | None:
+def _frame_text(name: object, args: object, hermes: bool) -> str | None:
     """The frame's text where it is not the event id: Hermes' and py-spy's frames carry a file and line."""
     if hermes:
         url = args.get("url") if isinstance(args, dict) else None
@@ -144,7 +144,7 @@ class _Ends:
             heapq.heappush(self._by_key.setdefault(rec.key, []), i)
             heapq.heappush(self._by_name.setdefault(rec.name, []), i)
 
-    def _find(self, index: dict[Any, list[int]] | None, token: Any, attr: Callable[[TraceEvent], Any]) -> int | None:
+    def _find(self, index: dict[Any, list[int]] | None, token: object, attr: Callable[[TraceEvent], object]) -> int | None:
         """The first position after the front whose entry still has ``token``; stale positions are dropped."""
         heap = index.get(token) if index is not None else None
         while heap:

@@ -19,7 +19,7 @@ ones); a function without a name is ``(anonymous file:line)``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 from gpulens.analysis.flame.errors import FlameFormatError
 from gpulens.analysis.flame.model import Profile, build_from_stacks
@@ -29,23 +29,23 @@ _IGNORED = ("(root)", "(idle)")
 _ON_TOP = ("(garbage collector)", "(program)")
 
 
-def is_cpuprofile(doc: Any) -> bool:
+def is_cpuprofile(doc: object) -> TypeGuard[dict[str, Any]]:
     return isinstance(doc, dict) and all(k in doc for k in ("nodes", "samples", "timeDeltas"))
 
 
-def is_old_cpuprofile(doc: Any) -> bool:
+def is_old_cpuprofile(doc: object) -> TypeGuard[dict[str, Any]]:
     return isinstance(doc, dict) and all(k in doc for k in ("head", "samples", "timestamps"))
 
 
-def is_heapprofile(doc: Any) -> bool:
+def is_heapprofile(doc: object) -> TypeGuard[dict[str, Any]]:
     return isinstance(doc, dict) and isinstance(doc.get("head"), dict) and "selfSize" in doc["head"]
 
 
-def _num(value: Any) -> float | None:
+def _num(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def frame_text(call: Any, shift: int = 1) -> str:
+def frame_text(call: object, shift: int = 1) -> str:
     """``name (url:line)`` of a callFrame (speedscope's frame name, with the file and line).
 
     CPU profiles' lines are 0-based (``shift`` 1 makes them 1-based, as speedscope
@@ -154,11 +154,11 @@ def _runs(samples: list[Any], deltas: list[Any]) -> tuple[list[Any], list[float]
 
 def _stack_weights(runs: list[Any], times: list[float], by_id: dict[Any, dict[str, Any]],
                    parent: dict[Any, Any]) -> dict[tuple[Any, ...], float]:
-    def name(n: Any) -> Any:
+    def name(n: object) -> object:
         call = by_id[n].get("callFrame")
         return call.get("functionName") if isinstance(call, dict) else None
 
-    def ignored(n: Any) -> bool:
+    def ignored(n: object) -> bool:
         call = by_id[n].get("callFrame")
         return isinstance(call, dict) and (call.get("url") == "native dummy.js" or call.get("functionName") in _IGNORED)
 

@@ -236,7 +236,7 @@ class _Chunks:
             self._deliver(batch, len(chunk))
 
 
-def _lenient(chunk: list[msgspec.Raw], event_type: Any) -> list[Any]:
+def _lenient(chunk: list[msgspec.Raw], event_type: type[RawEvent | FullEvent]) -> list[Any]:
     """Decode events one by one, converting loosely typed fields; skip the unconvertible."""
     out = []
     for raw in chunk:
@@ -246,7 +246,7 @@ def _lenient(chunk: list[msgspec.Raw], event_type: Any) -> list[Any]:
                 continue
             args = item.pop("args", None)
             ev = msgspec.convert(item, event_type, strict=False)
-            if event_type is RawEvent:
+            if isinstance(ev, RawEvent):
                 ev.args = msgspec.Raw(msgspec.json.encode(args)) if isinstance(args, dict) else msgspec.Raw(b"")
             elif isinstance(args, dict):
                 ev.args = args
@@ -256,7 +256,7 @@ def _lenient(chunk: list[msgspec.Raw], event_type: Any) -> list[Any]:
     return out
 
 
-def _props(value: Any) -> list[dict[str, Any]]:
+def _props(value: object) -> list[dict[str, Any]]:
     return [d for d in value if isinstance(d, dict)] if isinstance(value, list) else []
 
 

@@ -18,6 +18,7 @@ the ranks whose dominant NCCL collective starts latest, step by step.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import signal
 import statistics
@@ -131,15 +132,14 @@ def analyze_ranks(
         # Forked workers: cheap, and safe only from a single-threaded caller (the command
         # line). A threaded caller (the TUI's worker) reads the files in turn instead.
         ctx = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=min(jobs, len(files)), mp_context=ctx, initializer=_worker_init) as pool:
-            try:
-                for i, result in enumerate(pool.map(_load_star, work)):
-                    loaded.append(result)
-                    if progress is not None:
-                        progress((i + 1) / len(files), f"read {result[0].path}")
-            except BaseException:
-                pool.shutdown(wait=False, cancel_futures=True)
-                raise
+        with (ProcessPoolExecutor(max_workers=min(jobs, len(files)), mp_context=ctx, initializer=_worker_init) as pool,
+              contextlib.ExitStack() as undo):
+            undo.callback(pool.shutdown, wait=False, cancel_futures=True)  # anything raised, Ctrl-C too: stop now
+            for i, result in enumerate(pool.map(_load_star, work)):
+                loaded.append(result)
+                if progress is not None:
+                    progress((i + 1) / len(files), f"read {result[0].path}")
+            undo.pop_all()
     else:
         for i, item in enumerate(work):
             loaded.append(load_rank(*item))

@@ -149,12 +149,12 @@ def _lanes(events: Sequence[Any], offset: int, shift_us: float = 0.0) -> tuple[l
     return lanes, lo, hi
 
 
-def _num(v: Any) -> tuple[int, str]:
+def _num(v: object) -> tuple[int, str]:
     """Sort numbers as numbers and anything else after them, as text."""
     return (0, f"{int(v):020d}") if isinstance(v, int) and v >= 0 else (1, str(v))
 
 
-def lane_title(pid: Any, tid: Any, tname: str | None, gpu: bool) -> str:
+def lane_title(pid: object, tid: object, tname: str | None, gpu: bool) -> str:
     """Thread name and tid: Kineto's "thread 1102 (pt_main_thread)" becomes "pt_main_thread 1102".
 
     GPU lanes are "GPU <device> stream <n>" (or the device's own lane name and id).

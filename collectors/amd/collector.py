@@ -27,6 +27,10 @@ from gpulens.collectors.amd.reader import CardReader
 from gpulens.collectors.amd.sysfs import root_from_env
 from gpulens.core.model import GpuSample
 
+_READ_ERRORS = (OSError, ValueError, LookupError, ArithmeticError, TypeError)
+"""What reading and parsing one card's sysfs or a process's fdinfo can still raise past the readers'
+own handling (a file that changed shape under us): a reason for that card or list, not a lost sample."""
+
 FULL_RESCAN_S = 30.0
 """Seconds between listings of every process's descriptors (graphics clients that never open /dev/kfd)."""
 
@@ -83,7 +87,7 @@ class AmdCollector:
         if self._clients is not None:
             try:
                 procs = self._clients.read()
-            except Exception as err:  # a bug in the fdinfo scan must not hide the GPUs
+            except _READ_ERRORS as err:  # a failed fdinfo scan must not hide the GPUs
                 extra["processes"] = f"internal error reading DRM fdinfo: {type(err).__name__}: {err}"
         unlisted = self._clients.unlisted() if self._clients is not None else None
         indices = {r.card.name: first_index + i for i, r in enumerate(self._readers)}
@@ -100,7 +104,7 @@ class AmdCollector:
                 notes["processes"] = unlisted
             try:
                 g = reader.read(first_index + i, found, smi, indices.get(card.parent), notes)
-            except Exception as err:  # a bug must not take the other GPUs down
+            except _READ_ERRORS as err:  # one card's failure must not take the other GPUs down
                 g = GpuSample(first_index + i, card.label, "", vendor="amd",
                               unavailable={"gpu": f"internal error reading GPU: {type(err).__name__}: {err}"})
             out.append(g)

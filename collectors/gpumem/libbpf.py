@@ -14,9 +14,11 @@ import ctypes.util
 import errno
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from gpulens.core.errors import GpulensError
+
+_R = TypeVar("_R")
 
 SONAMES = ("libbpf.so.1", "libbpf.so")
 
@@ -76,7 +78,7 @@ class Libbpf:
             fn.restype, fn.argtypes = res, args
         lib.libbpf_set_print(None)  # libbpf's own chatter off: errors come back as values
 
-    def call(self, step: str, fn: Callable[..., Any], *args: Any) -> Any:
+    def call(self, step: str, fn: Callable[..., _R], *args: object) -> _R:
         """``fn(*args)``; a NULL pointer or a negative result raises BpfError naming ``step``."""
         ctypes.set_errno(0)
         got = fn(*args)

@@ -18,6 +18,7 @@ are counted by the BPF program and reported (:attr:`GpuMemTracer.lost`).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import re
@@ -186,15 +187,14 @@ class GpuMemTracer:
         self._lib = Libbpf()
         self._obj = BpfObject(self._lib, str(bpf_object))
         self._pyinfo = self._obj.map_fd("pyinfo")
-        try:
+        with contextlib.ExitStack() as undo:  # anything raised, Ctrl-C included: the BPF object goes
+            undo.callback(self._obj.close)
             for pid in self.pids:
                 self._attach_pid(pid)
             for path in libraries:
                 self.attach_library(path)
             self._rb = RingBuffer(self._lib, self._obj.map_fd("events"), self._on_event)
-        except BaseException:
-            self._obj.close()
-            raise
+            undo.pop_all()
 
     def _attach_pid(self, pid: int) -> None:
         try:

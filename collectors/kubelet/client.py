@@ -23,6 +23,7 @@ gpulens[k8s]``); without them the reading says so, and pods are named from
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 import threading
@@ -30,7 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gpulens.collectors.kubelet.podresources import (
     KubeletDevices,
@@ -40,6 +41,11 @@ from gpulens.collectors.kubelet.podresources import (
     pods_of,
 )
 from gpulens.core.sanitize import clean_text
+
+if TYPE_CHECKING:
+    from gpulens.collectors.kubelet.proto import api_pb2
+
+log = logging.getLogger("gpulens.collectors.kubelet")
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 DEADLINE_S = 1.0
@@ -61,6 +67,24 @@ def load_grpc() -> tuple[Any, ModuleType, ModuleType]:
     from gpulens.collectors.kubelet.proto import api_pb2, api_pb2_grpc
 
     return grpc, api_pb2, api_pb2_grpc
+
+
+def _stub_errors() -> tuple[type[Exception], ...]:
+    """What loading stubs newer than the installed protobuf/grpcio raises: protobuf's VersionError
+    (protobuf 5.26 and later), grpc's RuntimeError, a descriptor's TypeError."""
+    try:
+        from google.protobuf.runtime_version import VersionError
+    except ImportError:
+        return (RuntimeError, TypeError, AttributeError)
+    return (VersionError, RuntimeError, TypeError, AttributeError)
+
+
+class _Lister(Protocol):
+    """The one call of the generated ``PodResourcesListerStub`` asked here with a time limit."""
+
+    def GetAllocatableResources(  # the kubelet's gRPC method name
+        self, request: api_pb2.AllocatableResourcesRequest, *, timeout: float
+    ) -> api_pb2.AllocatableResourcesResponse: ...
 
 
 def _size(n: int) -> str:
@@ -145,7 +169,8 @@ class PodResourcesClient:
     def _run(self) -> None:
         try:
             got = self._ask()
-        except Exception as err:  # a label source never stops the sampler
+        except Exception as err:  # the worker thread's top: a label source never stops the sampler
+            log.debug("kubelet PodResources ask failed", exc_info=True)
             got = PodResourcesReading(why=f"kubelet PodResources not read: {type(err).__name__}: {_detail(err)}")
         now = self._clock()
         with self._lock:
@@ -165,7 +190,7 @@ class PodResourcesClient:
                 return PodResourcesReading(why="kubelet PodResources not read: the protobuf package is not "
                                                "installed (pip install gpulens[k8s])")
             return PodResourcesReading(why=NO_GRPC)
-        except Exception as err:  # protobuf's VersionError, grpc's RuntimeError: older than the stubs
+        except _stub_errors() as err:  # protobuf's VersionError, grpc's RuntimeError: older than the stubs
             return PodResourcesReading(why=f"kubelet PodResources not read: the installed grpcio/protobuf "
                                            f"cannot load the stubs ({_detail(err)})")
         end = time.monotonic() + self.deadline_s
@@ -181,7 +206,7 @@ class PodResourcesClient:
             allocatable = self._allocatable_once(stub, api_pb2, grpc, end - time.monotonic())
         return PodResourcesReading(pods=pods, allocatable=allocatable, gpu_claims=gpu_claims(pods), note=note)
 
-    def _allocatable_once(self, stub: Any, api_pb2: ModuleType, grpc: Any,
+    def _allocatable_once(self, stub: _Lister, api_pb2: ModuleType, grpc: ModuleType,
                           left_s: float) -> tuple[KubeletDevices, ...] | None:
         """The node's GPU device ids, asked once (an older kubelet may not serve it: then None)."""
         if self._allocatable_asked or left_s < 0.05:  # no time left: asked on a later refresh
@@ -194,7 +219,7 @@ class PodResourcesClient:
             self._allocatable = None
         return self._allocatable
 
-    def _rpc_why(self, call: str, err: Any, grpc: Any) -> str:
+    def _rpc_why(self, call: str, err: Exception, grpc: ModuleType) -> str:
         code = err.code() if hasattr(err, "code") else None
         head = f"kubelet PodResources {call} from {self.socket_path}"
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:

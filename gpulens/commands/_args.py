@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from gpulens.core.limits import InputLimits
 
 Flags = TypeVar("Flags", bound="DataclassInstance")
+
+ArgumentsOf = argparse.ArgumentParser | argparse._ArgumentGroup
+"""Where flags are added: a parser, or one of its (mutually exclusive) groups."""
 
 PID_LIMIT = 1 << 22
 """Linux's largest pid_max, plus one."""
@@ -39,7 +42,7 @@ def pid_list(text: str) -> list[int]:
     return pids  # the range is checked by pids_of, as one line (not a usage screen)
 
 
-def add_pid_argument(parser: Any, *, required: bool, help: str) -> None:
+def add_pid_argument(parser: ArgumentsOf, *, required: bool, help: str) -> None:
     """``--pid P[,P...]`` (repeatable; the lists add up)."""
     parser.add_argument("--pid", type=pid_list, action="extend", required=required, metavar="P[,P...]",
                         help=f"{help} (comma-separated, repeatable)")
@@ -56,7 +59,7 @@ def pids_of(args: argparse.Namespace) -> tuple[int, ...]:
     return pids
 
 
-def add_remote_arguments(parser: Any, *, what: str) -> None:
+def add_remote_arguments(parser: ArgumentsOf, *, what: str) -> None:
     """``--connect HOST:PORT`` / ``--ssh NODE`` (and the hidden ``--host`` alias), with their auth."""
     parser.add_argument("--connect", metavar="HOST:PORT", dest="remote_connect",
                         help=f"{what} on that host through its gpulens agent on TCP (tls://HOST:PORT for TLS)")

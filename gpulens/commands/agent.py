@@ -16,9 +16,19 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpulens.core.errors import ConfigError
+
+if TYPE_CHECKING:  # the agent's modules load only when it runs (the command line starts fast)
+    import socket
+    import ssl
+
+    from gpulens.agent.agent import Agent
+    from gpulens.agent.gpumem import GpuMemService
+    from gpulens.agent.metrics import MetricsServer
+    from gpulens.agent.pyroscope import GpuMemPusher
+    from gpulens.core.events import HostSampler
 
 HELP = "sample this host and serve viewers (--stdio for ssh, --listen HOST:PORT for TCP)"
 
@@ -103,7 +113,7 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host, port
 
 
-def _make_sampler(args: argparse.Namespace, hostname: str) -> Any:
+def _make_sampler(args: argparse.Namespace, hostname: str) -> HostSampler:
     cfg = args.cfg
     if args.simulated_gpus is not None:
         from gpulens.collectors.synthetic import SyntheticSampler
@@ -223,7 +233,7 @@ def _listen_address(args: argparse.Namespace, token: bytes | None) -> tuple[str,
     return host, port
 
 
-def _tls_context(args: argparse.Namespace) -> Any:
+def _tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
     """``--tls-cert``/``--tls-key``: a server SSL context (None: no TLS), or ConfigError in one line."""
     if bool(args.tls_cert) != bool(args.tls_key):
         raise ConfigError("--tls-cert and --tls-key go together")
@@ -242,7 +252,7 @@ def _tls_context(args: argparse.Namespace) -> Any:
     return ssl_context
 
 
-def _bind(args: argparse.Namespace, host: str, port: int) -> Any:
+def _bind(args: argparse.Namespace, host: str, port: int) -> socket.socket | None:
     """``--listen``: the bound socket (None: --stdio).
 
     Bound before starting anything, so a port in use fails at once with one line.
@@ -261,24 +271,24 @@ class _Services:
     """What runs beside the agent, as asked: /metrics, the Kineto trace endpoint, GPU-memory tracing."""
 
     def __init__(self) -> None:
-        self.metrics: Any = None
-        self.pusher: Any = None
+        self.metrics: MetricsServer | None = None
+        self.pusher: GpuMemPusher | None = None
 
-    def start(self, args: argparse.Namespace, hostname: str, agent: Any) -> None:
+    def start(self, args: argparse.Namespace, hostname: str, agent: Agent) -> None:
         """Start each asked-for service; those started before a failure are still closed by :meth:`close`."""
         if args.metrics_port is not None:
             self.metrics = _serve_metrics(args, hostname, agent)
         if not args.no_trace:
             agent.start_trace_service()
         if args.gpumem:
-            agent.requests.gpumem = _start_gpumem()
-            self.pusher = _start_pyroscope(args, agent, hostname)
+            gpumem = agent.requests.gpumem = _start_gpumem()
+            self.pusher = _start_pyroscope(args, agent, hostname, gpumem)
         else:
             from gpulens.agent.gpumem import gpumem_possible
 
             agent.requests.gpumem_windows = gpumem_possible()
 
-    def close(self, agent: Any) -> None:
+    def close(self, agent: Agent) -> None:
         """Close what :meth:`start` started (after ``agent.stop()``)."""
         if self.metrics is not None:
             self.metrics.close()
@@ -293,7 +303,7 @@ def _shown(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _serve_stdio(agent: Any) -> int:
+def _serve_stdio(agent: Agent) -> int:
     """``--stdio``: serve one viewer; the protocol owns the real stdout, anything a library prints goes to stderr."""
     rfd, wfd = os.dup(0), os.dup(1)
     os.dup2(2, 1)
@@ -303,7 +313,8 @@ def _serve_stdio(agent: Any) -> int:
 
 
 def _serve_tcp(
-    args: argparse.Namespace, agent: Any, sock: Any, ssl_context: Any, where: Callable[[int], str]
+    args: argparse.Namespace, agent: Agent, sock: socket.socket, ssl_context: ssl.SSLContext | None,
+    where: Callable[[int], str],
 ) -> int:
     """``--listen``: serve viewers until SIGTERM; ``where(port)`` says where, for the one line on stderr."""
     stop = threading.Event()
@@ -317,21 +328,22 @@ def _serve_tcp(
     return 143 if stop.is_set() else 0  # as --help promises: SIGTERM is 143 (issue 31 item 19)
 
 
-def _start_pyroscope(args: argparse.Namespace, agent: Any, hostname: str) -> Any:
+def _start_pyroscope(
+    args: argparse.Namespace, agent: Agent, hostname: str, service: GpuMemService
+) -> GpuMemPusher | None:
     """``--pyroscope URL``: push live GPU memory by stack every ``--pyroscope-every`` seconds (None: not asked)."""
     if not args.pyroscope:
         return None
     from gpulens.agent.pyroscope import GpuMemPusher, target_from
 
     target = target_from(args.pyroscope, args.pyroscope_app, args.pyroscope_token_file)
-    service = agent.requests.gpumem
     pusher = GpuMemPusher(target, service.live_stacks, service.live_pids, agent.latest, hostname,
                           every_s=max(1.0, args.pyroscope_every))
     pusher.start()
     return pusher
 
 
-def _start_gpumem() -> Any:
+def _start_gpumem() -> GpuMemService:
     """``--gpumem``: the system-wide GPU-memory tracer, or ConfigError in one line (not root, no libbpf…)."""
     from gpulens.agent.gpumem import GpuMemService
     from gpulens.collectors.gpumem.libbpf import BpfError
@@ -355,7 +367,7 @@ def _write_port_file(path: str, port: int) -> None:
         raise ConfigError(f"--port-file {path}: cannot write: {err.strerror or err}") from err
 
 
-def _serve_metrics(args: argparse.Namespace, hostname: str, agent: Any) -> Any:
+def _serve_metrics(args: argparse.Namespace, hostname: str, agent: Agent) -> MetricsServer:
     try:
         from gpulens.agent.metrics import serve_metrics
         from gpulens.collectors.host import read_cpu_times

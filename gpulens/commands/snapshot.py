@@ -13,8 +13,13 @@ import math
 import queue
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpulens.core.events import Source
+    from gpulens.core.model import HostSample
 
 HELP = "print the current state of every host once (for scripts): --json"
 
@@ -67,7 +72,7 @@ class Collector:
         self.addr_fail: dict[str, str] = {}
         self.source_errors: list[str] = []
 
-    def add(self, ev: Any) -> bool:
+    def add(self, ev: object) -> bool:
         """Apply one event; True when it revealed a host not seen before."""
         from gpulens.core.events import HostStatusEvent, SampleEvent, SourceStatusEvent
 
@@ -135,7 +140,7 @@ class Collector:
         return out
 
     @staticmethod
-    def _entry(h: _Host, addr: str, timeout_s: float, to_dict: Any) -> dict[str, Any]:
+    def _entry(h: _Host, addr: str, timeout_s: float, to_dict: Callable[[HostSample], object]) -> dict[str, Any]:
         up = h.up and h.sample is not None
         reason = h.reason if not up else ""
         if not up and not reason:
@@ -147,7 +152,7 @@ class Collector:
         return entry
 
 
-def collect(source: Any, timeout_s: float) -> tuple[list[dict[str, Any]], list[str]]:
+def collect(source: Source, timeout_s: float) -> tuple[list[dict[str, Any]], list[str]]:
     """Run ``source`` until every host answered or ``timeout_s``; (hosts, source errors)."""
     from gpulens.core.errors import GpulensError
 
@@ -208,12 +213,12 @@ def run(args: argparse.Namespace) -> int:
     return 0 if hosts and all(h["up"] for h in hosts) else 1
 
 
-def to_json(doc: Any) -> str:
+def to_json(doc: object) -> str:
     """Strict JSON for ``doc``: NaN and infinities become null (never ``Infinity``)."""
     return json.dumps(_finite(doc), indent=None, separators=(",", ":"), allow_nan=False)
 
 
-def _finite(value: Any) -> Any:
+def _finite(value: object) -> object:
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):

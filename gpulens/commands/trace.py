@@ -354,14 +354,17 @@ def _trace_through_owner(args: argparse.Namespace, req: TraceRequest, busy: Exce
 
 def _children_via(agent: Requester, host: str, parents: tuple[int, ...], wait_s: float | None) -> tuple[int, ...]:
     """The ranks among the polling descendants of ``parents`` as the agent's ``trace_processes`` lists them."""
+    from concurrent.futures import CancelledError
+
     from gpulens.commands.trace_children import wait_for_ranks
+    from gpulens.core.errors import GpulensError
 
     failed: list[str] = []
 
     def polling() -> dict[int, tuple[int, ...]]:
         try:
             res = agent.request(host, "trace_processes", {}, 5.0).result(timeout=6)
-        except Exception as err:
+        except (GpulensError, TimeoutError, CancelledError) as err:  # RequestFailed, or no answer in time
             failed.append(str(err))
             return {}
         body = res.result if isinstance(res.result, dict) else {}

@@ -27,6 +27,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import CancelledError
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -245,7 +246,7 @@ def _look(h: _Host, key: str) -> bool:
 def _processes(h: _Host) -> list[dict[str, Any]]:
     try:
         res = h.agent.request(h.address, "trace_processes", {}, 5.0).result(timeout=6)
-    except Exception as err:
+    except (GpulensError, TimeoutError, CancelledError) as err:  # RequestFailed, or no answer in time
         h.error = f"cannot list its polling processes: {err}"
         return []
     body = res.result if isinstance(res.result, dict) else {}
@@ -260,7 +261,7 @@ def _trace_host(h: _Host, req: TraceRequest, key: str) -> None:
 
     try:
         h.got = fetch_trace(h.agent, h.address, req, new_tag(), Progress(f"[{h.label}] "), job_key=key)
-    except Exception as err:  # RequestFailed, TimeoutError: that host's reason
+    except (GpulensError, TimeoutError, CancelledError) as err:  # RequestFailed, TimeoutError: that host's reason
         h.error = str(err) or type(err).__name__
 
 

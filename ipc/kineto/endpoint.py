@@ -39,6 +39,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from gpulens.core.logbook import call_isolated
 from gpulens.core.procfs import proc_uid, unix_socket_holder
 from gpulens.core.safefs import UnsafePath
 from gpulens.core.threads import start_thread, stop_thread
@@ -151,16 +152,10 @@ class KinetoEndpoint:
         entry = self.registry.record_poll(msg.pids, msg.job_id, uid, msg.config_type)  # None: over a cap
         if entry is not None:
             for listener in self._listeners:
-                try:
-                    listener(entry)
-                except Exception:
-                    log.exception("poll listener failed")
+                call_isolated(log, "poll listener", listener, entry)
         config = ""
         if self._provider is not None:
-            try:
-                config = self._provider(msg, uid)
-            except Exception:
-                log.exception("config provider failed")
+            config = call_isolated(log, "config provider", self._provider, msg, uid) or ""
         try:
             return codec.encode_config_reply(config)
         except ValueError:
@@ -207,12 +202,11 @@ class KinetoEndpoint:
             sock = adopt
         else:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            try:
+            with contextlib.ExitStack() as undo:  # anything raised, Ctrl-C included: the socket is closed
+                undo.callback(sock.close)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
                 self._bind(sock)
-            except BaseException:
-                sock.close()
-                raise
+                undo.pop_all()
         sock.setblocking(False)  # the thread polls; replies never wait for a slow reader
         self._sock = sock
         self._stop.clear()

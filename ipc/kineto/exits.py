@@ -23,7 +23,9 @@ import logging
 import os
 import socket
 import struct
-from collections.abc import Collection
+from collections.abc import Callable, Collection
+
+from gpulens.ipc.kineto.liveness import ProcIdentity, zombie_status
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +106,41 @@ class ExitEvents:
                     self._status[pid] = status
                     while len(self._status) > MAX_KEPT:
                         del self._status[next(iter(self._status))]
+
+
+class ExitWatch:
+    """How traced processes ended, for the trace service's watch thread (its alone: not thread-safe).
+
+    Listens to :class:`ExitEvents` while a trace runs (root on the host) and
+    not while idle; ``open_pids()`` are the processes whose end matters now.
+    """
+
+    def __init__(self, open_pids: Callable[[], Collection[int]]) -> None:
+        self._open_pids = open_pids
+        self._events: ExitEvents | None = None
+        self._tried = False
+
+    def listen(self, on: bool) -> None:
+        """Hear the kernel's exit events while a trace runs (``on``), not while idle."""
+        if on and self._events is None and not self._tried:
+            self._tried = True  # once per busy spell: a refusal is not retried every tick
+            self._events = ExitEvents.open()
+        elif not on:
+            self._tried = False
+            if self._events is not None:
+                self._events.close()
+                self._events = None
+        if self._events is not None:
+            self._events.drain(self._open_pids())
+
+    def ended(self, pid: int, ident: ProcIdentity | None) -> int | None:
+        """How a traced process that is gone ended: its zombie's status, else the kernel's exit event."""
+        status = zombie_status(pid, ident)
+        if status is None and self._events is not None:
+            self._events.drain(self._open_pids())  # the event is sent before the process shows as gone
+            status = self._events.status(pid)
+            self._events.forget(pid)
+        return status
 
 
 def _control(op: int) -> bytes:

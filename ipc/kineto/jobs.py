@@ -45,6 +45,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 
+from gpulens.core.logbook import call_isolated
 from gpulens.ipc.kineto.jobstate import Job, finish, no_file_error, refresh, start_missed
 from gpulens.ipc.kineto.jobstate import PidTask as PidTask  # re-exported for the service and tests
 from gpulens.ipc.kineto.jobtext import NO_MEMORY_NOTE as NO_MEMORY_NOTE
@@ -447,10 +448,7 @@ class JobTable:
 
     def notify(self, snap: TraceJob) -> None:
         for listener in list(self.listeners):
-            try:
-                listener(snap)
-            except Exception:
-                log.exception("trace job listener failed")
+            call_isolated(log, "trace job listener", listener, snap)
 
 
 

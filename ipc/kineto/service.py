@@ -22,6 +22,7 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import threading
@@ -36,9 +37,9 @@ from gpulens.ipc.errors import EndpointBusy, NotTraceable, TraceError
 from gpulens.ipc.kineto.diagnose import diagnose_pid
 from gpulens.ipc.kineto.dynolog_rpc import DynologClient, listener_uid
 from gpulens.ipc.kineto.endpoint import KinetoEndpoint, holder_of, is_possible_squatter
-from gpulens.ipc.kineto.exits import ExitEvents
+from gpulens.ipc.kineto.exits import ExitWatch
 from gpulens.ipc.kineto.jobs import JobTable, PidTask
-from gpulens.ipc.kineto.liveness import ProcIdentity, identity, zombie_status
+from gpulens.ipc.kineto.liveness import identity
 from gpulens.ipc.kineto.protocol import JobListener
 from gpulens.ipc.kineto.registry import CONFIG_ACTIVITIES, PollingProcess
 from gpulens.ipc.kineto.requests import (
@@ -90,9 +91,8 @@ class LocalTraceService:
         self._thread: threading.Thread | None = None
         self._refusal: str | None = None  # set while handing the endpoint over, and after
         self._accepting = threading.Lock()
-        self._exits: ExitEvents | None = None
-        """The kernel's exit events while a job is open (root only; the watch thread's alone)."""
-        self._exits_tried = False
+        self._exits = ExitWatch(self._table.open_pids)
+        """How traced processes ended (the kernel's exit events while a job is open; the watch thread's alone)."""
 
     # -- lifecycle ------------------------------------------------------------
     @property
@@ -170,17 +170,26 @@ class LocalTraceService:
         elif (sock := self.endpoint.detach()) is None:
             why = "this gpulens's Kineto endpoint is not serving"
         else:
-            try:
-                why = hand(sock)
-            except Exception as err:  # whatever went wrong, the name stays ours
-                why = f"{type(err).__name__}: {err}"
-            if why is None:
-                sock.close()  # the other owner holds its own descriptor of it now
-                return None
-            self.endpoint.start(adopt=sock)
+            with contextlib.ExitStack() as keep:
+                keep.callback(self._serve_again, sock)  # unless handed over, even if hand() has a bug: ours
+                try:
+                    why = hand(sock)
+                except (OSError, ValueError) as err:  # its socket calls; hand() says why in words otherwise
+                    why = f"{type(err).__name__}: {err}"
+                if why is None:
+                    keep.pop_all()
+                    sock.close()  # the other owner holds its own descriptor of it now
+                    return None
+            return why
         with self._accepting:
             self._refusal = None
         return why
+
+    def _serve_again(self, sock: socket.socket) -> None:
+        """Serve the bound socket a hand-over did not pass on, and accept requests again."""
+        self.endpoint.start(adopt=sock)
+        with self._accepting:
+            self._refusal = None
 
     def rebind(self) -> None:
         """Take the Kineto name back after a hand-over that did not complete; raises as ``start``."""
@@ -350,34 +359,12 @@ class LocalTraceService:
             self._wake.clear()
             if self._stop.is_set():
                 break
-            self._listen_for_exits(self._table.busy())
-            for snap in self._table.tick(self._diagnose_late, ended=self._ended):
+            self._exits.listen(self._table.busy())
+            for snap in self._table.tick(self._diagnose_late, ended=self._exits.ended):
                 self._table.notify(snap)
             if not self._table.busy():
-                self._listen_for_exits(False)  # before the thread sleeps until the next job
-        self._listen_for_exits(False)
-
-    def _listen_for_exits(self, on: bool) -> None:
-        """Hear the kernel's exit events while a trace runs (root on the host), not while idle."""
-        if on and self._exits is None and not self._exits_tried:
-            self._exits_tried = True  # once per busy spell: a refusal is not retried every tick
-            self._exits = ExitEvents.open()
-        elif not on:
-            self._exits_tried = False
-            if self._exits is not None:
-                self._exits.close()
-                self._exits = None
-        if self._exits is not None:
-            self._exits.drain(self._table.open_pids())
-
-    def _ended(self, pid: int, ident: ProcIdentity | None) -> int | None:
-        """How a traced process that is gone ended: its zombie's status, else the kernel's exit event."""
-        status = zombie_status(pid, ident)
-        if status is None and self._exits is not None:
-            self._exits.drain(self._table.open_pids())  # the event is sent before the process shows as gone
-            status = self._exits.status(pid)
-            self._exits.forget(pid)
-        return status
+                self._exits.listen(False)  # before the thread sleeps until the next job
+        self._exits.listen(False)
 
     def _diagnose_late(self, pid: int) -> str:
         reason = self.diagnose(pid)

@@ -12,7 +12,7 @@ from gpulens.collectors.amd.amdsmi_backend import AmdSmi
 from gpulens.collectors.amd.collector import AmdCollector
 from gpulens.collectors.sampler import Sampler
 from tests.fakes.amd_tree import AmdTree, Clock
-from tests.fakes.fake_amdsmi import BROKEN_INIT, make_fake_amdsmi
+from tests.fakes.fake_amdsmi import BROKEN_INIT, AmdSmiException, make_fake_amdsmi
 from tests.fakes.fake_nvml import make_fake_nvml
 
 
@@ -45,7 +45,7 @@ def test_amdsmi_errors_are_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
     fig = smi.read("0000:01:00.0")
     assert fig.ecc is None and "NOT_SUPPORTED" in fig.unavailable["ecc"]
     assert "does not list" in smi.read("0000:99:00.0").unavailable["amdsmi"]
-    broken = AmdSmi(make_fake_amdsmi(init_error=RuntimeError("no driver")))
+    broken = AmdSmi(make_fake_amdsmi(init_error=AmdSmiException("AMDSMI_STATUS_DRIVER_NOT_LOADED")))
     assert broken.why is not None and "amdsmi_init failed" in broken.why
 
 
