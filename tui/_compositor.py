@@ -108,6 +108,6 @@ class SparseScreen:
 
     _compositor: Compositor
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # noqa: ANN401  a mixin: forwards what its screen class takes
         super().__init__(*args, **kwargs)
         self._compositor = SparseCompositor()

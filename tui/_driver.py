@@ -23,6 +23,7 @@ from typing import Any
 
 from textual._time import get_time
 from textual._xterm_parser import XTermParser
+from textual.app import App
 from textual.driver import Driver
 from textual.drivers.linux_driver import LinuxDriver
 
@@ -46,8 +47,9 @@ class _WakingEvent(threading.Event):
 class IdleInputDriver(LinuxDriver):
     """:class:`LinuxDriver` whose input thread wakes only for input, the parser's deadline, or exit."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, app: App[Any], *, debug: bool = False, mouse: bool = True,
+                 size: tuple[int, int] | None = None) -> None:
+        super().__init__(app, debug=debug, mouse=mouse, size=size)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)

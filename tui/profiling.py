@@ -31,14 +31,15 @@ from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.timer import Timer
 from textual.widgets import Input, Static
 
+from gpulens.core.errors import GpulensError
 from gpulens.sources.local import replays
 from gpulens.sources.profiling import local_profiler
 from gpulens.tui.context import requester
 from gpulens.tui.messages import OpenFlame
 from gpulens.tui.profile_jobs import PROFILE_S, ProfileState, profile_jobs
+from gpulens.tui.profile_view import ProfileView
 from gpulens.tui.widgets.ordered_input import OrderedInput
 from gpulens.tui.widgets.profile_panel import ProfilePanel
 from gpulens.tui.workers import call_in_app, cancelled, wait
@@ -135,10 +136,9 @@ class Profiling:
         self.local_pids = local_pids
         self.remote_pids = remote_pids
         self.local_host = local_host
-        self._countdown: Timer | None = None
+        self.view = ProfileView(screen)
+        """The screen's Profile panel: its countdown while py-spy samples."""
         self._state: ProfileState | None = None
-        self._doing = ""
-        self._deadline = 0.0
 
     @property
     def state(self) -> ProfileState:
@@ -167,9 +167,7 @@ class Profiling:
         """The screen (re)opened: show a sampling still running, or a graph that finished meanwhile."""
         st = self.state
         if st.doing:
-            self._doing, self._deadline = st.doing, st.deadline
-            self._tick()
-            self._countdown = self.screen.set_interval(1.0, self._tick)
+            self.view.count_down(st.doing, st.deadline, st.seconds or self.duration_s)
         if st.last is not None:
             self._note()
         if st.ready:
@@ -210,13 +208,6 @@ class Profiling:
             return False
         return True
 
-    def _local_profiler(self) -> LocalProfiler | None:
-        """py-spy on this machine, from the screen's source; None, with a notice, when no part offers it."""
-        profiler = local_profiler(self.screen.ctx.source)
-        if profiler is None:
-            self.screen.notify(NO_PYSPY_NOTE, severity="warning")
-        return profiler
-
     def profile(self) -> None:
         """``f``: sample the processes' stacks with py-spy and open a flame graph."""
         if not self._can_profile():
@@ -256,7 +247,8 @@ class Profiling:
             return
         pids = self.local_pids()
         if pids:
-            if (profiler := self._local_profiler()) is None:
+            if (profiler := local_profiler(self.screen.ctx.source)) is None:
+                self.screen.notify(NO_PYSPY_NOTE, severity="warning")
                 return
             self._set_state(f"dumping the stacks of {len(pids)} process(es) with py-spy…")
             self.screen.background.start(lambda: self._dump(profiler, pids), name="quick look", group="profile")
@@ -299,17 +291,11 @@ class Profiling:
         ]
 
     # ---- on the app's thread --------------------------------------------------
-    def _panel(self) -> ProfilePanel:
-        return self.screen.query_one(ProfilePanel)
-
     def _run_on_app(self, work: Callable[[], None], name: str) -> None:
         """Run ``work`` as the app's worker, not the screen's: it goes on when the screen closes
         (cancelled when the app quits; the sampler then kills py-spy at once)."""
         self.screen.app.run_worker(work, name=name, group=f"profile {self.state.label}", thread=True,
                                    exit_on_error=False)
-
-    def _mounted(self) -> bool:
-        return self.screen.is_attached and self.screen.app.screen is self.screen
 
     def _set_state(self, text: str) -> None:
         here = self._here()
@@ -317,9 +303,9 @@ class Profiling:
             here._set_state(text)
             return
         self.state.doing = ""
-        self._stop_countdown()
-        if self._mounted():
-            self._panel().set_state(text)
+        self.view.stop()
+        if self.view.mounted():
+            self.view.panel().set_state(text)
         else:
             self.screen.app.notify(f"{self.state.label}: {text}", severity="warning")
 
@@ -327,33 +313,16 @@ class Profiling:
         keys = f"F: seconds (now {self.duration_s:g} s)"
         if self.last is not None:
             keys += f" · L: reopen the last graph ({self.state.last_note or self.last[0].title})"
-        self._panel().set_note(keys)
+        self.view.panel().set_note(keys)
 
     def _start_countdown(self, doing: str) -> None:
-        self._stop_countdown()
-        self._doing = doing
-        self._deadline = time.monotonic() + self.duration_s
+        deadline = time.monotonic() + self.duration_s
         st = self.state
-        st.doing, st.deadline, st.seconds = doing, self._deadline, self.duration_s
-        self._tick()
-        self._countdown = self.screen.set_interval(1.0, self._tick)
+        st.doing, st.deadline, st.seconds = doing, deadline, self.duration_s
+        self.view.count_down(doing, deadline, self.duration_s)
         # The Profile panel's countdown may be below the fold (80x24): a toast says it at any size.
         self.screen.notify(f"{doing} for {self.duration_s:g} s: the flame graph opens when done",
                            timeout=max(3.0, min(self.duration_s, 10.0)))
-
-    def _tick(self) -> None:
-        if not self._mounted():
-            return
-        left = self._deadline - time.monotonic()
-        seconds = self.state.seconds or self.duration_s
-        text = (f"{self._doing}: {max(round(left), 0)} s left of {seconds:g} s…" if left > 0.5
-                else f"{self._doing}: {seconds:g} s done, reading py-spy's output…")
-        self._panel().set_state(text)
-
-    def _stop_countdown(self) -> None:
-        if self._countdown is not None:
-            self._countdown.stop()
-            self._countdown = None
 
     def _here(self) -> Profiling:
         """The Profiling that shows this state now: this one, or that of the same host's or job's screen
@@ -370,9 +339,9 @@ class Profiling:
             return
         st = self.state
         st.doing = ""
-        self._stop_countdown()
+        self.view.stop()
         st.last, st.last_note = (profile, title), note
-        if not self._mounted():  # the screen was left while py-spy ran: keep the graph, say it is there
+        if not self.view.mounted():  # the screen was left while py-spy ran: keep the graph, say it is there
             st.ready = True
             self.screen.app.notify(f"flame graph of {st.label} ready: open {st.label} and press L")
             return
@@ -388,7 +357,7 @@ class Profiling:
             run: Sampled = profiler.sample_counted(pids, duration_s=seconds, cancel=cancelled)
         except SamplingCancelled:  # the app quits: py-spy is killed, nothing to show
             return
-        except Exception as err:  # shown in the panel: permission, process gone...
+        except (GpulensError, OSError) as err:  # shown in the panel: permission, process gone...
             call_in_app(self._set_state, f"profile failed: {err}")
             return
         note = run.idle_line()
@@ -398,10 +367,12 @@ class Profiling:
         from gpulens.analysis.flame.folded import parse_folded
         from gpulens.core.limits import InputLimits, read_input
         from gpulens.core.pyspy import MAX_OUTPUT_BYTES
+        from gpulens.ipc.request_schema import ProfileParams
+        from gpulens.sources.ask import ask
 
-        params = {"pids": pids, "duration_s": seconds, "rate_hz": 100}
+        params = ProfileParams(pids=tuple(pids), duration_s=seconds, rate_hz=100)
         try:
-            result = wait(source.request(host, "profile", params, seconds + 60.0), seconds + 90.0)
+            result = wait(ask(source, host, params, seconds + 60.0), seconds + 90.0)
             if result is None:  # the screen closed while the agent sampled
                 return
             files = list(result.files.values())
@@ -410,7 +381,7 @@ class Profiling:
             data = read_input(str(files[0]), InputLimits(max_bytes=MAX_OUTPUT_BYTES), what="folded profile")
             profile = parse_folded(bytes(data), source=str(files[0]),
                                    title=f"py-spy on {host}: {', '.join(map(str, pids))}")
-        except Exception as err:  # shown in the panel: no agent, permission, py-spy missing...
+        except (GpulensError, OSError, RuntimeError) as err:  # shown in the panel: no agent, permission, py-spy missing...
             call_in_app(self._set_state, f"profile on {host} failed: {err}")
             return
         note = (f"{int(profile.total)} samples; idle thread samples dropped by py-spy (--idle off) "
@@ -427,7 +398,7 @@ class Profiling:
                 return
             try:
                 part = profiler.dump(pid)
-            except Exception as err:  # one gone process must not hide the others' stacks
+            except (GpulensError, OSError) as err:  # one gone process must not hide the others' stacks
                 errors.append(str(err))
                 continue
             # several processes: each one's threads under a "process PID" frame, as f does

@@ -28,13 +28,14 @@ from typing import TYPE_CHECKING, Any
 from rich.text import Text
 from textual.widget import Widget
 
+from gpulens.core.errors import GpulensError
 from gpulens.core.events import HostStatusEvent, SourceEvent, SourceStatusEvent
 from gpulens.sources.replay import Scrubbable
 from gpulens.store.store import Store
 from gpulens.tui.screens.process import ProcessScreen
 
 if TYPE_CHECKING:
-    from gpulens.tui.app import GpulensApp
+    from gpulens.tui.app_data import StoreApp
 
 TICK_S = 0.5
 """Wall time between two playback steps."""
@@ -62,7 +63,7 @@ class _Superseded(Exception):
 class ReplayControl:
     """Position, play/pause and speed of one replay; the app calls it from its keys and jumps."""
 
-    def __init__(self, app: GpulensApp, source: Scrubbable) -> None:
+    def __init__(self, app: StoreApp, source: Scrubbable) -> None:
         self.app = app
         self.source = source
         self.index = source.index
@@ -206,7 +207,7 @@ class ReplayControl:
             self._call(gen, lambda: self._install_full(gen, t, built, store, statuses))
         except _Superseded:
             return
-        except Exception as err:  # the file changed or went away: say so, stay where we are
+        except (GpulensError, OSError, ValueError) as err:  # the file changed or went away: say so, stay
             message = f"replay seek failed: {err}"
             with contextlib.suppress(_Superseded):
                 self._call(gen, lambda: self._failed(message))

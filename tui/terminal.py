@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import signal
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from textual.app import App
 
 EXIT_CODES = {signal.SIGTERM: 143, signal.SIGHUP: 129, signal.SIGINT: 130}
 """The exit code of each signal, as a shell reports a process killed by it (128 + its number)."""
 
 
-def run_restoring_terminal(app: Any) -> None:
+def run_restoring_terminal(app: App[Any]) -> None:
     """``app.run()``; SIGTERM (Slurm, systemd, ``tmux kill-session``), SIGHUP and SIGINT (``kill -INT``;
     the Ctrl-C key is the app's own binding, also 130) end it as ``q`` does, so Textual gives the
     terminal back (alternate screen, mouse tracking, cursor), with exit code 143, 129 or 130. Only from the main thread (signal handlers can be set there only)."""

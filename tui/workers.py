@@ -16,13 +16,14 @@ import concurrent.futures
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from textual.app import App
 from textual.dom import DOMNode
 from textual.worker import Worker, WorkerState, get_current_worker
 
 T = TypeVar("T")
+_P = ParamSpec("_P")
 POLL_S = 0.2
 """How often a wait checks whether its worker was cancelled."""
 
@@ -83,7 +84,7 @@ def wait(fut: Future[T], timeout_s: float) -> T | None:
     return fut.result()
 
 
-def call_in_app(fn: Callable[..., object], *args: Any, **kwargs: Any) -> None:
+def call_in_app(fn: Callable[_P, object], *args: _P.args, **kwargs: _P.kwargs) -> None:
     """In a worker: run ``fn`` on the app's thread, unless the worker is cancelled by then.
 
     Checked on the app's thread, where cancelling happens, so a screen that has

@@ -10,7 +10,7 @@ again reverses.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
 from textual import events
@@ -20,6 +20,7 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Input, Static
 
 from gpulens.store.views import JobView
+from gpulens.tui.context import ScreenContext
 from gpulens.tui.finding import NO_FILTER, Filter, FilterError, Selection, compile_filter
 from gpulens.tui.screens.base import DataScreen
 from gpulens.tui.widgets._table import IncrementalTable
@@ -86,7 +87,7 @@ class FindingScreen(DataScreen):
         Binding("shift+tab", "app.focus_previous", "Previous panel", show=False),
     ]
 
-    def __init__(self, *, context: Any = None) -> None:
+    def __init__(self, *, context: ScreenContext | None = None) -> None:
         super().__init__(context=context)
         self.finder: Filter = NO_FILTER
         """The filter in force (compiled once, when typed)."""

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
 
+from gpulens.core.errors import GpulensError
 from gpulens.core.model import JobInfo
 from gpulens.sources.processes import decode_rows, process_table
 from gpulens.store.views import gpu_unreadable
+from gpulens.tui.screens.base import DataScreen
 from gpulens.tui.workers import call_in_app, wait
 
 LIST_POLL_S = 2.0
@@ -33,7 +34,7 @@ class ListedProcess:
         self._asked = -math.inf
         self._asking = False
 
-    def poll(self, screen: Any) -> None:
+    def poll(self, screen: DataScreen) -> None:
         """Ask again when the last answer is older than :data:`LIST_POLL_S` (``screen``: a data screen)."""
         now = time.monotonic()
         if self._asking or now - self._asked < LIST_POLL_S or not self.host:
@@ -43,7 +44,7 @@ class ListedProcess:
         screen.background.start(lambda: self._fetch(screen, source), name=f"process {self.host}:{self.pid}",
                                 group="listed-process")
 
-    def _fetch(self, screen: Any, source: object) -> None:
+    def _fetch(self, screen: DataScreen, source: object) -> None:
         """In a worker: the host's row for the pid."""
         try:
             answer = wait(process_table(source, self.host, limit=1, pids=(self.pid,)), 15.0)
@@ -51,12 +52,12 @@ class ListedProcess:
                 return
             rows = decode_rows(getattr(answer, "result", answer))[0]
             got: tuple[JobInfo | None, str | None] = (next((r for r in rows if r.pid == self.pid), None), None)
-        except Exception as err:  # no agent, an older agent, a recording: said on the screen
+        except (GpulensError, OSError, ValueError) as err:  # no agent, an older agent, a recording, a malformed answer
             got = (None, f"{self.host}:{self.pid}: not a job's process, and its host cannot list it: "
                          f"{str(err)[:300] or type(err).__name__}")
         call_in_app(self._answered, screen, *got)
 
-    def _answered(self, screen: Any, row: JobInfo | None, why: str | None) -> None:
+    def _answered(self, screen: DataScreen, row: JobInfo | None, why: str | None) -> None:
         self._asking = False
         self.row = row
         self.why = None if row is not None else why or (

@@ -108,7 +108,7 @@ class FlameScreen(CrumbedScreen[None]):
         """``gpulens › Overview › node01`` from the screens below this one, then ``Flame graph``."""
         try:
             stack = self.app.screen_stack
-        except Exception:  # not mounted yet
+        except RuntimeError:  # not mounted yet (Textual's NoActiveAppError)
             stack = []
         below = [c for s in stack if s is not self and (c := str(getattr(s, "crumb", "") or ""))]
         root = "gpulens flame" if isinstance(self.app, FlameApp) else "gpulens"

@@ -66,7 +66,7 @@ def screen_bindings(screen: Screen[Any]) -> list[Binding]:
     seen_types: set[type[DOMNode]] = set()
     try:
         widgets = list(screen.query("*"))
-    except Exception:  # a screen not mounted (a unit test builds the rows from the class)
+    except (RuntimeError, AttributeError):  # a screen not mounted (a unit test builds the rows from the class)
         widgets = []
     for w in widgets:
         if type(w) in seen_types or not w.focusable:
@@ -80,7 +80,7 @@ def _hidden(screen: Screen[Any], b: Binding) -> bool:
     """Whether the screen hides ``b`` now (its ``check_action`` says False: ``--readonly``, no Kineto)."""
     try:
         return screen.check_action(b.action.split("(")[0], ()) is False
-    except Exception:  # a screen not mounted (a unit test builds the rows from the class)
+    except (RuntimeError, AttributeError):  # a screen not mounted (a unit test builds the rows from the class)
         return False
 
 
@@ -202,7 +202,7 @@ def level_rows(screen: Screen[Any]) -> list[tuple[str, str]]:
 
     try:
         thresholds = screen.ctx.cfg.thresholds  # type: ignore[attr-defined]
-    except Exception:  # a screen not mounted (a unit test reads the class): the defaults
+    except (RuntimeError, AttributeError):  # a screen not mounted (a unit test reads the class): the defaults
         thresholds = DEFAULT
     return threshold_rows(thresholds)
 

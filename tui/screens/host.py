@@ -28,8 +28,8 @@ from gpulens.tui.screens._plots import (
     host_plot,
     plot_rows,
 )
-from gpulens.tui.screens.base import DataScreen
 from gpulens.tui.screens.gpu import GpuScreen
+from gpulens.tui.screens.profiled import ProfiledScreen
 from gpulens.tui.widgets.gpu_table import GpuTable
 from gpulens.tui.widgets.header import AppHeader
 from gpulens.tui.widgets.job_table import JobTable
@@ -61,7 +61,7 @@ def legend(alerts: tuple[str, ...]) -> Text:
     return text
 
 
-class HostScreen(DataScreen):
+class HostScreen(ProfiledScreen):
     """One host.
 
     | key | action |
@@ -194,28 +194,6 @@ class HostScreen(DataScreen):
         self.notify("GPU plots: one line per GPU" if self.per_gpu else "GPU plots: the host's aggregate",
                     timeout=2)
         self.refresh_data(force=True)
-
-    def action_profile(self) -> None:
-        """Sample the host's job processes with py-spy and open a flame graph."""
-        self.profiling.profile()
-
-    def action_quick_look(self) -> None:
-        """One py-spy dump of each local job process, as a flame graph."""
-        self.profiling.quick_look()
-
-    def action_profile_seconds(self) -> None:
-        """F: how many seconds f samples for."""
-        self.profiling.ask_duration()
-
-    def action_last_flame(self) -> None:
-        """L: reopen the last flame graph."""
-        self.profiling.reopen()
-
-    def action_gpu_memory(self) -> None:
-        """m: the GPU-memory flame graph of these processes, by Python stack (through their host's agent)."""
-        from gpulens.tui.gpumem_flame import open_gpu_memory
-
-        open_gpu_memory(self.profiling)
 
     def commands(self) -> Iterable[SystemCommand]:
         """Per-GPU plots, profile and quick look."""

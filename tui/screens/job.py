@@ -14,25 +14,26 @@ from textual.binding import Binding, BindingType
 from textual.containers import Grid, VerticalScroll
 from textual.widgets import Footer, Static
 
+from gpulens.core.errors import GpulensError
 from gpulens.core.events import RequestSource
-from gpulens.core.sanitize import clean_text
 from gpulens.core.units import duration, pct, size, window_name
-from gpulens.store.views import SUMMED, JobView, WindowStats, gpu_unreadable
-from gpulens.store.window import merge
+from gpulens.ipc.request_schema import TraceDiagnoseParams
+from gpulens.sources.ask import ask
+from gpulens.store.views import JobView, gpu_unreadable
 from gpulens.tui.context import ScreenContext, requester
 from gpulens.tui.messages import OpenProfiler
 from gpulens.tui.profiling import PROFILE_BINDINGS, Profiling
-from gpulens.tui.screens._plots import (
-    JOB_PLOTS,
-    SeriesFeed,
-    configure_plots,
-    mean_series,
-    plot_rows,
-    reading_note,
-    total,
+from gpulens.tui.screens._plots import JOB_PLOTS, configure_plots, plot_rows
+from gpulens.tui.screens.job_data import (
+    JobFigures,
+    local_host,
+    local_pids,
+    remote_pids,
+    shown_command,
 )
-from gpulens.tui.screens.base import DataScreen
 from gpulens.tui.screens.process import ProcessScreen
+from gpulens.tui.screens.profiled import ProfiledScreen
+from gpulens.tui.screens.profiler_rows import LocalDiagnosis
 from gpulens.tui.widgets.fields import NBSP, FieldsLine
 from gpulens.tui.widgets.header import AppHeader
 from gpulens.tui.widgets.panel import CustomPanel
@@ -42,7 +43,7 @@ from gpulens.tui.widgets.profile_panel import ProfilePanel
 from gpulens.tui.workers import call_in_app, wait
 
 
-class JobScreen(DataScreen):
+class JobScreen(ProfiledScreen):
     """One job (joined over hosts by its job key).
 
     | key | action |
@@ -78,16 +79,15 @@ class JobScreen(DataScreen):
         self._seen: tuple[object, ...] = ()
         self._polling: tuple[int, ...] = ()
         self._polling_host: str | None = None  # set when the polling processes run on another host
-        self._why: tuple[float, str | None] | None = None
+        self._why = LocalDiagnosis()
         self._trace_why = ""
         """Why the job's processes cannot be traced, as the profiler line last said ("" when it said nothing)."""
         self._remote_why: tuple[float, str | None] | None = None  # (asked at, the agent's reason)
-        self.profiling = Profiling(self, self.profile_pids, self.remote_profile_pids, self._local_host)
+        self.profiling = Profiling(self, self.profile_pids, self.remote_profile_pids,
+                                   lambda: local_host(self.view, self.is_local))
         self._plots: list[TimeSeriesPlot] = []
-        self._cmdline = ("", "")
-        """The job's command and its text made safe to show (:meth:`_command`)."""
-        self.feed = SeriesFeed()
-        """The plots' aligned columns: per tick only the newest is read while the store's stamp holds."""
+        self.figures = JobFigures(key)
+        """The plots' window figures and aligned columns, joined over the job's hosts and GPUs."""
 
     def compose(self) -> ComposeResult:
         """Header, job line, plots, custom panels, processes, Profile slot."""
@@ -140,43 +140,11 @@ class JobScreen(DataScreen):
 
     def profile_pids(self) -> list[int]:
         """The job's pids on this machine."""
-        if self.view is None:
-            return []
-        return [p.pid for h, p in self.view.processes if self.is_local(h)]
-
-    def _local_host(self) -> str | None:
-        """The name this machine has among the job's hosts (None: the job does not run here)."""
-        return next((h for h, _ in self.view.processes if self.is_local(h)), None) if self.view is not None else None
+        return local_pids(self.view, self.is_local)
 
     def remote_profile_pids(self) -> dict[str, list[int]]:
         """The job's pids on other hosts, by host (their agents sample them)."""
-        out: dict[str, list[int]] = {}
-        for h, p in self.view.processes if self.view is not None else ():
-            if not self.is_local(h):
-                out.setdefault(h, []).append(p.pid)
-        return out
-
-    def action_profile(self) -> None:
-        """Sample the job's processes with py-spy and open a flame graph."""
-        self.profiling.profile()
-
-    def action_quick_look(self) -> None:
-        """One py-spy dump of each of the job's local processes, as a flame graph."""
-        self.profiling.quick_look()
-
-    def action_profile_seconds(self) -> None:
-        """F: how many seconds f samples for."""
-        self.profiling.ask_duration()
-
-    def action_last_flame(self) -> None:
-        """L: reopen the last flame graph."""
-        self.profiling.reopen()
-
-    def action_gpu_memory(self) -> None:
-        """m: the GPU-memory flame graph of these processes, by Python stack (through their host's agent)."""
-        from gpulens.tui.gpumem_flame import open_gpu_memory
-
-        open_gpu_memory(self.profiling)
+        return remote_pids(self.view, self.is_local)
 
     def commands(self) -> Iterable[SystemCommand]:
         """Profile, quick look and, while offered, Open Profiler."""
@@ -191,7 +159,7 @@ class JobScreen(DataScreen):
             return ()
         try:
             polling = service.polling_pids()
-        except Exception:  # a broken service hides the action rather than the screen
+        except (GpulensError, OSError):  # a broken service hides the action rather than the screen
             return ()
         return tuple(sorted(set(self.profile_pids()) & set(polling)))
 
@@ -286,11 +254,11 @@ class JobScreen(DataScreen):
             reason = None if view.gpus or not spec.id.startswith("job-") else "the job holds no GPU memory"
             if reason is None:
                 reason = store.unavailable(view.hosts[0], spec.metric)
-            stats, note = self._stats(spec.metric, w, view)
+            stats, note = self.figures.stats(store, spec.metric, w, view)
             # n/a with nothing in the window: the plot is left out, its series not read (a third of a
             # CPU job's plots, every tick).
             empty = reason is not None and (stats is None or stats.empty)
-            values = [math.nan] if empty else self._values(spec.metric, w, plot.points, view)
+            values = [math.nan] if empty else self.figures.values(store, spec.metric, w, plot.points, view)
             left_out.append(reason if empty else None)
             drawn.append((plot, plot_data(values, reason, window_name(w), w, stats, note=note,
                                           newest_column=store.newest_column(w, plot.points))))
@@ -330,7 +298,7 @@ class JobScreen(DataScreen):
             return
         simulated = self.ctx.source.simulated
         pids = [] if simulated else self.profile_pids()
-        why = self._why_not_traceable(pids) if pids else None
+        why = self._why.why(self.ctx.trace_service, self.ctx.trace_error, pids) if pids else None
         if not pids and not simulated:
             why = self._why_not_traceable_remote()
         self._trace_why = why or ""
@@ -338,30 +306,6 @@ class JobScreen(DataScreen):
         if why is not None:
             action.set_class(True, "-unavailable")
             self.update_static("#profiler-action", f"Open Profiler unavailable: {why}")
-
-    def _why_not_traceable(self, pids: list[int]) -> str | None:
-        """The trace service's diagnosis of the job's local processes (every 5 s at most)."""
-        now = time.monotonic()
-        if self._why is not None and now - self._why[0] < 5.0:
-            return self._why[1]
-        service = self.ctx.trace_service
-        why: str | None
-        if service is None:
-            why = self.ctx.trace_error or "no trace service (it serves processes of this machine only)"
-        else:
-            reasons: list[tuple[int, str]] = []
-            for pid in pids[:8]:
-                try:
-                    reason = service.diagnose(pid)
-                except Exception as err:  # a diagnosis must not take the screen down
-                    reason = f"cannot check: {err}"
-                if reason:
-                    reasons.append((pid, reason))
-            # A job's shell or launcher never loads torch: say why its Python cannot be traced.
-            best = sorted(reasons, key=lambda r: r[1].startswith(("no PyTorch", "process ")))
-            why = f"pid {best[0][0]}: {best[0][1]}" if best else None
-        self._why = (now, why)
-        return why
 
     def _why_not_traceable_remote(self) -> str | None:
         """The agent's diagnosis of the job's processes on another host (asked every 5 s at most)."""
@@ -382,12 +326,12 @@ class JobScreen(DataScreen):
     def _ask_remote_why(self, source: RequestSource, host: str, pids: list[int]) -> None:
         """In a worker: the agent's reasons why the job's processes there cannot be traced."""
         try:
-            answer = wait(source.request(host, "trace_diagnose", {"pids": pids}, 10.0), 15)
+            answer = wait(ask(source, host, TraceDiagnoseParams(pids=tuple(pids)), 10.0), 15)
             if answer is None:  # the screen closed meanwhile
                 return
-            reasons = answer.result.get("reasons", {})
+            reasons = answer.answer.reasons
             found = [(int(p), str(r)[:300]) for p, r in reasons.items() if r and str(p).isdigit()]
-        except Exception:  # an older agent, or one without tracing: no line rather than noise
+        except (GpulensError, OSError):  # an older agent, or one without tracing: no line rather than noise
             found = []
         # A job's shell or launcher never loads torch: say why its Python cannot be traced.
         best = sorted(found, key=lambda r: r[1].startswith(("no PyTorch", "process ")))
@@ -400,40 +344,13 @@ class JobScreen(DataScreen):
         if not self._polling:
             self._show_profiler_line(())
 
-    def _stats(self, metric: str, w: float, view: JobView) -> tuple[WindowStats | None, str]:
-        """The window figures of a plot (exact on one host or GPU, bounds when joined over several), and
-        a note when its newest figure covers only some of the job's GPUs or hosts."""
-        store = self.ctx.store
-        if metric.startswith("job."):
-            return store.job_stats(self.key, metric, w), ""
-        if metric.startswith("gpu."):
-            parts = [store.window_stats(h, metric, w, gpu=int(g)) for h, g in view.gpus if g.isdigit()]
-            return (merge(parts, False), _reading(parts, "GPUs")) if parts else (None, "")
-        parts = [store.window_stats(h, metric, w) for h in view.hosts]
-        return merge(parts, metric in SUMMED), _reading(parts, "hosts")
-
-    def _values(self, metric: str, w: float, n: int, view: JobView) -> list[float]:
-        """``n`` aligned columns of ``metric`` over the job (its GPUs averaged, its hosts summed); per
-        tick only the newest columns are read and combined again (:meth:`SeriesFeed.combined`)."""
-        store, feed = self.ctx.store, self.feed
-        if metric.startswith("job."):
-            return feed.job_series(store, self.key, metric, w, n)
-        if metric.startswith("gpu."):
-            gpus = tuple((h, int(g)) for h, g in view.gpus if g.isdigit())
-            if not gpus:
-                return mean_series([], n)
-            parts = [feed.read(store, h, metric, w, n, gpu=g) for h, g in gpus]
-            return feed.combined(("gpus", metric, gpus), parts, lambda cols: mean_series(cols, len(cols[0])))
-        hosts = view.hosts
-        return feed.combined(("hosts", metric, hosts), [feed.read(store, h, metric, w, n) for h in hosts], total)
-
     def _info(self, v: JobView) -> None:
         """The job line, rebuilt only when one of its texts changed."""
         hosts = ", ".join(v.hosts[:6]) + (f" (+{len(v.hosts) - 6})" if len(v.hosts) > 6 else "")
         fields = (("job", v.key), ("user", v.user), ("tree ID", v.tree_id),
                   ("hosts", hosts), ("GPUs", str(len(v.gpus))),
                   ("util avg", pct(v.util_percent)), ("GPU mem", size(v.gpu_mem_bytes)),
-                  ("runtime", duration(v.runtime_s)), ("command", self._command(v.cmdline)))
+                  ("runtime", duration(v.runtime_s)), ("command", shown_command(v.cmdline)))
         if self._shown.get("info-fields") == fields:
             return
         self._shown["info-fields"] = fields
@@ -442,12 +359,6 @@ class JobScreen(DataScreen):
             text.append(f"{label} ".replace(" ", NBSP), style="dim")
             text.append(f"{value}   ", style="bold")
         self.query_one("#job-info", FieldsLine).show(text)  # a runtime tick repaints one line
-
-    def _command(self, cmdline: str) -> str:
-        """``cmdline`` made safe to show, kept while the job's command reads the same (every tick)."""
-        if self._cmdline[0] != cmdline:
-            self._cmdline = (cmdline, clean_text(cmdline))
-        return self._cmdline[1]
 
     def action_open_profiler(self) -> None:
         """Open the PyTorch profiler screen for every polling process of the job, on every host."""
@@ -461,7 +372,3 @@ class JobScreen(DataScreen):
             self.post_message(OpenProfiler(host, pids, through_agent=through_agent,
                                            others=tuple((h, p) for h, p, _ in rest)))
 
-
-def _reading(parts: list[WindowStats], what: str) -> str:
-    """``"3 of 4 hosts read"`` when only some of ``parts`` have a newest figure (the others are n/a now)."""
-    return reading_note(sum(1 for p in parts if p.now == p.now), len(parts), what)

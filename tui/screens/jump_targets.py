@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from textual.app import App
 from textual.screen import Screen
 
 from gpulens.tui.screens.host import HostScreen
@@ -32,14 +33,14 @@ def find_host(hosts: list[str], text: str) -> str | None:
     return next((h for h in hosts if h.lower() == low), None) or next((h for h in hosts if low in h.lower()), None)
 
 
-def go(app: Any, screen: Screen[Any]) -> None:
+def go(app: App[Any], screen: Screen[Any]) -> None:
     """Show a ``:`` jump's screen (:func:`placement`: over the top one, instead of it, or not again)."""
     how = placement(app.screen, screen, (*VIEWS.values(), *VIEWS_OF.values(), LogScreen))
     if how != "same":
         (app.switch_screen if how == "replace" else app.push_screen)(screen)
 
 
-def run_jump(app: Any, text: str | None) -> None:
+def run_jump(app: Any, text: str | None) -> None:  # noqa: ANN401  the app: screens cannot name its class
     """Run the ``:`` command in ``text`` in ``app`` (a one-line error for a bad one)."""
     if not text:
         return

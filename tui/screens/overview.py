@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from textual import events
 from textual.app import ComposeResult, SystemCommand
@@ -13,6 +13,7 @@ from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.widgets import Footer
 
+from gpulens.tui.context import ScreenContext
 from gpulens.tui.messages import OpenHost, OpenJob
 from gpulens.tui.screens._finding import HOSTS_TITLE, JOBS_TITLE, FindingScreen, sort_bindings
 from gpulens.tui.screens.gpu import GpuScreen
@@ -48,7 +49,7 @@ class OverviewScreen(FindingScreen):
         *[Binding(m.key, f"heat('{m.key}')", f"Heatmap {m.label}", show=False) for m in HEAT_METRICS],
     ]
 
-    def __init__(self, *, context: Any = None) -> None:
+    def __init__(self, *, context: ScreenContext | None = None) -> None:
         super().__init__(context=context)
         self._subtitles: dict[str, str] = {}
         """Box subtitles as last set (set again only when they change)."""

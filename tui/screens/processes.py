@@ -21,9 +21,11 @@ from textual.binding import BindingType
 from textual.containers import Vertical
 from textual.widgets import Footer
 
+from gpulens.core.errors import GpulensError
 from gpulens.core.model import JobInfo
 from gpulens.sources.processes import decode_rows, process_table
 from gpulens.store.views import gpu_unreadable
+from gpulens.tui.context import ScreenContext
 from gpulens.tui.screens._finding import FindingScreen, sort_bindings
 from gpulens.tui.screens.process import ProcessScreen
 from gpulens.tui.screens.views import VIEW_CSS
@@ -65,7 +67,7 @@ class ProcessesView(FindingScreen):
     DEFAULT_CSS = VIEW_CSS.format(name="ProcessesView")
     BINDINGS: ClassVar[list[BindingType]] = sort_bindings(HostProcessTable)
 
-    def __init__(self, host: str = "", *, context: Any = None) -> None:
+    def __init__(self, host: str = "", *, context: ScreenContext | None = None) -> None:
         super().__init__(context=context)
         self.host = host or default_host(context) or ""
         self.crumb = f"ps {self.host}" if self.host else "ps"
@@ -125,7 +127,7 @@ class ProcessesView(FindingScreen):
             if answer is None:
                 return
             got: tuple[list[JobInfo], int, int, str | None] = (*decode_rows(getattr(answer, "result", answer)), None)
-        except Exception as err:  # an agent without the kind, a timeout, a malformed answer: said in place
+        except (GpulensError, OSError, ValueError) as err:  # no such kind, a timeout, a malformed answer: said
             got = ([], 0, 0, f"{host}: {str(err)[:300] or type(err).__name__}")
         call_in_app(self._answered, *got)
 
@@ -166,17 +168,18 @@ class ProcessesView(FindingScreen):
             self.app.push_screen(ProcessScreen(host, int(pid), context=self.ctx, row=row))
 
 
-def _gpu_unreadable(ctx: Any, host: str) -> bool:
+def _gpu_unreadable(ctx: ScreenContext, host: str) -> bool:
     return gpu_unreadable(ctx.store.latest(host)) is not None
 
 
-def default_host(app: Any) -> str | None:
+def default_host(app: ScreenContext | None) -> str | None:
     """The host a command that names none means: the shown screen's own, the only one, or this machine's.
 
     ``app``: the app the command was typed in (None outside one: no default)."""
-    if app is None or not getattr(app, "screen_stack", None):
+    stack = getattr(app, "screen_stack", None)
+    if app is None or not stack:
         return None
-    own = getattr(app.screen, "host", None)
+    own = getattr(stack[-1], "host", None)  # the shown screen's
     if isinstance(own, str) and own:
         return own
     hosts = app.store.hosts()
@@ -188,7 +191,7 @@ def default_host(app: Any) -> str | None:
 class ProcView(ProcessScreen):
     """``:proc PID`` (the shown screen's host, the only host, or this machine's) or ``:proc HOST:PID``."""
 
-    def __init__(self, arg: str, *, context: Any = None) -> None:
+    def __init__(self, arg: str, *, context: ScreenContext | None = None) -> None:
         host, _, pid = arg.rpartition(":")
         super().__init__(host or default_host(context) or "", int(pid) if pid.isdigit() else 0, context=context)
         if not self.host:

@@ -37,15 +37,15 @@ from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
-from textual.content import Content
 from textual.screen import Screen
-from textual.widgets import Button, Checkbox, DataTable, Footer, Input, Label, ProgressBar, Static
+from textual.widgets import DataTable, Footer, Input, ProgressBar, Static
 
 from gpulens.ipc.kineto.protocol import JobListener, TraceService
 from gpulens.ipc.kineto.registry import DEFAULT_POLL_INTERVAL_S
 from gpulens.ipc.kineto.requests import TraceJob, TraceRequest, TraceResult
 from gpulens.tui._compositor import SparseScreen
 from gpulens.tui.screens import profiler_work as work
+from gpulens.tui.screens.profiler_book import TraceBook
 from gpulens.tui.screens.profiler_rows import (
     FileRow,
     Target,
@@ -57,6 +57,7 @@ from gpulens.tui.screens.profiler_rows import (
     status_lines,
 )
 from gpulens.tui.widgets.ordered_input import OrderedInput
+from gpulens.tui.widgets.trace_options import TraceOptions
 from gpulens.tui.workers import Background
 
 NARROW_WIDTH = 140
@@ -70,16 +71,6 @@ STATE_STYLE = {
     "done": "green",
     "failed": "red",
 }
-
-
-class OptionBox(Checkbox):
-    """A checkbox whose mark shows its state without colour (``X`` on, blank off): NO_COLOR."""
-
-    @property
-    def _button(self) -> Content:
-        self.BUTTON_INNER = "X" if self.value else " "
-        button: Content = super()._button
-        return button
 
 
 class ProfilerScreen(SparseScreen, Screen[None]):
@@ -120,11 +111,9 @@ class ProfilerScreen(SparseScreen, Screen[None]):
         self.pids = list(pids)
         self.targets = [Target(host, service, tuple(pids)), *others]
         """Where the traces are taken: this host's processes first, then the job's other hosts."""
-        self._jobs: dict[tuple[int, str], TraceJob] = {}
-        self._batches: dict[tuple[int, str], int] = {}
-        self._asked: list[tuple[int, int, TraceRequest]] = []  # (batch, target, request) not yet seen
-        self._next_batch = 1
-        self._rows: dict[str, FileRow] = {}
+        self.book = TraceBook()
+        """Each target's trace jobs, the trace (batch) each belongs to, and the table's rows."""
+        self._rows = self.book.rows
         self._listeners: list[tuple[TraceService, JobListener]] = []
         self._select_batch: int | None = None
         self.background = Background(self)
@@ -142,19 +131,7 @@ class ProfilerScreen(SparseScreen, Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(self._title(), id="pf-title")
         yield Static(id="pf-status")
-        with Horizontal(id="pf-options"):
-            with Horizontal(id="pf-amount"):
-                yield Label("ms")
-                yield OrderedInput("500", placeholder="duration ms", id="pf-duration", type="integer")
-                yield Label("or steps")
-                yield OrderedInput("", placeholder="iterations", id="pf-iterations", type="integer")
-                yield Label("warm-up s")
-                yield OrderedInput("0", placeholder="warm-up s", id="pf-warmup", type="number")
-            with Horizontal(id="pf-flags"):
-                yield OptionBox("shapes", id="pf-shapes")
-                yield OptionBox("stack", id="pf-stack")
-                yield OptionBox("memory", id="pf-memory")
-                yield Button("Trace (t)", id="pf-trace", variant="primary")
+        yield TraceOptions(id="pf-options")
         yield DataTable(id="pf-jobs", cursor_type="row", zebra_stripes=True)
         yield Static("", id="pf-selected")
         with Horizontal(id="pf-progress-row"):
@@ -182,7 +159,7 @@ class ProfilerScreen(SparseScreen, Screen[None]):
             for job in svc.jobs():
                 self._show_job(i, job)
         if table.row_count:  # the newest trace is the one worth acting on
-            table.move_cursor(row=table.row_count - len(self._last_rows()))
+            table.move_cursor(row=table.row_count - len(self.book.last_rows()))
         self.action_recheck()
         self.set_interval(2.0, self.action_recheck)
         table.focus()
@@ -203,34 +180,19 @@ class ProfilerScreen(SparseScreen, Screen[None]):
             return
         self._show_job(target, job)  # request_trace notifies from the caller: the app thread
 
-    def _batch_for(self, target: int, job: TraceJob) -> int:
-        """The trace (one ``t``) a job belongs to: the request we sent, else a batch of its own."""
-        key = (target, job.request_id)
-        if key not in self._batches:
-            for i, (batch, t, req) in enumerate(self._asked):
-                if t == target and (job.request is req or job.request == req):
-                    del self._asked[i]
-                    self._batches[key] = batch
-                    break
-            else:
-                self._batches[key] = self._next_batch
-                self._next_batch += 1
-        return self._batches[key]
-
     def _show_job(self, target: int, job: TraceJob) -> None:
-        self._batch_for(target, job)
-        self._jobs[(target, job.request_id)] = job
+        self.book.add(target, job)
         self._render_target(target)
 
     def _render_target(self, target: int) -> None:
         """Redraw the rows of ``target``'s traces (a finished trace can end another's "queued")."""
         table = self.query_one("#pf-jobs", DataTable)
         host = self.targets[target].host
-        jobs = [j for (t, _), j in self._jobs.items() if t == target]
+        jobs = self.book.jobs_of(target)
         several = len(self.targets) > 1
         now = time.monotonic()
         for n, job in enumerate(jobs):
-            batch = self._batches[(target, job.request_id)]
+            batch = self.book.batches[(target, job.request_id)]
             for row in file_rows(job, target=target, host=host, batch=batch, earlier=jobs[:n], now_s=now):
                 cells = (Text.from_markup(f"[{STATE_STYLE.get(row.state, 'white')}]{row.state}[/]"),
                          # Text, not str: a reason like "[Errno 2] ..." must not be read as markup.
@@ -248,10 +210,6 @@ class ProfilerScreen(SparseScreen, Screen[None]):
                 self._rows[row.key] = row
         self._show_selected()
 
-    def _last_rows(self) -> list[FileRow]:
-        last = max((r.batch for r in self._rows.values()), default=None)
-        return [r for r in self._rows.values() if r.batch == last]
-
     @on(DataTable.RowHighlighted, "#pf-jobs")
     def _show_selected(self) -> None:
         """The highlighted process's state and whole reason, wrapped under the table (never cut off)."""
@@ -260,7 +218,7 @@ class ProfilerScreen(SparseScreen, Screen[None]):
         if row is None:
             line.update("")
             return
-        ranks = len(self._batch_rows(row.batch))
+        ranks = len(self.book.batch_rows(row.batch))
         more = f" · 1 of {ranks} processes (V / A: all ranks)" if ranks > 1 else ""
         text = Text.assemble((row.state, STATE_STYLE.get(row.state, "")),
                              f" · {row.job.request_id} · {row.host} pid {row.pid}{more}: ", row.detail,
@@ -276,36 +234,8 @@ class ProfilerScreen(SparseScreen, Screen[None]):
             status.update("[red]no trace service here[/]: tracing needs the local agent's Kineto endpoint")
             return
         status.update("\n".join(status_lines(self.targets, MAX_STATUS_LINES)))
-        waiting = {t for (t, _rid), job in self._jobs.items() if job.state.value in ("waiting for poll", "queued")}
-        for t in sorted(waiting):
+        for t in self.book.waiting():
             self._render_target(t)  # the waiting time keeps counting
-
-    def _request(self) -> TraceRequest | None:
-        def number(widget_id: str) -> str:
-            return self.query_one(widget_id, Input).value.strip()
-
-        try:
-            iterations = int(number("#pf-iterations")) if number("#pf-iterations") else None
-            duration = None if iterations is not None else int(number("#pf-duration") or "500")
-            warmup = float(number("#pf-warmup") or "0")
-        except ValueError:
-            self.notify("duration, iterations and warm-up must be numbers", severity="error")
-            return None
-        req = TraceRequest(
-            pids=tuple(self.pids) or tuple(self.targets[0].pids),
-            duration_ms=duration,
-            iterations=iterations,
-            record_shapes=self.query_one("#pf-shapes", Checkbox).value,
-            with_stack=self.query_one("#pf-stack", Checkbox).value,
-            profile_memory=self.query_one("#pf-memory", Checkbox).value,
-            warmup_s=warmup,
-        )
-        try:
-            req.validate()
-        except ValueError as err:
-            self.notify(str(err), severity="error")
-            return None
-        return req
 
     def action_trace(self) -> None:
         """Request a trace with the chosen options from every target; the table shows its progress."""
@@ -317,7 +247,7 @@ class ProfilerScreen(SparseScreen, Screen[None]):
         skipped = [t.host for t in self.targets if all(t is not other for _, other in live)]
         if skipped:
             self.notify(f"no trace service for {', '.join(skipped)}: its processes are not traced", severity="warning")
-        base = self._request()
+        base = self.query_one(TraceOptions).request(tuple(self.pids) or tuple(self.targets[0].pids))
         if base is None:
             return
         pids = sum(len(t.pids) for _, t in live)
@@ -326,11 +256,10 @@ class ProfilerScreen(SparseScreen, Screen[None]):
             start = common_start_ms((poll_interval(t.service, p) for _, t in live for p in t.pids),
                                     DEFAULT_POLL_INTERVAL_S, warmup_s=float(getattr(base, "warmup_s", 0.0)))
             base = replace(base, start_time_ms=start)
-        batch, self._next_batch = self._next_batch, self._next_batch + 1
-        self._select_batch = batch
+        batch = self._select_batch = self.book.new_batch()
         for i, target in live:
             req = replace(base, pids=target.pids)
-            self._asked.append((batch, i, req))
+            self.book.asked.append((batch, i, req))
             assert target.service is not None
             fut = target.service.request_trace(req)
             fut.add_done_callback(partial(self._request_ended, target.host, req))
@@ -344,20 +273,12 @@ class ProfilerScreen(SparseScreen, Screen[None]):
                 self.app.call_from_thread(self._request_ended, host, req, fut)
             return
         err = fut.exception() if not fut.cancelled() else None
-        pending = [a for a in self._asked if a[2] is req]
-        if err is None or not pending:
+        if err is None or not self.book.refused(req):
             return  # it succeeded, or its job is in the table with its reason
-        self._asked.remove(pending[0])
         self.notify(f"trace on {host} refused: {err}", severity="error", timeout=10)
 
-    @on(Button.Pressed, "#pf-trace")
-    def _trace_pressed(self) -> None:
-        self.action_trace()
-
-    @on(Input.Submitted, "#pf-duration, #pf-iterations, #pf-warmup")
-    def _form_submitted(self, event: Input.Submitted) -> None:
-        """Enter in an option field takes the trace, as ``t`` does."""
-        event.stop()
+    def on_trace_options_submitted(self) -> None:
+        """The Trace button, or Enter in an option field: take the trace, as ``t`` does."""
         self.action_trace()
 
     def _cursor_row(self) -> FileRow | None:
@@ -367,16 +288,13 @@ class ProfilerScreen(SparseScreen, Screen[None]):
         key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
         return self._rows.get(str(key))
 
-    def _batch_rows(self, batch: int) -> list[FileRow]:
-        return [r for r in self._rows.values() if r.batch == batch]
-
     def _selected(self, *, every_rank: bool = False) -> list[FileRow]:
         """The selected process's finished file (or every file of its trace); a notice when there is none."""
         row = self._cursor_row()
         if row is None:
             self.notify("no trace yet: press t", severity="warning")
             return []
-        rows = [r for r in self._batch_rows(row.batch) if r.path is not None] if every_rank else (
+        rows = [r for r in self.book.batch_rows(row.batch) if r.path is not None] if every_rank else (
             [row] if row.path is not None else [])
         if not rows:
             why = "select a finished trace (state: done)" if not row.finished else f"no file: {row.detail}"
@@ -418,7 +336,7 @@ class ProfilerScreen(SparseScreen, Screen[None]):
             return
         box = self.query_one("#pf-export", Input)
         assert row is not None
-        n = len([r for r in self._batch_rows(row.batch) if r.path is not None])
+        n = len([r for r in self.book.batch_rows(row.batch) if r.path is not None])
         box.placeholder = (f"export {n} ranks to a directory or NAME.tar.gz (NAME.json: this process only); "
                            "enter writes, escape cancels" if n > 1 else
                            "export to path (.gz compresses; enter to write, escape to cancel)")
@@ -434,7 +352,7 @@ class ProfilerScreen(SparseScreen, Screen[None]):
         dest = event.value.strip()
         if row is None or row.path is None or not dest:
             return
-        rows = [r for r in self._batch_rows(row.batch) if r.path is not None]
+        rows = [r for r in self.book.batch_rows(row.batch) if r.path is not None]
         if len(rows) > 1 and dest.endswith((".json", ".json.gz")):
             rows = [row]
         self.background.start(partial(work.export, self, rows, dest), name="exporting the trace",

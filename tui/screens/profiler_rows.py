@@ -10,6 +10,7 @@ Pure functions over :class:`TraceJob` snapshots, tested without a UI:
   intervals imply, and a start time every rank can meet.
 - :func:`host_hint`: what ``o`` on a host screen should tell the user.
 - :func:`job_hosts`: every host of a job with its traceable processes.
+- :class:`LocalDiagnosis`: why none of a job's local processes can be traced (every 5 s at most).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 from rich.markup import escape
 
+from gpulens.core.errors import GpulensError
 from gpulens.ipc.kineto.kconfig import MIN_LEAD_S
 from gpulens.ipc.kineto.protocol import TraceService
 from gpulens.ipc.kineto.requests import TraceJob, TraceState
@@ -149,7 +151,7 @@ def poll_interval(service: TraceService | None, pid: int) -> float | None:
         return float(value) if isinstance(value, (int, float)) and value > 0 else None
     try:
         procs = service.processes()
-    except Exception:  # a broken service gives no hint rather than no screen
+    except (GpulensError, OSError):  # a broken service gives no hint rather than no screen
         return None
     for p in procs:
         if p.pid == pid and p.interval_s:
@@ -165,7 +167,7 @@ def reports_intervals(service: TraceService | None) -> bool:
         return True
     try:
         return bool(service.processes())
-    except Exception:  # a broken service reports nothing
+    except (GpulensError, OSError):  # a broken service reports nothing
         return False
 
 
@@ -270,3 +272,34 @@ def shown_path(path: str) -> str:
     it (where the user started gpulens), else whole."""
     here = os.getcwd().rstrip("/") + "/"
     return path[len(here):] if path.startswith(here) else path
+
+
+class LocalDiagnosis:
+    """The trace service's diagnosis of some of this machine's processes, asked every 5 s at most."""
+
+    def __init__(self, every_s: float = 5.0) -> None:
+        self.every_s = every_s
+        self._last: tuple[float, str | None] | None = None
+
+    def why(self, service: TraceService | None, trace_error: str | None, pids: Sequence[int]) -> str | None:
+        """Why the first of ``pids`` (8 at most) that cannot be traced cannot, with the fix; None: all can."""
+        now = time.monotonic()
+        if self._last is not None and now - self._last[0] < self.every_s:
+            return self._last[1]
+        why: str | None
+        if service is None:
+            why = trace_error or "no trace service (it serves processes of this machine only)"
+        else:
+            reasons: list[tuple[int, str]] = []
+            for pid in pids[:8]:
+                try:
+                    reason = service.diagnose(pid)
+                except (GpulensError, OSError) as err:  # a diagnosis must not take the screen down
+                    reason = f"cannot check: {err}"
+                if reason:
+                    reasons.append((pid, reason))
+            # A job's shell or launcher never loads torch: say why its Python cannot be traced.
+            best = sorted(reasons, key=lambda r: r[1].startswith(("no PyTorch", "process ")))
+            why = f"pid {best[0][0]}: {best[0][1]}" if best else None
+        self._last = (now, why)
+        return why

@@ -9,14 +9,21 @@ the other, each reduced to what the screen shows before the next is read.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from textual.app import App
 
 from gpulens.tui.screens.profiler_rows import FileRow, member_names, rank_labels, rank_names
 from gpulens.tui.screens.profiler_views import AnalyzeScreen, TimelineScreen
 from gpulens.tui.workers import Cancelled, call_in_app, check_cancelled
+
+if TYPE_CHECKING:
+    from gpulens.analysis.trace.rank_report import RankReport
+    from gpulens.analysis.trace.summary import TraceSummary
+
+_log = logging.getLogger("gpulens.tui.screens.profiler_work")
 
 
 class WorkHost(Protocol):
@@ -34,6 +41,21 @@ class WorkHost(Protocol):
     def work_failed(self, err: Exception) -> None:
         """Say why the job failed."""
         ...
+
+
+def _shown(host: WorkHost, job: Callable[[], Callable[[], None]]) -> None:
+    """Run ``job`` in this worker, then hide the progress bar and call what it returned (its result's
+    delivery). Stops quietly when the screen goes; a failure is said by ``host.work_failed``."""
+    try:
+        deliver = job()
+    except Cancelled:  # the screen went away
+        return
+    except Exception as err:  # a trace file of any shape: whatever reading it raises is said, never kills the UI
+        _log.debug("trace work failed", exc_info=True)
+        call_in_app(host.work_failed, err)
+        return
+    call_in_app(host.set_progress, None, "")
+    deliver()
 
 
 def _progress(host: WorkHost, index: int, count: int) -> Callable[[float, str], None]:
@@ -63,7 +85,7 @@ def load_timeline(host: WorkHost, rows: Sequence[FileRow]) -> None:
     from gpulens.analysis.trace.load import load_trace
     from gpulens.analysis.trace.timeline import build_rank_timeline, build_timeline
 
-    try:
+    def job() -> Callable[[], None]:
         loaded = []
         for i, row in enumerate(rows):
             assert row.path is not None
@@ -76,13 +98,9 @@ def load_timeline(host: WorkHost, rows: Sequence[FileRow]) -> None:
         else:
             labels = rank_labels([r for r, _ in loaded], rows)
             timeline = build_rank_timeline(list(zip(labels, (ev for _, ev in loaded), strict=True)))
-    except Cancelled:  # the screen went away
-        return
-    except Exception as err:  # shown to the user, never kills the UI
-        call_in_app(host.work_failed, err)
-        return
-    call_in_app(host.set_progress, None, "")
-    call_in_app(host.app.push_screen, TimelineScreen(timeline, _title(rows)))
+        return lambda: call_in_app(host.app.push_screen, TimelineScreen(timeline, _title(rows)))
+
+    _shown(host, job)
 
 
 def _analyze_one(path: str, progress: Callable[[float, str], None] | None) -> tuple[Any, Any, int | None]:
@@ -110,7 +128,7 @@ def _analyze_one(path: str, progress: Callable[[float, str], None] | None) -> tu
         if folds:
             try:
                 folds[0].add_batch(batch)
-            except Exception:  # the extra charts must not cost the analysis itself
+            except (ValueError, TypeError, KeyError, IndexError, ArithmeticError):  # odd data: the extra charts must not cost the analysis itself
                 folds.clear()
 
     trace.meta = stream_events(path, sink, progress=progress)
@@ -121,7 +139,7 @@ def _analyze_one(path: str, progress: Callable[[float, str], None] | None) -> tu
             from gpulens.analysis.trace.rank_report import build_report
 
             report = build_report(folds[0], trace.meta, -1, "")
-        except Exception:  # the extra charts must not cost the analysis itself
+        except (ValueError, TypeError, KeyError, IndexError, ArithmeticError):  # odd data: the extra charts must not cost the analysis
             report = None
     kernels = tuple(float(ev.dur) for ev in trace.gpu if ev.cat in ("kernel", "Kernel"))
     return summary, (report, kernels), _rank_of(trace.meta.distributed_info)
@@ -185,7 +203,7 @@ def analyze_paths(paths: Sequence[str], labels: Sequence[str] | None = None,
     return whole, AnalysisExtras(tuple(charts), tuple(process_rank), notes)
 
 
-def _rank_steps(summary: Any, report: Any) -> tuple[tuple[float, ...], str]:
+def _rank_steps(summary: TraceSummary, report: RankReport | None) -> tuple[tuple[float, ...], str]:
     """A rank's step times for its chart and where they came from: the step report's, else ProfilerStep spans."""
     if report is not None and report.step_times_ms:
         return tuple(report.step_times_ms), report.steps.describe
@@ -194,7 +212,7 @@ def _rank_steps(summary: Any, report: Any) -> tuple[tuple[float, ...], str]:
     return steps, "ProfilerStep spans" if steps else ""
 
 
-def _merged(files: int, summaries: list[Any]) -> Any:
+def _merged(files: int, summaries: list[TraceSummary]) -> TraceSummary:
     """One file's summary as it is; several files' as one whose processes are every rank's."""
     from gpulens.analysis.trace.summary import TraceSummary
 
@@ -211,25 +229,21 @@ def _merged(files: int, summaries: list[Any]) -> Any:
 
 def analyze(host: WorkHost, rows: Sequence[FileRow]) -> None:
     """Analyze each file (several: every rank together, charts per rank); push the Analyze screen."""
-    try:
+    def job() -> Callable[[], None]:
         paths = [row.path for row in rows if row.path is not None]
         labels = [f"{row.host} pid {row.pid}" for row in rows if row.path is not None]
         summary, extras = analyze_paths(paths, labels, lambda i, n: _progress(host, i, n))
         check_cancelled()
-    except Cancelled:
-        return
-    except Exception as err:
-        call_in_app(host.work_failed, err)
-        return
-    call_in_app(host.set_progress, None, "")
-    call_in_app(host.app.push_screen, AnalyzeScreen(summary, _title(rows), extras))
+        return lambda: call_in_app(host.app.push_screen, AnalyzeScreen(summary, _title(rows), extras))
+
+    _shown(host, job)
 
 
 def export(host: WorkHost, rows: Sequence[FileRow], dest: str) -> None:
     """Copy one file to ``dest``, or every rank to a directory / archive named ``dest``."""
     from gpulens.sources.trace_export import export_ranks, export_trace
 
-    try:
+    def job() -> Callable[[], None]:
         call_in_app(host.set_progress, 0.0, "exporting")
         if len(rows) == 1:
             assert rows[0].path is not None
@@ -239,10 +253,6 @@ def export(host: WorkHost, rows: Sequence[FileRow], dest: str) -> None:
             written = export_ranks(member_names(rows), dest)
             said = (f"{len(rows)} ranks written to {written[0]}" if len(written) == 1 else
                     f"{len(written)} ranks written to {written[0].rsplit('/', 1)[0]}/")
-    except Cancelled:
-        return
-    except Exception as err:
-        call_in_app(host.work_failed, err)
-        return
-    call_in_app(host.set_progress, None, "")
-    call_in_app(host.app.notify, said)
+        return lambda: call_in_app(host.app.notify, said)
+
+    _shown(host, job)

@@ -19,9 +19,10 @@ from gpulens.core.config import Thresholds
 from gpulens.core.model import GpuSample
 from gpulens.core.units import NA, num, pct
 from gpulens.store.views import JobView
+from gpulens.tui.context import ScreenContext
 from gpulens.tui.messages import OpenHost, OpenJob
 from gpulens.tui.screens._finding import HOSTS_TITLE, JOBS_TITLE, FindingScreen, sort_bindings
-from gpulens.tui.widgets._table import IncrementalTable
+from gpulens.tui.widgets._table import IncrementalTable, SortKey
 from gpulens.tui.widgets.gpu_table import THROTTLE_SHORT, mem_pair
 from gpulens.tui.widgets.header import AppHeader
 from gpulens.tui.widgets.host_table import HostTable
@@ -69,7 +70,7 @@ class GpuFleetTable(IncrementalTable):
                 str(len(g.processes)), marked(throttle, lv["throttle"]) if g.throttle_reasons else throttle)
 
     @staticmethod
-    def sort_value(host: str, g: GpuSample, util: float, index: int) -> Any:
+    def sort_value(host: str, g: GpuSample, util: float, index: int) -> SortKey:
         """The raw value column ``index`` sorts by (unknown last)."""
         vals: tuple[Any, ...] = (host, g.index, g.name, util, g.mem_used_bytes, g.power_w, g.temperature_c,
                                  len(g.processes), (throttle_level(g.throttle_reasons), ",".join(g.throttle_reasons)))
@@ -95,7 +96,7 @@ class _View(FindingScreen):
 
     TITLE = ""
 
-    def __init__(self, *, context: Any = None) -> None:
+    def __init__(self, *, context: ScreenContext | None = None) -> None:
         super().__init__(context=context)
         self._subtitles: dict[int, str] = {}
         """Box id -> the subtitle it shows."""
@@ -229,7 +230,7 @@ class JobsOfView(_View):
     whose = "these jobs'"
     none_now = "no such job runs now"
 
-    def __init__(self, arg: str = "", *, context: Any = None) -> None:
+    def __init__(self, arg: str = "", *, context: ScreenContext | None = None) -> None:
         """``arg``: what ``:NAME ARG`` named (a user, a namespace, a Slurm job id; '' for all)."""
         super().__init__(context=context)
 
@@ -264,7 +265,7 @@ class UserView(JobsOfView):
 
     DEFAULT_CSS = VIEW_CSS.format(name="UserView")
 
-    def __init__(self, user: str, *, context: Any = None) -> None:
+    def __init__(self, user: str, *, context: ScreenContext | None = None) -> None:
         super().__init__(context=context)
         self.user = user
         self.crumb = f"user {user}"
@@ -283,7 +284,7 @@ class PodsView(JobsOfView):
     jobs_title, whose = "Jobs in Kubernetes pods", "pods'"
     none_now = "no job runs in a Kubernetes pod now (none of the jobs' cgroups is a kubepods one)"
 
-    def __init__(self, namespace: str = "", *, context: Any = None) -> None:
+    def __init__(self, namespace: str = "", *, context: ScreenContext | None = None) -> None:
         super().__init__(context=context)
         self.namespace = namespace
         if namespace:
@@ -306,7 +307,7 @@ class SlurmView(JobsOfView):
     jobs_title, whose = "Slurm jobs", "Slurm's"
     none_now = "no Slurm job runs now (no job's cgroup or environment names one)"
 
-    def __init__(self, job_id: str = "", *, context: Any = None) -> None:
+    def __init__(self, job_id: str = "", *, context: ScreenContext | None = None) -> None:
         super().__init__(context=context)
         self.job_id = job_id
         if job_id:

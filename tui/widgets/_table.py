@@ -12,7 +12,6 @@ count changed.
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -26,17 +25,30 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from gpulens.tui.widgets._keys import cursor_bindings
-from gpulens.tui.widgets.thresholds import OK, level_of_text
-from gpulens.tui.widgets.thresholds import STYLES as LEVEL_STYLES
+from gpulens.tui.widgets._table_draw import (
+    Layout,
+    header_line,
+    layout_columns,
+    marked_line,
+    plain_line,
+    shown_cells,
+    wrapped,
+)
+from gpulens.tui.widgets.thresholds import level_of_text
 
 ASCENDING_FIRST = frozenset({"gpu", "pid"})
 """Right-aligned columns of ids, not figures: their first sort is ascending."""
 DESCENDING_FIRST = frozenset({"alerts", "throttle"})
 """Left-aligned columns whose first sort puts the most on top: the hosts and GPUs in trouble."""
+SortKey = tuple[int, object]
+"""What a table's ``sort_value`` returns: ``(0, value)``, or ``(1, 0)`` for an unknown one (sorted last)."""
 
 
 class IncrementalTable(ScrollView, can_focus=True):
     """Keyed rows with a cursor; subclasses set ``COLUMNS``.
+
+    How columns are laid out and lines drawn is :mod:`gpulens.tui.widgets._table_draw`'s; the
+    table keeps the rows, the sort, the cursor, and what each line last showed.
 
     | key | action |
     | --- | --- |
@@ -98,10 +110,9 @@ class IncrementalTable(ScrollView, can_focus=True):
         self._painted: dict[int, tuple[object, ...]] = {}
         """Widget line -> what :meth:`render_line` last drew there (compared by :meth:`_repaint_changed`)."""
         self._layout_for: tuple[int, int] = (-1, -1)
-        self._layout: tuple[tuple[int, int], ...] = ()
+        self._layout: Layout = ()
         self._cursor_line = False
         self._width_for: tuple[object, int] = ((), 0)
-        self._wrapped: tuple[tuple[str, int], list[str]] = (("", -1), [])
 
     # ---- data --------------------------------------------------------------
     @property
@@ -150,19 +161,7 @@ class IncrementalTable(ScrollView, can_focus=True):
             return ("blank", width)
         key = self.order[row]
         mode = 0 if row != self.cursor else (1 if self.has_focus else 2)
-        return ("row", width, key, self._shown_cells(key, width), mode)
-
-    def _shown_cells(self, key: str, width: int) -> tuple[str, ...]:
-        """The texts of the row's cells in the columns shown at ``width``.
-
-        A dropped column's text (a power draw that changes every second) must
-        not repaint the row: only what is drawn is compared.
-        """
-        cells = self._cells[key]
-        layout = self.column_layout(width)
-        if len(layout) == len(cells):
-            return cells
-        return tuple(cells[i] for i, _ in layout)
+        return ("row", width, key, shown_cells(self._cells[key], self.column_layout(width)), mode)
 
     def _row_width(self) -> int:
         """The rows' width: the content's without the vertical scrollbar (a column under it would be cut).
@@ -271,41 +270,16 @@ class IncrementalTable(ScrollView, can_focus=True):
         self._repaint_changed()
 
     # ---- drawing -----------------------------------------------------------
-    def column_layout(self, width: int) -> tuple[tuple[int, int], ...]:
-        """(column index, width) of each column shown at ``width`` cells.
+    def column_layout(self, width: int) -> Layout:
+        """(column index, width) of each column shown at ``width`` cells (once per width and sort column).
 
-        Columns in ``DROP`` go first while the row is too wide (never the
-        sort column); spare width goes to the ``FLEX`` columns.
+        Columns in ``DROP`` go first while the row is too wide (never the sort column); spare width
+        goes to the ``FLEX`` columns.
         """
-        if self._layout_for == (width, self.sort_index):
-            return self._layout
-        keys = [c[0] for c in self.COLUMNS]
-        shown = list(range(len(self.COLUMNS)))
-        widths = [c[3] for c in self.COLUMNS]
-
-        def need() -> int:
-            return 1 + sum(widths[i] for i in shown) + len(shown) - 1
-
-        dropped: list[int] = []
-        for key in self.DROP:
-            if need() <= width:
-                break
-            i = keys.index(key)
-            if i != self.sort_index and len(shown) > 1:
-                shown.remove(i)
-                dropped.append(i)
-        for i in dropped[:-1]:  # a later, wider drop may leave room for an earlier one
-            if need() + widths[i] + 1 <= width:
-                shown.append(i)
-        shown.sort()
-        flex = [i for i in (keys.index(k) for k in self.FLEX) if i in shown]  # repeat = more
-        spare = width - need()
-        if spare > 0 and flex:
-            for n, i in enumerate(flex):
-                widths[i] += spare // len(flex) + (1 if n < spare % len(flex) else 0)
-        self._layout_for = (width, self.sort_index)
-        self._layout = tuple((i, widths[i]) for i in shown)
-        self._cache.clear()
+        if self._layout_for != (width, self.sort_index):
+            self._layout_for = (width, self.sort_index)
+            self._layout = layout_columns(self.COLUMNS, self.DROP, self.FLEX, self.sort_index, width)
+            self._cache.clear()
         return self._layout
 
     def cell_level(self, column: str, text: str) -> int:
@@ -313,16 +287,12 @@ class IncrementalTable(ScrollView, can_focus=True):
         return level_of_text(text)
 
     def _line(self, cells: Sequence[str], style: Style, width: int) -> Strip:
+        """A row in ``style`` (``MARKED``: each marked cell in its level's, off the cursor line)."""
+        layout = self.column_layout(width)
         if self.MARKED:
-            return self._marked_line(cells, style, width)
-        parts = []
-        for i, w in self.column_layout(width):
-            key, _, right, _ = self.COLUMNS[i]
-            text = cells[i]
-            if len(text) > w:
-                text = "…" + text[len(text) - w + 1:] if key in self.CUT_LEFT else text[: w - 1] + "…"
-            parts.append(text.rjust(w) if right else text.ljust(w))
-        return Strip([Segment(" " + " ".join(parts), style)]).crop_extend(0, width, style)
+            return marked_line(self.COLUMNS, self.CUT_LEFT, layout, cells, style, width, self.cell_level,
+                               not self._cursor_line)
+        return plain_line(self.COLUMNS, self.CUT_LEFT, layout, cells, style, width)
 
     def render_line(self, y: int) -> Strip:
         """Header at y=0, then the rows (cached by their cell texts)."""
@@ -330,10 +300,11 @@ class IncrementalTable(ScrollView, can_focus=True):
         state = self._painted[y] = self._line_state(y, width)
         kind = state[0]
         if kind == "header":
-            return self._header(width)
+            return header_line(self.COLUMNS, self.SORT_KEYS, self.column_layout(width), self.sort_index,
+                               self.sort_reverse, self.get_component_rich_style("table--header"), width)
         if kind == "placeholder":
             muted = self.get_component_rich_style("table--placeholder")
-            lines = self._placeholder_lines(width)
+            lines = wrapped(self.placeholder, width)
             text = lines[y - 1] if y - 1 < len(lines) else ""
             return Strip([Segment(" " + text, muted)]).crop_extend(0, width, self.rich_style)
         if kind == "blank":
@@ -354,59 +325,10 @@ class IncrementalTable(ScrollView, can_focus=True):
             self._cache.clear()
         return strip
 
-    def _marked_line(self, cells: Sequence[str], style: Style, width: int) -> Strip:
-        """A row with each marked cell in its level's style (the marker keeps the meaning without colour)."""
-        segs = [Segment(" ", style)]
-        for n, (i, w) in enumerate(self.column_layout(width)):
-            key, _, right, _ = self.COLUMNS[i]
-            text = cells[i]
-            lvl = self.cell_level(key, text)
-            if len(text) > w:
-                text = "…" + text[len(text) - w + 1:] if key in self.CUT_LEFT else text[: w - 1] + "…"
-            if n:
-                segs.append(Segment(" ", style))
-            coloured = lvl != OK and not self._cursor_line  # the marker stays either way
-            segs.append(Segment(text.rjust(w) if right else text.ljust(w),
-                                style + LEVEL_STYLES[lvl] if coloured else style))
-        return Strip(segs).crop_extend(0, width, style)
-
-    def _header(self, width: int) -> Strip:
-        """Labels, the sort column's arrow, and each sort letter underlined (``Util`` with U)."""
-        style = self.get_component_rich_style("table--header")
-        key_style = style + Style(underline=True)
-        arrow = "↓" if self.sort_reverse else "↑"
-        segs = [Segment(" ", style)]
-        for n, (i, w) in enumerate(self.column_layout(width)):
-            key, label, right, _ = self.COLUMNS[i]
-            if i == self.sort_index:
-                label = (label if len(label) < w else label[: w - 1]) + arrow
-            label = label[:w]
-            pad = " " * (w - len(label))
-            if n:
-                segs.append(Segment(" ", style))
-            if right:
-                segs.append(Segment(pad, style))
-            letter = self.SORT_KEYS.get(key, "")
-            at = label.lower().find(letter.lower()) if letter else -1
-            if at < 0:
-                segs.append(Segment(label, style))
-            else:
-                segs += [Segment(label[:at], style), Segment(label[at], key_style), Segment(label[at + 1:], style)]
-            if not right:
-                segs.append(Segment(pad, style))
-        return Strip(segs).crop_extend(0, width, style)
-
     def _placeholder_rows(self) -> int:
         if self.order or not self.placeholder:
             return 1
-        return len(self._placeholder_lines(self.size.width))
-
-    def _placeholder_lines(self, width: int) -> list[str]:
-        """The placeholder wrapped to ``width`` (once per text and width: a tick asks for it)."""
-        key = (self.placeholder, width)
-        if self._wrapped[0] != key:
-            self._wrapped = (key, textwrap.wrap(self.placeholder, max(10, width - 2)) or [""])
-        return self._wrapped[1]
+        return len(wrapped(self.placeholder, self.size.width))
 
     def notify_style_update(self) -> None:
         """A theme or class change: the cached strips hold the old styles."""

@@ -17,8 +17,8 @@ from gpulens.store.store import Store
 from gpulens.store.views import HOST_METRICS
 from gpulens.tui.widgets._braille import time_axis
 from gpulens.tui.widgets._columns import ColumnCache, nice_columns, span_text
+from gpulens.tui.widgets._cursor_lines import CursorLines
 from gpulens.tui.widgets._keys import cursor_bindings
-from gpulens.tui.widgets._lines import LazyLines
 from gpulens.tui.widgets.heat_holder import HOLDER_CELLS, fit, holders
 
 GLYPHS = "▁░▒▓█"
@@ -58,7 +58,7 @@ def level(v: float, lo: float, hi: float) -> int:
     return 0 if x < 0 else 4 if x > 4 else x
 
 
-class GpuHeatmap(LazyLines, can_focus=True):
+class GpuHeatmap(CursorLines, can_focus=True):
     """Rows ``host:gpu``; columns are time buckets of the window; keys switch the metric.
 
     It fills its height; while rows are hidden the last line says how many
@@ -86,8 +86,6 @@ class GpuHeatmap(LazyLines, can_focus=True):
     GpuHeatmap > .heatmap--cursor { background: $accent; color: $text; text-style: bold; }
     """
     BINDINGS: ClassVar[list[BindingType]] = cursor_bindings("choose", "Open GPU")
-
-    cursor_rows = True
 
     def __init__(self, store: Store, *, name: str | None = None, id: str | None = None,
                  classes: str | None = None) -> None:
@@ -187,7 +185,7 @@ class GpuHeatmap(LazyLines, can_focus=True):
         return max(self.label_cells, width - self.grid(width)[0])
 
     def set_rows(self, rows: Sequence[Hashable], versions: Mapping[Any, object]) -> None:
-        """As :meth:`LazyLines.set_rows`; a row also changes when its host's closed columns may have."""
+        """As :meth:`CursorLines.set_rows`; a row also changes when its host's closed columns may have."""
         points = self.grid(self.row_width)[0]
         store, w, stamp, mk = self.store, self.window_s, self._columns.stamp, self.metric.key
         rows = rows if isinstance(rows, list) else list(rows)
@@ -196,17 +194,17 @@ class GpuHeatmap(LazyLines, can_focus=True):
             # Only the rows on screen are drawn: a row scrolled to later has no version, so it is built then.
             top = int(self.scroll_offset.y)
             shown = rows[max(0, top - 1): top + self.size.height + 1]
-            self._versions = {}
+            self._cache.versions.clear()
             for key in shown:
                 ver = versions.get(key)
                 if ver is not None:
                     host = cast("tuple[str, int]", key)[0]
-                    self._versions[key] = (ver, stamp(store, host, w, points), w, mk, self._holder_cells)
+                    self._cache.versions[key] = (ver, stamp(store, host, w, points), w, mk, self._holder_cells)
             super().set_rows(rows, {})
             self._fit_width()
             return
         for key, ver in versions.items():
-            self._versions[key] = (ver, stamp(store, key[0], w, points), w, mk, self._holder_cells)
+            self._cache.versions[key] = (ver, stamp(store, key[0], w, points), w, mk, self._holder_cells)
         self._columns.keep(rows)  # the rows changed
         self._memo = {k: v for k, v in self._memo.items() if k in versions}
         hosts = {str(k[0]) for k in versions}

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from gpulens.core.config import Thresholds
 from gpulens.core.units import num, pct, rate
 from gpulens.store.views import HostRow
-from gpulens.tui.widgets._table import IncrementalTable
+from gpulens.tui.widgets._table import IncrementalTable, SortKey
 from gpulens.tui.widgets.thresholds import (
     DEFAULT,
     MARKS,
@@ -70,7 +70,7 @@ class HostTable(IncrementalTable):
         return (*cells[:-1], cells[-1].replace("DOWN", f"DOWN {at}", 1))
 
     @staticmethod
-    def sort_value(r: HostRow, index: int) -> Any:
+    def sort_value(r: HostRow, index: int) -> SortKey:
         """The raw value column ``index`` sorts by (unknown last)."""
         vals = (r.host, r.gpus, r.util_percent, r.sm_percent, r.gpu_mem_percent, r.power_w,
                 r.cpu_percent, r.net_bytes_per_s, (max(map(alert_level, r.alerts), default=OK), len(r.alerts)))

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from gpulens.core.units import duration, pct, size
 from gpulens.store.views import JobView
-from gpulens.tui.widgets._table import IncrementalTable
+from gpulens.tui.widgets._table import IncrementalTable, SortKey
 
 
 class JobTable(IncrementalTable):
@@ -33,7 +33,7 @@ class JobTable(IncrementalTable):
                 size(j.gpu_mem_bytes), duration(j.runtime_s))
 
     @staticmethod
-    def sort_value(j: JobView, index: int) -> Any:
+    def sort_value(j: JobView, index: int) -> SortKey:
         """The raw value column ``index`` sorts by (unknown last)."""
         vals = (j.key, j.where, j.tree_id, j.user, len(j.hosts), len(j.gpus), j.util_percent,
                 j.gpu_mem_bytes, j.runtime_s)

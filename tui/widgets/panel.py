@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from gpulens.core.config import Panel
+from gpulens.core.errors import GpulensError
 from gpulens.core.events import PanelData, PanelProvider
 from gpulens.core.units import num
 from gpulens.tui.widgets.plot import TimeSeriesPlot
@@ -42,5 +43,5 @@ def panel_series(panel: Panel, host: str | None, job: str | None, window_s: floa
         if panel.expr and isinstance(source, PanelProvider):
             return source.panel_series(panel.expr, host, job, window_s)
         return PanelData(error="this source cannot evaluate expressions (use --prometheus)")
-    except Exception as err:
+    except (GpulensError, ValueError) as err:  # providers return their errors; a third party's own
         return PanelData(error=str(err))

@@ -136,7 +136,7 @@ class HostSparklines(LazyLines):
         cols = self.columns_at(self.row_width)[0]
         store, w, stamp = self.store, self.window_s, self._columns.stamp
         for key, ver in versions.items():
-            self._versions[key] = (ver, stamp(store, str(key), w, cols), w)
+            self._cache.versions[key] = (ver, stamp(store, str(key), w, cols), w)
         rows = rows if isinstance(rows, list) else list(rows)
         if rows != self.rows:
             self._columns.keep((h, m) for h in rows for m in self.METRICS)

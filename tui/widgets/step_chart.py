@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import logging
 import math
 import os
 import threading
@@ -24,6 +25,8 @@ from typing import Any
 
 from rich.text import Text
 from textual.widget import Widget
+
+_log = logging.getLogger("gpulens.tui.widgets.step_chart")
 
 CHART_ROWS = 10
 """Title, frame, six rows of bars, frame, step numbers."""
@@ -138,17 +141,14 @@ def step_chart(step_ms: Sequence[float], width: int, rows: int = CHART_ROWS, *, 
         return Text("no step markers", style="dim")
     if width < _MIN_WIDTH or rows < _MIN_ROWS:
         return Text(f"{_steps(len(values))}: too little room for the step chart", style="dim")
-    try:
-        drawn = _draw(values, width, rows, color)
-    except Exception as err:  # a third-party drawing on odd data must not take the screen down
-        return Text(f"step chart unavailable: {type(err).__name__}: {err}"[:width], style="dim")
-    return _as_text(drawn, color)
+    return _guarded(lambda: _draw(values, width, rows, color), width, color, "step chart")
 
 
 def _guarded(draw: Callable[[], str], width: int, color: bool, what: str) -> Text:
     try:
         return _as_text(draw(), color)
-    except Exception as err:  # a third-party drawing on odd data must not take the screen down
+    except Exception as err:  # plotext (third-party) on odd data, whatever it raises, must not take the screen down
+        _log.debug("%s not drawn", what, exc_info=True)
         return Text(f"{what} unavailable: {type(err).__name__}: {err}"[:width], style="dim")
 
 

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from gpulens.core.events import SampleEvent
-from gpulens.tui import app as app_module
+from gpulens.tui import app_data as app_module  # the app's data side schedules its redraws
 from tests.fakes.tui_fakes import demo_app, settle, sync
 
 BURST_S = 0.5

@@ -431,7 +431,7 @@ async def test_a_host_sum_over_fewer_gpus_than_the_host_has_says_so() -> None:
 
 def test_a_job_plot_over_hosts_names_how_many_read_now() -> None:
     from gpulens.store.views import WindowStats
-    from gpulens.tui.screens.job import _reading
+    from gpulens.tui.screens.job_data import _reading
 
     read, lost = WindowStats(300, 5.0, 4.0, 1.0, 9.0, 10, 10.0), WindowStats(300, math.nan, 4.0, 1.0, 9.0, 10, 10.0)
     assert _reading([read, lost, read], "hosts") == "2 of 3 hosts read"

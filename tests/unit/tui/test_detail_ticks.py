@@ -147,12 +147,12 @@ async def test_the_job_screen_after_ticks_shows_what_a_fresh_one_shows_and_combi
         screen = app.screen
         assert isinstance(screen, JobScreen) and screen.view is not None and len(screen.view.gpus) == 32
         await tick(app, source, clock, pilot, 2)
-        before = screen.feed.combined_columns
+        before = screen.figures.feed.combined_columns
         ticks = 12
         stamps: Counter[str] = Counter()
         with counted(Store, "series_stamp", stamps):
             await tick(app, source, clock, pilot, ticks)
-        combined = screen.feed.combined_columns - before
+        combined = screen.figures.feed.combined_columns - before
         # Each host's stamp is asked once per tick and plot width (two widths, side by side), directly
         # and through the job's stamp: not once per series (32 GPUs, 4 hosts x 2 metrics x 2 plots ...).
         widths = {p.points for p in screen.query(TimeSeriesPlot)}

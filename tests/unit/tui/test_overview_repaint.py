@@ -20,7 +20,8 @@ from gpulens.store.store import Store
 from gpulens.tui.app import GpulensApp
 from gpulens.tui.screens.gpu import GpuScreen
 from gpulens.tui.widgets._columns import nice_columns, span_text
-from gpulens.tui.widgets._lines import CURSOR_MARK, LazyLines
+from gpulens.tui.widgets._cursor_lines import CURSOR_MARK
+from gpulens.tui.widgets._lines import LazyLines
 from gpulens.tui.widgets.heatmap import GLYPHS, GpuHeatmap, level
 from gpulens.tui.widgets.sparklines import HostSparklines
 from tests.fakes.tui_fakes import demo_app, heat_key, settle, sync

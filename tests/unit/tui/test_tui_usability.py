@@ -239,7 +239,7 @@ async def test_job_screen_says_why_it_cannot_be_profiled(monkeypatch: pytest.Mon
 async def test_profiler_options_readable_without_colour() -> None:
     from textual.app import App, ComposeResult
 
-    from gpulens.tui.screens.profiler import OptionBox
+    from gpulens.tui.widgets.trace_options import OptionBox
 
     class Boxes(App[None]):
         def compose(self) -> ComposeResult:
@@ -309,11 +309,11 @@ async def test_profiler_trace_button_stays_on_screen_at_80_columns() -> None:
 @sync
 async def test_f_on_a_remote_host_asks_its_agent_for_the_profile(tmp_path: Any) -> None:
     """py-spy reaches local pids only: on another host, ``f`` goes through the agent."""
-    from concurrent.futures import Future
-
     from gpulens.core.model import JobInfo
-    from gpulens.sources.stream.requests import RequestResult
+    from gpulens.ipc.request_schema import ProfileAnswer
     from gpulens.tui.screens.flame import FlameScreen
+    from tests.fakes.request_source import Answered, FakeAgent
+    from tests.fakes.tui_fakes import AgentSource
 
     folded = tmp_path / "profile-far.folded"
     folded.write_bytes(b"main;train;matmul 30\nmain;train;load 10\n")
@@ -322,16 +322,9 @@ async def test_f_on_a_remote_host_asks_its_agent_for_the_profile(tmp_path: Any) 
     sample = _cpu_sample("far-host", FROZEN).sample
     sample = HostSample(host=sample.host, time=sample.time, cpu=sample.cpu, memory=sample.memory,
                         network=sample.network, storage=sample.storage, jobs=(job,))
-    asked: list[tuple[str, str, dict[str, Any]]] = []
-
-    class AgentSource(StaticSource):
-        def request(self, host: str, kind: str, params: Any, timeout_s: float) -> Future[Any]:
-            asked.append((host, kind, dict(params)))
-            fut: Future[Any] = Future()
-            fut.set_result(RequestResult({"files": [folded.name]}, files={folded.name: folded}))
-            return fut
-
-    app = GpulensApp(source=AgentSource([SampleEvent(sample)]), clock=frozen_clock)
+    agent = FakeAgent({"profile": Answered(ProfileAnswer(files=(folded.name,)), {folded.name: folded})})
+    asked = agent.asked
+    app = GpulensApp(source=AgentSource([SampleEvent(sample)], agent), clock=frozen_clock)
     async with app.run_test(size=(160, 45)) as pilot:
         await settle(app, pilot)
         app.jump("host far-host")
@@ -393,22 +386,18 @@ async def test_d_dumps_each_local_process_and_opens_one_flame_graph() -> None:
 
 
 def test_recording_and_multi_sources_pass_requests_through() -> None:
-    from concurrent.futures import Future
-
     from gpulens.ipc.errors import RequestFailed
+    from gpulens.ipc.request_schema import ProfileAnswer, TraceAnswer, answer_to_wire
     from gpulens.sources.local import RecordingSource
+    from tests.fakes.request_source import FakeAgent, Script
+    from tests.fakes.tui_fakes import AgentSource
 
-    class Agents(StaticSource):
-        def request(self, host: str, kind: str, params: Any, timeout_s: float) -> Future[Any]:
-            fut: Future[Any] = Future()
-            if host == "known":
-                fut.set_result("ok")
-            else:
-                fut.set_exception(RequestFailed(f"unknown host {host!r}"))
-            return fut
+    def known_only(answer: ProfileAnswer | TraceAnswer) -> Script:
+        return lambda host, params: answer if host == "known" else RequestFailed(f"unknown host {host!r}")
 
-    multi = MultiSource([StaticSource([]), Agents([])])
-    assert multi.request("known", "profile", {}, 1.0).result() == "ok"
+    agent = FakeAgent({"profile": known_only(ProfileAnswer(files=("ok",))), "trace": known_only(TraceAnswer())})
+    multi = MultiSource([StaticSource([]), AgentSource([], agent)])
+    assert multi.request("known", "profile", {}, 1.0).result().result == answer_to_wire(ProfileAnswer(files=("ok",)))
     with pytest.raises(RequestFailed, match="unknown host"):
         multi.request("other", "profile", {}, 1.0).result()
 
@@ -416,8 +405,8 @@ def test_recording_and_multi_sources_pass_requests_through() -> None:
         def write(self, event: Any) -> None: ...
         def close(self) -> None: ...
 
-    rec = RecordingSource(Agents([]), NoFile())  # type: ignore[arg-type]
-    assert rec.request("known", "trace", {}, 1.0).result() == "ok"
+    rec = RecordingSource(AgentSource([], agent), NoFile())  # type: ignore[arg-type]
+    assert rec.request("known", "trace", {}, 1.0).result().result == answer_to_wire(TraceAnswer())
     with pytest.raises(RequestFailed, match="no source can send requests"):
         RecordingSource(StaticSource([]), NoFile()).request("x", "profile", {}, 1.0).result()  # type: ignore[arg-type]
 
