@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Protocol, TypeVar
 
 import psutil
 
@@ -94,7 +94,20 @@ def _attempt(read: Callable[[], _T], what: str) -> _T | str:
         return f"{what} failed: {err!r}"
 
 
-def cpu_times(times: Any) -> CpuTimes:
+class PsutilCpuTimes(Protocol):
+    """The fields of psutil's cpu-times record every platform has (iowait, irq, softirq and steal are Linux's)."""
+
+    @property
+    def user(self) -> float: ...
+    @property
+    def nice(self) -> float: ...
+    @property
+    def system(self) -> float: ...
+    @property
+    def idle(self) -> float: ...
+
+
+def cpu_times(times: PsutilCpuTimes) -> CpuTimes:
     """A psutil cpu-times record -> the kernel's per-mode seconds (guest time is inside user)."""
     return CpuTimes(
         user=times.user, nice=times.nice, system=times.system, idle=times.idle,

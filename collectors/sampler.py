@@ -16,10 +16,11 @@ recordings) gets printable text and plausible numbers.
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from gpulens.collectors.host import HostCollector
 from gpulens.collectors.infiniband import InfinibandCollector
@@ -29,14 +30,21 @@ from gpulens.collectors.perf.counters import PerfCollector
 from gpulens.collectors.slurm_pidinfo import SlurmPidinfo
 from gpulens.collectors.workloads import PodNames
 from gpulens.core.jobs_pattern import DEFAULT_JOB_KEY_ENV, DEFAULT_JOB_PATTERN
+from gpulens.core.logbook import Failure, call_guarded
 from gpulens.core.model import CacheSample, GpuSample, HostSample
 from gpulens.core.sanitize import check_sample
+
+if TYPE_CHECKING:  # both collectors are imported only when asked for (pynvml is heavy)
+    from gpulens.collectors.amd.collector import AmdReading
+    from gpulens.collectors.nvml.collector import GpuReading
+
+log = logging.getLogger("gpulens.collectors.sampler")
 
 
 class GpuReader(Protocol):
     """What the sampler needs of ``gpulens.collectors.nvml.collector.NvmlCollector``."""
 
-    def read(self) -> Any: ...
+    def read(self) -> GpuReading: ...
 
     def close(self) -> None: ...
 
@@ -44,7 +52,7 @@ class GpuReader(Protocol):
 class AmdReader(Protocol):
     """What the sampler needs of ``gpulens.collectors.amd.collector.AmdCollector``."""
 
-    def read(self, first_index: int = 0) -> Any: ...
+    def read(self, first_index: int = 0) -> AmdReading: ...
 
     def close(self) -> None: ...
 
@@ -76,12 +84,18 @@ def _open_gpus(nvml: object | None, unavailable: dict[str, str]) -> GpuReader | 
     except ImportError as err:
         unavailable["gpus"] = f"gpus unavailable: nvml collector missing ({err})"
         return None
-    try:
-        collector: GpuReader = NvmlCollector(module=None if nvml == "auto" else cast(Any, nvml))
-    except Exception as err:
-        unavailable["gpus"] = f"NVML collector failed to start: {err}"
+    collector = call_guarded(log, "NVML collector start", NvmlCollector,
+                             module=None if nvml == "auto" else cast(Any, nvml))
+    if isinstance(collector, Failure):
+        unavailable["gpus"] = f"NVML collector failed to start: {collector.message}"
         return None
     return collector
+
+
+def _amd_collector() -> AmdReader:
+    from gpulens.collectors.amd.collector import AmdCollector
+
+    return AmdCollector()
 
 
 def _open_amd(amd: object | None, unavailable: dict[str, str]) -> AmdReader | None:
@@ -92,13 +106,11 @@ def _open_amd(amd: object | None, unavailable: dict[str, str]) -> AmdReader | No
         return None
     if amd != "auto":
         return cast(AmdReader, amd)
-    try:
-        from gpulens.collectors.amd.collector import AmdCollector
-
-        return AmdCollector()
-    except Exception as err:  # the AMD path must never stop the sampler
-        unavailable["gpus"] = f"AMD collector failed to start: {type(err).__name__}: {err}"
+    collector = call_guarded(log, "AMD collector start", _amd_collector)  # the AMD path never stops the sampler
+    if isinstance(collector, Failure):
+        unavailable["gpus"] = f"AMD collector failed to start: {collector}"
         return None
+    return collector
 
 
 class Sampler:
@@ -142,12 +154,10 @@ class Sampler:
         """Most NVIDIA GPUs seen in one read: AMD indices start here and never move down."""
         self._host = HostCollector()
         self._ib = InfinibandCollector()
-        self._perf: PerfCollector | None
-        try:
-            self._perf = PerfCollector()
-        except Exception as err:
-            self._perf = None
-            self._static["cache"] = f"perf counters failed: {err}"
+        perf = call_guarded(log, "perf counters start", PerfCollector)
+        self._perf: PerfCollector | None = None if isinstance(perf, Failure) else perf
+        if isinstance(perf, Failure):
+            self._static["cache"] = f"perf counters failed: {perf.message}"
 
     def sample(self) -> HostSample:
         """Read everything once; rates are over the time since the last call.
@@ -193,23 +203,23 @@ class Sampler:
         nv_notes, amd_notes = dict(self._nv_static), dict(self._amd_static)
         self._mig_parents = {}
         if self._gpus is not None:
-            try:
-                reading = self._gpus.read()
+            reading = call_guarded(log, "NVML read", self._gpus.read)
+            if isinstance(reading, Failure):
+                nv_notes["gpus"] = f"NVML read failed: {reading.message}"
+            else:
                 self._mig_parents = getattr(reading, "mig_parents", None) or {}
                 nv = tuple(reading.gpus)
                 nv_notes.update(_prefixed(reading.unavailable))
-            except Exception as err:
-                nv_notes["gpus"] = f"NVML read failed: {err}"
         self._nv_count = max(self._nv_count, 1 + max((g.index for g in nv), default=-1))
         amd: tuple[GpuSample, ...] = ()
         if self._amd is not None:
-            try:
-                reading = self._amd.read(self._nv_count)
-                amd = tuple(reading.gpus)
+            amd_reading = call_guarded(log, "AMD read", self._amd.read, self._nv_count)
+            if isinstance(amd_reading, Failure):
+                amd_notes["gpus"] = f"AMD read failed: {amd_reading}"
+            else:
+                amd = tuple(amd_reading.gpus)
                 amd_notes.update({f"gpus.amd.{k}" if k != "gpus" else k: v
-                                  for k, v in reading.unavailable.items()})
-            except Exception as err:
-                amd_notes["gpus"] = f"AMD read failed: {type(err).__name__}: {err}"
+                                  for k, v in amd_reading.unavailable.items()})
         nv_why, amd_why = nv_notes.pop("gpus", None), amd_notes.pop("gpus", None)
         unavailable.update(nv_notes)
         if amd:

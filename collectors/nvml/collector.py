@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -30,7 +31,10 @@ from types import ModuleType
 
 from gpulens.collectors.nvml.device import GpuDevice
 from gpulens.collectors.nvml.query import describe
+from gpulens.core.logbook import Failure, call_guarded
 from gpulens.core.model import GpuSample
+
+log = logging.getLogger("gpulens.collectors.nvml")
 
 MAX_GPUS = 64
 """More than any one machine holds; bounds what a broken driver could claim."""
@@ -122,12 +126,11 @@ class NvmlCollector:
             return GpuReading((), {"gpus": self._why})
         samples = []
         for device in self._devices:
-            try:
-                samples.append(device.read())
-            except Exception as err:  # a bug must not take the other GPUs down
-                reason = f"internal error reading GPU: {type(err).__name__}: {err}"
-                samples.append(GpuSample(device.index, device.name, device.uuid,
-                                         unavailable={"gpu": reason}))
+            sample = call_guarded(log, f"reading GPU {device.index}", device.read)  # not the other GPUs
+            if isinstance(sample, Failure):
+                sample = GpuSample(device.index, device.name, device.uuid,
+                                   unavailable={"gpu": f"internal error reading GPU: {sample}"})
+            samples.append(sample)
         parents = {m.uuid: d.uuid for d in self._devices if d.uuid for m in d.mig_devices}
         return GpuReading(tuple(samples), mig_parents=parents)
 

@@ -10,9 +10,10 @@ None with a reason in ``GpuSample.unavailable``, never 0.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 from gpulens.collectors.nvml.gpm import GpmSampler
 from gpulens.collectors.nvml.mig import MigDevice, MigLayout
@@ -27,7 +28,19 @@ from gpulens.collectors.nvml.query import (
     describe,
     error_code,
 )
+from gpulens.core.logbook import Failure, call_guarded
 from gpulens.core.model import GpuProcess, GpuSample
+
+log = logging.getLogger("gpulens.collectors.nvml")
+_T = TypeVar("_T")
+
+
+def _lost_as_value(fn: Callable[..., _T], *args: object) -> _T | GpuLost:
+    """``fn(*args)``, or the GpuLost it raised (which the guard around it must not swallow)."""
+    try:
+        return fn(*args)
+    except GpuLost as lost:
+        return lost
 
 MAX_XIDS_PER_READ = 64
 """Events drained per read; more stay queued in NVML for the next read."""
@@ -42,7 +55,7 @@ _NO_SAMPLES = frozenset({NOT_FOUND, 0})
 """Process utilization errors that mean "no sample since then", not a failure."""
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
@@ -69,12 +82,11 @@ class GpuDevice:
         except nvml.NVMLError as err:
             self.lost = f"cannot open GPU {index}: {describe(err)}"
             return
-        try:
-            self._open(clock)
-        except GpuLost as lost:
-            self._mark_lost(lost.reason)
-        except Exception as err:  # never let one GPU stop the collector from opening
-            self._mark_lost(f"internal error opening GPU: {type(err).__name__}: {err}")
+        opened = call_guarded(log, f"opening GPU {index}", _lost_as_value, self._open, clock)
+        if isinstance(opened, Failure):  # one GPU never stops the collector from opening
+            self._mark_lost(f"internal error opening GPU: {opened}")
+        elif opened is not None:
+            self._mark_lost(opened.reason)
         self._identity_reasons = {k: v for k, v in self._q.reasons.items() if k in ("name", "uuid")}
 
     def _open(self, clock: Callable[[], float]) -> None:
@@ -91,12 +103,12 @@ class GpuDevice:
         """The MIG layout's note (None: nothing to say); raises only GpuLost."""
         if self._mig is None:
             return None
-        try:
-            return self._mig.read()
-        except GpuLost:
-            raise
-        except Exception as err:  # a bug in the MIG path must not take the GPU's other figures down
-            return f"MIG layout not read: internal error: {type(err).__name__}: {err}"
+        got = call_guarded(log, f"reading GPU {self.index}'s MIG layout", _lost_as_value, self._mig.read)
+        if isinstance(got, Failure):  # the GPU's other figures are still read
+            return f"MIG layout not read: internal error: {got}"
+        if isinstance(got, GpuLost):
+            raise got
+        return got
 
     @property
     def mig_devices(self) -> tuple[MigDevice, ...]:
@@ -243,7 +255,7 @@ class GpuDevice:
         self.lost = reason
         self.close()
 
-    def _free_events(self, events: Any) -> None:
+    def _free_events(self, events: object) -> None:
         with contextlib.suppress(Exception):  # freeing on the way out; nobody to tell
             self._nvml.nvmlEventSetFree(events)
 

@@ -32,7 +32,7 @@ class GpmSampler:
 
     __slots__ = ("_cur", "_handle", "_ids", "_prev", "_primed", "_q", "_request", "_why")
 
-    def __init__(self, q: Query, handle: Any) -> None:
+    def __init__(self, q: Query, handle: object) -> None:
         self._q = q
         self._handle = handle
         self._prev: Any = None

@@ -78,14 +78,14 @@ class _Failed(Exception):
         self.code, self.reason = code, reason
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 class MigLayout:
     """The MIG mode and MIG devices of one GPU, kept between reads; never raises but :class:`GpuLost`."""
 
-    def __init__(self, nvml: ModuleType, handle: Any, clock: Callable[[], float]) -> None:
+    def __init__(self, nvml: ModuleType, handle: object, clock: Callable[[], float]) -> None:
         self._nvml, self._handle, self._clock = nvml, handle, clock
         self.devices: tuple[MigDevice, ...] = ()
         """The MIG devices as last listed (empty when the mode is off or unknown)."""
@@ -102,7 +102,7 @@ class MigLayout:
         self._mismatch: type[Exception] | tuple[()] = (
             mismatch if isinstance(mismatch, type) and issubclass(mismatch, Exception) else ())
 
-    def _call(self, fn: str, *args: Any) -> Any:
+    def _call(self, fn: str, *args: object) -> Any:  # noqa: ANN401  pynvml is untyped: its structures are read by field
         """``nvml.<fn>(*args)``; raises :class:`_Failed` (a missing call: FUNCTION_NOT_FOUND) or GpuLost."""
         target = getattr(self._nvml, fn, None)
         if target is None:
@@ -189,14 +189,14 @@ class MigLayout:
             why = f"{len(errors)} MIG device{'s' if len(errors) != 1 else ''} not read ({'; '.join(errors[:2])})"
         return tuple(found), why
 
-    def _number(self, fn: str, mig: Any) -> int | None:
+    def _number(self, fn: str, mig: object) -> int | None:
         """An optional figure of a MIG device: None when NVML does not give it (it is shown only)."""
         try:
             return int(self._call(fn, mig))
         except (_Failed, TypeError, ValueError):
             return None
 
-    def _memory(self, mig: Any) -> int | None:
+    def _memory(self, mig: object) -> int | None:
         try:
             return int(self._call("nvmlDeviceGetMemoryInfo", mig).total)
         except (_Failed, AttributeError, TypeError, ValueError):

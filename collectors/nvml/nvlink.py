@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from operator import attrgetter
-from typing import Any
 
 from gpulens.collectors.nvml.query import Query, describe_code
 
@@ -31,7 +30,7 @@ class NvLinkCounter:
 
     __slots__ = ("_clock", "_handle", "_ids", "_links", "_prev", "_prev_t", "_q", "_why")
 
-    def __init__(self, q: Query, handle: Any, clock: Callable[[], float]) -> None:
+    def __init__(self, q: Query, handle: object, clock: Callable[[], float]) -> None:
         self._q = q
         self._handle = handle
         self._clock = clock

@@ -11,6 +11,7 @@ with the reason and goes on with the others.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 from collections.abc import Callable
 from types import ModuleType
@@ -81,13 +82,22 @@ def describe(err: BaseException) -> str:
     return f"NVML error {code}: {err}"
 
 
+BINDING_ERRORS: tuple[type[Exception], ...] = (
+    TypeError, AttributeError, ValueError, LookupError, OSError, ctypes.ArgumentError)
+"""What a binding older or newer than this code raises (a missing name, another signature,
+a structure without a field), besides its NVMLError: one GPU's part fails, not the collector."""
+
+
 def describe_code(nvml: ModuleType, code: int) -> str:
     """A reason for a bare return code (field values and GPM metrics carry one each)."""
     if code in _WORDS:
         return _WORDS[code]
+    error = getattr(nvml, "NVMLError", None)
+    if not isinstance(error, type) or not issubclass(error, Exception):
+        return f"NVML error {code}"
     try:
-        return describe(nvml.NVMLError(code))
-    except Exception:  # a binding that cannot build the error still yields a reason
+        return describe(error(code))
+    except (error, *BINDING_ERRORS):  # a binding that cannot build or name the error still yields a reason
         return f"NVML error {code}"
 
 
@@ -143,7 +153,8 @@ class Query:
             self._ready = {k: v for k, v in self._ready.items()
                            if (k[0] if isinstance(k[0], str) else k[0][0]) not in self._sticky}
 
-    def __call__(self, fields: str | tuple[str, ...], fn: str | tuple[str, ...], *args: Any) -> Any:
+    def __call__(self, fields: str | tuple[str, ...], fn: str | tuple[str, ...],
+                 *args: object) -> Any:  # noqa: ANN401  pynvml is untyped: its structures are read by field
         """``nvml.<fn>(*args)``, or None with the reason noted under ``fields``.
 
         Raises:
@@ -178,7 +189,7 @@ class Query:
         self,
         fields: str | tuple[str, ...],
         fn: str | tuple[str, ...],
-        *args: Any,
+        *args: object,
         empty_on: frozenset[int] = frozenset(),
     ) -> tuple[bool, Any]:
         """``(True, nvml.<fn>(*args))``, or ``(False, None)`` with the reason noted.
