@@ -51,7 +51,7 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
-from gpulens.core.errors import ConfigError
+from gpulens.core.errors import ConfigError, ConfigProblem
 from gpulens.core.jobs_pattern import (
     DEFAULT_JOB_KEY_ENV,
     DEFAULT_JOB_PATTERN,
@@ -212,16 +212,18 @@ def default_path() -> Path:
     return Path(base) / "gpulens" / "config.toml"
 
 
-def _expect(path: str, key: str, what: str, got: object) -> ConfigError:
-    return ConfigError(f"{path}: key '{key}': expected {what}, got {got!r}")
+def _expect(path: str, key: str, what: str, got: object, problem: ConfigProblem) -> ConfigError:
+    return ConfigError(where=path, key=key, expected=what, got=got, problem=problem)
 
 
-def _check_pattern(label: str, pattern: str) -> tuple[str, ...]:
+def _check_pattern(where: str, key: str | None, pattern: str) -> tuple[str, ...]:
     """Raises ConfigError for a bad pattern; one warning when RE2 refuses it (matched with ``re``)."""
+    label = where if key is None else f"{where}: key '{key}'"
     try:
         compiled = compile_job_pattern(pattern)
     except re.error as err:
-        raise ConfigError(f"{label}: expected a regular expression: {err}") from err
+        raise ConfigError(where=where, key=key, expected="a regular expression", got=pattern,
+                          problem=ConfigProblem.BAD_PATTERN, detail=f"expected a regular expression: {err}") from err
     if compiled.engine == "re2" or not RE2_AVAILABLE:
         return ()  # without google-re2 the sampler says so itself: not this pattern's fault
     return (f"{label}: {compiled.why_not_re2}; matched with Python's re instead, whose time is not "
@@ -234,13 +236,14 @@ def parse_config(data: Mapping[str, Any], where: str) -> Config:
         file = msgspec.convert(dict(data), _File)
     except msgspec.ValidationError as err:
         raise _schema_error(err, data, where) from None
-    notes = _check_pattern(f"{where}: key 'job_pattern'", file.job_pattern) if "job_pattern" in data else ()
+    notes = _check_pattern(where, "job_pattern", file.job_pattern) if "job_pattern" in data else ()
     argv = data.get("signal_ssh", ())
     if argv and argv[0].startswith("-"):
-        raise _expect(where, "signal_ssh", _SSH_EXPECTED, argv)
+        raise _expect(where, "signal_ssh", _SSH_EXPECTED, argv, ConfigProblem.BAD_FORMAT)
     for i, panel in enumerate(file.panels):
         if panel.expr is None and panel.metric is None:
-            raise ConfigError(f"{where}: key 'panels[{i}]': expected 'expr' (PromQL) or 'metric' (gpulens metric name)")
+            raise ConfigError(where=where, key=f"panels[{i}]", problem=ConfigProblem.MISSING,
+                              expected="'expr' (PromQL) or 'metric' (gpulens metric name)")
     _check_levels(file.thresholds, where)
     return Config(
         interval_s=file.interval_s, job_pattern=file.job_pattern, history_minutes=file.history_minutes,
@@ -256,15 +259,19 @@ def _check_levels(t: Thresholds, where: str) -> None:
     for kind in ("temp", "mem", "power"):
         warn, crit = [k for k in THRESHOLD_KEYS if k.startswith(f"{kind}_")]
         if getattr(t, warn) > getattr(t, crit):
-            raise ConfigError(f"{where}: key 'thresholds.{warn}': expected at most thresholds.{crit} "
-                              f"({getattr(t, crit):g}), got {getattr(t, warn):g}")
+            expected = f"at most thresholds.{crit} ({getattr(t, crit):g})"
+            raise ConfigError(where=where, key=f"thresholds.{warn}", expected=expected, got=getattr(t, warn),
+                              problem=ConfigProblem.OUT_OF_RANGE,
+                              detail=f"expected {expected}, got {getattr(t, warn):g}")
 
 
 def _access(table: _Prometheus, where: str) -> PrometheusAccess:
     """``[prometheus]``: header names HTTP tokens with one-line values; ``~`` expanded in file names."""
     bad = [k for k, v in table.headers.items() if not _HEADER_NAME.fullmatch(k) or any(c in v for c in "\r\n\0")]
     if bad:
-        raise ConfigError(f"{where}: key 'prometheus.headers': {bad[0]!r} is not a header name with a one-line value")
+        raise ConfigError(where=where, key="prometheus.headers", expected="a header name with a one-line value",
+                          got=bad[0], problem=ConfigProblem.BAD_FORMAT,
+                          detail=f"{bad[0]!r} is not a header name with a one-line value")
 
     def home(path: str | None) -> str | None:
         return None if path is None else os.path.expanduser(path)
@@ -294,7 +301,14 @@ def _schema_error(err: msgspec.ValidationError, data: Mapping[str, Any], where: 
     for step in steps:
         got = got.get(step) if isinstance(got, Mapping) else got[step]
     key = "".join(f"[{s}]" if isinstance(s, int) else f".{s}" for s in steps)
-    return _expect(where, key.lstrip("."), expected, got)
+    return _expect(where, key.lstrip("."), expected, got, _problem(m[1], missing is not None))
+
+
+def _problem(said: str, missing: bool) -> ConfigProblem:
+    """msgspec's words as a reason: ``Expected `int`, got `str``` is the wrong type, a broken constraint is out of range."""
+    if missing:
+        return ConfigProblem.MISSING
+    return ConfigProblem.WRONG_TYPE if ", got `" in said else ConfigProblem.OUT_OF_RANGE
 
 
 def _expected(steps: list[str | int]) -> tuple[list[str | int], str]:
@@ -353,7 +367,8 @@ def _unknown_keys(data: Mapping[str, Any], known: set[str], where: str, prefix: 
 def load_config(path: str | None, flags: ConfigFlags | None = None) -> Config:
     """Read the config file (missing default file = defaults), then apply ``flags``."""
     if path is not None and not path.strip():
-        raise ConfigError("--config: expected a file name, got an empty string")
+        raise ConfigError(where="--config", expected="a file name", got=path, problem=ConfigProblem.MISSING,
+                          detail="expected a file name, got an empty string")
     file = Path(path) if path else default_path()
     cfg = parse_config(_read_toml(file), str(file)) if file.exists() or path else Config()
     return cfg if flags is None else _with_flags(cfg, flags)
@@ -364,26 +379,31 @@ def _read_toml(file: Path) -> dict[str, Any]:
         with open(file, "rb") as fh:
             raw = fh.read(MAX_CONFIG_BYTES + 1)  # bounded: --config /dev/zero must not fill memory
     except OSError as err:
-        raise ConfigError(f"{file}: cannot read: {err.strerror}") from err
+        raise ConfigError(where=str(file), problem=ConfigProblem.UNREADABLE,
+                          detail=f"cannot read: {err.strerror}") from err
     if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{file}: larger than {MAX_CONFIG_BYTES} bytes; not a gpulens config file")
+        raise ConfigError(where=str(file), expected=f"at most {MAX_CONFIG_BYTES} bytes", problem=ConfigProblem.TOO_LARGE,
+                          detail=f"larger than {MAX_CONFIG_BYTES} bytes; not a gpulens config file")
     try:
         return tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{file}: not valid TOML: {err}") from err
+        raise ConfigError(where=str(file), expected="TOML", problem=ConfigProblem.NOT_TOML,
+                          detail=f"not valid TOML: {err}") from err
 
 
 def _with_flags(cfg: Config, flags: ConfigFlags) -> Config:
     if flags.interval is not None:
         if not INTERVAL_S[0] <= flags.interval <= INTERVAL_S[1]:
-            raise ConfigError(f"--interval: expected seconds between {INTERVAL_S[0]:g} and {INTERVAL_S[1]:g}, "
-                              f"got {flags.interval}")
+            expected = f"seconds between {INTERVAL_S[0]:g} and {INTERVAL_S[1]:g}"
+            raise ConfigError(where="--interval", expected=expected, got=flags.interval,
+                              problem=ConfigProblem.OUT_OF_RANGE, detail=f"expected {expected}, got {flags.interval}")
         cfg = replace(cfg, interval_s=float(flags.interval))
     if flags.pattern is not None:
-        notes = _check_pattern(f"--pattern {flags.pattern!r}", flags.pattern)
+        notes = _check_pattern(f"--pattern {flags.pattern!r}", None, flags.pattern)
         cfg = replace(cfg, job_pattern=flags.pattern, warnings=cfg.warnings + notes)
     if flags.window is not None:
         if flags.window not in WINDOWS:
-            raise ConfigError(f"--window: expected one of {', '.join(WINDOWS)}, got {flags.window!r}")
+            raise ConfigError(where="--window", expected=f"one of {', '.join(WINDOWS)}", got=flags.window,
+                              problem=ConfigProblem.OUT_OF_RANGE)
         cfg = replace(cfg, window=flags.window)
     return cfg

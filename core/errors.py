@@ -7,7 +7,8 @@ metric that cannot be read is not an error: it is ``None`` plus a reason.
 Where each lives, by package (as httpx keeps its tree in one place)::
 
     GpulensError                   core.errors
-    ├── ConfigError                core.errors: a bad config file, flag or pattern (names file and key)
+    ├── ConfigError                core.errors: a bad config file, flag or pattern (names file and key);
+    │                              its reason is a ConfigProblem (core.errors), with where/key/expected/got
     ├── SchemaError                core.errors: data that does not fit the sample model (names the field)
     ├── RecordingError             core.errors: a --record/--replay file not (or no longer) readable
     ├── CollectorError             core.errors: a collector that cannot start at all
@@ -26,10 +27,12 @@ Where each lives, by package (as httpx keeps its tree in one place)::
     │   └── StreamError            ProtocolError (VersionMismatch), AuthError (TokenRequired in
     │                              sources.stream.link), RequestFailed (SaveFailed in sources.stream.downloads)
     ├── RequestError               agent.request_kinds: a request the agent cannot honour (sent back)
-    ├── FlameError                 analysis.flame.errors: FlameFormatError (a file that is no profile)
+    ├── FlameError                 analysis.flame.errors: FlameFormatError (a file that is no profile;
+    │                              its reason a FlameProblem, in analysis.flame.errors)
     ├── ProfilerError              core.pyspy: py-spy missing or failed (ProfilerPermissionError,
     │                              SamplingCancelled)
-    ├── TraceFileError             analysis.trace.errors: a trace file that is not one
+    ├── TraceFileError             analysis.trace.errors: a trace file that is not one (its reason a
+    │                              TraceProblem, in analysis.trace.errors)
     │   └── ExportError            sources.trace_export: a destination that cannot be written
     ├── PyroscopeError             sources.pyroscope: Pyroscope refused or is unreachable
     └── FilterError                tui.finding: a ``/`` filter that is not a valid pattern (also a ValueError)
@@ -37,10 +40,16 @@ Where each lives, by package (as httpx keeps its tree in one place)::
 Outside the tree on purpose, because they are signals, not errors: ``tui.workers.Cancelled``
 (a worker nobody waits for any more stops) and private control-flow exceptions inside one module
 (names starting with ``_``). ``tests/checks/test_errors.py`` holds the tree to this.
+
+Reasons are values (as psutil maps OS errors to classes and httpx keeps a request on its error):
+``ConfigError.problem``, ``FlameFormatError.problem`` and ``TraceFileError.problem`` are small
+enums a caller or test compares; the sentence is rendered from the fields where the error is made
+and is what ``str(err)`` gives.
 """
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 
@@ -50,10 +59,80 @@ class GpulensError(Exception):
     title = "gpulens error"
 
 
+class ConfigProblem(enum.Enum):
+    """Why a configuration value is refused: what a caller or a test compares, not the sentence."""
+
+    INVALID = "invalid"
+    """Not classified further: the sentence says why (the default for ``ConfigError("...")``)."""
+    WRONG_TYPE = "wrong type"
+    """A value of the wrong type: a string where a number goes, a number where a table goes."""
+    OUT_OF_RANGE = "out of range"
+    """The right type, outside its bounds or its choices (``window = '2m'``, a warning above its critical level)."""
+    MISSING = "missing"
+    """A value that must be given is not, or is empty."""
+    BAD_PATTERN = "bad pattern"
+    """A regular expression that does not compile."""
+    BAD_FORMAT = "bad format"
+    """A string not of the form asked for (a header name, ``HOST:PORT``, a hostlist)."""
+    CONFLICT = "conflict"
+    """Options that do not go together."""
+    UNREADABLE = "unreadable"
+    """A file that cannot be read."""
+    TOO_LARGE = "too large"
+    """A file over its size limit."""
+    NOT_TOML = "not TOML"
+    """A config file that does not parse as TOML."""
+
+
+class _Unset(enum.Enum):
+    UNSET = "unset"
+
+
+UNSET = _Unset.UNSET
+"""``ConfigError.got`` when the error names no value."""
+
+
 class ConfigError(GpulensError):
-    """A configuration value is wrong; the message names where and what was expected."""
+    """A configuration value is wrong; the message names where and what was expected.
+
+    ``ConfigError("text")`` keeps a sentence as it is. Built from fields, the sentence is
+    ``WHERE[: key 'KEY']: DETAIL``, where DETAIL is ``expected EXPECTED[, got GOT!r]`` unless
+    given. The fields stay on the error: ``where`` (a file or a flag), ``key`` (dotted, with
+    ``[i]`` for list items; None for a flag), ``expected``, ``got`` (:data:`UNSET` when none)
+    and ``problem`` (a :class:`ConfigProblem`).
+    """
 
     title = "configuration error"
+
+    def __init__(self, message: str | None = None, *, where: str = "", key: str | None = None,
+                 expected: str | None = None, got: object = UNSET,
+                 problem: ConfigProblem = ConfigProblem.INVALID, detail: str | None = None) -> None:
+        if message is None:
+            message = _render_config(where, key, expected, got, detail)
+        super().__init__(message)
+        self.where = where
+        self.key = key
+        self.expected = expected
+        self.got = got
+        self.problem = problem
+        self.detail = detail
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled with its fields (a worker process's error reaches the parent whole)."""
+        return (_config_error, (str(self), self.where, self.key, self.expected, self.got, self.problem, self.detail))
+
+
+def _config_error(message: str, where: str, key: str | None, expected: str | None, got: object,
+                  problem: ConfigProblem, detail: str | None) -> ConfigError:
+    return ConfigError(message, where=where, key=key, expected=expected, got=got, problem=problem, detail=detail)
+
+
+def _render_config(where: str, key: str | None, expected: str | None, got: object, detail: str | None) -> str:
+    """The one line a user reads: ``WHERE: key 'KEY': expected WHAT, got VALUE``."""
+    head = where if key is None else f"{where}: key '{key}'"
+    if detail is None:
+        detail = f"expected {expected}" + ("" if got is UNSET else f", got {got!r}")
+    return f"{head}: {detail}"
 
 
 class SchemaError(GpulensError):

@@ -4,7 +4,8 @@ Exception tree::
 
     GpulensError                      (gpulens.core.errors)
     └── FlameError                    any flame-graph failure
-        └── FlameFormatError          malformed profile input: names the line or field
+        └── FlameFormatError          malformed profile input: names the line or field;
+                                      its reason is a FlameProblem (below)
 
 py-spy's own errors (``ProfilerError``: missing, failed; ``ProfilerPermissionError``;
 ``SamplingCancelled``) live in :mod:`gpulens.core.pyspy`: the runner
@@ -15,7 +16,28 @@ Every error has a short ``title`` and a message a user can act on.
 
 from __future__ import annotations
 
+import enum
+
 from gpulens.core.errors import GpulensError
+
+
+class FlameProblem(enum.Enum):
+    """Why a profile cannot be read: what a caller or a test compares, not the sentence."""
+
+    MALFORMED = "malformed"
+    """A line or field of the wrong shape (the default): the sentence names it."""
+    NOT_JSON = "not JSON"
+    """Not valid JSON, or nested too deep to decode."""
+    UNSUPPORTED = "unsupported"
+    """A format gpulens does not read (named when known), or not the format it claims to be."""
+    TOO_LARGE = "too large"
+    """Over a limit: bytes (--max-mib, --max-ratio), records (--max-events) or nodes."""
+    UNSAFE = "unsafe"
+    """A pickle that would run code or name classes: refused, not loaded."""
+    NO_SAMPLES = "no samples"
+    """Well formed, but nothing to build a flame graph from."""
+    BAD_OPTION = "bad option"
+    """A metric or view that does not apply."""
 
 
 class FlameError(GpulensError):
@@ -25,7 +47,22 @@ class FlameError(GpulensError):
 
 
 class FlameFormatError(FlameError):
-    """A profile file is malformed; the message names the file, line or field."""
+    """A profile file is malformed; the message names the file, line or field.
+
+    ``problem`` (a :class:`FlameProblem`) is the reason as a value; ``str(err)`` is the sentence.
+    """
 
     title = "malformed profile"
+
+    def __init__(self, message: str, *, problem: FlameProblem = FlameProblem.MALFORMED) -> None:
+        super().__init__(message)
+        self.problem = problem
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickled with its reason."""
+        return (_flame_format_error, (str(self), self.problem))
+
+
+def _flame_format_error(message: str, problem: FlameProblem) -> FlameFormatError:
+    return FlameFormatError(message, problem=problem)
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, TypeGuard
 
-from gpulens.analysis.flame.errors import FlameFormatError
+from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem
 from gpulens.analysis.flame.group import Part, ProfileGroup, group_of
 from gpulens.analysis.flame.model import Profile, build_from_stacks
 from gpulens.core.limits import too_many
@@ -165,7 +165,7 @@ def _weigh(rows: Sequence[tuple[object, object]], chain: Callable[[object], list
         path = [n for n in (frame_name(f) for f in chain(stack)) if n is not None]
         budget -= len(path)
         if budget < 0:
-            raise FlameFormatError(too_many(title, "frames in the distinct sampled stacks", max_events))
+            raise FlameFormatError(too_many(title, "frames in the distinct sampled stacks", max_events), problem=FlameProblem.TOO_LARGE)
         if path:
             out.append((path, ms * 1e-3))
     return build_from_stacks(out, "seconds", title)

@@ -36,7 +36,7 @@ import os
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from gpulens.analysis.flame.errors import FlameError, FlameFormatError
+from gpulens.analysis.flame.errors import FlameError, FlameFormatError, FlameProblem
 from gpulens.analysis.flame.folded import parse_folded, unit_from_name
 from gpulens.analysis.flame.foreign import foreign_group, foreign_kind, unsupported_json
 from gpulens.analysis.flame.group import ProfileGroup, single
@@ -71,7 +71,10 @@ def _read(path: str, limits: InputLimits) -> bytes:
     try:
         return bytes(read_input(path, limits, what="profile file"))
     except InputRefused as err:
-        raise (FlameError if err.cannot_open else FlameFormatError)(str(err)) from None
+        if err.cannot_open:
+            raise FlameError(str(err)) from None
+        too_big = "limit" in str(err)  # over --max-mib or --max-ratio; else not a regular file, or damaged gzip
+        raise FlameFormatError(str(err), problem=FlameProblem.TOO_LARGE if too_big else FlameProblem.MALFORMED) from None
 
 
 class _TooManyObjects(Exception):
@@ -97,14 +100,14 @@ def _json(data: bytes, source: str, max_objects: int) -> object:
         return json.loads(data, object_hook=hook)
     except _TooManyObjects:
         raise FlameFormatError(too_many(source, "JSON objects (events, frames and their arguments)",
-                                        max_objects)) from None
+                                        max_objects), problem=FlameProblem.TOO_LARGE) from None
     except RecursionError:
         raise FlameFormatError(
             f"{source}: invalid JSON: nested deeper than Python's recursion limit "
-            "(about 1000 levels; no profile format nests this deep)"
+            "(about 1000 levels; no profile format nests this deep)", problem=FlameProblem.NOT_JSON,
         ) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise FlameFormatError(f"{source}: invalid JSON: {err}") from None
+        raise FlameFormatError(f"{source}: invalid JSON: {err}", problem=FlameProblem.NOT_JSON) from None
 
 
 def _json_or_cut_array(data: bytes, source: str, max_objects: int) -> tuple[object, bool]:
@@ -154,11 +157,12 @@ def group_from_bytes(
     """
     limits = limits or default_limits()
     if metric not in METRICS:
-        raise FlameFormatError(f"unknown metric {metric!r}; expected one of {', '.join(METRICS)}")
+        raise FlameFormatError(f"unknown metric {metric!r}; expected one of {', '.join(METRICS)}",
+                               problem=FlameProblem.BAD_OPTION)
     data = _utf8(data)
     kind = detect_format(data)
     if kind == "unknown":
-        raise FlameFormatError(unreadable_line(data, source))
+        raise FlameFormatError(unreadable_line(data, source), problem=FlameProblem.UNSUPPORTED)
     return _READERS[kind](data, source, metric, limits.max_events, os.path.basename(source))
 
 
@@ -186,14 +190,14 @@ def _json_group(data: bytes, source: str, metric: str, cap: int, title: str) -> 
         return _titled_group(foreign_group(doc, foreign, source, "", cap), title)
     refusal = unsupported_json(doc)
     if refusal is not None:
-        raise FlameFormatError(f"{source}: {refusal}")
+        raise FlameFormatError(f"{source}: {refusal}", problem=FlameProblem.UNSUPPORTED)
     events = trace_events(doc)
     if events is not None and not is_kineto(events) and (has_stack_events(events) or has_samples(doc)):
         _check_metric(metric, ("time",), "a Chrome trace", source)
         return _titled_group(trace_event_group(doc, source, max_events=cap, truncated=truncated), title)
     if events is None:
         raise FlameFormatError(f"{source}: JSON, but neither speedscope ('profiles') nor a Chrome/Kineto "
-                               "trace ('traceEvents' or an event array)")
+                               "trace ('traceEvents' or an event array)", problem=FlameProblem.UNSUPPORTED)
     _check_metric(metric, ("time", "memory"), "a Kineto trace", source)
     kineto = _KINETO_VIEWS.get(metric, kineto_auto)
     return single(_titled(kineto(doc, source, max_events=cap), title))
@@ -202,7 +206,7 @@ def _json_group(data: bytes, source: str, metric: str, cap: int, title: str) -> 
 def _check_lines(data: bytes, source: str, cap: int) -> None:
     """Text formats: at most ``cap`` lines."""
     if data.count(b"\n") > cap:
-        raise FlameFormatError(too_many(source, "lines", cap))
+        raise FlameFormatError(too_many(source, "lines", cap), problem=FlameProblem.TOO_LARGE)
 
 
 def _perf_group(data: bytes, source: str, metric: str, cap: int, title: str) -> ProfileGroup:
@@ -220,7 +224,7 @@ def _folded_group(data: bytes, source: str, metric: str, cap: int, title: str) -
         return single(parse_folded(data, unit, title, source, scale))
     except FlameFormatError:
         if not _first_line_folded(data):
-            raise FlameFormatError(unreadable_line(data, source)) from None
+            raise FlameFormatError(unreadable_line(data, source), problem=FlameProblem.UNSUPPORTED) from None
         raise
 
 
@@ -274,7 +278,8 @@ def _check_metric(metric: str, allowed: tuple[str, ...], what: str, source: str)
     if metric == "auto" or metric in allowed:
         return
     choices = f"use {' or '.join(allowed)} (or auto)" if allowed else "it has one metric: use auto"
-    raise FlameFormatError(f"{source}: metric {metric!r} does not apply to {what}; {choices}")
+    raise FlameFormatError(f"{source}: metric {metric!r} does not apply to {what}; {choices}",
+                           problem=FlameProblem.BAD_OPTION)
 
 
 def _titled(profile: Profile, name: str) -> Profile:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gpulens.analysis.flame.errors import FlameFormatError
+from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem
 from gpulens.analysis.flame.model import Profile, build_from_stacks
 from gpulens.core.limits import DEFAULT_MAX_EVENTS, too_many
 
@@ -29,7 +29,7 @@ def _events(doc: object, source: str, max_events: int) -> list[Any]:
     if not isinstance(events, list):
         raise FlameFormatError(f"{source}: traceEvents: expected a list of events")
     if len(events) > max_events:
-        raise FlameFormatError(too_many(f"{source}: traceEvents", "events", max_events))
+        raise FlameFormatError(too_many(f"{source}: traceEvents", "events", max_events), problem=FlameProblem.TOO_LARGE)
     return events
 
 

@@ -26,7 +26,7 @@ import pickletools
 import re
 from typing import Any, NoReturn
 
-from gpulens.analysis.flame.errors import FlameFormatError
+from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem
 from gpulens.analysis.flame.model import Profile, build_from_stacks
 from gpulens.core.limits import DEFAULT_MAX_EVENTS, too_many
 
@@ -80,24 +80,26 @@ ValueError, a missing memo key a LookupError, a too-large count an OverflowError
 class _NoClassesUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> NoReturn:
         raise FlameFormatError(
-            f"memory snapshot refers to {module}.{name}; snapshots hold only plain data, refusing to load"
+            f"memory snapshot refers to {module}.{name}; snapshots hold only plain data, refusing to load",
+            problem=FlameProblem.UNSAFE,
         )
 
 
 def _refusal(data: bytes, op: int, i: int) -> FlameFormatError:
     name = _OP_NAME.get(op)
     if name is None:
-        return FlameFormatError(f"not a readable pickle: unknown opcode {op:#04x} at byte {i - 1}")
+        return FlameFormatError(f"not a readable pickle: unknown opcode {op:#04x} at byte {i - 1}",
+                                problem=FlameProblem.UNSUPPORTED)
     if name in ("GLOBAL", "INST"):  # two text lines: module and name
         module, _, rest = data[i : i + 512].partition(b"\n")
         name = rest.partition(b"\n")[0].decode("utf-8", "replace")
         return FlameFormatError(
             f"memory snapshot refers to {module.decode('utf-8', 'replace')}.{name}; "
-            "snapshots hold only plain data, refusing to load"
+            "snapshots hold only plain data, refusing to load", problem=FlameProblem.UNSAFE,
         )
     return FlameFormatError(
         f"memory snapshot uses pickle opcode {name} ({_REFUSED[name]}); "
-        "snapshots hold only plain data, refusing to load"
+        "snapshots hold only plain data, refusing to load", problem=FlameProblem.UNSAFE,
     )
 
 
@@ -156,7 +158,7 @@ def scan_pickle(data: bytes, source: str = "input", max_objects: int = DEFAULT_M
         if index > memo:
             raise FlameFormatError(
                 f"{source}: not a readable pickle: memo index {index} jumps past the next free entry "
-                f"{memo} (a memo-growth bomb); refusing to load"
+                f"{memo} (a memo-growth bomb); refusing to load", problem=FlameProblem.UNSAFE,
             )
         puts += index == memo
     else:
@@ -166,9 +168,9 @@ def scan_pickle(data: bytes, source: str = "input", max_objects: int = DEFAULT_M
     containers = sum(counts[op] for op in _CONTAINERS)
     if containers > max_objects:
         raise FlameFormatError(too_many(source, "containers (dicts, lists, tuples) in a memory snapshot",
-                                        max_objects))
+                                        max_objects), problem=FlameProblem.TOO_LARGE)
     if puts + counts[_MEMOIZE] > max_objects:
-        raise FlameFormatError(too_many(source, "memo entries in a memory snapshot", max_objects))
+        raise FlameFormatError(too_many(source, "memo entries in a memory snapshot", max_objects), problem=FlameProblem.TOO_LARGE)
     return containers
 
 
@@ -181,17 +183,20 @@ def load_snapshot_bytes(data: bytes, source: str = "input", *, max_objects: int 
     containers or memo entries.
     """
     if len(data) > MAX_SNAPSHOT_BYTES:
-        raise FlameFormatError(f"{source}: {len(data)} bytes is over the {MAX_SNAPSHOT_BYTES}-byte limit")
+        raise FlameFormatError(f"{source}: {len(data)} bytes is over the {MAX_SNAPSHOT_BYTES}-byte limit", problem=FlameProblem.TOO_LARGE)
     try:
         scan_pickle(data, source, max_objects)
         doc = _NoClassesUnpickler(io.BytesIO(data)).load()
     except FlameFormatError as err:
         text = str(err)
-        raise FlameFormatError(text if text.startswith(f"{source}: ") else f"{source}: {text}") from None
+        raise FlameFormatError(text if text.startswith(f"{source}: ") else f"{source}: {text}",
+                               problem=err.problem) from None
     except _PICKLE_ERRORS as err:
-        raise FlameFormatError(f"{source}: not a readable pickle: {type(err).__name__}: {err}") from None
+        raise FlameFormatError(f"{source}: not a readable pickle: {type(err).__name__}: {err}",
+                               problem=FlameProblem.UNSUPPORTED) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("segments"), list):
-        raise FlameFormatError(f"{source}: not a memory snapshot (expected a dict with a 'segments' list)")
+        raise FlameFormatError(f"{source}: not a memory snapshot (expected a dict with a 'segments' list)",
+                               problem=FlameProblem.UNSUPPORTED)
     return doc
 
 
@@ -245,7 +250,7 @@ class _Walk:
         if self.blocks_left < 0:
             raise FlameFormatError(
                 f"{self.source}: lists the same blocks or events far more often than its size allows "
-                "(more than one per byte): a reference bomb, refusing to load"
+                "(more than one per byte): a reference bomb, refusing to load", problem=FlameProblem.TOO_LARGE,
             )
 
     def stack(self, frames: object, where: str) -> list[str]:
@@ -254,7 +259,8 @@ class _Walk:
             if self.frames_left < 0:
                 raise FlameFormatError(
                     f"{self.source}: its blocks share frame lists far more often than real snapshots "
-                    f"(more than {FRAMES_PER_BYTE} frames per byte in all): a reference bomb, refusing to load"
+                    f"(more than {FRAMES_PER_BYTE} frames per byte in all): a reference bomb, refusing to load",
+                    problem=FlameProblem.TOO_LARGE,
                 )
         # Keyed by identity: the frame lists stay alive in the document for the whole walk.
         cached = self.stacks.get(id(frames))
@@ -306,4 +312,5 @@ def snapshot_profile(doc: dict[str, Any], view: str = "auto", source: str = "inp
         return build_from_stacks(live, "bytes", "GPU memory live at snapshot")
     if view == "allocated":
         return build_from_stacks(history, "bytes", "GPU memory allocated (snapshot history)")
-    raise FlameFormatError(f"unknown snapshot view {view!r}; expected live, allocated or auto")
+    raise FlameFormatError(f"unknown snapshot view {view!r}; expected live, allocated or auto",
+                           problem=FlameProblem.BAD_OPTION)

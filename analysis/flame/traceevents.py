@@ -28,7 +28,7 @@ import math
 from functools import partial
 from typing import Any, TypeGuard
 
-from gpulens.analysis.flame.errors import FlameFormatError
+from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem
 from gpulens.analysis.flame.group import ALL, Part, ProfileGroup, group_of
 from gpulens.analysis.flame.jsvalues import (
     MISSING,
@@ -172,7 +172,7 @@ def trace_event_group(doc: object, source: str = "input", max_events: int = 10_0
     if events is None:
         raise FlameFormatError(f"{source}: traceEvents: expected a list of events")
     if len(events) > max_events:
-        raise FlameFormatError(too_many(f"{source}: traceEvents", "events", max_events))
+        raise FlameFormatError(too_many(f"{source}: traceEvents", "events", max_events), problem=FlameProblem.TOO_LARGE)
     cut = "; its event array was not closed properly (a trace cut off?): read as if it ended with ']'" \
         if truncated else ""
     if has_samples(doc):
@@ -215,7 +215,7 @@ def trace_event_group(doc: object, source: str = "input", max_events: int = 10_0
 def _thread_profile(events: list[TraceEvent], title: str, source: str, max_frames: int) -> Profile:
     keys = timeline(events).keys(max_frames)
     if keys is None:
-        raise FlameFormatError(too_many(source, "frames in the distinct stacks", max_frames))
+        raise FlameFormatError(too_many(source, "frames in the distinct stacks", max_frames), problem=FlameProblem.TOO_LARGE)
     return build_profile({key: us * 1e-6 for key, us in keys.items()}, "seconds", title)
 
 
@@ -270,7 +270,7 @@ def _samples_profile(rows: list[tuple[float, Any]], frames: dict[str, Any], titl
             at = frame.get("parent", MISSING)
         budget -= len(path)
         if budget < 0:
-            raise FlameFormatError(too_many(source, "frames in the distinct sampled stacks", max_frames))
+            raise FlameFormatError(too_many(source, "frames in the distinct sampled stacks", max_frames), problem=FlameProblem.TOO_LARGE)
         path.reverse()
         stacks.append((path, us * 1e-6))
     return build_from_stacks(stacks, "seconds", title)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, TypeGuard
 
-from gpulens.analysis.flame.errors import FlameFormatError
+from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem
 from gpulens.analysis.flame.model import Profile, build_from_stacks
 from gpulens.core.limits import too_many
 
@@ -80,7 +80,7 @@ def _old_to_new(doc: dict[str, Any], source: str, max_nodes: int) -> dict[str, A
                       "callFrame": {"functionName": node.get("functionName"), "url": node.get("url"),
                                     "lineNumber": node.get("lineNumber"), "columnNumber": 0}})
         if len(nodes) > max_nodes:
-            raise FlameFormatError(too_many(source, "profile nodes", max_nodes))
+            raise FlameFormatError(too_many(source, "profile nodes", max_nodes), problem=FlameProblem.TOO_LARGE)
         todo.extend(reversed(kids))
     start = (_num(doc.get("startTime")) or 0.0) * 1e6
     stamps = doc["timestamps"]
@@ -197,7 +197,7 @@ def heapprofile_profile(doc: dict[str, Any], source: str, title: str = "", max_n
             raise FlameFormatError(f"{source}: head: expected nodes to be objects")
         seen += 1
         if seen > max_nodes:
-            raise FlameFormatError(too_many(source, "profile nodes", max_nodes))
+            raise FlameFormatError(too_many(source, "profile nodes", max_nodes), problem=FlameProblem.TOO_LARGE)
         here = [*path, frame_text(node.get("callFrame"), 0)]
         size = _num(node.get("selfSize")) or 0.0
         if size < 0:

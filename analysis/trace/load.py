@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from gpulens.analysis.trace.errors import TraceFileError
+from gpulens.analysis.trace.errors import TraceFileError, TraceProblem
 from gpulens.analysis.trace.events import FullEvent, RawEvent
 from gpulens.core.limits import (
     ANALYZE_MAX_MIB,
@@ -74,7 +74,7 @@ def read_bytes(
         return read_input(str(path), limits or trace_limits(max_bytes), what="trace file (.json or .json.gz)",
                           progress=progress)
     except InputRefused as err:
-        raise TraceFileError(str(err)) from None
+        raise TraceFileError.refused(err) from None
 
 
 class _RawDoc(msgspec.Struct):
@@ -132,25 +132,26 @@ def stream_events(
     size = len(buf)
     head = bytes(buf[:64]).lstrip()[:1]
     if not head:
-        raise TraceFileError(f"{name}: empty file")
+        raise TraceFileError(f"{name}: empty file", problem=TraceProblem.EMPTY)
     try:
         if head == b"[":  # a bare event array (Chrome's "JSON array format")
             doc = _RawDoc(traceEvents=msgspec.json.decode(buf, type=msgspec.Raw))
         else:
             doc = msgspec.json.decode(buf, type=_RawDoc)
     except msgspec.ValidationError as err:
-        raise TraceFileError(f"{name}: not a Chrome trace: {err}") from err
+        raise TraceFileError(f"{name}: not a Chrome trace: {err}", problem=TraceProblem.NOT_A_TRACE) from err
     except msgspec.DecodeError as err:
-        raise TraceFileError(_explain(name, str(err), size)) from err
+        raise _explain(name, str(err), size) from err
     except RecursionError:
         raise TraceFileError(
             f"{name}: JSON nested deeper than Python's recursion limit (about 1000 levels); "
-            "no Chrome trace nests this deep"
+            "no Chrome trace nests this deep", problem=TraceProblem.NOT_JSON,
         ) from None
     arr = memoryview(doc.traceEvents)
     lo, hi = _strip(arr)
     if hi - lo < 2 or arr[lo] != ord("[") or arr[hi - 1] != ord("]"):
-        raise TraceFileError(f"{name}: not a Chrome trace: `traceEvents` is not an array")
+        raise TraceFileError(f"{name}: not a Chrome trace: `traceEvents` is not an array",
+                             problem=TraceProblem.NOT_A_TRACE)
     event_type: Any = FullEvent if keep_args else RawEvent
     reader = _Chunks(name, arr[lo + 1 : hi - 1], event_type, sink, limits.max_events, progress)
     count = reader.run()
@@ -214,7 +215,7 @@ class _Chunks:
     def _deliver(self, batch: list[Any], n: int) -> None:
         self.count += n
         if self.count > self.max_events:
-            raise TraceFileError(too_many(self.name, "events", self.max_events))
+            raise TraceFileError(too_many(self.name, "events", self.max_events), problem=TraceProblem.TOO_MANY_EVENTS)
         self.sink(batch)
 
     def _by_event(self, rest: memoryview) -> None:
@@ -222,9 +223,10 @@ class _Chunks:
         try:
             raws = msgspec.json.decode(b"".join((b"[", rest, b"]")), type=list[msgspec.Raw])
         except (msgspec.DecodeError, RecursionError) as err:
-            raise TraceFileError(f"{self.name}: not valid JSON in traceEvents: {err}") from None
+            raise TraceFileError(f"{self.name}: not valid JSON in traceEvents: {err}",
+                                 problem=TraceProblem.NOT_JSON) from None
         if self.count + len(raws) > self.max_events:
-            raise TraceFileError(too_many(self.name, "events", self.max_events))
+            raise TraceFileError(too_many(self.name, "events", self.max_events), problem=TraceProblem.TOO_MANY_EVENTS)
         event_type: Any = self.event_type
         decoder = msgspec.json.Decoder(list[event_type])
         for i in range(0, len(raws), BATCH):
@@ -279,10 +281,10 @@ def load_trace(
     return Trace(meta.path, events, meta.device_properties, meta.distributed_info, meta.size_bytes)
 
 
-def _explain(path: str, why: str, size: int) -> str:
+def _explain(path: str, why: str, size: int) -> TraceFileError:
     if "truncated" in why:
-        return (
+        return TraceFileError(
             f"{path}: truncated: the JSON ends early after {size} bytes "
-            "(still being written, or a copy was cut short)"
+            "(still being written, or a copy was cut short)", problem=TraceProblem.TRUNCATED,
         )
-    return f"{path}: not valid JSON: {why}"
+    return TraceFileError(f"{path}: not valid JSON: {why}", problem=TraceProblem.NOT_JSON)

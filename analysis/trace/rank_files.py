@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpulens.analysis.trace.errors import TraceFileError
+from gpulens.analysis.trace.errors import TraceFileError, TraceProblem
 from gpulens.core.sanitize import clean_text
 
 MAX_FILES = 4096
@@ -44,21 +44,24 @@ def trace_files(paths: Sequence[str]) -> list[str]:
             try:
                 names = sorted(n for n in os.listdir(p) if is_trace_name(n))
             except OSError as err:
-                raise TraceFileError(f"{shown}: cannot list the directory: {err.strerror}") from None
+                raise TraceFileError(f"{shown}: cannot list the directory: {err.strerror}",
+                                     problem=TraceProblem.CANNOT_OPEN) from None
             files = [str(Path(p) / n) for n in names if os.path.isfile(Path(p) / n)]
             if not files:
-                raise TraceFileError(f"{shown}: a directory with no trace files in it (*.json, *.json.gz, *.pt.trace.json*)")
+                raise TraceFileError(f"{shown}: a directory with no trace files in it (*.json, *.json.gz, *.pt.trace.json*)",
+                                     problem=TraceProblem.NO_TRACE_FILES)
         elif os.path.exists(p):
             files = [p]
         else:
-            raise TraceFileError(f"{shown}: no such file or directory")
+            raise TraceFileError(f"{shown}: no such file or directory", problem=TraceProblem.CANNOT_OPEN)
         for f in files:
             key = os.path.realpath(f)
             if key not in seen:
                 seen.add(key)
                 out.append(f)
         if len(out) > MAX_FILES:
-            raise TraceFileError(f"more than {MAX_FILES} trace files: name fewer files or directories")
+            raise TraceFileError(f"more than {MAX_FILES} trace files: name fewer files or directories",
+                                 problem=TraceProblem.NO_TRACE_FILES)
     return out
 
 
@@ -90,7 +93,7 @@ def assign_ranks(claims: Sequence[tuple[str, int | None, int | None]]) -> list[t
         if rank in owner:
             raise TraceFileError(
                 f"{clean_text(owner[rank])} and {clean_text(path)} are both rank {rank} (from their {source}): "
-                "analyse the ranks of one job together, or compare two runs with --diff"
+                "analyse the ranks of one job together, or compare two runs with --diff", problem=TraceProblem.RANK_CLASH,
             )
         owner[rank] = path
         out.append((rank, source))

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 
-from gpulens.analysis.trace.errors import TraceFileError
+from gpulens.analysis.trace.errors import TraceFileError, TraceProblem
 from gpulens.analysis.trace.late_arrival import CANDIDATES, LateArrival, late_arrival
 from gpulens.analysis.trace.load import DEFAULT_MAX_BYTES, stream_events, trace_limits
 from gpulens.analysis.trace.rank_files import (
@@ -93,7 +93,7 @@ def load_rank(path: str, limits: InputLimits) -> tuple[RankReport, int | None]:
     fold = RankFold()
     meta = stream_events(path, fold.add_batch, limits=limits)
     if not (fold.gpu or fold.cpu_starts or fold.comm_ops or fold.profiler or fold.optimizer or fold.annotations):
-        raise TraceFileError(f"{clean_text(path)}: {what_it_is(fold, meta.events, path)}")
+        raise TraceFileError(f"{clean_text(path)}: {what_it_is(fold, meta.events, path)}", problem=TraceProblem.NO_EVENTS)
     return build_report(fold, meta, -1, ""), rank_from_info(meta.distributed_info)
 
 

@@ -79,7 +79,7 @@ def _emit(doc: object, text: str, as_json: bool) -> int:
 
 def _single(path: str, args: argparse.Namespace, limits: InputLimits, top: int) -> int:
     from gpulens.analysis.trace.analyze import analyze_file
-    from gpulens.analysis.trace.errors import TraceFileError
+    from gpulens.analysis.trace.errors import TraceFileError, TraceProblem
     from gpulens.analysis.trace.json_out import trace_json
     from gpulens.analysis.trace.rank_reduce import RankFold
     from gpulens.analysis.trace.report import summary_text
@@ -91,7 +91,7 @@ def _single(path: str, args: argparse.Namespace, limits: InputLimits, top: int) 
 
         fold = RankFold()
         meta = stream_events(path, fold.add_batch, limits=limits)
-        raise TraceFileError(f"{clean_text(path)}: {what_it_is(fold, meta.events, path)}")
+        raise TraceFileError(f"{clean_text(path)}: {what_it_is(fold, meta.events, path)}", problem=TraceProblem.NO_EVENTS)
     return _emit(trace_json(summary) if args.json else None, "" if args.json else summary_text(summary), args.json)
 
 

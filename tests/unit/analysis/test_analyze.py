@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpulens.analysis.trace.analyze import analyze_file
-from gpulens.analysis.trace.errors import TraceFileError
+from gpulens.analysis.trace.errors import TraceFileError, TraceProblem
 from gpulens.analysis.trace.load import load_trace
 from gpulens.analysis.trace.report import summary_text
 from gpulens.analysis.trace.summary import to_dict
@@ -162,28 +162,42 @@ def test_bare_array_with_several_processes_and_begin_end() -> None:
 
 
 def test_truncated_file_is_a_clear_error() -> None:
-    with pytest.raises(TraceFileError, match="truncated"):
+    with pytest.raises(TraceFileError) as info:
         analyze_file(TRACES / "simple-partial.json")
+    assert info.value.problem is TraceProblem.TRUNCATED
+    size = (TRACES / "simple-partial.json").stat().st_size  # the sentence, pinned once
+    assert str(info.value) == (f"{TRACES / 'simple-partial.json'}: truncated: the JSON ends early after {size} bytes "
+                               "(still being written, or a copy was cut short)")
 
 
 def test_truncated_gzip_and_garbage_and_limits(tmp_path: Path) -> None:
     raw = (TRACES / "triton_example.json.gz").read_bytes()
     cut = tmp_path / "cut.json.gz"
     cut.write_bytes(raw[: len(raw) // 2])
-    with pytest.raises(TraceFileError, match=r"gzip|truncated"):
+    with pytest.raises(TraceFileError) as info:
         analyze_file(cut)
+    assert info.value.problem is TraceProblem.REFUSED  # damaged gzip: refused before parsing
     junk = tmp_path / "junk.json"
     junk.write_text("{not json")
-    with pytest.raises(TraceFileError, match="not valid JSON"):
+    with pytest.raises(TraceFileError) as info:
         analyze_file(junk)
-    with pytest.raises(TraceFileError, match="MiB uncompressed"):
+    assert info.value.problem is TraceProblem.NOT_JSON
+    with pytest.raises(TraceFileError) as info:
         analyze_file(TRACES / "nccl_data.json.gz", max_bytes=1 << 20)
-    with pytest.raises(TraceFileError, match="cannot open"):
+    assert info.value.problem is TraceProblem.REFUSED
+    with pytest.raises(TraceFileError) as info:
         analyze_file(tmp_path / "missing.json")
+    assert info.value.problem is TraceProblem.CANNOT_OPEN
     bomb = tmp_path / "bomb.json.gz"
     bomb.write_bytes(gzip.compress(b" " * (8 << 20)))
-    with pytest.raises(TraceFileError, match="MiB uncompressed"):
+    with pytest.raises(TraceFileError) as info:
         analyze_file(bomb, max_bytes=4 << 20)
+    assert info.value.problem is TraceProblem.REFUSED
+    empty = tmp_path / "empty.json"
+    empty.write_text("  ")
+    with pytest.raises(TraceFileError) as info:
+        analyze_file(empty)
+    assert info.value.problem is TraceProblem.EMPTY
 
 
 def test_odd_field_types_are_tolerated(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gpulens.analysis.flame.errors import FlameFormatError
+from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem
 from gpulens.analysis.flame.importers import group_from_bytes, load_group, load_profile
 from gpulens.analysis.flame.labels import parse_frame
 from gpulens.analysis.flame.model import Profile
@@ -119,8 +119,9 @@ def test_gecko_broken_stack_table_names_the_thread() -> None:
     ({"code": [], "functions": [], "ticks": []}, "V8 log .*: not supported"),
 ])
 def test_known_json_formats_are_named_in_the_refusal(doc: dict[str, Any], named: str) -> None:
-    with pytest.raises(FlameFormatError, match=named):
+    with pytest.raises(FlameFormatError, match=named) as info:  # the format's name is the point: kept
         group_from_bytes(json.dumps(doc).encode(), "x.json")
+    assert info.value.problem is FlameProblem.UNSUPPORTED
 
 
 @pytest.mark.parametrize(("data", "named"), [
@@ -133,5 +134,6 @@ def test_known_json_formats_are_named_in_the_refusal(doc: dict[str, Any], named:
     (b"# callgrind format\nevents: Ir\n", "callgrind profile: not supported"),
 ])
 def test_known_binary_and_text_formats_are_named(data: bytes, named: str) -> None:
-    with pytest.raises(FlameFormatError, match=named):
+    with pytest.raises(FlameFormatError, match=named) as info:  # the format's name is the point: kept
         group_from_bytes(data, "f")
+    assert info.value.problem is FlameProblem.UNSUPPORTED

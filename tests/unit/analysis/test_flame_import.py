@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulens.analysis.flame.errors import FlameError, FlameFormatError
+from gpulens.analysis.flame.errors import FlameError, FlameFormatError, FlameProblem
 from gpulens.analysis.flame.importers import load_profile, profile_from_bytes
 from gpulens.analysis.flame.kineto import kineto_memory, kineto_time
 from gpulens.analysis.flame.query import function_table
@@ -155,13 +155,15 @@ def test_restricted_unpickler_refuses_malicious_pickle(tmp_path: Path) -> None:
     marker.unlink(missing_ok=True)
     evil = tmp_path / "evil.pickle"
     evil.write_bytes(pickle.dumps({"segments": [], "x": _Boom()}, protocol=4))
-    with pytest.raises(FlameFormatError, match="refusing"):
+    with pytest.raises(FlameFormatError) as info:
         load_profile(str(evil))
+    assert info.value.problem is FlameProblem.UNSAFE
     assert not marker.exists()
     sneaky = tmp_path / "eval.pickle"
     sneaky.write_bytes(b"\x80\x04cbuiltins\neval\n(V1+1\ntR.")
-    with pytest.raises(FlameFormatError, match=r"builtins\.eval"):
+    with pytest.raises(FlameFormatError, match=r"builtins\.eval") as info:  # names what it refused
         load_profile(str(sneaky))
+    assert info.value.problem is FlameProblem.UNSAFE
 
 
 @pytest.mark.parametrize(

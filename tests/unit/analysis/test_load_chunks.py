@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gpulens.analysis.trace import load
-from gpulens.analysis.trace.errors import TraceFileError
+from gpulens.analysis.trace.errors import TraceFileError, TraceProblem
 from gpulens.analysis.trace.load import stream_events, trace_limits
 from tests.paths import DATA
 
@@ -68,8 +68,9 @@ def test_bare_array_empty_array_and_not_an_array(tmp_path: Path) -> None:
     assert _read(empty)[1].events == 0
     bad = tmp_path / "bad.json"
     bad.write_text('{"traceEvents": {"ph": "X"}}')
-    with pytest.raises(TraceFileError, match="not an array"):
+    with pytest.raises(TraceFileError) as info:
         _read(bad)
+    assert info.value.problem is TraceProblem.NOT_A_TRACE
 
 
 def test_event_limit_while_streaming(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -77,6 +78,7 @@ def test_event_limit_while_streaming(tmp_path: Path, monkeypatch: pytest.MonkeyP
     path = tmp_path / "many.json"
     path.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": f"e{i}"} for i in range(500)]}))
     seen: list[Any] = []
-    with pytest.raises(TraceFileError, match="events"):
+    with pytest.raises(TraceFileError) as info:
         stream_events(path, seen.extend, limits=trace_limits(max_events=100))
+    assert info.value.problem is TraceProblem.TOO_MANY_EVENTS
     assert len(seen) <= 100

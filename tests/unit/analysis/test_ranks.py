@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gpulens.analysis.trace.errors import TraceFileError
+from gpulens.analysis.trace.errors import TraceFileError, TraceProblem
 from gpulens.analysis.trace.json_out import ranks_json
 from gpulens.analysis.trace.rank_files import assign_ranks, rank_from_name, trace_files
 from gpulens.analysis.trace.ranks import analyze_ranks
@@ -153,27 +153,31 @@ def test_rank_from_file_name_and_order() -> None:
     assert rank_from_name("trace.json") is None
     got = assign_ranks([("a", None, None), ("b", 0, None), ("c", None, 5), ("d", None, None)])
     assert got == [(1, "order"), (0, "distributedInfo"), (5, "file name"), (2, "order")]
-    with pytest.raises(TraceFileError, match="both rank 0"):
+    with pytest.raises(TraceFileError) as info:
         assign_ranks([("a", 0, None), ("b", None, 0)])
+    assert info.value.problem is TraceProblem.RANK_CLASH
 
 
 def test_directory_listing_and_refusals(tmp_path: Path) -> None:
     for name in ("rank-0.json.gz", "rank-1.pt.trace.json", ".hidden.json", "notes.txt"):
         (tmp_path / name).write_bytes(b"{}")
     assert [Path(f).name for f in trace_files([str(tmp_path)])] == ["rank-0.json.gz", "rank-1.pt.trace.json"]
-    with pytest.raises(TraceFileError, match="no such file"):
+    with pytest.raises(TraceFileError) as info:
         trace_files([str(tmp_path / "missing")])
+    assert info.value.problem is TraceProblem.CANNOT_OPEN
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(TraceFileError, match="no trace files"):
+    with pytest.raises(TraceFileError) as info:
         trace_files([str(empty)])
+    assert info.value.problem is TraceProblem.NO_TRACE_FILES
 
 
 def test_same_rank_twice_is_refused(tmp_path: Path) -> None:
     shutil.copy(SAMPLED[0], tmp_path / "a.json.gz")
     shutil.copy(SAMPLED[0], tmp_path / "b.json.gz")
-    with pytest.raises(TraceFileError, match="both rank 0"):
+    with pytest.raises(TraceFileError) as info:
         analyze_ranks([str(tmp_path)])
+    assert info.value.problem is TraceProblem.RANK_CLASH
 
 
 def _report(rank: int, steps_ms: list[float], compute: float, comm: float, idle: float) -> Any:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpulens.core.config import Config, ConfigFlags, default_path, load_config
-from gpulens.core.errors import ConfigError
+from gpulens.core.errors import ConfigError, ConfigProblem
 from gpulens.core.jobs_pattern import DEFAULT_JOB_PATTERN
 
 
@@ -46,52 +46,70 @@ expr = 'rate(x[1m])'
     assert (cfg.interval_s, cfg.job_pattern, cfg.window) == (0.5, "x$", "1m")
 
 
+P = ConfigProblem
+
+
 @pytest.mark.parametrize(
-    ("text", "key", "expected"),
+    ("text", "key", "problem", "expected"),
     [
-        ("interval_s = 'fast'", "interval_s", "a number of seconds"),
-        ("interval_s = 0", "interval_s", "between 0.05 and 3600"),
-        ("interval_s = true", "interval_s", "a number of seconds"),
-        ("job_pattern = 'pyth(on'", "job_pattern", "a regular expression"),
-        ("job_pattern = 3", "job_pattern", "a string"),
-        ("window = '2m'", "window", "one of 1m, 5m, 15m, 1h"),
-        ("history_minutes = 0", "history_minutes", "an integer from 1 to 1440"),
-        ("job_key_env = 'SLURM_JOB_ID'", "job_key_env", "a list of environment variable names"),
-        ("panels = 3", "panels", "an array of tables"),
-        ("[[panels]]\nunit = 'B'", "panels[0].title", "a non-empty string"),
-        ("[[panels]]\ntitle = 'x'", "panels[0]", "'expr' (PromQL) or 'metric'"),
-        ("[[panels]]\ntitle = 'x'\nexpr = 1", "panels[0].expr", "a string"),
+        ("interval_s = 'fast'", "interval_s", P.WRONG_TYPE, "a number of seconds between 0.05 and 3600"),
+        ("interval_s = 0", "interval_s", P.OUT_OF_RANGE, "a number of seconds between 0.05 and 3600"),
+        ("interval_s = true", "interval_s", P.WRONG_TYPE, "a number of seconds between 0.05 and 3600"),
+        ("job_pattern = 'pyth(on'", "job_pattern", P.BAD_PATTERN, "a regular expression"),
+        ("job_pattern = 3", "job_pattern", P.WRONG_TYPE, "a string (regular expression)"),
+        ("window = '2m'", "window", P.OUT_OF_RANGE, "one of 1m, 5m, 15m, 1h"),
+        ("history_minutes = 0", "history_minutes", P.OUT_OF_RANGE, "an integer from 1 to 1440"),
+        ("job_key_env = 'SLURM_JOB_ID'", "job_key_env", P.WRONG_TYPE, "a list of environment variable names"),
+        ("panels = 3", "panels", P.WRONG_TYPE, "an array of tables ([[panels]])"),
+        ("[[panels]]\nunit = 'B'", "panels[0].title", P.MISSING, "a non-empty string"),
+        ("[[panels]]\ntitle = 'x'", "panels[0]", P.MISSING, "'expr' (PromQL) or 'metric' (gpulens metric name)"),
+        ("[[panels]]\ntitle = 'x'\nexpr = 1", "panels[0].expr", P.WRONG_TYPE, "a string"),
     ],
 )
-def test_errors_name_file_key_and_expectation(tmp_path: Path, text: str, key: str, expected: str) -> None:
+def test_errors_name_file_key_and_expectation(tmp_path: Path, text: str, key: str, problem: ConfigProblem,
+                                              expected: str) -> None:
     path = write(tmp_path, text + "\n")
     with pytest.raises(ConfigError) as info:
         load_config(path)
-    message = str(info.value)
-    assert "\n" not in message
-    assert message.startswith(path + ":")
-    assert f"'{key}'" in message
-    assert expected in message
+    err = info.value
+    assert (err.where, err.key, err.problem, err.expected) == (path, key, problem, expected)
+    assert "\n" not in str(err)
 
 
 def test_unreadable_and_malformed_files(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"nope\.toml: cannot read"):
+    with pytest.raises(ConfigError) as info:
         load_config(str(tmp_path / "nope.toml"))
-    with pytest.raises(ConfigError, match="not valid TOML"):
-        load_config(write(tmp_path, "interval_s = = 1"))
+    assert (info.value.where, info.value.problem) == (str(tmp_path / "nope.toml"), ConfigProblem.UNREADABLE)
+    path = write(tmp_path, "interval_s = = 1")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert (info.value.where, info.value.key, info.value.problem) == (path, None, ConfigProblem.NOT_TOML)
     bad = tmp_path / "bin.toml"
     bad.write_bytes(b"\xff\xfe")
-    with pytest.raises(ConfigError, match="not valid TOML"):
+    with pytest.raises(ConfigError) as info:
         load_config(str(bad))
+    assert (info.value.where, info.value.problem) == (str(bad), ConfigProblem.NOT_TOML)
+    big = tmp_path / "big.toml"
+    big.write_bytes(b"#" * (2 << 20))
+    with pytest.raises(ConfigError) as info:
+        load_config(str(big))
+    assert (info.value.where, info.value.problem) == (str(big), ConfigProblem.TOO_LARGE)
+    with pytest.raises(ConfigError) as info:
+        load_config("  ")
+    assert (info.value.where, info.value.problem) == ("--config", ConfigProblem.MISSING)
 
 
 def test_bad_flags(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="--interval"):
+    with pytest.raises(ConfigError) as info:
         load_config(None, ConfigFlags(interval=0.0, pattern=None, window=None))
-    with pytest.raises(ConfigError, match="--window"):
+    assert (info.value.where, info.value.key, info.value.got, info.value.problem) == (
+        "--interval", None, 0.0, ConfigProblem.OUT_OF_RANGE)
+    with pytest.raises(ConfigError) as info:
         load_config(None, ConfigFlags(interval=None, pattern=None, window="2m"))
-    with pytest.raises(ConfigError, match=r"--pattern.*regular expression"):
+    assert (info.value.where, info.value.got, info.value.problem) == ("--window", "2m", ConfigProblem.OUT_OF_RANGE)
+    with pytest.raises(ConfigError) as info:
         load_config(None, ConfigFlags(interval=None, pattern="(", window=None))
+    assert (info.value.where, info.value.got, info.value.problem) == ("--pattern '('", "(", ConfigProblem.BAD_PATTERN)
 
 
 def test_cli_reports_one_line(tmp_path: Path) -> None:
@@ -127,5 +145,6 @@ def test_unknown_keys_warn_with_the_closest_known_key(tmp_path: Path, text: str,
 def test_cache_section(tmp_path: Path) -> None:
     cfg = load_config(write(tmp_path, "[cache]\nmax_mib = 64\nmax_age_days = 0.5\n"))
     assert (cfg.cache_max_mib, cfg.cache_max_age_days, cfg.warnings) == (64, 0.5, ())
-    with pytest.raises(ConfigError, match=r"cache\.max_mib"):
+    with pytest.raises(ConfigError) as info:
         load_config(write(tmp_path, "[cache]\nmax_mib = 0\n"))
+    assert (info.value.key, info.value.got, info.value.problem) == ("cache.max_mib", 0, ConfigProblem.OUT_OF_RANGE)
