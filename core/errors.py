@@ -14,7 +14,8 @@ Where each lives, by package (as httpx keeps its tree in one place)::
     ├── CollectorError             core.errors: a collector that cannot start at all
     │   └── GpuLost                collectors.nvml.query: NVML says the GPU fell off the bus
     ├── PrometheusError            core.errors: Prometheus down, slow, answering garbage, or a bad query
-    ├── InputRefused               core.limits: an input over its size, ratio or event limit
+    ├── InputRefused               core.limits: an input not read: missing, not a regular file, damaged gzip,
+    │                              over --max-mib or --max-ratio (its reason an InputProblem, in core.limits)
     ├── UnsafePath                 core.safefs: a path component that is a link, or not owned as required
     ├── BpfError                   collectors.gpumem.libbpf: eBPF cannot load or attach (says why)
     ├── ElfError                   collectors.gpumem.elf: an ELF file that cannot be read
@@ -42,9 +43,9 @@ Outside the tree on purpose, because they are signals, not errors: ``tui.workers
 (names starting with ``_``). ``tests/checks/test_errors.py`` holds the tree to this.
 
 Reasons are values (as psutil maps OS errors to classes and httpx keeps a request on its error):
-``ConfigError.problem``, ``FlameFormatError.problem`` and ``TraceFileError.problem`` are small
-enums a caller or test compares; the sentence is rendered from the fields where the error is made
-and is what ``str(err)`` gives.
+``ConfigError.problem``, ``InputRefused.problem``, ``FlameFormatError.problem`` and
+``TraceFileError.problem`` are small enums a caller or test compares; the sentence is rendered from
+the fields where the error is made and is what ``str(err)`` gives.
 """
 
 from __future__ import annotations
@@ -75,13 +76,15 @@ class ConfigProblem(enum.Enum):
     BAD_FORMAT = "bad format"
     """A string not of the form asked for (a header name, ``HOST:PORT``, a hostlist)."""
     CONFLICT = "conflict"
-    """Options that do not go together."""
+    """Options that do not go together, or one given without the option it needs."""
     UNREADABLE = "unreadable"
     """A file that cannot be read."""
     TOO_LARGE = "too large"
-    """A file over its size limit."""
+    """A file or list over its size limit (a config file, a hostlist of too many hosts)."""
     NOT_TOML = "not TOML"
     """A config file that does not parse as TOML."""
+    UNAVAILABLE = "unavailable"
+    """What a flag asks for, this machine cannot give: a port in use, a file not writable, a missing module."""
 
 
 class _Unset(enum.Enum):

@@ -14,10 +14,17 @@ from __future__ import annotations
 import re
 from itertools import product
 
-from gpulens.core.errors import ConfigError
+from gpulens.core.errors import UNSET, ConfigError, ConfigProblem
 
 MAX_HOSTS = 100_000
 _NAME_PART = re.compile(r"[A-Za-z0-9._-]*")
+_NAME_CHARS = "letters, digits, '.', '_' and '-'"
+_BALANCED = "balanced, unnested brackets"
+
+
+def _refused(expr: str, detail: str, problem: ConfigProblem, expected: str, got: object = UNSET) -> ConfigError:
+    """``hostlist 'EXPR': DETAIL``, with the reason and the part at fault as fields."""
+    return ConfigError(where=f"hostlist {expr!r}", expected=expected, got=got, problem=problem, detail=detail)
 
 
 def _parse_bracket(body: str, expr: str) -> list[str]:
@@ -27,7 +34,7 @@ def _parse_bracket(body: str, expr: str) -> list[str]:
         part = part.strip()
         m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
         if m is None:
-            raise ConfigError(f"hostlist {expr!r}: bad range {part!r} (expected N or LO-HI)")
+            raise _refused(expr, f"bad range {part!r} (expected N or LO-HI)", ConfigProblem.BAD_FORMAT, "N or LO-HI", part)
         lo_s, hi_s = m.group(1), m.group(2)
         if hi_s is None:
             items.append(lo_s)
@@ -35,10 +42,10 @@ def _parse_bracket(body: str, expr: str) -> list[str]:
             continue
         lo, hi = int(lo_s), int(hi_s)
         if hi < lo:
-            raise ConfigError(f"hostlist {expr!r}: range {part!r} runs backwards")
+            raise _refused(expr, f"range {part!r} runs backwards", ConfigProblem.BAD_FORMAT, "LO-HI with LO <= HI", part)
         count += hi - lo + 1
         if count > MAX_HOSTS:
-            raise ConfigError(f"hostlist {expr!r}: more than {MAX_HOSTS} hosts")
+            raise _refused(expr, f"more than {MAX_HOSTS} hosts", ConfigProblem.TOO_LARGE, f"at most {MAX_HOSTS} hosts")
         width = len(lo_s)
         items.extend(str(i).zfill(width) for i in range(lo, hi + 1))
     return items
@@ -53,18 +60,18 @@ def _split_top(text: str) -> list[str]:
         if ch == "[":
             depth += 1
             if depth > 1:
-                raise ConfigError(f"hostlist {text!r}: nested '['")
+                raise _refused(text, "nested '['", ConfigProblem.BAD_FORMAT, _BALANCED, "[")
         elif ch == "]":
             depth -= 1
             if depth < 0:
-                raise ConfigError(f"hostlist {text!r}: ']' without '['")
+                raise _refused(text, "']' without '['", ConfigProblem.BAD_FORMAT, _BALANCED, "]")
         if ch == "," and depth == 0:
             parts.append("".join(cur))
             cur = []
         else:
             cur.append(ch)
     if depth:
-        raise ConfigError(f"hostlist {text!r}: '[' without ']'")
+        raise _refused(text, "'[' without ']'", ConfigProblem.BAD_FORMAT, _BALANCED, "[")
     parts.append("".join(cur))
     return parts
 
@@ -76,17 +83,17 @@ def _expand_one(expr: str, budget: int) -> list[str]:
     for m in re.finditer(r"\[([^\]]*)\]", expr):
         literal = expr[pos : m.start()]
         if not _NAME_PART.fullmatch(literal):
-            raise ConfigError(f"hostlist {expr!r}: bad characters in {literal!r}")
+            raise _refused(expr, f"bad characters in {literal!r}", ConfigProblem.BAD_FORMAT, _NAME_CHARS, literal)
         pieces.append([literal])
         choices = _parse_bracket(m.group(1), expr)
         total *= len(choices)
         if total > budget:
-            raise ConfigError(f"hostlist {expr!r}: more than {MAX_HOSTS} hosts")
+            raise _refused(expr, f"more than {MAX_HOSTS} hosts", ConfigProblem.TOO_LARGE, f"at most {MAX_HOSTS} hosts")
         pieces.append(choices)
         pos = m.end()
     tail = expr[pos:]
     if not _NAME_PART.fullmatch(tail):
-        raise ConfigError(f"hostlist {expr!r}: bad characters in {tail!r}")
+        raise _refused(expr, f"bad characters in {tail!r}", ConfigProblem.BAD_FORMAT, _NAME_CHARS, tail)
     pieces.append([tail])
     return ["".join(p) for p in product(*pieces)]
 
@@ -100,9 +107,11 @@ def expand(hostlist: str, max_hosts: int = MAX_HOSTS) -> list[str]:
     """
     text = hostlist.strip()
     if not text:
-        raise ConfigError("hostlist is empty")
+        raise ConfigError("hostlist is empty", where="hostlist", expected="a hostlist", got=hostlist,
+                          problem=ConfigProblem.MISSING)
     if len(text) > 100_000:
-        raise ConfigError("hostlist longer than 100000 characters")
+        raise ConfigError("hostlist longer than 100000 characters", where="hostlist",
+                          expected="at most 100000 characters", problem=ConfigProblem.TOO_LARGE)
     seen: dict[str, None] = {}
     for expr in _split_top(text):
         expr = expr.strip()
@@ -111,11 +120,12 @@ def expand(hostlist: str, max_hosts: int = MAX_HOSTS) -> list[str]:
         for name in _expand_one(expr, max_hosts - len(seen)):
             seen[name] = None
         if len(seen) > max_hosts:
-            raise ConfigError(f"hostlist {hostlist!r}: more than {max_hosts} hosts")
+            raise _refused(hostlist, f"more than {max_hosts} hosts", ConfigProblem.TOO_LARGE, f"at most {max_hosts} hosts")
     names = list(seen)
     if not names:
-        raise ConfigError(f"hostlist {hostlist!r}: no host names")
+        raise _refused(hostlist, "no host names", ConfigProblem.MISSING, "a host name")
     for name in names:
         if not name or name.startswith("-"):
-            raise ConfigError(f"hostlist {hostlist!r}: bad host name {name!r}")
+            raise _refused(hostlist, f"bad host name {name!r}", ConfigProblem.BAD_FORMAT, "a host name not starting with '-'",
+                           name)
     return names

@@ -16,11 +16,12 @@ TUI) may be hostile: a gzip bomb, a FIFO that never delivers, a device. So:
 
 Every refusal is one sentence naming the file, the limit and the flag that
 raises it: an :class:`InputRefused`, which each importer turns into its own
-error class (``cannot_open`` tells a missing or unreadable file apart).
+error class by its ``problem`` (an :class:`InputProblem`: why, as a value).
 """
 
 from __future__ import annotations
 
+import enum
 import gzip
 import os
 import stat
@@ -28,7 +29,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpulens.core.errors import ConfigError, GpulensError
+from gpulens.core.errors import ConfigError, ConfigProblem, GpulensError
 
 MiB = 1 << 20
 DEFAULT_MAX_RATIO = 100.0
@@ -43,18 +44,40 @@ CHUNK = 4 * MiB
 Progress = Callable[[float, str], None]
 
 
+class InputProblem(enum.Enum):
+    """Why an input is refused: what a caller or a test compares, not the sentence."""
+
+    CANNOT_OPEN = "cannot open"
+    """Missing or unreadable (or a path component that is a link)."""
+    NOT_REGULAR = "not a regular file"
+    """A directory, device, FIFO or socket: refused before any blocking open."""
+    TOO_LARGE = "too large"
+    """Over ``--max-mib`` (on disk or once unpacked)."""
+    TOO_COMPRESSED = "too compressed"
+    """Unpacks to over ``--max-ratio`` times its size: a gzip bomb."""
+    DAMAGED_GZIP = "damaged gzip"
+    """Gzip data that is damaged or cut short."""
+
+
 class InputRefused(GpulensError):
     """An input gpulens will not read; the message names the file and why.
 
-    ``cannot_open`` is True when the file is missing or unreadable, False when
-    it was refused (not a regular file, damaged gzip, over a limit).
+    ``problem`` (an :class:`InputProblem`) is the reason as a value; ``str(err)`` is the sentence.
     """
 
     title = "input refused"
 
-    def __init__(self, message: str, *, cannot_open: bool = False) -> None:
+    def __init__(self, message: str, *, problem: InputProblem) -> None:
         super().__init__(message)
-        self.cannot_open = cannot_open
+        self.problem = problem
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickled with its reason."""
+        return (_input_refused, (str(self), self.problem))
+
+
+def _input_refused(message: str, problem: InputProblem) -> InputRefused:
+    return InputRefused(message, problem=problem)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,10 +127,10 @@ def open_regular(path: str, what: str = "file") -> tuple[int, int]:
     try:
         kind = _kind(os.stat(path).st_mode)
     except OSError as err:
-        raise InputRefused(f"{path}: cannot open: {err.strerror or err}", cannot_open=True) from None
+        raise InputRefused(f"{path}: cannot open: {err.strerror or err}", problem=InputProblem.CANNOT_OPEN) from None
     if kind is not None:
         raise InputRefused(f"{path}: {kind}, not a {what}; it is not a regular file, and gpulens reads "
-                           "only regular files (save it to a file first)")
+                           "only regular files (save it to a file first)", problem=InputProblem.NOT_REGULAR)
     from gpulens.core.safefs import (  # not at import: the CLI parser loads this module
         UnsafePath,
         closed_on_error,
@@ -118,7 +141,7 @@ def open_regular(path: str, what: str = "file") -> tuple[int, int]:
         # O_NONBLOCK + fstat: a FIFO swapped in after the stat still cannot block the open.
         fd = open_regular_at(None, path, owner=None, max_bytes=1 << 62)
     except UnsafePath as err:
-        raise InputRefused(f"{path}: not read: {err}", cannot_open=True) from None
+        raise InputRefused(f"{path}: not read: {err}", problem=InputProblem.CANNOT_OPEN) from None
     with closed_on_error(fd):
         size = os.fstat(fd).st_size
     return fd, size
@@ -145,12 +168,12 @@ def read_input(
     with os.fdopen(fd, "rb") as raw:
         if size > limits.max_bytes:
             raise InputRefused(f"{path}: {_mib(size)} MiB is over the {_mib(limits.max_bytes)} MiB limit "
-                               "(the --max-mib limit; raise it with --max-mib)")
+                               "(the --max-mib limit; raise it with --max-mib)", problem=InputProblem.TOO_LARGE)
         try:
             magic = raw.read(2)
             raw.seek(0)
         except OSError as err:
-            raise InputRefused(f"{path}: cannot read: {err.strerror or err}", cannot_open=True) from None
+            raise InputRefused(f"{path}: cannot read: {err.strerror or err}", problem=InputProblem.CANNOT_OPEN) from None
         gz = magic == b"\x1f\x8b"
         # min() first: --max-ratio inf means no ratio limit, and int(inf) would raise.
         by_ratio = max(int(min(size * limits.max_ratio, limits.max_bytes)), RATIO_FLOOR_BYTES) if gz \
@@ -165,22 +188,23 @@ def read_input(
                     break
                 buf += chunk
                 if len(buf) > cap:
-                    raise InputRefused(_over(path, size, cap, by_ratio, limits))
+                    raise _over(path, size, cap, by_ratio, limits)
                 if progress is not None and size:
                     progress(min(raw.tell() / size, 1.0) * 0.8, "reading")
         except (EOFError, zlib.error, gzip.BadGzipFile) as err:
-            raise InputRefused(f"{path}: damaged or truncated gzip data: {err}") from None
+            raise InputRefused(f"{path}: damaged or truncated gzip data: {err}", problem=InputProblem.DAMAGED_GZIP) from None
         except OSError as err:
-            raise InputRefused(f"{path}: cannot read: {err.strerror or err}", cannot_open=True) from None
+            raise InputRefused(f"{path}: cannot read: {err.strerror or err}", problem=InputProblem.CANNOT_OPEN) from None
     return buf
 
 
-def _over(path: str, size: int, cap: int, by_ratio: int, limits: InputLimits) -> str:
+def _over(path: str, size: int, cap: int, by_ratio: int, limits: InputLimits) -> InputRefused:
     if cap == by_ratio and by_ratio < limits.max_bytes:
-        return (f"{path}: unpacks to more than {_mib(cap)} MiB uncompressed, over {limits.max_ratio:g}x its "
-                f"{size}-byte file (the --max-ratio limit against gzip bombs; raise it with --max-ratio)")
-    return (f"{path}: more than {_mib(cap)} MiB uncompressed "
-            "(the --max-mib limit; raise it with --max-mib)")
+        return InputRefused(f"{path}: unpacks to more than {_mib(cap)} MiB uncompressed, over {limits.max_ratio:g}x "
+                            f"its {size}-byte file (the --max-ratio limit against gzip bombs; raise it with --max-ratio)",
+                            problem=InputProblem.TOO_COMPRESSED)
+    return InputRefused(f"{path}: more than {_mib(cap)} MiB uncompressed "
+                        "(the --max-mib limit; raise it with --max-mib)", problem=InputProblem.TOO_LARGE)
 
 
 def checked_limits(max_mib: int, max_ratio: float, max_events: int) -> InputLimits:
@@ -190,9 +214,10 @@ def checked_limits(max_mib: int, max_ratio: float, max_events: int) -> InputLimi
         ConfigError: a limit that is not a positive number.
     """
     if max_mib < 1:
-        raise ConfigError(f"--max-mib: expected 1 MiB or more, got {max_mib}")
+        raise ConfigError(where="--max-mib", expected="1 MiB or more", got=max_mib, problem=ConfigProblem.OUT_OF_RANGE)
     if not max_ratio >= 1:  # also NaN
-        raise ConfigError(f"--max-ratio: expected 1 or more, got {max_ratio:g}")
+        raise ConfigError(where="--max-ratio", expected="1 or more", got=max_ratio, problem=ConfigProblem.OUT_OF_RANGE,
+                          detail=f"expected 1 or more, got {max_ratio:g}")
     if max_events < 1:
-        raise ConfigError(f"--max-events: expected 1 or more, got {max_events}")
+        raise ConfigError(where="--max-events", expected="1 or more", got=max_events, problem=ConfigProblem.OUT_OF_RANGE)
     return InputLimits(max_bytes=max_mib * MiB, max_ratio=max_ratio, max_events=max_events)

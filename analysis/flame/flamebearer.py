@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpulens.analysis.flame.errors import FlameFormatError
+from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem
 from gpulens.analysis.flame.model import Profile, build_from_stacks
 
 MAX_NODES = 5_000_000
@@ -40,11 +40,11 @@ def _flamebearer_and_metadata(doc: object, source: str) -> tuple[dict[str, Any],
     fb = doc.get("flamebearer") if isinstance(doc, dict) else None
     meta = doc.get("metadata", {}) if isinstance(doc, dict) else {}
     if not isinstance(fb, dict) or not isinstance(fb.get("names"), list) or not isinstance(fb.get("levels"), list):
-        raise FlameFormatError(f"{source}: not a Pyroscope flamebearer (no flamebearer.names / levels)")
+        raise FlameFormatError(f"{source}: not a Pyroscope flamebearer (no flamebearer.names / levels)", problem=FlameProblem.UNSUPPORTED)
     if not isinstance(meta, dict):
         return fb, {}
     if meta.get("format", "single") != "single":
-        raise FlameFormatError(f"{source}: flamebearer format {meta.get('format')!r}: only 'single' is read")
+        raise FlameFormatError(f"{source}: flamebearer format {meta.get('format')!r}: only 'single' is read", problem=FlameProblem.UNSUPPORTED)
     return fb, meta
 
 
@@ -82,7 +82,7 @@ class _Levels:
                 k += 1
             parent = prev[k] if k < len(prev) and prev[k][0] <= x else None
             if depth and parent is None:
-                raise FlameFormatError(f"{self.source}: level {depth} node {j // 4} has no parent above it")
+                raise FlameFormatError(f"{self.source}: level {depth} node {j // 4} has no parent above it", problem=FlameProblem.BAD_REFERENCE)
             path = (*parent[2], str(self.names[name_i])) if parent is not None else ()  # level 0: Pyroscope's 'total'
             if self_ and path:
                 self.stacks.append((list(path), self_ * self.scale))
@@ -94,9 +94,11 @@ class _Levels:
         """The checked ``[x offset, total, self, name index]`` at ``level[j]``, counted against the bound."""
         self.count += 1
         if self.count > MAX_NODES:
-            raise FlameFormatError(f"{self.source}: over {MAX_NODES:,} nodes")
+            raise FlameFormatError(f"{self.source}: over {MAX_NODES:,} nodes", problem=FlameProblem.TOO_LARGE)
         offset, total, self_, name_i = level[j:j + 4]
-        if not all(isinstance(v, int) and v >= 0 for v in (offset, total, self_, name_i)) \
-                or name_i >= len(self.names):
+        if not all(isinstance(v, int) and v >= 0 for v in (offset, total, self_, name_i)):
             raise FlameFormatError(f"{self.source}: level {depth} node {j // 4}: malformed quadruple")
+        if name_i >= len(self.names):
+            raise FlameFormatError(f"{self.source}: level {depth} node {j // 4}: malformed quadruple",
+                                   problem=FlameProblem.BAD_REFERENCE)
         return offset, total, self_, name_i

@@ -30,7 +30,7 @@ import re
 from collections.abc import Iterable
 from itertools import repeat
 
-from gpulens.analysis.flame.errors import FlameFormatError
+from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem
 from gpulens.analysis.flame.model import Profile, build_profile, subtree_stacks
 from gpulens.analysis.flame.units import unit_kind
 
@@ -55,9 +55,9 @@ def parse_folded(
     well-formed (not a folded file), for a NUL byte, or over the size bounds. ``scale`` multiplies every count (into ``unit``).
     """
     if len(data) > MAX_FOLDED_BYTES:
-        raise FlameFormatError(f"{source}: {len(data)} bytes is over the {MAX_FOLDED_BYTES}-byte limit")
+        raise FlameFormatError(f"{source}: {len(data)} bytes is over the {MAX_FOLDED_BYTES}-byte limit", problem=FlameProblem.TOO_LARGE)
     if b"\x00" in data:
-        raise FlameFormatError(f"{source}: contains NUL bytes; not a folded-stacks text file")
+        raise FlameFormatError(f"{source}: contains NUL bytes; not a folded-stacks text file", problem=FlameProblem.UNSUPPORTED)
     stacks, bad = _parse_lines(data, source)
     if bad and (not stacks or bad.count > 2 * bad.good):  # mostly not folded: not a folded file
         raise FlameFormatError(bad.first)

@@ -9,7 +9,7 @@ sniffs them), so the refusal says what the file is and how to convert it.
 
 from __future__ import annotations
 
-from gpulens.analysis.flame.errors import FlameFormatError
+from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem
 from gpulens.analysis.flame.gecko import gecko_group, gecko_root
 from gpulens.analysis.flame.group import ProfileGroup, single
 from gpulens.analysis.flame.v8profile import (
@@ -39,9 +39,9 @@ def foreign_group(doc: object, kind: str, source: str, title: str, max_events: i
     if kind == "gecko":
         return gecko_group(doc, source, max_events)
     if kind not in ("cpuprofile", "heapprofile"):
-        raise FlameFormatError(f"{source}: unknown format {kind!r}")
+        raise FlameFormatError(f"{source}: unknown format {kind!r}", problem=FlameProblem.UNSUPPORTED)
     if not isinstance(doc, dict):
-        raise FlameFormatError(f"{source}: not a {kind} (expected a JSON object)")
+        raise FlameFormatError(f"{source}: not a {kind} (expected a JSON object)", problem=FlameProblem.UNSUPPORTED)
     if kind == "cpuprofile":
         return single(cpuprofile_profile(doc, source, "Chrome CPU profile: time", max_events))
     return single(heapprofile_profile(doc, source, "Chrome heap profile: allocated bytes", max_events))

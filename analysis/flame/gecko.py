@@ -53,7 +53,7 @@ def gecko_group(doc: object, source: str, max_events: int = 10_000_000) -> Profi
     """Every thread with samples of a Gecko profile (raw or processed), one part each."""
     root = gecko_root(doc)
     if root is None:
-        raise FlameFormatError(f"{source}: not a Gecko profile (expected 'meta' and 'threads')")
+        raise FlameFormatError(f"{source}: not a Gecko profile (expected 'meta' and 'threads')", problem=FlameProblem.UNSUPPORTED)
     prof, devtools = root
     processed = "preprocessedProfileVersion" in prof["meta"]
     interval = prof["meta"].get("interval")
@@ -61,7 +61,7 @@ def gecko_group(doc: object, source: str, max_events: int = 10_000_000) -> Profi
     shared: dict[str, Any] = prof["shared"] if isinstance(prof.get("shared"), dict) else {}
     threads = [t for t in _threads(prof) if isinstance(t, dict) and _has_samples(t)]
     if not threads:
-        raise FlameFormatError(f"{source}: Gecko profile without sampled threads")
+        raise FlameFormatError(f"{source}: Gecko profile without sampled threads", problem=FlameProblem.NO_SAMPLES)
     parts = []
     active = 0
     for i, thread in enumerate(threads):
@@ -142,7 +142,7 @@ def _chain(stack: object, rows: list[Any], prefix_c: int, frame_c: int, where: s
     while stack is not None:
         row = rows[stack] if isinstance(stack, int) and 0 <= stack < len(rows) else None
         if not isinstance(row, list) or len(row) <= max(prefix_c, frame_c) or len(out) > len(rows):
-            raise FlameFormatError(f"{where}: stackTable: no stack {stack!r} (or its prefixes loop)")
+            raise FlameFormatError(f"{where}: stackTable: no stack {stack!r} (or its prefixes loop)", problem=FlameProblem.BAD_REFERENCE)
         out.append(row[frame_c])
         stack = row[prefix_c]
     out.reverse()

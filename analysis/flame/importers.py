@@ -55,7 +55,15 @@ from gpulens.analysis.flame.traceevents import (
     trace_event_group,
     trace_events,
 )
-from gpulens.core.limits import FLAME_MAX_MIB, InputLimits, InputRefused, MiB, read_input, too_many
+from gpulens.core.limits import (
+    FLAME_MAX_MIB,
+    InputLimits,
+    InputProblem,
+    InputRefused,
+    MiB,
+    read_input,
+    too_many,
+)
 
 MAX_FILE_BYTES = FLAME_MAX_MIB * MiB
 """Default ``--max-mib`` of ``gpulens flame``: 1 GiB uncompressed."""
@@ -71,10 +79,14 @@ def _read(path: str, limits: InputLimits) -> bytes:
     try:
         return bytes(read_input(path, limits, what="profile file"))
     except InputRefused as err:
-        if err.cannot_open:
+        if err.problem is InputProblem.CANNOT_OPEN:
             raise FlameError(str(err)) from None
-        too_big = "limit" in str(err)  # over --max-mib or --max-ratio; else not a regular file, or damaged gzip
-        raise FlameFormatError(str(err), problem=FlameProblem.TOO_LARGE if too_big else FlameProblem.MALFORMED) from None
+        raise FlameFormatError(str(err), problem=_REFUSED[err.problem]) from None
+
+
+_REFUSED = {InputProblem.NOT_REGULAR: FlameProblem.NOT_REGULAR, InputProblem.TOO_LARGE: FlameProblem.TOO_LARGE,
+            InputProblem.TOO_COMPRESSED: FlameProblem.TOO_LARGE, InputProblem.DAMAGED_GZIP: FlameProblem.TRUNCATED}
+"""The input guard's refusal -> the flame error's reason (one that cannot open is a plain FlameError)."""
 
 
 class _TooManyObjects(Exception):
@@ -115,7 +127,7 @@ def _json_or_cut_array(data: bytes, source: str, max_objects: int) -> tuple[obje
     try:
         return _json(data, source, max_objects), False
     except FlameFormatError as err:
-        closed = close_truncated(data) if str(err).startswith(f"{source}: invalid JSON") else None
+        closed = close_truncated(data) if err.problem is FlameProblem.NOT_JSON else None
         if closed is None:
             raise
         try:

@@ -66,7 +66,7 @@ def kineto_time(doc: object, source: str = "input", *, max_events: int = MAX_EVE
         threads = _intervals(events, ("cpu_op", "Operator"), source)
         title = "CPU operator time (no python_function events: record with with_stack=True)"
     if not threads:
-        raise FlameFormatError(f"{source}: no python_function or CPU operator events to build a time profile from")
+        raise FlameFormatError(f"{source}: no python_function or CPU operator events to build a time profile from", problem=FlameProblem.NO_SAMPLES)
     stacks: list[tuple[list[str], float]] = []
     for (pid, tid), ivs in threads.items():
         ivs.sort(key=lambda e: (e[0], -e[1]))
@@ -133,11 +133,11 @@ def kineto_memory(
     events = _events(doc, source, max_events)
     allocs = _allocations(events, source)
     if not allocs:
-        raise FlameFormatError(f"{source}: no [memory] allocation events (record with profile_memory=True)")
+        raise FlameFormatError(f"{source}: no [memory] allocation events (record with profile_memory=True)", problem=FlameProblem.NO_SAMPLES)
     if device_type is None:
         device_type = 1 if 1 in allocs else min(allocs)
     if device_type not in allocs:
-        raise FlameFormatError(f"{source}: no [memory] events for device type {device_type}")
+        raise FlameFormatError(f"{source}: no [memory] events for device type {device_type}", problem=FlameProblem.NO_SAMPLES)
     threads = _intervals(events, _STACK_CATS, source)
     stacks: list[tuple[list[str], float]] = []
     for key, points in allocs[device_type].items():
@@ -154,4 +154,4 @@ def kineto_auto(doc: object, source: str = "input", *, max_events: int = MAX_EVE
         return kineto_time(doc, source, max_events=max_events)
     if any(isinstance(ev, dict) and ev.get("name") == "[memory]" for ev in events):
         return kineto_memory(doc, source, max_events=max_events)
-    raise FlameFormatError(f"{source}: no python_function, CPU operator or [memory] events in this trace")
+    raise FlameFormatError(f"{source}: no python_function, CPU operator or [memory] events in this trace", problem=FlameProblem.NO_SAMPLES)

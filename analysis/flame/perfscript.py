@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 
-from gpulens.analysis.flame.errors import FlameFormatError
+from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem
 from gpulens.analysis.flame.model import Profile, build_profile, stack_key
 from gpulens.analysis.flame.units import perf_event_unit
 
@@ -179,7 +179,7 @@ def parse_perf_script(data: bytes, source: str = "input", title: str = "") -> Pr
     stacks = fold.stacks
     if not stacks:
         raise FlameFormatError(f"{source}: no perf script samples (a header line, then 'addr symbol (dso)' "
-                               f"frame lines); {fold.unrecognized} line(s) not recognised")
+                               f"frame lines); {fold.unrecognized} line(s) not recognised", problem=FlameProblem.NO_SAMPLES)
     unit = _unit(fold.event_filter, fold.periods, fold.samples)
     if unit == "seconds":  # summed as integer ns, divided once
         return build_profile({k: v / 1e9 for k, v in stacks.items()}, unit, title or fold.notes(unit))

@@ -28,7 +28,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
-from gpulens.analysis.flame.errors import FlameFormatError
+from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem
 from gpulens.analysis.flame.model import Profile, build_from_stacks
 from gpulens.analysis.flame.units import unit_event
 
@@ -133,7 +133,8 @@ def _read_varint(data: bytes, i: int) -> tuple[int, int]:
     value = shift = 0
     while True:
         if i >= len(data) or shift > 63:
-            raise FlameFormatError("pprof: truncated or overlong varint")
+            raise FlameFormatError("pprof: truncated or overlong varint",
+                                   problem=FlameProblem.TRUNCATED if i >= len(data) else FlameProblem.MALFORMED)
         b = data[i]
         i += 1
         value |= (b & 0x7F) << shift
@@ -150,14 +151,14 @@ def _fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
         num, wire = key >> 3, key & 7
         n += 1
         if n > MAX_ITEMS:
-            raise FlameFormatError(f"pprof: over {MAX_ITEMS} fields in one message")
+            raise FlameFormatError(f"pprof: over {MAX_ITEMS} fields in one message", problem=FlameProblem.TOO_LARGE)
         if wire == 0:
             value, i = _read_varint(data, i)
             yield num, value
         elif wire == 2:
             size, i = _read_varint(data, i)
             if i + size > len(data):
-                raise FlameFormatError("pprof: a field runs past the end of its message")
+                raise FlameFormatError("pprof: a field runs past the end of its message", problem=FlameProblem.TRUNCATED)
             yield num, data[i:i + size]
             i += size
         elif wire == 1:
@@ -190,12 +191,12 @@ def _unzipped(raw: bytes, source: str) -> bytes:
         try:
             data = unzip.decompress(raw, MAX_BYTES)
         except zlib.error as err:
-            raise FlameFormatError(f"{source}: not a gzip stream: {err}") from None
+            raise FlameFormatError(f"{source}: not a gzip stream: {err}", problem=FlameProblem.TRUNCATED) from None
         if unzip.unconsumed_tail:
-            raise FlameFormatError(f"{source}: over {MAX_BYTES >> 20} MiB uncompressed")
+            raise FlameFormatError(f"{source}: over {MAX_BYTES >> 20} MiB uncompressed", problem=FlameProblem.TOO_LARGE)
         return data
     if len(raw) > MAX_BYTES:
-        raise FlameFormatError(f"{source}: over {MAX_BYTES >> 20} MiB")
+        raise FlameFormatError(f"{source}: over {MAX_BYTES >> 20} MiB", problem=FlameProblem.TOO_LARGE)
     return raw
 
 
@@ -268,7 +269,7 @@ class _Stacks:
     def text(self, i: int) -> str:
         strings = self.tables.strings
         if not 0 <= i < len(strings):
-            raise FlameFormatError(f"{self.source}: string index {i} outside the table of {len(strings)}")
+            raise FlameFormatError(f"{self.source}: string index {i} outside the table of {len(strings)}", problem=FlameProblem.BAD_REFERENCE)
         return strings[i]
 
     def frames(self, ids: list[int]) -> list[str]:
@@ -292,7 +293,7 @@ def read_pprof(raw: bytes, source: str = "input") -> Profile:
         tables.add(num, value)
     types, default = tables.types, tables.default
     if not types or not tables.strings or tables.strings[0] != "":
-        raise FlameFormatError(f"{source}: not a pprof profile (no sample type or string table)")
+        raise FlameFormatError(f"{source}: not a pprof profile (no sample type or string table)", problem=FlameProblem.UNSUPPORTED)
     stacks_of = _Stacks(tables, source)
     which = next((k for k, (t, _) in enumerate(types) if default and t == default), len(types) - 1)
     kind, unit = stacks_of.text(types[which][0]), stacks_of.text(types[which][1])

@@ -164,7 +164,7 @@ def scan_pickle(data: bytes, source: str = "input", max_objects: int = DEFAULT_M
     else:
         i = n + 1
     if i > n or data[i - 1] != pickle.STOP[0]:
-        raise FlameFormatError(f"{source}: not a readable pickle: it ends before its STOP opcode (truncated)")
+        raise FlameFormatError(f"{source}: not a readable pickle: it ends before its STOP opcode (truncated)", problem=FlameProblem.TRUNCATED)
     containers = sum(counts[op] for op in _CONTAINERS)
     if containers > max_objects:
         raise FlameFormatError(too_many(source, "containers (dicts, lists, tuples) in a memory snapshot",

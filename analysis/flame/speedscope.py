@@ -14,7 +14,7 @@ import math
 from functools import partial
 from typing import Any
 
-from gpulens.analysis.flame.errors import FlameFormatError
+from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem
 from gpulens.analysis.flame.group import Part, ProfileGroup, group_of
 from gpulens.analysis.flame.labels import parse_frame
 from gpulens.analysis.flame.model import Profile, build_from_stacks, subtree_stacks
@@ -39,7 +39,7 @@ def _frame_text(frame: object, where: str) -> str:
 
 def _index(value: object, n: int, where: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < n:
-        raise FlameFormatError(f"{where}: frame index {value!r} out of range 0..{n - 1}")
+        raise FlameFormatError(f"{where}: frame index {value!r} out of range 0..{n - 1}", problem=FlameProblem.BAD_REFERENCE)
     return value
 
 
@@ -59,7 +59,7 @@ def speedscope_group(doc: object, source: str = "input") -> ProfileGroup:
     checked when built, so a bad one fails when picked, naming its index).
     """
     if not isinstance(doc, dict) or not isinstance(doc.get("profiles"), list):
-        raise FlameFormatError(f"{source}: not a speedscope file (no 'profiles' list)")
+        raise FlameFormatError(f"{source}: not a speedscope file (no 'profiles' list)", problem=FlameProblem.UNSUPPORTED)
     shared = doc.get("shared")
     raw_frames = shared.get("frames") if isinstance(shared, dict) else None
     if not isinstance(raw_frames, list):
@@ -67,12 +67,12 @@ def speedscope_group(doc: object, source: str = "input") -> ProfileGroup:
     frames = [_frame_text(f, f"{source}: shared.frames[{i}]") for i, f in enumerate(raw_frames)]
     profiles = doc["profiles"]
     if not profiles:
-        raise FlameFormatError(f"{source}: profiles: empty")
+        raise FlameFormatError(f"{source}: profiles: empty", problem=FlameProblem.NO_SAMPLES)
     idx = doc.get("activeProfileIndex")
     if idx is None:  # py-spy writes null: speedscope shows the first profile
         idx = 0
     if not isinstance(idx, int) or isinstance(idx, bool) or not 0 <= idx < len(profiles):
-        raise FlameFormatError(f"{source}: activeProfileIndex: {idx!r} out of range 0..{len(profiles) - 1}")
+        raise FlameFormatError(f"{source}: activeProfileIndex: {idx!r} out of range 0..{len(profiles) - 1}", problem=FlameProblem.BAD_REFERENCE)
     parts = []
     for k, prof in enumerate(profiles):
         where = f"{source}: profiles[{k}]"
@@ -102,7 +102,7 @@ def _sampled(prof: dict[str, Any], frames: list[str], where: str, scale: float) 
     if not isinstance(samples, list) or not isinstance(weights, list) or len(samples) != len(weights):
         raise FlameFormatError(f"{where}: 'samples' and 'weights' must be lists of equal length")
     if len(samples) > MAX_SAMPLES:
-        raise FlameFormatError(f"{where}: more than {MAX_SAMPLES} samples")
+        raise FlameFormatError(f"{where}: more than {MAX_SAMPLES} samples", problem=FlameProblem.TOO_LARGE)
     n = len(frames)
     stacks = []
     for k, (stack, weight) in enumerate(zip(samples, weights, strict=False)):
@@ -116,7 +116,8 @@ def _sampled(prof: dict[str, Any], frames: list[str], where: str, scale: float) 
 def _evented(prof: dict[str, Any], frames: list[str], where: str, scale: float) -> list[tuple[list[str], float]]:
     events = prof.get("events")
     if not isinstance(events, list) or len(events) > MAX_SAMPLES:
-        raise FlameFormatError(f"{where}.events: expected a list (at most {MAX_SAMPLES})")
+        raise FlameFormatError(f"{where}.events: expected a list (at most {MAX_SAMPLES})",
+                               problem=FlameProblem.TOO_LARGE if isinstance(events, list) else FlameProblem.MALFORMED)
     n = len(frames)
     open_frames: list[int] = []
     stacks: list[tuple[list[str], float]] = []

@@ -194,7 +194,7 @@ def trace_event_group(doc: object, source: str = "input", max_events: int = 10_0
                     keys[(pid, tid)] = got
             got.append(_checked(ev, k, source, hermes, shared))
     if not threads:
-        raise FlameFormatError(f"{source}: no B/E or X events to build a flame graph from")
+        raise FlameFormatError(f"{source}: no B/E or X events to build a flame graph from", problem=FlameProblem.NO_SAMPLES)
     processes, thread_names = _metadata(events)
     pyspy = any(isinstance(ev, dict) and ev.get("cat") == "py-spy" for ev in events[:100])
     parts = []
@@ -234,7 +234,7 @@ def _samples_group(doc: dict[str, Any], source: str, max_events: int, cut: str) 
         threads.setdefault(key, []).append((ts, sample.get("sf", MISSING)))
         firsts.setdefault(key, sample)
     if not threads:
-        raise FlameFormatError(f"{source}: no samples to build a flame graph from")
+        raise FlameFormatError(f"{source}: no samples to build a flame graph from", problem=FlameProblem.NO_SAMPLES)
     processes, thread_names = _metadata(doc["traceEvents"])
     parts = []
     for key in sorted(threads):
@@ -263,9 +263,9 @@ def _samples_profile(rows: list[tuple[float, Any]], frames: dict[str, Any], titl
         while truthy(at):
             frame = frames.get(template(at))
             if not isinstance(frame, dict):
-                raise FlameFormatError(f"{source}: stackFrames: no frame {template(at)!r}, which a sample's stack uses")
+                raise FlameFormatError(f"{source}: stackFrames: no frame {template(at)!r}, which a sample's stack uses", problem=FlameProblem.BAD_REFERENCE)
             if len(path) >= len(frames):
-                raise FlameFormatError(f"{source}: stackFrames[{fid!r}]: its chain of parents loops")
+                raise FlameFormatError(f"{source}: stackFrames[{fid!r}]: its chain of parents loops", problem=FlameProblem.BAD_REFERENCE)
             path.append(template(frame.get("name", MISSING)))
             at = frame.get("parent", MISSING)
         budget -= len(path)

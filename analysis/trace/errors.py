@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 
 from gpulens.core.errors import GpulensError
-from gpulens.core.limits import InputRefused
+from gpulens.core.limits import InputProblem, InputRefused
 
 
 class TraceProblem(enum.Enum):
@@ -62,7 +62,8 @@ class TraceFileError(GpulensError):
     @classmethod
     def refused(cls, err: InputRefused) -> TraceFileError:
         """The input guard's refusal as a trace error, with its reason."""
-        return cls(str(err), problem=TraceProblem.CANNOT_OPEN if err.cannot_open else TraceProblem.REFUSED)
+        return cls(str(err), problem=TraceProblem.CANNOT_OPEN if err.problem is InputProblem.CANNOT_OPEN
+                   else TraceProblem.REFUSED)
 
 
 def _trace_file_error(message: str, problem: TraceProblem) -> TraceFileError:

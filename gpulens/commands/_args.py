@@ -50,12 +50,13 @@ def add_pid_argument(parser: ArgumentsOf, *, required: bool, help: str) -> None:
 
 def pids_of(args: argparse.Namespace) -> tuple[int, ...]:
     """The pids given, in order, each once; ConfigError for one out of range."""
-    from gpulens.core.errors import ConfigError
+    from gpulens.core.errors import ConfigError, ConfigProblem
 
     pids = tuple(dict.fromkeys(getattr(args, "pid", None) or ()))
     bad = [p for p in pids if p <= 0 or p >= PID_LIMIT]
     if bad:
-        raise ConfigError(f"--pid: expected process ids from 1 to {PID_LIMIT - 1}, got {bad[0]}")
+        raise ConfigError(where="--pid", expected=f"process ids from 1 to {PID_LIMIT - 1}", got=bad[0],
+                          problem=ConfigProblem.OUT_OF_RANGE)
     return pids
 
 
@@ -73,7 +74,7 @@ def add_remote_arguments(parser: ArgumentsOf, *, what: str) -> None:
 
 def remote_target(args: argparse.Namespace) -> str | None:
     """The one remote host asked for, as ``HOST:PORT`` or ``ssh:NODE``; None for this machine."""
-    from gpulens.core.errors import ConfigError
+    from gpulens.core.errors import ConfigError, ConfigProblem
 
     given = [(flag, value) for flag, value in (
         ("--connect", getattr(args, "remote_connect", None)),
@@ -81,15 +82,18 @@ def remote_target(args: argparse.Namespace) -> str | None:
         ("--host", getattr(args, "remote_host", None)),
     ) if value is not None]
     if len(given) > 1:
-        raise ConfigError(f"{given[0][0]} and {given[1][0]}: give one remote host, not both")
+        raise ConfigError(where=f"{given[0][0]} and {given[1][0]}", expected="one remote host",
+                          problem=ConfigProblem.CONFLICT, detail="give one remote host, not both")
     if not given:
         return None
     flag, value = given[0]
     if not value.strip():
-        raise ConfigError(f"{flag}: expected a host, got an empty string")
+        raise ConfigError(where=flag, expected="a host", got=value, problem=ConfigProblem.MISSING,
+                          detail="expected a host, got an empty string")
     if flag == "--ssh":
         if "," in value or "[" in value:
-            raise ConfigError(f"--ssh {value!r}: expected one node (this command works on one host)")
+            raise ConfigError(where=f"--ssh {value!r}", expected="one node", got=value, problem=ConfigProblem.BAD_FORMAT,
+                              detail="expected one node (this command works on one host)")
         return f"ssh:{value}"
     return str(value)
 

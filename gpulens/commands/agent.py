@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from gpulens.core.errors import ConfigError
+from gpulens.core.errors import ConfigError, ConfigProblem
 
 if TYPE_CHECKING:  # the agent's modules load only when it runs (the command line starts fast)
     import socket
@@ -91,11 +91,12 @@ def parse_listen(value: str) -> tuple[str, int]:
 
     text = value.strip()
     if not text:
-        raise ConfigError("--listen: expected [HOST:]PORT, got an empty string")
+        raise ConfigError(where="--listen", expected="[HOST:]PORT", got=value, problem=ConfigProblem.MISSING,
+                          detail="expected [HOST:]PORT, got an empty string")
     if text.startswith("["):
         host, _, rest = text[1:].partition("]")
         if rest and not rest.startswith(":"):
-            raise ConfigError(f"--listen: expected [HOST:]PORT, got {value!r}")
+            raise ConfigError(where="--listen", expected="[HOST:]PORT", got=value, problem=ConfigProblem.BAD_FORMAT)
         port_s = rest[1:] if rest else str(DEFAULT_PORT)
     elif text.isdigit():
         host, port_s = "", text
@@ -107,9 +108,10 @@ def parse_listen(value: str) -> tuple[str, int]:
     try:
         port = int(port_s)
     except ValueError:
-        raise ConfigError(f"--listen: expected [HOST:]PORT, got {value!r}") from None
+        raise ConfigError(where="--listen", expected="[HOST:]PORT", got=value, problem=ConfigProblem.BAD_FORMAT) from None
     if not 0 <= port <= 65535:
-        raise ConfigError(f"--listen: port must be 0..65535, got {port}")
+        raise ConfigError(where="--listen", expected="a port from 0 to 65535", got=port, problem=ConfigProblem.OUT_OF_RANGE,
+                          detail=f"port must be 0..65535, got {port}")
     return host, port
 
 
@@ -155,7 +157,8 @@ def run(args: argparse.Namespace) -> int:
     if args.claim_retry is not None:
         agent.claim_retry_s = args.claim_retry
     if args.pyroscope and not args.gpumem:
-        raise ConfigError("--pyroscope pushes --gpumem's profiles: add --gpumem")
+        raise ConfigError("--pyroscope pushes --gpumem's profiles: add --gpumem", where="--pyroscope",
+                          expected="--gpumem", problem=ConfigProblem.CONFLICT)
     services = _Services()
     try:
         services.start(args, hostname, agent)
@@ -193,15 +196,20 @@ def _check_flags(args: argparse.Namespace) -> None:
         tcp_only = [flag for flag, v in (("--port-file", args.port_file), ("--tls-cert", args.tls_cert),
                                          ("--tls-key", args.tls_key)) if v]
         if tcp_only:
-            raise ConfigError(f"{', '.join(tcp_only)}: only with --listen (--stdio has no port; ssh encrypts)")
+            raise ConfigError(where=", ".join(tcp_only), expected="--listen", problem=ConfigProblem.CONFLICT,
+                              detail="only with --listen (--stdio has no port; ssh encrypts)")
     if args.hostname is not None and not args.hostname.strip():
-        raise ConfigError("--hostname: expected a name, got an empty string")
+        raise ConfigError(where="--hostname", expected="a name", got=args.hostname, problem=ConfigProblem.MISSING,
+                          detail="expected a name, got an empty string")
     if args.claim_retry is not None and not 0 < args.claim_retry <= 3600:
-        raise ConfigError(f"--claim-retry: expected seconds in (0, 3600], got {args.claim_retry:g}")
+        raise ConfigError(where="--claim-retry", expected="seconds in (0, 3600]", got=args.claim_retry,
+                          problem=ConfigProblem.OUT_OF_RANGE, detail=f"expected seconds in (0, 3600], got {args.claim_retry:g}")
     if args.max_queue < 1:
-        raise ConfigError("--max-queue: expected at least 1")
+        raise ConfigError(where="--max-queue", expected="at least 1", problem=ConfigProblem.OUT_OF_RANGE)
     if args.history_minutes is not None and not 0 < args.history_minutes <= 24 * 60:
-        raise ConfigError(f"--history-minutes: expected minutes in (0, 1440], got {args.history_minutes:g}")
+        raise ConfigError(where="--history-minutes", expected="minutes in (0, 1440]", got=args.history_minutes,
+                          problem=ConfigProblem.OUT_OF_RANGE,
+                          detail=f"expected minutes in (0, 1440], got {args.history_minutes:g}")
     _check_metrics_flags(args)
 
 
@@ -210,12 +218,12 @@ def _check_metrics_flags(args: argparse.Namespace) -> None:
     from gpulens.agent.listener import is_loopback
 
     if args.metrics_port is not None and not 1 <= args.metrics_port <= 65535:
-        raise ConfigError(f"--metrics-port: expected a port from 1 to 65535, got {args.metrics_port}")
+        raise ConfigError(where="--metrics-port", expected="a port from 1 to 65535", got=args.metrics_port,
+                          problem=ConfigProblem.OUT_OF_RANGE)
     if args.metrics_port is not None and not args.metrics_public and not is_loopback(args.metrics_addr):
-        raise ConfigError(
-            f"--metrics-addr {args.metrics_addr}: /metrics has no authentication, so a non-loopback "
-            "address needs --metrics-public"
-        )
+        raise ConfigError(where=f"--metrics-addr {args.metrics_addr}", expected="--metrics-public",
+                          problem=ConfigProblem.CONFLICT,
+                          detail="/metrics has no authentication, so a non-loopback address needs --metrics-public")
 
 
 def _listen_address(args: argparse.Namespace, token: bytes | None) -> tuple[str, int]:
@@ -226,17 +234,17 @@ def _listen_address(args: argparse.Namespace, token: bytes | None) -> tuple[str,
         return "", 0
     host, port = parse_listen(args.listen)
     if not is_loopback(host) and token is None:
-        raise ConfigError(
-            f"--listen {args.listen}: a non-loopback address needs --token-file "
-            "(or use --ssh from the viewer, which opens no port)"
-        )
+        raise ConfigError(where=f"--listen {args.listen}", expected="--token-file", problem=ConfigProblem.CONFLICT,
+                          detail="a non-loopback address needs --token-file "
+                                 "(or use --ssh from the viewer, which opens no port)")
     return host, port
 
 
 def _tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
     """``--tls-cert``/``--tls-key``: a server SSL context (None: no TLS), or ConfigError in one line."""
     if bool(args.tls_cert) != bool(args.tls_key):
-        raise ConfigError("--tls-cert and --tls-key go together")
+        raise ConfigError("--tls-cert and --tls-key go together", where="--tls-cert/--tls-key",
+                          expected="both or neither", problem=ConfigProblem.CONFLICT)
     if not args.tls_cert:
         return None
     import ssl
@@ -244,11 +252,14 @@ def _tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
     ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     for flag, path in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)):
         if not os.path.isfile(path) or not os.access(path, os.R_OK):
-            raise ConfigError(f"{flag} {path}: not a readable file")
+            raise ConfigError(where=f"{flag} {path}", expected="a readable file", got=path,
+                              problem=ConfigProblem.UNREADABLE, detail="not a readable file")
     try:
         ssl_context.load_cert_chain(args.tls_cert, args.tls_key)
     except (OSError, ssl.SSLError) as err:
-        raise ConfigError(f"--tls-cert/--tls-key: cannot load a PEM certificate chain and its key: {err}") from err
+        raise ConfigError(where="--tls-cert/--tls-key", expected="a PEM certificate chain and its key",
+                          problem=ConfigProblem.UNREADABLE,
+                          detail=f"cannot load a PEM certificate chain and its key: {err}") from err
     return ssl_context
 
 
@@ -264,7 +275,8 @@ def _bind(args: argparse.Namespace, host: str, port: int) -> socket.socket | Non
     try:
         return listen(host, port)
     except OSError as err:
-        raise ConfigError(f"--listen {args.listen}: cannot listen: {err.strerror or err}") from err
+        raise ConfigError(where=f"--listen {args.listen}", problem=ConfigProblem.UNAVAILABLE,
+                          detail=f"cannot listen: {err.strerror or err}") from err
 
 
 class _Services:
@@ -351,7 +363,7 @@ def _start_gpumem() -> GpuMemService:
     try:
         service = GpuMemService()
     except BpfError as err:
-        raise ConfigError(f"--gpumem: {err}") from err
+        raise ConfigError(where="--gpumem", problem=ConfigProblem.UNAVAILABLE, detail=str(err)) from err
     found = ", ".join(service.paths) or "none found by ldconfig (a job's own copy is probed when asked)"
     print(f"gpulens agent: tracing GPU memory allocations through {found}", file=sys.stderr, flush=True)
     return service
@@ -364,7 +376,8 @@ def _write_port_file(path: str, port: int) -> None:
         # A fresh unpredictable temporary name (O_EXCL | O_NOFOLLOW), renamed over PATH.
         write_new_file(path, f"{port}\n".encode())
     except OSError as err:
-        raise ConfigError(f"--port-file {path}: cannot write: {err.strerror or err}") from err
+        raise ConfigError(where=f"--port-file {path}", problem=ConfigProblem.UNAVAILABLE,
+                          detail=f"cannot write: {err.strerror or err}") from err
 
 
 def _serve_metrics(args: argparse.Namespace, hostname: str, agent: Agent) -> MetricsServer:
@@ -372,11 +385,13 @@ def _serve_metrics(args: argparse.Namespace, hostname: str, agent: Agent) -> Met
         from gpulens.agent.metrics import serve_metrics
         from gpulens.collectors.host import read_cpu_times
     except ImportError as err:
-        raise ConfigError(f"--metrics-port: the Prometheus exporter is not installed ({err})") from err
+        raise ConfigError(where="--metrics-port", problem=ConfigProblem.UNAVAILABLE,
+                          detail=f"the Prometheus exporter is not installed ({err})") from err
     try:
         return serve_metrics(
             args.metrics_port, hostname, agent.latest, addr=args.metrics_addr, public=args.metrics_public,
             history=agent.history_since, cpu_times=read_cpu_times,
         )
     except OSError as err:
-        raise ConfigError(f"--metrics-port {args.metrics_port}: cannot listen: {err.strerror or err}") from err
+        raise ConfigError(where=f"--metrics-port {args.metrics_port}", problem=ConfigProblem.UNAVAILABLE,
+                          detail=f"cannot listen: {err.strerror or err}") from err

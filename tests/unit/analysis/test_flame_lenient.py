@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpulens.analysis.flame.errors import FlameFormatError
+from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem
 from gpulens.analysis.flame.importers import group_from_bytes, load_profile
 from tests.paths import DATA
 
@@ -23,10 +23,12 @@ def test_comment_and_bad_lines_are_skipped_and_counted() -> None:
 
 
 def test_a_file_of_mostly_bad_lines_is_still_refused() -> None:
-    with pytest.raises(FlameFormatError, match="not a profile gpulens reads"):
+    with pytest.raises(FlameFormatError) as prose:
         group_from_bytes(b"hello world\nthis is prose\nof three lines\na;b 1\n", "notes.txt")
-    with pytest.raises(FlameFormatError, match=r"line 2: expected 'frame;frame;... COUNT'"):
+    assert prose.value.problem is FlameProblem.UNSUPPORTED  # its first line is not folded: not a profile
+    with pytest.raises(FlameFormatError) as mostly_bad:
         group_from_bytes(b"a;b 1\nnot folded\nnor this\nnor that\n", "x.folded")
+    assert mostly_bad.value.problem is FlameProblem.MALFORMED  # folded, but more bad lines than good
 
 
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-8-sig"])

@@ -186,11 +186,11 @@ def test_stack_frames_past_max_events_are_refused() -> None:
     assert info.value.problem is FlameProblem.TOO_LARGE
 
 
-def test_bad_timestamps_name_the_event() -> None:
-    with pytest.raises(FlameFormatError, match=r"traceEvents\[1\]: expected a numeric 'ts' and 'dur' \(or 'tdur'\)"):
-        group_from_bytes(_bytes([{"ph": "B", "ts": 0}, {"ph": "X", "ts": 1, "dur": -3}]), "bad.json")
-    with pytest.raises(FlameFormatError, match=r"traceEvents\[0\]: expected a numeric 'ts'"):
-        group_from_bytes(_bytes([{"ph": "E", "ts": "soon"}]), "bad.json")
+def test_bad_timestamps_are_malformed_events() -> None:
+    for events in ([{"ph": "B", "ts": 0}, {"ph": "X", "ts": 1, "dur": -3}], [{"ph": "E", "ts": "soon"}]):
+        with pytest.raises(FlameFormatError) as info:
+            group_from_bytes(_bytes(events), "bad.json")
+        assert info.value.problem is FlameProblem.MALFORMED
 
 
 def _samples_doc(samples: list[dict[str, Any]], frames: dict[str, Any]) -> bytes:
@@ -206,11 +206,13 @@ def test_samples_out_of_order_are_sorted_and_broken_frames_refused() -> None:
     assert group.names == ("js (pid 3, tid 4)",)
     assert {tuple(f): w for f, w in group.pick(0).stacks()} == {("root",): pytest.approx(20e-6),
                                                                 ("root", "leaf"): pytest.approx(10e-6)}
-    with pytest.raises(FlameFormatError, match="no frame '9'"):
+    with pytest.raises(FlameFormatError) as missing:  # a sample on frame 9, which is not there
         group_from_bytes(_samples_doc([*samples, {"pid": 3, "tid": 4, "ts": 50, "sf": 9}], frames), "s.json").pick(0)
+    assert missing.value.problem is FlameProblem.BAD_REFERENCE
     loop = {"1": {"name": "a", "parent": 2}, "2": {"name": "b", "parent": 1}}
-    with pytest.raises(FlameFormatError, match="parents loops"):
+    with pytest.raises(FlameFormatError) as looped:
         group_from_bytes(_samples_doc(samples, loop), "s.json").pick(0)
+    assert looped.value.problem is FlameProblem.BAD_REFERENCE
 
 
 def test_pyspy_frames_keep_file_and_line() -> None:

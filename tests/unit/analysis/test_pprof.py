@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpulens.analysis.flame.errors import FlameFormatError
+from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem
 from gpulens.analysis.flame.exporters import export_pprof
 from gpulens.analysis.flame.importers import load_profile
 from gpulens.analysis.flame.model import Profile, build_from_stacks
@@ -55,13 +55,18 @@ def test_bytes_are_a_profile_or_a_format_error(raw: bytes) -> None:
     assert got.unit in ("bytes", "samples", "seconds") and got.total >= 0
 
 
-def test_malformed_pprof_says_so() -> None:
-    with pytest.raises(FlameFormatError, match="not a pprof profile"):
-        read_pprof(b"\x10\x01")
-    with pytest.raises(FlameFormatError, match="string index 9"):
-        read_pprof(b"\x0a\x04\x08\x09\x10\x01" + b"\x32\x00")
-    with pytest.raises(FlameFormatError, match="pprof"):  # a gzip stream cut short
-        read_pprof(gzip.compress(to_pprof(GPU, "bytes"))[:-40])
+@pytest.mark.parametrize(("raw", "problem"), [
+    (b"\x10\x01", FlameProblem.UNSUPPORTED),  # no sample type or string table: not pprof
+    (b"\x0a\x04\x08\x09\x10\x01" + b"\x32\x00", FlameProblem.BAD_REFERENCE),  # string index 9 of a table of 1
+    (gzip.compress(gzip.decompress(to_pprof(GPU, "bytes"))[:144]), FlameProblem.TRUNCATED),  # cut inside a sample
+    (b"\x0a\x04\x08\x01\x10\x02\x32\x05ab", FlameProblem.TRUNCATED),  # a field past the end
+    (b"\x0a\x04\x08\x01\x10\x02\x08" + b"\xff" * 11, FlameProblem.MALFORMED),  # a varint over 64 bits
+    (b"\x0a\x04\x08\x01\x10\x02\x0b", FlameProblem.MALFORMED),  # wire type 3
+])
+def test_malformed_pprof_says_why(raw: bytes, problem: FlameProblem) -> None:
+    with pytest.raises(FlameFormatError) as info:
+        read_pprof(raw)
+    assert info.value.problem is problem
 
 
 @needs_go

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulens.core.errors import ConfigError
+from gpulens.core.errors import UNSET, ConfigError, ConfigProblem
 from gpulens.core.hostlist import expand
 from gpulens.sources.stream.source import parse_connect, slurm_hosts, ssh_target, tcp_target
 
@@ -39,27 +39,38 @@ def test_expand_sixteen_plus_one() -> None:
     assert len(hosts) == 17 and hosts[0] == "node01" and hosts[15] == "node16" and hosts[16] == "node20"
 
 
+MISSING, BAD_FORMAT, TOO_LARGE = ConfigProblem.MISSING, ConfigProblem.BAD_FORMAT, ConfigProblem.TOO_LARGE
+
+
 @pytest.mark.parametrize(
-    ("text", "match"),
+    ("text", "problem", "got"),
     [
-        ("", "empty"),
-        ("n[1-", "without"),
-        ("n1-]", "without"),
-        ("n[[1]]", "nested"),
-        ("n[3-1]", "backwards"),
-        ("n[a-b]", "bad range"),
-        ("n[0-99999999999]", "more than 100000"),
-        ("a[0-999]b[0-999]", "more than 100000"),
-        ("a;rm -rf /", "bad characters"),
-        (",, ,", "no host names"),
-        ("$(id)", "bad characters"),
-        ("-oProxyCommand=x", "bad characters"),
-        ("-oProxyCommand", "bad host name"),
+        ("", MISSING, ""),
+        ("n[1-", BAD_FORMAT, "["),  # '[' without ']'
+        ("n1-]", BAD_FORMAT, "]"),  # ']' without '['
+        ("n[[1]]", BAD_FORMAT, "["),  # nested
+        ("n[3-1]", BAD_FORMAT, "3-1"),  # runs backwards
+        ("n[a-b]", BAD_FORMAT, "a-b"),  # not N or LO-HI
+        ("n[0-99999999999]", TOO_LARGE, UNSET),
+        ("a[0-999]b[0-999]", TOO_LARGE, UNSET),
+        ("a;rm -rf /", BAD_FORMAT, "a;rm -rf /"),  # characters no host name has
+        (",, ,", MISSING, UNSET),  # no host names
+        ("$(id)", BAD_FORMAT, "$(id)"),
+        ("-oProxyCommand=x", BAD_FORMAT, "-oProxyCommand=x"),
+        ("-oProxyCommand", BAD_FORMAT, "-oProxyCommand"),  # an ssh option, not a host name
     ],
 )
-def test_expand_refuses(text: str, match: str) -> None:
-    with pytest.raises(ConfigError, match=match):
+def test_expand_refuses(text: str, problem: ConfigProblem, got: object) -> None:
+    with pytest.raises(ConfigError) as info:
         expand(text)
+    assert (info.value.problem, info.value.got) == (problem, got)
+
+
+def test_a_hostlist_error_names_the_expression_and_the_part() -> None:
+    """The one sentence of this area kept: what a user reads for a bad range."""
+    with pytest.raises(ConfigError) as info:
+        expand("n[1-3],m[5-x]")
+    assert str(info.value) == "hostlist 'm[5-x]': bad range '5-x' (expected N or LO-HI)"
 
 
 def test_exactly_the_limit_is_allowed() -> None:

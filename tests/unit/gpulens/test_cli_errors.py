@@ -244,16 +244,18 @@ def test_agent_bad_flags_are_one_line(gpulens_exe: str, args: tuple[str, ...], e
 
 def test_agent_listen_host_alone_uses_the_viewers_default_port() -> None:
     from gpulens.commands.agent import parse_listen
-    from gpulens.core.errors import ConfigError
+    from gpulens.core.errors import ConfigError, ConfigProblem
     from gpulens.sources.stream.source import DEFAULT_PORT, tcp_target
 
     assert parse_listen("node1") == ("node1", DEFAULT_PORT) == (tcp_target("node1").host, tcp_target("node1").port)
     assert parse_listen("[::1]") == ("::1", DEFAULT_PORT)
     assert parse_listen("0") == ("127.0.0.1", 0)
     assert parse_listen("[::1]:0") == ("::1", 0)
-    for bad in ("", "a:b", "[::1]x", "99999"):
-        with pytest.raises(ConfigError, match="--listen"):
+    for bad, problem in (("", ConfigProblem.MISSING), ("a:b", ConfigProblem.BAD_FORMAT),
+                         ("[::1]x", ConfigProblem.BAD_FORMAT), ("99999", ConfigProblem.OUT_OF_RANGE)):
+        with pytest.raises(ConfigError) as info:
             parse_listen(bad)
+        assert (info.value.where, info.value.problem) == ("--listen", problem)
 
 
 def test_agent_token_file_readable_by_others_is_one_line(gpulens_exe: str, tmp_path: Path) -> None:

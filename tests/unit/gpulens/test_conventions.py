@@ -17,7 +17,7 @@ from gpulens.cli import build_parser, main
 from gpulens.commands._args import add_pid_argument, add_remote_arguments, pids_of, remote_target
 from gpulens.core import dirs, logbook
 from gpulens.core.config import Config
-from gpulens.core.errors import ConfigError
+from gpulens.core.errors import ConfigError, ConfigProblem
 
 EXE = str(Path(sys.executable).with_name("gpulens"))
 
@@ -42,8 +42,9 @@ def test_pid_lists_add_up_in_every_spelling() -> None:
         with pytest.raises(SystemExit):
             parser.parse_args(["--pid", bad])
     for bad in ("0", "-3", str(1 << 22)):
-        with pytest.raises(ConfigError, match="--pid: expected process ids from 1 to 4194303"):
+        with pytest.raises(ConfigError) as info:
             pids_of(parser.parse_args(["--pid", bad]))
+        assert (info.value.where, info.value.got, info.value.problem) == ("--pid", int(bad), ConfigProblem.OUT_OF_RANGE)
 
 
 @pytest.mark.parametrize("command", ["profile", "trace"])
@@ -63,10 +64,16 @@ def test_remote_host_spellings() -> None:
     assert remote_target(parser.parse_args(["--ssh", "node03"])) == "ssh:node03"
     assert remote_target(parser.parse_args(["--host", "ssh:node03"])) == "ssh:node03"  # old spelling kept
     assert remote_target(parser.parse_args([])) is None
-    with pytest.raises(ConfigError, match="give one remote host"):
+    with pytest.raises(ConfigError) as both:
         remote_target(parser.parse_args(["--connect", "a:1", "--ssh", "b"]))
-    with pytest.raises(ConfigError, match="one node"):
+    assert (both.value.where, both.value.problem) == ("--connect and --ssh", ConfigProblem.CONFLICT)
+    with pytest.raises(ConfigError) as many:
         remote_target(parser.parse_args(["--ssh", "node[01-02]"]))
+    assert (many.value.got, many.value.expected, many.value.problem) == ("node[01-02]", "one node",
+                                                                          ConfigProblem.BAD_FORMAT)
+    with pytest.raises(ConfigError) as empty:
+        remote_target(parser.parse_args(["--connect", " "]))
+    assert (empty.value.where, empty.value.problem) == ("--connect", ConfigProblem.MISSING)
 
 
 def test_unknown_config_key_warns_on_stderr_and_the_command_runs(tmp_path: Path) -> None:
