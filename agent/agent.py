@@ -55,11 +55,11 @@ from gpulens.agent.kineto_owner import CLAIM_RETRY_S, EventFn
 from gpulens.agent.listener import PendingSlot, TcpListener
 from gpulens.agent.request_kinds import ProfilerFn, find_profiler
 from gpulens.agent.requests import RequestRunner
-from gpulens.agent.sessions import ViewerConnection
+from gpulens.agent.sessions import Refusal, RefusalKind, ViewerConnection
 from gpulens.agent.trace_host import TraceHost
 from gpulens.collectors.processes import ProcessLister
-from gpulens.core.errors import GpulensError
 from gpulens.core.events import HostSampler
+from gpulens.core.logbook import Failure, call_guarded
 from gpulens.core.model import HostSample
 from gpulens.ipc import auth, stream
 from gpulens.ipc.principal import SAMPLES_ONLY, Principal, owner
@@ -198,10 +198,8 @@ class Agent:
         svc = self.requests.trace_service
         if svc is None or not s.jobs:
             return s
-        try:
-            polling = svc.polling_pids()
-        except (OSError, GpulensError) as err:  # the sample matters more than the flag
-            log.debug("polling pids unavailable: %s", err)
+        polling = call_guarded(log, "reading the pids polling Kineto", svc.polling_pids)
+        if isinstance(polling, Failure):  # the sample matters more than the flag (and the sampling thread most)
             return s
         if not any(j.pid in polling for j in s.jobs):
             return s
@@ -249,11 +247,11 @@ class Agent:
             interval_s=self.interval_s,
         )
 
-    def admit(self, conn: ViewerConnection) -> str | None:
+    def admit(self, conn: ViewerConnection) -> Refusal | None:
         """Admit a viewer that finished its handshake; the reason when it cannot be (busy)."""
         with self._lock:
             if conn.kind == "tcp" and self._admitted_tcp() >= MAX_VIEWERS:
-                return f"agent has {MAX_VIEWERS} viewers"
+                return Refusal(RefusalKind.VIEWERS_FULL, limit=MAX_VIEWERS)
             conn.admitted = True
             slot = self._slots.pop(id(conn), None)
         if slot is not None:

@@ -248,9 +248,13 @@ def _send_traces(conn: RequestConn, rid: int, files: dict[int, str], owners: dic
 
 
 def trace_diagnose(conn: RequestConn, rid: int, p: TraceDiagnoseParams, svc: TraceService) -> TraceDiagnoseAnswer:
-    """Per pid: null when it can be traced now, else why not with the fix (read from the process)."""
+    """Per pid: null when it can be traced now, else why not with the fix (read from the process).
+
+    The wire carries the reason's sentence (:func:`rendered`), as it always has."""
+    from gpulens.ipc.kineto.untraceable import rendered
+
     check_owner(conn.principal, p.pids)
-    return TraceDiagnoseAnswer(reasons={str(pid): svc.diagnose(pid) for pid in p.pids})
+    return TraceDiagnoseAnswer(reasons={str(pid): rendered(svc.diagnose(pid)) for pid in p.pids})
 
 
 MAX_PROCESSES = 1024

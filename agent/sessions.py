@@ -22,10 +22,12 @@ subscribe, submit, forget), so it can be built and tested alone over any
 from __future__ import annotations
 
 import contextlib
+import enum
 import logging
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
 from typing import Protocol
 
 from gpulens.ipc import auth, stream
@@ -45,6 +47,23 @@ CLOSE_SEND_S = 1.0
 """How long a last error message may take to go out before a pending connection is closed."""
 
 
+class RefusalKind(enum.Enum):
+    """Why a viewer that finished its handshake is not admitted."""
+
+    VIEWERS_FULL = "viewers-full"  # limit: the TCP viewers the agent serves at once
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """An admission refusal as a value; ``str()`` is what the viewer is told (a ``busy`` error)."""
+
+    kind: RefusalKind
+    limit: int = 0
+
+    def __str__(self) -> str:
+        return f"agent has {self.limit} viewers"
+
+
 class SessionHost(Protocol):
     """What a viewer connection asks of whoever serves it (the agent; a fake in tests).
 
@@ -58,7 +77,7 @@ class SessionHost(Protocol):
         """The agent's hello for a viewer with ``principal`` (its caps: what that viewer may request)."""
         ...
 
-    def admit(self, conn: ViewerConnection) -> str | None:
+    def admit(self, conn: ViewerConnection) -> Refusal | None:
         """Admit a viewer through its handshake; the refusal (busy) when it cannot be."""
         ...
 
@@ -294,7 +313,7 @@ class ViewerConnection:
                 raise ProtocolError(f"expected the viewer's hello, got '{stream.to_wire(msg)['t']}'")
             refusal = self.host.admit(self)
             if refusal is not None:
-                raise _Busy(refusal)
+                raise _Busy(str(refusal))
             self._admitted()
             self.host.subscribe(self, msg.since)
             return

@@ -248,6 +248,8 @@ def gpulens_job(w: Workloads, runs: int) -> list[Run]:
     from gpulens.agent.agent import endpoint_owner
     from gpulens.commands.trace_job import START_MARGIN_S
     from gpulens.ipc.kineto.requests import TraceRequest
+    from gpulens.ipc.request_schema import TraceProcessesParams
+    from gpulens.sources.ask import ask
     from gpulens.sources.stream.local_agent import LocalAgentLink
     from gpulens.sources.tracing import fetch_trace, new_tag
 
@@ -261,9 +263,9 @@ def gpulens_job(w: Workloads, runs: int) -> list[Run]:
         for _ in range(runs):
             _random_phase()
             t0, t0_wall = time.monotonic(), time.time()
-            procs = link.request("", "trace_processes", {}, 5).result(timeout=6).result["processes"]
-            ranks = [p for p in procs if "bench" in p["job_keys"]]
-            lead = max(p["interval_s"] or 5.0 for p in ranks) + START_MARGIN_S
+            procs = ask(link, "", TraceProcessesParams(), 5).result(timeout=6).answer.processes
+            ranks = [p for p in procs if "bench" in p.job_keys]
+            lead = max(p.interval_s or 5.0 for p in ranks) + START_MARGIN_S
             req = TraceRequest(duration_ms=DURATION_MS, start_time_ms=int((time.time() + lead) * 1000),
                                timeout_s=60 + lead, pids=(1,))
             got = fetch_trace(link, link.address, req, new_tag(), lambda s, d: None, job_key="bench")

@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 from gpulens.core.model import HostSample
 
@@ -89,18 +90,50 @@ class Source(Protocol):
         ...
 
 
+class RequestParams(Protocol):
+    """One request's parameters: the kind it is and the frame's params map.
+
+    ``gpulens.ipc.request_schema.Params`` (``ProfileParams(pids=(1234,))``: its class
+    names the kind) is the one every viewer sends; core does not import the schema,
+    so the seam names only what the link reads of it.
+    """
+
+    @property
+    def kind(self) -> str:
+        """The request frame's ``kind`` (``"profile"``)."""
+        ...
+
+    def wire(self) -> dict[str, object]:
+        """The request frame's ``params`` map (the bytes the golden frames pin)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class RequestResult:
+    """What a request returned: the agent's result, files saved, samples (history).
+
+    ``sources.ask.ask`` decodes ``result`` into the kind's answer struct.
+    """
+
+    result: object
+    """The response frame's result, as the agent sent it (cleaned, not checked)."""
+    files: dict[str, Path] = field(default_factory=dict)
+    """The agent's name of each file it sent -> where the source saved it."""
+    samples: tuple[HostSample, ...] = ()
+    """A ``history`` request's samples."""
+
+
 @runtime_checkable
 class Requester(Protocol):
     """Anything that can run requests on a host's agent: the one way to say "can send requests".
 
     A ``StreamSource`` (and the sources wrapping one) and the local control-socket
-    client (``LocalAgentLink``, not a Source) both are.
+    client (``LocalAgentLink``, not a Source) both are. A viewer asks with
+    ``sources.ask.ask``, which decodes the answer; this is the routing seam under it.
     """
 
-    def request(
-        self, host: str, kind: str, params: Mapping[str, Any], timeout_s: float
-    ) -> Future[Any]:
-        """Send ``kind`` to ``host``'s agent; the Future fails with RequestFailed or TimeoutError."""
+    def request(self, host: str, params: RequestParams, timeout_s: float) -> Future[RequestResult]:
+        """Send ``params`` (its kind and map) to ``host``'s agent; the Future fails with RequestFailed or TimeoutError."""
         ...
 
 

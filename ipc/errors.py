@@ -26,7 +26,13 @@ Every error has a short ``title`` and a message a user can act on.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
 from gpulens.core.errors import GpulensError
+
+if TYPE_CHECKING:  # a type only: the kineto package imports this module
+    from gpulens.ipc.kineto.untraceable import Untraceable
 
 
 class IpcError(GpulensError):
@@ -60,9 +66,18 @@ class TraceError(IpcError):
 
 
 class NotTraceable(TraceError):
-    """The target process cannot be traced; the message says why and how to fix it."""
+    """The target process cannot be traced; the message says why and how to fix it.
+
+    ``reasons``: the diagnosis of each pid refused before its trace started
+    (:class:`gpulens.ipc.kineto.untraceable.Untraceable`, whose sentences the
+    message holds); empty where no diagnosis refused it (it exited, never polled in time).
+    """
 
     title = "not traceable"
+
+    def __init__(self, message: str, *, reasons: Mapping[int, Untraceable] | None = None) -> None:
+        super().__init__(message)
+        self.reasons: dict[int, Untraceable] = dict(reasons or {})
 
 
 class TraceTimeout(TraceError):

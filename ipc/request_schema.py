@@ -2,7 +2,8 @@
 
 A viewer builds a params struct (``ProfileParams(pids=(1234,), duration_s=5.0)``),
 whose class names its kind (``ProfileParams.kind == "profile"``) and its answer
-(``ProfileParams.answer is ProfileAnswer``); :func:`to_wire` makes the
+(``ProfileParams.answer is ProfileAnswer``); :func:`to_wire` (its
+``wire()``, what a ``core.events.Requester`` sends) makes the
 ``request`` frame's params map of it (the bytes the golden frames pin:
 fields in declared order, unset ones left out). The agent turns a frame's
 kind and params back into the struct with :func:`decode_params`, which
@@ -18,11 +19,13 @@ trace_processes, processes (docs/protocol.md, "Requests").
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from typing import Annotated, ClassVar, Generic, Literal, TypeVar, cast
 
 import msgspec
+import msgspec.inspect
 from msgspec import UNSET, Meta, UnsetType
 
 from gpulens.core.processes import DEFAULT_ROWS, MAX_ROWS
@@ -93,6 +96,10 @@ class Params(msgspec.Struct, Generic[A_co], frozen=True, kw_only=True):
     """Field -> the refusal when its value breaks the schema (others: msgspec's own sentence)."""
     why_element: ClassVar[Mapping[str, str]] = {}
     """Field -> the refusal when one element of it is wrong (default: ``why``'s)."""
+
+    def wire(self) -> dict[str, object]:
+        """The ``request`` frame's params map (:func:`to_wire`): what ``core.events.RequestParams`` sends."""
+        return to_wire(self)
 
     def read(self, raw: object) -> A_co:
         """``raw`` (a response's result) as this kind's answer.
@@ -348,11 +355,12 @@ def decode_params(kind: str, raw: Mapping[str, object]) -> Params[Answer]:
     try:
         return msgspec.convert(dict(raw), cls)
     except msgspec.ValidationError as err:
-        raise ProtocolError(_why(cls, str(err))) from None
+        raise ProtocolError(_why(cls, str(err), raw)) from None
 
 
-def _why(cls: type[Params[Answer]], message: str) -> str:
-    """The refusal for msgspec's ``message`` about ``cls``: the field's own sentence when it has one."""
+def _why(cls: type[Params[Answer]], message: str, raw: Mapping[str, object]) -> str:
+    """The refusal for msgspec's ``message`` about ``cls``: the field's own sentence when it has one
+    (a number field given no number, NaN or a bool: "<field> must be a number", before its range)."""
     at, missing = _AT.search(message), _MISSING.search(message)
     if at is not None:
         field, element = at.group(1), at.group(2) is not None
@@ -362,7 +370,24 @@ def _why(cls: type[Params[Answer]], message: str) -> str:
         return message  # a __post_init__ sentence, or the params are not a map
     if element and field in cls.why_element:
         return cls.why_element[field]
+    value = raw.get(field)
+    if field in _number_fields(cls) and value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or value != value):
+        return f"{field} must be a number"
     return cls.why.get(field, message)
+
+
+@functools.cache
+def _number_fields(cls: type[Params[Answer]]) -> frozenset[str]:
+    """The fields of ``cls`` that take a float (alone or with None)."""
+    def is_float(t: msgspec.inspect.Type) -> bool:
+        if isinstance(t, msgspec.inspect.UnionType):
+            return any(is_float(u) for u in t.types)
+        return isinstance(t, msgspec.inspect.FloatType)
+
+    info = msgspec.inspect.type_info(cls)
+    assert isinstance(info, msgspec.inspect.StructType)
+    return frozenset(f.name for f in info.fields if is_float(f.type))
 
 
 def to_wire(params: Params[Answer]) -> dict[str, object]:

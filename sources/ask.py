@@ -1,16 +1,16 @@
 """Typed requests to an agent: params struct in, a future of its answer struct out.
 
-Every source that reaches an agent forwards ``request(host, kind, params,
-timeout_s)`` (:class:`~gpulens.core.events.Requester`: the routing seam,
-one frame's kind and params map). A viewer asks through :func:`ask`
-instead, with the kind's params struct (``gpulens.ipc.request_schema``)::
+Every source that reaches an agent forwards ``request(host, params,
+timeout_s)`` (:class:`~gpulens.core.events.Requester`: the routing seam; the
+params struct names the frame's kind and makes its params map). A viewer asks
+through :func:`ask`, with the kind's params struct (``gpulens.ipc.request_schema``)::
 
     reply = ask(source, "node1", ProfileParams(pids=(1234,), duration_s=5.0), 65.0).result(timeout=95)
     reply.answer.files        # ProfileAnswer, checked
     reply.files               # the files the source saved, by the agent's name
 
 The params go on the wire as :func:`~gpulens.ipc.request_schema.to_wire`
-makes them (the bytes the golden frames pin); the answer is decoded into
+(the struct's ``wire()``) makes them (the bytes the golden frames pin); the answer is decoded into
 the kind's answer struct, and a malformed one fails the future with
 :class:`~gpulens.ipc.errors.RequestFailed` as an agent's refusal does.
 """
@@ -21,13 +21,13 @@ from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from gpulens.ipc.errors import ProtocolError, RequestFailed
-from gpulens.ipc.request_schema import Answer, Params, to_wire
+from gpulens.ipc.request_schema import Answer, Params
 
 if TYPE_CHECKING:
-    from gpulens.core.events import Requester
+    from gpulens.core.events import Requester, RequestResult
     from gpulens.core.model import HostSample
 
 __all__ = ["Reply", "ask"]
@@ -53,10 +53,10 @@ def ask(agent: Requester, host: str, params: Params[A], timeout_s: float) -> Fut
     ``TimeoutError`` after ``timeout_s``), and with ``RequestFailed`` when the
     answer is not the kind's.
     """
-    raw = agent.request(host, params.kind, to_wire(params), timeout_s)
+    raw = agent.request(host, params, timeout_s)
     out: Future[Reply[A]] = Future()
 
-    def done(f: Future[Any]) -> None:  # the Requester protocol's future: checked here
+    def done(f: Future[RequestResult]) -> None:
         if f.cancelled():
             out.cancel()
             return
@@ -64,15 +64,13 @@ def ask(agent: Requester, host: str, params: Params[A], timeout_s: float) -> Fut
         if err is not None:
             out.set_exception(err)
             return
-        res = f.result()  # a RequestResult (sources.stream.requests), or what quacks like one
-        files, samples = getattr(res, "files", None), getattr(res, "samples", None)
+        res = f.result()
         try:
-            answer = params.read(getattr(res, "result", None))
+            answer = params.read(res.result)  # the agent's map, checked here
         except ProtocolError as bad:
             out.set_exception(RequestFailed(str(bad)))
             return
-        out.set_result(Reply(answer, files if isinstance(files, Mapping) else {},
-                             tuple(samples) if isinstance(samples, tuple) else ()))
+        out.set_result(Reply(answer, res.files, res.samples))
 
     raw.add_done_callback(done)
     return out

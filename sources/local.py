@@ -5,6 +5,7 @@ Each runs its work in one daemon thread and hands events to ``emit``.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
@@ -19,12 +20,15 @@ from gpulens.core.errors import GpulensError
 from gpulens.core.events import (
     Emit,
     HostSampler,
+    RequestParams,
+    RequestResult,
     RequestSource,
     SampleEvent,
     Source,
     SourceEvent,
     SourceStatusEvent,
 )
+from gpulens.core.logbook import Failure, call_guarded
 from gpulens.core.model import HostSample, JobInfo
 from gpulens.core.processes import gpu_memory, order
 from gpulens.core.units import size
@@ -44,6 +48,7 @@ ProcessListing = Callable[[Mapping[int, Mapping[str, int]]], tuple[tuple[JobInfo
 """GPU memory per pid -> (every process of this machine, how many there were)."""
 GpuMemReader = Callable[[list[int], Callable[[int], int | None]], tuple[str, dict[str, Any]]]
 """(pids, GPU memory NVML reports per pid) -> (folded live bytes by stack, a note): ``agent.gpumem.LocalGpuMemory``."""
+log = logging.getLogger("gpulens.sources.local")
 T = TypeVar("T")
 EXPECTED = (OSError, GpulensError, re.error)
 """What this machine's readers raise (``collectors.sampler.Sampler``: a bad job pattern, /proc unreadable, a sample
@@ -128,34 +133,29 @@ class LocalSource:
         self._thread.start()
 
     def _run(self, emit: Emit) -> None:
-        sampler: HostSampler | None = None
-        ended = False  # as it should: stopped, or a sampler that could not start (said already)
+        # Whatever a sampler raises is said in the header and logged (core.logbook.call_guarded): one bad
+        # tick, or a bug in one, never ends sampling.
+        sampler = call_guarded(log, "local sampler start", self._make_sampler)
+        if isinstance(sampler, Failure):
+            emit(SourceStatusEvent(message=f"local sampler failed: {sampler.message}", ok=False, time=time.time()))
+            return
+        failing = False
         try:
-            try:
-                sampler = self._make_sampler()
-            except EXPECTED as err:  # shown in the header, not a crash
-                emit(SourceStatusEvent(message=f"local sampler failed: {err}", ok=False, time=time.time()))
-                ended = True
-                return
-            failing = False
             while not self._stop.is_set():
                 began = time.monotonic()
-                try:
-                    self._latest = sampler.sample()
-                    emit(SampleEvent(self._latest))
+                sample = call_guarded(log, "local sample", sampler.sample)
+                if isinstance(sample, Failure):
+                    failing = True
+                    emit(SourceStatusEvent(message=f"sampling failed: {sample.message}", ok=False, time=time.time()))
+                else:
+                    self._latest = sample
+                    emit(SampleEvent(sample))
                     if failing:
                         emit(SourceStatusEvent(message="local sampling resumed", ok=True, time=time.time()))
                     failing = False
-                except EXPECTED as err:  # one bad tick must not end sampling
-                    failing = True
-                    emit(SourceStatusEvent(message=f"sampling failed: {err}", ok=False, time=time.time()))
                 spent = time.monotonic() - began
                 self._stop.wait(max(0.0, self._cfg.interval_s - spent))
-            ended = True
         finally:
-            if not ended:  # a bug: the header says so, the excepthook gets the traceback
-                what = "local sampler failed" if sampler is None else "local sampling stopped"
-                emit(SourceStatusEvent(message=f"{what}: {_escaping()}", ok=False, time=time.time()))
             close = getattr(sampler, "close", None)
             if close is not None:
                 close()
@@ -219,25 +219,25 @@ class MultiSource:
                 out.extend(h for h in fn() if h not in out)
         return out
 
-    def request(self, host: str, kind: str, params: Mapping[str, Any], timeout_s: float) -> Future[Any]:
+    def request(self, host: str, params: RequestParams, timeout_s: float) -> Future[RequestResult]:
         """Send a request (profile, trace, history) to ``host`` through the part that serves it.
 
         Parts that are not a :class:`RequestSource` are skipped; a part that fails at once with
         "unknown host" hands over to the next. The future fails with
         RequestFailed when no part serves ``host``.
         """
-        last: Future[Any] | None = None
+        last: Future[RequestResult] | None = None
         for s in self.sources:
             if not isinstance(s, RequestSource):
                 continue
-            last = s.request(host, kind, params, timeout_s)
+            last = s.request(host, params, timeout_s)
             if not (last.done() and last.exception() is not None and "unknown host" in str(last.exception())):
                 return last
         if last is not None:
             return last
         from gpulens.ipc.errors import RequestFailed
 
-        fut: Future[Any] = Future()
+        fut: Future[RequestResult] = Future()
         fut.set_exception(RequestFailed(f"no source can send requests to {host!r} (connect to its agent)"))
         return fut
 
@@ -377,11 +377,11 @@ class RecordingSource:
         """The inner source's flag."""
         return self.inner.simulated
 
-    def request(self, host: str, kind: str, params: Mapping[str, Any], timeout_s: float) -> Future[Any]:
+    def request(self, host: str, params: RequestParams, timeout_s: float) -> Future[RequestResult]:
         """The inner source's ``request`` (profile, trace, history); RequestFailed if it has none."""
         if isinstance(self.inner, RequestSource):
-            return self.inner.request(host, kind, params, timeout_s)
-        return MultiSource([self.inner]).request(host, kind, params, timeout_s)
+            return self.inner.request(host, params, timeout_s)
+        return MultiSource([self.inner]).request(host, params, timeout_s)
 
     def start(self, emit: Emit) -> None:
         """Start the inner source with a recording ``emit``."""

@@ -40,6 +40,7 @@ from gpulens.ipc.errors import StreamError
 from gpulens.ipc.kineto.protocol import JobListener, TraceService
 from gpulens.ipc.kineto.registry import PollingProcess
 from gpulens.ipc.kineto.requests import TraceJob, TraceRequest, TraceResult, TraceState
+from gpulens.ipc.kineto.untraceable import Untraceable, UntraceableKind
 
 if TYPE_CHECKING:
     from gpulens.core.events import Requester
@@ -160,7 +161,7 @@ class HandoverTraceService:
                 remote = self._connect()
                 self._remote_pid = self._holder()
                 break
-            except (OSError, GpulensError, RuntimeError) as err:  # not up yet, or not one we may use
+            except (OSError, GpulensError, RuntimeError, ValueError) as err:  # not up yet, or not one we may use
                 why = str(err) or type(err).__name__
             if time.monotonic() > deadline:
                 self._fall_back(why)
@@ -175,7 +176,7 @@ class HandoverTraceService:
         """The new holder is not one we may use: take the name back, or say why tracing stopped."""
         try:
             self._reclaim()
-        except (OSError, GpulensError, RuntimeError) as err:
+        except (OSError, GpulensError, RuntimeError, ValueError) as err:  # ValueError: the service would not start
             reason = (f"the Kineto endpoint was handed over, but its holder now is not a gpulens of yours or "
                       f"root's ({why}), and it cannot be taken back ({err}): tracing is off")
             log.warning("%s", reason)
@@ -232,7 +233,7 @@ class HandoverTraceService:
         if pid is None:  # the new owner is gone and nobody holds the name: ours again
             try:
                 self._reclaim()
-            except (OSError, GpulensError, RuntimeError) as err:
+            except (OSError, GpulensError, RuntimeError, ValueError) as err:  # ValueError: the service would not start
                 log.info("Kineto name not taken back (%s); looking for its new holder", err)
             else:
                 log.info("the Kineto endpoint's owner exited; serving it here again")
@@ -257,10 +258,11 @@ class HandoverTraceService:
         current = self._current()
         return current.processes() if current is not None else []
 
-    def diagnose(self, pid: int, /) -> str | None:
+    def diagnose(self, pid: int, /) -> Untraceable | None:
         """The current owner's answer (or why tracing is off)."""
         current = self._current()
-        return current.diagnose(pid) if current is not None else self.error
+        return current.diagnose(pid) if current is not None else Untraceable(UntraceableKind.TRACING_OFF,
+                                                                             detail=self.error)
 
     def jobs(self) -> list[TraceJob]:
         """Traces accepted here (those finishing locally too), held ones, then the new owner's."""
@@ -432,9 +434,9 @@ class NoTraceService:
         """None."""
         return []
 
-    def diagnose(self, pid: int, /) -> str | None:
+    def diagnose(self, pid: int, /) -> Untraceable | None:
         """The reason."""
-        return self.why
+        return Untraceable(UntraceableKind.TRACING_OFF, detail=self.why)
 
     def stop(self) -> None:
         """Nothing to stop."""

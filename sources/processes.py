@@ -16,11 +16,12 @@ from typing import Any
 from msgspec import UNSET
 
 from gpulens.core.errors import GpulensError
+from gpulens.core.events import Requester, RequestResult
 from gpulens.core.model import JobInfo
 from gpulens.core.processes import DEFAULT_ROWS, MAX_ROWS
 from gpulens.core.sanitize import clean_text
 from gpulens.ipc.errors import RequestFailed
-from gpulens.ipc.request_schema import ProcessesParams, to_wire
+from gpulens.ipc.request_schema import ProcessesParams
 from gpulens.ipc.serialize import from_dict
 from gpulens.sources.local import MultiSource, offered, replays
 
@@ -42,11 +43,27 @@ def process_table(source: object, host: str, *, limit: int = DEFAULT_ROWS, pids:
             return fut
     if replays(source):
         return _failed("a recording: its processes are not running now, and its pids may name others")
-    params = to_wire(ProcessesParams(limit=limit, pids=UNSET if pids is None else tuple(sorted(pids))))
-    request = getattr(source, "request", None)
-    if not callable(request):
-        return MultiSource([source]).request(host, KIND, params, timeout_s)  # type: ignore[list-item]
-    return request(host, KIND, params, timeout_s)  # type: ignore[no-any-return]
+    params = ProcessesParams(limit=limit, pids=UNSET if pids is None else tuple(sorted(pids)))
+    if isinstance(source, Requester):
+        return _answer_map(source.request(host, params, timeout_s))
+    return _answer_map(MultiSource([source]).request(host, params, timeout_s))  # type: ignore[list-item]
+
+
+def _answer_map(fut: Future[RequestResult]) -> Future[dict[str, Any]]:
+    """The agent's answer map of a ``processes`` request (``{}`` when it sent no map: :func:`decode_rows` says so)."""
+    out: Future[dict[str, Any]] = Future()
+
+    def done(f: Future[RequestResult]) -> None:
+        if f.cancelled():
+            out.cancel()
+        elif (err := f.exception()) is not None:
+            out.set_exception(err)
+        else:
+            result = f.result().result
+            out.set_result(result if isinstance(result, dict) else {})
+
+    fut.add_done_callback(done)
+    return out
 
 
 def decode_rows(result: object) -> tuple[list[JobInfo], int, int]:

@@ -1,8 +1,9 @@
 """RemoteTraceService: the profiler screen's trace service for a job on another host.
 
 The host's agent owns the Kineto endpoint there; this service speaks to it
-through the source's ``request(host, kind, params, timeout_s)`` (a
-StreamSource, possibly inside MultiSource / RecordingSource). It is the
+through the source's ``request(host, params, timeout_s)`` with the typed
+params of ipc/request_schema.py (a StreamSource, possibly inside
+MultiSource / RecordingSource). It is the
 remote form of :class:`gpulens.ipc.kineto.protocol.TraceService`, the
 protocol :class:`~gpulens.ipc.kineto.service.LocalTraceService` implements
 for this host.
@@ -16,6 +17,7 @@ in chunks; the source saves it under its download directory, and the job's
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 import weakref
@@ -29,6 +31,7 @@ from gpulens.ipc.errors import StreamError
 from gpulens.ipc.kineto.protocol import JobListener
 from gpulens.ipc.kineto.registry import PollingProcess
 from gpulens.ipc.kineto.requests import TraceJob, TraceRequest, TraceResult, TraceState
+from gpulens.ipc.kineto.untraceable import Untraceable, UntraceableKind
 from gpulens.ipc.request_schema import TraceProcessesAnswer, TraceProcessesParams
 from gpulens.sources.ask import ask
 from gpulens.sources.tracing import (
@@ -104,21 +107,18 @@ class RemoteTraceService:
         """
         return self._pollers.get()
 
-    def diagnose(self, pid: int, /) -> str | None:
+    def diagnose(self, pid: int, /) -> Untraceable | None:
         """None while ``pid`` polls the agent's endpoint, else why it cannot be traced."""
         if pid in self.polling_pids():
             return None
         with self._lock:
             failed = self._failures.get(pid)
         if failed:
-            return f"the agent on {self.host} says: {failed}"
+            return Untraceable(UntraceableKind.AGENT_FAILED, pid, host=self.host, detail=failed)
         kids = [p.pid for p in self.processes() if pid in p.ancestors]
-        if kids:
-            shown = ",".join(map(str, kids[:16]))
-            return (f"process {pid} polls nothing itself, but its descendants do: {shown}; trace those "
-                    f"(gpulens trace --pid {shown}, or --pid {pid} --children)")
-        return (f"it does not poll the Kineto endpoint of the agent on {self.host} (start it with "
-                "KINETO_USE_DAEMON=1 and the agent's KINETO_IPC_SOCKET_DIR)")
+        if kids:  # the first 16 named
+            return Untraceable(UntraceableKind.DESCENDANTS_POLL, pid, pids=tuple(kids[:16]))
+        return Untraceable(UntraceableKind.NOT_POLLING_AGENT, pid, host=self.host)
 
     def jobs(self) -> list[TraceJob]:
         """Every trace this service started, oldest first."""
@@ -179,6 +179,15 @@ class RemoteTraceService:
         return on_state
 
     def _run(self, tag: str, req: TraceRequest, out: Future[TraceResult]) -> None:
+        try:
+            self._fetch(tag, req, out)
+        finally:
+            if not out.done():  # a bug (a listener's, say): the caller is told, never left waiting
+                err = sys.exc_info()[1]
+                out.set_exception(RuntimeError(f"trace through {self.host} failed: "
+                                               f"{type(err).__name__ if err else 'stopped'}: {err}"))
+
+    def _fetch(self, tag: str, req: TraceRequest, out: Future[TraceResult]) -> None:
         started = time.monotonic()
         try:
             result = _result(fetch_trace(self.source, self.host, req, tag, self._on_state(tag)))

@@ -1,7 +1,7 @@
 """One trace through an agent: the flow ``gpulens trace --host``, the local agent path and the TUI share.
 
 :func:`fetch_trace` sends one ``trace`` request with a random ``tag``
-through anything with ``request(host, kind, params, timeout_s) ->
+through anything with ``request(host, params, timeout_s) ->
 Future[RequestResult]`` (:class:`Requester`: a ``StreamSource`` for
 ``--host`` and the TUI, :class:`gpulens.sources.stream.local_agent.LocalAgentLink`
 for the local agent). While it runs, ``trace_status`` requests report its

@@ -26,6 +26,7 @@ from textual.widgets import DataTable
 
 from gpulens.ipc.kineto.registry import PollingProcess
 from gpulens.ipc.kineto.requests import TraceJob, TraceRequest, TraceState
+from gpulens.ipc.kineto.untraceable import Untraceable, UntraceableKind
 from gpulens.tui.screens import profiler
 from gpulens.tui.screens.profiler import ProfilerScreen
 from gpulens.tui.screens.profiler_views import AnalyzeScreen, TimelineScreen
@@ -62,7 +63,9 @@ def snapshot_service() -> FakeTraceService:
     ]
     # The ready process polls every 2 s (the poll hint says so); the other one cannot be traced.
     ready = PollingProcess(PIDS[0], (1,), 0, 0, NOW_MONO - 30, NOW_MONO - 1, polls=15, interval_s=2.0)
-    why = "KINETO_USE_DAEMON is not set in its environment: restart it with KINETO_USE_DAEMON=1"
+    # The fake service's own words (the baselines show this shorter sentence, not NO_DAEMON_ENV's).
+    why = Untraceable(UntraceableKind.TRACING_OFF, PIDS[1],
+                      detail="KINETO_USE_DAEMON is not set in its environment: restart it with KINETO_USE_DAEMON=1")
     return FakeTraceService(address="unix:/tmp/gpulens-kineto (fake)", processes=[ready], reasons={PIDS[1]: why},
                             jobs=jobs)
 

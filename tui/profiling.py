@@ -381,7 +381,8 @@ class Profiling:
             data = read_input(str(files[0]), InputLimits(max_bytes=MAX_OUTPUT_BYTES), what="folded profile")
             profile = parse_folded(bytes(data), source=str(files[0]),
                                    title=f"py-spy on {host}: {', '.join(map(str, pids))}")
-        except (GpulensError, OSError, RuntimeError) as err:  # shown in the panel: no agent, permission, py-spy missing...
+        except (GpulensError, OSError, RuntimeError, ValueError, ArithmeticError) as err:  # shown in the panel:
+            # no agent, permission, py-spy missing, a file not folded stacks (a count too large for a float…)
             call_in_app(self._set_state, f"profile on {host} failed: {err}")
             return
         note = (f"{int(profile.total)} samples; idle thread samples dropped by py-spy (--idle off) "

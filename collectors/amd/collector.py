@@ -27,9 +27,9 @@ from gpulens.collectors.amd.reader import CardReader
 from gpulens.collectors.amd.sysfs import root_from_env
 from gpulens.core.model import GpuSample
 
-_READ_ERRORS = (OSError, ValueError, LookupError, ArithmeticError, TypeError)
+_READ_ERRORS = (OSError, ValueError, LookupError, ArithmeticError, TypeError, AttributeError)
 """What reading and parsing one card's sysfs or a process's fdinfo can still raise past the readers'
-own handling (a file that changed shape under us): a reason for that card or list, not a lost sample."""
+own handling (a file that changed shape under us; amdsmi answering another shape than its docs say): a reason for that card or list, not a lost sample."""
 
 FULL_RESCAN_S = 30.0
 """Seconds between listings of every process's descriptors (graphics clients that never open /dev/kfd)."""

@@ -64,6 +64,7 @@ def _remote_folded(args: argparse.Namespace) -> bytes:
     from gpulens.core.limits import InputLimits, InputRefused, read_input
     from gpulens.core.pyspy import MAX_OUTPUT_BYTES
     from gpulens.ipc.errors import RequestFailed
+    from gpulens.ipc.request_schema import ProfileParams
     from gpulens.sources.stream.connect import open_agent
 
     with tempfile.TemporaryDirectory(prefix="gpulens-profile-") as tmp:
@@ -76,10 +77,10 @@ def _remote_folded(args: argparse.Namespace) -> bytes:
             tls_ca=args.tls_ca,
         )
         try:
-            params = {"pids": list(args.pid), "duration_s": args.duration, "rate_hz": args.rate}
+            params = ProfileParams(pids=tuple(args.pid), duration_s=args.duration, rate_hz=args.rate)
             timeout = args.duration + 60.0
             try:
-                result = src.request(address, "profile", params, timeout).result(timeout=timeout + 30)
+                result = src.request(address, params, timeout).result(timeout=timeout + 30)
             except RequestFailed as err:
                 raise CollectorError(f"the agent at {address} could not profile: {err}") from err
             except TimeoutError as err:

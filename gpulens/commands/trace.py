@@ -358,12 +358,13 @@ def _children_via(agent: Requester, host: str, parents: tuple[int, ...], wait_s:
 
     from gpulens.commands.trace_children import wait_for_ranks
     from gpulens.core.errors import GpulensError
+    from gpulens.ipc.request_schema import TraceProcessesParams
 
     failed: list[str] = []
 
     def polling() -> dict[int, tuple[int, ...]]:
         try:
-            res = agent.request(host, "trace_processes", {}, 5.0).result(timeout=6)
+            res = agent.request(host, TraceProcessesParams(), 5.0).result(timeout=6)
         except (GpulensError, TimeoutError, CancelledError) as err:  # RequestFailed, or no answer in time
             failed.append(str(err))
             return {}

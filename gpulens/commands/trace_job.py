@@ -36,6 +36,7 @@ from gpulens.commands.trace_common import EXIT_FAILED, EXIT_OK, JOB_WAIT_S, Prog
 from gpulens.core.errors import ConfigError, GpulensError
 from gpulens.ipc.kineto.kconfig import MIN_LEAD_S
 from gpulens.ipc.kineto.requests import TraceRequest
+from gpulens.ipc.request_schema import TraceProcessesParams
 from gpulens.sources.tracing import (
     Received,
     Requester,
@@ -245,7 +246,7 @@ def _look(h: _Host, key: str) -> bool:
 
 def _processes(h: _Host) -> list[dict[str, Any]]:
     try:
-        res = h.agent.request(h.address, "trace_processes", {}, 5.0).result(timeout=6)
+        res = h.agent.request(h.address, TraceProcessesParams(), 5.0).result(timeout=6)
     except (GpulensError, TimeoutError, CancelledError) as err:  # RequestFailed, or no answer in time
         h.error = f"cannot list its polling processes: {err}"
         return []

@@ -8,11 +8,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gpulens.core.procfs import PROC, loads_torch, may_trace, proc_environ, proc_uid
-from gpulens.ipc.kineto.endpoint import SOCKET_DIR_ENV, describe_address
+from gpulens.ipc.kineto.endpoint import SOCKET_DIR_ENV
 from gpulens.ipc.kineto.liveness import parent_pid
 from gpulens.ipc.kineto.registry import PollingProcess
-
-DESCENDANTS_SHOWN = 16
+from gpulens.ipc.kineto.untraceable import (
+    DESCENDANTS_SHOWN,
+    Untraceable,
+    UntraceableKind,
+    descendants_poll,
+)
 
 
 def diagnose_pid(
@@ -23,8 +27,8 @@ def diagnose_pid(
     requester_uid: int,
     proc: Path = PROC,
     pollers: Sequence[PollingProcess] = (),
-) -> str | None:
-    """None when ``pid`` can be traced; otherwise one line saying why, with the fix.
+) -> Untraceable | None:
+    """None when ``pid`` can be traced; otherwise why not (``str()`` of it: one line with the fix).
 
     ``serving_dir`` is the socket directory gpulens serves (None = abstract
     name). Checks, in order: the process exists, belongs to the requester
@@ -39,58 +43,35 @@ def diagnose_pid(
     """
     uid = proc_uid(pid, proc)
     if uid is None:
-        return f"process {pid} is gone"
+        return Untraceable(UntraceableKind.GONE, pid)
     if not may_trace(requester_uid, uid):
-        return f"process {pid} belongs to uid {uid}: only its owner or root can trace it"
+        return Untraceable(UntraceableKind.OTHER_USER, pid, uid=uid)
     if polling:
         return None
     descendants = [p.pid for p in pollers if pid in p.ancestors]
     if descendants:
-        shown = ",".join(map(str, descendants[:DESCENDANTS_SHOWN]))
-        more = f" (and {len(descendants) - DESCENDANTS_SHOWN} more)" if len(descendants) > DESCENDANTS_SHOWN else ""
-        return (
-            f"process {pid} polls nothing itself, but its descendants do: {shown}{more}; trace those "
-            f"(gpulens trace --pid {shown}, or --pid {pid} --children)"
-        )
+        return descendants_poll(pid, descendants, DESCENDANTS_SHOWN)
     forked_from = _forked_from_poller(pid, pollers, proc)
     if forked_from is not None:
-        return (
-            f"process {pid} was forked from process {forked_from} after PyTorch initialised: it never polls; "
-            f"use the parent (--pid {forked_from}), or the spawn start method"
-        )
+        return Untraceable(UntraceableKind.FORKED_AFTER_INIT, pid, parent=forked_from)
     env = proc_environ(pid, proc)
     if env is None:
-        return f"cannot read /proc/{pid}/environ: run gpulens as the process's owner"
+        return Untraceable(UntraceableKind.ENVIRON_UNREADABLE, pid)
     if env.get("KINETO_USE_DAEMON", "") in ("", "0"):
-        return (
-            "KINETO_USE_DAEMON is not set in its environment: restart it with "
-            "KINETO_USE_DAEMON=1 (on-demand tracing is off without it)"
-        )
+        return Untraceable(UntraceableKind.NO_DAEMON_ENV, pid)
     theirs = env.get(SOCKET_DIR_ENV, "") or None
     if theirs != serving_dir:
-        fix = (
-            f"start gpulens with --ipc-socket-dir {theirs}"
-            if theirs
-            else "start gpulens without --ipc-socket-dir / KINETO_IPC_SOCKET_DIR"
-        )
-        return (
-            f"socket-dir mismatch: it talks to {describe_address(theirs)} but gpulens serves "
-            f"{describe_address(serving_dir)}: {fix}"
-        )
+        return Untraceable(UntraceableKind.SOCKET_DIR_MISMATCH, pid, theirs=theirs, serving=serving_dir)
     torch = loads_torch(pid, proc)
     if torch is False:
-        return "no PyTorch loaded in it (libtorch is not mapped): only PyTorch programs can be traced"
-    closed = _socket_dir_closed_to(serving_dir, uid)
+        return Untraceable(UntraceableKind.NO_TORCH, pid)
+    closed = _socket_dir_closed_to(pid, serving_dir, uid)
     if closed is not None:
         return closed
-    return (
-        "it has not polled yet: PyTorch polls every ON_DEMAND_CONFIG_UPDATE_INTERVAL_SECS "
-        "(5 s by default) once torch is imported; wait a few seconds (a program started "
-        "before its KINETO_IPC_SOCKET_DIR existed never polls: restart it)"
-    )
+    return Untraceable(UntraceableKind.NOT_POLLED_YET, pid)
 
 
-def _socket_dir_closed_to(serving_dir: str | None, uid: int) -> str | None:
+def _socket_dir_closed_to(pid: int, serving_dir: str | None, uid: int) -> Untraceable | None:
     """Why a program of ``uid`` cannot create its client socket in ``serving_dir`` (None: it can)."""
     if serving_dir is None:
         return None
@@ -103,10 +84,8 @@ def _socket_dir_closed_to(serving_dir: str | None, uid: int) -> str | None:
     others, group = stat.S_IWOTH | stat.S_IXOTH, stat.S_IWGRP | stat.S_IXGRP
     if st.st_mode & others == others or st.st_mode & group == group:  # group: benefit of the doubt
         return None
-    return (
-        f"the socket dir {serving_dir} has mode {stat.S_IMODE(st.st_mode):04o}: programs of uid {uid} "
-        f"cannot create their client sockets there, so they never poll: chmod 1733 {serving_dir}"
-    )
+    return Untraceable(UntraceableKind.SOCKET_DIR_CLOSED, pid, uid=uid, serving=serving_dir,
+                       mode=stat.S_IMODE(st.st_mode))
 
 
 def _forked_from_poller(pid: int, pollers: Sequence[PollingProcess], proc: Path) -> int | None:

@@ -19,6 +19,7 @@ from gpulens.ipc.kineto.kconfig import (
 )
 from gpulens.ipc.kineto.liveness import ProcIdentity
 from gpulens.ipc.kineto.requests import TraceJob, TraceOutput, TraceRequest, TraceResult, TraceState
+from gpulens.ipc.kineto.untraceable import Untraceable
 
 
 @dataclass(slots=True)
@@ -34,6 +35,8 @@ class PidTask:
     handed_wall: float = 0.0
     file: str | None = None
     error: str | None = None
+    reason: Untraceable | None = None
+    """Why it was refused before it started (``error`` is its sentence); None for any other error."""
     refused: bool = False
     note: str | None = None
     result_note: str | None = None
@@ -162,13 +165,17 @@ def finish(job: Job, now: float) -> None:
         return
     job.state = TraceState.FAILED
     job.detail = "; ".join(f"{pid}: {why}" for pid, why in missing.items())
-    timed_out = all(t.handed_s is not None for t in job.tasks.values()) and not any(
-        t.ended for t in job.tasks.values()
-    )
-    err_cls: type[TraceError] = TraceTimeout if timed_out else NotTraceable
-    if any(t.refused for t in job.tasks.values()):
-        err_cls = TraceError
-    job.future.set_exception(err_cls(job.detail))
+    job.future.set_exception(_failure(job))
+
+
+def _failure(job: Job) -> TraceError:
+    """The error of a job with no file: refused by a process, timed out after every hand-over, or not traceable."""
+    tasks = job.tasks.values()
+    if any(t.refused for t in tasks):
+        return TraceError(job.detail)
+    if all(t.handed_s is not None for t in tasks) and not any(t.ended for t in tasks):
+        return TraceTimeout(job.detail)
+    return NotTraceable(job.detail, reasons={t.pid: t.reason for t in tasks if t.reason is not None})
 
 
 def task_notes(task: PidTask) -> list[str]:

@@ -23,6 +23,7 @@ from typing import Protocol, runtime_checkable
 
 from gpulens.ipc.kineto.registry import PollingProcess
 from gpulens.ipc.kineto.requests import TraceJob, TraceRequest, TraceResult
+from gpulens.ipc.kineto.untraceable import Untraceable
 
 JobListener = Callable[[TraceJob], None]
 """Called with a new :class:`TraceJob` snapshot on every state change (possibly from a service thread)."""
@@ -45,8 +46,8 @@ class TraceService(Protocol):
         """The polling processes with their job ids (empty where the registry is another host's)."""
         ...
 
-    def diagnose(self, pid: int, /) -> str | None:
-        """None when ``pid`` can be traced now, else why not and the fix."""
+    def diagnose(self, pid: int, /) -> Untraceable | None:
+        """None when ``pid`` can be traced now, else why not (``str()``: the sentence with the fix)."""
         ...
 
     def jobs(self) -> list[TraceJob]:

@@ -51,6 +51,7 @@ from gpulens.ipc.kineto.requests import (
     new_request_id,
 )
 from gpulens.ipc.kineto.steps import shows_optimizer_steps
+from gpulens.ipc.kineto.untraceable import Untraceable, UntraceableKind
 
 log = logging.getLogger(__name__)
 
@@ -216,8 +217,8 @@ class LocalTraceService:
         """The live registry entries (pid, ancestors, job id, poll timing)."""
         return self.endpoint.registry.live()
 
-    def diagnose(self, pid: int) -> str | None:
-        """None when ``pid`` can be traced now, else why not and the one-line fix."""
+    def diagnose(self, pid: int) -> Untraceable | None:
+        """None when ``pid`` can be traced now, else why not (``str()``: the one-line fix)."""
         # Under dynolog the registry is dynolog's: trust it rather than ours.
         live = [] if self.dynolog is not None else self.endpoint.registry.live()
         polling = True if self.dynolog is not None else any(p.pid == pid for p in live)
@@ -303,13 +304,14 @@ class LocalTraceService:
         now: float,
     ) -> PidTask:
         reason = self.diagnose(pid)
-        if reason is not None and not reason.startswith("it has not polled yet"):
-            return PidTask(pid=pid, config="", error=reason)
+        if reason is not None and reason.kind is not UntraceableKind.NOT_POLLED_YET:
+            return PidTask(pid=pid, config="", error=str(reason), reason=reason)
         # The owner is captured now: the file read back later must be this uid's.
         target_uid = proc_uid(pid)
         ident = identity(pid)
         if target_uid is None or ident is None:
-            return PidTask(pid=pid, config="", error=f"process {pid} is gone")
+            gone = Untraceable(UntraceableKind.GONE, pid)
+            return PidTask(pid=pid, config="", error=str(gone), reason=gone)
         try:
             out = planner.place(pid, target_uid, proc_environ(pid))
         except (UnsafePath, OSError) as err:
@@ -368,4 +370,4 @@ class LocalTraceService:
 
     def _diagnose_late(self, pid: int) -> str:
         reason = self.diagnose(pid)
-        return reason or f"process {pid} did not poll in time"
+        return str(reason) if reason is not None else f"process {pid} did not poll in time"

@@ -32,15 +32,15 @@ import ssl
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from gpulens.core.dirs import cache_dir
 from gpulens.core.errors import SchemaError
-from gpulens.core.events import Emit, HostStatusEvent, SampleEvent
+from gpulens.core.events import Emit, HostStatusEvent, RequestParams, SampleEvent
 from gpulens.core.model import HostSample
 from gpulens.core.sanitize import clean_text
 from gpulens.ipc import auth, stream
@@ -410,14 +410,14 @@ class HostLink:
         return table
 
     # -- requests ---------------------------------------------------------------
-    def request(self, kind: str, params: Mapping[str, Any], timeout_s: float) -> Future[RequestResult]:
-        """Send a request; the future fails with RequestFailed or TimeoutError."""
+    def request(self, params: RequestParams, timeout_s: float) -> Future[RequestResult]:
+        """Send ``params`` (its kind and map); the future fails with RequestFailed or TimeoutError."""
         table = self._requests
         if table is None or self._chan is None or not self.up:
             fut: Future[RequestResult] = Future()
             fut.set_exception(RequestFailed(f"{self.host or self.target.address} is not connected"))
             return fut
-        return table.submit(kind, params, timeout_s)
+        return table.submit(params, timeout_s)
 
 
 MAX_HOST_NAME = 255

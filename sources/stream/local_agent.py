@@ -5,7 +5,7 @@
 socket whose holder the kernel names (``SO_PEERCRED``). The session —
 handshake, checked hello, samples (read and dropped), the pending-request
 table, chunk writing — is :class:`~gpulens.sources.stream.link.HostLink`'s,
-as for ``--host`` and the TUI. It offers the same ``request(host, kind,
+as for ``--host`` and the TUI. It offers the same ``request(host,
 params, timeout_s) -> Future[RequestResult]`` as ``StreamSource``, so the
 trace command has one code path for both.
 
@@ -22,12 +22,10 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from collections.abc import Mapping
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
 
-from gpulens.core.events import SourceEvent
+from gpulens.core.events import RequestParams, SourceEvent
 from gpulens.ipc.channels import RECV_BYTES, ChannelClosed
 from gpulens.ipc.control import control_name, peer_cred
 from gpulens.ipc.errors import RequestFailed, StreamError
@@ -130,13 +128,13 @@ class LocalAgentLink:
         except OSError as err:
             raise StreamError(f"local agent: {err.strerror or err}") from err
 
-    def request(self, host: str, kind: str, params: Mapping[str, Any], timeout_s: float) -> Future[RequestResult]:
+    def request(self, host: str, params: RequestParams, timeout_s: float) -> Future[RequestResult]:
         """Send a request (``host`` is ignored: there is one agent); fails with RequestFailed or TimeoutError."""
         if self._stop.is_set() or not self._link.up:
             fut: Future[RequestResult] = Future()
             fut.set_exception(RequestFailed("the local agent connection is closed"))
             return fut
-        return self._link.request(kind, params, timeout_s)
+        return self._link.request(params, timeout_s)
 
     def close(self, reason: str = "closed") -> None:
         """Close the connection; pending requests fail with ``reason``. Idempotent."""

@@ -6,7 +6,7 @@ over the local control socket, by ``gpulens trace``) keeps its requests in
 a :class:`RequestTable`, one per connection::
 
     table = RequestTable(chan.send, download_dir, prefix=host)
-    fut = table.submit("profile", {"pids": [1234]}, timeout_s=30)
+    fut = table.submit(ProfileParams(pids=(1234,)), timeout_s=30)
     ...                                   # the reader routes what the agent sends:
     table.add_samples(msg.id, samples)    # history answer
     table.chunk(msg)                      # a file chunk, saved by PendingRequest
@@ -25,30 +25,22 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from gpulens.core.errors import SchemaError
+from gpulens.core.events import RequestParams, RequestResult
 from gpulens.core.model import HostSample
 from gpulens.core.sanitize import clean_data, clean_text
 from gpulens.ipc import stream
 from gpulens.ipc.errors import ProtocolError, RequestFailed
 from gpulens.sources.stream.downloads import PendingRequest, SaveFailed
 
+__all__ = ["MAX_REQUEST_SAMPLES", "RequestResult", "RequestTable"]  # RequestResult: core.events', the seam's
+
 MAX_REQUEST_SAMPLES = 1_000_000
 """History samples one request may bring back."""
-
-
-@dataclass(frozen=True, slots=True)
-class RequestResult:
-    """What a request returned: the agent's result, files saved, samples (history)."""
-
-    result: Any
-    files: dict[str, Path] = field(default_factory=dict)
-    samples: tuple[HostSample, ...] = ()
 
 
 class RequestTable:
@@ -68,8 +60,10 @@ class RequestTable:
         self._lock = threading.Lock()
         self._closed: str | None = None
 
-    def submit(self, kind: str, params: Mapping[str, Any], timeout_s: float) -> Future[RequestResult]:
-        """Send a request; the future fails with RequestFailed or, after ``timeout_s``, TimeoutError."""
+    def submit(self, params: RequestParams, timeout_s: float) -> Future[RequestResult]:
+        """Send ``params`` as one ``request`` frame; the future fails with RequestFailed or, after ``timeout_s``,
+        TimeoutError."""
+        kind = params.kind
         fut: Future[RequestResult] = Future()
         with self._lock:
             if self._closed is not None:
@@ -78,7 +72,7 @@ class RequestTable:
             rid = next(self._ids)
             self._pending[rid] = PendingRequest(fut)
         try:
-            self._send(stream.encode(stream.Request(id=rid, kind=kind, params=dict(params))))
+            self._send(stream.encode(stream.Request(id=rid, kind=kind, params=params.wire())))
         except (OSError, ProtocolError) as err:
             self.fail(rid, RequestFailed(f"cannot send the request: {err}"))
             return fut

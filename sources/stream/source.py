@@ -4,8 +4,8 @@ Usage::
 
     src = StreamSource([tcp_target("node1:7789"), ssh_target("node2")])
     src.start(emit)                      # one thread per agent
-    fut = src.request("node1", "profile", {"pids": [1234], "duration_s": 5}, 30)
-    fut.result().files                   # {"profile-....folded": Path(...)}
+    reply = ask(src, "node1", ProfileParams(pids=(1234,), duration_s=5), 30).result()
+    reply.files                          # {"profile-....folded": Path(...)}
     src.stop()
 
 Each agent is a :class:`~gpulens.sources.stream.link.HostLink`; a host that
@@ -20,13 +20,12 @@ import shlex
 import shutil
 import subprocess
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
 
 from gpulens.core.errors import ConfigError
-from gpulens.core.events import Emit
+from gpulens.core.events import Emit, RequestParams
 from gpulens.core.hostlist import expand
 from gpulens.ipc.errors import RequestFailed
 from gpulens.ipc.reactor import Reactor
@@ -198,10 +197,8 @@ class StreamSource:
             self._reactor.close()
             self._reactor = None
 
-    def request(
-        self, host: str, kind: str, params: Mapping[str, Any], timeout_s: float
-    ) -> Future[Any]:
-        """Send ``kind`` (history, profile, trace) to ``host``'s agent.
+    def request(self, host: str, params: RequestParams, timeout_s: float) -> Future[RequestResult]:
+        """Send ``params`` (history, profile, trace: a ``request_schema`` struct) to ``host``'s agent.
 
         ``host`` is the reported name or the address. The future holds a
         :class:`RequestResult`; it fails with RequestFailed (agent error or
@@ -212,10 +209,10 @@ class StreamSource:
         if link is None:
             link = next((x for x in self._links if x.target.address == host), None)
         if link is None:
-            fut: Future[Any] = Future()
+            fut: Future[RequestResult] = Future()
             fut.set_exception(RequestFailed(f"unknown host {host!r}"))
             return fut
-        return link.request(kind, dict(params), timeout_s)
+        return link.request(params, timeout_s)
 
 
 def token_from_file(path: str | None) -> bytes | None:

@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -101,3 +102,40 @@ def test_blind_excepts_are_few_and_log_what_they_swallow() -> None:
                 silent.append(where)
     assert len(found) <= MAX_BLIND, found
     assert silent == [], f"blind excepts that neither log nor re-raise: {silent}"
+
+
+MAX_COMPLEXITY = 20
+"""Issue #33 item 7: no function above cyclomatic complexity 20 (radon's count)."""
+MAX_METHODS = 25
+"""Issue #33 item 7: no class above 25 methods: split by responsibility."""
+
+
+def test_no_block_above_cyclomatic_20() -> None:
+    try:
+        from radon.complexity import cc_visit
+    except ImportError:
+        pytest.skip("radon is not installed (it comes with the [test] extra: make test)")
+    def flat(blocks: list[Any]) -> list[Any]:  # methods and closures too, as `radon cc` lists them
+        out = []
+        for block in blocks:
+            out.append(block)
+            out += flat(list(getattr(block, "methods", [])) + list(getattr(block, "closures", [])))
+        return out
+
+    over = [f"{path.relative_to(ROOT)}:{block.lineno} {block.name} ({block.complexity})"
+            for path in _product_files() for block in flat(cc_visit(path.read_text()))
+            if block.complexity > MAX_COMPLEXITY]
+    assert over == []
+
+
+def test_no_class_above_25_methods() -> None:
+    import ast
+
+    over = []
+    for path in _product_files():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                methods = [m for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
+                if len(methods) > MAX_METHODS:
+                    over.append(f"{path.relative_to(ROOT)}: {node.name} ({len(methods)} methods)")
+    assert over == []

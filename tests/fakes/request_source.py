@@ -8,10 +8,12 @@ Each request kind is answered from :attr:`FakeAgent.answers`:
 - an :class:`Answered`: the struct and the files the source saved (name -> path);
 - an exception: the future fails with it (``RequestFailed`` for a refusal, ``TimeoutError``);
 - a future: returned as it is (an answer that comes later, or never);
-- a function of the host and the params giving one of those (files written per request, a clock).
+- a function of the host and the params struct giving one of those (files written per request, a clock).
 
 A kind with no script fails as an agent refuses it: ``RequestFailed("unsupported request kind 'x'")``.
-Every request is kept in :attr:`FakeAgent.asked` as ``(host, kind, params)``, params as sent.
+Every request is kept in :attr:`FakeAgent.asked` as ``(host, kind, params)``, params as the wire map sent
+(``params.wire()``). :class:`RawParams` is a request no schema struct makes (an unknown kind, a refused
+value): what a broken or hostile viewer sends, for the tests of the agent's refusals.
 """
 
 from __future__ import annotations
@@ -22,12 +24,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpulens.core.events import Requester
+from gpulens.core.events import Requester, RequestParams, RequestResult
 from gpulens.ipc.errors import RequestFailed
 from gpulens.ipc.request_schema import Answer, answer_to_wire
-from gpulens.sources.stream.requests import RequestResult
 
-__all__ = ["Answered", "FakeAgent", "Script"]
+__all__ = ["Answered", "FakeAgent", "RawParams", "Script"]
+
+
+@dataclass(frozen=True)
+class RawParams:
+    """A request of any ``kind`` and params map, sent as it is (a ``core.events.RequestParams``)."""
+
+    kind: str
+    params: Mapping[str, object] = field(default_factory=dict)
+
+    def wire(self) -> dict[str, object]:
+        """The params map as given."""
+        return dict(self.params)
 
 
 @dataclass(frozen=True)
@@ -40,8 +53,8 @@ class Answered:
 
 Reply = Answer | Answered | BaseException | Future[RequestResult]
 """What one request is answered with."""
-Script = Reply | Callable[[str, Mapping[str, Any]], Reply]
-"""How a kind is answered: always the same, or computed from ``(host, params)``."""
+Script = Reply | Callable[[str, RequestParams], Reply]
+"""How a kind is answered: always the same, or computed from ``(host, params struct)``."""
 
 
 class FakeAgent:
@@ -51,16 +64,17 @@ class FakeAgent:
         self.answers: dict[str, Script] = dict(answers or {})
         """Request kind -> how it is answered; change it while a test runs to change the agent."""
         self.asked: list[tuple[str, str, dict[str, Any]]] = []
-        """Every request, oldest first: (host, kind, params)."""
+        """Every request, oldest first: (host, kind, the wire map sent; Any: a test reads it as it expects)."""
 
     @property
     def kinds(self) -> list[str]:
         """The kinds asked, oldest first."""
         return [kind for _, kind, _ in self.asked]
 
-    def request(self, host: str, kind: str, params: Mapping[str, Any], timeout_s: float) -> Future[RequestResult]:
-        """Answer ``kind`` from its script; the future is done at once unless the script gave its own."""
-        self.asked.append((host, kind, dict(params)))
+    def request(self, host: str, params: RequestParams, timeout_s: float) -> Future[RequestResult]:
+        """Answer ``params.kind`` from its script; the future is done at once unless the script gave its own."""
+        kind = params.kind
+        self.asked.append((host, kind, params.wire()))
         script = self.answers.get(kind)
         reply = script(host, params) if callable(script) else script
         if isinstance(reply, Future):

@@ -35,6 +35,7 @@ from dataclasses import replace
 from gpulens.ipc.kineto.protocol import JobListener, TraceService
 from gpulens.ipc.kineto.registry import PollingProcess
 from gpulens.ipc.kineto.requests import TraceJob, TraceRequest, TraceResult, TraceState
+from gpulens.ipc.kineto.untraceable import Untraceable
 
 
 def poller(pid: int, *, job_id: int = 0, interval_s: float | None = None) -> PollingProcess:
@@ -51,8 +52,8 @@ class FakeTraceService:
         address: str = "fake trace service",
         processes: Iterable[PollingProcess] = (),
         polling: Iterable[int] | None = None,
-        reasons: Mapping[int, str | None] | None = None,
-        not_polling: str | None = None,
+        reasons: Mapping[int, Untraceable | None] | None = None,
+        not_polling: Untraceable | None = None,
         jobs: Iterable[TraceJob] = (),
         files: Mapping[int, str] | str | None = None,
         states: Sequence[TraceState] = (),
@@ -92,7 +93,7 @@ class FakeTraceService:
     def processes(self) -> list[PollingProcess]:
         return list(self.entries)
 
-    def diagnose(self, pid: int, /) -> str | None:
+    def diagnose(self, pid: int, /) -> Untraceable | None:
         if pid in self.reasons:
             return self.reasons[pid]
         return self.not_polling if pid not in self.polling else None

@@ -6,24 +6,26 @@ import asyncio
 import functools
 import os
 import time
-from collections.abc import Callable, Coroutine, Hashable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Hashable, Iterator
 from concurrent.futures import Future
 from typing import Any
 
 import pytest
+from msgspec import UnsetType
 from textual.pilot import Pilot
 
 from gpulens.core.config import WINDOWS, Config, Panel
-from gpulens.core.events import PanelData, Source
+from gpulens.core.events import PanelData, RequestParams, RequestResult, Source
 from gpulens.ipc.errors import RequestFailed
 from gpulens.ipc.request_schema import (
     ProgressEvent,
     TraceAnswer,
     TraceDiagnoseAnswer,
+    TraceDiagnoseParams,
+    TraceParams,
     TraceStatusAnswer,
 )
 from gpulens.sources.demo import DemoSource
-from gpulens.sources.stream.requests import RequestResult
 from gpulens.store.store import Store
 from gpulens.tui.app import GpulensApp
 from tests.fakes.request_source import Answered, FakeAgent
@@ -149,9 +151,9 @@ class AgentSource(StaticSource):
         super().__init__(events, name=name)
         self.agent = agent
 
-    def request(self, host: str, kind: str, params: Mapping[str, Any], timeout_s: float) -> Future[RequestResult]:
+    def request(self, host: str, params: RequestParams, timeout_s: float) -> Future[RequestResult]:
         """Through :attr:`agent`."""
-        return self.agent.request(host, kind, params, timeout_s)
+        return self.agent.request(host, params, timeout_s)
 
 
 class FakeRequestSource(AgentSource):
@@ -181,13 +183,15 @@ class FakeRequestSource(AgentSource):
         events = tuple(ProgressEvent(state=s, detail=d) for s, d in self.status)
         return TraceStatusAnswer(state=events[-1].state, first=0, events=events)
 
-    def _diagnose(self, params: Mapping[str, Any]) -> TraceDiagnoseAnswer:
-        return TraceDiagnoseAnswer(reasons={str(p): self.reasons.get(p) for p in params["pids"]})
+    def _diagnose(self, params: RequestParams) -> TraceDiagnoseAnswer:
+        assert isinstance(params, TraceDiagnoseParams)
+        return TraceDiagnoseAnswer(reasons={str(p): self.reasons.get(p) for p in params.pids})
 
-    def _trace(self, params: Mapping[str, Any]) -> Answered | RequestFailed:
+    def _trace(self, params: RequestParams) -> Answered | RequestFailed:
         if self.fail:
             return RequestFailed(self.fail)
-        pid = params["pids"][0]
+        assert isinstance(params, TraceParams) and not isinstance(params.pids, UnsetType)
+        pid = params.pids[0]
         name = f"{pid}-trace_{pid}.json"
         path = self.download_dir / name
         path.write_text(self.trace_json)

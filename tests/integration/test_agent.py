@@ -18,8 +18,11 @@ import pytest
 
 from gpulens.core.events import HostStatusEvent, SampleEvent
 from gpulens.ipc.errors import RequestFailed
+from gpulens.ipc.request_schema import HistoryParams
+from gpulens.sources.ask import ask
 from gpulens.sources.stream.source import LinkOptions, StreamSource, tcp_target
 from tests.fakes.agent_helpers import AgentProc, EventLog, Proxy, count_samples, ring_times
+from tests.fakes.request_source import RawParams
 
 pytestmark = pytest.mark.slow
 
@@ -129,17 +132,17 @@ def test_requests_history_and_unsupported_kind(
     src, log = _viewer([agents[0].address])
     try:
         log.wait_for(lambda evs: count_samples("eps")(evs) >= 3, what="eps samples")
-        res = src.request("eps", "history", {"since": 0}, timeout_s=30).result(timeout=60)
-        assert res.result["count"] == len(res.samples) >= 3
+        res = ask(src, "eps", HistoryParams(since=0), timeout_s=30).result(timeout=60)
+        assert res.answer.count == len(res.samples) >= 3
         assert all(s.host == "eps" for s in res.samples)
-        by_address = src.request(agents[0].address, "history", {"since": res.samples[-1].time}, 30)
+        by_address = ask(src, agents[0].address, HistoryParams(since=res.samples[-1].time), 30)
         assert all(s.time > res.samples[-1].time for s in by_address.result(timeout=60).samples)
         with pytest.raises(RequestFailed, match=r"unsupported request kind 'teleport'.*serves: history"):
-            src.request("eps", "teleport", {}, 30).result(timeout=60)
+            src.request("eps", RawParams("teleport"), 30).result(timeout=60)
         with pytest.raises(RequestFailed, match="since must be a number"):
-            src.request("eps", "history", {"since": "yesterday"}, 30).result(timeout=60)
+            src.request("eps", RawParams("history", {"since": "yesterday"}), 30).result(timeout=60)
         with pytest.raises(RequestFailed, match="unknown host"):
-            src.request("nohost", "history", {}, 30).result(timeout=60)
+            src.request("nohost", HistoryParams(), 30).result(timeout=60)
         # The connection survived the bad requests.
         n = count_samples("eps")(log.snapshot())
         log.wait_for(lambda evs: count_samples("eps")(evs) > n, what="samples after bad requests")

@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from gpulens.ipc.errors import RequestFailed
+from gpulens.ipc.request_schema import ProfileParams, TraceParams
+from gpulens.sources.ask import ask
 from gpulens.sources.stream.source import LinkOptions, StreamSource, tcp_target
 from tests.fakes.agent_helpers import WAIT_S, AgentProc, EventLog, count_samples
 from tests.paths import KINETO_WORKLOAD
@@ -63,9 +65,9 @@ def test_remote_trace_comes_back_as_a_file(gpulens_exe: str, tmp_path: Path, sho
         src.start(log)
         log.wait_for(lambda evs: count_samples("tracer")(evs) >= 1, what="agent up")
         time.sleep(2.5)  # let the workload poll the agent's endpoint once or twice
-        fut = src.request("tracer", "trace", {"pids": [work.pid], "duration_ms": 300, "timeout_s": 60}, timeout_s=120)
+        fut = ask(src, "tracer", TraceParams(pids=(work.pid,), duration_ms=300, timeout_s=60), timeout_s=120)
         res = fut.result(timeout=150)
-        name = res.result["files"][str(work.pid)]
+        name = res.answer.files[str(work.pid)]
         path = res.files[name]
         assert path.parent == tmp_path / "dl" and path.stat().st_size > 0
         raw = path.read_bytes()
@@ -86,10 +88,10 @@ def test_trace_and_profile_refused_with_reason_when_unavailable(gpulens_exe: str
     try:
         log.wait_for(lambda evs: count_samples("plain")(evs) >= 1, what="agent up")
         with pytest.raises(RequestFailed, match="unsupported request kind 'trace'"):
-            src.request("plain", "trace", {"pids": [os.getpid()]}, 30).result(timeout=WAIT_S)
+            src.request("plain", TraceParams(pids=(os.getpid(),)), 30).result(timeout=WAIT_S)
         # Served, but not to a connection without the token.
         with pytest.raises(RequestFailed, match="not authenticated: requests other than history need --token-file"):
-            src.request("plain", "profile", {"pids": [os.getpid()]}, 30).result(timeout=WAIT_S)
+            src.request("plain", ProfileParams(pids=(os.getpid(),)), 30).result(timeout=WAIT_S)
     finally:
         src.stop()
         agent.stop()
@@ -108,7 +110,7 @@ def test_remote_profile_folded_file(gpulens_exe: str, tmp_path: Path) -> None:
     try:
         log.wait_for(lambda evs: count_samples("prof")(evs) >= 1, what="agent up")
         try:
-            res = src.request("prof", "profile", {"pids": [busy.pid], "duration_s": 1.0}, 60).result(timeout=90)
+            res = src.request("prof", ProfileParams(pids=(busy.pid,), duration_s=1.0), 60).result(timeout=90)
         except RequestFailed as err:
             if "permission" in str(err).lower() or "ptrace" in str(err).lower():
                 pytest.skip(f"py-spy cannot attach here: {err}")

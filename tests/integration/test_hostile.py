@@ -22,6 +22,7 @@ import pytest
 from gpulens.ipc import auth, stream
 from gpulens.sources.stream.source import LinkOptions, StreamSource, tcp_target
 from tests.fakes.agent_helpers import WAIT_S, AgentProc, EventLog, RawViewer, count_samples
+from tests.fakes.request_source import RawParams
 
 pytestmark = pytest.mark.slow
 
@@ -290,7 +291,7 @@ def test_hostile_agent_host_name_cannot_shape_download_path(tmp_path: Path) -> N
     src.start(log)
     try:
         log.wait_for(lambda evs: any(getattr(e, "up", False) for e in evs), what="link up")
-        result = src.request(hostile_host, "profile", {}, timeout_s=WAIT_S).result(timeout=WAIT_S)
+        result = src.request(hostile_host, RawParams("profile"), timeout_s=WAIT_S).result(timeout=WAIT_S)
         (saved,) = result.files.values()
         assert saved.parent == downloads and saved.read_bytes() == b"{}"
         assert not (tmp_path / "a" / "escaped-trace.json").exists()

@@ -20,6 +20,7 @@ from gpulens.agent.agent import Agent
 from gpulens.collectors.synthetic import SyntheticSampler
 from gpulens.ipc.control import ControlListener, control_name
 from gpulens.ipc.errors import StreamError
+from gpulens.ipc.request_schema import TraceDiagnoseParams
 from gpulens.sources.stream.control_trace import connect_owner
 from tests.fakes import security_helpers
 from tests.fakes.security_helpers import User, call_as
@@ -37,7 +38,7 @@ def _connect_as_user(socket_dir: str) -> dict[str, object]:
     except StreamError as err:
         return {"error": str(err)}
     try:
-        answer = link.request("", "trace_diagnose", {"pids": [os.getpid()]}, 10.0).result(timeout=15)
+        answer = link.request("", TraceDiagnoseParams(pids=(os.getpid(),)), 10.0).result(timeout=15)
         return {"agent_pid": link.agent_pid, "caps": sorted(link.hello.caps), "result": answer.result,
                 "me": os.getpid()}
     finally:

@@ -18,6 +18,7 @@ import pytest
 
 from gpulens.core.events import HostStatusEvent
 from gpulens.ipc.channels import CommandChannel
+from gpulens.ipc.request_schema import HistoryParams
 from gpulens.sources.stream.source import StreamFlags, stream_source_from_flags
 from tests.fakes.agent_helpers import WAIT_S, EventLog, count_samples
 
@@ -43,7 +44,7 @@ def test_ssh_hostlist_streams_every_host(gpulens_exe: str) -> None:
             log.wait_for(enough, what=f"samples from {h}")
         up = [e for e in log.snapshot() if isinstance(e, HostStatusEvent) and e.up]
         assert {(e.host, e.address) for e in up} == {("node1", "node1"), ("node2", "node2"), ("node3", "node3")}
-        res = src.request("node2", "history", {"since": 0}, 30).result(timeout=WAIT_S)
+        res = src.request("node2", HistoryParams(since=0), 30).result(timeout=WAIT_S)
         assert res.samples and {s.host for s in res.samples} == {"node2"}
         procs = [link._chan.proc for link in src._links if isinstance(link._chan, CommandChannel)]
         assert len(procs) == 3

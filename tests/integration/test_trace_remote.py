@@ -24,6 +24,8 @@ from pathlib import Path
 import pytest
 
 from gpulens.ipc.errors import StreamError
+from gpulens.ipc.request_schema import TraceParams, TraceStatusParams
+from gpulens.sources.ask import ask
 from tests.fakes.agent_helpers import AgentProc
 from tests.paths import KINETO_WORKLOAD
 
@@ -132,10 +134,10 @@ def test_local_control_socket_checks_who_answers(setup: Setup, tmp_path: Path) -
     link = LocalAgentLink(str(setup.sock_dir), setup.agent.proc.pid, uid, tmp_path)
     try:
         assert "trace" in link.hello.caps and "trace_status" in link.hello.caps
-        res = link.request("", "trace_status", {"tag": "nothing-here"}, 10).result(timeout=15)
-        assert res.result["state"] == "unknown"
-        with pytest.raises(Exception, match="tag must be"):
-            link.request("", "trace_status", {"tag": "../x"}, 10).result(timeout=15)
+        res = ask(link, "", TraceStatusParams(tag="nothing-here"), 10).result(timeout=15)
+        assert res.answer.state == "unknown"
+        with pytest.raises(Exception, match="tag must be"):  # a struct is checked at decode: the agent refuses
+            link.request("", TraceStatusParams(tag="../x"), 10).result(timeout=15)
     finally:
         link.close()
     # Whoever answers must be the process that holds the Kineto name.
@@ -156,7 +158,7 @@ def test_bad_trace_params_are_refused_by_the_agent(setup: Setup) -> None:
     try:
         deadline = time.monotonic() + 60
         while True:
-            fut = src.request(setup.agent.address, "trace_status", {"tag": "t1"}, 10)
+            fut = src.request(setup.agent.address, TraceStatusParams(tag="t1"), 10)
             try:
                 fut.result(timeout=15)
                 break
@@ -164,8 +166,8 @@ def test_bad_trace_params_are_refused_by_the_agent(setup: Setup) -> None:
                 assert "not connected" in str(err) and time.monotonic() < deadline
                 time.sleep(0.1)
         with pytest.raises(RequestFailed, match="tag must be"):
-            params = {"pids": [setup.work.pid], "duration_ms": 100, "tag": "x" * 65}
-            src.request(setup.agent.address, "trace", params, 10).result(timeout=15)
+            params = TraceParams(pids=(setup.work.pid,), duration_ms=100, tag="x" * 65)
+            src.request(setup.agent.address, params, 10).result(timeout=15)
     finally:
         src.stop()
 

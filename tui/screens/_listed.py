@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from concurrent.futures import CancelledError
 
 from gpulens.core.errors import GpulensError
 from gpulens.core.model import JobInfo
@@ -52,7 +53,8 @@ class ListedProcess:
                 return
             rows = decode_rows(getattr(answer, "result", answer))[0]
             got: tuple[JobInfo | None, str | None] = (next((r for r in rows if r.pid == self.pid), None), None)
-        except (GpulensError, OSError, ValueError) as err:  # no agent, an older agent, a recording, a malformed answer
+        except (GpulensError, OSError, ValueError, RuntimeError, CancelledError) as err:  # no agent, an older agent,
+            # a recording, a malformed answer, the lister's own failure, a cancelled ask
             got = (None, f"{self.host}:{self.pid}: not a job's process, and its host cannot list it: "
                          f"{str(err)[:300] or type(err).__name__}")
         call_in_app(self._answered, screen, *got)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+from concurrent.futures import CancelledError
 from typing import Any, ClassVar
 
 from textual.app import ComposeResult
@@ -127,7 +128,8 @@ class ProcessesView(FindingScreen):
             if answer is None:
                 return
             got: tuple[list[JobInfo], int, int, str | None] = (*decode_rows(getattr(answer, "result", answer)), None)
-        except (GpulensError, OSError, ValueError) as err:  # no such kind, a timeout, a malformed answer: said
+        except (GpulensError, OSError, ValueError, RuntimeError, CancelledError) as err:  # no such kind, a timeout,
+            # a malformed answer, the lister's own failure, a cancelled ask: said, and asked again later
             got = ([], 0, 0, f"{host}: {str(err)[:300] or type(err).__name__}")
         call_in_app(self._answered, *got)
 

@@ -27,6 +27,7 @@ from gpulens.core.errors import GpulensError
 from gpulens.ipc.kineto.kconfig import MIN_LEAD_S
 from gpulens.ipc.kineto.protocol import TraceService
 from gpulens.ipc.kineto.requests import TraceJob, TraceState
+from gpulens.ipc.kineto.untraceable import Untraceable, UntraceableKind
 
 FINISHED = frozenset({TraceState.DONE, TraceState.FAILED})
 QUEUED = getattr(TraceState, "QUEUED", None)
@@ -203,14 +204,14 @@ def status_lines(targets: Sequence[Target], most: int) -> list[str]:
         for pid in target.pids:
             total += 1
             who = f"{target.host} pid {pid}" if len(targets) > 1 else f"pid {pid}"
-            why = "no trace service for this host" if diagnose is None else diagnose(pid)
+            why = Untraceable(UntraceableKind.NO_SERVICE, pid) if diagnose is None else diagnose(pid)
             if why is None:
                 ready += 1
                 intervals[pid] = poll_interval(svc, pid)
             if len(lines) < most:  # escaped: a reason like "[Errno 2] ..." is text, not markup
                 where = escape(str(getattr(svc, "address", "the endpoint")))
                 lines.append(f"[green]{escape(who)}: ready[/] (polls {where})"
-                             if why is None else f"[red]{escape(who)}: cannot be traced[/]: {escape(why)}")
+                             if why is None else f"[red]{escape(who)}: cannot be traced[/]: {escape(str(why))}")
     if total > len(lines):
         lines.append(f"… {total - len(lines)} more; {ready} of {total} processes ready")
     hint = poll_hint(intervals, reported=any(reports_intervals(t.service) for t in targets))
@@ -290,16 +291,16 @@ class LocalDiagnosis:
         if service is None:
             why = trace_error or "no trace service (it serves processes of this machine only)"
         else:
-            reasons: list[tuple[int, str]] = []
+            reasons: list[tuple[int, Untraceable]] = []
             for pid in pids[:8]:
                 try:
                     reason = service.diagnose(pid)
                 except (GpulensError, OSError) as err:  # a diagnosis must not take the screen down
-                    reason = f"cannot check: {err}"
-                if reason:
+                    reason = Untraceable(UntraceableKind.CHECK_FAILED, pid, detail=str(err))
+                if reason is not None:
                     reasons.append((pid, reason))
             # A job's shell or launcher never loads torch: say why its Python cannot be traced.
-            best = sorted(reasons, key=lambda r: r[1].startswith(("no PyTorch", "process ")))
+            best = sorted(reasons, key=lambda r: r[1].ranks_low)
             why = f"pid {best[0][0]}: {best[0][1]}" if best else None
         self._last = (now, why)
         return why

@@ -21,9 +21,10 @@ import pytest
 
 from gpulens.agent.agent import Agent
 from gpulens.agent.requests import Limits, RequestRunner
-from gpulens.agent.sessions import PREAUTH_FRAME_BYTES, ViewerConnection
+from gpulens.agent.sessions import PREAUTH_FRAME_BYTES, Refusal, RefusalKind, ViewerConnection
 from gpulens.collectors.synthetic import SyntheticSampler
 from gpulens.ipc import auth, stream
+from gpulens.ipc.kineto.untraceable import Untraceable, UntraceableKind
 from gpulens.ipc.principal import NOT_AUTHENTICATED, SAMPLES_ONLY, Principal, owner, peer
 from gpulens.ipc.serialize import sample_to_dict
 from gpulens.ipc.stream_frames import pack_sample
@@ -47,7 +48,7 @@ NO_SUCH_PID = 2**31 - 1
 class FakeHost:
     """A SessionHost that records what the session asks of it."""
 
-    def __init__(self, refusal: str | None = None) -> None:
+    def __init__(self, refusal: Refusal | None = None) -> None:
         self.refusal = refusal
         self.hellos: list[Principal] = []
         self.subscribed: list[float | None] = []
@@ -60,7 +61,7 @@ class FakeHost:
         caps = ("history",) if principal.samples_only else ("history", "trace")
         return stream.Hello(proto=stream.PROTOCOL_VERSION, role="agent", host="parts", caps=caps)
 
-    def admit(self, conn: ViewerConnection) -> str | None:
+    def admit(self, conn: ViewerConnection) -> Refusal | None:
         return self.refusal
 
     def subscribe(self, conn: ViewerConnection, since: float | None) -> None:
@@ -178,7 +179,7 @@ def test_a_token_needs_a_replay_guard() -> None:
 
 
 def test_session_refused_by_a_busy_host_is_told_why() -> None:
-    host = FakeHost(refusal="agent has 64 viewers")
+    host = FakeHost(refusal=Refusal(RefusalKind.VIEWERS_FULL, limit=64))
     conn, t = _session(host, SAMPLES_ONLY)
     t.until(stream.Hello)
     t.send(_viewer_hello(since=0.0))
@@ -274,6 +275,14 @@ def test_runner_without_a_trace_service_says_why() -> None:
     res = _ask(runner, RecordingConn(peer(ME)), 1, "trace", {"pids": [os.getpid()]})
     assert not res.ok and "(trace service not installed: no module named kineto)" in res.error
     assert res.error.endswith("this agent serves: history")
+
+
+def test_trace_diagnose_answers_the_reasons_sentence() -> None:
+    svc = FakeTraceService(not_polling=Untraceable(UntraceableKind.NO_DAEMON_ENV))
+    res = _ask(_runner(svc=svc), RecordingConn(peer(ME)), 1, "trace_diagnose", {"pids": [os.getpid()]})
+    assert res.ok and res.result == {"reasons": {str(os.getpid()): (
+        "KINETO_USE_DAEMON is not set in its environment: restart it with "
+        "KINETO_USE_DAEMON=1 (on-demand tracing is off without it)")}}  # the wire keeps the words
 
 
 def test_runner_principal_rules_for_pids_and_jobs() -> None:
@@ -398,3 +407,21 @@ def test_agent_hands_its_parts_what_they_need(prof: BlockingProfiler) -> None:
     assert svc.stopped and agent.requests.trace_service is None
     res = _ask(agent.requests, conn, 2, "profile", _profile())
     assert not res.ok and res.error == "agent is stopping"
+
+
+@pytest.mark.parametrize(("params", "refusal"), [
+    ({"pids": [1], "duration_s": float("nan")}, "duration_s must be a number"),
+    ({"pids": [1], "duration_s": True}, "duration_s must be a number"),
+    ({"pids": [1], "duration_s": "5"}, "duration_s must be a number"),
+    ({"pids": [1], "rate_hz": "a"}, "rate_hz must be a number"),
+    ({"pids": [1], "duration_s": 0}, "duration_s must be in (0, 60]"),
+    ({"pids": [1], "rate_hz": 5000}, "rate_hz must be 1..1000"),
+])
+def test_profile_params_refused_as_before_the_schema(params: dict[str, object], refusal: str) -> None:
+    """The refusals the hand-written checks sent (acf064b), kept word for word by the schema."""
+    from gpulens.ipc.errors import ProtocolError
+    from gpulens.ipc.request_schema import decode_params
+
+    with pytest.raises(ProtocolError) as err:
+        decode_params("profile", params)
+    assert str(err.value) == refusal

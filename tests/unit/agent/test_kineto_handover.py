@@ -25,6 +25,7 @@ from gpulens.ipc.kineto import codec
 from gpulens.ipc.kineto.endpoint import holder_of
 from gpulens.ipc.kineto.requests import TraceRequest, TraceState
 from gpulens.ipc.kineto.service import LocalTraceService
+from gpulens.ipc.kineto.untraceable import UntraceableKind
 from gpulens.ipc.principal import Principal, owner, peer
 from gpulens.sources.owner_switch import HandoverTraceService
 from tests.fakes.handover_helpers import Adopter
@@ -323,7 +324,9 @@ def test_an_impostor_holding_on_stops_tracing_with_the_reason(monkeypatch: pytes
     svc.on_handover("released")
     err = held.exception(timeout=10)
     assert err is not None and "may be squatting" in str(err) and "tracing is off" in str(err)
-    assert svc.state == "failed" and "may be squatting" in (svc.diagnose(7) or "")
+    why = svc.diagnose(7)
+    assert svc.state == "failed" and why is not None and why.kind is UntraceableKind.TRACING_OFF
+    assert "may be squatting" in why.detail
     _wait(lambda: svc.polling_pids() == set())
 
 

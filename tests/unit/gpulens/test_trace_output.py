@@ -14,7 +14,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ import pytest
 from gpulens.cli import build_parser, main
 from gpulens.commands import trace, trace_job
 from gpulens.commands.trace_common import JOB_WAIT_S, Progress
+from gpulens.core.events import RequestParams
 from gpulens.ipc.kineto.requests import TraceRequest, TraceResult
 from gpulens.ipc.request_schema import Poller, TraceProcessesAnswer
 from tests.fakes.request_source import FakeAgent
@@ -117,7 +117,7 @@ class _Clock:
 def _agent(clock: _Clock, first_s: float, ranks: int, busy: int | None = None) -> FakeAgent:
     """An agent whose job processes start polling late, one rank every 2 s from ``first_s``."""
 
-    def pollers(host: str, params: Mapping[str, Any]) -> TraceProcessesAnswer:
+    def pollers(host: str, params: RequestParams) -> TraceProcessesAnswer:
         started = 0 if clock.t < first_s else min(ranks, 1 + int((clock.t - first_s) // 2))
         return TraceProcessesAnswer(processes=tuple(
             Poller(pid=500 + r, job_keys=("jk",), rank=r, interval_s=1.0, busy=r == busy) for r in range(started)))

@@ -41,6 +41,7 @@ from gpulens.ipc.kineto.requests import (
     final_paths,
 )
 from gpulens.ipc.kineto.service import LocalTraceService
+from gpulens.ipc.kineto.untraceable import Untraceable, UntraceableKind
 
 
 def _req_bytes(pids: list[int], job: int = 0, ctype: int = 3) -> bytes:
@@ -332,13 +333,15 @@ def test_other_users_processes_are_refused(short_dir: Path) -> None:
     svc.start()
     try:
         reason = svc.diagnose(os.getpid())
-        assert reason is not None and f"belongs to uid {os.geteuid()}" in reason
+        assert reason == Untraceable(UntraceableKind.OTHER_USER, os.getpid(), uid=os.geteuid())
         fut = svc.request_trace(TraceRequest(pids=(os.getpid(),)))
-        with pytest.raises(NotTraceable, match="only its owner or root"):
+        with pytest.raises(NotTraceable) as err:
             fut.result(timeout=5)
+        assert err.value.reasons == {os.getpid(): reason}
         gone = svc.request_trace(TraceRequest(pids=(2**22 + 17,)))
-        with pytest.raises(NotTraceable, match="is gone"):
+        with pytest.raises(NotTraceable) as err:
             gone.result(timeout=5)
+        assert err.value.reasons == {2**22 + 17: Untraceable(UntraceableKind.GONE, 2**22 + 17)}
     finally:
         svc.stop()
 

@@ -45,6 +45,7 @@ from gpulens.ipc.kineto.requests import (
     probe_trace_file,
 )
 from gpulens.ipc.kineto.service import LocalTraceService
+from gpulens.ipc.kineto.untraceable import Untraceable, UntraceableKind
 from gpulens.sources import tracing as trace_remote
 from tests.fakes import security_helpers
 from tests.fakes.security_helpers import User, call_as, demote, popen_as
@@ -477,10 +478,10 @@ def test_diagnose_says_when_the_socket_dir_is_closed_to_the_target(tmp_path: Pat
     (fake / "maps").write_text("7f00 r-xp 0 0:0 0 /x/libtorch_cpu.so\n")
     kw: dict[str, Any] = {"polling": False, "serving_dir": str(sock_dir), "requester_uid": 0}
     why = diagnose_pid(4242, proc=tmp_path / "proc", **kw)
-    assert why is not None and "mode 0755" in why and f"chmod 1733 {sock_dir}" in why, why
+    assert why == Untraceable(UntraceableKind.SOCKET_DIR_CLOSED, 4242, uid=54321, serving=str(sock_dir), mode=0o755)
     os.chmod(sock_dir, 0o1733)
     why = diagnose_pid(4242, proc=tmp_path / "proc", **kw)
-    assert why is not None and why.startswith("it has not polled yet")
+    assert why is not None and why.kind is UntraceableKind.NOT_POLLED_YET
 
 
 # -- hole 4: the endpoint's bounds ------------------------------------------------------------

@@ -13,6 +13,7 @@ import pytest
 from gpulens.ipc import stream
 from gpulens.ipc.control import control_name, kineto_key, listener_accepts, peer_allowed
 from gpulens.ipc.errors import RequestFailed, StreamError
+from gpulens.ipc.request_schema import TraceParams, TraceStatusParams
 from gpulens.sources.stream.local_agent import LocalAgentLink
 
 
@@ -98,7 +99,7 @@ def test_hostile_agent_file_name_is_refused(fake_agent: FakeAgent, tmp_path: Pat
     link = LocalAgentLink(str(tmp_path), os.getpid(), os.geteuid(), tmp_path / "dl")
     try:
         with pytest.raises(RequestFailed, match="unsafe file name"):
-            link.request("", "trace", {}, 10).result(timeout=15)
+            link.request("", TraceParams(), 10).result(timeout=15)
     finally:
         link.close()
     assert not (tmp_path / "evil").exists() and not (tmp_path / "dl").exists()
@@ -128,10 +129,10 @@ def test_chunks_are_saved_and_out_of_order_is_refused(fake_agent: FakeAgent, tmp
     fake_agent(script)
     link = LocalAgentLink(str(tmp_path), os.getpid(), os.geteuid(), tmp_path / "dl")
     try:
-        res = link.request("", "trace", {}, 10).result(timeout=15)
+        res = link.request("", TraceParams(), 10).result(timeout=15)
         assert res.files["t.json"].read_bytes() == b"abcd"
         with pytest.raises(RequestFailed, match="out of order"):
-            link.request("", "trace", {}, 10).result(timeout=15)
+            link.request("", TraceParams(), 10).result(timeout=15)
     finally:
         link.close()
 
@@ -156,7 +157,7 @@ def test_live_samples_are_read_and_dropped_while_a_request_runs(fake_agent: Fake
     link = LocalAgentLink(str(tmp_path), os.getpid(), os.geteuid(), tmp_path / "dl")
     try:
         assert link.hello.caps == ("trace",) and link.hello.host == "x"
-        assert link.request("", "trace_status", {}, 10).result(timeout=15).result == {"state": "done"}
+        assert link.request("", TraceStatusParams(tag="t1"), 10).result(timeout=15).result == {"state": "done"}
     finally:
         link.close()
 
@@ -172,13 +173,13 @@ def test_close_fails_the_pending_request_and_refuses_new_ones(fake_agent: FakeAg
 
     fake_agent(script)
     link = LocalAgentLink(str(tmp_path), os.getpid(), os.geteuid(), tmp_path / "dl")
-    fut = link.request("", "trace", {}, 60)
+    fut = link.request("", TraceParams(), 60)
     assert got.wait(15)
     link.close("interrupted")
     with pytest.raises(RequestFailed, match="connection lost: interrupted"):
         fut.result(timeout=15)
     with pytest.raises(RequestFailed, match="connection is closed"):
-        link.request("", "trace", {}, 10).result(timeout=15)
+        link.request("", TraceParams(), 10).result(timeout=15)
 
 
 def test_agent_gone_before_its_hello_or_nameless_is_refused(fake_agent: FakeAgent, tmp_path: Path) -> None:

@@ -138,25 +138,28 @@ def test_sample_event_backfill_flag_survives(tmp_path: Path) -> None:
 class FakeSampler:
     """A test double of collectors.sampler.Sampler: counts calls, fails once."""
 
-    def __init__(self) -> None:
+    def __init__(self, error: Exception | None = None) -> None:
         self.calls = 0
         self.closed = False
+        self.error = error or OSError("boom")
 
     def sample(self) -> HostSample:
         self.calls += 1
         if self.calls == 2:
-            raise OSError("boom")
+            raise self.error
         return DemoSource(seed=1, clock=lambda: T0).sample(0, T0 + self.calls)
 
     def close(self) -> None:
         self.closed = True
 
 
-def test_local_source_ticks_reports_errors_and_stops() -> None:
+@pytest.mark.parametrize("error", [OSError("boom"), TypeError("boom: a bug")], ids=["os-error", "bug"])
+def test_local_source_ticks_reports_errors_and_stops(error: Exception) -> None:
+    """A tick that fails, for a reason foreseen or by a bug, is said in the header; sampling goes on."""
     from gpulens.core.config import Config
     from gpulens.sources.local import LocalSource, MultiSource
 
-    fake = FakeSampler()
+    fake = FakeSampler(error)
     got: list[SourceEvent] = []
     enough = threading.Event()
 

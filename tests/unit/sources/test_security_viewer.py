@@ -30,6 +30,7 @@ import pytest
 from gpulens.collectors.synthetic import SyntheticSampler
 from gpulens.core.events import HostStatusEvent, SampleEvent
 from gpulens.ipc import auth, stream
+from gpulens.ipc.request_schema import TraceParams
 from gpulens.ipc.serialize import sample_to_dict
 from gpulens.ipc.stream_frames import sample_frame
 from gpulens.sources.stream.downloads import MAX_FILES_PER_REQUEST, PendingRequest
@@ -614,7 +615,7 @@ def test_thirty_thousand_file_names_are_capped_and_nothing_is_left(tmp_path: Pat
     dl = tmp_path / "dl"
     with viewing(FakeAgent(flooder), download_dir=dl) as (src, log):
         log.wait_for(lambda evs: any(isinstance(e, HostStatusEvent) and e.up for e in evs), what="link up")
-        fut = src.request("fake", "trace", {}, WAIT_S)
+        fut = src.request("fake", TraceParams(), WAIT_S)
         with pytest.raises(Exception, match=f"more than {MAX_FILES_PER_REQUEST} files"):
             fut.result(timeout=WAIT_S)
         assert list(dl.iterdir()) == []
@@ -685,7 +686,7 @@ def test_agent_killed_mid_download_leaves_no_partial_file(tmp_path: Path) -> Non
         src.start(log)
         try:
             log.wait_for(lambda evs: any(isinstance(e, HostStatusEvent) and e.up for e in evs), what="link up")
-            fut = src.request("dying", "trace", {}, WAIT_S)
+            fut = src.request("dying", TraceParams(), WAIT_S)
             assert proc.stdout.readline().strip() == "sent"
             deadline = time.monotonic() + WAIT_S
             while not (dl.exists() and any(dl.iterdir())):  # the partial file is being written
@@ -713,7 +714,7 @@ def test_request_timeout_deletes_the_partial_file(tmp_path: Path) -> None:
     dl = tmp_path / "dl"
     with viewing(FakeAgent(slow), download_dir=dl) as (src, log):
         log.wait_for(lambda evs: any(isinstance(e, HostStatusEvent) and e.up for e in evs), what="link up")
-        fut = src.request("fake", "trace", {}, 1.0)
+        fut = src.request("fake", TraceParams(), 1.0)
         with pytest.raises(TimeoutError):
             fut.result(timeout=WAIT_S)
         assert not dl.exists() or list(dl.iterdir()) == []

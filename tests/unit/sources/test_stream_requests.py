@@ -10,9 +10,11 @@ import pytest
 
 from gpulens.ipc import stream
 from gpulens.ipc.errors import ProtocolError, RequestFailed
+from gpulens.ipc.request_schema import HistoryParams, TraceParams
 from gpulens.sources.stream import requests
 from gpulens.sources.stream.downloads import SaveFailed
 from gpulens.sources.stream.requests import RequestResult, RequestTable
+from tests.fakes.request_source import RawParams
 
 WAIT_S = 15.0
 
@@ -43,7 +45,7 @@ def _chunk(rid: int, name: str, data: bytes, *, offset: int = 0, last: bool = Tr
 
 def test_answer_brings_the_cleaned_result_files_and_samples(tmp_path: Path) -> None:
     table, sent = _table(tmp_path)
-    fut = table.submit("history", {"since": 0}, WAIT_S)
+    fut = table.submit(HistoryParams(since=0), WAIT_S)
     (req,) = sent.requests
     assert (req.id, req.kind, req.params) == (1, "history", {"since": 0})
     sample: Any = object()  # the link decodes and checks samples; the table only keeps them
@@ -53,7 +55,7 @@ def test_answer_brings_the_cleaned_result_files_and_samples(tmp_path: Path) -> N
     table.respond(stream.Response(id=req.id, ok=True, result={"note": "fine\x1b[2J"}))
     res = fut.result(timeout=WAIT_S)
     assert isinstance(res, RequestResult) and res.samples == (sample,)
-    assert "\x1b" not in res.result["note"]
+    assert isinstance(res.result, dict) and "\x1b" not in res.result["note"]
     # The prefix (maybe the peer's host name) never shapes the path.
     assert res.files == {"t.json": tmp_path / "dl" / "node_1-t.json"}
     assert res.files["t.json"].read_bytes() == b"abcd"
@@ -62,7 +64,7 @@ def test_answer_brings_the_cleaned_result_files_and_samples(tmp_path: Path) -> N
 
 def test_ids_are_fresh_and_unknown_ids_are_ignored(tmp_path: Path) -> None:
     table, sent = _table(tmp_path)
-    first, second = table.submit("a", {}, WAIT_S), table.submit("b", {}, WAIT_S)
+    first, second = table.submit(RawParams("a"), WAIT_S), table.submit(RawParams("b"), WAIT_S)
     assert [r.id for r in sent.requests] == [1, 2]
     table.chunk(_chunk(99, "x", b"x"))
     table.respond(stream.Response(id=99, ok=True, result=None))
@@ -74,7 +76,7 @@ def test_ids_are_fresh_and_unknown_ids_are_ignored(tmp_path: Path) -> None:
 
 def test_error_answer_fails_the_request_and_deletes_its_files(tmp_path: Path) -> None:
     table, sent = _table(tmp_path)
-    fut = table.submit("trace", {}, WAIT_S)
+    fut = table.submit(TraceParams(), WAIT_S)
     rid = sent.requests[0].id
     table.chunk(_chunk(rid, "t.json", b"x" * 10, last=False))
     table.respond(stream.Response(id=rid, ok=False, error="no such pid\x07"))
@@ -85,7 +87,7 @@ def test_error_answer_fails_the_request_and_deletes_its_files(tmp_path: Path) ->
 
 def test_malformed_answer_fails_the_request(tmp_path: Path) -> None:
     table, sent = _table(tmp_path)
-    fut = table.submit("trace", {}, WAIT_S)
+    fut = table.submit(TraceParams(), WAIT_S)
     deep: Any = []
     for _ in range(100):
         deep = [deep]
@@ -96,7 +98,7 @@ def test_malformed_answer_fails_the_request(tmp_path: Path) -> None:
 
 def test_timeout_fails_with_timeout_error_and_deletes_the_partial_file(tmp_path: Path) -> None:
     table, sent = _table(tmp_path)
-    fut = table.submit("trace", {}, 0.05)
+    fut = table.submit(TraceParams(), 0.05)
     table.chunk(_chunk(sent.requests[0].id, "t.json", b"x", last=False))
     with pytest.raises(TimeoutError, match=r"trace request timed out after 0\.05 s"):
         fut.result(timeout=WAIT_S)
@@ -105,7 +107,7 @@ def test_timeout_fails_with_timeout_error_and_deletes_the_partial_file(tmp_path:
 
 def test_close_fails_every_request_and_refuses_new_ones(tmp_path: Path) -> None:
     table, sent = _table(tmp_path)
-    futs = [table.submit("trace", {}, WAIT_S) for _ in range(3)]
+    futs = [table.submit(TraceParams(), WAIT_S) for _ in range(3)]
     table.chunk(_chunk(sent.requests[0].id, "t.json", b"x", last=False))
     table.close("the agent closed the connection")
     table.close("a second reason is ignored")
@@ -114,21 +116,21 @@ def test_close_fails_every_request_and_refuses_new_ones(tmp_path: Path) -> None:
             fut.result(timeout=WAIT_S)
     assert list((tmp_path / "dl").iterdir()) == []
     with pytest.raises(RequestFailed, match="connection lost: the agent closed"):
-        table.submit("trace", {}, WAIT_S).result(timeout=WAIT_S)
+        table.submit(TraceParams(), WAIT_S).result(timeout=WAIT_S)
     assert len(sent.requests) == 3  # nothing sent once closed
 
 
 def test_send_failure_fails_only_that_request(tmp_path: Path) -> None:
     table, _sent = _table(tmp_path, Sent(fail=BrokenPipeError(32, "Broken pipe")))
     with pytest.raises(RequestFailed, match=r"cannot send the request: .*Broken pipe"):
-        table.submit("trace", {}, WAIT_S).result(timeout=WAIT_S)
+        table.submit(TraceParams(), WAIT_S).result(timeout=WAIT_S)
     assert table.pending() == 0
 
 
 def test_local_save_failure_fails_only_that_request(tmp_path: Path) -> None:
     (tmp_path / "dl").write_text("a file where the download directory should be")
     table, sent = _table(tmp_path)
-    doomed, other = table.submit("trace", {}, WAIT_S), table.submit("history", {}, WAIT_S)
+    doomed, other = table.submit(TraceParams(), WAIT_S), table.submit(HistoryParams(), WAIT_S)
     table.chunk(_chunk(sent.requests[0].id, "t.json", b"x"))
     with pytest.raises(SaveFailed, match="download directory"):
         doomed.result(timeout=WAIT_S)
@@ -139,7 +141,7 @@ def test_local_save_failure_fails_only_that_request(tmp_path: Path) -> None:
 def test_protocol_breaks_end_the_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Unsafe names, chunks out of order and oversized history raise: the link then ends the session."""
     table, sent = _table(tmp_path)
-    table.submit("trace", {}, WAIT_S)
+    table.submit(TraceParams(), WAIT_S)
     rid = sent.requests[0].id
     with pytest.raises(ProtocolError, match="unsafe file name"):
         table.chunk(_chunk(rid, "../evil", b"x"))
@@ -156,7 +158,7 @@ def test_protocol_breaks_end_the_session(tmp_path: Path, monkeypatch: pytest.Mon
 
 def test_a_cancelled_future_is_left_alone(tmp_path: Path) -> None:
     table, sent = _table(tmp_path)
-    fut: Future[RequestResult] = table.submit("trace", {}, WAIT_S)
+    fut: Future[RequestResult] = table.submit(TraceParams(), WAIT_S)
     assert fut.cancel()
     table.respond(stream.Response(id=sent.requests[0].id, ok=False, error="late"))
     table.close("ended")

@@ -9,18 +9,18 @@ agents are in integration/test_trace_remote.py and unit/tui/test_tui_remote_prof
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from gpulens.commands.trace import _trace_via
+from gpulens.core.events import RequestParams
 from gpulens.ipc.errors import RequestFailed
 from gpulens.ipc.kineto.protocol import TraceService
 from gpulens.ipc.kineto.requests import TraceRequest, TraceState
 from gpulens.ipc.kineto.service import LocalTraceService
+from gpulens.ipc.kineto.untraceable import Untraceable, UntraceableKind
 from gpulens.ipc.request_schema import ProgressEvent, TraceAnswer, TraceStatusAnswer, answer_to_wire
 from gpulens.sources.remote_trace import RemoteTraceService
 from gpulens.sources.stream.requests import RequestResult
@@ -127,14 +127,16 @@ def test_remote_service_names_the_timeout() -> None:
     (job,) = svc.jobs()
     assert job.state is TraceState.FAILED
     assert job.detail == "the agent on box sent no trace within 61 s"
-    assert svc.diagnose(7) == f"the agent on box says: {job.detail}"
+    why = svc.diagnose(7)
+    assert why == Untraceable(UntraceableKind.AGENT_FAILED, 7, host="box", detail=job.detail)
+    assert str(why) == f"the agent on box says: {job.detail}"  # the sentence the screens show
 
 
 def test_cli_without_progress_reports_still_gets_the_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """An older agent answers no trace_status: said once (while the trace runs), the files still come."""
     trace: Future[RequestResult] = Future()
 
-    def status(host: str, params: Mapping[str, Any]) -> RequestFailed:
+    def status(host: str, params: RequestParams) -> RequestFailed:
         if not trace.done():
             answer = _answer(tmp_path)  # answered after the first status request
             trace.set_result(RequestResult(answer_to_wire(answer.answer), dict(answer.files)))

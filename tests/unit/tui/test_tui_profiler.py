@@ -19,6 +19,7 @@ from textual.pilot import Pilot
 from textual.widgets import DataTable, Static
 
 from gpulens.ipc.kineto.requests import TraceState
+from gpulens.ipc.kineto.untraceable import Untraceable, UntraceableKind
 from gpulens.tui.screens.profiler import ProfilerScreen
 from gpulens.tui.screens.profiler_views import AnalyzeScreen, TimelineScreen
 from gpulens.tui.widgets.timeline import TraceTimeline
@@ -30,7 +31,7 @@ TRACES = DATA / "traces"
 SIZE = (120, 36)
 
 
-def fixture_service(trace: Path, reasons: dict[int, str | None] | None = None) -> FakeTraceService:
+def fixture_service(trace: Path, reasons: dict[int, Untraceable | None] | None = None) -> FakeTraceService:
     """Every request 'finishes' with a fixture trace (waiting for poll, then done)."""
     return FakeTraceService(address="fake endpoint", reasons=reasons, files=str(trace),
                             states=(TraceState.WAITING_FOR_POLL, TraceState.DONE), detail="fixture")
@@ -97,7 +98,7 @@ async def test_trace_view_analyze_export(tmp_path: Path) -> None:
 async def test_untraceable_process_shows_reason_and_bad_trace_notifies(tmp_path: Path) -> None:
     bad = tmp_path / "cut.json"
     bad.write_text('{"traceEvents": [{"ph": "X"')
-    svc = fixture_service(bad, {99: "KINETO_USE_DAEMON is not set in its environment: restart it with KINETO_USE_DAEMON=1"})
+    svc = fixture_service(bad, {99: Untraceable(UntraceableKind.NO_DAEMON_ENV, 99)})
     screen = ProfilerScreen(svc, "node1", [99])
     app = Host(screen)
     async with app.run_test(size=SIZE) as pilot:

@@ -30,7 +30,10 @@ from gpulens.core.model import (
     NetworkSample,
     StorageSample,
 )
+from gpulens.ipc.kineto.untraceable import UntraceableKind
+from gpulens.ipc.request_schema import TraceDiagnoseParams
 from gpulens.ipc.serialize import from_dict, to_dict
+from gpulens.sources.ask import ask
 from gpulens.sources.remote_trace import RemoteTraceService
 from gpulens.tui.app import GpulensApp
 from gpulens.tui.screens.job import JobScreen
@@ -181,13 +184,15 @@ def test_diagnose_and_failure_reason_without_ui() -> None:
     svc = RemoteTraceService(FakeRequestSource([], Path("/nonexistent"), TRACE, fail="process 8 does not exist"),
                              "remotebox", lambda: polling)
     assert svc.diagnose(7) is None and svc.address == "the agent on remotebox"
-    assert "KINETO_USE_DAEMON=1" in (svc.diagnose(8) or "")
+    why = svc.diagnose(8)
+    assert why is not None and why.kind is UntraceableKind.NOT_POLLING_AGENT and why.host == "remotebox"
     from gpulens.ipc.kineto.requests import TraceRequest
 
     fut = svc.request_trace(TraceRequest(pids=(8,)))
     with pytest.raises(Exception, match="does not exist"):
         fut.result(timeout=10)
-    assert "process 8 does not exist" in (svc.diagnose(8) or "")
+    why = svc.diagnose(8)
+    assert why is not None and why.kind is UntraceableKind.AGENT_FAILED and "process 8 does not exist" in why.detail
     assert [j.state.value for j in svc.jobs()] == ["failed"]
 
 
@@ -242,8 +247,8 @@ async def test_real_agent_and_pytorch_over_the_stream(tmp_path: Path) -> None:
             assert isinstance(screen, JobScreen)
             await _wait_for(pilot, lambda: screen.check_action("open_profiler", ()) is True, 10, "o offered")
             assert screen.remote_polling() == ("remotebox", (work.pid,))
-            diag = source.request("remotebox", "trace_diagnose", {"pids": [work.pid, os.getpid()]}, 10)
-            reasons = diag.result(timeout=15).result["reasons"]
+            diag = ask(source, "remotebox", TraceDiagnoseParams(pids=(work.pid, os.getpid())), 10)
+            reasons = diag.result(timeout=15).answer.reasons
             assert reasons[str(work.pid)] is None and reasons[str(os.getpid())]  # pytest does not poll
             await pilot.press("o")
             await _wait_for(pilot, lambda: isinstance(app.screen, ProfilerScreen), what="profiler screen")

@@ -25,6 +25,7 @@ from gpulens.core.model import (
     NetworkSample,
     StorageSample,
 )
+from gpulens.ipc.kineto.untraceable import Untraceable, UntraceableKind
 from gpulens.sources.demo import DemoSource
 from gpulens.sources.local import MultiSource
 from gpulens.tui.app import GpulensApp
@@ -219,7 +220,7 @@ async def test_host_down_shows_reason_and_time() -> None:
 async def test_job_screen_says_why_it_cannot_be_profiled(monkeypatch: pytest.MonkeyPatch) -> None:
     for kw, expected in (
         # a double that says why a pid cannot be traced: none of them polls
-        ({"trace_service": FakeTraceService(not_polling="KINETO_USE_DAEMON is not set in its environment: restart it")},
+        ({"trace_service": FakeTraceService(not_polling=Untraceable(UntraceableKind.NO_DAEMON_ENV))},
          "pid 11100: KINETO_USE_DAEMON is not set"),
         ({"trace_error": "trace service not started: name taken"}, "trace service not started: name taken"),
     ):
@@ -387,7 +388,13 @@ async def test_d_dumps_each_local_process_and_opens_one_flame_graph() -> None:
 
 def test_recording_and_multi_sources_pass_requests_through() -> None:
     from gpulens.ipc.errors import RequestFailed
-    from gpulens.ipc.request_schema import ProfileAnswer, TraceAnswer, answer_to_wire
+    from gpulens.ipc.request_schema import (
+        ProfileAnswer,
+        ProfileParams,
+        TraceAnswer,
+        TraceParams,
+        answer_to_wire,
+    )
     from gpulens.sources.local import RecordingSource
     from tests.fakes.request_source import FakeAgent, Script
     from tests.fakes.tui_fakes import AgentSource
@@ -397,18 +404,18 @@ def test_recording_and_multi_sources_pass_requests_through() -> None:
 
     agent = FakeAgent({"profile": known_only(ProfileAnswer(files=("ok",))), "trace": known_only(TraceAnswer())})
     multi = MultiSource([StaticSource([]), AgentSource([], agent)])
-    assert multi.request("known", "profile", {}, 1.0).result().result == answer_to_wire(ProfileAnswer(files=("ok",)))
+    assert multi.request("known", ProfileParams(pids=(1,)), 1.0).result().result == answer_to_wire(ProfileAnswer(files=("ok",)))
     with pytest.raises(RequestFailed, match="unknown host"):
-        multi.request("other", "profile", {}, 1.0).result()
+        multi.request("other", ProfileParams(pids=(1,)), 1.0).result()
 
     class NoFile:
         def write(self, event: Any) -> None: ...
         def close(self) -> None: ...
 
     rec = RecordingSource(AgentSource([], agent), NoFile())  # type: ignore[arg-type]
-    assert rec.request("known", "trace", {}, 1.0).result().result == answer_to_wire(TraceAnswer())
+    assert rec.request("known", TraceParams(), 1.0).result().result == answer_to_wire(TraceAnswer())
     with pytest.raises(RequestFailed, match="no source can send requests"):
-        RecordingSource(StaticSource([]), NoFile()).request("x", "profile", {}, 1.0).result()  # type: ignore[arg-type]
+        RecordingSource(StaticSource([]), NoFile()).request("x", ProfileParams(pids=(1,)), 1.0).result()  # type: ignore[arg-type]
 
 
 @sync
