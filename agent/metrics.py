@@ -36,7 +36,7 @@ from prometheus_client.registry import Collector
 
 from gpulens.agent.metrics_counters import Counters, job_label
 from gpulens.agent.metrics_families import MAX_LABEL_CHARS, families
-from gpulens.core.errors import ConfigError, SchemaError
+from gpulens.core.errors import ConfigError, ConfigProblem, SchemaError
 from gpulens.core.model import CpuTimes, HostSample
 from gpulens.ipc.prom_names import DEFAULT_METRICS_PORT
 
@@ -224,9 +224,9 @@ def serve_metrics(
     from gpulens.agent.listener import is_loopback
 
     if not public and not is_loopback(addr):
-        raise ConfigError(
-            f"--metrics-addr {addr}: /metrics has no authentication, so a non-loopback address needs --metrics-public"
-        )
+        raise ConfigError(where=f"--metrics-addr {addr}", expected="--metrics-public", got=addr,
+                          problem=ConfigProblem.CONFLICT,
+                          detail="/metrics has no authentication, so a non-loopback address needs --metrics-public")
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SampleCollector(latest, history, cpu_times))
     infos = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from gpulens.analysis.flame.pprof import to_pprof
-from gpulens.core.errors import ConfigError
+from gpulens.core.errors import ConfigError, ConfigProblem
 from gpulens.core.model import HostSample, JobInfo
 from gpulens.core.secrets import read_secret
 from gpulens.core.workload import workload_key
@@ -59,9 +59,11 @@ def target_from(url: str, app: str, token_file: str | None) -> PyroscopeTarget:
     """Check the flags; raises ConfigError in one line."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(f"--pyroscope {url!r}: expected http(s)://HOST[:PORT]")
+        raise ConfigError(where=f"--pyroscope {url!r}", expected="http(s)://HOST[:PORT]", got=url,
+                          problem=ConfigProblem.BAD_FORMAT, detail="expected http(s)://HOST[:PORT]")
     if not _APP.match(app):
-        raise ConfigError(f"--pyroscope-app {app!r}: letters, digits, '.', '_' and '-' only")
+        raise ConfigError(where=f"--pyroscope-app {app!r}", expected="letters, digits, '.', '_' and '-' only",
+                          got=app, problem=ConfigProblem.BAD_FORMAT, detail="letters, digits, '.', '_' and '-' only")
     token = read_secret(token_file, "token file", "--pyroscope") if token_file else ""
     return PyroscopeTarget(url.rstrip("/"), app, token)
 

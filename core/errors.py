@@ -44,14 +44,19 @@ Outside the tree on purpose, because they are signals, not errors: ``tui.workers
 
 Reasons are values (as psutil maps OS errors to classes and httpx keeps a request on its error):
 ``ConfigError.problem``, ``InputRefused.problem``, ``FlameFormatError.problem`` and
-``TraceFileError.problem`` are small enums a caller or test compares; the sentence is rendered from
-the fields where the error is made and is what ``str(err)`` gives.
+``TraceFileError.problem`` (``ExportError``'s too) are small enums a caller or test compares; the
+sentence is rendered from the fields where the error is made and is what ``str(err)`` gives. Where
+one error becomes another, the reason goes along: ``AuthError.file_problem`` (a token file's
+ConfigProblem) and ``RecordingError.refused`` (the input guard's InputProblem).
 """
 
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # a type only: core.limits imports this module
+    from gpulens.core.limits import InputProblem
 
 
 class GpulensError(Exception):
@@ -76,15 +81,26 @@ class ConfigProblem(enum.Enum):
     BAD_FORMAT = "bad format"
     """A string not of the form asked for (a header name, ``HOST:PORT``, a hostlist)."""
     CONFLICT = "conflict"
-    """Options that do not go together, or one given without the option it needs."""
+    """Options that do not go together, or one given without the option it needs (or a file that does not go
+    with them: real hosts appended to a SIMULATED recording)."""
     UNREADABLE = "unreadable"
-    """A file that cannot be read."""
+    """A file that is missing or cannot be read (a CA or credential file, a recording to replay)."""
     TOO_LARGE = "too large"
     """A file or list over its size limit (a config file, a hostlist of too many hosts)."""
     NOT_TOML = "not TOML"
     """A config file that does not parse as TOML."""
     UNAVAILABLE = "unavailable"
     """What a flag asks for, this machine cannot give: a port in use, a file not writable, a missing module."""
+    NOT_REGULAR = "not a regular file"
+    """A directory, FIFO, device or socket where a regular file goes."""
+    UNSAFE = "unsafe"
+    """A file gpulens will not use as it is: a symbolic link, another user's, a secret others can read."""
+    EXISTS = "exists"
+    """A file to be created is already there (the message names the flag that continues or replaces it)."""
+    NOT_FOUND = "not found"
+    """What a flag names is not there (a Slurm job with no nodes: unknown, or still pending)."""
+    NOT_A_RECORDING = "not a recording"
+    """A file that is not a gpulens recording gpulens can read or continue (no header, corrupt, oversized records)."""
 
 
 class _Unset(enum.Enum):
@@ -172,12 +188,15 @@ class PrometheusError(GpulensError):
 class RecordingError(GpulensError):
     """A recording file is not a gpulens recording, or is corrupt or truncated.
 
-    ``events`` holds the events read before the fault, so a viewer can show them.
+    ``events`` holds the events read before the fault, so a viewer can show them; ``refused``
+    the input guard's reason (an ``InputProblem``, in core.limits) where the file was not even
+    opened, None where it was read.
     """
 
     title = "unreadable recording"
     events: list[Any]
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, refused: InputProblem | None = None) -> None:
         super().__init__(message)
         self.events = []
+        self.refused = refused

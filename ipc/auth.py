@@ -30,6 +30,7 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
+from gpulens.core.errors import ConfigProblem
 from gpulens.ipc.errors import AuthError
 
 NONCE_BYTES = 32
@@ -49,24 +50,24 @@ def load_token(path: str | Path) -> bytes:
     try:
         st = p.stat()
     except OSError as err:
-        raise AuthError(f"token file {p}: cannot read: {err.strerror}") from err
+        raise AuthError(f"token file {p}: cannot read: {err.strerror}", file_problem=ConfigProblem.UNREADABLE) from err
     if not stat.S_ISREG(st.st_mode):
-        raise AuthError(f"token file {p}: not a regular file")
+        raise AuthError(f"token file {p}: not a regular file", file_problem=ConfigProblem.NOT_REGULAR)
     if st.st_mode & 0o077:
         raise AuthError(
             f"token file {p} has mode {stat.S_IMODE(st.st_mode):04o}; it must be readable by "
-            f"its owner only: run 'chmod 600 {p}'"
+            f"its owner only: run 'chmod 600 {p}'", file_problem=ConfigProblem.UNSAFE
         )
     if st.st_size > MAX_TOKEN_BYTES:
-        raise AuthError(f"token file {p}: larger than {MAX_TOKEN_BYTES} bytes")
+        raise AuthError(f"token file {p}: larger than {MAX_TOKEN_BYTES} bytes", file_problem=ConfigProblem.TOO_LARGE)
     try:
         token = p.read_bytes().strip()
     except OSError as err:
-        raise AuthError(f"token file {p}: cannot read: {err.strerror}") from err
+        raise AuthError(f"token file {p}: cannot read: {err.strerror}", file_problem=ConfigProblem.UNREADABLE) from err
     if len(token) < MIN_TOKEN_BYTES:
         raise AuthError(
             f"token file {p}: token shorter than {MIN_TOKEN_BYTES} bytes "
-            "(make one with 'openssl rand -hex 32')"
+            "(make one with 'openssl rand -hex 32')", file_problem=ConfigProblem.OUT_OF_RANGE
         )
     return token
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from gpulens.core.errors import GpulensError
+from gpulens.core.errors import ConfigProblem, GpulensError
 
 if TYPE_CHECKING:  # a type only: the kineto package imports this module
     from gpulens.ipc.kineto.untraceable import Untraceable
@@ -105,9 +105,17 @@ class VersionMismatch(ProtocolError):
 
 
 class AuthError(StreamError):
-    """Token authentication failed, or the token file is unsafe."""
+    """Token authentication failed, or the token file is unsafe.
+
+    ``file_problem``: what is wrong with a token file, as a value (a
+    :class:`~gpulens.core.errors.ConfigProblem`); None for a failed handshake.
+    """
 
     title = "authentication failed"
+
+    def __init__(self, message: str, *, file_problem: ConfigProblem | None = None) -> None:
+        super().__init__(message)
+        self.file_problem = file_problem
 
 
 class RequestFailed(StreamError):

@@ -370,7 +370,7 @@ def open_recording(path: str) -> BinaryIO:
     try:
         fd, _size = open_regular(path, "recording")
     except InputRefused as err:
-        raise RecordingError(str(err)) from None
+        raise RecordingError(str(err), refused=err.problem) from None
     return os.fdopen(fd, "rb")
 
 

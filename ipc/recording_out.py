@@ -21,6 +21,7 @@ Errors are :class:`~gpulens.core.errors.ConfigError`, one line naming the path.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from typing import Literal
 
 import msgpack
 
-from gpulens.core.errors import ConfigError, RecordingError
+from gpulens.core.errors import ConfigError, ConfigProblem, RecordingError
 from gpulens.core.safefs import closed_on_error
 from gpulens.ipc.recording import UNPACK_LIMITS, VERSION, check_header
 from gpulens.ipc.recording_blocks import MAX_FRAME_BYTES
@@ -36,6 +37,7 @@ from gpulens.ipc.recording_blocks import MAX_FRAME_BYTES
 RecordMode = Literal["new", "append", "overwrite"]
 """How ``--record`` treats an existing file: refuse it, continue it (``--append``), replace it (``--force``)."""
 
+_RECORDING = "a gpulens recording to continue"
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _EXISTING = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -72,17 +74,23 @@ def _what_is_there(st: os.stat_result) -> str:
     return f"a file of {st.st_size} bytes"
 
 
+def _refused(path: str, problem: ConfigProblem, detail: str, expected: str = "a regular file of its own") -> ConfigError:
+    """``--record PATH: DETAIL``, with the reason as a value."""
+    return ConfigError(where=f"--record {path}", expected=expected, got=path, problem=problem, detail=detail)
+
+
 def _refuse_existing(path: str) -> ConfigError:
     try:
         st = os.lstat(path)
     except OSError:
-        return ConfigError(f"--record {path}: the name is taken (it appeared while being created)")
+        return _refused(path, ConfigProblem.EXISTS, "the name is taken (it appeared while being created)",
+                        "a name not taken")
     there = _what_is_there(st)
     if stat.S_ISREG(st.st_mode):
-        return ConfigError(f"--record {path}: exists ({there}); add --append to continue it or --force to "
-                           "replace it")
-    return ConfigError(f"--record {path}: exists and is {there}; gpulens records only into a regular file "
-                       "of its own")
+        return _refused(path, ConfigProblem.EXISTS,
+                        f"exists ({there}); add --append to continue it or --force to replace it", "a name not taken")
+    problem = ConfigProblem.UNSAFE if stat.S_ISLNK(st.st_mode) else ConfigProblem.NOT_REGULAR
+    return _refused(path, problem, f"exists and is {there}; gpulens records only into a regular file of its own")
 
 
 def _open_existing(path: str) -> int:
@@ -93,15 +101,18 @@ def _open_existing(path: str) -> int:
         if err.errno in (40, 6):  # ELOOP (O_NOFOLLOW met a link), ENXIO (a FIFO with no reader)
             raise _refuse_existing(path) from None
         if err.errno == 2:
-            raise ConfigError(f"--record {path}: does not exist (nothing to continue; leave out --append)") from None
-        raise ConfigError(f"--record {path}: cannot open: {err.strerror}") from None
+            raise _refused(path, ConfigProblem.UNREADABLE,
+                           "does not exist (nothing to continue; leave out --append)") from None
+        problem = ConfigProblem.NOT_REGULAR if err.errno == errno.EISDIR else ConfigProblem.UNREADABLE
+        raise _refused(path, problem, f"cannot open: {err.strerror}") from None
     with closed_on_error(fd):
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise ConfigError(f"--record {path}: is {_what_is_there(st)}; gpulens records only into a regular file")
+            raise _refused(path, ConfigProblem.NOT_REGULAR,
+                           f"is {_what_is_there(st)}; gpulens records only into a regular file")
         if st.st_uid != os.geteuid():
-            raise ConfigError(f"--record {path}: belongs to uid {st.st_uid}, not to this process (uid "
-                              f"{os.geteuid()}); gpulens does not write into another user's file")
+            raise _refused(path, ConfigProblem.UNSAFE, f"belongs to uid {st.st_uid}, not to this process (uid "
+                           f"{os.geteuid()}); gpulens does not write into another user's file")
         os.set_blocking(fd, True)
     return fd
 
@@ -123,29 +134,31 @@ def _whole_records_end(fd: int, simulated: bool, path: str) -> tuple[int, int]:
         try:
             unpacker.feed(chunk)
         except msgpack.BufferFull:
-            raise ConfigError(f"--record {path}: a record larger than {MAX_FRAME_BYTES} bytes: not a "
-                              "recording gpulens can continue") from None
+            raise _refused(path, ConfigProblem.NOT_A_RECORDING, f"a record larger than {MAX_FRAME_BYTES} bytes: "
+                           "not a recording gpulens can continue", _RECORDING) from None
         while True:
             try:
                 obj = unpacker.unpack() if first else unpacker.skip()
             except msgpack.OutOfData:
                 break
             except (ValueError, msgpack.UnpackException, TypeError) as err:
-                raise ConfigError(f"--record {path}: corrupt after byte {end} ({err}): not continued") from None
+                raise _refused(path, ConfigProblem.NOT_A_RECORDING, f"corrupt after byte {end} ({err}): not continued",
+                               _RECORDING) from None
             if first:
                 try:
                     head = check_header(obj)
                 except RecordingError as err:
-                    raise ConfigError(f"--record {path}: {err}; not continued") from None
+                    raise _refused(path, ConfigProblem.NOT_A_RECORDING, f"{err}; not continued", _RECORDING) from None
                 if bool(head.get("simulated")) != simulated:
                     kind = "a SIMULATED source" if head.get("simulated") else "real hosts"
-                    raise ConfigError(f"--record {path}: it records {kind}, this source is not; not continued "
-                                      "(record into another file)")
+                    raise _refused(path, ConfigProblem.CONFLICT, f"it records {kind}, this source is not; not "
+                                   "continued (record into another file)", "a recording of this kind of source")
                 first = False
                 version = int(head["version"])
             end = unpacker.tell()
     if first:
-        raise ConfigError(f"--record {path}: not a gpulens recording (no header); not continued")
+        raise _refused(path, ConfigProblem.NOT_A_RECORDING, "not a gpulens recording (no header); not continued",
+                       _RECORDING)
     return end, version
 
 
@@ -162,7 +175,7 @@ def open_for_recording(path: str, mode: RecordMode, *, simulated: bool) -> Opene
         except FileExistsError:
             raise _refuse_existing(path) from None
         except OSError as err:
-            raise ConfigError(f"--record {path}: cannot create: {err.strerror}") from None
+            raise _refused(path, ConfigProblem.UNAVAILABLE, f"cannot create: {err.strerror}") from None
         return OpenedRecording(fd, continued=False, size=0)
     fd = _open_existing(path)
     with closed_on_error(fd):

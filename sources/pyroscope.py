@@ -13,7 +13,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from gpulens.core.errors import ConfigError, GpulensError
+from gpulens.core.errors import ConfigError, ConfigProblem, GpulensError
 
 MAX_BYTES = 64 << 20
 TIMEOUT_S = 15.0
@@ -29,7 +29,8 @@ def render_url(base: str, query: str, start: str, until: str) -> str:
     """The render request for ``query`` between ``start`` and ``until`` (unix seconds or Pyroscope's ``now-1h``)."""
     parts = urllib.parse.urlsplit(base)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(f"--pyroscope {base!r}: expected http(s)://HOST[:PORT]")
+        raise ConfigError(where=f"--pyroscope {base!r}", expected="http(s)://HOST[:PORT]", got=base,
+                          problem=ConfigProblem.BAD_FORMAT, detail="expected http(s)://HOST[:PORT]")
     q = urllib.parse.urlencode({"query": query, "from": start, "until": until, "format": "json"})
     return f"{base.rstrip('/')}/pyroscope/render?{q}"
 

@@ -37,8 +37,9 @@ from typing import Protocol, runtime_checkable
 
 import msgpack
 
-from gpulens.core.errors import ConfigError, RecordingError
+from gpulens.core.errors import ConfigError, ConfigProblem, RecordingError
 from gpulens.core.events import Emit, HostStatusEvent, SampleEvent, SourceEvent, SourceStatusEvent
+from gpulens.core.limits import InputProblem
 from gpulens.ipc.recording import (
     Place,
     decode_header_bytes,
@@ -325,6 +326,18 @@ class RecordingIndex:
         return (name, self.hosts[name]) if name is not None else None
 
 
+_REFUSED: dict[InputProblem | None, ConfigProblem] = {
+    InputProblem.CANNOT_OPEN: ConfigProblem.UNREADABLE, InputProblem.NOT_REGULAR: ConfigProblem.NOT_REGULAR,
+}
+"""The input guard's reasons for not opening a recording, as --replay's; read but not one: NOT_A_RECORDING."""
+
+
+def _refused(path: str, problem: ConfigProblem, detail: str) -> ConfigError:
+    """``--replay PATH: DETAIL``, with the reason as a value."""
+    return ConfigError(where=f"--replay {path}", expected="a gpulens recording file", got=path, problem=problem,
+                       detail=detail)
+
+
 class ReplaySource:
     """Replays a recording made with ``--record``.
 
@@ -341,17 +354,17 @@ class ReplaySource:
 
     def __init__(self, path: str, speed: float = 0.0) -> None:
         if not os.path.lexists(path):
-            raise ConfigError(f"--replay {path}: no such file")
+            raise _refused(path, ConfigProblem.UNREADABLE, "no such file")
         if os.path.isdir(path):
             found = sorted(n for n in os.listdir(path) if n.endswith(".gpulens"))[:3] if os.access(path, os.R_OK) else []
             hint = f" (in it: {', '.join(found)})" if found else ""
-            raise ConfigError(f"--replay {path}: is a directory; give one recording file{hint}")
+            raise _refused(path, ConfigProblem.NOT_REGULAR, f"is a directory; give one recording file{hint}")
         if not os.path.isfile(path):
-            raise ConfigError(f"--replay {path}: not a regular file (a FIFO or device)")
+            raise _refused(path, ConfigProblem.NOT_REGULAR, "not a regular file (a FIFO or device)")
         try:
             head = read_header(path)
         except RecordingError as err:
-            raise ConfigError(f"--replay {path}: {err}") from None
+            raise _refused(path, _REFUSED.get(err.refused, ConfigProblem.NOT_A_RECORDING), str(err)) from None
         self.path = path
         self.speed = speed
         self._stop = threading.Event()

@@ -18,6 +18,7 @@ exist), holding one file per rank.
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import os
 import tarfile
@@ -25,14 +26,35 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import BinaryIO
 
-from gpulens.analysis.trace.errors import TraceFileError
+from gpulens.analysis.trace.errors import TraceFileError, TraceProblem
 from gpulens.core.safefs import UnsafePath, new_file, open_regular_at
 
 
 class ExportError(TraceFileError):
-    """A destination that cannot be written (missing parent, a directory, a failed write); the message says why."""
+    """A destination that cannot be written (missing parent, a directory, a failed write); the message says why.
+
+    ``problem``: BAD_DESTINATION, NO_TRACE_FILES, WRITE_FAILED, or REFUSED (a source's damaged gzip).
+    """
 
     title = "cannot export"
+
+
+def _unreadable(src: str | Path, err: UnsafePath) -> TraceFileError:
+    """``cannot export SRC: WHY``: a source missing or unreadable (CANNOT_OPEN), or refused as unsafe (UNSAFE)."""
+    cause = err.__cause__  # the open's own failure; none where what was opened is refused
+    missing = isinstance(cause, OSError) and cause.errno != errno.ELOOP
+    return TraceFileError(f"cannot export {src}: {err}",
+                          problem=TraceProblem.CANNOT_OPEN if missing else TraceProblem.UNSAFE)
+
+
+def _not_written(text: str, err: BaseException) -> ExportError:
+    """A write that failed; a source's damaged gzip met on the way is that source's fault (REFUSED)."""
+    damaged = isinstance(err, (EOFError, gzip.BadGzipFile))
+    return ExportError(text, problem=TraceProblem.REFUSED if damaged else TraceProblem.WRITE_FAILED)
+
+
+def _bad_destination(text: str) -> ExportError:
+    return ExportError(text, problem=TraceProblem.BAD_DESTINATION)
 
 
 MAX_OUTPUT_BYTES = 4 << 30
@@ -53,14 +75,14 @@ def export_trace(src: str | Path, dest: str | Path, *, owner_uid: int | None = N
     try:
         rfd = open_regular_at(None, src, owner=owner_uid, max_bytes=1 << 62)
     except UnsafePath as err:
-        raise TraceFileError(f"cannot export {src}: {err}") from err
+        raise _unreadable(src, err) from err
     try:
         with os.fdopen(rfd, "rb") as fin:
             limit, why = output_limit(os.fstat(fin.fileno()).st_size)
             with new_file(out, 0o666) as fout:
                 _stream(fin, fout, out.name.endswith(".gz"), limit, why, str(src))
     except (OSError, EOFError, gzip.BadGzipFile) as err:
-        raise ExportError(f"cannot write {out} from {src}: {err}") from err
+        raise _not_written(f"cannot write {out} from {src}: {err}", err) from err
     return str(out)
 
 
@@ -84,16 +106,16 @@ def check_destination(dest: str | Path, *, directory: bool = False) -> Path:
     """
     text = str(dest).strip()
     if not text:
-        raise ExportError("cannot export: no path given")
+        raise _bad_destination("cannot export: no path given")
     out = Path(os.path.abspath(Path(text).expanduser()))
     if directory:
         if out.exists() and not out.is_dir():
-            raise ExportError(f"cannot export to {out}: it exists and is not a directory")
+            raise _bad_destination(f"cannot export to {out}: it exists and is not a directory")
     elif out.is_dir():
-        raise ExportError(f"cannot export to {out}: it is a directory; give a file name")
+        raise _bad_destination(f"cannot export to {out}: it is a directory; give a file name")
     if not out.parent.is_dir():
-        raise ExportError(f"cannot export to {out}: directory {out.parent} does not exist "
-                             "(gpulens creates no parent directories)")
+        raise _bad_destination(f"cannot export to {out}: directory {out.parent} does not exist "
+                               "(gpulens creates no parent directories)")
     return out
 
 
@@ -110,10 +132,10 @@ def export_ranks(files: Mapping[str, str | Path], dest: str | Path, *,
             source, or a write failure (nothing half-written is left behind).
     """
     if not files:
-        raise ExportError("cannot export: no trace files")
+        raise ExportError("cannot export: no trace files", problem=TraceProblem.NO_TRACE_FILES)
     for name in files:
         if not name or "/" in name or name in (".", "..") or "\0" in name:
-            raise ExportError(f"cannot export: bad member name {name!r}")
+            raise _bad_destination(f"cannot export: bad member name {name!r}")
     uids = owner_uids or {}
     if is_archive(dest):
         return [_write_archive(files, check_destination(dest), uids)]
@@ -123,7 +145,7 @@ def export_ranks(files: Mapping[str, str | Path], dest: str | Path, *,
         try:
             os.mkdir(out, 0o777)  # the one directory the user named; its parent exists
         except OSError as err:
-            raise ExportError(f"cannot create {out}: {err.strerror or err}") from err
+            raise _not_written(f"cannot create {out}: {err.strerror or err}", err) from err
         made = True
     written: list[str] = []
     done = False
@@ -151,14 +173,14 @@ def _write_archive(files: Mapping[str, str | Path], out: Path, uids: Mapping[str
                 try:
                     rfd = open_regular_at(None, src, owner=uids.get(name), max_bytes=1 << 62)
                 except UnsafePath as err:
-                    raise TraceFileError(f"cannot export {src}: {err}") from err
+                    raise _unreadable(src, err) from err
                 with os.fdopen(rfd, "rb") as fin:
                     info = tarfile.TarInfo(name)
                     st = os.fstat(fin.fileno())
                     info.size, info.mtime, info.mode = st.st_size, int(st.st_mtime), 0o644
                     tar.addfile(info, fin)
     except (OSError, tarfile.TarError) as err:
-        raise ExportError(f"cannot write {out}: {err}") from err
+        raise _not_written(f"cannot write {out}: {err}", err) from err
     return str(out)
 
 
@@ -167,7 +189,8 @@ def output_limit(src_bytes: int) -> tuple[int, str]:
     raw = os.environ.get(LIMIT_ENV, "").strip()
     if raw:
         if not raw.isdigit() or int(raw) <= 0:
-            raise TraceFileError(f"{LIMIT_ENV}={raw!r}: expected a positive number of bytes")
+            raise TraceFileError(f"{LIMIT_ENV}={raw!r}: expected a positive number of bytes",
+                                 problem=TraceProblem.BAD_LIMIT)
         return int(raw), f"{LIMIT_ENV}={raw}"
     limit = min(MAX_OUTPUT_BYTES, MAX_EXPANSION * src_bytes)
     return limit, f"{MAX_EXPANSION}x the {src_bytes}-byte input, at most {MAX_OUTPUT_BYTES >> 30} GiB"
@@ -186,7 +209,7 @@ def _stream(fin: BinaryIO, fout: BinaryIO, want_gz: bool, limit: int, why: str, 
             if total > limit:
                 raise TraceFileError(
                     f"{shown} holds more than {limit} bytes of trace (the limit: {why}); not written: "
-                    f"set {LIMIT_ENV}=BYTES to allow more"
+                    f"set {LIMIT_ENV}=BYTES to allow more", problem=TraceProblem.OVER_LIMIT,
                 )
             writer.write(chunk)
     finally:

@@ -5,7 +5,7 @@ Exception tree::
     GpulensError                      (gpulens.core.errors)
     └── FlameError                    any flame-graph failure
         └── FlameFormatError          malformed profile input: names the line or field;
-                                      its reason is a FlameProblem (below)
+                                      its reason is a FlameProblem (below), the place ``at``
 
 py-spy's own errors (``ProfilerError``: missing, failed; ``ProfilerPermissionError``;
 ``SamplingCancelled``) live in :mod:`gpulens.core.pyspy`: the runner
@@ -17,6 +17,7 @@ Every error has a short ``title`` and a message a user can act on.
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 
 from gpulens.core.errors import GpulensError
 
@@ -55,20 +56,45 @@ class FlameError(GpulensError):
 class FlameFormatError(FlameError):
     """A profile file is malformed; the message names the file, line or field.
 
-    ``problem`` (a :class:`FlameProblem`) is the reason as a value; ``str(err)`` is the sentence.
+    ``problem`` (a :class:`FlameProblem`) is the reason as a value; ``at`` the line or
+    field at fault as the sentence names it after the file's name (``"line 3"``,
+    ``"profiles[0].samples[2]"``, ``"traceEvents[1].args"``, ``"level 2 node 0"``), or None
+    where the sentence names no place in the file. ``str(err)`` is the sentence.
     """
 
     title = "malformed profile"
 
-    def __init__(self, message: str, *, problem: FlameProblem = FlameProblem.MALFORMED) -> None:
+    def __init__(self, message: str, *, problem: FlameProblem = FlameProblem.MALFORMED, at: str | None = None) -> None:
         super().__init__(message)
         self.problem = problem
+        self.at = at
 
     def __reduce__(self) -> tuple[object, ...]:
-        """Pickled with its reason."""
-        return (_flame_format_error, (str(self), self.problem))
+        """Pickled with its reason and place."""
+        return (_flame_format_error, (str(self), self.problem, self.at))
 
 
-def _flame_format_error(message: str, problem: FlameProblem) -> FlameFormatError:
-    return FlameFormatError(message, problem=problem)
+def _flame_format_error(message: str, problem: FlameProblem, at: str | None = None) -> FlameFormatError:
+    return FlameFormatError(message, problem=problem, at=at)
 
+
+@dataclass(frozen=True)
+class Where:
+    """A place in a profile file: the file's name and the line or field (``at``) in it.
+
+    Renders as the sentences name it, ``"<source>: <at>"``; :meth:`error` raises with the place as a value.
+    """
+
+    source: str
+    at: str
+
+    def __str__(self) -> str:
+        return f"{self.source}: {self.at}"
+
+    def then(self, more: str) -> Where:
+        """A place inside this one: ``more`` appended as written (``".unit"``, ``"[3]"``, ``": frames"``)."""
+        return Where(self.source, self.at + more)
+
+    def error(self, detail: str, problem: FlameProblem = FlameProblem.MALFORMED) -> FlameFormatError:
+        """``"<source>: <at>: <detail>"``, carrying ``at``."""
+        return FlameFormatError(f"{self}: {detail}", problem=problem, at=self.at)

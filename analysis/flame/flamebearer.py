@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem
+from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem, Where
 from gpulens.analysis.flame.model import Profile, build_from_stacks
 
 MAX_NODES = 5_000_000
@@ -71,7 +71,7 @@ class _Levels:
     def add(self, depth: int, level: object) -> None:
         """Read level ``depth``; its nodes' parents are in the level read before it."""
         if not isinstance(level, list) or len(level) % 4:
-            raise FlameFormatError(f"{self.source}: level {depth} is not a list of quadruples")
+            raise FlameFormatError(f"{self.source}: level {depth} is not a list of quadruples", at=f"level {depth}")
         prev = self.prev
         here: list[tuple[int, int, tuple[str, ...]]] = []
         x = k = 0  # both levels run left to right: the parent pointer only moves right
@@ -82,7 +82,8 @@ class _Levels:
                 k += 1
             parent = prev[k] if k < len(prev) and prev[k][0] <= x else None
             if depth and parent is None:
-                raise FlameFormatError(f"{self.source}: level {depth} node {j // 4} has no parent above it", problem=FlameProblem.BAD_REFERENCE)
+                raise FlameFormatError(f"{self.source}: level {depth} node {j // 4} has no parent above it",
+                                       problem=FlameProblem.BAD_REFERENCE, at=f"level {depth} node {j // 4}")
             path = (*parent[2], str(self.names[name_i])) if parent is not None else ()  # level 0: Pyroscope's 'total'
             if self_ and path:
                 self.stacks.append((list(path), self_ * self.scale))
@@ -97,8 +98,7 @@ class _Levels:
             raise FlameFormatError(f"{self.source}: over {MAX_NODES:,} nodes", problem=FlameProblem.TOO_LARGE)
         offset, total, self_, name_i = level[j:j + 4]
         if not all(isinstance(v, int) and v >= 0 for v in (offset, total, self_, name_i)):
-            raise FlameFormatError(f"{self.source}: level {depth} node {j // 4}: malformed quadruple")
+            raise Where(self.source, f"level {depth} node {j // 4}").error("malformed quadruple")
         if name_i >= len(self.names):
-            raise FlameFormatError(f"{self.source}: level {depth} node {j // 4}: malformed quadruple",
-                                   problem=FlameProblem.BAD_REFERENCE)
+            raise Where(self.source, f"level {depth} node {j // 4}").error("malformed quadruple", FlameProblem.BAD_REFERENCE)
         return offset, total, self_, name_i

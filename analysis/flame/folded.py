@@ -30,7 +30,7 @@ import re
 from collections.abc import Iterable
 from itertools import repeat
 
-from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem
+from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem, Where
 from gpulens.analysis.flame.model import Profile, build_profile, subtree_stacks
 from gpulens.analysis.flame.units import unit_kind
 
@@ -60,30 +60,30 @@ def parse_folded(
         raise FlameFormatError(f"{source}: contains NUL bytes; not a folded-stacks text file", problem=FlameProblem.UNSUPPORTED)
     stacks, bad = _parse_lines(data, source)
     if bad and (not stacks or bad.count > 2 * bad.good):  # mostly not folded: not a folded file
-        raise FlameFormatError(bad.first)
+        raise FlameFormatError(str(bad.first), at=bad.first.at)
     if scale != 1.0:  # a *.us.folded file: counts are microseconds
         stacks = {k: v * scale for k, v in stacks.items()}
     if bad:
-        note = f"{bad.count} malformed line(s) skipped, as flamegraph.pl does (first: {bad.first.split(': ', 1)[1]})"
+        note = f"{bad.count} malformed line(s) skipped, as flamegraph.pl does (first: {str(bad.first).split(': ', 1)[1]})"
         title = f"{title}: {note}" if title else note
     return build_profile(stacks, unit, title)
 
 
 class _Skipped:
-    """Malformed lines left out: how many, the first one's message, and how many lines were read."""
+    """Malformed lines left out: how many, the first one's error, and how many lines were read."""
 
     def __init__(self) -> None:
         self.count = 0
         self.good = 0
-        self.first = ""
+        self.first = FlameFormatError("")
 
     def __bool__(self) -> bool:
         return self.count > 0
 
     def add(self, err: FlameFormatError) -> None:
         self.count += 1
-        if not self.first:
-            self.first = str(err)
+        if self.count == 1:
+            self.first = err
 
 
 def _parse_lines(data: bytes, source: str) -> tuple[dict[bytes, float], _Skipped]:
@@ -112,8 +112,8 @@ def _parse_lines(data: bytes, source: str) -> tuple[dict[bytes, float], _Skipped
         if weight < 0 or not _ or len(line) > MAX_LINE_BYTES:
             try:
                 _check_line(line, lineno, source)
-                raise FlameFormatError(
-                    f"{source}: line {lineno}: expected 'frame;frame;... COUNT' with a count >= 0, got {_shown(line)}"
+                raise Where(source, f"line {lineno}").error(
+                    f"expected 'frame;frame;... COUNT' with a count >= 0, got {_shown(line)}"
                 )
             except FlameFormatError as err:
                 bad.add(err)
@@ -126,7 +126,7 @@ def _parse_lines(data: bytes, source: str) -> tuple[dict[bytes, float], _Skipped
 
 def _check_line(line: bytes, lineno: int, source: str) -> None:
     if len(line) > MAX_LINE_BYTES:
-        raise FlameFormatError(f"{source}: line {lineno}: longer than {MAX_LINE_BYTES} bytes")
+        raise Where(source, f"line {lineno}").error(f"longer than {MAX_LINE_BYTES} bytes")
 
 
 def _odd_count(line: bytes, lineno: int, source: str) -> float | None:
@@ -138,9 +138,7 @@ def _odd_count(line: bytes, lineno: int, source: str) -> float | None:
     try:
         weight = float(count)
     except ValueError:
-        raise FlameFormatError(
-            f"{source}: line {lineno}: expected 'frame;frame;... COUNT', got {_shown(line)}"
-        ) from None
+        raise Where(source, f"line {lineno}").error(f"expected 'frame;frame;... COUNT', got {_shown(line)}") from None
     if weight != weight or weight == INF:
         return -1.0  # reported as a count < 0 with the line
     return weight

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, TypeGuard
 
-from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem
+from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem, Where
 from gpulens.analysis.flame.group import Part, ProfileGroup, group_of
 from gpulens.analysis.flame.model import Profile, build_from_stacks
 from gpulens.core.limits import too_many
@@ -71,7 +71,7 @@ def gecko_group(doc: object, source: str, max_events: int = 10_000_000) -> Profi
             active = i
         build = partial(_processed_profile, thread, shared, interval) if processed \
             else partial(_raw_profile, thread, devtools)
-        parts.append(Part(label, "seconds", partial(build, f"{source}: {label}", label, max_events)))
+        parts.append(Part(label, "seconds", partial(build, Where(source, label), label, max_events)))
     what = "Firefox profile (processed)" if processed else "Firefox/Gecko profile"
     return group_of(f"{what}: time to the next sample", parts, active)
 
@@ -92,22 +92,22 @@ def _has_samples(thread: dict[str, Any]) -> bool:
     return bool(samples.get("data") or samples.get("stack") or samples.get("length"))
 
 
-def _column(table: object, name: str, where: str) -> int:
+def _column(table: object, name: str, where: Where) -> int:
     schema = table.get("schema") if isinstance(table, dict) else None
     col = schema.get(name) if isinstance(schema, dict) else None
     if not isinstance(col, int):
-        raise FlameFormatError(f"{where}: expected a table with a schema naming column {name!r}")
+        raise where.error(f"expected a table with a schema naming column {name!r}")
     return col
 
 
-def _raw_profile(thread: dict[str, Any], devtools: bool, where: str, title: str, max_events: int) -> Profile:
+def _raw_profile(thread: dict[str, Any], devtools: bool, where: Where, title: str, max_events: int) -> Profile:
     samples, stacks_t, frames_t = (thread.get(k) or {} for k in ("samples", "stackTable", "frameTable"))
     strings = thread.get("stringTable")
     if not isinstance(strings, list):
-        raise FlameFormatError(f"{where}: expected a 'stringTable' list")
-    s_stack, s_time = _column(samples, "stack", f"{where}: samples"), _column(samples, "time", f"{where}: samples")
-    prefix_c, frame_c = (_column(stacks_t, c, f"{where}: stackTable") for c in ("prefix", "frame"))
-    loc_c = _column(frames_t, "location", f"{where}: frameTable")
+        raise where.error("expected a 'stringTable' list")
+    s_stack, s_time = _column(samples, "stack", where.then(": samples")), _column(samples, "time", where.then(": samples"))
+    prefix_c, frame_c = (_column(stacks_t, c, where.then(": stackTable")) for c in ("prefix", "frame"))
+    loc_c = _column(frames_t, "location", where.then(": frameTable"))
     stack_rows, frame_rows = stacks_t.get("data") or [], frames_t.get("data") or []
     names: dict[object, str | None] = {}
 
@@ -136,13 +136,13 @@ def _kept(text: object, devtools: bool) -> str | None:
     return f"{m.group(1)} ({file}:{line})" if line else f"{m.group(1)} ({file})"  # the column is left out
 
 
-def _chain(stack: object, rows: list[Any], prefix_c: int, frame_c: int, where: str) -> list[object]:
+def _chain(stack: object, rows: list[Any], prefix_c: int, frame_c: int, where: Where) -> list[object]:
     """Frame indexes of ``stack``, root first."""
     out: list[object] = []
     while stack is not None:
         row = rows[stack] if isinstance(stack, int) and 0 <= stack < len(rows) else None
         if not isinstance(row, list) or len(row) <= max(prefix_c, frame_c) or len(out) > len(rows):
-            raise FlameFormatError(f"{where}: stackTable: no stack {stack!r} (or its prefixes loop)", problem=FlameProblem.BAD_REFERENCE)
+            raise where.then(": stackTable").error(f"no stack {stack!r} (or its prefixes loop)", FlameProblem.BAD_REFERENCE)
         out.append(row[frame_c])
         stack = row[prefix_c]
     out.reverse()
@@ -171,7 +171,7 @@ def _weigh(rows: Sequence[tuple[object, object]], chain: Callable[[object], list
     return build_from_stacks(out, "seconds", title)
 
 
-def _processed_profile(thread: dict[str, Any], shared: dict[str, Any], interval: float, where: str, title: str,
+def _processed_profile(thread: dict[str, Any], shared: dict[str, Any], interval: float, where: Where, title: str,
                        max_events: int) -> Profile:
     strings: Any = thread.get("stringArray", shared.get("stringArray", thread.get("stringTable")))
     samples, stacks_t = thread.get("samples") or {}, thread.get("stackTable") or {}
@@ -181,12 +181,12 @@ def _processed_profile(thread: dict[str, Any], shared: dict[str, Any], interval:
             "funcTable.name": funcs.get("name"), "stringArray": strings}
     bad = [k for k, v in cols.items() if not isinstance(v, list)]
     if bad:
-        raise FlameFormatError(f"{where}: processed Firefox profile without {', '.join(bad)} columns")
+        raise where.error(f"processed Firefox profile without {', '.join(bad)} columns")
     times = samples.get("time")
     if not isinstance(times, list):
         deltas = samples.get("timeDeltas")
         if not isinstance(deltas, list):
-            raise FlameFormatError(f"{where}: samples: expected a 'time' or 'timeDeltas' column")
+            raise where.then(": samples").error("expected a 'time' or 'timeDeltas' column")
         times, at = [], 0.0
         for d in deltas:
             at += d if isinstance(d, (int, float)) else 0.0

@@ -118,7 +118,10 @@ def _json(data: bytes, source: str, max_objects: int) -> object:
             f"{source}: invalid JSON: nested deeper than Python's recursion limit "
             "(about 1000 levels; no profile format nests this deep)", problem=FlameProblem.NOT_JSON,
         ) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+    except json.JSONDecodeError as err:  # its sentence ends "line L column C (char N)"
+        raise FlameFormatError(f"{source}: invalid JSON: {err}", problem=FlameProblem.NOT_JSON,
+                               at=f"line {err.lineno} column {err.colno}") from None
+    except UnicodeDecodeError as err:
         raise FlameFormatError(f"{source}: invalid JSON: {err}", problem=FlameProblem.NOT_JSON) from None
 
 

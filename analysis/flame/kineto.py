@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem
+from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem, Where
 from gpulens.analysis.flame.model import Profile, build_from_stacks
 from gpulens.core.limits import DEFAULT_MAX_EVENTS, too_many
 
@@ -27,9 +27,10 @@ _DEVICE_NAMES = {0: "CPU", 1: "CUDA"}
 def _events(doc: object, source: str, max_events: int) -> list[Any]:
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc
     if not isinstance(events, list):
-        raise FlameFormatError(f"{source}: traceEvents: expected a list of events")
+        raise Where(source, "traceEvents").error("expected a list of events")
     if len(events) > max_events:
-        raise FlameFormatError(too_many(f"{source}: traceEvents", "events", max_events), problem=FlameProblem.TOO_LARGE)
+        raise FlameFormatError(too_many(f"{source}: traceEvents", "events", max_events), problem=FlameProblem.TOO_LARGE,
+                               at="traceEvents")
     return events
 
 
@@ -41,7 +42,7 @@ def _intervals(events: list[Any], cats: tuple[str, ...], source: str) -> dict[tu
         ts, dur, name = ev.get("ts"), ev.get("dur", 0), ev.get("name")
         if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)) or not isinstance(name, str) \
                 or not (math.isfinite(ts) and 0 <= dur < math.inf):
-            raise FlameFormatError(f"{source}: traceEvents[{k}]: expected numeric 'ts', 'dur' >= 0 and a string 'name'")
+            raise Where(source, f"traceEvents[{k}]").error("expected numeric 'ts', 'dur' >= 0 and a string 'name'")
         args = ev.get("args")
         call_stack = args.get("Call stack", "") if isinstance(args, dict) else ""
         key = (str(ev.get("pid")), str(ev.get("tid")))
@@ -96,11 +97,11 @@ def _allocations(events: list[Any], source: str) -> dict[int, dict[tuple[str, st
             continue
         args, ts = ev.get("args"), ev.get("ts")
         if not isinstance(args, dict) or not isinstance(ts, (int, float)):
-            raise FlameFormatError(f"{source}: traceEvents[{k}]: [memory] event needs numeric 'ts' and 'args'")
+            raise Where(source, f"traceEvents[{k}]").error("[memory] event needs numeric 'ts' and 'args'")
         nbytes, dev = args.get("Bytes"), args.get("Device Type", 0)
         if not isinstance(nbytes, (int, float)) or not isinstance(dev, int) or not math.isfinite(nbytes) \
                 or not math.isfinite(ts):
-            raise FlameFormatError(f"{source}: traceEvents[{k}].args: expected numeric 'Bytes' and 'Device Type'")
+            raise Where(source, f"traceEvents[{k}].args").error("expected numeric 'Bytes' and 'Device Type'")
         if nbytes > 0:
             key = (str(ev.get("pid")), str(ev.get("tid")))
             allocs.setdefault(dev, {}).setdefault(key, []).append((float(ts), float(nbytes)))

@@ -26,7 +26,7 @@ import pickletools
 import re
 from typing import Any, NoReturn
 
-from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem
+from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem, Where
 from gpulens.analysis.flame.model import Profile, build_from_stacks
 from gpulens.core.limits import DEFAULT_MAX_EVENTS, too_many
 
@@ -89,7 +89,7 @@ def _refusal(data: bytes, op: int, i: int) -> FlameFormatError:
     name = _OP_NAME.get(op)
     if name is None:
         return FlameFormatError(f"not a readable pickle: unknown opcode {op:#04x} at byte {i - 1}",
-                                problem=FlameProblem.UNSUPPORTED)
+                                problem=FlameProblem.UNSUPPORTED, at=f"byte {i - 1}")
     if name in ("GLOBAL", "INST"):  # two text lines: module and name
         module, _, rest = data[i : i + 512].partition(b"\n")
         name = rest.partition(b"\n")[0].decode("utf-8", "replace")
@@ -135,7 +135,7 @@ def scan_pickle(data: bytes, source: str = "input", max_objects: int = DEFAULT_M
             width = lens[k]
             length = from_bytes(data[i : i + width], "little", signed=k == -3)
             if length < 0:
-                raise FlameFormatError(f"{source}: not a readable pickle: negative length at byte {i}")
+                raise FlameFormatError(f"{source}: not a readable pickle: negative length at byte {i}", at=f"byte {i}")
             i += width + length
             continue
         if k == _STOP_OP:
@@ -190,7 +190,7 @@ def load_snapshot_bytes(data: bytes, source: str = "input", *, max_objects: int 
     except FlameFormatError as err:
         text = str(err)
         raise FlameFormatError(text if text.startswith(f"{source}: ") else f"{source}: {text}",
-                               problem=err.problem) from None
+                               problem=err.problem, at=err.at) from None
     except _PICKLE_ERRORS as err:
         raise FlameFormatError(f"{source}: not a readable pickle: {type(err).__name__}: {err}",
                                problem=FlameProblem.UNSUPPORTED) from None
@@ -200,9 +200,9 @@ def load_snapshot_bytes(data: bytes, source: str = "input", *, max_objects: int 
     return doc
 
 
-def _frame_text(frame: object, where: str) -> str:
+def _frame_text(frame: object, where: Where) -> str:
     if not isinstance(frame, dict) or not isinstance(frame.get("name"), str):
-        raise FlameFormatError(f"{where}: expected {{name, filename, line}}")
+        raise where.error("expected {name, filename, line}")
     name: str = frame["name"]
     file, line = frame.get("filename"), frame.get("line")
     if isinstance(file, str) and file and file != "??":
@@ -210,7 +210,7 @@ def _frame_text(frame: object, where: str) -> str:
     return name
 
 
-def snapshot_stack(frames: object, where: str) -> list[str]:
+def snapshot_stack(frames: object, where: Where) -> list[str]:
     """Frames of one allocation, root first.
 
     Snapshots list frames innermost first: the native stack (down to
@@ -219,8 +219,8 @@ def snapshot_stack(frames: object, where: str) -> list[str]:
     the native process-start frames before the interpreter loop are dropped.
     """
     if not isinstance(frames, list):
-        raise FlameFormatError(f"{where}: frames: expected a list")
-    texts = [_frame_text(f, f"{where}.frames[{k}]") for k, f in enumerate(frames)]
+        raise where.then(": frames").error("expected a list")
+    texts = [_frame_text(f, where.then(f".frames[{k}]")) for k, f in enumerate(frames)]
     names = [f["name"] for f in frames]
     start = next((k for k, n in enumerate(names) if n in _PROCESS_START), None)
     if start is not None:
@@ -253,7 +253,7 @@ class _Walk:
                 "(more than one per byte): a reference bomb, refusing to load", problem=FlameProblem.TOO_LARGE,
             )
 
-    def stack(self, frames: object, where: str) -> list[str]:
+    def stack(self, frames: object, where: Where) -> list[str]:
         if isinstance(frames, list):
             self.frames_left -= len(frames)
             if self.frames_left < 0:
@@ -280,30 +280,30 @@ def snapshot_profile(doc: dict[str, Any], view: str = "auto", source: str = "inp
     walk = _Walk(source, file_bytes)
     live: list[tuple[list[str], float]] = []
     for s, seg in enumerate(doc["segments"]):
-        where = f"{source}: segments[{s}]"
+        where = Where(source, f"segments[{s}]")
         walk.visit()
         if not isinstance(seg, dict) or not isinstance(seg.get("blocks", []), list):
-            raise FlameFormatError(f"{where}: expected an object with a 'blocks' list")
+            raise where.error("expected an object with a 'blocks' list")
         for b, block in enumerate(seg.get("blocks", [])):
-            bw = f"{where}.blocks[{b}]"
+            bw = where.then(f".blocks[{b}]")
             walk.visit()
             if not isinstance(block, dict) or not isinstance(block.get("size"), int):
-                raise FlameFormatError(f"{bw}: expected an object with an integer 'size'")
+                raise bw.error("expected an object with an integer 'size'")
             if block.get("state") == "active_allocated":
                 live.append((walk.stack(block.get("frames", []), bw), block["size"]))
     history: list[tuple[list[str], float]] = []
     traces = doc.get("device_traces", [])
     if not isinstance(traces, list):
-        raise FlameFormatError(f"{source}: device_traces: expected a list")
+        raise Where(source, "device_traces").error("expected a list")
     for d, trace in enumerate(traces):
         walk.visit()
         if not isinstance(trace, list):
-            raise FlameFormatError(f"{source}: device_traces[{d}]: expected a list")
+            raise Where(source, f"device_traces[{d}]").error("expected a list")
         for e, ev in enumerate(trace):
-            ew = f"{source}: device_traces[{d}][{e}]"
+            ew = Where(source, f"device_traces[{d}][{e}]")
             walk.visit()
             if not isinstance(ev, dict) or not isinstance(ev.get("size"), int):
-                raise FlameFormatError(f"{ew}: expected an object with an integer 'size'")
+                raise ew.error("expected an object with an integer 'size'")
             if ev.get("action") == "alloc":
                 history.append((walk.stack(ev.get("frames", []), ew), ev["size"]))
     if view == "auto":

@@ -14,7 +14,7 @@ import math
 from functools import partial
 from typing import Any
 
-from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem
+from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem, Where
 from gpulens.analysis.flame.group import Part, ProfileGroup, group_of
 from gpulens.analysis.flame.labels import parse_frame
 from gpulens.analysis.flame.model import Profile, build_from_stacks, subtree_stacks
@@ -26,9 +26,9 @@ VALUE_UNITS = ("none", "bytes", *_TIME_UNITS)
 MAX_SAMPLES = 50_000_000
 
 
-def _frame_text(frame: object, where: str) -> str:
+def _frame_text(frame: object, where: Where) -> str:
     if not isinstance(frame, dict) or not isinstance(frame.get("name"), str):
-        raise FlameFormatError(f"{where}: expected an object with a string 'name'")
+        raise where.error("expected an object with a string 'name'")
     name: str = frame["name"]
     file = frame.get("file")
     if isinstance(file, str) and file:
@@ -37,16 +37,16 @@ def _frame_text(frame: object, where: str) -> str:
     return name
 
 
-def _index(value: object, n: int, where: str) -> int:
+def _index(value: object, n: int, where: Where) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < n:
-        raise FlameFormatError(f"{where}: frame index {value!r} out of range 0..{n - 1}", problem=FlameProblem.BAD_REFERENCE)
+        raise where.error(f"frame index {value!r} out of range 0..{n - 1}", FlameProblem.BAD_REFERENCE)
     return value
 
 
-def _unit_of(prof: dict[str, Any], where: str) -> tuple[str, float]:
+def _unit_of(prof: dict[str, Any], where: Where) -> tuple[str, float]:
     name = prof.get("unit", "none")
     if name not in VALUE_UNITS:
-        raise FlameFormatError(f"{where}.unit: {name!r} is not a speedscope unit ({', '.join(VALUE_UNITS)})")
+        raise where.then(".unit").error(f"{name!r} is not a speedscope unit ({', '.join(VALUE_UNITS)})")
     if name in _TIME_UNITS:
         return "seconds", _TIME_UNITS[name]
     return ("bytes" if name == "bytes" else "samples"), 1.0
@@ -63,28 +63,29 @@ def speedscope_group(doc: object, source: str = "input") -> ProfileGroup:
     shared = doc.get("shared")
     raw_frames = shared.get("frames") if isinstance(shared, dict) else None
     if not isinstance(raw_frames, list):
-        raise FlameFormatError(f"{source}: shared.frames: expected a list")
-    frames = [_frame_text(f, f"{source}: shared.frames[{i}]") for i, f in enumerate(raw_frames)]
+        raise Where(source, "shared.frames").error("expected a list")
+    frames = [_frame_text(f, Where(source, f"shared.frames[{i}]")) for i, f in enumerate(raw_frames)]
     profiles = doc["profiles"]
     if not profiles:
-        raise FlameFormatError(f"{source}: profiles: empty", problem=FlameProblem.NO_SAMPLES)
+        raise Where(source, "profiles").error("empty", FlameProblem.NO_SAMPLES)
     idx = doc.get("activeProfileIndex")
     if idx is None:  # py-spy writes null: speedscope shows the first profile
         idx = 0
     if not isinstance(idx, int) or isinstance(idx, bool) or not 0 <= idx < len(profiles):
-        raise FlameFormatError(f"{source}: activeProfileIndex: {idx!r} out of range 0..{len(profiles) - 1}", problem=FlameProblem.BAD_REFERENCE)
+        raise Where(source, "activeProfileIndex").error(f"{idx!r} out of range 0..{len(profiles) - 1}",
+                                                        FlameProblem.BAD_REFERENCE)
     parts = []
     for k, prof in enumerate(profiles):
-        where = f"{source}: profiles[{k}]"
+        where = Where(source, f"profiles[{k}]")
         if not isinstance(prof, dict):
-            raise FlameFormatError(f"{where}: expected an object")
+            raise where.error("expected an object")
         unit, _ = _unit_of(prof, where)
         name = str(prof.get("name") or f"profile {k}")
         parts.append(Part(name, unit, partial(_build, prof, frames, where)))
     return group_of(str(doc.get("name") or ""), parts, idx)
 
 
-def _build(prof: dict[str, Any], frames: list[str], where: str) -> Profile:
+def _build(prof: dict[str, Any], frames: list[str], where: Where) -> Profile:
     unit, scale = _unit_of(prof, where)
     title = str(prof.get("name", ""))
     kind = prof.get("type")
@@ -92,32 +93,32 @@ def _build(prof: dict[str, Any], frames: list[str], where: str) -> Profile:
         return build_from_stacks(_sampled(prof, frames, where, scale), unit, title)
     if kind == "evented":
         return build_from_stacks(_evented(prof, frames, where, scale), unit, title)
-    raise FlameFormatError(f"{where}.type: expected 'sampled' or 'evented', got {kind!r}")
+    raise where.then(".type").error(f"expected 'sampled' or 'evented', got {kind!r}")
 
 
-def _sampled(prof: dict[str, Any], frames: list[str], where: str, scale: float) -> list[tuple[list[str], float]]:
+def _sampled(prof: dict[str, Any], frames: list[str], where: Where, scale: float) -> list[tuple[list[str], float]]:
     samples, weights = prof.get("samples"), prof.get("weights")
     if weights is None and isinstance(samples, list):
         weights = [1] * len(samples)  # the schema requires weights; some producers leave them out
     if not isinstance(samples, list) or not isinstance(weights, list) or len(samples) != len(weights):
-        raise FlameFormatError(f"{where}: 'samples' and 'weights' must be lists of equal length")
+        raise where.error("'samples' and 'weights' must be lists of equal length")
     if len(samples) > MAX_SAMPLES:
-        raise FlameFormatError(f"{where}: more than {MAX_SAMPLES} samples", problem=FlameProblem.TOO_LARGE)
+        raise where.error(f"more than {MAX_SAMPLES} samples", FlameProblem.TOO_LARGE)
     n = len(frames)
     stacks = []
     for k, (stack, weight) in enumerate(zip(samples, weights, strict=False)):
         if not isinstance(stack, list) or isinstance(weight, bool) or not isinstance(weight, (int, float)) \
                 or not 0 <= weight < math.inf:
-            raise FlameFormatError(f"{where}.samples[{k}]: expected a list of frame indices and a finite weight >= 0")
-        stacks.append(([frames[_index(v, n, f"{where}.samples[{k}]")] for v in stack], weight * scale))
+            raise where.then(f".samples[{k}]").error("expected a list of frame indices and a finite weight >= 0")
+        stacks.append(([frames[_index(v, n, where.then(f".samples[{k}]"))] for v in stack], weight * scale))
     return stacks
 
 
-def _evented(prof: dict[str, Any], frames: list[str], where: str, scale: float) -> list[tuple[list[str], float]]:
+def _evented(prof: dict[str, Any], frames: list[str], where: Where, scale: float) -> list[tuple[list[str], float]]:
     events = prof.get("events")
     if not isinstance(events, list) or len(events) > MAX_SAMPLES:
-        raise FlameFormatError(f"{where}.events: expected a list (at most {MAX_SAMPLES})",
-                               problem=FlameProblem.TOO_LARGE if isinstance(events, list) else FlameProblem.MALFORMED)
+        raise where.then(".events").error(f"expected a list (at most {MAX_SAMPLES})",
+                                          FlameProblem.TOO_LARGE if isinstance(events, list) else FlameProblem.MALFORMED)
     n = len(frames)
     open_frames: list[int] = []
     stacks: list[tuple[list[str], float]] = []
@@ -125,13 +126,13 @@ def _evented(prof: dict[str, Any], frames: list[str], where: str, scale: float) 
     if not isinstance(last, (int, float)) or not math.isfinite(last):
         last = 0
     for k, ev in enumerate(events):
-        w = f"{where}.events[{k}]"
+        w = where.then(f".events[{k}]")
         if not isinstance(ev, dict) or ev.get("type") not in ("O", "C") or not isinstance(ev.get("at"), (int, float)) \
                 or not math.isfinite(ev["at"]):
-            raise FlameFormatError(f"{w}: expected {{type: 'O'|'C', frame, at}}")
+            raise w.error("expected {type: 'O'|'C', frame, at}")
         at = ev["at"]
         if at < last:
-            raise FlameFormatError(f"{w}: 'at' {at} goes back in time (previous {last})")
+            raise w.error(f"'at' {at} goes back in time (previous {last})")
         if open_frames and at > last:
             stacks.append(([frames[f] for f in open_frames], (at - last) * scale))
         last = at
@@ -139,8 +140,8 @@ def _evented(prof: dict[str, Any], frames: list[str], where: str, scale: float) 
         if ev["type"] == "O":
             open_frames.append(fi)
         elif not open_frames or open_frames[-1] != fi:
-            raise FlameFormatError(f"{w}: closes frame {fi} but the innermost open frame is "
-                                   f"{open_frames[-1] if open_frames else 'none'}")
+            raise w.error(f"closes frame {fi} but the innermost open frame is "
+                          f"{open_frames[-1] if open_frames else 'none'}")
         else:
             open_frames.pop()
     return stacks

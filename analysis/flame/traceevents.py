@@ -28,7 +28,7 @@ import math
 from functools import partial
 from typing import Any, TypeGuard
 
-from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem
+from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem, Where
 from gpulens.analysis.flame.group import ALL, Part, ProfileGroup, group_of
 from gpulens.analysis.flame.jsvalues import (
     MISSING,
@@ -156,8 +156,8 @@ def _checked(ev: dict[str, Any], k: int, source: str, hermes: bool, shared: dict
             dur = ev.get("tdur")
             dur = 0.0 if dur is None else dur
     if type(ts) not in _NUMBERS or not math.isfinite(ts) or type(dur) not in _NUMBERS or not 0 <= dur < math.inf:
-        raise FlameFormatError(f"{source}: traceEvents[{k}]: expected a numeric 'ts'"
-                               + (" and 'dur' (or 'tdur') >= 0" if ph == "X" else ""))
+        raise Where(source, f"traceEvents[{k}]").error("expected a numeric 'ts'"
+                                                       + (" and 'dur' (or 'tdur') >= 0" if ph == "X" else ""))
     return TraceEvent(float(ts), k, ph, float(dur), ev, hermes, shared)
 
 
@@ -170,9 +170,10 @@ def trace_event_group(doc: object, source: str = "input", max_events: int = 10_0
     """
     events = trace_events(doc)
     if events is None:
-        raise FlameFormatError(f"{source}: traceEvents: expected a list of events")
+        raise Where(source, "traceEvents").error("expected a list of events")
     if len(events) > max_events:
-        raise FlameFormatError(too_many(f"{source}: traceEvents", "events", max_events), problem=FlameProblem.TOO_LARGE)
+        raise FlameFormatError(too_many(f"{source}: traceEvents", "events", max_events), problem=FlameProblem.TOO_LARGE,
+                               at="traceEvents")
     cut = "; its event array was not closed properly (a trace cut off?): read as if it ended with ']'" \
         if truncated else ""
     if has_samples(doc):
@@ -229,7 +230,7 @@ def _samples_group(doc: dict[str, Any], source: str, max_events: int, cut: str) 
     for k, sample in enumerate(samples):
         ts = to_number(sample.get("ts", MISSING)) if isinstance(sample, dict) else math.nan
         if not math.isfinite(ts):
-            raise FlameFormatError(f"{source}: samples[{k}]: expected an object with a numeric 'ts'")
+            raise Where(source, f"samples[{k}]").error("expected an object with a numeric 'ts'")
         key = _thread_key(sample.get("pid", MISSING), sample.get("tid", MISSING))
         threads.setdefault(key, []).append((ts, sample.get("sf", MISSING)))
         firsts.setdefault(key, sample)
@@ -263,9 +264,10 @@ def _samples_profile(rows: list[tuple[float, Any]], frames: dict[str, Any], titl
         while truthy(at):
             frame = frames.get(template(at))
             if not isinstance(frame, dict):
-                raise FlameFormatError(f"{source}: stackFrames: no frame {template(at)!r}, which a sample's stack uses", problem=FlameProblem.BAD_REFERENCE)
+                raise Where(source, "stackFrames").error(f"no frame {template(at)!r}, which a sample's stack uses",
+                                                         FlameProblem.BAD_REFERENCE)
             if len(path) >= len(frames):
-                raise FlameFormatError(f"{source}: stackFrames[{fid!r}]: its chain of parents loops", problem=FlameProblem.BAD_REFERENCE)
+                raise Where(source, f"stackFrames[{fid!r}]").error("its chain of parents loops", FlameProblem.BAD_REFERENCE)
             path.append(template(frame.get("name", MISSING)))
             at = frame.get("parent", MISSING)
         budget -= len(path)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, TypeGuard
 
-from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem
+from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem, Where
 from gpulens.analysis.flame.model import Profile, build_from_stacks
 from gpulens.core.limits import too_many
 
@@ -72,10 +72,10 @@ def _old_to_new(doc: dict[str, Any], source: str, max_nodes: int) -> dict[str, A
     while todo:
         node = todo.pop()
         if not isinstance(node, dict):
-            raise FlameFormatError(f"{source}: head: expected nodes to be objects")
+            raise Where(source, "head").error("expected nodes to be objects")
         kids = node.get("children") or []
         if not isinstance(kids, list):
-            raise FlameFormatError(f"{source}: node {node.get('id')!r}: expected 'children' to be a list")
+            raise Where(source, f"node {node.get('id')!r}").error("expected 'children' to be a list")
         nodes.append({"id": node.get("id"), "children": [k.get("id") for k in kids if isinstance(k, dict)],
                       "callFrame": {"functionName": node.get("functionName"), "url": node.get("url"),
                                     "lineNumber": node.get("lineNumber"), "columnNumber": 0}})
@@ -118,7 +118,7 @@ def _node_tree(nodes: list[Any], source: str) -> tuple[dict[Any, dict[str, Any]]
     parent: dict[Any, Any] = {}
     for k, node in enumerate(nodes):
         if not isinstance(node, dict) or "id" not in node:
-            raise FlameFormatError(f"{source}: nodes[{k}]: expected an object with an 'id'")
+            raise Where(source, f"nodes[{k}]").error("expected an object with an 'id'")
         by_id[node["id"]] = node
     for node in nodes:
         if isinstance(node.get("parent"), (int, str)):
@@ -194,14 +194,14 @@ def heapprofile_profile(doc: dict[str, Any], source: str, title: str = "", max_n
     while todo:
         node, path = todo.pop()
         if not isinstance(node, dict):
-            raise FlameFormatError(f"{source}: head: expected nodes to be objects")
+            raise Where(source, "head").error("expected nodes to be objects")
         seen += 1
         if seen > max_nodes:
             raise FlameFormatError(too_many(source, "profile nodes", max_nodes), problem=FlameProblem.TOO_LARGE)
         here = [*path, frame_text(node.get("callFrame"), 0)]
         size = _num(node.get("selfSize")) or 0.0
         if size < 0:
-            raise FlameFormatError(f"{source}: node {node.get('id')!r}: negative selfSize {size:g}")
+            raise Where(source, f"node {node.get('id')!r}").error(f"negative selfSize {size:g}")
         if size:
             stacks.append((here, size))
         kids = node.get("children") or []

@@ -24,7 +24,8 @@ class TraceProblem(enum.Enum):
     CANNOT_OPEN = "cannot open"
     """Missing or unreadable (a file, or a directory that cannot be listed)."""
     REFUSED = "refused"
-    """Refused before parsing (core.limits): not a regular file, damaged gzip, over --max-mib or --max-ratio."""
+    """Refused before parsing (core.limits): not a regular file, damaged gzip, over --max-mib or --max-ratio
+    (and a source whose gzip is damaged, met while exporting it)."""
     EMPTY = "empty"
     """No bytes at all."""
     TRUNCATED = "truncated"
@@ -38,9 +39,20 @@ class TraceProblem(enum.Enum):
     TOO_MANY_EVENTS = "too many events"
     """Over the --max-events limit."""
     NO_TRACE_FILES = "no trace files"
-    """A directory with no trace files in it, or more files than a run may name."""
+    """A directory with no trace files in it, or more files than a run may name (or an export given none)."""
     RANK_CLASH = "rank clash"
     """Two files claim the same rank."""
+    UNSAFE = "unsafe"
+    """A trace to copy that gpulens will not read: a symbolic link, not a regular file, another user's."""
+    BAD_DESTINATION = "bad destination"
+    """An export path that cannot be used as given: empty, a directory where a file goes (or the reverse),
+    a parent directory that does not exist, a member name that is not a plain file name."""
+    WRITE_FAILED = "write failed"
+    """The export could not be written: the directory not made, the disk full, a name planted in the way."""
+    OVER_LIMIT = "over the limit"
+    """A trace that expands past what an export may write (``GPULENS_MAX_TRACE_BYTES``)."""
+    BAD_LIMIT = "bad limit"
+    """``GPULENS_MAX_TRACE_BYTES`` set to something that is not a positive number of bytes."""
 
 
 class TraceFileError(GpulensError):
@@ -56,8 +68,8 @@ class TraceFileError(GpulensError):
         self.problem = problem
 
     def __reduce__(self) -> tuple[object, ...]:
-        """Pickled with its reason (a worker process's error reaches the parent whole)."""
-        return (_trace_file_error, (str(self), self.problem))
+        """Pickled with its reason and its class (a worker process's error reaches the parent whole)."""
+        return (_trace_file_error, (str(self), self.problem, type(self)))
 
     @classmethod
     def refused(cls, err: InputRefused) -> TraceFileError:
@@ -66,5 +78,5 @@ class TraceFileError(GpulensError):
                    else TraceProblem.REFUSED)
 
 
-def _trace_file_error(message: str, problem: TraceProblem) -> TraceFileError:
-    return TraceFileError(message, problem=problem)
+def _trace_file_error(message: str, problem: TraceProblem, cls: type[TraceFileError] = TraceFileError) -> TraceFileError:
+    return cls(message, problem=problem)

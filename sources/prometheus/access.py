@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from gpulens.core.errors import ConfigError
+from gpulens.core.errors import ConfigError, ConfigProblem
 from gpulens.core.secrets import read_secret
 
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,256}$")
@@ -52,7 +52,9 @@ class PromAccess:
         """
         out = dict(self.headers)
         if self.bearer_token_file and (self.username or self.password):
-            raise ConfigError("Prometheus: a bearer token and a user/password cannot both be used")
+            raise ConfigError(where="Prometheus", expected="a bearer token or a user/password",
+                              problem=ConfigProblem.CONFLICT,
+                              detail="a bearer token and a user/password cannot both be used")
         if self.bearer_token_file:
             out["Authorization"] = f"Bearer {_secret(self.bearer_token_file, 'bearer token file')}"
         elif self.username is not None or self.password is not None or self.password_file:
@@ -75,7 +77,9 @@ class PromAccess:
             return ssl.create_default_context(cafile=self.ca_file)
         except (OSError, ssl.SSLError) as err:
             why = getattr(err, "strerror", None) or type(err).__name__
-            raise ConfigError(f"Prometheus CA file {self.ca_file}: cannot use it ({why})") from None
+            raise ConfigError(where=f"Prometheus CA file {self.ca_file}", expected="a readable PEM CA file",
+                              got=self.ca_file, problem=ConfigProblem.UNREADABLE,
+                              detail=f"cannot use it ({why})") from None
 
 
 def _secret(path: str, what: str) -> str:
@@ -117,11 +121,15 @@ def parse_header(text: str, where: str) -> tuple[str, str]:
     name, sep, value = text.partition(":")
     name, value = name.strip(), value.strip()
     if not sep or not _HEADER_NAME.match(name):
-        raise ConfigError(f"{where}: expected 'Name: value' (e.g. 'X-Scope-OrgID: team-a'), got {text[:80]!r}")
+        raise ConfigError(where=where, expected="'Name: value' (e.g. 'X-Scope-OrgID: team-a')", got=text[:80],
+                          problem=ConfigProblem.BAD_FORMAT)
     if any(c in value for c in "\r\n\0"):
-        raise ConfigError(f"{where}: header {name}: a value may not hold line breaks")
+        raise ConfigError(where=where, expected="a one-line value", got=name, problem=ConfigProblem.BAD_FORMAT,
+                          detail=f"header {name}: a value may not hold line breaks")
     if name.lower() in _RESERVED:
-        raise ConfigError(f"{where}: header {name} is set by gpulens (use the credential options for Authorization)")
+        raise ConfigError(where=where, expected="a header gpulens does not set", got=name,
+                          problem=ConfigProblem.CONFLICT,
+                          detail=f"header {name} is set by gpulens (use the credential options for Authorization)")
     return name, value
 
 
@@ -211,4 +219,5 @@ def check_files(access: PromAccess) -> None:
     access.ssl_context()
     for path in (access.bearer_token_file, access.password_file):
         if path and not Path(path).is_file():
-            raise ConfigError(f"Prometheus credential file {path}: not a regular file")
+            raise ConfigError(where=f"Prometheus credential file {path}", expected="a regular file", got=path,
+                              problem=ConfigProblem.NOT_REGULAR, detail="not a regular file")

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TypeVar
 
-from gpulens.core.errors import ConfigError, PrometheusError
+from gpulens.core.errors import ConfigError, ConfigProblem, PrometheusError
 from gpulens.core.events import Emit, HostStatusEvent, PanelData, SampleEvent, SourceStatusEvent
 from gpulens.core.model import HostSample
 from gpulens.ipc.prom_names import MetricMap, escape_label_value, parse_selector, rows_for
@@ -111,7 +111,8 @@ class PrometheusSource:
             check_files(self._client.access)  # a missing token file: one line at start, not a down host
             self._sel = parse_selector(selector)
         except ValueError as err:
-            raise ConfigError(f"--prometheus/--prom-selector: {err}") from None
+            raise ConfigError(where="--prometheus/--prom-selector", problem=ConfigProblem.BAD_FORMAT,
+                              detail=str(err)) from None
         interval = float(getattr(cfg, "interval_s", 1.0))
         self.step_s = step_s if step_s is not None else max(interval, 5.0)
         self.rate_window_s = rate_window_s if rate_window_s is not None else max(60.0, 4 * self.step_s)

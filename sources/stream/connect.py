@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpulens.core.errors import CollectorError, ConfigError
+from gpulens.core.errors import CollectorError, ConfigError, ConfigProblem
 
 if TYPE_CHECKING:
     from gpulens.sources.stream.source import StreamSource
@@ -46,7 +46,8 @@ def open_agent(
 
     if host.startswith("ssh:"):
         if not host[4:]:
-            raise ConfigError("--host ssh:NODE needs a node name")
+            raise ConfigError("--host ssh:NODE needs a node name", where="--host", expected="ssh:NODE", got=host,
+                              problem=ConfigProblem.MISSING)
         target = ssh_target(host[4:], ssh_command)
     else:
         target = tcp_target(host)
@@ -58,7 +59,8 @@ def open_agent(
         try:  # --tls-ca: the CA that signed the agent's certificate (else the system's)
             ssl_context = ssl.create_default_context(cafile=tls_ca)
         except (OSError, ssl.SSLError) as err:
-            raise ConfigError(f"--tls-ca {tls_ca}: cannot load the CA file: {err}") from err
+            raise ConfigError(where=f"--tls-ca {tls_ca}", expected="a PEM CA file", got=tls_ca,
+                              problem=ConfigProblem.UNREADABLE, detail=f"cannot load the CA file: {err}") from err
     settled = threading.Event()
     outcome: list[str] = []
 

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from gpulens.core.errors import ConfigError
+from gpulens.core.errors import ConfigError, ConfigProblem
 from gpulens.core.events import Emit, RequestParams
 from gpulens.core.hostlist import expand
 from gpulens.ipc.errors import RequestFailed
@@ -65,13 +65,15 @@ def tcp_target(spec: str) -> Target:
         if not sep:
             host, port_s = text, ""
     if not host:
-        raise ConfigError(f"--connect: expected HOST:PORT, got {spec!r}")
+        raise ConfigError(where="--connect", expected="HOST:PORT", got=spec, problem=ConfigProblem.BAD_FORMAT)
     try:
         port = int(port_s) if port_s else DEFAULT_PORT
     except ValueError:
-        raise ConfigError(f"--connect: bad port in {spec!r}") from None
+        raise ConfigError(where="--connect", expected="a port number", got=spec, problem=ConfigProblem.BAD_FORMAT,
+                          detail=f"bad port in {spec!r}") from None
     if not 1 <= port <= 65535:
-        raise ConfigError(f"--connect: port must be 1..65535 in {spec!r}")
+        raise ConfigError(where="--connect", expected="a port from 1 to 65535", got=port,
+                          problem=ConfigProblem.OUT_OF_RANGE, detail=f"port must be 1..65535 in {spec!r}")
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     return Target(address=("tls://" if tls else "") + address, kind="tcp", host=host, port=port, tls=tls)
 
@@ -99,9 +101,11 @@ def ssh_target(host: str, ssh_command: str | None = None) -> Target:
         try:
             parts = shlex.split(ssh_command)
         except ValueError as err:
-            raise ConfigError(f"--ssh-command: {err}") from err
+            raise ConfigError(where="--ssh-command", expected="a command in shell words", got=ssh_command,
+                              problem=ConfigProblem.BAD_FORMAT, detail=str(err)) from err
         if not parts:
-            raise ConfigError("--ssh-command is empty")
+            raise ConfigError("--ssh-command is empty", where="--ssh-command", expected="a command",
+                              got=ssh_command, problem=ConfigProblem.MISSING)
         if any("{host}" in p for p in parts):
             argv = [p.replace("{host}", host) for p in parts]
         else:
@@ -116,21 +120,25 @@ def slurm_hosts(job_id: str) -> list[str]:
         ConfigError: Slurm is not installed, the job is unknown, or has no nodes yet.
     """
     if not job_id.strip().replace("_", "").isalnum():
-        raise ConfigError(f"--slurm-job: expected a job id, got {job_id!r}")
+        raise ConfigError(where="--slurm-job", expected="a job id", got=job_id, problem=ConfigProblem.BAD_FORMAT)
     squeue = shutil.which("squeue")
     if squeue is None:
-        raise ConfigError("--slurm-job needs Slurm's 'squeue' on PATH, and it is not there")
+        raise ConfigError("--slurm-job needs Slurm's 'squeue' on PATH, and it is not there", where="--slurm-job",
+                          expected="Slurm's 'squeue' on PATH", problem=ConfigProblem.UNAVAILABLE)
     try:
         out = subprocess.run(
             [squeue, "-h", "-j", job_id, "-o", "%N"], capture_output=True, text=True, timeout=30, check=False
         )
     except (OSError, subprocess.TimeoutExpired) as err:
-        raise ConfigError(f"--slurm-job {job_id}: squeue failed: {err}") from err
-    if out.returncode != 0:
-        raise ConfigError(f"--slurm-job {job_id}: squeue: {out.stderr.strip()[:300] or 'failed'}")
+        raise ConfigError(where=f"--slurm-job {job_id}", got=job_id, problem=ConfigProblem.UNAVAILABLE,
+                          detail=f"squeue failed: {err}") from err
+    if out.returncode != 0:  # squeue's own words say why ('Invalid job id specified', no controller...)
+        raise ConfigError(where=f"--slurm-job {job_id}", got=job_id, problem=ConfigProblem.UNAVAILABLE,
+                          detail=f"squeue: {out.stderr.strip()[:300] or 'failed'}")
     lists = [line.strip() for line in out.stdout.splitlines() if line.strip() and line.strip() != "(null)"]
     if not lists:
-        raise ConfigError(f"--slurm-job {job_id}: no nodes (job unknown, or still pending)")
+        raise ConfigError(where=f"--slurm-job {job_id}", expected="a job with nodes", got=job_id,
+                          problem=ConfigProblem.NOT_FOUND, detail="no nodes (job unknown, or still pending)")
     hosts: dict[str, None] = {}
     for nodelist in lists:
         for h in expand(nodelist):
@@ -146,7 +154,7 @@ class StreamSource:
         for t in targets:
             seen.setdefault(t.address, t)
         if not seen:
-            raise ConfigError("no agents to connect to")
+            raise ConfigError("no agents to connect to", expected="an agent", problem=ConfigProblem.MISSING)
         self.targets = list(seen.values())
         self.options = options or LinkOptions()
         self._stop = threading.Event()
@@ -225,7 +233,8 @@ def token_from_file(path: str | None) -> bytes | None:
     try:
         return load_token(path)
     except AuthError as err:
-        raise ConfigError(f"--token-file: {err}") from err
+        raise ConfigError(where="--token-file", got=path, problem=err.file_problem or ConfigProblem.INVALID,
+                          detail=str(err)) from err
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,13 +265,15 @@ def stream_source_from_flags(flags: StreamFlags) -> StreamSource:
     if flags.connect is not None:
         found = parse_connect(flags.connect)
         if not found:
-            raise ConfigError(f"--connect: expected HOST:PORT[,HOST:PORT...], got {flags.connect!r}")
+            raise ConfigError(where="--connect", expected="HOST:PORT[,HOST:PORT...]", got=flags.connect,
+                              problem=ConfigProblem.MISSING)
         targets.extend(found)
     if flags.ssh is not None:
         try:
             names = expand(flags.ssh)
         except ConfigError as err:
-            raise ConfigError(f"--ssh: {err}") from err
+            raise ConfigError(where="--ssh", expected=err.expected, got=err.got, problem=err.problem,
+                              detail=str(err)) from err
         targets.extend(ssh_target(h, flags.ssh_command) for h in names)
     if flags.slurm_job is not None:
         targets.extend(ssh_target(h, flags.ssh_command) for h in slurm_hosts(flags.slurm_job))
@@ -274,5 +285,6 @@ def stream_source_from_flags(flags: StreamFlags) -> StreamSource:
         try:
             ssl_context = ssl.create_default_context(cafile=flags.tls_ca)
         except (OSError, ssl.SSLError) as err:
-            raise ConfigError(f"--tls-ca {flags.tls_ca}: cannot load: {err}") from err
+            raise ConfigError(where=f"--tls-ca {flags.tls_ca}", expected="a PEM CA file", got=flags.tls_ca,
+                              problem=ConfigProblem.UNREADABLE, detail=f"cannot load: {err}") from err
     return StreamSource(targets, LinkOptions(token=token, ssl_context=ssl_context))

@@ -588,10 +588,11 @@ def test_metrics_refuses_a_public_address_without_the_flag(gpulens_exe: str) -> 
     assert out.returncode == 2
     assert "--metrics-addr 0.0.0.0" in out.stderr and "--metrics-public" in out.stderr
     from gpulens.agent.metrics import serve_metrics
-    from gpulens.core.errors import ConfigError
+    from gpulens.core.errors import ConfigError, ConfigProblem
 
-    with pytest.raises(ConfigError, match="needs --metrics-public"):
+    with pytest.raises(ConfigError) as err:
         serve_metrics(0, "x", lambda: None, addr="0.0.0.0")
+    assert (err.value.expected, err.value.problem) == ("--metrics-public", ConfigProblem.CONFLICT)
 
 
 @pytest.mark.slow

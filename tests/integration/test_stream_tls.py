@@ -64,9 +64,10 @@ def test_tls_with_token_streams_and_unknown_ca_is_refused(
 
 
 def test_viewer_refuses_unsafe_token_file(tmp_path: Path) -> None:
-    from gpulens.core.errors import ConfigError
+    from gpulens.core.errors import ConfigError, ConfigProblem
 
     tok = auth.make_token_file(tmp_path / "tok")
     tok.chmod(0o640)
-    with pytest.raises(ConfigError, match="mode 0640"):
+    with pytest.raises(ConfigError) as err:
         stream_source_from_flags(StreamFlags(connect="127.0.0.1:9", token_file=str(tok)))
+    assert (err.value.where, err.value.got, err.value.problem) == ("--token-file", str(tok), ConfigProblem.UNSAFE)

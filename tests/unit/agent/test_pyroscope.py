@@ -19,7 +19,7 @@ import pytest
 
 from gpulens.agent.pyroscope import GpuMemPusher, ingest_url, labels_of, target_from
 from gpulens.analysis.flame.pprof import read_pprof
-from gpulens.core.errors import ConfigError
+from gpulens.core.errors import ConfigError, ConfigProblem
 from gpulens.core.model import JobInfo, Workload
 from tests.unit.store.test_store import T0, sample
 
@@ -97,10 +97,14 @@ def test_a_failing_server_is_counted_not_fatal() -> None:
 
 
 def test_flags_are_checked_and_label_values_cannot_break_the_name() -> None:
-    with pytest.raises(ConfigError, match="expected http"):
+    with pytest.raises(ConfigError) as err:
         target_from("file:///etc/passwd", "app", None)
-    with pytest.raises(ConfigError, match="--pyroscope-app"):
+    assert (err.value.expected, err.value.got, err.value.problem) == (
+        "http(s)://HOST[:PORT]", "file:///etc/passwd", ConfigProblem.BAD_FORMAT)
+    with pytest.raises(ConfigError) as err:
         target_from("http://h:4040", "app{evil=1}", None)
+    assert (err.value.got, err.value.problem) == ("app{evil=1}", ConfigProblem.BAD_FORMAT)
+    assert err.value.where.startswith("--pyroscope-app ")
     url = ingest_url(target_from("http://h:4040/", "app", None), {"job": "a}{b=c,d", "bad-name": "x"}, 1.0, 2.0)
     name = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query))["name"]
     assert name == "app{job=a__b_c_d}"  # delimiters replaced, an invalid label name left out

@@ -109,7 +109,7 @@ def test_gecko_broken_stack_table_is_a_bad_reference() -> None:
               "frameTable": {"func": [0]}, "funcTable": {"name": [0]}}
     with pytest.raises(FlameFormatError) as info:  # a sample on stack 5 of a table of 1
         group_from_bytes(_processed([thread]), "p.json").pick()
-    assert info.value.problem is FlameProblem.BAD_REFERENCE
+    assert (info.value.problem, info.value.at) == (FlameProblem.BAD_REFERENCE, "T: stackTable")  # thread T's table
 
 
 @pytest.mark.parametrize(("doc", "named"), [

@@ -167,31 +167,34 @@ def test_restricted_unpickler_refuses_malicious_pickle(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("data", "problem"),
+    ("data", "problem", "at"),
     [
-        (b"a;b 1\na;c 2\na;d\na;e\na;f\na;g\na;h\n", FlameProblem.MALFORMED),  # mostly bad: refused (a few are skipped)
-        (b"a;b 1\na;c -2\na;d -1\na;e -3\n", FlameProblem.MALFORMED),
-        (b"a;b 1\nfoo bar\nfoo baz\nqux quux\n", FlameProblem.MALFORMED),
-        (b"a;b\x00 1\n", FlameProblem.UNSUPPORTED),
-        (b'{"shared": {"frames": [{"name": "a"}]}, "profiles": [{"type": "sampled", "samples": [[0, 3]], "weights": [1]}]}', FlameProblem.BAD_REFERENCE),
-        (b'{"shared": {"frames": [{"nom": "a"}]}, "profiles": []}', FlameProblem.MALFORMED),
-        (b'{"shared": {"frames": [{"name": "a"}, {"name": "b"}]}, "profiles": [{"type": "evented", "events": [{"type": "O", "frame": 0, "at": 0}, {"type": "C", "frame": 1, "at": 1}]}]}', FlameProblem.MALFORMED),
-        (b'{"shared": {"frames": []}, "profiles": [{"type": "weird"}]}', FlameProblem.MALFORMED),
-        (b'{"traceEvents": [{"ph": "X", "cat": "python_function", "name": "f", "ts": "x", "dur": 1}]}', FlameProblem.MALFORMED),
-        (b'{"traceEvents": []}', FlameProblem.NO_SAMPLES),
-        (b'{"shared": {"frames": [{"name": "a"}]}, "profiles": [{"type": "sampled", "samples": [[0]], "weights": [Infinity]}]}', FlameProblem.MALFORMED),
-        (b'{"traceEvents": [{"name": "[memory]", "ts": 1, "args": {"Bytes": "x"}}]}', FlameProblem.MALFORMED),
-        (b'{"traceEvents": [', FlameProblem.NOT_JSON),
-        (b"[" * 200_000 + b"]" * 200_000, FlameProblem.NOT_JSON),
-        (b"\x80\x04\x95", FlameProblem.TRUNCATED),
-        (pickle.dumps([1, 2, 3]), FlameProblem.UNSUPPORTED),
-        (pickle.dumps({"segments": [{"blocks": [{"size": "big"}]}]}), FlameProblem.MALFORMED),
+        (b"a;b 1\na;c 2\na;d\na;e\na;f\na;g\na;h\n", FlameProblem.MALFORMED, "line 3"),  # mostly bad: refused (a few are skipped)
+        (b"a;b 1\na;c -2\na;d -1\na;e -3\n", FlameProblem.MALFORMED, "line 2"),
+        (b"a;b 1\nfoo bar\nfoo baz\nqux quux\n", FlameProblem.MALFORMED, "line 2"),
+        (b"a;b\x00 1\n", FlameProblem.UNSUPPORTED, None),  # the whole file: no place in it
+        (b'{"shared": {"frames": [{"name": "a"}]}, "profiles": [{"type": "sampled", "samples": [[0, 3]], "weights": [1]}]}', FlameProblem.BAD_REFERENCE, "profiles[0].samples[0]"),
+        (b'{"shared": {"frames": [{"nom": "a"}]}, "profiles": []}', FlameProblem.MALFORMED, "shared.frames[0]"),
+        (b'{"shared": {"frames": [{"name": "a"}, {"name": "b"}]}, "profiles": [{"type": "evented", "events": [{"type": "O", "frame": 0, "at": 0}, {"type": "C", "frame": 1, "at": 1}]}]}', FlameProblem.MALFORMED, "profiles[0].events[1]"),
+        (b'{"shared": {"frames": []}, "profiles": [{"type": "weird"}]}', FlameProblem.MALFORMED, "profiles[0].type"),
+        (b'{"traceEvents": [{"ph": "X", "cat": "python_function", "name": "f", "ts": "x", "dur": 1}]}', FlameProblem.MALFORMED, "traceEvents[0]"),
+        (b'{"traceEvents": []}', FlameProblem.NO_SAMPLES, None),
+        (b'{"shared": {"frames": [{"name": "a"}]}, "profiles": [{"type": "sampled", "samples": [[0]], "weights": [Infinity]}]}', FlameProblem.MALFORMED, "profiles[0].samples[0]"),
+        (b'{"traceEvents": [{"name": "[memory]", "ts": 1, "args": {"Bytes": "x"}}]}', FlameProblem.MALFORMED, "traceEvents[0].args"),
+        (b'{"traceEvents": [', FlameProblem.NOT_JSON, "line 1 column 18"),  # where the decoder stopped
+        (b"[" * 200_000 + b"]" * 200_000, FlameProblem.NOT_JSON, None),
+        (b"\x80\x04\x95", FlameProblem.TRUNCATED, None),
+        (b"\x80\x04\xff.", FlameProblem.UNSUPPORTED, "byte 2"),  # an opcode pickle does not have
+        (pickle.dumps([1, 2, 3]), FlameProblem.UNSUPPORTED, None),
+        (pickle.dumps({"segments": [{"blocks": [{"size": "big"}]}]}), FlameProblem.MALFORMED, "segments[0].blocks[0]"),
     ],
 )
-def test_malformed_input_is_refused_with_its_reason(data: bytes, problem: FlameProblem) -> None:
+def test_malformed_input_is_refused_with_its_reason_and_place(data: bytes, problem: FlameProblem, at: str | None) -> None:
     with pytest.raises(FlameFormatError) as info:
         profile_from_bytes(data, "bad-input")
-    assert info.value.problem is problem
+    assert (info.value.problem, info.value.at) == (problem, at)
+    again = pickle.loads(pickle.dumps(info.value))  # a worker process's error reaches the parent whole
+    assert (type(again), again.problem, again.at, str(again)) == (FlameFormatError, problem, at, str(info.value))
 
 
 def test_broken_gzip_and_missing_file(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ def test_a_file_of_mostly_bad_lines_is_still_refused() -> None:
     with pytest.raises(FlameFormatError) as mostly_bad:
         group_from_bytes(b"a;b 1\nnot folded\nnor this\nnor that\n", "x.folded")
     assert mostly_bad.value.problem is FlameProblem.MALFORMED  # folded, but more bad lines than good
+    assert mostly_bad.value.at == "line 2"  # the first bad line
 
 
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-8-sig"])

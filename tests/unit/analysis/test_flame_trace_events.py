@@ -186,11 +186,12 @@ def test_stack_frames_past_max_events_are_refused() -> None:
     assert info.value.problem is FlameProblem.TOO_LARGE
 
 
-def test_bad_timestamps_are_malformed_events() -> None:
-    for events in ([{"ph": "B", "ts": 0}, {"ph": "X", "ts": 1, "dur": -3}], [{"ph": "E", "ts": "soon"}]):
+def test_bad_timestamps_are_malformed_events_named_by_index() -> None:
+    for events, at in (([{"ph": "B", "ts": 0}, {"ph": "X", "ts": 1, "dur": -3}], "traceEvents[1]"),
+                       ([{"ph": "E", "ts": "soon"}], "traceEvents[0]")):
         with pytest.raises(FlameFormatError) as info:
             group_from_bytes(_bytes(events), "bad.json")
-        assert info.value.problem is FlameProblem.MALFORMED
+        assert (info.value.problem, info.value.at) == (FlameProblem.MALFORMED, at)
 
 
 def _samples_doc(samples: list[dict[str, Any]], frames: dict[str, Any]) -> bytes:
@@ -208,11 +209,11 @@ def test_samples_out_of_order_are_sorted_and_broken_frames_refused() -> None:
                                                                 ("root", "leaf"): pytest.approx(10e-6)}
     with pytest.raises(FlameFormatError) as missing:  # a sample on frame 9, which is not there
         group_from_bytes(_samples_doc([*samples, {"pid": 3, "tid": 4, "ts": 50, "sf": 9}], frames), "s.json").pick(0)
-    assert missing.value.problem is FlameProblem.BAD_REFERENCE
+    assert (missing.value.problem, missing.value.at) == (FlameProblem.BAD_REFERENCE, "stackFrames")
     loop = {"1": {"name": "a", "parent": 2}, "2": {"name": "b", "parent": 1}}
     with pytest.raises(FlameFormatError) as looped:
         group_from_bytes(_samples_doc(samples, loop), "s.json").pick(0)
-    assert looped.value.problem is FlameProblem.BAD_REFERENCE
+    assert (looped.value.problem, looped.value.at) == (FlameProblem.BAD_REFERENCE, "stackFrames['1']")  # its parents loop
 
 
 def test_pyspy_frames_keep_file_and_line() -> None:

@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from gpulens.analysis.flame.errors import FlameFormatError
+from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem
 from gpulens.analysis.flame.flamebearer import from_flamebearer
 
 # total 1000: <module> (1000) -> Runner > alloc (900, self 900), Model > __init__ (100) -> cuMemAlloc_v2 (100)
@@ -44,16 +44,19 @@ def test_levels_become_stacks_with_their_self_values() -> None:
     assert from_flamebearer(cpu).unit == "seconds" and from_flamebearer(cpu).total == pytest.approx(10.0)
 
 
-@pytest.mark.parametrize("bad", [
-    {}, {"flamebearer": {"names": [], "levels": "x"}},
-    {"flamebearer": {"names": ["total"], "levels": [[0, 1, 0]]}},
-    {"flamebearer": {"names": ["total"], "levels": [[0, 1, 0, 5]]}},
-    {"flamebearer": {"names": ["total", "a"], "levels": [[0, 1, 0, 0], [5, 1, 1, 1]]}},  # no parent under x=5
-    {**DOC, "metadata": {"format": "double"}},
+@pytest.mark.parametrize(("bad", "problem", "at"), [
+    ({}, FlameProblem.UNSUPPORTED, None),
+    ({"flamebearer": {"names": [], "levels": "x"}}, FlameProblem.UNSUPPORTED, None),
+    ({"flamebearer": {"names": ["total"], "levels": [[0, 1, 0]]}}, FlameProblem.MALFORMED, "level 0"),
+    ({"flamebearer": {"names": ["total"], "levels": [[0, 1, 0, 5]]}}, FlameProblem.BAD_REFERENCE, "level 0 node 0"),
+    ({"flamebearer": {"names": ["total", "a"], "levels": [[0, 1, 0, 0], [5, 1, 1, 1]]}},  # no parent under x=5
+     FlameProblem.BAD_REFERENCE, "level 1 node 0"),
+    ({**DOC, "metadata": {"format": "double"}}, FlameProblem.UNSUPPORTED, None),
 ])
-def test_malformed_documents_are_refused_with_the_reason(bad: object) -> None:
-    with pytest.raises(FlameFormatError):
+def test_malformed_documents_are_refused_with_the_reason(bad: object, problem: FlameProblem, at: str | None) -> None:
+    with pytest.raises(FlameFormatError) as info:
         from_flamebearer(bad)
+    assert (info.value.problem, info.value.at) == (problem, at)
 
 
 class FakeRender(ThreadingHTTPServer):

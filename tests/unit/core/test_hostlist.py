@@ -95,8 +95,9 @@ def test_ssh_argv() -> None:
     assert t.argv == ("sh", "-c", "gpulens agent --stdio --hostname node01")
     t = ssh_target("node01", "ssh -p 2222")
     assert t.argv == ("ssh", "-p", "2222", "node01", "gpulens", "agent", "--stdio")
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError) as err:
         ssh_target("n", "sh -c 'unterminated")
+    assert (err.value.where, err.value.problem) == ("--ssh-command", ConfigProblem.BAD_FORMAT)
 
 
 def test_slurm_job_uses_squeue_and_expands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -105,13 +106,17 @@ def test_slurm_job_uses_squeue_and_expands(tmp_path: Path, monkeypatch: pytest.M
     squeue.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     assert slurm_hosts("42") == ["gpu01", "gpu02", "gpu03"]
-    with pytest.raises(ConfigError, match="Invalid job id"):
+    with pytest.raises(ConfigError) as err:
         slurm_hosts("7")
-    with pytest.raises(ConfigError, match="expected a job id"):
+    assert (err.value.where, err.value.problem) == ("--slurm-job 7", ConfigProblem.UNAVAILABLE)
+    assert err.value.detail == "squeue: Invalid job id"  # squeue's own words reach the user
+    with pytest.raises(ConfigError) as err:
         slurm_hosts("1;reboot")
+    assert (err.value.expected, err.value.got, err.value.problem) == ("a job id", "1;reboot", ConfigProblem.BAD_FORMAT)
 
 
 def test_slurm_missing_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(ConfigError, match="needs Slurm's 'squeue'"):
+    with pytest.raises(ConfigError) as err:
         slurm_hosts("42")
+    assert (err.value.expected, err.value.problem) == ("Slurm's 'squeue' on PATH", ConfigProblem.UNAVAILABLE)

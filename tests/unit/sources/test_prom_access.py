@@ -22,7 +22,7 @@ from typing import ClassVar
 import pytest
 
 from gpulens.core.config import parse_config
-from gpulens.core.errors import ConfigError, PrometheusError
+from gpulens.core.errors import UNSET, ConfigError, ConfigProblem, PrometheusError
 from gpulens.sources.prometheus.access import (
     PromAccess,
     access_from,
@@ -160,8 +160,10 @@ def test_bearer_token_file_read_at_each_request(tmp_path: Path) -> None:
         finally:
             src.stop()
         assert str(token) in str(gone.value) and "cannot read" in str(gone.value) and TOKEN not in str(gone.value)
-        with pytest.raises(ConfigError, match=r"not a regular file|cannot read"):  # gone at start: one line
+        with pytest.raises(ConfigError) as at_start:  # gone at start: one line, naming the file
             PrometheusSource(url, access=access)
+        assert at_start.value.problem is ConfigProblem.UNREADABLE
+        assert at_start.value.where == f"Prometheus bearer token file {token}"
     finally:
         httpd.shutdown()
         httpd.server_close()
@@ -170,14 +172,18 @@ def test_bearer_token_file_read_at_each_request(tmp_path: Path) -> None:
 def test_credential_errors_name_the_file_never_the_secret(tmp_path: Path) -> None:
     big = tmp_path / "big"
     big.write_bytes(b"x" * 70_000)
-    with pytest.raises(ConfigError, match="larger than"):
+    with pytest.raises(ConfigError) as err:
         PromAccess(bearer_token_file=str(big)).request_headers()
+    assert (err.value.where, err.value.problem) == (f"Prometheus bearer token file {big}", ConfigProblem.TOO_LARGE)
+    assert err.value.got is UNSET  # the fields name the file, never hold its text
     empty = tmp_path / "empty"
     empty.write_text("\n")
-    with pytest.raises(ConfigError, match="empty"):
+    with pytest.raises(ConfigError) as err:
         PromAccess(password_file=str(empty), username="u").request_headers()
-    with pytest.raises(ConfigError, match="cannot both"):
+    assert (err.value.where, err.value.problem) == (f"Prometheus password file {empty}", ConfigProblem.MISSING)
+    with pytest.raises(ConfigError) as err:
         PromAccess(bearer_token_file=str(big), username="u").request_headers()
+    assert (err.value.where, err.value.problem) == ("Prometheus", ConfigProblem.CONFLICT)
     assert split_url(f"http://u:{SECRET.replace('@', '%40')}@[::1]:9090/p") == ("http://[::1]:9090/p", "u", SECRET)
     assert split_url("http://h:9090") == ("http://h:9090", None, None)
     with pytest.raises(ValueError) as bad:
@@ -190,9 +196,12 @@ def test_credential_errors_name_the_file_never_the_secret(tmp_path: Path) -> Non
 
 def test_headers_are_checked() -> None:
     assert parse_header("X-Scope-OrgID: team-a", "--prom-header") == ("X-Scope-OrgID", "team-a")
-    for bad in ("no colon", "Bad Name: x", "Authorization: Bearer x", ": x"):
-        with pytest.raises(ConfigError):
+    for bad, problem in (("no colon", ConfigProblem.BAD_FORMAT), ("Bad Name: x", ConfigProblem.BAD_FORMAT),
+                         ("Authorization: Bearer x", ConfigProblem.CONFLICT), (": x", ConfigProblem.BAD_FORMAT),
+                         ("X-A: one\rtwo", ConfigProblem.BAD_FORMAT)):
+        with pytest.raises(ConfigError) as err:
             parse_header(bad, "--prom-header")
+        assert (err.value.where, err.value.problem) == ("--prom-header", problem), bad
     with pytest.raises(ConfigError):
         parse_config({"prometheus": {"headers": {"X-A": "one\ntwo"}}}, "config.toml")
     with pytest.raises(ConfigError):
@@ -217,8 +226,10 @@ def test_ca_file_verifies_an_https_prometheus(tmp_path: Path) -> None:
             _fetch(url)
         assert err.value.kind == "down" and "CERTIFICATE_VERIFY_FAILED" in str(err.value)
         assert "h1" in _fetch(url, PromAccess(ca_file=str(crt)))
-        with pytest.raises(ConfigError, match="CA file"):
+        with pytest.raises(ConfigError) as bad_ca:
             PromAccess(ca_file=str(key.parent / "missing.pem")).ssl_context()
+        assert bad_ca.value.where == f"Prometheus CA file {key.parent / 'missing.pem'}"
+        assert bad_ca.value.problem is ConfigProblem.UNREADABLE
     finally:
         httpd.shutdown()
         httpd.server_close()

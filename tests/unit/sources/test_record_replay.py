@@ -8,7 +8,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from gpulens.core.errors import ConfigError, RecordingError
+from gpulens.core.errors import ConfigError, ConfigProblem, RecordingError
 from gpulens.core.events import (
     HostSampler,
     HostStatusEvent,
@@ -120,13 +120,15 @@ def test_hostile_files_give_clear_errors(tmp_path: Path, payload: bytes, message
 
 
 def test_missing_replay_file_is_config_error(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="no such file"):
+    with pytest.raises(ConfigError) as err:
         ReplaySource(str(tmp_path / "nope"))
+    assert (err.value.where, err.value.problem) == (f"--replay {tmp_path / 'nope'}", ConfigProblem.UNREADABLE)
 
 
 def test_recorder_cannot_create(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="cannot create"):
+    with pytest.raises(ConfigError) as err:
         Recorder(str(tmp_path / "no" / "dir" / "x"))
+    assert (err.value.got, err.value.problem) == (str(tmp_path / "no" / "dir" / "x"), ConfigProblem.UNAVAILABLE)
 
 
 def test_sample_event_backfill_flag_survives(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulens.core.errors import ConfigError
+from gpulens.core.errors import ConfigError, ConfigProblem
 from gpulens.core.events import SampleEvent, SourceEvent, SourceStatusEvent
 from gpulens.ipc.recording import read_recording
 from gpulens.sources.demo import DemoSource
@@ -83,8 +83,9 @@ def test_planted_symlink_to_a_root_file_is_not_followed(two_users: tuple[User, U
     link = shared_dir / "session.rec"
     call_as(mallory, _plant_symlink, str(victim), str(link))
     for mode in ("new", "append", "overwrite"):
-        with pytest.raises(ConfigError, match="symbolic link") as err:
+        with pytest.raises(ConfigError) as err:
             Recorder(str(link), "demo", True, mode=mode)
+        assert (err.value.where, err.value.problem) == (f"--record {link}", ConfigProblem.UNSAFE)
         assert "\n" not in str(err.value)
     assert victim.read_text() == "root's settings\n"
     assert stat.S_IMODE(victim.stat().st_mode) == 0o600
@@ -95,7 +96,7 @@ def test_planted_fifo_never_blocks(two_users: tuple[User, User], shared_dir: Pat
     _alice, mallory = two_users
     fifo = shared_dir / "session.rec"
     call_as(mallory, _plant_fifo, str(fifo))
-    outcomes: list[str] = []
+    outcomes: list[ConfigProblem | str] = []
 
     def attempt() -> None:
         for mode in ("new", "append", "overwrite"):
@@ -103,24 +104,27 @@ def test_planted_fifo_never_blocks(two_users: tuple[User, User], shared_dir: Pat
                 Recorder(str(fifo), "demo", True, mode=mode)
                 outcomes.append("opened")
             except ConfigError as err:
-                outcomes.append(str(err))
+                outcomes.append(err.problem)
 
     t = threading.Thread(target=attempt, daemon=True)
     t.start()
     t.join(10)
     assert not t.is_alive(), "opening a FIFO as a recording blocked"
-    assert len(outcomes) == 3 and all("FIFO" in o for o in outcomes), outcomes
+    assert outcomes == [ConfigProblem.NOT_REGULAR] * 3
 
 
 def test_another_users_file_is_refused_even_with_force(two_users: tuple[User, User], shared_dir: Path) -> None:
     _alice, mallory = two_users
     theirs = shared_dir / "session.rec"
     call_as(mallory, _plant_file, str(theirs))
-    with pytest.raises(ConfigError, match="--append to continue it or --force"):
+    with pytest.raises(ConfigError) as err:
         Recorder(str(theirs), "demo", True)
+    assert err.value.problem is ConfigProblem.EXISTS
     for mode in ("append", "overwrite"):
-        with pytest.raises(ConfigError, match=f"belongs to uid {mallory.uid}"):
+        with pytest.raises(ConfigError) as err:
             Recorder(str(theirs), "demo", True, mode=mode)
+        assert (err.value.problem, err.value.got) == (ConfigProblem.UNSAFE, str(theirs))
+        assert f"uid {mallory.uid}" in (err.value.detail or "")  # whose file it is, as a number the user can check
     assert theirs.read_bytes() == b"mallory's file\n"
 
 
@@ -129,8 +133,9 @@ def test_new_recording_is_private_and_exclusive(tmp_path: Path) -> None:
     _record(path, 5)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     before = path.read_bytes()
-    with pytest.raises(ConfigError, match=r"exists \(a file of \d+ bytes\); add --append"):
-        Recorder(str(path), "demo", True)
+    with pytest.raises(ConfigError, match=r"exists \(a file of \d+ bytes\); add --append") as err:
+        Recorder(str(path), "demo", True)  # the one sentence pinned here: it names the flags that continue
+    assert err.value.problem is ConfigProblem.EXISTS
     assert path.read_bytes() == before
 
 
@@ -161,11 +166,13 @@ def test_append_cuts_a_partial_last_record(tmp_path: Path) -> None:
 def test_append_refuses_another_kind_of_recording(tmp_path: Path) -> None:
     path = tmp_path / "r.gpulens"
     _record(path, 3)
-    with pytest.raises(ConfigError, match="SIMULATED"):
+    with pytest.raises(ConfigError) as err:
         Recorder(str(path), "local", False, mode="append")
+    assert err.value.problem is ConfigProblem.CONFLICT
     path.write_bytes(b"not msgpack at all \xc1")
-    with pytest.raises(ConfigError, match=r"not continued|not a gpulens recording"):
+    with pytest.raises(ConfigError) as err:
         Recorder(str(path), "demo", True, mode="append")
+    assert err.value.problem is ConfigProblem.NOT_A_RECORDING
 
 
 def test_force_replaces_our_recording(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulens.analysis.trace.errors import TraceFileError
+from gpulens.analysis.trace.errors import TraceFileError, TraceProblem
 from gpulens.sources.trace_export import check_destination, export_ranks, export_trace, is_archive
 from tests.paths import DATA
 
@@ -24,31 +24,33 @@ def _tree(root: Path) -> set[str]:
 def test_missing_parent_is_refused_and_nothing_is_created(tmp_path: Path) -> None:
     before = _tree(tmp_path)
     dest = tmp_path / "no" / "such" / "dir" / "x.json"
-    with pytest.raises(TraceFileError, match=r"directory .*/no/such/dir does not exist"):
-        export_trace(PLAIN, dest)
-    with pytest.raises(TraceFileError, match="does not exist"):
+    with pytest.raises(TraceFileError, match=r"directory .*/no/such/dir does not exist") as err:
+        export_trace(PLAIN, dest)  # the one sentence pinned here: it names the missing directory
+    assert err.value.problem is TraceProblem.BAD_DESTINATION
+    with pytest.raises(TraceFileError) as err:
         export_ranks({"a.json": PLAIN, "b.json": PLAIN}, tmp_path / "no" / "ranks")
-    with pytest.raises(TraceFileError, match="does not exist"):
+    assert err.value.problem is TraceProblem.BAD_DESTINATION
+    with pytest.raises(TraceFileError) as err:
         export_ranks({"a.json": PLAIN}, tmp_path / "no" / "ranks.tar.gz")
+    assert err.value.problem is TraceProblem.BAD_DESTINATION
     assert _tree(tmp_path) == before  # not one directory made
 
 
 def test_filesystem_root_gets_nothing() -> None:
     """The issue's case: /nonexistent/dir/x.json creates nothing at /."""
     assert not Path("/nonexistent").exists()
-    with pytest.raises(TraceFileError, match="/nonexistent/dir does not exist"):
+    with pytest.raises(TraceFileError) as err:
         export_trace(PLAIN, "/nonexistent/dir/x.json")
+    assert err.value.problem is TraceProblem.BAD_DESTINATION
     assert not Path("/nonexistent").exists()
 
 
 def test_check_destination_reasons(tmp_path: Path) -> None:
-    with pytest.raises(TraceFileError, match="is a directory; give a file name"):
-        check_destination(tmp_path)
     (tmp_path / "f").write_text("x")
-    with pytest.raises(TraceFileError, match="is not a directory"):
-        check_destination(tmp_path / "f", directory=True)
-    with pytest.raises(TraceFileError, match="no path given"):
-        check_destination("  ")
+    for dest, directory in ((tmp_path, False), (tmp_path / "f", True), ("  ", False), (tmp_path / "f" / "x", False)):
+        with pytest.raises(TraceFileError) as err:
+            check_destination(dest, directory=directory)
+        assert err.value.problem is TraceProblem.BAD_DESTINATION, dest
     assert check_destination(tmp_path / "new") == tmp_path / "new"
     assert is_archive("x.tar.gz") and is_archive("X.TGZ") and is_archive("a.tar") and not is_archive("a.json.gz")
 
@@ -86,20 +88,27 @@ def test_ranks_to_an_archive(tmp_path: Path) -> None:
 
 def test_failed_rank_leaves_no_partial_directory(tmp_path: Path) -> None:
     dest = tmp_path / "job"
-    with pytest.raises(TraceFileError, match="cannot export"):
+    with pytest.raises(TraceFileError) as err:
         export_ranks({"a.json": PLAIN, "b.json": tmp_path / "missing.json"}, dest)
+    assert err.value.problem is TraceProblem.CANNOT_OPEN
     assert not dest.exists()
-    with pytest.raises(TraceFileError, match="cannot export"):
+    with pytest.raises(TraceFileError) as err:
         export_ranks({"a.json": PLAIN, "b.json": tmp_path / "missing.json"}, tmp_path / "j.tgz")
+    assert err.value.problem is TraceProblem.CANNOT_OPEN
     assert _tree(tmp_path) == set()
 
 
 def test_bad_member_names_and_links_are_refused(tmp_path: Path) -> None:
     for name in ("../x.json", "", "a/b.json", ".."):
-        with pytest.raises(TraceFileError, match="bad member name"):
+        with pytest.raises(TraceFileError) as err:
             export_ranks({name: PLAIN}, tmp_path / "d")
+        assert err.value.problem is TraceProblem.BAD_DESTINATION, name
+    with pytest.raises(TraceFileError) as err:
+        export_ranks({}, tmp_path / "d")
+    assert err.value.problem is TraceProblem.NO_TRACE_FILES
     link = tmp_path / "link.json"
     link.symlink_to(PLAIN)
-    with pytest.raises(TraceFileError, match="cannot export"):
+    with pytest.raises(TraceFileError) as err:
         export_ranks({"a.json": link}, tmp_path / "a.tar")
+    assert err.value.problem is TraceProblem.UNSAFE
     assert _tree(tmp_path) == {"link.json"}

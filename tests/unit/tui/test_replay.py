@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gpulens.core.errors import ConfigError
+from gpulens.core.errors import ConfigError, ConfigProblem
 from gpulens.core.events import SampleEvent
 from gpulens.core.model import (
     CpuSample,
@@ -162,12 +162,15 @@ async def test_a_job_and_a_host_not_on_screen_now_are_reachable(tmp_path: Path) 
 
 def test_replay_of_a_directory_or_garbage_fails_in_one_line_before_the_ui(tmp_path: Path) -> None:
     record(tmp_path / "one.gpulens")
-    with pytest.raises(ConfigError, match=r"is a directory; give one recording file \(in it: one.gpulens\)"):
+    with pytest.raises(ConfigError) as err:
         ReplaySource(str(tmp_path))
+    assert (err.value.got, err.value.problem) == (str(tmp_path), ConfigProblem.NOT_REGULAR)
+    assert "one.gpulens" in (err.value.detail or "")  # the recordings in it are named
     garbage = tmp_path / "garbage.bin"
     garbage.write_bytes(os.urandom(4096))
-    with pytest.raises(ConfigError, match="not a gpulens recording"):
+    with pytest.raises(ConfigError) as err:
         ReplaySource(str(garbage))
+    assert (err.value.got, err.value.problem) == (str(garbage), ConfigProblem.NOT_A_RECORDING)
     for target in (tmp_path, garbage):
         run = subprocess.run([sys.executable, "-m", "gpulens", "--replay", str(target)], cwd=ROOT,
                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)

@@ -19,7 +19,7 @@ import pytest
 from textual.app import App
 
 from gpulens.core.config import DEFAULT_SIGNAL_SSH, parse_config
-from gpulens.core.errors import ConfigError
+from gpulens.core.errors import ConfigError, ConfigProblem
 from gpulens.core.events import SampleEvent
 from gpulens.core.model import JobInfo
 from gpulens.sources import ssh_signal as _ssh_signal
@@ -176,9 +176,12 @@ def test_the_config_key_takes_a_command_or_nothing() -> None:
     assert parse_config({"signal_ssh": ["ssh", "-i", "~/.ssh/cluster"]}, "c.toml").signal_ssh == (
         "ssh", "-i", "~/.ssh/cluster")
     assert parse_config({"signal_ssh": []}, "c.toml").signal_ssh == ()
-    for bad in ("ssh", ["-oProxyCommand=x"], [""], ["ssh", 3], ["ssh\0"]):
-        with pytest.raises(ConfigError, match="signal_ssh"):
+    for bad, problem in (("ssh", ConfigProblem.WRONG_TYPE), (["-oProxyCommand=x"], ConfigProblem.BAD_FORMAT),
+                         ([""], ConfigProblem.OUT_OF_RANGE), (["ssh", 3], ConfigProblem.WRONG_TYPE),
+                         (["ssh\0"], ConfigProblem.OUT_OF_RANGE)):
+        with pytest.raises(ConfigError) as err:
             parse_config({"signal_ssh": bad}, "c.toml")
+        assert (err.value.where, err.value.key, err.value.got, err.value.problem) == ("c.toml", "signal_ssh", bad, problem)
 
 
 # --- a real sshd on loopback ------------------------------------------------------------------
