@@ -292,10 +292,12 @@ class Agent:
     def _admitted_tcp(self) -> int:
         return sum(1 for c in self._conns if c.admitted and c.kind == "tcp")
 
-    def _busy(self) -> str | None:
+    def _busy(self) -> Refusal | None:
+        """The listener's ``busy``: the refusal :meth:`admit` would give a TCP viewer now (the listener
+        logs it and sends its words as a ``busy`` error)."""
         with self._lock:
             full = self._admitted_tcp() >= MAX_VIEWERS
-        return f"agent has {MAX_VIEWERS} viewers" if full else None
+        return Refusal(RefusalKind.VIEWERS_FULL, limit=MAX_VIEWERS) if full else None
 
     # -- serving ------------------------------------------------------------------
     def serve_connection(

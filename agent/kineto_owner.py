@@ -29,6 +29,7 @@ from gpulens.agent.request_kinds import RequestError
 from gpulens.core.errors import GpulensError
 from gpulens.ipc.handover import handover_allowed, pass_socket, refusal, request_handover
 from gpulens.ipc.principal import Principal
+from gpulens.ipc.refusal import HandoverKind, NotHandedOver, failed
 
 if TYPE_CHECKING:
     from gpulens.ipc.kineto.protocol import TraceService
@@ -89,10 +90,11 @@ class EndpointClaimer:
     def _loop(self, busy: Exception | None) -> None:
         last = ""
         while not self._stop.is_set():
-            why = self.claim_once(busy)
+            reason = self.claim_once(busy)
             busy = None
-            if why is None:
+            if reason is None:
                 return
+            why = str(reason)  # the edge: the log and the agent's trace_error
             if why != last:
                 log.warning("Kineto endpoint not started: %s; trying again every %g s", why, self.retry_s)
                 last = why
@@ -100,8 +102,9 @@ class EndpointClaimer:
             if self._stop.wait(self.retry_s):
                 return
 
-    def claim_once(self, taken: Exception | None = None) -> str | None:
-        """One attempt: bind, or have a gpulens holder pass its bound socket on and serve it; None when installed.
+    def claim_once(self, taken: Exception | None = None) -> NotHandedOver | None:
+        """One attempt: bind, or have a gpulens holder pass its bound socket on and serve it; None when installed,
+        else why not (``TAKEN``, ``HOLDER_KEPT``, ``STOPPING`` or ``FAILED``).
 
         ``taken``: the EndpointBusy just raised (no second bind attempt first).
         """
@@ -116,7 +119,7 @@ class EndpointClaimer:
             held = holder_of(self.socket_dir)
             uid = None if held is None else held[2]
             if held is None or uid is None:
-                return str(busy)
+                return NotHandedOver(HandoverKind.TAKEN, str(busy))
             pid = held[0]
             adopted: list[LocalTraceService] = []
 
@@ -129,16 +132,16 @@ class EndpointClaimer:
 
             answer = request_handover(self.socket_dir, pid, uid, ANSWER_S, adopt)
             if not answer.released or not adopted:
-                return f"{busy} (asked pid {pid} to pass the endpoint on: {answer.reason})"
+                return NotHandedOver(HandoverKind.HOLDER_KEPT, str(busy), pid=pid, answer=answer.reason)
             log.info("pid %d (uid %d) passed its Kineto endpoint on; serving it", pid, uid)
             return self._take(adopted[0])
         except (OSError, GpulensError, RuntimeError) as err:  # the agent serves without traces and says why
-            return f"{type(err).__name__}: {err}"
+            return failed(err)
 
-    def _take(self, svc: LocalTraceService) -> str | None:
+    def _take(self, svc: LocalTraceService) -> NotHandedOver | None:
         if self._stop.is_set():
             svc.stop()
-            return "the agent is stopping"
+            return NotHandedOver(HandoverKind.STOPPING)
         self._install(svc)
         return None
 

@@ -22,7 +22,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from gpulens.agent.sessions import HANDSHAKE_TIMEOUT_S, ViewerConnection
+from gpulens.agent.sessions import HANDSHAKE_TIMEOUT_S, Refusal, ViewerConnection
 from gpulens.ipc import stream
 from gpulens.ipc.transport import SocketTransport, Transport
 
@@ -34,7 +34,7 @@ SNDBUF_BYTES = 256 * 1024
 
 ServeFn = Callable[[Transport, str, float, "PendingSlot"], None]
 """``serve(transport, peer, deadline, slot)``: serve one TCP viewer until it leaves (blocking)."""
-BusyFn = Callable[[], "str | None"]
+BusyFn = Callable[[], "Refusal | None"]
 """Why no TCP viewer can be admitted now (None: one can)."""
 
 
@@ -105,7 +105,7 @@ class TcpListener:
             log.warning("refusing viewer %s: %s", peer, refusal)
             with contextlib.suppress(OSError):
                 client.setblocking(False)
-                client.send(stream.encode(stream.ErrorMsg("busy", refusal)))
+                client.send(stream.encode(stream.ErrorMsg("busy", str(refusal))))
             client.close()
             return
         try:

@@ -56,6 +56,7 @@ from gpulens.ipc import stream
 from gpulens.ipc.errors import ProtocolError
 from gpulens.ipc.handover import KIND as HANDOVER_KIND
 from gpulens.ipc.principal import NOT_AUTHENTICATED, Principal
+from gpulens.ipc.refusal import NoSlot, NoSlotKind
 from gpulens.ipc.request_schema import (
     Answer,
     GpuMemParams,
@@ -225,7 +226,7 @@ class RequestRunner:
         assert principal.uid is not None
         refusal = self._reserve(id(conn), principal.uid)
         if refusal is not None:
-            conn.put(_error(req, refusal), CHUNK_WAIT_S)
+            conn.put(_error(req, str(refusal)), CHUNK_WAIT_S)
             return
         try:
             threading.Thread(
@@ -241,18 +242,18 @@ class RequestRunner:
         with self._lock:
             return self._heavy
 
-    def _reserve(self, key: int, uid: int) -> str | None:
+    def _reserve(self, key: int, uid: int) -> NoSlot | None:
+        """Take a slot for connection ``key`` and ``uid`` (None), or why not (the viewer is told ``str()`` of it)."""
         lim = self.limits
         with self._lock:
             if self._closing:
-                return "agent is stopping"
+                return NoSlot(NoSlotKind.STOPPING)
             if self._in_flight.get(key, 0) >= lim.in_flight:
-                return f"too many requests in flight on this connection (at most {lim.in_flight})"
+                return NoSlot(NoSlotKind.IN_FLIGHT, lim.in_flight)
             if self._per_uid.get(uid, 0) >= lim.per_uid:
-                return (f"uid {uid} already has {lim.per_uid} trace/profile requests running "
-                        "(the limit per user); try again when one finishes")
+                return NoSlot(NoSlotKind.PER_UID, lim.per_uid, uid=uid)
             if self._heavy >= lim.heavy:
-                return f"agent is running {lim.heavy} trace/profile requests (its limit); try again when one finishes"
+                return NoSlot(NoSlotKind.AGENT_FULL, lim.heavy)
             self._in_flight[key] = self._in_flight.get(key, 0) + 1
             self._per_uid[uid] = self._per_uid.get(uid, 0) + 1
             self._heavy += 1

@@ -8,7 +8,9 @@ Where each lives, by package (as httpx keeps its tree in one place)::
 
     GpulensError                   core.errors
     ├── ConfigError                core.errors: a bad config file, flag or pattern (names file and key);
-    │                              its reason is a ConfigProblem (core.errors), with where/key/expected/got
+    │   │                          its reason is a ConfigProblem (core.errors), with where/key/expected/got
+    │   └── BadTraceRequest        ipc.kineto.requests: a trace request out of range or in conflict (names
+    │                              the field; also a ValueError)
     ├── SchemaError                core.errors: data that does not fit the sample model (names the field)
     ├── RecordingError             core.errors: a --record/--replay file not (or no longer) readable
     ├── CollectorError             core.errors: a collector that cannot start at all
@@ -93,6 +95,8 @@ class ConfigProblem(enum.Enum):
     """What a flag asks for, this machine cannot give: a port in use, a file not writable, a missing module."""
     NOT_REGULAR = "not a regular file"
     """A directory, FIFO, device or socket where a regular file goes."""
+    NOT_A_DIRECTORY = "not a directory"
+    """A file (or anything else) where a directory goes: ``trace --job -o DIR`` writes one file per rank into it."""
     UNSAFE = "unsafe"
     """A file gpulens will not use as it is: a symbolic link, another user's, a secret others can read."""
     EXISTS = "exists"

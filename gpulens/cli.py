@@ -22,9 +22,12 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import NoReturn, TextIO, cast
+from typing import TYPE_CHECKING, NoReturn, TextIO, cast
 
 from gpulens import __version__
+
+if TYPE_CHECKING:
+    from gpulens.core.errors import ConfigProblem
 
 COMMANDS: tuple[str, ...] = (
     "sample",
@@ -170,19 +173,35 @@ def _start_logging(args: argparse.Namespace) -> None:
     if debug:
         os.environ["GPULENS_DEBUG"] = "1"  # tracebacks of internal errors, for this process and children
     log_file = getattr(args, "log_file", None)
-    from gpulens.core.errors import ConfigError
+    from gpulens.core.errors import ConfigError, ConfigProblem
     from gpulens.core.safefs import UnsafePath
 
     if log_file is not None and not str(log_file).strip():
-        raise ConfigError("--log-file: expected a file name, got an empty string")
+        raise ConfigError(where="--log-file", expected="a file name", got=log_file, problem=ConfigProblem.MISSING,
+                          detail="expected a file name, got an empty string")
     try:
         logbook.install(Path(log_file) if log_file else None, debug=debug)
     except UnsafePath as err:  # another user's file, a FIFO, a link, an open directory: refused
         where = f"--log-file {log_file}" if log_file else "--debug log"
-        raise ConfigError(f"{where}: cannot open: {err}") from err
+        raise ConfigError(where=where, problem=_refused_log(err), detail=f"cannot open: {err}") from err
     except OSError as err:
         where = f"--log-file {log_file}" if log_file else f"--debug log {err.filename}"
-        raise ConfigError(f"{where}: cannot open: {err.strerror}") from err
+        raise ConfigError(where=where, problem=ConfigProblem.UNAVAILABLE, detail=f"cannot open: {err.strerror}") from err
+
+
+def _refused_log(err: Exception) -> ConfigProblem:
+    """Why safefs refused the log file: the reason the ConfigError carries.
+
+    UNSAFE for a path refused as it is (a link, a FIFO, another user's file), UNAVAILABLE where
+    opening it failed (a missing directory). ENOTDIR counts as a link: it is what O_NOFOLLOW gives
+    for a link where a directory goes.
+    """
+    from gpulens.core.errors import ConfigProblem
+
+    cause = err.__cause__
+    if isinstance(cause, OSError) and cause.errno not in (errno.ELOOP, errno.ENOTDIR):
+        return ConfigProblem.UNAVAILABLE
+    return ConfigProblem.UNSAFE
 
 
 def _warn_config(warnings: tuple[str, ...]) -> None:

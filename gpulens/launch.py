@@ -133,7 +133,7 @@ def launch(args: argparse.Namespace) -> int:
     The source is always stopped and the terminal restored, also on Ctrl-C
     and errors (Textual restores the terminal before raising).
     """
-    from gpulens.core.errors import ConfigError, GpulensError
+    from gpulens.core.errors import ConfigError, ConfigProblem, GpulensError
     from gpulens.ipc.recording_out import RecordMode
     from gpulens.sources.local import Recorder, RecordingSource
     from gpulens.sources_from_args import build_source
@@ -146,7 +146,8 @@ def launch(args: argparse.Namespace) -> int:
             "overwrite" if getattr(args, "force", False) else "new")
         source = RecordingSource(source, Recorder(args.record, source.name, source.simulated, mode=mode))
     elif getattr(args, "append", False) or getattr(args, "force", False):
-        raise ConfigError("--append and --force go with --record FILE")
+        raise ConfigError("--append and --force go with --record FILE", where="--append" if args.append else "--force",
+                          expected="--record FILE", problem=ConfigProblem.CONFLICT)
     service, trace_error, release = _trace_service(watched, cfg.job_key_env)
     app = GpulensApp(source=source, cfg=cfg, trace_service=service, trace_error=trace_error,
                      readonly=bool(getattr(args, "readonly", False)))

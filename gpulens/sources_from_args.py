@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from gpulens.commands._args import flags_of
 from gpulens.core.config import Config
-from gpulens.core.errors import ConfigError
+from gpulens.core.errors import ConfigError, ConfigProblem
 from gpulens.core.events import Source
 
 if TYPE_CHECKING:
@@ -54,7 +54,8 @@ def build_source(args: argparse.Namespace, cfg: Config) -> Source:
         sources.append(LocalSource(cfg, lambda: Sampler(job_pattern=cfg.job_pattern, job_key_env=cfg.job_key_env),
                                    ProcessLister().listing, gpumem=_local_gpumem(), profiler=_local_profiler()))
     if getattr(args, "demo", False) and len(sources) > 1:
-        raise ConfigError("--demo cannot be mixed with real sources (SIMULATED data must stay apart)")
+        raise ConfigError("--demo cannot be mixed with real sources (SIMULATED data must stay apart)", where="--demo",
+                          expected="no other source", problem=ConfigProblem.CONFLICT)
     if len(sources) == 1:
         return sources[0]
     from gpulens.sources.local import MultiSource

@@ -39,6 +39,7 @@ from gpulens.core.procfs import unix_socket_holder
 from gpulens.core.threads import start_thread, stop_thread
 from gpulens.ipc.kineto.endpoint import resolve_socket_dir
 from gpulens.ipc.principal import Principal, peer
+from gpulens.ipc.refusal import NoSlot, NoSlotKind
 from gpulens.ipc.transport import SocketTransport, Transport
 
 log = logging.getLogger("gpulens.agent")
@@ -191,14 +192,15 @@ class ControlListener:
                 name=f"gpulens-control-{pid}", daemon=True,
             ).start()
 
-    def _reserve(self, uid: int, me: int) -> str | None:
+    def _reserve(self, uid: int, me: int) -> NoSlot | None:
+        """Take a connection slot for ``uid`` (None), or why not (logged by the accept loop)."""
         if not listener_accepts(uid, me):
-            return f"uid {uid} is not this agent's user (uid {me})"
+            return NoSlot(NoSlotKind.NOT_SERVED, uid=uid, me=me)
         with self._lock:
             if sum(self._active.values()) >= MAX_CONTROL_CONNECTIONS:
-                return f"{MAX_CONTROL_CONNECTIONS} local viewers already connected"
+                return NoSlot(NoSlotKind.LOCAL_FULL, MAX_CONTROL_CONNECTIONS)
             if self._active.get(uid, 0) >= MAX_PER_UID:
-                return f"uid {uid} already has {MAX_PER_UID} local connections"
+                return NoSlot(NoSlotKind.LOCAL_PER_UID, MAX_PER_UID, uid=uid)
             self._active[uid] = self._active.get(uid, 0) + 1
         return None
 

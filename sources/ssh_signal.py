@@ -25,6 +25,7 @@ host key trusted on first use (options given first win; her own explicit
 from __future__ import annotations
 
 import contextlib
+import enum
 import os
 import re
 import shlex
@@ -80,18 +81,38 @@ class Answer:
     text: str
 
 
-def ssh_refusal(host: str, ssh: Sequence[str]) -> str | None:
+class NoSshKind(enum.Enum):
+    """Why ssh is not asked; the comment says which fields of :class:`NoSsh` it fills."""
+
+    OFF = "off"  # the config's signal_ssh is empty
+    BAD_HOST = "bad-host"  # host: a name ssh may not be given (not a HOST_NAME)
+
+
+@dataclass(frozen=True, slots=True)
+class NoSsh:
+    """Why no signal can go to a host through ssh: ``kind`` and the host; ``str()`` is the sentence shown."""
+
+    kind: NoSshKind
+    host: str = ""
+
+    def __str__(self) -> str:
+        if self.kind is NoSshKind.OFF:
+            return "signals to other hosts are off (config: signal_ssh = [])"
+        return f"the host name {clean_text(self.host[:60])!r} is not one ssh may be given"
+
+
+def no_ssh(host: str, ssh: Sequence[str]) -> NoSsh | None:
     """Why no signal can go to ``host`` through ssh (None: it can)."""
     if not ssh:
-        return "signals to other hosts are off (config: signal_ssh = [])"
+        return NoSsh(NoSshKind.OFF)
     if not HOST_NAME.fullmatch(host):
-        return f"the host name {clean_text(host[:60])!r} is not one ssh may be given"
+        return NoSsh(NoSshKind.BAD_HOST, host)
     return None
 
 
 def ssh_argv(ssh: Sequence[str], host: str, job: JobInfo, signal: str, mode: str = "send") -> list[str]:
     """The command that checks ``job``'s process on ``host`` and sends it ``signal`` (or, ``look``, shows it)."""
-    if ssh_refusal(host, ssh) is not None:
+    if no_ssh(host, ssh) is not None:
         raise ValueError(f"no ssh to {clean_text(host[:60])!r}")  # a host name from the stream
     remote = shlex.join(["sh", "-c", SCRIPT, "gpulens-signal", str(int(job.pid)), str(int(job.start_time)),
                          signal.removeprefix("SIG"), mode])
@@ -111,9 +132,9 @@ def send_over_ssh(ssh: Sequence[str], host: str, job: JobInfo, signal: str) -> s
 
 
 def _run(ssh: Sequence[str], host: str, job: JobInfo, signal: str, mode: str) -> Answer:
-    why = ssh_refusal(host, ssh)
+    why = no_ssh(host, ssh)
     if why is not None:
-        return Answer(False, why)
+        return Answer(False, str(why))
     try:
         # A session of its own: ssh (and a ProxyCommand) can never read or write the TUI's terminal.
         child = subprocess.Popen(ssh_argv(ssh, host, job, signal, mode), stdin=subprocess.DEVNULL,

@@ -46,23 +46,39 @@ def run(args: argparse.Namespace) -> int:
 
     from gpulens.analysis.trace.rank_files import trace_files
     from gpulens.commands._args import limits_from_args
-    from gpulens.core.errors import ConfigError
+    from gpulens.core.errors import ConfigError, ConfigProblem
 
     limits = limits_from_args(args)
     top = max(args.top, 1)
     if not args.straggler_pct >= 0:
-        raise ConfigError(f"--straggler-pct: expected 0 or more, got {args.straggler_pct:g}")
+        raise ConfigError(where="--straggler-pct", expected="0 or more", got=args.straggler_pct,
+                          problem=ConfigProblem.OUT_OF_RANGE, detail=f"expected 0 or more, got {args.straggler_pct:g}")
     if args.diff:
-        if len(args.trace) != 2 or any(os.path.isdir(p) for p in args.trace):
-            raise ConfigError("--diff takes exactly two trace files: A (the baseline) and B")
+        _check_diff(args.trace)
         return _diff(args, limits, top)
     files = trace_files(args.trace)
     if len(files) == 1:
         return _single(files[0], args, limits, top)
     jobs = args.jobs if args.jobs is not None else min(os.cpu_count() or 1, 2)
     if jobs < 1:
-        raise ConfigError(f"--jobs: expected 1 or more, got {jobs}")
+        raise ConfigError(where="--jobs", expected="1 or more", got=jobs, problem=ConfigProblem.OUT_OF_RANGE)
     return _ranks(files, args, limits, jobs)
+
+
+def _check_diff(paths: list[str]) -> None:
+    """``--diff A B``: two files, neither a directory; ConfigError (OUT_OF_RANGE, NOT_REGULAR) otherwise."""
+    import os
+
+    from gpulens.core.errors import ConfigError, ConfigProblem
+
+    sentence = "--diff takes exactly two trace files: A (the baseline) and B"
+    if len(paths) != 2:
+        raise ConfigError(sentence, where="--diff", expected="two trace files", got=len(paths),
+                          problem=ConfigProblem.OUT_OF_RANGE)
+    folder = next((p for p in paths if os.path.isdir(p)), None)
+    if folder is not None:
+        raise ConfigError(sentence, where="--diff", expected="two trace files", got=folder,
+                          problem=ConfigProblem.NOT_REGULAR)
 
 
 def _emit(doc: object, text: str, as_json: bool) -> int:

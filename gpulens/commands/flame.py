@@ -75,13 +75,15 @@ def _pyroscope(args: argparse.Namespace) -> ProfileGroup:
     """The profile ``--query`` names in the Pyroscope at ``--pyroscope``, as a one-profile group."""
     from gpulens.analysis.flame.flamebearer import from_flamebearer
     from gpulens.analysis.flame.group import single
-    from gpulens.core.errors import ConfigError
+    from gpulens.core.errors import ConfigError, ConfigProblem
     from gpulens.sources.pyroscope import render
 
     if args.file:
-        raise ConfigError("gpulens flame: a FILE or --pyroscope, not both")
+        raise ConfigError("gpulens flame: a FILE or --pyroscope, not both", where="--pyroscope", expected="no FILE",
+                          got=args.file, problem=ConfigProblem.CONFLICT)
     if not args.query:
-        raise ConfigError("--pyroscope needs --query, e.g. 'gpulens.gpu_memory{host=\"node07\"}'")
+        raise ConfigError("--pyroscope needs --query, e.g. 'gpulens.gpu_memory{host=\"node07\"}'", where="--pyroscope",
+                          expected="--query", problem=ConfigProblem.CONFLICT)
     return single(from_flamebearer(render(args.pyroscope, args.query, args.start, args.until), args.pyroscope))
 
 
@@ -97,10 +99,10 @@ def run(args: argparse.Namespace) -> int:
     from gpulens.analysis.flame.importers import load_group
     from gpulens.analysis.flame.subtree import focus_regex
     from gpulens.commands._args import limits_from_args
-    from gpulens.core.errors import ConfigError
+    from gpulens.core.errors import ConfigError, ConfigProblem
 
     if args.top is not None and args.top < 1:
-        raise ConfigError(f"--top: expected 1 or more functions, got {args.top}")
+        raise ConfigError(where="--top", expected="1 or more functions", got=args.top, problem=ConfigProblem.OUT_OF_RANGE)
     limits = limits_from_args(args)
     for flag, out in (("--export-folded", args.export_folded), ("--export-speedscope", args.export_speedscope),
                       ("--export-pprof", args.export_pprof)):
@@ -109,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
     group = _pyroscope(args) if args.pyroscope else None
     if group is None:
         if not args.file:
-            raise ConfigError("gpulens flame: give a FILE, or --pyroscope URL --query Q")
+            raise ConfigError("gpulens flame: give a FILE, or --pyroscope URL --query Q", where="FILE",
+                              expected="a FILE, or --pyroscope URL --query Q", problem=ConfigProblem.MISSING)
         group = load_group(args.file, args.metric, limits)
     choice = parse_choice(args.profile, len(group))
     profile = group.pick(choice)

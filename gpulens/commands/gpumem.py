@@ -35,17 +35,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "call (frame pointers; symbols from the libraries' ELF files)")
 
 
+def _pid_list(text: str) -> tuple[int, ...]:
+    """``--pid P[,P...]``: the positive pids given; ConfigError (BAD_FORMAT, MISSING, OUT_OF_RANGE) otherwise."""
+    from gpulens.core.errors import ConfigError, ConfigProblem
+
+    where = f"--pid {text!r}"
+    try:
+        pids = tuple(int(p) for p in text.split(",") if p.strip())
+    except ValueError:
+        raise ConfigError(where=where, expected="pids separated by commas", got=text,
+                          problem=ConfigProblem.BAD_FORMAT, detail="expected pids separated by commas") from None
+    if not pids or any(p <= 0 for p in pids):
+        raise ConfigError(where=where, expected="positive pids", got=text,
+                          problem=ConfigProblem.OUT_OF_RANGE if pids else ConfigProblem.MISSING,
+                          detail="expected positive pids")
+    return pids
+
+
 def _pids(args: argparse.Namespace) -> tuple[int, ...]:
-    from gpulens.core.errors import ConfigError
+    from gpulens.core.errors import ConfigError, ConfigProblem
 
     if args.pid is not None:
-        try:
-            pids = tuple(int(p) for p in args.pid.split(",") if p.strip())
-        except ValueError:
-            raise ConfigError(f"--pid {args.pid!r}: expected pids separated by commas") from None
-        if not pids or any(p <= 0 for p in pids):
-            raise ConfigError(f"--pid {args.pid!r}: expected positive pids")
-        return pids
+        return _pid_list(args.pid)
     from gpulens.collectors.jobs import JobScanner
 
     cfg = args.cfg
@@ -56,7 +67,8 @@ def _pids(args: argparse.Namespace) -> tuple[int, ...]:
         job = next(j for j in jobs if j.pid == found[0])
         found = tuple(j.pid for j in jobs if job.job_key is not None and j.job_key == job.job_key) or found
     if not found:
-        raise ConfigError(f"--job {key!r}: no job process with that key or pid here (gpulens jobs lists them)")
+        raise ConfigError(where=f"--job {key!r}", expected="a job key or pid", got=key, problem=ConfigProblem.NOT_FOUND,
+                          detail="no job process with that key or pid here (gpulens jobs lists them)")
     return found
 
 

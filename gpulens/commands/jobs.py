@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from gpulens.collectors.jobs import JobScanner
     from gpulens.collectors.slurm_pidinfo import SlurmPidinfo
     from gpulens.collectors.workloads import PodNames
-    from gpulens.core.errors import ConfigError
+    from gpulens.core.errors import ConfigError, ConfigProblem
     from gpulens.core.sanitize import clean_text
     from gpulens.core.workload import describe
     from gpulens.ipc.serialize import to_dict
@@ -45,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         scanner = JobScanner(cfg.job_pattern, cfg.job_key_env, pods=PodNames(), slurm=SlurmPidinfo.detect())
     except re.error as err:  # config.py checks patterns; this guards callers that skip it
-        raise ConfigError(f"--pattern: expected a regular expression: {err}") from err
+        raise ConfigError(where="--pattern", expected="a regular expression", got=cfg.job_pattern,
+                          problem=ConfigProblem.BAD_PATTERN, detail=f"expected a regular expression: {err}") from err
     time.sleep(0.5)
     jobs = scanner.scan(_gpu_memory())
     if args.json:

@@ -30,14 +30,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Sample (here or through an agent), write the file, print a one-line summary."""
     from gpulens.analysis.flame.exporters import check_writable, export_folded, export_speedscope
-    from gpulens.core.errors import ConfigError
+    from gpulens.core.errors import ConfigError, ConfigProblem
 
     args.pid = list(pids_of(args))
     args.host = remote_target(args)
     if not 0 < args.duration <= 24 * 3600:
-        raise ConfigError(f"--duration: expected seconds in (0, 86400], got {args.duration:g}")
+        raise ConfigError(where="--duration", expected="seconds in (0, 86400]", got=args.duration,
+                          problem=ConfigProblem.OUT_OF_RANGE,
+                          detail=f"expected seconds in (0, 86400], got {args.duration:g}")
     if not 1 <= args.rate <= 10_000:
-        raise ConfigError(f"--rate: expected 1 to 10000 samples per second, got {args.rate}")
+        raise ConfigError(where="--rate", expected="1 to 10000 samples per second", got=args.rate,
+                          problem=ConfigProblem.OUT_OF_RANGE)
     check_writable(args.output, "-o/--output")
     if args.host:
         from gpulens.analysis.flame.folded import parse_folded

@@ -77,11 +77,11 @@ def _ratio(v: float | None) -> str:
 def run(args: argparse.Namespace) -> int:
     """Print ``--count`` samples, ``interval_s`` apart; 2 for a bad argument."""
     from gpulens.collectors.sampler import Sampler
-    from gpulens.core.errors import ConfigError
+    from gpulens.core.errors import ConfigError, ConfigProblem
     from gpulens.ipc.serialize import sample_to_dict
 
     if args.count < 0:
-        raise ConfigError(f"--count: expected 0 or more samples, got {args.count}")
+        raise ConfigError(where="--count", expected="0 or more samples", got=args.count, problem=ConfigProblem.OUT_OF_RANGE)
     cfg = args.cfg
     sampler = Sampler(job_pattern=cfg.job_pattern, job_key_env=cfg.job_key_env)
     try:

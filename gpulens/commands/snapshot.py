@@ -195,11 +195,12 @@ def collect(source: Source, timeout_s: float) -> tuple[list[dict[str, Any]], lis
 
 def run(args: argparse.Namespace) -> int:
     """Print the snapshot; exit 0 when every host is up, 1 when any is down."""
-    from gpulens.core.errors import ConfigError
+    from gpulens.core.errors import ConfigError, ConfigProblem
     from gpulens.sources_from_args import build_source
 
     if not 0 < args.timeout <= 3600:
-        raise ConfigError(f"--timeout: expected seconds in (0, 3600], got {args.timeout}")
+        raise ConfigError(where="--timeout", expected="seconds in (0, 3600]", got=args.timeout,
+                          problem=ConfigProblem.OUT_OF_RANGE)
     _check_companions(args)
     source = build_source(args, args.cfg)
     hosts, errors = collect(source, args.timeout)
@@ -247,7 +248,7 @@ def to_text(hosts: list[dict[str, Any]], errors: list[str]) -> str:
 
 def _check_companions(args: argparse.Namespace) -> None:
     """A flag that only modifies another one must not be silently ignored without it."""
-    from gpulens.core.errors import ConfigError
+    from gpulens.core.errors import ConfigError, ConfigProblem
 
     remote = args.ssh is not None or args.slurm_job is not None
     rules = [
@@ -258,4 +259,4 @@ def _check_companions(args: argparse.Namespace) -> None:
     ]
     for flag, given, partner, needs in rules:
         if given and not partner:
-            raise ConfigError(f"{flag}: only with {needs}")
+            raise ConfigError(where=flag, expected=needs, problem=ConfigProblem.CONFLICT, detail=f"only with {needs}")

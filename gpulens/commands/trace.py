@@ -37,7 +37,8 @@ from gpulens.commands.trace_common import (
 )
 
 if TYPE_CHECKING:
-    from gpulens.ipc.kineto.requests import TraceRequest
+    from gpulens.core.errors import ConfigError
+    from gpulens.ipc.kineto.requests import BadTraceRequest, TraceRequest
     from gpulens.ipc.kineto.service import LocalTraceService
     from gpulens.sources.tracing import Requester
 
@@ -151,9 +152,21 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_FAILED
 
 
-def _run(args: argparse.Namespace) -> int:
+_REQUEST_FLAGS = {"pids": "--pid", "duration_ms": "--duration-ms", "iterations": "--iterations",
+                  "warmup_s": "--warmup-s", "timeout_s": "--timeout"}
+"""The flag that sets each TraceRequest field."""
+
+
+def _refused_request(err: BadTraceRequest) -> ConfigError:
+    """``TraceRequest.validate``'s refusal as the command line's ConfigError: its sentence, the flag, its reason."""
     from gpulens.core.errors import ConfigError
-    from gpulens.ipc.kineto.requests import TraceRequest
+
+    return ConfigError(str(err), where=_REQUEST_FLAGS.get(err.where, ""), problem=err.problem)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from gpulens.core.errors import ConfigError, ConfigProblem
+    from gpulens.ipc.kineto.requests import BadTraceRequest, TraceRequest
 
     req = TraceRequest(
         pids=pids_of(args) if args.job is None else (1,),  # --job: the agents resolve the pids
@@ -169,8 +182,8 @@ def _run(args: argparse.Namespace) -> int:
     )
     try:
         req.validate()
-    except ValueError as err:
-        raise ConfigError(str(err)) from err
+    except BadTraceRequest as err:
+        raise _refused_request(err) from err
     if getattr(args, "remote_host", None) is not None:
         say("--host is deprecated: use --connect HOST:PORT or --ssh NODE")
     target = remote_target(args)
@@ -178,19 +191,24 @@ def _run(args: argparse.Namespace) -> int:
         from gpulens.commands.trace_job import run_job
 
         if args.iterations is not None:
-            raise ConfigError("--job traces every rank from one start time: give --duration-ms, not --iterations")
+            raise ConfigError("--job traces every rank from one start time: give --duration-ms, not --iterations",
+                              where="--iterations", expected="--duration-ms", problem=ConfigProblem.CONFLICT)
         hosts = list(args.hosts or []) + ([target] if target else [])
         return run_job(args, req, hosts)
     if args.hosts:
-        raise ConfigError("--hosts goes with --job; for --pid give one host with --connect or --ssh")
+        raise ConfigError("--hosts goes with --job; for --pid give one host with --connect or --ssh", where="--hosts",
+                          expected="--job", problem=ConfigProblem.CONFLICT)
     if args.wait is not None and not args.children:
         raise ConfigError("--wait goes with --job or --children (a --pid that has not polled is waited for by "
-                          "the trace itself, up to 3 poll intervals)")
+                          "the trace itself, up to 3 poll intervals)", where="--wait", expected="--job or --children",
+                          problem=ConfigProblem.CONFLICT)
     if args.output:
         parent = os.path.dirname(os.path.abspath(os.path.expanduser(args.output)))
         if not os.path.isdir(parent):
-            raise ConfigError(f"-o {args.output}: {parent} is not a directory; gpulens does not create parent "
-                              "directories (make it first)")
+            raise ConfigError(where=f"-o {args.output}", expected="a file in a directory", got=parent,
+                              problem=ConfigProblem.NOT_FOUND,
+                              detail=f"{parent} is not a directory; gpulens does not create parent directories "
+                                     "(make it first)")
     if target is not None:
         return _trace_remote(args, req, target)
     return _trace_here(args, req)
@@ -321,12 +339,12 @@ def _trace_through_owner(args: argparse.Namespace, req: TraceRequest, busy: Exce
     """Another process holds the Kineto name: trace through it when it is a gpulens we may use."""
     from gpulens.ipc.errors import StreamError
     from gpulens.ipc.kineto.endpoint import holder_of, resolve_socket_dir
-    from gpulens.sources.stream.control_trace import connect_owner, is_gpulens, squatter_reason
+    from gpulens.sources.stream.control_trace import connect_owner, is_gpulens, untrusted_holder
     from gpulens.sources.tracing import default_download_dir
 
     held = holder_of(resolve_socket_dir(args.ipc_socket_dir))
-    if held is not None and (squat := squatter_reason(held[0])) is not None:
-        say(squat)
+    if held is not None and (squat := untrusted_holder(held[0])) is not None:
+        say(str(squat))
         return EXIT_FAILED
     if held is not None and not is_gpulens(held[0]):
         say(f"kineto endpoint busy: {busy}")

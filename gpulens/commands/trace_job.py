@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulens.commands.trace_common import EXIT_FAILED, EXIT_OK, JOB_WAIT_S, Progress, hand_back, say
-from gpulens.core.errors import ConfigError, GpulensError
+from gpulens.core.errors import ConfigError, ConfigProblem, GpulensError
 from gpulens.ipc.kineto.kconfig import MIN_LEAD_S
 from gpulens.ipc.kineto.requests import TraceRequest
 from gpulens.ipc.request_schema import TraceProcessesParams
@@ -72,7 +72,8 @@ def run_job(args: argparse.Namespace, req: TraceRequest, hosts: list[str]) -> in
     """Trace job ``args.job`` on ``hosts`` (this host when empty); the exit status of ``gpulens trace``."""
     key = str(args.job)
     if not KEY.fullmatch(key):
-        raise ConfigError(f"--job {key!r}: expected 1..64 characters of [A-Za-z0-9._-]")
+        raise ConfigError(where=f"--job {key!r}", expected="1..64 characters of [A-Za-z0-9._-]", got=key,
+                          problem=ConfigProblem.BAD_FORMAT, detail="expected 1..64 characters of [A-Za-z0-9._-]")
     out_dir = _output_dir(args.output, key)
     opened: list[_Host] = []
     try:
@@ -144,9 +145,12 @@ def _output_dir(output: str | None, key: str) -> Path:
         return default_download_dir() / f"job-{key}-{time.strftime('%Y%m%d-%H%M%S')}"
     d = Path(output).expanduser()
     if d.exists() and not d.is_dir():
-        raise ConfigError(f"-o {output}: not a directory (--job writes one file per rank into a directory)")
+        raise ConfigError(where=f"-o {output}", expected="a directory", got=output, problem=ConfigProblem.NOT_A_DIRECTORY,
+                          detail="not a directory (--job writes one file per rank into a directory)")
     if not d.parent.is_dir():
-        raise ConfigError(f"-o {output}: {d.parent} is not a directory; gpulens does not create parent directories")
+        raise ConfigError(where=f"-o {output}", expected="a directory in a directory", got=str(d.parent),
+                          problem=ConfigProblem.NOT_FOUND,
+                          detail=f"{d.parent} is not a directory; gpulens does not create parent directories")
     return d
 
 
@@ -154,7 +158,8 @@ def _make_dir(d: Path, default: bool) -> None:
     try:
         d.mkdir(parents=default, exist_ok=True, mode=0o700)
     except OSError as err:
-        raise ConfigError(f"-o {d}: cannot create the directory: {err.strerror or err}") from err
+        raise ConfigError(where=f"-o {d}", problem=ConfigProblem.UNAVAILABLE,
+                          detail=f"cannot create the directory: {err.strerror or err}") from err
 
 
 def _open(args: argparse.Namespace, target: str) -> _Host:

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpulens.core import safefs
+from gpulens.core.errors import ConfigError, ConfigProblem
 from gpulens.core.safefs import UnsafePath
 
 # Re-exported: they lived here first (kconfig holds the config text and Kineto's timing).
@@ -70,6 +71,11 @@ MAX_TRACE_FILE_BYTES = 16 << 30
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 KEEP_MARKER = ".gpulens-tracing"
 _ids = itertools.count(1)
+
+
+class BadTraceRequest(ConfigError, ValueError):
+    """A :class:`TraceRequest` out of range or in conflict: ``where`` is the field's name, ``problem``
+    OUT_OF_RANGE or CONFLICT, and the message the sentence a viewer or the agent's reply carries."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,26 +106,30 @@ class TraceRequest:
     start_time_ms: int | None = None
 
     def validate(self) -> None:
-        """Raises ValueError naming the field that is out of range."""
+        """Raises BadTraceRequest (a ValueError) naming the field that is out of range or in conflict."""
+        def bad(fld: str, message: str, problem: ConfigProblem = ConfigProblem.OUT_OF_RANGE) -> BadTraceRequest:
+            return BadTraceRequest(message, where=fld, problem=problem)
+
         if bool(self.pids) == (self.job_id is not None):
-            raise ValueError("give either pids or a job id")
+            raise bad("pids", "give either pids or a job id", ConfigProblem.CONFLICT)
         if any(p <= 0 for p in self.pids) or len(self.pids) > 1024:
-            raise ValueError("pids must be 1..1024 positive process ids")
+            raise bad("pids", "pids must be 1..1024 positive process ids")
         if (self.duration_ms is None) == (self.iterations is None):
-            raise ValueError("give either duration_ms or iterations")
+            raise bad("duration_ms", "give either duration_ms or iterations", ConfigProblem.CONFLICT)
         if self.duration_ms is not None and not 1 <= self.duration_ms <= MAX_DURATION_MS:
-            raise ValueError(f"duration_ms must be 1..{MAX_DURATION_MS}")
+            raise bad("duration_ms", f"duration_ms must be 1..{MAX_DURATION_MS}")
         if self.iterations is not None and not 1 <= self.iterations <= MAX_ITERATIONS:
-            raise ValueError(f"iterations must be 1..{MAX_ITERATIONS}")
+            raise bad("iterations", f"iterations must be 1..{MAX_ITERATIONS}")
         if not 0 <= self.warmup_s <= 300:
-            raise ValueError("warmup_s must be 0..300")
+            raise bad("warmup_s", "warmup_s must be 0..300")
         if not 0 < self.timeout_s <= 3600:
-            raise ValueError("timeout_s must be in (0, 3600]")
+            raise bad("timeout_s", "timeout_s must be in (0, 3600]")
         if self.start_time_ms is not None:
             if self.iterations is not None:
-                raise ValueError("start_time_ms goes with duration_ms, not iterations")
+                raise bad("start_time_ms", "start_time_ms goes with duration_ms, not iterations",
+                          ConfigProblem.CONFLICT)
             if abs(self.start_time_ms / 1000 - time.time()) > 3600:
-                raise ValueError("start_time_ms must be within an hour of now (ms since the epoch)")
+                raise bad("start_time_ms", "start_time_ms must be within an hour of now (ms since the epoch)")
 
     def describe(self) -> str:
         """Short human form, e.g. ``500 ms`` or ``3 iterations``."""

@@ -52,6 +52,7 @@ from gpulens.ipc.kineto.requests import (
 )
 from gpulens.ipc.kineto.steps import shows_optimizer_steps
 from gpulens.ipc.kineto.untraceable import Untraceable, UntraceableKind
+from gpulens.ipc.refusal import HandoverKind, NotHandedOver, failed
 
 log = logging.getLogger(__name__)
 
@@ -144,8 +145,9 @@ class LocalTraceService:
         with self._accepting:
             return self._table.unhanded()
 
-    def release_endpoint(self, refusal: str, drain_s: float, hand: HandFn) -> str | None:
-        """Pass the Kineto name to another owner, losing no accepted trace; None when it serves it now.
+    def release_endpoint(self, refusal: str, drain_s: float, hand: HandFn) -> NotHandedOver | None:
+        """Pass the Kineto name to another owner, losing no accepted trace; None when it serves it now, else why not
+        (``THROUGH_DYNOLOG``, ``WAITING``, ``NOT_SERVING``, ``NOT_TAKEN`` or ``FAILED``).
 
         New requests are refused with ``refusal`` from now on. Accepted traces
         whose config is not handed yet keep the name until their target polled
@@ -159,29 +161,29 @@ class LocalTraceService:
         requests are accepted again, and the reason is returned.
         """
         if self.dynolog is not None:
-            return "this gpulens sends its traces through dynolog's RPC; it does not hold the Kineto name"
+            return NotHandedOver(HandoverKind.THROUGH_DYNOLOG)
         with self._accepting:
             self._refusal = refusal
         deadline = time.monotonic() + drain_s
         while (waiting := self.unhanded()) and time.monotonic() < deadline:
             time.sleep(self._tick_s)
-        why: str | None
+        why: NotHandedOver | None
         if waiting:
-            why = f"{waiting} trace(s) accepted here still wait for their target's poll"
+            why = NotHandedOver(HandoverKind.WAITING, count=waiting)
         elif (sock := self.endpoint.detach()) is None:
-            why = "this gpulens's Kineto endpoint is not serving"
+            why = NotHandedOver(HandoverKind.NOT_SERVING)
         else:
             with contextlib.ExitStack() as keep:
                 keep.callback(self._serve_again, sock)  # unless handed over, even if hand() has a bug: ours
                 try:
-                    why = hand(sock)
+                    said = hand(sock)
                 except (OSError, ValueError) as err:  # its socket calls; hand() says why in words otherwise
-                    why = f"{type(err).__name__}: {err}"
-                if why is None:
+                    return failed(err)
+                if said is None:
                     keep.pop_all()
                     sock.close()  # the other owner holds its own descriptor of it now
                     return None
-            return why
+                return NotHandedOver(HandoverKind.NOT_TAKEN, said)
         with self._accepting:
             self._refusal = None
         return why

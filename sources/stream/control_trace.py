@@ -14,8 +14,10 @@ whose polling set comes from the owner's ``trace_processes`` answer
 
 from __future__ import annotations
 
+import enum
 import os
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpulens.core.procfs import proc_uid
@@ -36,15 +38,33 @@ def is_gpulens(pid: int) -> bool:
     return any(b"gpulens" in a for a in argv[:3])
 
 
-def squatter_reason(pid: int) -> str | None:
+class HolderKind(enum.Enum):
+    """Why the holder of the Kineto name gets none of our requests; the comment says which fields it fills."""
+
+    OTHER_USER = "other-user"  # pid, uid: another user's process, not root's (it may be squatting the name)
+
+
+@dataclass(frozen=True, slots=True)
+class HolderRefusal:
+    """Why our request must not go to the holder of the Kineto name: ``kind`` and the facts; ``str()`` the sentence."""
+
+    kind: HolderKind
+    pid: int
+    uid: int
+
+    def __str__(self) -> str:
+        return (
+            f"the Kineto name is held by pid {self.pid} of uid {self.uid}, not by a gpulens agent of yours or "
+            "root's: refusing to send it your request; it may be squatting"
+        )
+
+
+def untrusted_holder(pid: int) -> HolderRefusal | None:
     """Why the holder ``pid`` of the Kineto name must not get our request (another non-root user), or None."""
     uid = proc_uid(pid)
     if uid is None or trusted_peer(uid, os.geteuid()):
         return None
-    return (
-        f"the Kineto name is held by pid {pid} of uid {uid}, not by a gpulens agent of yours or root's: "
-        "refusing to send it your request; it may be squatting"
-    )
+    return HolderRefusal(HolderKind.OTHER_USER, pid, uid)
 
 
 def root_control_pid(socket_dir: str | None) -> int | None:
@@ -83,9 +103,9 @@ def connect_owner(socket_dir: str | None, download_dir: Path) -> LocalAgentLink:
                               "its control socket: it is not a gpulens this one can use")
         return _serving_traces(LocalAgentLink(socket_dir, pid, 0, download_dir), pid)
     pid = held[0]
-    squat = squatter_reason(pid)
+    squat = untrusted_holder(pid)
     if squat is not None:
-        raise StreamError(squat)
+        raise StreamError(str(squat))
     if not is_gpulens(pid):
         raise StreamError(f"the Kineto name is held by {held[1]} (pid {pid}), not by gpulens")
     uid = proc_uid(pid)

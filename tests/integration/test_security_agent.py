@@ -34,6 +34,7 @@ from gpulens.collectors.synthetic import SyntheticSampler
 from gpulens.ipc import auth, stream
 from gpulens.ipc.control import ControlListener, control_name, describe_holder, who_holds
 from gpulens.ipc.principal import NOT_AUTHENTICATED, Principal, owner, peer
+from gpulens.ipc.refusal import NoSlot, NoSlotKind
 from gpulens.ipc.transport import Transport
 from tests.fakes import security_helpers
 from tests.fakes.agent_helpers import (
@@ -215,11 +216,12 @@ def test_per_uid_limit_history_inline_and_stop_while_blocked(agent: Agent) -> No
         for _ in range(MAX_HEAVY_PER_UID):
             assert prof.started.acquire(timeout=WAIT_S)
         res = _ask(me, 50, "profile", {"pids": [os.getpid()], "duration_s": 1})
-        assert not res.ok and f"already has {MAX_HEAVY_PER_UID} trace/profile requests" in res.error
+        over = str(NoSlot(NoSlotKind.PER_UID, MAX_HEAVY_PER_UID, uid=os.geteuid()))
+        assert not res.ok and res.error == over
         again = _connect(agent, peer(os.geteuid()), kind="control")  # a second connection of the same uid
         _handshake(again)
         res = _ask(again, 1, "profile", {"pids": [os.getpid()], "duration_s": 1})
-        assert not res.ok and "the limit per user" in res.error
+        assert not res.ok and res.error == over
         # History never waits behind the blocked profiles.
         assert _ask(me, 51, "history", {"since": 0}).ok
         # Another user still gets a slot: its request starts (and fails the ownership check).
@@ -559,7 +561,8 @@ def test_sigterm_exits_promptly_with_requests_blocked(gpulens_exe: str, tmp_path
             if isinstance(m, stream.Response):
                 answers[m.id] = m
         # Two py-spy runs hold this user's slots (unless py-spy could not attach at all).
-        assert "the limit per user" in answers[3].error or (1 in answers and 2 in answers), answers
+        over = str(NoSlot(NoSlotKind.PER_UID, MAX_HEAVY_PER_UID, uid=os.geteuid()))
+        assert answers[3].error == over or (1 in answers and 2 in answers), answers
         assert answers[9].ok  # history answered while they run
         for _ in range(20):
             idle.append(socket.create_connection(("127.0.0.1", agent.port), timeout=WAIT_S))

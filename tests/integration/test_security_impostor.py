@@ -31,6 +31,7 @@ from gpulens.ipc import stream
 from gpulens.ipc.serialize import sample_to_dict
 from gpulens.ipc.stream_frames import pack_sample, sample_frame
 from gpulens.sources.signals import start_time
+from gpulens.sources.ssh_signal import NoSsh, NoSshKind
 from gpulens.sources.stream.link import LinkOptions
 from gpulens.sources.stream.source import StreamSource, tcp_target
 from gpulens.tui.app import GpulensApp
@@ -106,7 +107,7 @@ async def test_an_impostor_agent_of_another_uid_cannot_make_a_signal_local(two_u
             await pilot.press("K")
             await pilot.pause()
             assert not isinstance(app.screen, ConfirmSignal)
-            assert said and said[0].startswith("SIGKILL not sent: signals to other hosts are off"), said
+            assert said and said[0].startswith(f"SIGKILL not sent: {NoSsh(NoSshKind.OFF)}"), said
     finally:
         source.stop()
         os.kill(fake_pid, 9)

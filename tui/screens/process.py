@@ -30,7 +30,7 @@ from gpulens.core.units import duration, pct, size, window_name
 from gpulens.core.workload import describe
 from gpulens.sources.local import replays
 from gpulens.sources.signals import proc_cmdline, refusal, send
-from gpulens.sources.ssh_signal import Answer, look_over_ssh, send_over_ssh, ssh_refusal
+from gpulens.sources.ssh_signal import Answer, look_over_ssh, no_ssh, send_over_ssh
 from gpulens.store.views import gpu_unreadable, job_key
 from gpulens.tui.context import ScreenContext
 from gpulens.tui.screens._listed import LIST_POLL_S, ListedProcess
@@ -164,7 +164,8 @@ class ProcessScreen(DataScreen):
             return "the demo's hosts are SIMULATED: they have no processes to signal"
         if replays(source):
             return "a recording: its processes are not running now"
-        return ssh_refusal(self.host, self.ctx.cfg.signal_ssh)
+        why = no_ssh(self.host, self.ctx.cfg.signal_ssh)
+        return None if why is None else str(why)  # the screen: words
 
     def signals_here(self) -> bool:
         """Whether a signal is sent from here: only to this machine's own collector's processes.

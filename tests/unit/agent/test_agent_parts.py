@@ -26,6 +26,7 @@ from gpulens.collectors.synthetic import SyntheticSampler
 from gpulens.ipc import auth, stream
 from gpulens.ipc.kineto.untraceable import Untraceable, UntraceableKind
 from gpulens.ipc.principal import NOT_AUTHENTICATED, SAMPLES_ONLY, Principal, owner, peer
+from gpulens.ipc.refusal import NoSlot, NoSlotKind
 from gpulens.ipc.serialize import sample_to_dict
 from gpulens.ipc.stream_frames import pack_sample
 from tests.fakes.agent_helpers import (
@@ -346,11 +347,11 @@ def test_runner_limits_per_connection_and_per_uid(prof: BlockingProfiler) -> Non
     runner.submit(a, stream.Request(id=1, kind="profile", params=_profile()))
     assert prof.started.acquire(timeout=WAIT_S)
     res = _ask(runner, a, 2, "profile", _profile())
-    assert not res.ok and res.error == "too many requests in flight on this connection (at most 1)"
+    assert not res.ok and res.error == str(NoSlot(NoSlotKind.IN_FLIGHT, 1))
     runner.submit(b, stream.Request(id=1, kind="profile", params=_profile()))
     assert prof.started.acquire(timeout=WAIT_S)
     res = _ask(runner, c, 1, "profile", _profile())
-    assert not res.ok and f"uid {ME} already has 2 trace/profile requests running (the limit per user)" in res.error
+    assert not res.ok and res.error == str(NoSlot(NoSlotKind.PER_UID, 2, uid=ME))
     assert _ask(runner, c, 2, "history", {}).ok  # never behind the blocked profiles
     other = RecordingConn(peer(STRANGER))  # another user still gets a slot (and fails the owner check)
     res = _ask(runner, other, 1, "profile", _profile())
@@ -370,7 +371,7 @@ def test_runner_limit_on_the_whole_agent(prof: BlockingProfiler) -> None:
         runner.submit(conn, stream.Request(id=1, kind="profile", params=_profile()))
         assert prof.started.acquire(timeout=WAIT_S)
     res = _ask(runner, conns[2], 1, "profile", _profile())
-    assert not res.ok and res.error.startswith("agent is running 2 trace/profile requests (its limit)")
+    assert not res.ok and res.error == str(NoSlot(NoSlotKind.AGENT_FULL, 2))
     prof.release.set()
     for conn in conns[:2]:
         assert conn.response(1).ok
@@ -387,7 +388,7 @@ def test_runner_close_while_a_request_blocks(prof: BlockingProfiler) -> None:
     blocked = [t for t in threading.enumerate() if t.name == "gpulens-request-profile"]
     assert blocked and all(t.daemon for t in blocked), "a blocked request must not hold the exit"
     res = _ask(runner, conn, 2, "profile", _profile())
-    assert not res.ok and res.error == "agent is stopping"
+    assert not res.ok and res.error == str(NoSlot(NoSlotKind.STOPPING))
     assert _ask(runner, conn, 3, "history", {}).ok
 
 
@@ -406,7 +407,7 @@ def test_agent_hands_its_parts_what_they_need(prof: BlockingProfiler) -> None:
     agent.stop()
     assert svc.stopped and agent.requests.trace_service is None
     res = _ask(agent.requests, conn, 2, "profile", _profile())
-    assert not res.ok and res.error == "agent is stopping"
+    assert not res.ok and res.error == str(NoSlot(NoSlotKind.STOPPING))
 
 
 @pytest.mark.parametrize(("params", "refusal"), [

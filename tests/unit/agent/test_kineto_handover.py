@@ -27,6 +27,7 @@ from gpulens.ipc.kineto.requests import TraceRequest, TraceState
 from gpulens.ipc.kineto.service import LocalTraceService
 from gpulens.ipc.kineto.untraceable import UntraceableKind
 from gpulens.ipc.principal import Principal, owner, peer
+from gpulens.ipc.refusal import HandoverKind, NotHandedOver
 from gpulens.sources.owner_switch import HandoverTraceService
 from tests.fakes.handover_helpers import Adopter
 from tests.fakes.trace_service import FakeTraceService
@@ -81,7 +82,7 @@ def test_release_waits_for_accepted_traces_to_reach_kineto(sock: Path) -> None:
         # Not handed yet: the name is kept, the reason said, and requests are accepted again.
         handed: list[socket.socket] = []
         why = svc.release_endpoint("handing over", 0.2, handed.append)
-        assert why is not None and "1 trace(s)" in why and "poll" in why
+        assert why == NotHandedOver(HandoverKind.WAITING, count=1)
         assert handed == []  # nothing passed while traces wait
         assert svc.endpoint.running and holder_of(str(sock)) is not None
         again = svc.request_trace(TraceRequest(pids=(os.getpid(),), duration_ms=100, timeout_s=30))
@@ -89,7 +90,8 @@ def test_release_waits_for_accepted_traces_to_reach_kineto(sock: Path) -> None:
         # The target polls during the drain: the first config goes out, then the name is released...
         threading.Timer(0.3, _poll, (svc,)).start()
         why = svc.release_endpoint("handing over", 0.6, handed.append)
-        assert why is not None and "1 trace(s)" in why and handed == []  # ...but the queued one has not reached Kineto
+        assert why == NotHandedOver(HandoverKind.WAITING, count=1)  # ...but the queued one has not reached Kineto
+        assert handed == []
         assert not fut.done()
         accepted = svc.request_trace(TraceRequest(pids=(os.getpid(),), duration_ms=100))
         assert not accepted.done()  # the name kept: requests are taken again
@@ -129,7 +131,7 @@ def test_a_failed_pass_keeps_the_name_served_here(sock: Path) -> None:
     svc.start()
     try:
         why = svc.release_endpoint("handing over", 1.0, lambda s: "the agent vanished")
-        assert why == "the agent vanished"
+        assert why == NotHandedOver(HandoverKind.NOT_TAKEN, "the agent vanished")  # the receiver's words
         assert svc.endpoint.running and (sock / "dynolog").is_socket()
         before = svc.endpoint.received
         assert _poll_name(sock) and svc.endpoint.received == before + 1  # still answering on the same socket
@@ -137,12 +139,60 @@ def test_a_failed_pass_keeps_the_name_served_here(sock: Path) -> None:
         def boom(_s: socket.socket) -> str | None:
             raise OSError("EPIPE")
 
-        assert "EPIPE" in (svc.release_endpoint("handing over", 0.1, boom) or "")
+        assert svc.release_endpoint("handing over", 0.1, boom) == NotHandedOver(HandoverKind.FAILED, "EPIPE",
+                                                                                  error="OSError")
         assert svc.endpoint.running and _poll_name(sock)
         accepted = svc.request_trace(TraceRequest(pids=(os.getpid(),), duration_ms=100))
         assert not accepted.done()  # requests are taken again
     finally:
         svc.stop()
+
+
+class _Started:
+    """A started service, as the claimer sees one (it may stop it)."""
+
+    def __init__(self) -> None:
+        self.stopped = False
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+def test_a_claim_that_does_not_get_the_name_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpulens.agent.kineto_owner as ko
+    import gpulens.ipc.kineto.endpoint as ep
+    from gpulens.ipc.errors import EndpointBusy
+    from gpulens.ipc.handover import HandoverAnswer
+
+    def taken(adopt: Any) -> Any:
+        if adopt is None:
+            raise EndpointBusy("taken by pid 4242")
+        return _Started()
+
+    stop = threading.Event()
+    installed: list[Any] = []
+    claimer = ko.EndpointClaimer(None, taken, installed.append, lambda why: None, stop)
+    monkeypatch.setattr(ep, "holder_of", lambda sd: (4242, "python3", None))  # whose it is, /proc does not say
+    assert claimer.claim_once() == NotHandedOver(HandoverKind.TAKEN, "taken by pid 4242")
+    monkeypatch.setattr(ep, "holder_of", lambda sd: (4242, "python3", ME))
+    monkeypatch.setattr(ko, "request_handover", lambda *a: HandoverAnswer(False, "does not pass it on", False))
+    assert claimer.claim_once() == NotHandedOver(HandoverKind.HOLDER_KEPT, "taken by pid 4242", pid=4242,
+                                                 answer="does not pass it on")
+
+    def denied(adopt: Any) -> Any:
+        raise PermissionError(13, "Permission denied")
+
+    failing = ko.EndpointClaimer(None, denied, installed.append, lambda why: None, stop)
+    assert failing.claim_once() == NotHandedOver(HandoverKind.FAILED, "[Errno 13] Permission denied",
+                                                 error="PermissionError")
+    def free_name(adopt: Any) -> Any:
+        return _Started()
+
+    stop.set()
+    free = ko.EndpointClaimer(None, free_name, installed.append, lambda why: None, stop)
+    assert free.claim_once() == NotHandedOver(HandoverKind.STOPPING) and installed == []
+    stop.clear()
+    assert free.claim_once() is None and len(installed) == 1
 
 
 def test_an_owner_that_does_not_hand_over_says_so(sock: Path) -> None:

@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 
 from gpulens.cli import build_parser, main
+from gpulens.core.errors import ConfigProblem
+from tests.fakes.cli_helpers import refusal
 from tests.paths import DATA, ROOT
 
 TRACES = DATA / "traces"
@@ -136,21 +138,34 @@ def test_py_spy_rank_in_a_directory_is_named(capsys: pytest.CaptureFixture[str],
     assert rc == 2 and "rank-1.json: looks like a py-spy chrometrace" in err
 
 
-@pytest.mark.parametrize(
-    ("argv", "needle"),
-    [
-        (["--diff", RANKS[0]], "--diff takes exactly two trace files"),
-        (["--diff", *RANKS, RANKS[0]], "--diff takes exactly two trace files"),
-        (["--diff", str(TRACES), RANKS[0]], "--diff takes exactly two trace files"),
-        (["/nonexistent/trace.json"], "no such file or directory"),
-        ([*RANKS, "--jobs", "0"], "--jobs"),
-        ([RANKS[0], RANKS[0].replace("-0", "-1"), "--straggler-pct", "nan"], "--straggler-pct"),
-    ],
-)
-def test_bad_arguments_exit_2_with_one_line(capsys: pytest.CaptureFixture[str], argv: list[str], needle: str) -> None:
-    rc, out, err = _run(capsys, *argv)
+def test_a_missing_trace_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = _run(capsys, "/nonexistent/trace.json")
     assert rc == 2 and out == ""
-    assert len(err.strip().splitlines()) == 1 and needle in err
+    assert len(err.strip().splitlines()) == 1 and "no such file or directory" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "where", "problem"),
+    [
+        (["--diff", RANKS[0]], "--diff", ConfigProblem.OUT_OF_RANGE),
+        (["--diff", *RANKS, RANKS[0]], "--diff", ConfigProblem.OUT_OF_RANGE),
+        (["--diff", str(TRACES), RANKS[0]], "--diff", ConfigProblem.NOT_REGULAR),
+        (["--diff", RANKS[0], str(TRACES)], "--diff", ConfigProblem.NOT_REGULAR),
+        ([*RANKS, "--jobs", "0"], "--jobs", ConfigProblem.OUT_OF_RANGE),
+        ([RANKS[0], RANKS[0].replace("-0", "-1"), "--straggler-pct", "nan"], "--straggler-pct", ConfigProblem.OUT_OF_RANGE),
+        ([*RANKS, "--straggler-pct=-1"], "--straggler-pct", ConfigProblem.OUT_OF_RANGE),
+    ],
+    ids=["diff-one", "diff-three", "diff-dir-a", "diff-dir-b", "jobs", "straggler-nan", "straggler-negative"],
+)
+def test_bad_arguments_exit_2_with_the_flag_and_the_reason(argv: list[str], where: str,
+                                                          problem: ConfigProblem) -> None:
+    err = refusal("analyze", *argv)  # exit 2, one line, nothing on stdout
+    assert (err.where, err.problem) == (where, problem)
+
+
+def test_diff_says_what_it_takes() -> None:
+    """The one sentence of analyze's flag checks pinned on purpose: it tells which file is the baseline."""
+    assert str(refusal("analyze", "--diff", RANKS[0])) == "--diff takes exactly two trace files: A (the baseline) and B"
 
 
 def test_empty_directory_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

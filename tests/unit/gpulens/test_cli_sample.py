@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from gpulens.core.errors import ConfigProblem
 from gpulens.ipc.serialize import sample_from_dict
+from tests.fakes.cli_helpers import refusal
 
 REQUIRED = ("host", "time", "cpu", "memory", "network", "storage", "gpus", "jobs", "unavailable")
 
@@ -86,7 +88,7 @@ def test_bad_pattern_is_one_clear_line(tmp_path: Path, cmd: str) -> None:
 
 
 def test_bad_count_and_interval(tmp_path: Path) -> None:
-    result = gpulens(tmp_path, "sample", "--count", "-1")
-    assert result.returncode == 2 and "--count" in result.stderr
+    count = refusal("sample", "--count", "-1")
+    assert (count.where, count.got, count.problem) == ("--count", -1, ConfigProblem.OUT_OF_RANGE)
     result = gpulens(tmp_path, "sample", "--interval", "0")
     assert result.returncode == 2 and "--interval" in result.stderr

@@ -18,6 +18,7 @@ from gpulens.commands._args import add_pid_argument, add_remote_arguments, pids_
 from gpulens.core import dirs, logbook
 from gpulens.core.config import Config
 from gpulens.core.errors import ConfigError, ConfigProblem
+from tests.fakes.cli_helpers import refusal
 
 EXE = str(Path(sys.executable).with_name("gpulens"))
 
@@ -98,8 +99,11 @@ def test_log_file_and_debug(tmp_path: Path) -> None:
     out = run("jobs", "--debug", env={**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")})
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "state" / "gpulens" / "gpulens.log").is_file()
-    bad = run("--log-file", str(tmp_path / "missing" / "x.log"), "jobs")
-    assert bad.returncode == 2 and "--log-file" in bad.stderr and "cannot open" in bad.stderr
+    missing = tmp_path / "missing" / "x.log"
+    bad = refusal("--log-file", str(missing), "jobs")
+    assert (bad.where, bad.problem) == (f"--log-file {missing}", ConfigProblem.UNAVAILABLE)
+    for empty in ("", "  "):
+        assert refusal("--log-file", empty, "jobs").problem is ConfigProblem.MISSING
 
 
 def test_log_file_never_follows_a_link(tmp_path: Path) -> None:
@@ -107,8 +111,8 @@ def test_log_file_never_follows_a_link(tmp_path: Path) -> None:
     victim.write_text("keep\n")
     link = tmp_path / "g.log"
     link.symlink_to(victim)
-    out = run("--log-file", str(link), "jobs")
-    assert out.returncode == 2 and "cannot open" in out.stderr
+    refused = refusal("--log-file", str(link), "jobs")
+    assert (refused.where, refused.problem) == (f"--log-file {link}", ConfigProblem.UNSAFE)
     assert victim.read_text() == "keep\n"
 
 

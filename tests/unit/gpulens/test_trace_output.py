@@ -23,6 +23,7 @@ import pytest
 from gpulens.cli import build_parser, main
 from gpulens.commands import trace, trace_job
 from gpulens.commands.trace_common import JOB_WAIT_S, Progress
+from gpulens.core.errors import ConfigError, ConfigProblem
 from gpulens.core.events import RequestParams
 from gpulens.ipc.kineto.requests import TraceRequest, TraceResult
 from gpulens.ipc.request_schema import Poller, TraceProcessesAnswer
@@ -100,7 +101,10 @@ def test_wait_is_a_documented_flag_for_job_and_children(capsys: pytest.CaptureFi
     with pytest.raises(SystemExit):
         _trace_parser().parse_args(["--job", "j", "--wait", "-1"])
     assert main(["trace", "--pid", "1", "--wait", "5"]) == 2  # a plain --pid: the trace waits for its poll itself
-    assert "--wait goes with --job or --children" in capsys.readouterr().err
+    with pytest.raises(ConfigError) as info:
+        trace._run(_trace_parser().parse_args(["--pid", "1", "--wait", "5"]))
+    assert (info.value.where, info.value.expected, info.value.problem) == (
+        "--wait", "--job or --children", ConfigProblem.CONFLICT)
 
 
 class _Clock:

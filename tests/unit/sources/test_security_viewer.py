@@ -33,6 +33,7 @@ from gpulens.ipc import auth, stream
 from gpulens.ipc.request_schema import TraceParams
 from gpulens.ipc.serialize import sample_to_dict
 from gpulens.ipc.stream_frames import sample_frame
+from gpulens.sources.stream.control_trace import HolderKind, HolderRefusal
 from gpulens.sources.stream.downloads import MAX_FILES_PER_REQUEST, PendingRequest
 from gpulens.sources.stream.link import HostLink, LinkOptions, Target
 from gpulens.sources.stream.source import StreamSource, tcp_target
@@ -584,8 +585,7 @@ def test_squatter_of_another_user_gets_no_request_and_writes_no_file(
         pytest.skip("the Kineto name is held by another process here and no private network namespace is possible")
     assert report["squatter"] == "ready", report
     assert report["rc"] == 1, report
-    assert (f"the Kineto name is held by pid {report['squatter_pid']} of uid {attacker.uid}, not by a gpulens "
-            "agent of yours or root's: refusing to send it your request; it may be squatting") in report["stderr"]
+    assert str(HolderRefusal(HolderKind.OTHER_USER, report["squatter_pid"], attacker.uid)) in report["stderr"]
     assert not report["written"] and not (tmp_path / "root-trace.json").exists()
     assert "may be squatting" in report["link"] and f"uid {attacker.uid}" in report["link"]
     assert all(line == "received 0" for line in report["received"]), report  # no request ever reached it

@@ -18,6 +18,7 @@ from textual.app import App
 from gpulens.core.events import SampleEvent
 from gpulens.core.model import JobInfo
 from gpulens.sources.signals import proc_cmdline, start_time
+from gpulens.sources.ssh_signal import NoSsh, NoSshKind
 from gpulens.tui.screens.process import ConfirmSignal, ProcessScreen
 from tests.fakes.tui_fakes import FakeContext, StaticSource, sync
 from tests.unit.store.test_store import T0, sample
@@ -63,12 +64,12 @@ async def test_a_stream_host_named_like_this_machine_is_not_signalled_locally() 
             assert isinstance(screen, ProcessScreen)
             assert not screen.signals_here()
             # Remote rules apply: here signal_ssh is off, so nothing can be sent, and it says why.
-            assert "signals to other hosts are off" in (screen.why_not() or "")
+            assert str(NoSsh(NoSshKind.OFF)) in (screen.why_not() or "")
             said: list[str] = []
             screen.notify = lambda message, **kw: said.append(str(message))  # type: ignore[method-assign]
             await pilot.press("K")
             await pilot.pause()
-            assert said and said[0].startswith("SIGKILL not sent: signals to other hosts are off"), said
+            assert said and said[0].startswith(f"SIGKILL not sent: {NoSsh(NoSshKind.OFF)}"), said
             assert not isinstance(app.screen, ConfirmSignal)
         assert child.poll() is None  # alice's process lives
     finally:

@@ -28,10 +28,12 @@ from gpulens.sources.replay import ReplaySource
 from gpulens.sources.signals import start_time
 from gpulens.sources.ssh_signal import (
     GUARDS,
+    NoSsh,
+    NoSshKind,
     look_over_ssh,
+    no_ssh,
     send_over_ssh,
     ssh_argv,
-    ssh_refusal,
 )
 from gpulens.tui.screens.process import ConfirmSignal, ProcessScreen
 from tests.fakes.tui_fakes import FakeContext, StaticSource, demo_app, sync
@@ -73,10 +75,10 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
 def test_a_host_name_that_could_be_an_option_or_a_shell_word_never_reaches_ssh(
         tmp_path: Path, host: str, sleeper: subprocess.Popen[bytes]) -> None:
     ssh = fake_ssh(tmp_path)
-    assert ssh_refusal(host, ssh) is not None
+    assert no_ssh(host, ssh) == NoSsh(NoSshKind.BAD_HOST, host)
     with pytest.raises(ValueError):
         ssh_argv(ssh, host, job_of(sleeper), "SIGTERM")
-    assert send_over_ssh(ssh, host, job_of(sleeper), "SIGTERM").startswith("not sent: the host name")
+    assert send_over_ssh(ssh, host, job_of(sleeper), "SIGTERM") == f"not sent: {NoSsh(NoSshKind.BAD_HOST, host)}"
     assert not (tmp_path / "hosts").exists() and sleeper.poll() is None
 
 
@@ -153,7 +155,7 @@ def test_ssh_failures_read_as_one_line(tmp_path: Path, sleeper: subprocess.Popen
         assert send_over_ssh(odd, "node01", job, "SIGTERM") == f"not sent: ssh node01: exit status {code}"
     assert send_over_ssh(["/nonexistent/ssh"], "node01", job, "SIGTERM") == (
         "not sent: '/nonexistent/ssh' not found (config: signal_ssh)")
-    assert send_over_ssh([], "node01", job, "SIGTERM") == (
+    assert send_over_ssh([], "node01", job, "SIGTERM") == (  # pinned on purpose: the one ssh refusal in words
         "not sent: signals to other hosts are off (config: signal_ssh = [])")
     monkeypatch.setattr(_ssh_signal, "TIMEOUT_S", 0.5)
     helper = tmp_path / "helper.pid"
