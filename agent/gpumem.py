@@ -23,7 +23,7 @@ from typing import Any
 
 from gpulens.agent.request_kinds import RequestConn, RequestError, check_owner, send_bytes
 from gpulens.collectors.gpumem.libbpf import BpfError
-from gpulens.collectors.gpumem.tracer import GpuMemTracer, folded, libraries, why_not
+from gpulens.collectors.gpumem.tracer import GpuMemTracer, folded, libraries, rendered, why_not
 from gpulens.ipc.request_schema import GpuMemAnswer, GpuMemParams
 
 log = logging.getLogger("gpulens.agent")
@@ -58,7 +58,7 @@ class GpuMemService:
     def __init__(self, paths: Iterable[str] = ()) -> None:
         why = why_not()
         if why is not None:
-            raise BpfError(why)
+            raise BpfError(str(why))
         self.paths = list(dict.fromkeys(paths)) or host_libraries()
         self.since = time.time()
         self._seen_files: set[str] = set()
@@ -128,7 +128,7 @@ Readout = tuple[dict[tuple[str, ...], int], dict[tuple[str, ...], int], dict[str
 def _readout(tracer: GpuMemTracer, pids: Sequence[int], since: float) -> Readout:
     """What a tracer holds for ``pids`` now: the one reading for the service, the window and the TUI's own."""
     live, total = tracer.snapshot(list(pids))
-    return (live, total, {str(p): tracer.python.get(p) for p in pids},
+    return (live, total, {str(p): rendered(tracer.python.get(p)) for p in pids},  # the reply: words
             {p: tracer.allocations.live_bytes(p) for p in pids}, tracer.lost, since)
 
 
@@ -193,7 +193,7 @@ def gpumem(conn: RequestConn, rid: int, p: GpuMemParams, service: GpuMemService 
     else:
         why = why_not()
         if why is not None:
-            raise RequestError(why)
+            raise RequestError(str(why))
         since = time.time()
         try:
             window = GpuMemTracer(pids)

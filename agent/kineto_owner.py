@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from gpulens.agent.request_kinds import RequestError
 from gpulens.core.errors import GpulensError
-from gpulens.ipc.handover import handover_allowed, pass_socket, refusal, request_handover
+from gpulens.ipc.handover import handover_allowed, pass_socket, refusal, rendered, request_handover
 from gpulens.ipc.principal import Principal
 from gpulens.ipc.refusal import HandoverKind, NotHandedOver, failed
 
@@ -189,7 +189,8 @@ class HandoverServer:
                 f"this gpulens handed the Kineto endpoint over to the agent of {principal.describe()}: "
                 "trace through that agent ('gpulens trace' finds it)",
                 DRAIN_S,
-                lambda sock: pass_socket(receiver, sock, principal.uid),
+                # release_endpoint (ipc/kineto/service.py) takes the receiver's words: rendered here, its edge
+                lambda sock: rendered(pass_socket(receiver, sock, principal.uid)),
             )
             if why is not None:
                 self._on_event("resumed")

@@ -419,7 +419,7 @@ def send_file(conn: RequestConn, rid: int, name: str, path: Path, *, owner: int)
     runs through the target user's directory; no FIFO or device), never by name twice.
     """
     from gpulens.core.safefs import UnsafePath
-    from gpulens.ipc.kineto.requests import open_trace_file
+    from gpulens.ipc.kineto.outputs import open_trace_file
 
     try:
         fd = open_trace_file(path, owner, max_bytes=MAX_FILE_BYTES)

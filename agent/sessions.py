@@ -33,6 +33,7 @@ from typing import Protocol
 from gpulens.ipc import auth, stream
 from gpulens.ipc.errors import AuthError, ProtocolError, StreamError, VersionMismatch
 from gpulens.ipc.principal import SAMPLES_ONLY, Principal
+from gpulens.ipc.stream_decode import FrameDecoder
 from gpulens.ipc.transport import Transport
 
 log = logging.getLogger("gpulens.agent")
@@ -136,7 +137,7 @@ class ViewerConnection:
         self._state = "auth" if token is not None else "hello"
         self._nonce = b""
         self._deadline = time.monotonic() + HANDSHAKE_TIMEOUT_S if deadline is None else deadline
-        self._decoder = stream.FrameDecoder(max_frame_bytes=PREAUTH_FRAME_BYTES)
+        self._decoder = FrameDecoder(max_frame_bytes=PREAUTH_FRAME_BYTES)
         self._pre_header = bytearray()
         self._pre_left = 0
         self._writer_thread: threading.Thread | None = None

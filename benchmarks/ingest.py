@@ -9,7 +9,7 @@ wall time, is the viewer's CPU % of one core.
 
 The viewer decodes each sample frame with the one sample decoder: msgspec
 straight into the frozen HostSample dataclasses, then core.sanitize's
-check_sample (ipc.stream.FrameDecoder -> ipc.serialize.sample_from_msgpack).
+check_sample (ipc.stream_decode.FrameDecoder -> ipc.serialize.sample_from_msgpack).
 
 Peer figures measured in the same run:
 - the same pipeline without the store;
@@ -47,6 +47,7 @@ import msgpack
 from gpulens.collectors.synthetic import SyntheticSampler
 from gpulens.ipc import stream
 from gpulens.ipc.serialize import sample_from_dict, sample_to_dict
+from gpulens.ipc.stream_decode import FrameDecoder
 from gpulens.ipc.stream_frames import sample_frame
 
 
@@ -188,7 +189,7 @@ def wire_figures(gpus: int) -> dict[str, float]:
     def best(fn: Any) -> float:
         return min(timeit.repeat(fn, number=n, repeat=5)) / n * 1e6
 
-    decoder = stream.FrameDecoder()
+    decoder = FrameDecoder()
     return {
         "msgpack_bytes": len(frame),
         "json_bytes": len(text),

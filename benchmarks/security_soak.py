@@ -37,10 +37,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.fakes
+
 from gpulens.core.events import HostStatusEvent, SampleEvent
 from gpulens.ipc import auth
 from gpulens.ipc.kineto import codec as kineto_codec
 from gpulens.sources.stream.source import LinkOptions, StreamSource, tcp_target
+from tests.fakes.agent_helpers import make_token_file
+from tests.fakes.kineto_client import encode_context, encode_request
 
 EXE = str(Path(sys.executable).parent / "gpulens")
 
@@ -156,11 +160,11 @@ class RegistryFlood:
             job += 1
             if job % 2:
                 pid = rng.randrange(2, 4_000_000)
-                dgram = kineto_codec.encode_request(
+                dgram = encode_request(
                     kineto_codec.ConfigRequest(config_type=3, job_id=job, pids=(pid, *ancestors[:4095]))
                 )
             else:
-                dgram = kineto_codec.encode_context(
+                dgram = encode_context(
                     kineto_codec.ContextRegistration(gpu=job % 8, pid=rng.randrange(2, 4_000_000), job_id=job)
                 )
             try:
@@ -182,7 +186,7 @@ def main() -> int:
     ap.add_argument("--flood", type=int, default=300, help="unauthenticated sockets kept open")
     args = ap.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="gpulens-secsoak-"))
-    token = auth.make_token_file(workdir / "token")
+    token = make_token_file(workdir / "token")
     secret = auth.load_token(token)
     agents: dict[str, tuple[subprocess.Popen[bytes], int, Path]] = {}
     for name in ("flooded", "control"):

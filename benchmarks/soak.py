@@ -34,6 +34,7 @@ from typing import Any
 
 from gpulens.core.events import HostStatusEvent, SampleEvent
 from gpulens.ipc import stream
+from gpulens.ipc.stream_decode import FrameDecoder
 from gpulens.sources.stream.source import LinkOptions, StreamSource, tcp_target
 
 EXE = str(Path(sys.executable).parent / "gpulens")
@@ -62,7 +63,7 @@ def spawn(name: str, port: int, workdir: Path) -> tuple[subprocess.Popen[bytes],
 def ring_times(port: int) -> list[float]:
     """Every sample time an agent keeps."""
     s = socket.create_connection(("127.0.0.1", port), timeout=30)
-    dec = stream.FrameDecoder()
+    dec = FrameDecoder()
     msgs: list[Any] = []
     try:
         while not any(isinstance(m, stream.Hello) for m in msgs):

@@ -336,10 +336,10 @@ def main() -> int:
     os.environ["GPULENS_NO_PRUNE"] = "1"
     import secrets
 
-    from gpulens.ipc.kineto import requests
+    from gpulens.ipc.kineto import outputs
 
     # A base of our own: other gpulens commands starting meanwhile prune /tmp/gpulens-<euid>.
-    requests._fallback_base = f"gpulens-{os.geteuid()}-bench{secrets.token_hex(4)}"
+    outputs._fallback_base = f"gpulens-{os.geteuid()}-bench{secrets.token_hex(4)}"
     w = Workloads(2)
     try:
         # Each mode traces a process its service never traced (pid 0, then pid 1): the first request
@@ -354,7 +354,7 @@ def main() -> int:
             rows["peer: dyno-style (5 s warm-up)"] = (direct(w, args.runs, 5.0), None)
     finally:
         w.close()
-        shutil.rmtree(Path("/tmp") / requests._fallback_base, ignore_errors=True)
+        shutil.rmtree(Path("/tmp") / outputs._fallback_base, ignore_errors=True)
     print(f"request -> file, {DURATION_MS} ms trace, {POLL_S} s poll, random request phase (CPU build, this machine):")
     for name, (runs, bound) in rows.items():
         print(_line(name, runs, bound))

@@ -30,7 +30,8 @@ The pattern is matched again only when a tree ID changed, with RE2 (linear
 time). Any user can fork thousands of shells; re-reading them is capped at
 :data:`REREAD_PER_UID` a tick per user (real uid), the rest read in turns,
 oldest read first, and counted in :attr:`JobScanner.notes`. The command line,
-user and job key of a job are read once. Every text is cleaned where it is
+user, job key and workload of a job are read once per process
+(:mod:`gpulens.collectors.job_details`). Every text is cleaned where it is
 read (:func:`~gpulens.core.sanitize.clean_text`): a comm or an environment
 variable is its owner's choice, and an escape sequence in it must not reach
 root's terminal. Processes that vanish or deny access mid-scan are skipped.
@@ -43,8 +44,9 @@ import os
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
+from gpulens.collectors.job_details import Details, JobDetails
 from gpulens.collectors.newpids import NewPids
 from gpulens.collectors.procevents import ProcEvents, open_events
 from gpulens.collectors.procstat import KeptStats, ProcFile
@@ -52,36 +54,34 @@ from gpulens.collectors.proctree import (
     CLK_TCK,
     PAGE_SIZE,
     ProcStat,
-    UserNames,
     boot_time,
     parse_stat,
     under,
 )
 from gpulens.collectors.slurm_pidinfo import SlurmPidinfo
-from gpulens.collectors.workloads import PodNames, read_workload
+from gpulens.collectors.workloads import PodNames
 from gpulens.core.jobs_pattern import (
     DEFAULT_JOB_KEY_ENV,
     DEFAULT_JOB_PATTERN,
     compile_job_pattern,
     join_tree_id,
 )
-from gpulens.core.model import JobInfo, Workload
-from gpulens.core.sanitize import clean_text
-from gpulens.core.workload import with_pod_names, workload_key
+from gpulens.core.model import JobInfo
+from gpulens.core.workload import with_pod_names
 
 YOUNG_S = 10.0
 """Processes younger than this are re-read every tick (exec renames them)."""
 _SHELL = re.compile(r"[a-z]*sh$")
 """Shells are re-read every tick whatever their age: a batch script may set up
 for minutes and then ``exec python train.py``, keeping its pid."""
-MAX_CMDLINE = 64 * 1024
-MAX_ENVIRON = 1024 * 1024
 MAX_DEPTH = 512
 """Unknown ancestors loaded for one process at most; a deeper one is placed as a root."""
 REREAD_PER_UID = 1024
+"""Young processes and shells of one user re-read per tick at most (about 10 ms of reads)."""
 MAX_OWED = 65536
 """Exec'd processes left for a later tick at most; past it the next tick re-reads as without exec events."""
-"""Young processes and shells of one user re-read per tick at most (about 10 ms of reads)."""
+
+
 def _read(path: str, limit: int = 4096) -> bytes:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -105,7 +105,7 @@ class _Entry:
     hit_for: str | None = None  # the tree ID the pattern was last matched against
     hit: bool = False
     matched: bool = False
-    details: tuple[str, str, str | None, Workload | None] | None = None  # cmdline, user, job key, workload
+    details: Details | None = None  # cmdline, user, job key, workload (job_details.py)
     last_cpu: tuple[int, float] | None = None  # cpu ticks, monotonic time
     raw: bytes = b""  # the stat line last read again (an idle shell's stays the same); only while re-read
 
@@ -137,10 +137,9 @@ class JobScanner:
         self._loadavg = ProcFile(f"{proc}/loadavg", 256)
         self._pids = NewPids(proc, self._loadavg.read)
         self._pattern = compile_job_pattern(pattern)
-        self._attribute = attribute
         self._pods = pods
         self._slurm = slurm if attribute else None
-        self._key_env = tuple(k.encode() + b"=" for k in job_key_env)
+        self._job_details = JobDetails(proc, job_key_env, attribute=attribute, slurm=self._slurm)
         self._proc = proc
         self._boot = boot_time()
         # Keyed by the /proc entry name: set arithmetic on the listing stays in C.
@@ -156,7 +155,6 @@ class JobScanner:
         if not self.events_why:
             self._events, self.events_why = open_events()
         self._young_ticks = 0.0
-        self._users = UserNames()
         self._tick = 0
         self.unnamed_pods = False
         """Whether the last scan's jobs include a pod known by UID only (no name found)."""
@@ -377,7 +375,7 @@ class JobScanner:
                     continue
                 entry.stat = stat
             if entry.details is None:
-                entry.details = self._details(pid)
+                entry.details = self._job_details.read(pid)
                 if entry.details is None:
                     self._drop(name)
                     continue
@@ -394,7 +392,7 @@ class JobScanner:
                 workload = with_pod_names(workload, self._pods.names())
                 self.unnamed_pods |= workload.pod is None
             if self._slurm is not None and (workload is None or workload.slurm_job is None):
-                workload, key = self._slurm_job(pid, stat.start_ticks, workload, key)
+                workload, key = self._job_details.slurm_job(pid, stat.start_ticks, workload, key)
             jobs.append(JobInfo(
                 pid=pid, tree_id=entry.tree_id, cmdline=cmdline, user=user,
                 start_time=self._boot + stat.start_ticks / CLK_TCK,
@@ -405,48 +403,3 @@ class JobScanner:
             ))
         jobs.sort(key=lambda j: j.pid)
         return tuple(jobs)
-
-    def _details(self, pid: int) -> tuple[str, str, str | None, Workload | None] | None:
-        base = f"{self._proc}/{pid}"
-        try:
-            raw = _read(f"{base}/cmdline", MAX_CMDLINE)
-            uid = os.stat(base).st_uid
-        except OSError:
-            return None
-        cmdline = clean_text(raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace"))
-        user = self._users(uid)
-        try:
-            environ: bytes | None = _read(f"{base}/environ", MAX_ENVIRON)
-        except OSError:
-            environ = None  # another user's process: its variables are not readable
-        workload = read_workload(base, environ) if self._attribute else None
-        # The workload names the job where there is one: a Slurm step's cgroup (which no process can fake),
-        # else the configured job variables in their order, else the pod.
-        key = workload_key(workload) if workload is not None and workload.slurm_job is not None \
-            and workload.found_by == "cgroup" else None
-        pod = workload_key(replace(workload, slurm_job=None)) if workload is not None else None
-        key = key or self._job_key(environ) or pod
-        return cmdline, user, key, workload
-
-    def _slurm_job(self, pid: int, start_ticks: int, workload: Workload | None,
-                   key: str | None) -> tuple[Workload | None, str | None]:
-        """``scontrol pidinfo``'s job (slurmd's word, as trusted as a cgroup path) when it has answered."""
-        assert self._slurm is not None
-        job = self._slurm.job_of(pid, start_ticks)
-        if job is None:
-            return workload, key
-        got = replace(workload or Workload(), slurm_job=job, found_by="scontrol")
-        return got, workload_key(got)
-
-    def _job_key(self, environ: bytes | None) -> str | None:
-        if not self._key_env or environ is None:
-            return None
-        found = {}
-        for var in environ.split(b"\0"):
-            for prefix in self._key_env:
-                if var.startswith(prefix):
-                    found[prefix] = clean_text(var[len(prefix) :].decode("utf-8", "replace"))
-        for prefix in self._key_env:
-            if found.get(prefix):
-                return f"{prefix[:-1].decode()}={found[prefix]}"
-        return None

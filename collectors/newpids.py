@@ -65,7 +65,7 @@ def _same_namespace(proc: str) -> bool:
 class NewPids:
     """Tells the job scanner, tick by tick, which pids are new (see the module doc)."""
 
-    __slots__ = ("_dir", "_loadavg", "_not_pids", "_prev", "_proc", "_quiet", "_seek", "_whole")
+    __slots__ = ("_dir", "_loadavg", "_not_pids", "_prev", "_proc", "_quiet", "_seek")
 
     def __init__(self, proc: str, loadavg: Callable[[], bytes]) -> None:
         """``loadavg()``: ``<proc>/loadavg``'s bytes."""
@@ -78,8 +78,6 @@ class NewPids:
         self._not_pids: set[str] = set()  # /proc/self, /proc/net, ...
         self._dir: int | None = None
         """``proc`` opened as a directory, kept for reading its listing from an offset."""
-        self._whole = 0
-        """How many times /proc was listed whole."""
         self._seek = False
         """Whether reading the listing from a pid's offset on works here (tried once)."""
         if _same_namespace(proc):
@@ -98,11 +96,6 @@ class NewPids:
     def __del__(self) -> None:  # a scanner dropped without close() does not leak its descriptor
         with contextlib.suppress(OSError):
             self.close()
-
-    @property
-    def listings(self) -> int:
-        """How many times /proc was listed whole."""
-        return self._whole
 
     def last_pid(self) -> int | None:
         """The most recently allocated pid in our namespace (``/proc/loadavg`` field 5)."""
@@ -180,7 +173,6 @@ class NewPids:
             if quick is not None:
                 return quick
         names = frozenset(os.listdir(self._proc))
-        self._whole += 1
         new_names = names.difference(known, self._not_pids)  # set arithmetic stays in C
         odd = {name for name in new_names if not name.isdigit()}
         if odd:

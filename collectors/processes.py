@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
-from gpulens.collectors.jobs import MAX_CMDLINE
+from gpulens.collectors.job_details import MAX_CMDLINE
 from gpulens.collectors.proctree import (
     CLK_TCK,
     PAGE_SIZE,

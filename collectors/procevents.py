@@ -11,7 +11,7 @@ and each exit, and :meth:`ProcEvents.drain` reads what came since the last tick.
 Only root can listen (``CAP_NET_ADMIN``), and the kernel answers a request to
 listen only from the initial user and pid namespaces (an agent in a container
 with its own namespaces gets no answer): :func:`open_events` returns None with
-why, and the scanner re-reads shells and young processes as before. Kernels from
+why (a :class:`NoEvents`, rendered to its sentence there), and the scanner re-reads shells and young processes as before. Kernels from
 6.6 on filter by event type (fork events, the most numerous, are never sent
 here); older ones send every event and the unwanted are skipped here.
 
@@ -25,6 +25,7 @@ no exec is missed whatever a busy or hostile node does.
 
 from __future__ import annotations
 
+import enum
 import errno
 import os
 import secrets
@@ -165,7 +166,42 @@ class ProcEvents:
             self._sock = None
 
 
-def _subscribe(sock: socket.socket, with_filter: bool) -> str | None:
+class NoEventsKind(enum.Enum):
+    """Why no process events are heard; the comment says which fields of :class:`NoEvents` it fills."""
+
+    NO_CONNECTOR = "no-connector"  # detail: why no connector socket could be made (the error's words)
+    SOCKET_FAILED = "socket-failed"  # detail: binding, configuring or asking failed (the OSError's words)
+    NO_ACK = "no-ack"  # the kernel did not answer the listen request (a namespace of its own?)
+    REFUSED = "refused"  # code: the errno the kernel answered the listen request with
+    ACK_NOT_SEEN = "ack-not-seen"  # no acknowledgement among the first 64 datagrams
+
+
+@dataclass(frozen=True, slots=True)
+class NoEvents:
+    """Why the process connector cannot be listened to: ``kind`` and the facts its sentence names."""
+
+    kind: NoEventsKind
+    code: int = 0
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return self.render()
+
+    def render(self) -> str:
+        """The one line the job scanner keeps as its reason (``JobScanner.events_why``)."""
+        k = self.kind
+        if k is NoEventsKind.NO_CONNECTOR:
+            return f"no process connector: {self.detail}"
+        if k is NoEventsKind.SOCKET_FAILED:
+            return f"process connector: {self.detail}"
+        if k is NoEventsKind.NO_ACK:
+            return "the kernel did not acknowledge (not in the initial user and pid namespaces?)"
+        if k is NoEventsKind.REFUSED:
+            return f"the kernel refused: {os.strerror(self.code)}"
+        return "no acknowledgement among the first 64 datagrams"  # ACK_NOT_SEEN
+
+
+def _subscribe(sock: socket.socket, with_filter: bool) -> NoEvents | None:
     """Ask to listen; None when the kernel acknowledged, else why not (unfiltered requests only:
     a filtered listener never gets the acknowledgement, whose event type is none)."""
     ack = secrets.randbits(31)
@@ -175,7 +211,7 @@ def _subscribe(sock: socket.socket, with_filter: bool) -> str | None:
         try:
             n, addr = sock.recvfrom_into(buf)
         except BlockingIOError:
-            return "the kernel did not acknowledge (not in the initial user and pid namespaces?)"
+            return NoEvents(NoEventsKind.NO_ACK)
         if addr[0] != 0:
             continue
         try:
@@ -184,16 +220,17 @@ def _subscribe(sock: socket.socket, with_filter: bool) -> str | None:
             continue
         for ev in events:
             if ev.what == EVENT_NONE and ev.ack == ack + 1:  # the kernel numbers seq itself
-                return None if ev.pid == 0 else f"the kernel refused: {os.strerror(ev.pid)}"
-    return "no acknowledgement among the first 64 datagrams"
+                return None if ev.pid == 0 else NoEvents(NoEventsKind.REFUSED, ev.pid)
+    return NoEvents(NoEventsKind.ACK_NOT_SEEN)
 
 
 def open_events() -> tuple[ProcEvents | None, str]:
-    """A listening :class:`ProcEvents`, or None and why not (not root, no connector, a namespace)."""
+    """A listening :class:`ProcEvents`, or None and why not (not root, no connector, a namespace), in words:
+    the job scanner keeps them as text."""
     try:
         sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, NETLINK_CONNECTOR)
     except (OSError, AttributeError) as err:  # AttributeError: no AF_NETLINK on this platform
-        return None, f"no process connector: {err}"
+        return None, str(NoEvents(NoEventsKind.NO_CONNECTOR, detail=str(err)))
     try:
         sock.bind((0, CN_IDX_PROC))
         sock.setblocking(False)
@@ -207,8 +244,8 @@ def open_events() -> tuple[ProcEvents | None, str]:
             sock.send(_listen_request(0, 0, with_filter=True))
     except OSError as err:
         sock.close()
-        return None, f"process connector: {err.strerror or err}"
+        return None, str(NoEvents(NoEventsKind.SOCKET_FAILED, detail=str(err.strerror or err)))
     if why is not None:
         sock.close()
-        return None, why
+        return None, str(why)
     return ProcEvents(sock), ""

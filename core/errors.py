@@ -28,7 +28,7 @@ Where each lives, by package (as httpx keeps its tree in one place)::
     │   ├── MalformedDatagram, EndpointBusy, DynologRpcError
     │   ├── TraceError             NotTraceable, TraceTimeout
     │   └── StreamError            ProtocolError (VersionMismatch), AuthError (TokenRequired in
-    │                              sources.stream.link), RequestFailed (SaveFailed in sources.stream.downloads)
+    │                              sources.stream.handshake), RequestFailed (SaveFailed in sources.stream.downloads)
     ├── RequestError               agent.request_kinds: a request the agent cannot honour (sent back)
     ├── FlameError                 analysis.flame.errors: FlameFormatError (a file that is no profile;
     │                              its reason a FlameProblem, in analysis.flame.errors)

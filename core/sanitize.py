@@ -8,9 +8,10 @@ users' processes'), so no widget, table or log ever sees what a hostile or
 broken agent or process made up:
 
 - A number that is NaN, ±inf, or outside its field's plausible range
-  (:func:`bound_of`: percentages -1..110, ratios -0.01..1.1, bytes and
-  byte rates 0..1e18, watts 0..1e6, °C -274..1000, MHz 0..1e6, counters
-  0..1e18, unix times 0..1e11, pids 0..2^22) becomes None (n/a), with the
+  (:func:`~gpulens.core.sample_fields.bound_of`: percentages -1..110,
+  ratios -0.01..1.1, bytes and byte rates 0..1e18, watts 0..1e6, °C
+  -274..1000, MHz 0..1e6, counters 0..1e18, unix times 0..1e11, pids
+  0..2^22) becomes None (n/a), with the
   reason in the owner's ``unavailable`` map: the GPU's for a GPU field
   (keyed by the field's path inside the GPU, e.g. ``power_w``), the host's
   otherwise (keyed by the dotted path, e.g. ``cpu.total_percent``).
@@ -25,9 +26,9 @@ broken agent or process made up:
   (CSI, OSC, DCS...) and bidirectional overrides (:func:`clean_text`).
 
 At most :data:`MAX_NOTES` reasons are added per owner; the rest are counted
-in one more. Checking a clean sample allocates nothing (generated
-straight-line code); only a sample with something to
-fix takes the slower reflective repair.
+in one more. Checking a clean sample allocates nothing (straight-line code
+generated from each field's kind and range, :mod:`gpulens.core.sample_fields`);
+only a sample with something to fix takes the slower reflective repair.
 """
 
 from __future__ import annotations
@@ -35,21 +36,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-import types
-import typing
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from gpulens.core.errors import SchemaError
-from gpulens.core.model import (
-    CpuSample,
-    GpuProcess,
-    GpuSample,
-    HostSample,
-    IbPort,
-    JobInfo,
-    Workload,
-)
+from gpulens.core.model import CpuSample, GpuSample, HostSample
+from gpulens.core.sample_fields import SPECS, FieldSpec, field_specs
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -58,58 +50,6 @@ _D = TypeVar("_D", bound="DataclassInstance")
 
 MAX_NOTES = 16
 """Reasons added to one ``unavailable`` map per sample; more are summarised in one."""
-
-PERCENT = (-1.0, 110.0)
-RATIO = (-0.01, 1.1)
-BYTES = (0.0, 1e18)
-COUNT = (0.0, 1e18)
-WATTS = (0.0, 1e6)
-CELSIUS = (-274.0, 1000.0)
-MHZ = (0.0, 1e6)
-UNIX_TIME = (0.0, 1e11)
-PID = (0.0, float(1 << 22))
-ANY = (-1e18, 1e18)
-
-_EXPLICIT: dict[tuple[type, str], tuple[float, float]] = {
-    (HostSample, "time"): UNIX_TIME,
-    (JobInfo, "start_time"): UNIX_TIME,
-    (JobInfo, "pid"): PID,
-    (JobInfo, "ancestors"): PID,
-    (JobInfo, "cpu_percent"): (0.0, 1e7),  # top's %CPU: up to 100 per core
-    (GpuProcess, "pid"): PID,
-    (Workload, "ns_pid"): PID,
-    (GpuSample, "index"): (0.0, 65535.0),
-    (GpuSample, "xid_events"): (0.0, float(1 << 32)),
-    (IbPort, "port"): (0.0, 65535.0),
-    (CpuSample, "load_avg_1m"): (0.0, 1e7),
-    (CpuSample, "count"): (0.0, 1e7),
-    (GpuSample, "energy_joules"): (0.0, 1e15),  # a counter (issue 12): joules since the driver loaded
-}
-_SUFFIXES: tuple[tuple[str, tuple[float, float]], ...] = (
-    ("_percent", PERCENT),
-    ("_ratio", RATIO),
-    ("_bytes_per_s", BYTES),
-    ("_bytes", BYTES),
-    ("_w", WATTS),
-    ("_c", CELSIUS),
-    ("_mhz", MHZ),
-    ("ecc_corrected", COUNT),
-    ("ecc_uncorrected", COUNT),
-    ("symbol_errors", COUNT),
-    ("link_downed", COUNT),
-)
-
-
-def bound_of(cls: type, name: str) -> tuple[float, float]:
-    """The plausible (low, high) of numeric field ``name`` of model class ``cls``, inclusive."""
-    explicit = _EXPLICIT.get((cls, name))
-    if explicit is not None:
-        return explicit
-    for suffix, bound in _SUFFIXES:
-        if name.endswith(suffix):
-            return bound
-    return ANY
-
 
 # -- text ---------------------------------------------------------------------
 
@@ -158,89 +98,6 @@ def clean_data(value: object, *, depth: int = 0, max_depth: int = 64) -> object:
     return value
 
 
-# -- the field specs (from the model's own type hints) -------------------------
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Field:
-    name: str
-    kind: str
-    """num, str, bool, any, obj, objs, nums, strs, strmap, nummap"""
-    optional: bool
-    lo: float
-    hi: float
-    cls: type | None = None
-
-
-def _fields(cls: type) -> tuple[_Field, ...]:
-    hints = typing.get_type_hints(cls)
-    out = []
-    for f in dataclasses.fields(cls):
-        tp, optional = hints[f.name], False
-        if typing.get_origin(tp) in (Union, types.UnionType):
-            members = [a for a in typing.get_args(tp) if a is not type(None)]
-            optional, tp = True, members[0]
-            if len(members) != 1:
-                raise TypeError(f"sanitize: {cls.__name__}.{f.name} has a union it does not know")
-        lo, hi = bound_of(cls, f.name)
-        kind, sub = _kind_of(tp)
-        if not kind:
-            raise TypeError(f"sanitize: {cls.__name__}.{f.name}: no rule for {tp!r}")
-        out.append(_Field(f.name, kind, optional, lo, hi, sub))
-    return tuple(out)
-
-
-def _kind_of(tp: object) -> tuple[str, type | None]:
-    """A field type's kind (see :class:`_Field`) and its dataclass, if any; ("", None): no rule for it."""
-    if tp is bool:
-        return "bool", None
-    if tp in (int, float):
-        return "num", None
-    if tp is str:
-        return "str", None
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        return "obj", tp
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin is tuple:
-        return _tuple_kind(args)
-    if origin in (Mapping, dict):
-        return _mapping_kind(args)
-    return "", None
-
-
-def _tuple_kind(args: tuple[Any, ...]) -> tuple[str, type | None]:
-    """``tuple[X, ...]``: objs of a dataclass, nums or strs."""
-    if isinstance(args[0], type) and dataclasses.is_dataclass(args[0]):
-        return "objs", args[0]
-    if args[0] in (int, float):
-        return "nums", None
-    if args[0] is str:
-        return "strs", None
-    return "", None
-
-
-def _mapping_kind(args: tuple[Any, ...]) -> tuple[str, type | None]:
-    """``Mapping[str, X]``: strmap or nummap."""
-    if args == (str, str):
-        return "strmap", None
-    if args[0] is str and args[1] in (int, float):
-        return "nummap", None
-    return "", None
-
-
-_SPECS: dict[type, tuple[_Field, ...]] = {}
-
-
-def _spec(cls: type) -> tuple[_Field, ...]:
-    spec = _SPECS.get(cls)
-    if spec is None:
-        spec = _SPECS[cls] = _fields(cls)
-        for f in spec:
-            if f.cls is not None:
-                _spec(f.cls)
-    return spec
-
-
 # -- fast check: generated, allocation-free ------------------------------------
 
 _CHECKS: dict[type, Callable[[Any], bool]] = {}
@@ -253,7 +110,7 @@ def _checker(cls: type) -> Callable[[Any], bool]:
         return fn
     ns: dict[str, Any] = {}
     lines = ["def ok(o):"]
-    for f in _spec(cls):
+    for f in field_specs(cls):
         a = f"o.{f.name}"
         lo, hi = repr(f.lo), repr(f.hi)
         if f.kind == "num":
@@ -337,7 +194,7 @@ def _repair(obj: _D, cls: type, path: str, rel: str, notes: _Notes) -> _D:
     if cls is GpuSample:  # a GPU's reasons go in its own map, keyed inside the GPU
         own, rel = _Notes(), ""
     changes: dict[str, object] = {}
-    for f in _SPECS[cls]:
+    for f in SPECS[cls]:
         v = getattr(obj, f.name)
         full = f"{path}.{f.name}" if path else f.name
         key = f"{rel}.{f.name}" if rel else f.name
@@ -354,7 +211,7 @@ _SAME: Final = object()
 """What a fixer returns for a value that needs no change."""
 
 
-def _fix_num(cls: type, f: _Field, v: float | None, full: str, key: str, own: _Notes) -> object:
+def _fix_num(cls: type, f: FieldSpec, v: float | None, full: str, key: str, own: _Notes) -> object:
     """An implausible number: None (with the reason), or _Drop when the field cannot be None."""
     if v is None or _plausible(v, f.lo, f.hi):
         return _SAME
@@ -364,17 +221,17 @@ def _fix_num(cls: type, f: _Field, v: float | None, full: str, key: str, own: _N
     return None
 
 
-def _fix_str(cls: type, f: _Field, v: str | None, full: str, key: str, own: _Notes) -> object:
+def _fix_str(cls: type, f: FieldSpec, v: str | None, full: str, key: str, own: _Notes) -> object:
     s = v if v is None else clean_text(v)
     return _SAME if s is v else s
 
 
-def _fix_obj(cls: type, f: _Field, v: DataclassInstance | None, full: str, key: str, own: _Notes) -> object:
+def _fix_obj(cls: type, f: FieldSpec, v: DataclassInstance | None, full: str, key: str, own: _Notes) -> object:
     new = v if v is None else _repair(v, f.cls, full, key, own)  # type: ignore[arg-type]
     return _SAME if new is v else new
 
 
-def _fix_objs(cls: type, f: _Field, v: tuple[DataclassInstance, ...], full: str, key: str, own: _Notes) -> object:
+def _fix_objs(cls: type, f: FieldSpec, v: tuple[DataclassInstance, ...], full: str, key: str, own: _Notes) -> object:
     """Each object repaired; one with a bad required number dropped, with the reason."""
     items = []
     for i, x in enumerate(v):
@@ -388,7 +245,7 @@ def _fix_objs(cls: type, f: _Field, v: tuple[DataclassInstance, ...], full: str,
     return _SAME
 
 
-def _fix_nums(cls: type, f: _Field, v: tuple[float, ...], full: str, key: str, own: _Notes) -> object:
+def _fix_nums(cls: type, f: FieldSpec, v: tuple[float, ...], full: str, key: str, own: _Notes) -> object:
     """Implausible items dropped; for per-core values (positional), the whole list."""
     bad = [x for x in v if not _plausible(x, f.lo, f.hi)]
     if not bad:
@@ -400,18 +257,18 @@ def _fix_nums(cls: type, f: _Field, v: tuple[float, ...], full: str, key: str, o
     return tuple(x for x in v if _plausible(x, f.lo, f.hi))
 
 
-def _fix_strs(cls: type, f: _Field, v: tuple[str, ...], full: str, key: str, own: _Notes) -> object:
+def _fix_strs(cls: type, f: FieldSpec, v: tuple[str, ...], full: str, key: str, own: _Notes) -> object:
     cleaned = tuple(clean_text(x) for x in v)
     return cleaned if any(a is not b for a, b in zip(cleaned, v, strict=True)) else _SAME
 
 
-def _fix_strmap(cls: type, f: _Field, v: Mapping[str, str], full: str, key: str, own: _Notes) -> object:
+def _fix_strmap(cls: type, f: FieldSpec, v: Mapping[str, str], full: str, key: str, own: _Notes) -> object:
     if f.name == "unavailable":
         return _SAME  # merged by _repair, with this object's own reasons
     return {clean_text(k): clean_text(x) for k, x in v.items()}
 
 
-def _fix_nummap(cls: type, f: _Field, v: Mapping[str, float], full: str, key: str, own: _Notes) -> object:
+def _fix_nummap(cls: type, f: FieldSpec, v: Mapping[str, float], full: str, key: str, own: _Notes) -> object:
     """Implausible entries dropped, with the reason; keys cleaned."""
     kept = {}
     for k, x in v.items():
@@ -423,7 +280,7 @@ def _fix_nummap(cls: type, f: _Field, v: Mapping[str, float], full: str, key: st
     return kept if kept != v else _SAME
 
 
-_FIXES: dict[str, Callable[[type, _Field, Any, str, str, _Notes], object]] = {
+_FIXES: dict[str, Callable[[type, FieldSpec, Any, str, str, _Notes], object]] = {
     "num": _fix_num, "str": _fix_str, "obj": _fix_obj, "objs": _fix_objs, "nums": _fix_nums,
     "strs": _fix_strs, "strmap": _fix_strmap, "nummap": _fix_nummap,
 }
@@ -434,7 +291,7 @@ def _checker_strmap(m: Mapping[str, str]) -> bool:
     return all(k.isprintable() and v.isprintable() for k, v in m.items())
 
 
-_spec(HostSample)
+field_specs(HostSample)
 _host_ok = _checker(HostSample)
 
 
@@ -453,4 +310,4 @@ def check_sample(sample: HostSample) -> HostSample:
     return fixed
 
 
-__all__ = ["bound_of", "check_sample", "clean_data", "clean_text"]
+__all__ = ["check_sample", "clean_data", "clean_text"]

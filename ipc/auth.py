@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import secrets
 import stat
 import threading
@@ -126,13 +125,3 @@ def verify_agent(token: bytes, server_nonce: bytes, client_nonce: bytes, mac: by
     """Check the agent's proof; raises AuthError if it does not hold the token."""
     if not hmac.compare_digest(mac, agent_proof(token, server_nonce, client_nonce)):
         raise AuthError("the agent could not prove it holds the token (wrong agent, or wrong token)")
-
-
-def make_token_file(path: str | Path) -> Path:
-    """Write a fresh random token to ``path`` with mode 0600 (for setup and tests)."""
-    p = Path(path)
-    fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(secrets.token_hex(32) + "\n")
-    os.chmod(p, 0o600)
-    return p

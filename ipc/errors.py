@@ -19,7 +19,7 @@ Exception tree::
             ├── AuthError         bad/replayed token, or a token file not mode 0600
             └── RequestFailed     the agent answered a request with an error
 
-Reading a trace file is collectors/trace's job (TraceFileError lives there).
+Reading a trace file is analysis/trace's job (TraceFileError lives there).
 
 Every error has a short ``title`` and a message a user can act on.
 """

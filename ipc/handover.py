@@ -40,6 +40,7 @@ keeps serving without traces and tries again on a slow timer.
 from __future__ import annotations
 
 import contextlib
+import enum
 import os
 import re
 import secrets
@@ -55,6 +56,7 @@ from gpulens.ipc import stream
 from gpulens.ipc.control import control_name, peer_allowed, peer_cred
 from gpulens.ipc.errors import IpcError
 from gpulens.ipc.principal import Principal
+from gpulens.ipc.stream_decode import FrameDecoder
 
 KIND = "endpoint_pass"
 """The request kind an endpoint owner that can pass its endpoint on lists in its hello.
@@ -156,7 +158,7 @@ class _Exchange:
         self.holder_pid = holder_pid
         self.adopt = adopt
         self.deadline = deadline
-        self.decoder = stream.FrameDecoder(max_frame_bytes=MAX_ANSWER_FRAME)
+        self.decoder = FrameDecoder(max_frame_bytes=MAX_ANSWER_FRAME)
         self.pending: list[stream.Message] = []
         self.adopted = False
         self.listening = True
@@ -255,8 +257,58 @@ class _Exchange:
         return HandoverAnswer(False, self.adopt_error or why)  # what went wrong on our side says most
 
 
+class NotPassedKind(enum.Enum):
+    """Why the holder kept its endpoint; the comment says which fields of :class:`NotPassed` it fills."""
+
+    BAD_RECEIVER = "bad-receiver"  # the request names no receiver of the asking agent's form
+    NO_RECEIVER = "no-receiver"  # detail: why connecting to the receiver failed (the OSError's words)
+    OTHER_USER = "other-user"  # pid, uid (the receiver's), asker (the asking peer's uid; None: unknown)
+    NOT_SERVED = "not-served"  # detail: the asking agent's words (it could not serve the passed socket)
+    NOT_CONFIRMED = "not-confirmed"  # it answered neither that it serves it nor why not
+    TIMEOUT = "timeout"  # no answer within the deadline
+    FAILED = "failed"  # detail: the OSError's words (sending the descriptor, reading the answer)
+
+
+@dataclass(frozen=True, slots=True)
+class NotPassed:
+    """Why :func:`pass_socket` kept the endpoint: ``kind`` and the facts its sentence names; ``str()`` is the
+    words the holder's ``release_endpoint`` reports (its ``NOT_TAKEN`` detail)."""
+
+    kind: NotPassedKind
+    pid: int = 0
+    uid: int = 0
+    asker: int | None = None
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return self.render()
+
+    def render(self) -> str:
+        """The one line the holder logs and answers the asking agent with."""
+        k = self.kind
+        if k is NotPassedKind.BAD_RECEIVER:
+            return "the request names no receiver of the agent's form; the endpoint is kept"
+        if k is NotPassedKind.NO_RECEIVER:
+            return f"the asking agent's receiver did not answer ({self.detail}); the endpoint is kept"
+        if k is NotPassedKind.OTHER_USER:
+            return (f"the receiver belongs to pid {self.pid} (uid {self.uid}), not to the asking agent's user "
+                    f"(uid {self.asker}); the endpoint is kept")
+        if k is NotPassedKind.NOT_SERVED:
+            return f"the asking agent could not serve it: {self.detail}"
+        if k is NotPassedKind.NOT_CONFIRMED:
+            return "the asking agent did not confirm it serves the endpoint; the endpoint is kept"
+        if k is NotPassedKind.TIMEOUT:
+            return "the asking agent did not confirm in time; the endpoint is kept"
+        return f"passing the endpoint failed: {self.detail}; the endpoint is kept"  # FAILED
+
+
+def rendered(reason: NotPassed | None) -> str | None:
+    """The reason's sentence (None stays None): the words a hand-over's ``hand`` function returns."""
+    return None if reason is None else reason.render()
+
+
 def pass_socket(receiver: object, endpoint: socket.socket, asker_uid: int | None,
-                timeout_s: float = ACK_S) -> str | None:
+                timeout_s: float = ACK_S) -> NotPassed | None:
     """The holder's side: pass ``endpoint`` (bound, not served) to the asking agent's ``receiver``.
 
     The receiver must be a one-shot name of the asking agent's form, held by
@@ -265,28 +317,27 @@ def pass_socket(receiver: object, endpoint: socket.socket, asker_uid: int | None
     not (the caller then serves it again: the name never comes free).
     """
     if not isinstance(receiver, str) or not _RECEIVER.fullmatch(receiver):
-        return "the request names no receiver of the agent's form; the endpoint is kept"
+        return NotPassed(NotPassedKind.BAD_RECEIVER)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.settimeout(timeout_s)
         try:
             conn.connect(b"\0" + receiver.encode())
         except OSError as err:
-            return f"the asking agent's receiver did not answer ({err.strerror or err}); the endpoint is kept"
+            return NotPassed(NotPassedKind.NO_RECEIVER, detail=str(err.strerror or err))
         pid, uid = peer_cred(conn)
         if asker_uid is None or uid != asker_uid:
-            return (f"the receiver belongs to pid {pid} (uid {uid}), not to the asking agent's user "
-                    f"(uid {asker_uid}); the endpoint is kept")
+            return NotPassed(NotPassedKind.OTHER_USER, pid, uid, asker_uid)
         socket.send_fds(conn, [PASS_TAG], [endpoint.fileno()])
         ack = conn.recv(256)
         if ack == b"A":
             return None
         if ack.startswith(b"N"):
-            return f"the asking agent could not serve it: {clean_text(ack[1:].decode(errors='replace'))}"
-        return "the asking agent did not confirm it serves the endpoint; the endpoint is kept"
+            return NotPassed(NotPassedKind.NOT_SERVED, detail=clean_text(ack[1:].decode(errors="replace")))
+        return NotPassed(NotPassedKind.NOT_CONFIRMED)
     except TimeoutError:
-        return "the asking agent did not confirm in time; the endpoint is kept"
+        return NotPassed(NotPassedKind.TIMEOUT)
     except OSError as err:
-        return f"passing the endpoint failed: {err.strerror or err}; the endpoint is kept"
+        return NotPassed(NotPassedKind.FAILED, detail=str(err.strerror or err))
     finally:
         conn.close()

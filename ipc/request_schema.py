@@ -209,7 +209,7 @@ class TraceParams(Params[TraceAnswer], frozen=True, kw_only=True):
     """A Kineto trace of ``pids``, of a ``job_key``'s or a ``job_id``'s polling processes.
 
     Unset fields take the trace service's defaults (``ipc.kineto.requests.TraceRequest``);
-    the order of the fields is the order on the wire (``sources.tracing.trace_params``).
+    the order of the fields is the order on the wire (``sources.tracing.trace_struct``).
     """
 
     kind: ClassVar[str] = "trace"

@@ -40,7 +40,7 @@ def main() -> int:
     if os.geteuid() != 0:
         print("GPU GPUMEM SMOKE SKIPPED: needs root for eBPF")
         return 0
-    from gpulens.collectors.gpumem.tracer import GpuMemTracer, folded, why_not
+    from gpulens.collectors.gpumem.tracer import GpuMemTracer, folded, rendered, why_not
 
     why = why_not()
     if why:
@@ -56,7 +56,8 @@ def main() -> int:
             return 1
         began = time.monotonic()
         tracer = GpuMemTracer([proc.pid], native=True)  # the C++ of PyTorch's allocator under the Python frames
-        print(f"attached in {time.monotonic() - began:.2f} s: {tracer.attached}; python: {tracer.python}")
+        python = {pid: rendered(w) for pid, w in tracer.python.items()}
+        print(f"attached in {time.monotonic() - began:.2f} s: {tracer.attached}; python: {python}")
         proc.stdin.write("go\n")
         proc.stdin.flush()
         reserved = json.loads(proc.stdout.readline())["reserved"]

@@ -1,6 +1,8 @@
 """Signals to this machine's processes, the process screen's action: only one's own, and only the one shown.
 
-:func:`refusal` says why a signal may not be sent (None: it may), checked
+:func:`refusal` says why a signal may not be sent (None: it may), as a
+:class:`NoSignal` value (a kind and the facts; ``str()`` is the sentence the
+screen shows), checked
 again right before :func:`send`, so a process that exited and whose pid was
 reused by someone else's is never hit: its start time must still match the
 one the screen showed, and psutil checks once more, at the signal, that the
@@ -11,9 +13,11 @@ host's process is checked and signalled there, through the user's own ssh
 
 from __future__ import annotations
 
+import enum
 import errno
 import os
 import signal
+from dataclasses import dataclass
 
 import psutil
 
@@ -55,37 +59,80 @@ def proc_cmdline(pid: int) -> str | None:
 NO_REMOTE = "signals to another host's processes go through ssh, which this source does not offer"
 
 
+class NoSignalKind(enum.Enum):
+    """Why no signal goes out; the comment says which fields of :class:`NoSignal` it fills."""
+
+    READONLY = "readonly"  # --readonly: no actions
+    REMOTE = "remote"  # detail: why another host's process cannot be signalled (ssh's reason, or NO_REMOTE)
+    NOT_REPORTED = "not-reported"  # the samples no longer report the process
+    EXITED = "exited"  # pid
+    UNREADABLE = "unreadable"  # pid, detail: psutil's words
+    OTHER_USER = "other-user"  # pid, uid (its owner), me (the uid asking)
+    REUSED = "reused"  # pid: its start time changed, so it names another process now
+
+
+@dataclass(frozen=True, slots=True)
+class NoSignal:
+    """Why no signal may be sent to a process: ``kind`` and the facts its sentence names."""
+
+    kind: NoSignalKind
+    pid: int = 0
+    uid: int = 0
+    me: int = 0
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return self.render()
+
+    def render(self) -> str:
+        """The one line the process screen shows (after ``signals:`` or ``not sent:``)."""
+        k, pid = self.kind, self.pid
+        if k is NoSignalKind.READONLY:
+            return "read-only (--readonly): no actions"
+        if k is NoSignalKind.NOT_REPORTED:
+            return "the process is no longer reported"
+        if k is NoSignalKind.EXITED:
+            return f"pid {pid} has exited"
+        if k is NoSignalKind.UNREADABLE:
+            return f"pid {pid}: {self.detail}"
+        if k is NoSignalKind.OTHER_USER:
+            return f"pid {pid} belongs to uid {self.uid}, not to you (uid {self.me}): gpulens signals only your own"
+        if k is NoSignalKind.REUSED:
+            return f"pid {pid} is now another process (its start time changed)"
+        return self.detail  # REMOTE: the words as they came
+
+
 def refusal(job: JobInfo | None, *, local: bool, readonly: bool, remote_why: str | None = NO_REMOTE,
-            uid: int | None = None) -> str | None:
+            uid: int | None = None) -> NoSignal | None:
     """Why no signal may be sent to ``job``'s process (None when it may).
 
     ``remote_why``: for another host's process, why ssh cannot be used (None:
     it can; the checks then run on that host).
     """
     if readonly:
-        return "read-only (--readonly): no actions"
+        return NoSignal(NoSignalKind.READONLY)
     if not local and remote_why is not None:
-        return remote_why
+        return NoSignal(NoSignalKind.REMOTE, detail=remote_why)
     if job is None:
-        return "the process is no longer reported"
+        return NoSignal(NoSignalKind.NOT_REPORTED)
     if not local:
         return None
     return _local_refusal(job, current_uid() if uid is None else uid)[0]
 
 
-def _local_refusal(job: JobInfo, me: int) -> tuple[str | None, psutil.Process | None]:
+def _local_refusal(job: JobInfo, me: int) -> tuple[NoSignal | None, psutil.Process | None]:
     """Why ``job``'s process on this machine may not get a signal from uid ``me``, or the process to send to."""
     try:
         p = psutil.Process(job.pid)
         owner, started = p.uids().real, p.create_time()
     except psutil.NoSuchProcess:
-        return f"pid {job.pid} has exited", None
+        return NoSignal(NoSignalKind.EXITED, job.pid), None
     except psutil.Error as err:
-        return f"pid {job.pid}: {err}", None
+        return NoSignal(NoSignalKind.UNREADABLE, job.pid, detail=str(err)), None
     if owner != me:
-        return f"pid {job.pid} belongs to uid {owner}, not to you (uid {me}): gpulens signals only your own", None
+        return NoSignal(NoSignalKind.OTHER_USER, job.pid, uid=owner, me=me), None
     if abs(started - job.start_time) > 2.0:
-        return f"pid {job.pid} is now another process (its start time changed)", None
+        return NoSignal(NoSignalKind.REUSED, job.pid), None
     return None, p
 
 
@@ -97,7 +144,7 @@ def send(job: JobInfo, name: str) -> str:
     try:
         p.send_signal(SIGNALS[name])  # psutil refuses if the pid now names another process
     except psutil.NoSuchProcess:
-        return f"not sent: pid {job.pid} has exited"
+        return f"not sent: {NoSignal(NoSignalKind.EXITED, job.pid)}"
     except psutil.AccessDenied:
         return f"not sent: {os.strerror(errno.EPERM)}"
     return f"{name} sent to pid {job.pid}"

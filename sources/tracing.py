@@ -13,7 +13,7 @@ file never sent becomes a missing process with its reason).
 
 Its users: :class:`gpulens.sources.remote_trace.RemoteTraceService` (the
 profiler screen's service for another host) and ``gpulens trace``
-(``gpulens.commands.trace``, which prints). :func:`copy_trace` copies a
+(``gpulens.commands.trace_agent``, which prints). :func:`copy_trace` copies a
 trace to ``-o FILE`` (gzip when FILE ends in .gz): streamed through an
 exclusive temporary name, never through a link, with decompression bounded
 (200x the input, at most 4 GiB; ``GPULENS_MAX_TRACE_BYTES`` sets another limit).
@@ -35,7 +35,7 @@ from gpulens.core.events import Requester as Requester  # re-exported: the one s
 from gpulens.core.sanitize import clean_text
 from gpulens.ipc.errors import StreamError
 from gpulens.ipc.kineto.requests import TraceRequest
-from gpulens.ipc.request_schema import TraceAnswer, TraceParams, TraceStatusParams, to_wire
+from gpulens.ipc.request_schema import TraceAnswer, TraceParams, TraceStatusParams
 from gpulens.sources.ask import Reply, ask
 from gpulens.sources.trace_export import LIMIT_ENV as LIMIT_ENV  # re-exported for callers
 
@@ -108,11 +108,6 @@ def trace_struct(req: TraceRequest, tag: str, job_key: str | None = None) -> Tra
         iterations=UNSET if req.iterations is None else req.iterations,
         duration_ms=req.duration_ms if req.iterations is None else UNSET,
     )
-
-
-def trace_params(req: TraceRequest, tag: str, job_key: str | None = None) -> dict[str, object]:
-    """The ``trace`` request frame's params map (:func:`trace_struct` on the wire)."""
-    return to_wire(trace_struct(req, tag, job_key))
 
 
 def fetch_trace(

@@ -6,7 +6,8 @@ from collections.abc import Mapping
 
 from gpulens.core.model import HostSample
 from gpulens.store.gpu_events import slowdown
-from gpulens.store.ring import Columns, Ring
+from gpulens.store.ring import Ring
+from gpulens.store.ring_columns import Columns
 from gpulens.store.views import GPU_METRICS, HOST_METRICS, IDLE_UTIL_PERCENT
 
 _HOST_WIDTH = len(HOST_METRICS)

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 
 from gpulens.core.model import HostSample, JobInfo
 from gpulens.store.gpu_events import GpuEventLog
-from gpulens.store.ring import Columns, Ring
+from gpulens.store.ring import Ring
+from gpulens.store.ring_columns import Columns
 from gpulens.store.views import EnergyPoint
 
 

@@ -15,7 +15,8 @@ from operator import attrgetter
 from gpulens.core.model import GpuSample, HostSample
 from gpulens.store.gpu_events import _XIDS
 from gpulens.store.host import HostState
-from gpulens.store.ring import NAN, Columns
+from gpulens.store.ring import NAN
+from gpulens.store.ring_columns import Columns
 from gpulens.store.views import GPU_METRICS, HOST_METRICS
 
 MAX_GPUS_PER_HOST = 64

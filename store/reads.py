@@ -15,7 +15,9 @@ from gpulens.store.gpu_events import GpuEvent
 from gpulens.store.ingest import StoreIngest
 from gpulens.store.panels import combine_columns
 from gpulens.store.processes import PROC_METRICS
-from gpulens.store.ring import COARSE_FACTOR, NAN, Columns, Ring, resample
+from gpulens.store.resample import resample
+from gpulens.store.ring import COARSE_FACTOR, NAN, Ring
+from gpulens.store.ring_columns import Columns
 from gpulens.store.views import (
     GPU_METRICS,
     HOST_METRICS,

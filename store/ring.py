@@ -1,8 +1,9 @@
-"""Time-bucketed ring buffers: the storage under :mod:`gpulens.store.store`.
+"""Time-bucketed ring buffers: the storage under :mod:`gpulens.store.store`; their writes and window reads.
 
 A :class:`Ring` holds several metrics (columns) of one entity (a host, the
 GPUs of a host, a job on a host) in two tiers, both indexed by *time bucket*
-rather than by arrival:
+rather than by arrival (one GPU's columns of its host's ring are read through
+:class:`~gpulens.store.ring_columns.Columns`):
 
 - **fine**: one float32 per column per ``resolution_s`` bucket (default 1 s)
   for the last ``fine_slots`` buckets (default 300 = 5 min): sparklines,
@@ -24,7 +25,7 @@ Missing values are NaN in the fine tier and absent (count 0, min +inf, max
 Why the layout: each tier is one flat array, bucket-major (the ``n`` values
 of a bucket are adjacent), so storing a sample is a few slice operations done
 in C over three short runs of memory; one column's history is a strided
-slice (``arr[m::n]``), also done in C. A coarse count is the bucket's
+slice (``arr[m::n]``), also done in C (:mod:`gpulens.store.buckets`). A coarse count is the bucket's
 samples (``cfull``) less the column's missing values (``cmiss``), so a
 sample bumps one counter plus one per missing value, not ``n``.
 
@@ -42,13 +43,13 @@ from array import array
 from collections.abc import Sequence
 from itertools import compress, repeat
 from operator import add, ne, sub, truediv
-from typing import TypeVar
+
+from gpulens.store.buckets import column, column_sum, fill
 
 NAN = float("nan")
 COARSE_FACTOR = 10
 """Fine buckets per coarse bucket (at most 16: the duplicate mask is 16 bits)."""
 _FRESH = -(2**62)
-_Arr = TypeVar("_Arr", "array[float]", "array[int]")
 
 
 class Ring:
@@ -115,22 +116,6 @@ class Ring:
     def nbytes(n_metrics: int, fine_slots: int, coarse_slots: int) -> int:
         """Bytes of array storage for one ring (object overheads excluded)."""
         return n_metrics * (fine_slots * 4 + coarse_slots * 13) + coarse_slots * 3
-
-    # Per-metric copies of the tiers, for inspection (tests, debugging).
-    @property
-    def fine(self) -> list[array[float]]:
-        """Fine tier as one array per metric (copies, in slot order)."""
-        return [self.fbuf[m :: self.n] for m in range(self.n)]
-
-    @property
-    def csum(self) -> list[array[float]]:
-        """Coarse sums as one array per metric (copies, in slot order)."""
-        return [self.cbuf[m :: self.n] for m in range(self.n)]
-
-    @property
-    def ccnt(self) -> list[list[int]]:
-        """Coarse counts (samples less missing values) as one list per metric (copies)."""
-        return [list(map(sub, self.cfull, self.cmiss[m :: self.n])) for m in range(self.n)]
 
     def seen(self, fb: int) -> bool:
         """True if fine bucket ``fb`` already holds a sample (or is too old to keep)."""
@@ -200,7 +185,7 @@ class Ring:
         if fb > self.fnewest:
             # Clear the buckets skipped over (none in the steady state); bucket fb is written below.
             if fb > self.fnewest + 1 and self.fnewest != _FRESH:
-                _fill(self.fbuf, n, self.fine_slots, max(self.fnewest + 1, fb - self.fine_slots + 1), fb - 1,
+                fill(self.fbuf, n, self.fine_slots, max(self.fnewest + 1, fb - self.fine_slots + 1), fb - 1,
                       self._nan_row)
             self.fnewest = fb
         elif fb <= self.fnewest - self.fine_slots:
@@ -246,12 +231,12 @@ class Ring:
         if self.cnewest != _FRESH:  # a fresh ring is already clear
             start = max(self.cnewest + 1, cb - self.coarse_slots + 1)
             n, slots = self.n, self.coarse_slots
-            _fill(self.mask, 1, slots, start, cb, array("H", [0]))
-            _fill(self.cfull, 1, slots, start, cb, array("B", [0]))
-            _fill(self.cbuf, n, slots, start, cb, array("f", [0.0]) * n)
-            _fill(self.cmiss, n, slots, start, cb, array("B", [0]) * n)
-            _fill(self.cmax, n, slots, start, cb, array("f", [-math.inf]) * n)
-            _fill(self.cmin, n, slots, start, cb, array("f", [math.inf]) * n)
+            fill(self.mask, 1, slots, start, cb, array("H", [0]))
+            fill(self.cfull, 1, slots, start, cb, array("B", [0]))
+            fill(self.cbuf, n, slots, start, cb, array("f", [0.0]) * n)
+            fill(self.cmiss, n, slots, start, cb, array("B", [0]) * n)
+            fill(self.cmax, n, slots, start, cb, array("f", [-math.inf]) * n)
+            fill(self.cmin, n, slots, start, cb, array("f", [math.inf]) * n)
         self.cnewest = cb
 
     def widened(self, n_metrics: int) -> Ring:
@@ -291,8 +276,8 @@ class Ring:
             if len(self._wcache) > 64:
                 self._wcache.clear()
             past = self._wcache[key] = (
-                _column_sum(self.cbuf, self.n, m, lo, hi - 1),
-                _column_sum(self.cfull, 1, 0, lo, hi - 1) - _column_sum(self.cmiss, self.n, m, lo, hi - 1))
+                column_sum(self.cbuf, self.n, m, lo, hi - 1),
+                column_sum(self.cfull, 1, 0, lo, hi - 1) - column_sum(self.cmiss, self.n, m, lo, hi - 1))
         s, c = past[0] + self.cbuf[i], past[1] + self.cfull[slot] - self.cmiss[i]
         return s / c if c else NAN
 
@@ -337,15 +322,15 @@ class Ring:
 
     def _past_sums(self, lo: int, hi: int, cols: range) -> tuple[array[float], array[float]]:
         """Per column of ``cols``: sum and count over buckets lo..hi, added as window_mean adds."""
-        full = _column_sum(self.cfull, 1, 0, lo, hi)
+        full = column_sum(self.cfull, 1, 0, lo, hi)
         n, slots = self.n, self.coarse_slots
         i0, i1 = lo % slots, hi % slots
         if i0 <= i1 and hi - lo < slots:  # one run of slots: cut it once, then each column of it
             sums, miss = self.cbuf[i0 * n : (i1 + 1) * n], self.cmiss[i0 * n : (i1 + 1) * n]
             return (array("d", [float(sum(sums[m::n])) for m in cols]),
                     array("d", [full - float(sum(miss[m::n])) for m in cols]))
-        return (array("d", [_column_sum(self.cbuf, n, m, lo, hi) for m in cols]),
-                array("d", [full - _column_sum(self.cmiss, n, m, lo, hi) for m in cols]))
+        return (array("d", [column_sum(self.cbuf, n, m, lo, hi) for m in cols]),
+                array("d", [full - column_sum(self.cmiss, n, m, lo, hi) for m in cols]))
 
     def window_extremes(self, m: int, now_cb: int, n: int) -> tuple[float, float]:
         """(min, max) of metric ``m``'s raw samples in the ``n`` coarse buckets ending at ``now_cb``.
@@ -355,8 +340,8 @@ class Ring:
         lo, hi = self._range(self.cnewest, self.coarse_slots, now_cb, n)
         if lo > hi:
             return NAN, NAN
-        tops = _column(self.cmax, self.n, m, lo, hi)
-        bottoms = _column(self.cmin, self.n, m, lo, hi)
+        tops = column(self.cmax, self.n, m, lo, hi)
+        bottoms = column(self.cmin, self.n, m, lo, hi)
         if self._pending and hi == self.cnewest:  # as :meth:`_fold` would add them
             fbuf = self.fbuf
             rows = [fbuf[o + m] for o in self._pending]
@@ -372,7 +357,7 @@ class Ring:
         lo, hi = self._range(self.cnewest, self.coarse_slots, now_cb, n)
         if lo > hi:
             return 0
-        return int(_column_sum(self.cfull, 1, 0, lo, hi) - _column_sum(self.cmiss, self.n, m, lo, hi))
+        return int(column_sum(self.cfull, 1, 0, lo, hi) - column_sum(self.cmiss, self.n, m, lo, hi))
 
     def last(self, m: int, max_age: int = 5) -> tuple[int, float]:
         """(fine bucket, value) of metric ``m``'s newest known value, at most ``max_age`` buckets old.
@@ -392,7 +377,7 @@ class Ring:
         lo, hi = self._range(self.fnewest, self.fine_slots, now_fb, n)
         if lo > hi:
             return [NAN] * n
-        body = _column(self.fbuf, self.n, m, lo, hi)
+        body = column(self.fbuf, self.n, m, lo, hi)
         return [NAN] * (lo - (now_fb - n + 1)) + body + [NAN] * (now_fb - hi)
 
     def coarse_series(self, m: int, now_cb: int, n: int) -> list[float]:
@@ -400,94 +385,7 @@ class Ring:
         lo, hi = self._range(self.cnewest, self.coarse_slots, now_cb, n)
         if lo > hi:
             return [NAN] * n
-        sums = _column(self.cbuf, self.n, m, lo, hi)
-        counts = map(sub, _column(self.cfull, 1, 0, lo, hi), _column(self.cmiss, self.n, m, lo, hi))
+        sums = column(self.cbuf, self.n, m, lo, hi)
+        counts = map(sub, column(self.cfull, 1, 0, lo, hi), column(self.cmiss, self.n, m, lo, hi))
         body = [s / c if c else NAN for s, c in zip(sums, counts, strict=True)]
         return [NAN] * (lo - (now_cb - n + 1)) + body + [NAN] * (now_cb - hi)
-
-
-class Columns:
-    """``width`` adjacent columns of a ring starting at ``base``, read like a ring of their own.
-
-    The store keeps all GPUs of a host in one ring (one store per sample, not
-    one per GPU); each GPU's series are read through one of these.
-    """
-
-    __slots__ = ("base", "ring")
-
-    def __init__(self, ring: Ring, base: int) -> None:
-        self.ring = ring
-        self.base = base
-
-    def window_mean(self, m: int, now_cb: int, n: int) -> float:
-        """:meth:`Ring.window_mean` of column ``m`` of this group."""
-        return self.ring.window_mean(self.base + m, now_cb, n)
-
-    def fine_series(self, m: int, now_fb: int, n: int) -> list[float]:
-        """:meth:`Ring.fine_series` of column ``m`` of this group."""
-        return self.ring.fine_series(self.base + m, now_fb, n)
-
-    def coarse_series(self, m: int, now_cb: int, n: int) -> list[float]:
-        """:meth:`Ring.coarse_series` of column ``m`` of this group."""
-        return self.ring.coarse_series(self.base + m, now_cb, n)
-
-    def window_extremes(self, m: int, now_cb: int, n: int) -> tuple[float, float]:
-        """:meth:`Ring.window_extremes` of column ``m`` of this group."""
-        return self.ring.window_extremes(self.base + m, now_cb, n)
-
-    def window_count(self, m: int, now_cb: int, n: int) -> int:
-        """:meth:`Ring.window_count` of column ``m`` of this group."""
-        return self.ring.window_count(self.base + m, now_cb, n)
-
-    def last(self, m: int, max_age: int = 5) -> tuple[int, float]:
-        """:meth:`Ring.last` of column ``m`` of this group."""
-        return self.ring.last(self.base + m, max_age)
-
-
-def _column(arr: array[float] | array[int], n: int, m: int, lo: int, hi: int) -> list[float]:
-    """Column ``m`` of buckets ``lo..hi`` (inclusive, at most one lap) of a bucket-major array."""
-    slots = len(arr) // n
-    i0, i1 = lo % slots, hi % slots
-    if i0 <= i1 and hi - lo < slots:
-        return list(arr[i0 * n + m : i1 * n + m + 1 : n])
-    return list(arr[i0 * n + m :: n]) + list(arr[m : i1 * n + m + 1 : n])
-
-
-def _column_sum(arr: array[float] | array[int], n: int, m: int, lo: int, hi: int) -> float:
-    """Sum of :func:`_column`, added up per lap in slot order."""
-    slots = len(arr) // n
-    i0, i1 = lo % slots, hi % slots
-    if i0 <= i1 and hi - lo < slots:
-        return float(sum(arr[i0 * n + m : i1 * n + m + 1 : n]))
-    return float(sum(arr[i0 * n + m :: n]) + sum(arr[m : i1 * n + m + 1 : n]))
-
-
-def _fill(arr: _Arr, n: int, slots: int, lo: int, hi: int, row: _Arr) -> None:
-    """Set buckets ``lo..hi`` (inclusive) of a bucket-major array to ``row`` (``n`` values)."""
-    count = hi - lo + 1
-    if count <= 0:
-        return
-    if count >= slots:
-        arr[:] = row * slots
-        return
-    i0, i1 = lo % slots, hi % slots
-    if i0 <= i1:
-        arr[i0 * n : (i1 + 1) * n] = row * count
-    else:
-        arr[i0 * n :] = row * (slots - i0)
-        arr[: (i1 + 1) * n] = row * (i1 + 1)
-
-
-def resample(values: Sequence[float], n: int) -> list[float]:
-    """Average ``values`` into ``n`` columns, ignoring NaN (NaN where a column is empty)."""
-    size = len(values)
-    if n <= 0:
-        return []
-    if size == n:
-        return list(values)
-    out: list[float] = []
-    for c in range(n):
-        a, b = c * size // n, max((c + 1) * size // n, c * size // n + 1)
-        part = [v for v in values[a:b] if not math.isnan(v)]
-        out.append(sum(part) / len(part) if part else NAN)
-    return out

@@ -97,7 +97,7 @@ async def test_search_highlights_and_next_match() -> None:
         await pilot.pause()
         graph = graph_of(app)
         await pilot.press("slash", *"forward", "enter")
-        result = graph.search_result
+        result = graph._search
         assert result is not None
         assert result.value == 30 + 25  # samples with a forward frame, once each
         assert "55.0%" in graph._status_text()
@@ -147,7 +147,7 @@ async def test_function_table_sorts_and_searches() -> None:
         await pilot.press("s", "down", "enter")
         await pilot.pause()
         assert isinstance(app.screen, FlameScreen)
-        result = graph_of(app).search_result
+        result = graph_of(app)._search
         assert result is not None and result.pattern == "^Attention\\.forward"
 
 
@@ -185,7 +185,7 @@ async def test_live_update_keeps_place_and_pause_holds() -> None:
         assert graph.profile is newer
         assert newer.label(graph.focus_node) == focus_label
         assert graph.collapsed
-        assert graph.search_result is not None and graph.search_result.value == 130 + 25
+        assert graph._search is not None and graph._search.value == 130 + 25
         await pilot.press("p")
         assert graph.paused
         newest = training_profile(extra=200)
@@ -219,7 +219,7 @@ async def test_fixture_profile_opens_and_navigates() -> None:
         for key in ["up"] * 10 + ["left", "right", "down", "enter", "slash", *"vertx", "enter", "n"]:
             await pilot.press(key)
         assert graph.focus_node > 0
-        assert graph.search_result is not None
+        assert graph._search is not None
         top = function_table(profile)[0]
         assert top.self_value == 23
 
@@ -272,9 +272,9 @@ async def test_escape_clears_search_before_leaving() -> None:
         await pilot.pause()
         graph = graph_of(app)
         await pilot.press("slash", *"step", "enter")
-        assert graph.search_result is not None
+        assert graph._search is not None
         await pilot.press("escape")
-        assert graph.search_result is None
+        assert graph._search is None
         assert isinstance(app.screen, FlameScreen)
         await pilot.press("escape")
         await pilot.pause()
@@ -547,7 +547,7 @@ async def test_a_refused_search_says_why_until_the_user_moves_on() -> None:
         graph = graph_of(app)
         await pilot.press("slash", *"(unclosed", "enter")
         await pilot.pause()
-        assert graph.search_result is None and "│" in graph._status_text()  # the reason, right of the bar
+        assert graph._search is None and "│" in graph._status_text()  # the reason, right of the bar
         said = graph._status_text().split("│", 1)[1]
         assert said.strip()
         await pilot.press("up")

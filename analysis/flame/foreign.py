@@ -4,10 +4,14 @@
 ``.cpuprofile`` / ``.heapprofile`` (:mod:`.v8profile`) or a Firefox/Gecko
 profile (:mod:`.gecko`). :func:`unsupported_json` names the JSON formats
 gpulens knows but does not read (sniffed as speedscope's ``import/index.ts``
-sniffs them), so the refusal says what the file is and how to convert it.
+sniffs them): an :class:`UnsupportedJson` whose kind is the format and whose
+``str()`` says what the file is and how to convert it (the refusal's words).
 """
 
 from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
 
 from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem
 from gpulens.analysis.flame.gecko import gecko_group, gecko_root
@@ -47,20 +51,50 @@ def foreign_group(doc: object, kind: str, source: str, title: str, max_events: i
     return single(heapprofile_profile(doc, source, "Chrome heap profile: allocated bytes", max_events))
 
 
-def unsupported_json(doc: object) -> str | None:
-    """``<format>: not supported (hint)`` for a JSON profile format gpulens knows but does not read."""
+class UnsupportedJsonKind(enum.Enum):
+    """The JSON profile formats gpulens names but does not read (none fills a field of :class:`UnsupportedJson`)."""
+
+    SAFARI = "safari"  # a Safari timeline recording
+    STACKPROF = "stackprof"  # a stackprof (Ruby) profile
+    GHC = "ghc"  # a GHC JSON profile (+RTS -pj)
+    V8_LOG = "v8-log"  # a preprocessed V8 log (node --prof-process --preprocess)
+    V8_TREE = "v8-tree"  # a V8 profile tree of an unknown kind ('head' without samples or sizes)
+
+
+_NAMES = {
+    UnsupportedJsonKind.SAFARI: "Safari timeline recording",
+    UnsupportedJsonKind.STACKPROF: "stackprof (Ruby) profile",
+    UnsupportedJsonKind.GHC: "GHC JSON profile (`+RTS -pj`)",
+    UnsupportedJsonKind.V8_LOG: "V8 log (`node --prof-process --preprocess`)",
+    UnsupportedJsonKind.V8_TREE: "V8 profile tree of an unknown kind (a 'head' without samples or sizes)",
+}
+_HINTS = {UnsupportedJsonKind.STACKPROF: "fold it with `stackprof --stackcollapse FILE > out.folded`, or "}
+
+
+@dataclass(frozen=True, slots=True)
+class UnsupportedJson:
+    """A JSON profile of a format gpulens knows but does not read: ``kind`` names it; ``str()`` is
+    ``<format>: not supported (how to convert it)``, the refusal's words."""
+
+    kind: UnsupportedJsonKind
+
+    def __str__(self) -> str:
+        return f"{_NAMES[self.kind]}: not supported ({_HINTS.get(self.kind, '')}{_SPEEDSCOPE_HINT})"
+
+
+def unsupported_json(doc: object) -> UnsupportedJson | None:
+    """The JSON profile format gpulens knows but does not read that ``doc`` is, or None."""
     if not isinstance(doc, dict):
         return None
     rec = doc.get("recording")
     if isinstance(rec, dict) and "sampleStackTraces" in rec:
-        return f"Safari timeline recording: not supported ({_SPEEDSCOPE_HINT})"
+        return UnsupportedJson(UnsupportedJsonKind.SAFARI)
     if "mode" in doc and "frames" in doc and ("raw_timestamp_deltas" in doc or "raw" in doc):
-        return ("stackprof (Ruby) profile: not supported (fold it with `stackprof --stackcollapse FILE > out.folded`, "
-                f"or {_SPEEDSCOPE_HINT})")
+        return UnsupportedJson(UnsupportedJsonKind.STACKPROF)
     if "rts_arguments" in doc and "initial_capabilities" in doc:
-        return f"GHC JSON profile (`+RTS -pj`): not supported ({_SPEEDSCOPE_HINT})"
+        return UnsupportedJson(UnsupportedJsonKind.GHC)
     if "code" in doc and "functions" in doc and "ticks" in doc:
-        return f"V8 log (`node --prof-process --preprocess`): not supported ({_SPEEDSCOPE_HINT})"
+        return UnsupportedJson(UnsupportedJsonKind.V8_LOG)
     if isinstance(doc.get("head"), dict):
-        return f"V8 profile tree of an unknown kind (a 'head' without samples or sizes): not supported ({_SPEEDSCOPE_HINT})"
+        return UnsupportedJson(UnsupportedJsonKind.V8_TREE)
     return None

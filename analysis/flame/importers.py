@@ -280,14 +280,6 @@ def _first_line_folded(data: bytes) -> bool:
     return True
 
 
-def profile_from_bytes(
-    data: bytes, source: str = "input", metric: str = "auto", limits: InputLimits | None = None,
-    profile: int | str | None = None,
-) -> Profile:
-    """One profile from bytes (see :func:`group_from_bytes`): ``profile`` index, ``"all"``, or the active one."""
-    return group_from_bytes(data, source, metric, limits).pick(profile)
-
-
 def _check_metric(metric: str, allowed: tuple[str, ...], what: str, source: str) -> None:
     """A metric the file cannot have is an error, not silently ignored."""
     if metric == "auto" or metric in allowed:

@@ -24,6 +24,7 @@ Everything else is dropped in the worker that read the file.
 
 from __future__ import annotations
 
+import enum
 import math
 import re
 from bisect import bisect_right
@@ -72,15 +73,36 @@ class CommKernel:
     dur_us: float
 
 
+class NotPlacedKind(enum.Enum):
+    """Why a rank's events were not placed in its steps; the comment says which fields of :class:`NotPlaced` it fills."""
+
+    SPANS_OVERLAP = "spans-overlap"  # spans (ProfilerStep#N spans, some overlapping), events (to place in them)
+
+
+@dataclass(frozen=True, slots=True)
+class NotPlaced:
+    """Why a rank's events were not placed in its steps: ``kind`` and the facts its sentence names."""
+
+    kind: NotPlacedKind
+    spans: int = 0
+    events: int = 0
+
+    def __str__(self) -> str:
+        return (f"{self.spans} ProfilerStep#N spans that overlap: too many to place "
+                f"{self.events} events in them (HTA scans every span for every event)")
+
+
 @dataclass(frozen=True, slots=True)
 class RankArrival:
-    """One rank's input to the late-arrival method; ``note`` says why it has none."""
+    """One rank's input to the late-arrival method; ``note`` says why it has none, ``refused`` why its events
+    were not placed at all (the late-arrival method then refuses the job)."""
 
     steps: tuple[StepSpan, ...]
     ranges: tuple[IterRange, ...]
     kernels: tuple[CommKernel, ...]
     note: str = ""
     profile: StepProfile | None = None  # per-step parts for the straggler rule (any step markers, not only ProfilerStep)
+    refused: NotPlaced | None = None
 
 
 def _int(v: object) -> int | None:
@@ -155,13 +177,12 @@ def _cpu_rows(fold: RankFold) -> list[Iterable[Interval]]:
             zip(fold.row_starts, fold.row_ends, strict=True), spans]
 
 
-def _overlap_refusal(steps: tuple[StepSpan, ...], fold: RankFold) -> str | None:
+def _overlap_refusal(steps: tuple[StepSpan, ...], fold: RankFold) -> NotPlaced | None:
     """Why overlapping step spans are not scanned (too many events to place in them), or None."""
     _, starts, ends = _sorted(steps)
     rows = len(fold.cpu_starts) + len(fold.comm_ops) + len(fold.row_starts) + len(fold.gpu)
     if not _disjoint(starts, ends) and len(steps) * rows > OVERLAP_BUDGET:
-        return (f"{len(steps)} ProfilerStep#N spans that overlap: too many to place "
-                f"{rows} events in them (HTA scans every span for every event)")
+        return NotPlaced(NotPlacedKind.SPANS_OVERLAP, len(steps), rows)
     return None
 
 
@@ -228,7 +249,7 @@ def rank_arrival(fold: RankFold) -> RankArrival:
         return RankArrival((), (), (), "no ProfilerStep#N spans", profile)
     refused = _overlap_refusal(steps, fold)
     if refused is not None:
-        return RankArrival(steps, (), (), refused, profile)
+        return RankArrival(steps, (), (), "", profile, refused)
     n = len(steps)
     lo, hi = [math.inf] * n, [-math.inf] * n
     _fold_rows(steps, _cpu_rows(fold), lo, hi)

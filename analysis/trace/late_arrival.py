@@ -30,12 +30,13 @@ iteration, how much later than the earliest rank the collective started.
 
 from __future__ import annotations
 
+import enum
 import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpulens.analysis.trace.arrival import CommKernel, RankArrival
+from gpulens.analysis.trace.arrival import CommKernel, NotPlaced, RankArrival
 
 MIN_NORMALIZED_DURATION = 0.01
 CANDIDATES = 2
@@ -62,11 +63,48 @@ class ArrivalRank:
         return sum(xs) / len(xs) if xs else None
 
 
+class NoLateArrivalKind(enum.Enum):
+    """Why the method could not run; the comment says which fields of :class:`NoLateArrival` it fills."""
+
+    RANK_NOT_PLACED = "rank-not-placed"  # rank, placed (why that rank's events were not placed in its steps)
+    NO_STEPS = "no-steps"  # no rank has ProfilerStep#N spans
+    NO_TIME_SPAN = "no-time-span"  # the steps hold no event with a usable duration
+    NO_LONG_KERNEL = "no-long-kernel"  # no NCCL kernel of at least 1% of the mean step in a step > 0
+    NO_SPREAD = "no-spread"  # no NCCL kernel seen on two ranks in one iteration
+
+
+@dataclass(frozen=True, slots=True)
+class NoLateArrival:
+    """Why HTA's late-arrival method could not run: ``kind`` and the facts its sentence names."""
+
+    kind: NoLateArrivalKind
+    rank: int = -1
+    placed: NotPlaced | None = None
+
+    def __str__(self) -> str:
+        return self.render()
+
+    def render(self) -> str:
+        """The one line the report (text, JSON) and the profiler screen give after ``n/a``."""
+        k = self.kind
+        if k is NoLateArrivalKind.RANK_NOT_PLACED:
+            return f"rank {self.rank}: {self.placed}"
+        if k is NoLateArrivalKind.NO_STEPS:
+            return "no ProfilerStep#N spans (HTA's method needs them)"
+        if k is NoLateArrivalKind.NO_TIME_SPAN:
+            return ("the ProfilerStep#N spans have no usable time span "
+                    "(no events with a duration, or timestamps out of range)")
+        if k is NoLateArrivalKind.NO_LONG_KERNEL:
+            return ("no NCCL kernel (ncclKernel*, ncclDevKernel*) of at least 1% of the mean step "
+                    "launched in a ProfilerStep > 0 (HTA's method needs one)")
+        return "no NCCL kernel seen on two ranks in one iteration (the spread across ranks is undefined)"
+
+
 @dataclass(frozen=True, slots=True)
 class LateArrival:
-    """The result; with ``note`` set (why it could not run) the other fields are empty."""
+    """The result; with ``why`` set (it could not run) the other fields are empty."""
 
-    note: str
+    why: NoLateArrival | None
     candidates: int
     include_last_step: bool
     stragglers: tuple[int, ...] = ()
@@ -76,6 +114,11 @@ class LateArrival:
     mean_iter_us: float = 0.0
     min_duration_us: float = 0.0
     ranks: tuple[ArrivalRank, ...] = ()
+
+    @property
+    def note(self) -> str:
+        """Why it could not run, in words ('' when it ran): what the report and the screen show."""
+        return "" if self.why is None else self.why.render()
 
 
 def _kept_steps(r: RankArrival, drop_last: bool) -> set[int]:
@@ -87,10 +130,10 @@ def _kept_steps(r: RankArrival, drop_last: bool) -> set[int]:
     return {s.iteration for s in r.steps if s.ts_us < last}
 
 
-def _refusal(ranks: Sequence[tuple[int, RankArrival]]) -> str | None:
-    """Why a rank's reduction cannot be used (its step spans overlap), or None."""
-    refused = next(((rank, r.note) for rank, r in ranks if r.steps and not r.ranges and "overlap" in r.note), None)
-    return None if refused is None else f"rank {refused[0]}: {refused[1]}"
+def _refusal(ranks: Sequence[tuple[int, RankArrival]]) -> NoLateArrival | None:
+    """Why a rank's reduction cannot be used (its events were not placed: step spans that overlap), or None."""
+    return next((NoLateArrival(NoLateArrivalKind.RANK_NOT_PLACED, rank, r.refused)
+                 for rank, r in ranks if r.refused is not None), None)
 
 
 def _steps_used(ranks: Sequence[tuple[int, RankArrival]], include_last_step: bool) -> dict[int, set[int]]:
@@ -175,36 +218,34 @@ def late_arrival(
 ) -> LateArrival:
     """HTA's potential stragglers for ranks ``(rank, reduction)`` (see the module docstring)."""
     k = max(1, candidates)
-    fail = LateArrival("", k, include_last_step)
+    fail = LateArrival(None, k, include_last_step)
     refused = _refusal(ranks)
     if refused is not None:
         return _with(fail, refused)
     kept = _steps_used(ranks, include_last_step)
     iterations = sorted(set().union(*kept.values())) if kept else []
     if not iterations:
-        return _with(fail, "no ProfilerStep#N spans (HTA's method needs them)")
+        return _with(fail, NoLateArrival(NoLateArrivalKind.NO_STEPS))
     lo, hi = _time_span(ranks, kept)
     mean_iter = (hi - lo) / len(iterations)
     if not (math.isfinite(mean_iter) and mean_iter > 0):
-        return _with(fail, "the ProfilerStep#N spans have no usable time span "
-                           "(no events with a duration, or timestamps out of range)")
+        return _with(fail, NoLateArrival(NoLateArrivalKind.NO_TIME_SPAN))
     min_dur = mean_iter * MIN_NORMALIZED_DURATION
     last = _candidate_kernels(ranks, kept, min_dur)
     if not last:
-        return _with(fail, "no NCCL kernel (ncclKernel*, ncclDevKernel*) of at least 1% of the mean step "
-                           "launched in a ProfilerStep > 0 (HTA's method needs one)")
+        return _with(fail, NoLateArrival(NoLateArrivalKind.NO_LONG_KERNEL))
     best = _dominant_collective(last, mean_iter)
     if best is None:
-        return _with(fail, "no NCCL kernel seen on two ranks in one iteration (the spread across ranks is undefined)")
+        return _with(fail, NoLateArrival(NoLateArrivalKind.NO_SPREAD))
     stream, name = best
     metric = _normalized_starts(last, best, lo, mean_iter)
     its = sorted(metric)
     flagged = _flag_counts(metric, its, k)
     order = sorted(flagged, key=lambda rk: (-flagged[rk], rk))
     rows = _arrival_rows(metric, its, flagged, mean_iter)
-    return LateArrival("", k, include_last_step, tuple(order[:k]), name, stream, tuple(its), mean_iter, min_dur,
+    return LateArrival(None, k, include_last_step, tuple(order[:k]), name, stream, tuple(its), mean_iter, min_dur,
                        tuple(rows))
 
 
-def _with(base: LateArrival, note: str) -> LateArrival:
-    return LateArrival(note, base.candidates, base.include_last_step)
+def _with(base: LateArrival, why: NoLateArrival) -> LateArrival:
+    return LateArrival(why, base.candidates, base.include_last_step)

@@ -204,12 +204,6 @@ def judge(reports: Sequence[RankReport], threshold_pct: float = 5.0) -> tuple[li
     return judge_ranks(ranks, threshold_pct)
 
 
-def judge_profiles(profiles: Sequence[tuple[int, StepProfile]],
-                   threshold_pct: float = 5.0) -> tuple[list[Straggler], StragglerRule]:
-    """The rule on ``(rank, profile)`` pairs directly."""
-    return judge_ranks([_from_profile(rank, p) for rank, p in profiles if p.steps], threshold_pct)
-
-
 def judge_ranks(ranks: Sequence[_Rank], threshold_pct: float) -> tuple[list[Straggler], StragglerRule]:
     """The rule on reduced ranks."""
     if len(ranks) < 2:

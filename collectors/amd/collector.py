@@ -100,8 +100,8 @@ class AmdCollector:
                 smi = self._smi.read(card.pci_slot)
                 notes.update({f"amdsmi.{k}": v for k, v in smi.unavailable.items() if k != "amdsmi"})
             found = procs.get(card.name)
-            if unlisted and not found:
-                notes["processes"] = unlisted
+            if unlisted is not None and not found:
+                notes["processes"] = str(unlisted)  # the sample's unavailable map: words
             try:
                 g = reader.read(first_index + i, found, smi, indices.get(card.parent), notes)
             except _READ_ERRORS as err:  # one card's failure must not take the other GPUs down

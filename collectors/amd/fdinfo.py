@@ -21,6 +21,7 @@ time since the previous read, capped at 100 %.
 
 from __future__ import annotations
 
+import enum
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -97,6 +98,23 @@ def parse_fdinfo(text: str) -> Client | None:
             continue
         busy = (busy or 0.0) + int(number) / int(capacity)
     return Client(client_id, vram, busy)
+
+
+class UnlistedKind(enum.Enum):
+    """Why processes may be missing from every card; the comment says which fields of :class:`Unlisted` it fills."""
+
+    FDS_HIDDEN = "fds-hidden"  # hidden: processes whose descriptors could not be listed (not root)
+
+
+@dataclass(frozen=True, slots=True)
+class Unlisted:
+    """Why some processes may be missing from every card: ``kind`` and the facts its sentence names."""
+
+    kind: UnlistedKind
+    hidden: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.hidden} processes' descriptors could not be listed (not root)"
 
 
 @dataclass(slots=True)
@@ -205,9 +223,9 @@ class DrmClients:
             self._files.forget(path)
         self._open = used
         self._busy, self._busy_at = busy, now
-        if self._hidden:
-            note = (f"{self._hidden} processes' descriptors could not be listed (not root): "
-                    "their GPU use is not shown")
+        unlisted = self.unlisted()
+        if unlisted is not None:
+            note = f"{unlisted}: their GPU use is not shown"
             for entry in out.values():
                 entry.reasons.setdefault("processes", note)
         return out
@@ -217,11 +235,11 @@ class DrmClients:
         self._files.close()
         self._open = set()
 
-    def unlisted(self) -> str | None:
+    def unlisted(self) -> Unlisted | None:
         """Why some processes may be missing from every card (None: every process was listed)."""
         if not self._hidden:
             return None
-        return f"{self._hidden} processes' descriptors could not be listed (not root)"
+        return Unlisted(UnlistedKind.FDS_HIDDEN, self._hidden)
 
     def _process(self, pid: int, card: str, clients: Mapping[str, Client], busy: dict[tuple[int, str, str], float],
                  dt_ns: float | None, reasons: dict[str, str]) -> GpuProcess:

@@ -14,12 +14,19 @@ inner one returns first): a second allocation at an address already live is
 the same one, and its stack ends ``… > cudaMalloc > cuMemAlloc_v2``. A free of an address never seen was allocated before the
 probes attached: counted, not guessed. Events the ring buffer had no room for
 are counted by the BPF program and reported (:attr:`GpuMemTracer.lost`).
+
+Why not is a value, rendered to text where it leaves (a log, a reply, a
+stack's frame): :func:`why_not` answers a :class:`NoTracing` (this machine
+cannot trace at all), :meth:`GpuMemTracer.watch` a :class:`NoPythonFrames`
+(one process's Python frames cannot be read); ``str()`` of either is the
+sentence.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import enum
 import os
 import re
 import struct
@@ -74,6 +81,62 @@ class Event:
     """(code object, last instruction) per Python frame, innermost first."""
     native: tuple[int, ...] = ()
     """Return addresses of the user stack at the allocation, innermost first (frame pointers walked)."""
+
+
+class NoPythonFramesKind(enum.Enum):
+    """Why a process's Python frames cannot be read; both fill ``detail`` of :class:`NoPythonFrames`."""
+
+    NOT_READABLE = "not-readable"  # detail: PythonNotReadable's words (not CPython, an unknown version, ...)
+    OS_ERROR = "os-error"  # detail: the OSError's words (its /proc files, its memory)
+
+
+@dataclass(frozen=True, slots=True)
+class NoPythonFrames:
+    """Why one process's Python frames cannot be read: ``kind`` and the words (cleaned: they may quote
+    paths the traced process mapped); ``str()`` is the sentence its stacks and the reply carry."""
+
+    kind: NoPythonFramesKind
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return self.detail
+
+
+class NoTracingKind(enum.Enum):
+    """Why GPU memory cannot be traced on this machine; the comment says which fields of :class:`NoTracing` it fills."""
+
+    NOT_ROOT = "not-root"  # eBPF needs root (or CAP_BPF+CAP_PERFMON)
+    NO_OBJECT = "no-object"  # path: the BPF object that is not built
+    NO_UPROBES = "no-uprobes"  # the kernel has no uprobe PMU
+    NO_LIBBPF = "no-libbpf"  # detail: the BpfError's words (libbpf missing or unusable)
+
+
+@dataclass(frozen=True, slots=True)
+class NoTracing:
+    """Why this machine cannot trace GPU memory: ``kind`` and the facts its sentence names."""
+
+    kind: NoTracingKind
+    path: str = ""
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return self.render()
+
+    def render(self) -> str:
+        """The one line the command, the agent's reply and its log give."""
+        k = self.kind
+        if k is NoTracingKind.NOT_ROOT:
+            return "GPU memory tracing loads eBPF: it needs root (or CAP_BPF+CAP_PERFMON)"
+        if k is NoTracingKind.NO_OBJECT:
+            return f"the BPF object {self.path} is missing (build it: collectors/gpumem/bpf/build.sh)"
+        if k is NoTracingKind.NO_UPROBES:
+            return "this kernel has no uprobe PMU (CONFIG_UPROBE_EVENTS)"
+        return self.detail  # NO_LIBBPF: libbpf's words
+
+
+def rendered(reason: NoPythonFrames | NoTracing | None) -> str | None:
+    """The reason's sentence (None stays None): what a reply's per-process map carries."""
+    return None if reason is None else str(reason)
 
 
 def decode_event(raw: bytes) -> Event | None:
@@ -177,7 +240,7 @@ class GpuMemTracer:
         self.pids = tuple(pids)
         self.native = NativeSymbols() if native else None
         self.allocations = Allocations()
-        self.python: dict[int, str | None] = {}
+        self.python: dict[int, NoPythonFrames | None] = {}
         """pid -> why its Python frames cannot be read (None: they can)."""
         self.attached: dict[int, list[str]] = {}
         """pid (-1: every process) -> the calls probed."""
@@ -242,7 +305,7 @@ class GpuMemTracer:
             done.append(name)
         return done
 
-    def watch(self, pid: int) -> str | None:
+    def watch(self, pid: int) -> NoPythonFrames | None:
         """Tell the BPF program where ``pid``'s CPython frames are (once); why they cannot be read, or None."""
         if pid in self.python:
             return self.python[pid]
@@ -250,8 +313,9 @@ class GpuMemTracer:
             target = find_python(pid)
             reader = CodeReader(target)
         except (PythonNotReadable, OSError) as err:
-            self.python[pid] = clean_text(str(err))  # it may quote paths the traced process mapped
-            return self.python[pid]
+            kind = NoPythonFramesKind.NOT_READABLE if isinstance(err, PythonNotReadable) else NoPythonFramesKind.OS_ERROR
+            why = self.python[pid] = NoPythonFrames(kind, clean_text(str(err)))  # it may quote paths the process mapped
+            return why
         self._readers[pid] = reader
         self.python[pid] = None
         self._set_layout(pid, target)
@@ -289,10 +353,10 @@ class GpuMemTracer:
         """The Python frames of an allocation, outermost first, or the one frame that says why there are none."""
         if e.py_status == 1:  # the program had no layout for this process when it allocated
             why = self.watch(e.pid) if e.pid not in self.python else self.python[e.pid]
-            return [f"<python frames not read: {why or 'the process was not known yet at this allocation'}>"]
+            return [f"<python frames not read: {rendered(why) or 'the process was not known yet at this allocation'}>"]
         reader = self._readers.get(e.pid)
         if reader is None:
-            return [f"<python frames not read: {self.python.get(e.pid) or 'not a traced process'}>"]
+            return [f"<python frames not read: {rendered(self.python.get(e.pid)) or 'not a traced process'}>"]
         if e.py_status == 2:
             return ["<no Python thread state for this thread: a native thread>"]
         frames = [reader.frame(code, instr) for code, instr in reversed(e.frames)]
@@ -353,20 +417,21 @@ def folded(stacks: Iterable[tuple[tuple[str, ...], int]]) -> str:
     return "".join(f"{s} {n}\n" for s, n in lines)
 
 
-def why_not(pid_check: int | None = None) -> str | None:
-    """Why tracing cannot work on this machine (None: it may): root, the object, the kernel's uprobes."""
+def why_not() -> NoTracing | None:
+    """Why tracing cannot work on this machine (None: it may): root, the object, the kernel's uprobes, libbpf."""
     if os.geteuid() != 0:
-        return "GPU memory tracing loads eBPF: it needs root (or CAP_BPF+CAP_PERFMON)"
+        return NoTracing(NoTracingKind.NOT_ROOT)
     if not OBJECT.exists():
-        return f"the BPF object {OBJECT} is missing (build it: collectors/gpumem/bpf/build.sh)"
+        return NoTracing(NoTracingKind.NO_OBJECT, path=str(OBJECT))
     if not Path("/sys/bus/event_source/devices/uprobe").exists():
-        return "this kernel has no uprobe PMU (CONFIG_UPROBE_EVENTS)"
+        return NoTracing(NoTracingKind.NO_UPROBES)
     try:
         Libbpf()
     except BpfError as err:
-        return str(err)
+        return NoTracing(NoTracingKind.NO_LIBBPF, detail=str(err))
     return None
 
 
-__all__ = ["CALLS", "MAX_FRAMES", "MAX_NATIVE", "Allocations", "BpfError", "GpuMemTracer", "PyTarget", "decode_event", "folded",
+__all__ = ["CALLS", "MAX_FRAMES", "MAX_NATIVE", "Allocations", "BpfError", "GpuMemTracer", "NoPythonFrames",
+           "NoPythonFramesKind", "NoTracing", "NoTracingKind", "PyTarget", "decode_event", "folded", "rendered",
            "why_not"]

@@ -111,11 +111,6 @@ class NvmlCollector:
             return
         self._devices = [GpuDevice(nvml, i, clock) for i in range(min(count, MAX_GPUS))]
 
-    @property
-    def gpu_count(self) -> int:
-        """How many GPUs NVML reported when the collector opened."""
-        return len(self._devices)
-
     def read(self) -> GpuReading:
         """Read all GPUs now (``nvidia-smi -q`` for each, plus GPM).
 

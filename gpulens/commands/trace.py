@@ -1,46 +1,36 @@
 """``gpulens trace``: take an on-demand PyTorch trace of running processes (like ``dyno gputrace``).
 
-One gpulens per host owns the Kineto endpoint. When the name is free this
-command owns it while it runs (an in-process agent,
-``gpulens.agent.agent.endpoint_owner``, whose control socket serves every
-other gpulens on the host meanwhile); when another gpulens holds it (an
-agent, a TUI, another ``gpulens trace``) the request goes through that
-one's control socket (``gpulens.sources.stream.control_trace``).
-``--connect HOST:PORT`` / ``--ssh NODE`` trace on another host through its
-agent; ``--job KEY [--hosts A,B]`` traces every process of a job on every
-host at one common start time (``gpulens.commands.trace_job``). Every agent
-path runs ``gpulens.sources.tracing.fetch_trace``, the flow the TUI uses;
-this module only prints (progress on stderr, ``PID PATH`` on stdout) and
-copies to ``-o``. The target must run with ``KINETO_USE_DAEMON=1`` (and,
-if it sets ``KINETO_IPC_SOCKET_DIR``, the same directory here via
-``--ipc-socket-dir``, or in the agent's environment).
+The command line: the flags, the request they make (checked by
+``TraceRequest.validate``, a refusal naming its flag) and the way it goes.
+One gpulens per host owns the Kineto endpoint: on this host the command owns
+it while it runs, or goes through the gpulens holding it
+(``gpulens.commands.trace_here``); ``--connect HOST:PORT`` / ``--ssh NODE``
+trace on another host through its agent (``gpulens.commands.trace_agent``);
+``--job KEY [--hosts A,B]`` traces every process of a job on every host at
+one common start time (``gpulens.commands.trace_job``). Progress goes to
+stderr, ``PID PATH`` to stdout, a copy to ``-o``. The target must run with
+``KINETO_USE_DAEMON=1`` (and, if it sets ``KINETO_IPC_SOCKET_DIR``, the same
+directory here via ``--ipc-socket-dir``, or in the agent's environment).
 """
-
 from __future__ import annotations
 
 import argparse
 import os
-import time
 from typing import TYPE_CHECKING
 
 from gpulens.commands._args import add_pid_argument, add_remote_arguments, pids_of, remote_target
 from gpulens.commands.trace_common import (
     CHILDREN_WAIT_S,
     EXIT_FAILED,
-    EXIT_OK,
     EXIT_USAGE,
     JOB_WAIT_S,
     MAX_WAIT_S,
-    Progress,
-    hand_back,
     say,
 )
 
 if TYPE_CHECKING:
     from gpulens.core.errors import ConfigError
-    from gpulens.ipc.kineto.requests import BadTraceRequest, TraceRequest
-    from gpulens.ipc.kineto.service import LocalTraceService
-    from gpulens.sources.tracing import Requester
+    from gpulens.ipc.kineto.requests import BadTraceRequest
 
 HELP = "take an on-demand PyTorch profiler trace of running processes (Kineto, no restart)"
 
@@ -210,260 +200,9 @@ def _run(args: argparse.Namespace) -> int:
                               detail=f"{parent} is not a directory; gpulens does not create parent directories "
                                      "(make it first)")
     if target is not None:
-        return _trace_remote(args, req, target)
-    return _trace_here(args, req)
+        from gpulens.commands.trace_agent import trace_remote
 
+        return trace_remote(args, req, target)
+    from gpulens.commands.trace_here import trace_here
 
-def _trace_here(args: argparse.Namespace, req: TraceRequest) -> int:
-    """This host: own the endpoint while tracing, or go through the gpulens that owns it."""
-    import socket
-
-    from gpulens import __version__
-    from gpulens.agent.agent import endpoint_owner
-    from gpulens.ipc.errors import EndpointBusy
-
-    try:
-        owner = endpoint_owner(socket.gethostname(), args.ipc_socket_dir, version=__version__)
-    except EndpointBusy as busy:
-        return _trace_through_owner(args, req, busy)
-    try:
-        svc = owner.requests.trace_service
-        assert svc is not None
-        from gpulens.ipc.kineto.service import LocalTraceService
-
-        assert isinstance(svc, LocalTraceService)
-        say(f"serving the Kineto endpoint at {svc.address}")
-        return _trace_with(svc, args, req)
-    finally:
-        hand_back(owner)
-
-
-def _trace_with(svc: LocalTraceService, args: argparse.Namespace, req: TraceRequest) -> int:
-    from dataclasses import replace
-
-    from gpulens.ipc.errors import TraceError
-    from gpulens.ipc.kineto.requests import TraceJob
-    from gpulens.sources.tracing import copy_trace
-
-    if args.children:
-        pids = _children_here(svc, req.pids, args.wait)
-        if not pids:
-            return EXIT_FAILED
-        req = replace(req, pids=pids)
-    if req.iterations is not None:
-        for pid in req.pids:
-            if svc.has_stepped(pid) is False:  # unknown (never traced here) is not said: it may well step
-                say(_unstepped(pid, req))
-    if len(req.pids) > 1 and req.duration_ms is not None and req.start_time_ms is None:
-        req = _common_start(svc, req)
-    progress = Progress()
-    asked = req
-
-    def show(job: TraceJob) -> None:
-        if job.request is asked:  # not the traces others request through this endpoint meanwhile
-            progress(job.state.value, job.detail)
-
-    svc.add_listener(show)
-    fut = svc.request_trace(req)
-    try:
-        result = fut.result(timeout=req.timeout_s + 60)
-    except TraceError as err:
-        say(f"failed: {err}")
-        return EXIT_FAILED
-    except TimeoutError:
-        say(f"failed: no answer within {req.timeout_s + 60:.0f} s")
-        return EXIT_FAILED
-    for pid, path in sorted(result.files.items()):
-        final = (
-            copy_trace(path, args.output, pid, len(result.files), owner_uid=result.owners.get(pid))
-            if args.output
-            else path
-        )
-        print(f"{pid} {final}", flush=True)
-    for pid, note in sorted(result.notes.items()):
-        say(f"process {pid}: {note}")
-    for pid, why in sorted(result.missing.items()):
-        say(f"process {pid}: {why}")
-    return EXIT_OK if not result.missing else EXIT_FAILED
-
-
-def _unstepped(pid: int, req: TraceRequest) -> str:
-    from gpulens.ipc.kineto.requests import ITERATION_FALLBACK_MS
-
-    return (
-        f"process {pid}: its last trace showed no optimizer.step(); Kineto counts {req.describe()} by "
-        f"optimizer.step() and traces {ITERATION_FALLBACK_MS} ms instead if it has not stepped yet"
-    )
-
-
-def _common_start(svc: LocalTraceService, req: TraceRequest) -> TraceRequest:
-    """Several pids get one start time, as ``--job`` ranks do (issue 32 item 3: windows began up to 257 ms apart):
-    after the longest poll interval among them, the margin and the warm-up."""
-    from dataclasses import replace
-
-    from gpulens.commands.trace_job import DEFAULT_POLL_S, START_MARGIN_S
-
-    known = [p.interval_s for p in svc.processes() if p.pid in req.pids and p.interval_s]
-    lead = max(known, default=DEFAULT_POLL_S) + START_MARGIN_S + req.warmup_s
-    start = time.time() + lead
-    stamp = time.strftime("%H:%M:%S", time.localtime(start)) + f".{int(start * 1000) % 1000:03d}"
-    say(f"{len(req.pids)} processes start their window together at {stamp} (in {lead:.1f} s)")
-    return replace(req, start_time_ms=int(start * 1000), timeout_s=req.timeout_s + lead)
-
-
-def _children_here(svc: LocalTraceService, parents: tuple[int, ...], wait_s: float | None) -> tuple[int, ...]:
-    """The ranks among the polling descendants of ``parents`` (:mod:`.trace_children`)."""
-    from gpulens.commands.trace_children import wait_for_ranks
-
-    wait = CHILDREN_WAIT_S if wait_s is None else wait_s
-    say(f"waiting up to {wait:.0f} s for the ranks under {','.join(map(str, parents))} to poll (--wait)")
-    ranks = wait_for_ranks(parents, lambda: {p.pid: p.ancestors for p in svc.processes()}, wait)
-    found = {}
-    for r in ranks:
-        if not r.pids:
-            say(f"process {r.parent}: no polling descendants: {svc.diagnose(r.parent) or 'it polls itself'}")
-        elif (warning := r.warning()) is not None:
-            say(warning)
-        found[r.parent] = r.pids
-    return _report_children(found)
-
-
-def _report_children(found: dict[int, tuple[int, ...]]) -> tuple[int, ...]:
-    pids = tuple(dict.fromkeys(k for kids in found.values() for k in kids))
-    if pids:
-        say(f"tracing {','.join(map(str, pids))}")
-    return pids
-
-
-def _trace_through_owner(args: argparse.Namespace, req: TraceRequest, busy: Exception) -> int:
-    """Another process holds the Kineto name: trace through it when it is a gpulens we may use."""
-    from gpulens.ipc.errors import StreamError
-    from gpulens.ipc.kineto.endpoint import holder_of, resolve_socket_dir
-    from gpulens.sources.stream.control_trace import connect_owner, is_gpulens, untrusted_holder
-    from gpulens.sources.tracing import default_download_dir
-
-    held = holder_of(resolve_socket_dir(args.ipc_socket_dir))
-    if held is not None and (squat := untrusted_holder(held[0])) is not None:
-        say(str(squat))
-        return EXIT_FAILED
-    if held is not None and not is_gpulens(held[0]):
-        say(f"kineto endpoint busy: {busy}")
-        return EXIT_FAILED
-    try:
-        link = connect_owner(args.ipc_socket_dir, default_download_dir())
-    except StreamError as err:
-        say(f"kineto endpoint busy: {busy}; and its control socket cannot be used: {err}")
-        return EXIT_FAILED
-    try:
-        owner = link.agent_pid if held is None else held[0]
-        kind = "root's agent pid" if held is None else "agent pid" if _is_agent(owner) else "pid"
-        say(f"the Kineto name is held by gpulens {kind} {owner}; tracing through it")
-        if args.children:
-            from dataclasses import replace
-
-            pids = _children_via(link, link.address, req.pids, args.wait)
-            if not pids:
-                return EXIT_FAILED
-            req = replace(req, pids=pids)
-        return _trace_via(link, link.address, req, args.output)
-    finally:
-        link.close()
-
-
-def _children_via(agent: Requester, host: str, parents: tuple[int, ...], wait_s: float | None) -> tuple[int, ...]:
-    """The ranks among the polling descendants of ``parents`` as the agent's ``trace_processes`` lists them."""
-    from concurrent.futures import CancelledError
-
-    from gpulens.commands.trace_children import wait_for_ranks
-    from gpulens.core.errors import GpulensError
-    from gpulens.ipc.request_schema import TraceProcessesParams
-
-    failed: list[str] = []
-
-    def polling() -> dict[int, tuple[int, ...]]:
-        try:
-            res = agent.request(host, TraceProcessesParams(), 5.0).result(timeout=6)
-        except (GpulensError, TimeoutError, CancelledError) as err:  # RequestFailed, or no answer in time
-            failed.append(str(err))
-            return {}
-        body = res.result if isinstance(res.result, dict) else {}
-        return {e["pid"]: tuple(a for a in e.get("ancestors") or [] if isinstance(a, int))
-                for e in body.get("processes") or [] if isinstance(e, dict) and isinstance(e.get("pid"), int)}
-
-    # A request to the agent each time: once a second (Kineto's on-demand poll), not at the local 0.2 s.
-    wait = CHILDREN_WAIT_S if wait_s is None else wait_s
-    ranks = wait_for_ranks(parents, polling, wait, cmdline=lambda pid: b"", every_s=1.0)
-    if failed and not any(r.pids for r in ranks):
-        say(f"the agent cannot list its polling processes: {failed[-1]}")
-        return ()
-    for r in ranks:
-        if not r.pids:
-            say(f"process {r.parent}: no polling descendants on {host}")
-    return _report_children({r.parent: r.pids for r in ranks})
-
-
-def _trace_remote(args: argparse.Namespace, req: TraceRequest, target: str) -> int:
-    """``--connect HOST:PORT`` / ``--ssh NODE``: through that host's agent stream."""
-    from dataclasses import replace
-
-    from gpulens.sources.stream.connect import open_agent
-    from gpulens.sources.tracing import default_download_dir
-
-    say(f"connecting to the agent at {target}")
-    src, address = open_agent(
-        target, token_file=args.token_file, ssh_command=args.ssh_command, download_dir=default_download_dir(),
-        tls_ca=getattr(args, "tls_ca", None),
-    )
-    try:
-        if args.children:
-            pids = _children_via(src, address, req.pids, args.wait)
-            if not pids:
-                return EXIT_FAILED
-            req = replace(req, pids=pids)
-        return _trace_via(src, address, req, args.output)
-    finally:
-        src.stop()
-
-
-def _trace_via(agent: Requester, host: str, req: TraceRequest, output: str | None) -> int:
-    """Trace through ``host``'s agent, print its progress and the files (copied to ``output``); the exit code."""
-    from gpulens.ipc.errors import RequestFailed
-    from gpulens.sources.tracing import copy_trace, fetch_trace, new_tag, trace_wait_s
-
-    on_state = Progress()
-
-    def on_silent(why: str) -> None:
-        say(f"no progress reports from this agent ({why}); waiting for the trace")
-
-    try:
-        got = fetch_trace(agent, host, req, new_tag(), on_state, on_silent)
-    except RequestFailed as err:
-        say(str(err))  # the agent's own sentence, e.g. "trace failed: 123: socket-dir mismatch: ..."
-        return EXIT_FAILED
-    except TimeoutError:
-        say(f"failed: the agent at {host} sent no trace within {trace_wait_s(req):.0f} s")
-        return EXIT_FAILED
-    for pid_s, (name, path) in sorted(got.files.items()):
-        say(f"received {name} ({path.stat().st_size} bytes)")
-        if output:
-            say(f"writing {output}")
-            final = copy_trace(path, output, pid_s, got.named, owner_uid=os.geteuid())
-            path.unlink(missing_ok=True)  # the download was only a staging copy
-        else:
-            final = str(path)
-        print(f"{pid_s} {final}", flush=True)
-    for pid_s, note in sorted(got.notes.items()):
-        say(f"process {pid_s}: {note}")
-    for pid_s, why in sorted(got.missing.items()):
-        say(f"process {pid_s}: {why}")
-    say("done" if not got.missing else "done, with processes missing")
-    return EXIT_OK if got.named and not got.missing else EXIT_FAILED
-
-
-def _is_agent(pid: int) -> bool:
-    """True when ``pid`` runs ``gpulens agent`` (else a TUI's or a trace command's in-process owner)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return b"agent" in fh.read(65536).split(b"\0")
-    except OSError:
-        return False
+    return trace_here(args, req)

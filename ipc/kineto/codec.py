@@ -9,8 +9,9 @@ Wire format (native little-endian, x86-64), one datagram per message::
     ctxt body (client): int32 gpu, int32 pid, int64 job_id
     ctxt body (daemon): int32 number of processes registered
 
-This module only turns bytes into frozen objects and back; sockets live in
-:mod:`gpulens.ipc.kineto.endpoint`. Every decoder bounds sizes and raises
+This module is the daemon's side: it decodes what a client sends and encodes the
+replies (a client's side, for the tests, is tests/fakes/kineto_client.py); sockets
+live in :mod:`gpulens.ipc.kineto.endpoint`. Every decoder bounds sizes and raises
 :class:`~gpulens.ipc.errors.MalformedDatagram` naming what was wrong.
 """
 
@@ -122,19 +123,6 @@ def decode(data: bytes) -> Message:
     raise MalformedDatagram(f"unknown message type {msg_type!r}")
 
 
-def encode_request(req: ConfigRequest) -> bytes:
-    """Build a client ``req`` datagram (what libkineto sends); used by tests and tools."""
-    body = REQ_FIXED.pack(req.config_type, len(req.pids), req.job_id)
-    body += struct.pack(f"<{len(req.pids)}i", *req.pids)
-    return encode_header(TYPE_REQ, len(body)) + body
-
-
-def encode_context(reg: ContextRegistration) -> bytes:
-    """Build a client ``ctxt`` datagram."""
-    body = CTXT_BODY.pack(reg.gpu, reg.pid, reg.job_id)
-    return encode_header(TYPE_CTXT, len(body)) + body
-
-
 def encode_config_reply(config: str) -> bytes:
     """The daemon's answer to ``req``: config text (empty = nothing to do).
 
@@ -152,18 +140,3 @@ def encode_config_reply(config: str) -> bytes:
 def encode_context_reply(count: int) -> bytes:
     """The daemon's answer to ``ctxt``: the number of processes registered."""
     return encode_header(TYPE_CTXT, CTXT_REPLY.size) + CTXT_REPLY.pack(count)
-
-
-def decode_config_reply(data: bytes) -> str:
-    """Parse a daemon ``req`` reply into config text (client side; tests and tools).
-
-    Raises:
-        MalformedDatagram: wrong type, bad size, or text that is not UTF-8.
-    """
-    msg_type, _ = decode_header(data)
-    if msg_type != TYPE_REQ:
-        raise MalformedDatagram(f"expected a req reply, got {msg_type!r}")
-    try:
-        return bytes(data[HEADER_BYTES:]).decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise MalformedDatagram("config reply is not UTF-8") from err

@@ -1,9 +1,11 @@
-"""Bookkeeping of trace jobs: one trace at a time per pid, file watching, Futures.
+"""Bookkeeping of trace jobs: one trace at a time per pid, hand-over and re-hand, Futures.
 
 Internal to :mod:`gpulens.ipc.kineto.service`; every method takes the table's lock,
 so the endpoint thread (hand_over) and the watch thread (tick) may race.
-Files are looked for outside the lock with :func:`~gpulens.ipc.kineto.requests.probe_trace_file`
-(no link followed, no FIFO opened blocking, only the target's regular files).
+Files are looked for outside the lock with :func:`~gpulens.ipc.kineto.outputs.probe_trace_file`
+(no link followed, no FIFO opened blocking, only the target's regular files); what a
+tick sees and concludes for each task (ended, never polled, landed, timed out) is
+:mod:`gpulens.ipc.kineto.jobwatch`'s.
 
 Kineto drops a config that arrives while its profiler is busy (a trace
 running, being written, or another config pending), so a request is never
@@ -46,40 +48,35 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 from gpulens.core.logbook import call_isolated
-from gpulens.ipc.kineto.jobstate import Job, finish, no_file_error, refresh, start_missed
+from gpulens.ipc.kineto.jobstate import Job, finish, refresh, start_missed
 from gpulens.ipc.kineto.jobstate import PidTask as PidTask  # re-exported for the service and tests
-from gpulens.ipc.kineto.jobtext import NO_MEMORY_NOTE as NO_MEMORY_NOTE
-from gpulens.ipc.kineto.jobtext import (
-    ended_before_pickup,
-    ended_during_trace,
-    missed_common_start,
-    never_traced,
+from gpulens.ipc.kineto.jobtext import missed_common_start, never_traced
+from gpulens.ipc.kineto.jobwatch import (
+    Ended,
+    Inspect,
+    Looked,
+    look_at_processes,
+    look_into_files,
+    loop_key,
+    pickup_failure,
+    settle_handed,
 )
 from gpulens.ipc.kineto.kconfig import (
-    ITERATION_FALLBACK_MS,
     KINETO_DEFAULT_LEAD_S,
     PICKUP_S,
     file_due_wall,
     stamp_start,
     warmup_secs,
-    window_end_wall,
 )
-from gpulens.ipc.kineto.liveness import ProcIdentity, exited, zombie_status
-from gpulens.ipc.kineto.requests import (
-    FileProbe,
-    TraceJob,
-    TraceOutput,
-    TraceRequest,
-    TraceResult,
-    probe_trace_file,
-)
+from gpulens.ipc.kineto.liveness import zombie_status
+from gpulens.ipc.kineto.outputs import FileProbe, TraceOutput, probe_trace_file
+from gpulens.ipc.kineto.requests import TraceJob, TraceRequest, TraceResult
 from gpulens.ipc.kineto.steps import shows_memory_events
 
 log = logging.getLogger(__name__)
 MAX_JOBS_KEPT = 200
 MAX_QUEUED_PER_PID = 4
 """Traces of one pid that may wait behind its running one; more are refused at once."""
-MAX_STEP_MEMORY = 4096
 DROP_GRACE_S = 0.1
 """An idle poll this long after a handed trace's start means Kineto dropped the config."""
 MAX_REHANDS = 2
@@ -88,11 +85,6 @@ REHAND_LEAD_S = 2.0
 DUE_TICK_S = 0.02
 """The watch period while a file is due (from just before it can land until ``DUE_WINDOW_S`` after)."""
 DUE_WINDOW_S = 5.0
-
-Inspect = Callable[[str, int], "bool | None"]
-"""``inspect(path, owner_uid)``: does the finished trace show optimizer steps (None: cannot tell)."""
-Ended = Callable[[int, "ProcIdentity | None"], "int | None"]
-"""``ended(pid, ident)`` of a process found gone: its ``waitpid`` status if it was seen, else None."""
 PREDICT_TICKS = True
 """Stamp a start just after the profiler loop's tick learned from the last trace (False: a whole
 pickup after every hand-over, as before issue 32 item 8; benchmarks/trace_latency.py compares both)."""
@@ -205,7 +197,7 @@ class JobTable:
         task.handed_wall = time.time()
         # A loop late once (a loaded machine) gets REHAND_LEAD_S more each time it is handed again.
         pickup = PICKUP_S + REHAND_LEAD_S * task.rehanded
-        tick = self.ticks.get(_key(task)) if on_tick and PREDICT_TICKS and not task.rehanded else None
+        tick = self.ticks.get(loop_key(task)) if on_tick and PREDICT_TICKS and not task.rehanded else None
         text, task.start_wall = stamp_start(task.config, task.handed_wall, warmup_secs(job.request), pickup, tick)
         task.on_tick = tick is not None and task.start_wall is not None and job.request.start_time_ms is None
         return text
@@ -227,7 +219,7 @@ class JobTable:
         why = f"process {pid}'s Kineto did not start the trace: its profiler was idle after the start time"
         if task.on_tick:  # the loop did not tick where its last trace said: hand it with the full pickup
             log.info("%s (placed after a predicted profiler tick); handing it again", why)
-            self.ticks.pop(_key(task), None)
+            self.ticks.pop(loop_key(task), None)
             text = self._hand(job, task, on_tick=False)
             refresh(job, self.stepped)
             return text, job.snapshot()
@@ -318,32 +310,19 @@ class JobTable:
         for job in open_jobs:
             # /proc and the target's files: read outside the lock (the endpoint thread's
             # hand_over must never wait behind a slow filesystem).
-            gone, reasons = _look_at_processes(live[id(job)], now, diagnose, ended)
+            gone, reasons = look_at_processes(live[id(job)], now, diagnose, ended)
             probes = {t.pid: probe(out, t.pid, wall) for t, out, wall in watched[id(job)] if out is not None}
-            steps, memory = self._look_into_files(job, watched[id(job)], probes)
+            steps, memory = look_into_files(job.request, watched[id(job)], probes, self._inspect, self._memory)
+            looked = Looked(gone, reasons, probes, steps, memory)
             with self._lock:
                 before = (job.state, job.detail)
-                self._advance(job, now, gone, reasons, probes, steps, memory)
+                self._advance(job, now, looked)
                 if (job.state, job.detail) != before:
                     changed.append(job.snapshot())
         return changed
 
-    def _look_into_files(
-        self, job: Job, watched: list[tuple[PidTask, TraceOutput | None, float]], probes: dict[int, FileProbe]
-    ) -> tuple[dict[int, bool | None], dict[int, bool | None]]:
-        """For each landed file: (did the target step an optimizer, does it hold the memory events asked for)."""
-        steps: dict[int, bool | None] = {}
-        memory: dict[int, bool | None] = {}
-        for t, out, _wall in watched:
-            path = probes[t.pid].path if t.pid in probes else None
-            if path is not None and out is not None and self._inspect is not None:
-                steps[t.pid] = self._inspect(path, out.owner_uid)
-            if path is not None and out is not None and job.request.profile_memory:
-                memory[t.pid] = self._memory(path, out.owner_uid)
-        return steps, memory
-
-    def _advance(self, job: Job, now: float, gone: dict[int, int | None], reasons: dict[int, str],
-                 probes: dict[int, FileProbe], steps: dict[int, bool | None], memory: dict[int, bool | None]) -> None:
+    def _advance(self, job: Job, now: float, looked: Looked) -> None:
+        """Settle each open task of ``job`` from what the tick saw (lock held)."""
         req = job.request
         for task in job.tasks.values():
             if task.finished:
@@ -353,59 +332,17 @@ class JobTable:
                     task.error = missed_common_start(task, task.queued_behind)
                     self._release(task.pid, task, now)
                 continue
-            found = probes.get(task.pid, FileProbe())
             if task.handed_s is None:
-                error = _pickup_error(task, req, now, gone, reasons)
-                if error is not None:
-                    task.error = error
+                failure = pickup_failure(task, req, now, looked)
+                if failure is not None:
+                    task.error = str(failure)  # the task's sentence: what its snapshot and result carry
             else:
-                self._advance_handed(job, task, now - task.handed_s, found, gone, steps, memory)
+                settle_handed(job, task, now - task.handed_s, looked, self.ticks, self.stepped)
             if task.finished:
                 self._release(task.pid, task, now)
         refresh(job, self.stepped)
         if all(t.finished for t in job.tasks.values()):
             finish(job, now)
-
-    def _advance_handed(self, job: Job, task: PidTask, since_handed_s: float, found: FileProbe,
-                        gone: dict[int, int | None], steps: dict[int, bool | None],
-                        memory: dict[int, bool | None]) -> None:
-        """A handed task: its file refused or landed, its process gone, the request timed out, or still waiting."""
-        req = job.request
-        if found.refused is not None:
-            task.refused = True
-            task.error = f"trace file refused: {found.refused}"
-        elif found.path is not None:
-            task.file = found.path
-            job.files[task.pid] = task.file
-            self._learn(task, req, steps.get(task.pid))
-            if memory.get(task.pid) is False:
-                task.result_note = "; ".join(n for n in (task.result_note, NO_MEMORY_NOTE) if n)
-        elif task.pid in gone:
-            task.ended = True
-            task.error = ended_during_trace(task.pid, gone[task.pid])
-        elif since_handed_s > req.timeout_s:
-            task.note = found.note or task.note
-            task.error = no_file_error(task, req)
-        else:
-            task.note = found.note or task.note
-
-    def _learn(self, task: PidTask, req: TraceRequest, stepped: bool | None) -> None:
-        if task.start_wall is not None and req.duration_ms is not None and task.ident is not None:
-            # Kineto's loop woke at the window's end and ticks every second from there.
-            self.ticks[_key(task)] = window_end_wall(task.start_wall, req.duration_ms)
-            while len(self.ticks) > MAX_STEP_MEMORY:
-                del self.ticks[next(iter(self.ticks))]
-        if stepped is None:
-            return
-        self.stepped[task.pid] = stepped
-        while len(self.stepped) > MAX_STEP_MEMORY:
-            del self.stepped[next(iter(self.stepped))]
-        if req.iterations is not None and not stepped:
-            task.result_note = (
-                f"Kineto traced {ITERATION_FALLBACK_MS} ms, not {req.describe()}: process {task.pid} had not "
-                "stepped an optimizer (Kineto counts iterations by optimizer.step() and falls back to a "
-                "duration trace before the first)"
-            )
 
     def _release(self, pid: int, task: PidTask, now: float) -> None:
         """``task`` finished: free its pid and promote the next queued task of that pid."""
@@ -449,41 +386,3 @@ class JobTable:
     def notify(self, snap: TraceJob) -> None:
         for listener in list(self.listeners):
             call_isolated(log, "trace job listener", listener, snap)
-
-
-
-def _key(task: PidTask) -> tuple[int, int]:
-    """The process a learned loop tick belongs to: a reused pid is another process (no tick known)."""
-    return task.pid, task.ident.start_ticks if task.ident is not None else -1
-
-
-def _look_at_processes(
-    live: list[PidTask], now: float, diagnose: Callable[[int], str], ended: Ended
-) -> tuple[dict[int, int | None], dict[int, str]]:
-    """(how each exited target ended, why each target past its poll deadline has not polled)."""
-    gone = {t.pid: ended(t.pid, t.ident) for t in live if exited(t.pid, t.ident)}
-    late = [
-        t.pid for t in live
-        if t.handed_s is None and t.pid not in gone and now > t.poll_deadline_s and t.busy_since_s is None
-    ]
-    return gone, {pid: diagnose(pid) for pid in late}
-
-
-def _pickup_error(
-    task: PidTask, req: TraceRequest, now: float, gone: dict[int, int | None], reasons: dict[int, str]
-) -> str | None:
-    """Why a task not handed over yet fails now (its process ended, never polls, missed the start,
-    stayed busy too long); None: it still waits."""
-    if task.pid in gone:
-        return ended_before_pickup(task.pid, gone[task.pid])
-    if task.pid in reasons:
-        return reasons[task.pid]
-    if start_missed(req):
-        return missed_common_start(task, None)
-    if task.busy_since_s is not None and now - task.busy_since_s > req.timeout_s:
-        return (
-            f"process {task.pid}'s profiler stayed busy with another trace for "
-            f"{req.timeout_s:.0f} s; the request was never handed over"
-        )
-    return None
-

@@ -1,6 +1,7 @@
 """The state of one trace job: its pid tasks, what a UI is told, how its Future resolves.
 
-Internal to :mod:`gpulens.ipc.kineto.jobs` (the table that owns the lock):
+Internal to :mod:`gpulens.ipc.kineto.jobs` (the table that owns the lock) and
+:mod:`gpulens.ipc.kineto.jobwatch` (what each watch tick sees):
 nothing here locks; callers hold the table's lock.
 """
 
@@ -18,7 +19,8 @@ from gpulens.ipc.kineto.kconfig import (
     window_end_wall,
 )
 from gpulens.ipc.kineto.liveness import ProcIdentity
-from gpulens.ipc.kineto.requests import TraceJob, TraceOutput, TraceRequest, TraceResult, TraceState
+from gpulens.ipc.kineto.outputs import TraceOutput
+from gpulens.ipc.kineto.requests import TraceJob, TraceRequest, TraceResult, TraceState
 from gpulens.ipc.kineto.untraceable import Untraceable
 
 

@@ -1,4 +1,5 @@
-"""What a trace job says about a pid it could not trace: the sentences of :mod:`gpulens.ipc.kineto.jobs`.
+"""What a trace job says about a pid it could not trace: the sentences of :mod:`gpulens.ipc.kineto.jobs`
+and :mod:`gpulens.ipc.kineto.jobwatch`.
 
 Pure text from the task's facts (no lock, no I/O), so the wording is tested
 on its own and the table keeps to its bookkeeping.
@@ -10,7 +11,7 @@ import signal
 
 from gpulens.ipc.kineto.jobstate import PidTask
 from gpulens.ipc.kineto.liveness import how_it_ended
-from gpulens.ipc.kineto.requests import final_paths
+from gpulens.ipc.kineto.outputs import final_paths
 
 TRACING_DOC = "docs/tracing.md"
 NO_MEMORY_NOTE = (

@@ -101,11 +101,6 @@ class Registry:
         with self._lock:
             return len(self._procs)
 
-    def context_sizes(self) -> tuple[int, int]:
-        """(ctxt groups, ctxt members) kept: for tests and diagnostics."""
-        with self._lock:
-            return len(self._ctxt), sum(len(m) for m in self._ctxt.values())
-
     def record_poll(
         self, pids: tuple[int, ...], job_id: int, uid: int | None, config_type: int = CONFIG_ACTIVITIES | 1
     ) -> PollingProcess | None:

@@ -5,7 +5,7 @@ a :class:`DynologClient`), hands trace configs to target processes on their
 next poll, watches for the finished files and resolves a Future per
 request. Progress is observable through ``jobs()`` and listeners.
 
-Where files go and how they are read back: :mod:`gpulens.ipc.kineto.requests` (fresh
+Where files go and how they are read back: :mod:`gpulens.ipc.kineto.outputs` (fresh
 random directories, nothing followed, only the target's regular files; the
 target's uid is fixed when a request is accepted, ``TraceResult.owners``).
 The dynolog RPC is used only when root or we hold both the Kineto name and
@@ -40,10 +40,10 @@ from gpulens.ipc.kineto.endpoint import KinetoEndpoint, holder_of, is_possible_s
 from gpulens.ipc.kineto.exits import ExitWatch
 from gpulens.ipc.kineto.jobs import JobTable, PidTask
 from gpulens.ipc.kineto.liveness import identity
+from gpulens.ipc.kineto.outputs import OutputPlanner
 from gpulens.ipc.kineto.protocol import JobListener
 from gpulens.ipc.kineto.registry import CONFIG_ACTIVITIES, PollingProcess
 from gpulens.ipc.kineto.requests import (
-    OutputPlanner,
     TraceJob,
     TraceRequest,
     TraceResult,
@@ -229,10 +229,6 @@ class LocalTraceService:
             pollers=live,
         )
 
-    def polling_descendants(self, pid: int) -> list[int]:
-        """Polling processes that descend from ``pid`` (a torchrun parent's ranks, a wrapper's child)."""
-        return [p.pid for p in self.endpoint.registry.live() if pid in p.ancestors]
-
     def has_stepped(self, pid: int) -> bool | None:
         """Did the last trace of ``pid`` show optimizer steps (None: no trace of it seen yet)."""
         return self._table.stepped.get(pid)
@@ -341,11 +337,14 @@ class LocalTraceService:
                 self._table.fail_task(request_id, task.pid, "dynolog matched no such polling process")
 
     # -- threads --------------------------------------------------------------
-    def _config_for(self, msg: object, sender_uid: int | None) -> str:
+    def _config_for(self, msg: object, _sender_uid: int | None) -> str:
         """Config provider called by the endpoint thread for every poll it recorded.
 
         The endpoint only records (and asks about) polls whose kernel credentials
-        show the sender is root or the polling process itself.
+        show the sender is root or the polling process itself, so the sender's uid
+        (the endpoint's ``ConfigProvider`` passes it) is not needed here: the task
+        names the process by pid and start time (``PidTask.ident``, an exit ends it)
+        and its files are read back as the uid fixed when the request was accepted.
         """
         pid = getattr(msg, "pid", 0)
         accepts = bool(getattr(msg, "config_type", CONFIG_ACTIVITIES) & CONFIG_ACTIVITIES)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 
 from gpulens.core.safefs import UnsafePath
-from gpulens.ipc.kineto.requests import open_trace_file
+from gpulens.ipc.kineto.outputs import open_trace_file
 
 STEP_MARK = b"Optimizer.step#"
 MEMORY_MARK = b'"[memory]"'

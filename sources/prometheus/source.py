@@ -27,8 +27,9 @@ from gpulens.core.events import Emit, HostStatusEvent, PanelData, SampleEvent, S
 from gpulens.core.model import HostSample
 from gpulens.ipc.prom_names import MetricMap, escape_label_value, parse_selector, rows_for
 from gpulens.sources.prometheus.access import PromAccess, access_from, check_files
-from gpulens.sources.prometheus.assemble import Answer, Digest, assemble, digest
+from gpulens.sources.prometheus.assemble import assemble
 from gpulens.sources.prometheus.client import MAX_RESPONSE_BYTES, PromClient, Series, Vector
+from gpulens.sources.prometheus.tally import Answer, Digest, digest
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

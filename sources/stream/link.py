@@ -16,10 +16,10 @@ session on its own channel. Requests of a session live in its
 :class:`~gpulens.sources.stream.requests.RequestTable`.
 
 What the link trusts (docs/security.md): nothing the agent says until it is
-checked. With a token the agent must prove it holds it too (challenge,
-then an ``auth_ok`` whose MAC verifies) before its hello is accepted; its
-hello must name a host, and every sample (live or history) must carry that
-name, or the session ends with a ProtocolError. Samples are checked by
+checked. The handshake (:mod:`gpulens.sources.stream.handshake`) has the
+agent prove it holds the token, when the viewer has one, and checks its hello,
+which must name a host; every sample (live or history) must carry that name,
+or the session ends with a ProtocolError. Samples are checked by
 ``core.sanitize`` at decode; every string the agent sends that is
 shown (errors, results, ssh stderr) loses its control characters.
 """
@@ -43,10 +43,12 @@ from gpulens.core.errors import SchemaError
 from gpulens.core.events import Emit, HostStatusEvent, RequestParams, SampleEvent
 from gpulens.core.model import HostSample
 from gpulens.core.sanitize import clean_text
-from gpulens.ipc import auth, stream
+from gpulens.ipc import stream
 from gpulens.ipc.channels import ChannelClosed, CommandChannel, TcpChannel
-from gpulens.ipc.errors import AuthError, ProtocolError, RequestFailed, StreamError, VersionMismatch
+from gpulens.ipc.errors import ProtocolError, RequestFailed, StreamError, VersionMismatch
 from gpulens.ipc.reactor import Reactor
+from gpulens.ipc.stream_decode import FrameDecoder
+from gpulens.sources.stream.handshake import handshake, refusal
 from gpulens.sources.stream.requests import RequestResult, RequestTable
 
 log = logging.getLogger("gpulens.stream")
@@ -84,10 +86,6 @@ class Channel(Protocol):
     def close(self) -> None:
         """Close; idempotent."""
         ...
-
-
-class TokenRequired(AuthError):
-    """The agent asks for a token and the viewer holds none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +229,7 @@ class HostLink:
             chan.close()
 
     # -- session ----------------------------------------------------------------
-    def _read(self, chan: Channel, decoder: stream.FrameDecoder, deadline: float | None) -> list[stream.Message]:
+    def _read(self, chan: Channel, decoder: FrameDecoder, deadline: float | None) -> list[stream.Message]:
         """The messages completed by one read (maybe none); raises when idle, closed or stopped."""
         if self._stop.is_set():
             raise StreamError("stopped")
@@ -252,14 +250,15 @@ class HostLink:
         hello, decoder, backlog = self._begin(chan)
         self._serve(chan, decoder, hello.host, backlog)
 
-    def _begin(self, chan: Channel) -> tuple[stream.Hello, stream.FrameDecoder, deque[stream.Message]]:
+    def _begin(self, chan: Channel) -> tuple[stream.Hello, FrameDecoder, deque[stream.Message]]:
         """Handshake, send our hello, open the request table; the hello, decoder and messages read past it."""
-        decoder = stream.FrameDecoder()
+        decoder = FrameDecoder()
         self._first = b""
         # Messages read with the hello but after it (a sample in the same read) wait here.
         backlog: deque[stream.Message] = deque()
+        deadline = time.monotonic() + HANDSHAKE_TIMEOUT_S
         try:
-            hello = self._handshake(chan, decoder, backlog, time.monotonic() + HANDSHAKE_TIMEOUT_S)
+            hello = handshake(lambda: self._read(chan, decoder, deadline), chan.send, self.opt.token, backlog)
         except ProtocolError as err:
             if isinstance(err, VersionMismatch) or not isinstance(chan, CommandChannel):
                 raise
@@ -284,7 +283,7 @@ class HostLink:
         self.emit(HostStatusEvent(host=host, up=True, reason="connected", time=time.time(), address=self.target.address))
         return hello, decoder, backlog
 
-    def _serve(self, chan: Channel, decoder: stream.FrameDecoder, host: str, backlog: deque[stream.Message]) -> None:
+    def _serve(self, chan: Channel, decoder: FrameDecoder, host: str, backlog: deque[stream.Message]) -> None:
         """Dispatch what the agent sends until the session ends (raises why)."""
         while backlog:
             self._dispatch(host, backlog.popleft())
@@ -295,7 +294,7 @@ class HostLink:
             for msg in self._read(chan, decoder, None):
                 self._dispatch(host, msg)
 
-    def _session_on_reactor(self, reactor: Reactor, chan: TcpChannel, decoder: stream.FrameDecoder, host: str) -> None:
+    def _session_on_reactor(self, reactor: Reactor, chan: TcpChannel, decoder: FrameDecoder, host: str) -> None:
         ended = threading.Event()
         outcome: list[tuple[BaseException | None, str]] = []
 
@@ -320,62 +319,6 @@ class HostLink:
             raise err
         raise ChannelClosed(reason)
 
-    def _handshake(
-        self,
-        chan: Channel,
-        decoder: stream.FrameDecoder,
-        backlog: deque[stream.Message],
-        deadline: float,
-    ) -> stream.Hello:
-        """Authenticate (both ways when we hold a token) and return the agent's checked hello.
-
-        Messages after the hello that arrived in the same read are left in ``backlog``.
-        """
-        token = self.opt.token
-        cnonce = snonce = b""
-        proven = False
-        while True:
-            while not backlog:
-                backlog.extend(self._read(chan, decoder, deadline))
-            msg = backlog.popleft()
-            if isinstance(msg, stream.ErrorMsg):
-                raise _refusal(msg)
-            if isinstance(msg, stream.Challenge):
-                if token is None:
-                    raise TokenRequired("the agent requires a token: pass --token-file")
-                if cnonce:
-                    raise ProtocolError("the agent sent a second challenge")
-                snonce, cnonce = msg.nonce, auth.new_nonce()
-                mac = auth.viewer_proof(token, snonce, cnonce)
-                chan.send(stream.encode(stream.AuthResponse(cnonce=cnonce, mac=mac)))
-                continue
-            if isinstance(msg, stream.AuthOk):
-                if token is None:
-                    raise ProtocolError("the agent sent auth_ok, but no token was asked for")
-                if not cnonce:
-                    raise AuthError(
-                        "the agent did not prove it holds the token: it sent auth_ok without a challenge"
-                    )
-                try:
-                    auth.verify_agent(token, snonce, cnonce, msg.mac)
-                except AuthError:
-                    raise AuthError(
-                        "the agent did not prove it holds the token: its auth_ok MAC is wrong "
-                        "(an impostor, or an agent with another token)"
-                    ) from None
-                proven = True
-                continue
-            if isinstance(msg, stream.Hello) and msg.role == "agent":
-                if token is not None and not proven:
-                    skipped = "auth_ok" if cnonce else "the challenge"
-                    raise AuthError(
-                        f"the agent did not prove it holds the token: it sent its hello without {skipped}; "
-                        "refusing it (an impostor, or an agent started without --token-file: then "
-                        "connect without --token-file)"
-                    )
-                return _checked_hello(msg)
-            raise ProtocolError(f"expected the agent's hello, got '{stream.to_wire(msg)['t']}'")
-
     def _dispatch(self, host: str, msg: stream.Message) -> None:
         if isinstance(msg, stream.SampleMsg):
             self._deliver(host, msg.sample, backfill=False)
@@ -391,7 +334,7 @@ class HostLink:
         elif isinstance(msg, stream.Response):
             self._table().respond(msg)
         elif isinstance(msg, stream.ErrorMsg):
-            raise _refusal(msg)
+            raise refusal(msg)
         else:
             raise ProtocolError(f"unexpected message '{stream.to_wire(msg)['t']}' from the agent")
 
@@ -420,27 +363,6 @@ class HostLink:
         return table.submit(params, timeout_s)
 
 
-MAX_HOST_NAME = 255
-
-
-def _checked_hello(msg: stream.Hello) -> stream.Hello:
-    """The agent's hello with its strings cleaned; it must name its host."""
-    if len(msg.host) > MAX_HOST_NAME:
-        raise ProtocolError(f"agent's host name longer than {MAX_HOST_NAME} characters")
-    host = clean_text(msg.host).strip()
-    if not host:
-        raise ProtocolError("the agent's hello names no host")
-    return stream.Hello(
-        proto=msg.proto,
-        role=msg.role,
-        host=host,
-        caps=tuple(clean_text(c)[:64] for c in msg.caps[:64]),
-        version=clean_text(msg.version)[:64],
-        interval_s=msg.interval_s,
-        since=msg.since,
-    )
-
-
 def _own(host: str, sample: HostSample) -> HostSample:
     """``sample`` if it carries ``host`` (the hello's); else the session ends."""
     if sample.host != host:
@@ -449,15 +371,6 @@ def _own(host: str, sample: HostSample) -> HostSample:
             "an agent may publish only its own host's samples"
         )
     return sample
-
-
-def _refusal(msg: stream.ErrorMsg) -> StreamError:
-    text = f"agent refused: {clean_text(msg.message[:300])}"
-    if msg.code == "version":
-        return VersionMismatch(text)
-    if msg.code == "auth":
-        return AuthError(text)
-    return StreamError(text)
 
 
 def _describe(err: BaseException) -> str:

@@ -29,7 +29,8 @@ from gpulens.core.events import RequestParams, SourceEvent
 from gpulens.ipc.channels import RECV_BYTES, ChannelClosed
 from gpulens.ipc.control import control_name, peer_cred
 from gpulens.ipc.errors import RequestFailed, StreamError
-from gpulens.sources.stream.link import HostLink, LinkOptions, Target, TokenRequired
+from gpulens.sources.stream.handshake import TokenRequired
+from gpulens.sources.stream.link import HostLink, LinkOptions, Target
 from gpulens.sources.stream.requests import RequestResult
 
 HANDSHAKE_S = 15.0

@@ -1,4 +1,4 @@
-"""Helpers for the agent/stream tests: real agent subprocesses, an event log, a cuttable proxy,
+"""Helpers for the agent and stream tests: real agent subprocesses, an event log, a cuttable proxy,
 an in-memory transport for in-process agents and their parts, a blocking profiler
 (the fake trace service is tests/fakes/trace_service.py)."""
 
@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -17,11 +18,22 @@ from typing import Any, TypeVar
 
 from gpulens.core.events import HostStatusEvent, SampleEvent
 from gpulens.ipc import stream
+from gpulens.ipc.stream_decode import FrameDecoder
 
 _M = TypeVar("_M")  # a message class, for until()
 
 WAIT_S = 60.0
 """Upper bound for waits on a busy shared machine; tests finish as soon as the condition holds."""
+
+
+def make_token_file(path: str | Path) -> Path:
+    """Write a fresh random token to ``path`` with mode 0600, as a user makes one (``openssl rand -hex 32``)."""
+    p = Path(path)
+    fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32) + "\n")
+    os.chmod(p, 0o600)
+    return p
 
 
 class AgentProc:
@@ -48,7 +60,7 @@ class AgentProc:
         if token:
             from gpulens.ipc import auth
 
-            self.token_file = auth.make_token_file(workdir / f"{name}.{time.monotonic_ns()}.token")
+            self.token_file = make_token_file(workdir / f"{name}.{time.monotonic_ns()}.token")
             self.token = auth.load_token(self.token_file)
         argv = [
             exe, "agent", "--listen", f"127.0.0.1:{port}", "--port-file", str(self.port_file),
@@ -130,7 +142,7 @@ class RawViewer:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         self.sock.settimeout(WAIT_S)
         self.sock.connect(("127.0.0.1", port))
-        self.dec = stream.FrameDecoder()
+        self.dec = FrameDecoder()
         self.pending: list[stream.Message] = []
 
     def send(self, data: bytes) -> None:
@@ -260,7 +272,7 @@ class MemTransport:
         self._eof = False
         self.closed = False
         self._timeout: float | None = None
-        self._dec = stream.FrameDecoder()
+        self._dec = FrameDecoder()
         self._msgs: list[stream.Message] = []
 
     # agent side
@@ -366,7 +378,7 @@ class RecordingConn:
         """Every message put so far, decoded."""
         with self._cond:
             frames = list(self.frames)
-        dec = stream.FrameDecoder(max_frame_bytes=stream.MAX_FRAME_BYTES)
+        dec = FrameDecoder(max_frame_bytes=stream.MAX_FRAME_BYTES)
         return [m for f in frames for m in dec.feed(f)]
 
     def response(self, request_id: int, timeout: float = WAIT_S) -> stream.Response:

@@ -13,7 +13,8 @@ the collective a heavy tail, as on a shared machine. ``kind`` injects
 DataLoader); None: identical ranks.
 
 It returns each rank's :class:`Step` records: the ground truth the straggler
-rule's input (:class:`StepProfile`) should equal, and what
+rule's input (:class:`StepProfile`, :func:`profile`; :func:`reports` hands those to the rule) should
+equal, and what
 ``write_trace`` turns into a Chrome trace: CPU-only gloo style (steps between
 ``Optimizer.step`` calls, ``gloo:all_reduce`` on its own thread) or GPU
 style (``ProfilerStep#N`` spans, compute and NCCL kernels).
@@ -23,11 +24,15 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpulens.analysis.trace.arrival import RankArrival
+from gpulens.analysis.trace.rank_report import RankReport, TimeSplit
 from gpulens.analysis.trace.step_profile import StepProfile
+from gpulens.analysis.trace.steps import StepTimes
 
 DATA_MS = 1.0
 IDLE_MS = 0.5
@@ -103,6 +108,19 @@ def profile(steps: list[Step], basis: str = "CPU") -> StepProfile:
         tuple(s.idle_pre + s.delay for s in steps),
         True,
     )
+
+
+def reports(profiles: Iterable[tuple[int, StepProfile]]) -> list[RankReport]:
+    """Each ``(rank, profile)`` as ``analyze_ranks`` reports it, to the straggler rule
+    (``analysis.trace.stragglers.judge``): only the profile of its late-arrival input (``arrival``)
+    is filled in; the rule reads nothing else of a report that has one."""
+    nothing = TimeSplit(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    return [
+        RankReport(rank, "order", f"rank{rank}", 0, 0, prof.basis, StepTimes(prof.source, "", ()),
+                   prof.part("step"), nothing, None, None, "", 0.0, 0, 0, None, (), (),
+                   RankArrival((), (), (), profile=prof))
+        for rank, prof in profiles
+    ]
 
 
 def _x(name: str, cat: str, start_ms: float, end_ms: float, tid: int, **args: Any) -> dict[str, Any]:

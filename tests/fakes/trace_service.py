@@ -15,8 +15,12 @@ of a real service. What each test needs is set when it is made:
   ``queues``); the Future is answered with ``files`` once the job is done
   (or at once when ``states`` is empty), else at :meth:`finish`.
 
-Also ``rebind`` of :class:`~gpulens.ipc.kineto.service.LocalTraceService`
-(the owner switch takes the name back with it) and ``stopped``.
+Also two methods of :class:`~gpulens.ipc.kineto.service.LocalTraceService`
+that are not in the protocol (mypy checks them against that class: see
+``_LocalTracer``): ``rebind`` (the owner switch takes the name back with it;
+``rebind_error``) and ``has_stepped`` (``gpulens trace`` warns of a process
+whose last trace showed no optimizer step; ``stepped``: pid -> what it says,
+None for any other pid); and ``stopped``.
 
 Usage::
 
@@ -31,6 +35,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import replace
+from typing import TYPE_CHECKING, Protocol
 
 from gpulens.ipc.kineto.protocol import JobListener, TraceService
 from gpulens.ipc.kineto.registry import PollingProcess
@@ -62,6 +67,7 @@ class FakeTraceService:
         request_id: str = "r{n}",
         fail: Exception | None = None,
         rebind_error: Exception | None = None,
+        stepped: Mapping[int, bool] | None = None,
     ) -> None:
         self._address = address
         self.entries = list(processes)
@@ -76,6 +82,7 @@ class FakeTraceService:
         self.request_id = request_id
         self.fail = fail
         self.rebind_error = rebind_error
+        self.stepped = dict(stepped or {})
         self.requests: list[TraceRequest] = []
         self.listeners: list[JobListener] = []
         self._futures: dict[str, Future[TraceResult]] = {}
@@ -148,11 +155,16 @@ class FakeTraceService:
         if fut is not None:
             fut.set_result(TraceResult(job.request_id, dict(paths)))
 
+    # -- LocalTraceService's, beyond the protocol ----------------------------------
     def rebind(self) -> None:
-        """LocalTraceService's: take the Kineto name back (raises ``rebind_error`` where given)."""
+        """Take the Kineto name back (raises ``rebind_error`` where given)."""
         if self.rebind_error is not None:
             raise self.rebind_error
         self.rebound = True
+
+    def has_stepped(self, pid: int, /) -> bool | None:
+        """Did the last trace of ``pid`` show optimizer steps (``stepped``; None: no trace of it seen)."""
+        return self.stepped.get(pid)
 
     def _files_of(self, pids: tuple[int, ...]) -> dict[int, str]:
         if isinstance(self.files, str):
@@ -164,6 +176,22 @@ class FakeTraceService:
                    for job in self._jobs.values())
 
 
+class _LocalTracer(TraceService, Protocol):
+    """The protocol and what its callers ask of a LocalTraceService beyond it."""
+
+    def rebind(self) -> None: ...
+
+    def has_stepped(self, pid: int, /) -> bool | None: ...
+
+
 _CHECKED: TraceService = FakeTraceService()
 """mypy checks the fake against the protocol here (and it is one at run time too)."""
 assert isinstance(_CHECKED, TraceService)
+_CHECKED_LOCAL: _LocalTracer = FakeTraceService()
+"""... and its LocalTraceService methods against the same Protocol as the real class's (below)."""
+
+if TYPE_CHECKING:
+    from gpulens.ipc.kineto.service import LocalTraceService
+
+    def _local_is_one(svc: LocalTraceService) -> _LocalTracer:
+        return svc

@@ -28,6 +28,7 @@ from gpulens.ipc.request_schema import (
 from gpulens.sources.demo import DemoSource
 from gpulens.store.store import Store
 from gpulens.tui.app import GpulensApp
+from gpulens.tui.widgets._table import IncrementalTable
 from tests.fakes.request_source import Answered, FakeAgent
 
 FROZEN = 1_700_000_000.0
@@ -49,6 +50,13 @@ def heat_key(key: Hashable) -> tuple[str, int]:
     host, gpu = key
     assert isinstance(host, str) and isinstance(gpu, int), key
     return host, gpu
+
+
+def cell(table: IncrementalTable, row: str, column: str) -> str:
+    """The text a table keeps for one cell (``row``: the row's key, ``column``: a ``COLUMNS`` key);
+    KeyError for a row it does not show."""
+    index = next(i for i, c in enumerate(table.COLUMNS) if c[0] == column)
+    return table._cells[row][index]
 
 
 async def settle(app: GpulensApp, pilot: Pilot[Any]) -> None:

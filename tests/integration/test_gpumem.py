@@ -25,14 +25,20 @@ from pathlib import Path
 import pytest
 
 from gpulens.collectors.gpumem.python_stack import TRAMPOLINE
-from gpulens.collectors.gpumem.tracer import GpuMemTracer, why_not
+from gpulens.collectors.gpumem.tracer import (
+    GpuMemTracer,
+    NoPythonFrames,
+    NoPythonFramesKind,
+    rendered,
+    why_not,
+)
 from tests.fakes.pythons import MINORS, cpython, skip_reason
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = ROOT / "tests" / "data" / "fake_cuda"
 WORKLOAD = ROOT / "tests" / "fakes" / "gpumem_workload.py"
 MIB = 1 << 20
-SKIP = why_not() or (None if shutil.which("cc") else "needs a C compiler (cc) to build the fake CUDA libraries")
+SKIP = rendered(why_not()) or (None if shutil.which("cc") else "needs a C compiler (cc) to build the fake CUDA libraries")
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.skipif(SKIP is not None, reason=SKIP or "")]
 
@@ -69,7 +75,7 @@ def _run(proc: subprocess.Popen[str], tracer: GpuMemTracer) -> None:
 
 
 def _traced(argv: list[str], native: bool = False) -> tuple[dict[tuple[str, ...], int], dict[tuple[str, ...], int],
-                                                             str | None]:
+                                                             NoPythonFrames | None]:
     """Run ``argv`` (it prints READY, waits for a line, allocates, prints DONE, waits), traced from READY on:
     (live, total, why its Python frames cannot be read, as the tracer said at attach)."""
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -194,7 +200,7 @@ def test_a_process_whose_python_is_unknown_still_shows_its_bytes(libdir: Path, t
     subprocess.run(["cc", "-o", str(exe), str(src), f"-L{libdir}", "-l:libcuda.so.1", f"-Wl,-rpath,{libdir}"],
                    check=True)
     live, _, why = _traced([str(exe)])
-    assert "not a CPython process" in (why or "")
+    assert why is not None and why.kind is NoPythonFramesKind.NOT_READABLE and "not a CPython process" in why.detail
     assert live == {("<python frames not read: not a CPython process>", "cuMemAlloc_v2"): 12345}
 
 

@@ -20,8 +20,16 @@ from pathlib import Path
 import pytest
 
 from gpulens.ipc import auth, stream
+from gpulens.ipc.stream_decode import FrameDecoder
 from gpulens.sources.stream.source import LinkOptions, StreamSource, tcp_target
-from tests.fakes.agent_helpers import WAIT_S, AgentProc, EventLog, RawViewer, count_samples
+from tests.fakes.agent_helpers import (
+    WAIT_S,
+    AgentProc,
+    EventLog,
+    RawViewer,
+    count_samples,
+    make_token_file,
+)
 from tests.fakes.request_source import RawParams
 
 pytestmark = pytest.mark.slow
@@ -30,7 +38,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def served(module_exe: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AgentProc, bytes, EventLog]]:
     tmp = tmp_path_factory.mktemp("hostile")
-    token_file = auth.make_token_file(tmp / "token")
+    token_file = make_token_file(tmp / "token")
     token = auth.load_token(token_file)
     agent = AgentProc(
         module_exe, tmp, "target",
@@ -202,7 +210,7 @@ def test_stalled_viewer_is_dropped(served: tuple[AgentProc, bytes, EventLog]) ->
 
 
 def test_unsafe_token_file_and_open_listen_are_refused(gpulens_exe: str, tmp_path: Path) -> None:
-    tok = auth.make_token_file(tmp_path / "tok")
+    tok = make_token_file(tmp_path / "tok")
     tok.chmod(0o644)
     out = subprocess.run([gpulens_exe, "agent", "--listen", "127.0.0.1:0", "--token-file", str(tok), "--no-trace"],
                          capture_output=True, text=True, timeout=60)
@@ -267,7 +275,7 @@ def test_hostile_agent_host_name_cannot_shape_download_path(tmp_path: Path) -> N
         conn, _ = listener.accept()
         with conn, listener:
             conn.sendall(stream.encode(stream.Hello(proto=1, role="agent", host=hostile_host, interval_s=1.0)))
-            decoder = stream.FrameDecoder()
+            decoder = FrameDecoder()
             request = None
             deadline = time.monotonic() + WAIT_S
             while request is None and time.monotonic() < deadline:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from gpulens.commands.trace_children import ranks_of
 from gpulens.ipc.errors import TraceError
 from gpulens.ipc.kineto import kconfig
 from gpulens.ipc.kineto.requests import TraceJob, TraceRequest, TraceResult, TraceState
@@ -77,20 +78,22 @@ def _wait_polling(svc: LocalTraceService, pid: int) -> None:
 
 
 def _polling_child(svc: LocalTraceService, parent: int) -> int:
+    """The rank ``gpulens trace --children`` finds below ``parent`` (which does not poll itself)."""
     deadline = time.monotonic() + 30
-    while not svc.polling_descendants(parent):
+    while not (ranks := ranks_of(parent, {p.pid: p.ancestors for p in svc.processes()})):
         assert time.monotonic() < deadline, "the wrapper's child never polled"
         time.sleep(0.05)
-    return svc.polling_descendants(parent)[0]
+    (child,) = ranks
+    return child
 
 
 @pytest.fixture
 def svc(monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalTraceService]:
-    from gpulens.ipc.kineto import requests
+    from gpulens.ipc.kineto import outputs
 
     # A base of the test's own: gpulens commands run by other tests meanwhile prune /tmp/gpulens-<euid>.
     base = f"gpulens-{os.geteuid()}-t{os.getpid()}"
-    monkeypatch.setattr(requests, "_fallback_base", base)
+    monkeypatch.setattr(outputs, "_fallback_base", base)
     d = Path(tempfile.mkdtemp(prefix="gq", dir="/tmp"))
     service = LocalTraceService(socket_dir=str(d / "s"), use_dynolog=False)
     service.start()

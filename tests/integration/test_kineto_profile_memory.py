@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from gpulens.analysis.flame.importers import load_profile
-from gpulens.ipc.kineto.jobs import NO_MEMORY_NOTE
+from gpulens.ipc.kineto.jobtext import NO_MEMORY_NOTE
 from tests.paths import KINETO_WORKLOAD
 
 torch = pytest.importorskip("torch", reason="needs the PyTorch CPU build (pip install torch==2.13.0)")

@@ -35,6 +35,7 @@ from gpulens.ipc import auth, stream
 from gpulens.ipc.control import ControlListener, control_name, describe_holder, who_holds
 from gpulens.ipc.principal import NOT_AUTHENTICATED, Principal, owner, peer
 from gpulens.ipc.refusal import NoSlot, NoSlotKind
+from gpulens.ipc.stream_decode import FrameDecoder
 from gpulens.ipc.transport import Transport
 from tests.fakes import security_helpers
 from tests.fakes.agent_helpers import (
@@ -183,7 +184,7 @@ def test_symlink_fifo_and_foreign_files_are_refused(tmp_path: Path) -> None:
     conn, err = _send_in_thread(real, os.geteuid())
     assert err is None
     chunks: list[stream.FileChunk] = []
-    for m in (m for f in conn.frames for m in stream.FrameDecoder().feed(f)):
+    for m in (m for f in conn.frames for m in FrameDecoder().feed(f)):
         assert isinstance(m, stream.FileChunk), m
         chunks.append(m)
     assert b"".join(c.data for c in chunks) == b"{}" * 10 and chunks[-1].last
@@ -285,12 +286,13 @@ def test_control_socket_caps_connections_per_uid(tmp_path: Path) -> None:
 _CONTROL_ATTACK = r"""
 import json, os, socket, sys
 from gpulens.ipc import stream
+from gpulens.ipc.stream_decode import FrameDecoder
 from gpulens.ipc.control import control_name
 name = control_name(sys.argv[1], 0)
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.settimeout(30)
 s.connect(name)
-dec = stream.FrameDecoder()
+dec = FrameDecoder()
 pending = []
 def nxt():
     while not pending:
@@ -374,8 +376,9 @@ def _run_attack(user: User, code: str, *args: str) -> dict[str, Any]:
 _TCP_ATTACK = r"""
 import json, socket, sys
 from gpulens.ipc import stream
+from gpulens.ipc.stream_decode import FrameDecoder
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=30)
-dec = stream.FrameDecoder()
+dec = FrameDecoder()
 pending = []
 def nxt():
     while not pending:

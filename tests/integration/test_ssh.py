@@ -71,13 +71,14 @@ def test_ssh_failure_reports_the_commands_stderr() -> None:
 
 def test_stdio_agent_keeps_stdout_for_the_protocol_and_exits_with_the_viewer(gpulens_exe: str) -> None:
     from gpulens.ipc import stream
+    from gpulens.ipc.stream_decode import FrameDecoder
 
     p = subprocess.Popen(
         [gpulens_exe, "agent", "--stdio", "--no-trace", "--hostname", "s1", "--interval", "0.1", "--simulated-gpus", "1"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
     assert p.stdin is not None and p.stdout is not None
-    dec = stream.FrameDecoder()
+    dec = FrameDecoder()
     msgs: list[stream.Message] = []
     while not msgs:
         assert isinstance(p.stdout, io.BufferedReader)  # Popen's default buffering

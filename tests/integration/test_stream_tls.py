@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from gpulens.core.events import HostStatusEvent
-from gpulens.ipc import auth
 from gpulens.sources.stream.source import StreamFlags, stream_source_from_flags
-from tests.fakes.agent_helpers import AgentProc, EventLog, count_samples
+from tests.fakes.agent_helpers import AgentProc, EventLog, count_samples, make_token_file
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +32,7 @@ def test_tls_with_token_streams_and_unknown_ca_is_refused(
     gpulens_exe: str, tmp_path: Path, cert: tuple[Path, Path]
 ) -> None:
     crt, key = cert
-    token_file = auth.make_token_file(tmp_path / "token")
+    token_file = make_token_file(tmp_path / "token")
     agent = AgentProc(
         gpulens_exe, tmp_path, "secure",
         extra=["--interval", "0.1", "--quiet", "--simulated-gpus", "1", "--tls-cert", str(crt), "--tls-key", str(key),
@@ -66,7 +65,7 @@ def test_tls_with_token_streams_and_unknown_ca_is_refused(
 def test_viewer_refuses_unsafe_token_file(tmp_path: Path) -> None:
     from gpulens.core.errors import ConfigError, ConfigProblem
 
-    tok = auth.make_token_file(tmp_path / "tok")
+    tok = make_token_file(tmp_path / "tok")
     tok.chmod(0o640)
     with pytest.raises(ConfigError) as err:
         stream_source_from_flags(StreamFlags(connect="127.0.0.1:9", token_file=str(tok)))

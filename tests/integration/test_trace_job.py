@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.agent_helpers import AgentProc
+from tests.fakes.agent_helpers import AgentProc, make_token_file
 from tests.paths import FAKES
 
 pytest.importorskip("torch", reason="needs the PyTorch CPU build (pip install torch==2.13.0)")
@@ -45,10 +45,8 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[AgentPr
     tmp_path = tmp_path_factory.mktemp("job")
     if not TORCHRUN.exists():
         pytest.skip(f"needs torchrun next to {sys.executable} (it comes with torch)")
-    from gpulens.ipc import auth
-
     short = Path(tempfile.mkdtemp(prefix="gj", dir="/tmp"))
-    token = auth.make_token_file(tmp_path / "token")
+    token = make_token_file(tmp_path / "token")
     cfg = tmp_path / "kineto.conf"
     cfg.write_text("ON_DEMAND_CONFIG_UPDATE_INTERVAL_SECS=1\n")
     base = {k: v for k, v in os.environ.items() if not k.startswith(("KINETO", "TORCHELASTIC", "SLURM"))}

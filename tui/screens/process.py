@@ -183,8 +183,9 @@ class ProcessScreen(DataScreen):
         if down and not self.readonly:
             return f"{down}: its processes may be gone or other processes now"
         local = self.signals_here()
-        return refusal(job or self.job(), local=local, readonly=self.readonly,
-                       remote_why=None if local else self.remote_why())
+        why = refusal(job or self.job(), local=local, readonly=self.readonly,
+                      remote_why=None if local else self.remote_why())
+        return None if why is None else str(why)  # the screen: words
 
     def down_text(self) -> str:
         """``host node07 DOWN since 12:01:05 (11s ago): connection lost``, or '' while it is up."""

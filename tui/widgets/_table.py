@@ -120,11 +120,6 @@ class IncrementalTable(ScrollView, can_focus=True):
         """Rows shown."""
         return len(self.order)
 
-    def get_cell(self, row: str, column: str) -> str:
-        """Text of one cell (KeyError if absent)."""
-        col = next(i for i, c in enumerate(self.COLUMNS) if c[0] == column)
-        return self._cells[row][col]
-
     def sync(self, rows: dict[str, tuple[str, ...]], order: Sequence[str]) -> bool:
         """Show ``rows`` (key -> cell texts) in ``order``; True if anything changed.
 

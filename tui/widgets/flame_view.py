@@ -54,14 +54,8 @@ class FlameView(Widget):
         return self._profile
 
     @property
-
     def focus_node(self) -> int:
         return self._focus
-
-    @property
-
-    def search_result(self) -> SearchResult | None:
-        return self._search
 
     def update_profile(self, profile: Profile) -> None:
         """Show a new profile, keeping focus, selection, search and expansion (unless paused)."""

@@ -3,6 +3,11 @@
 Every plot says what it covers: a summary line with the exact window statistics from the store
 (now, avg, max, how much data they are over while less than the window), a y axis with units and a
 floor (a flat zero reads ``idle`` on 1kB/s, not a full-scale ``1B/s``), a time axis (``-5m … now``).
+
+This module is the widget: its data, the summary line fitted to the width, the layout of the lines and
+which of them repaint. The chart rows, redrawn only where they changed, are
+:mod:`gpulens.tui.widgets.plot_chart`; the braille drawing is ``_braille``, the data a plot is given
+``plot_data``.
 """
 
 from __future__ import annotations
@@ -22,27 +27,14 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from gpulens.core.units import coverage
-from gpulens.store.ring import resample
 from gpulens.store.views import WindowStats
-from gpulens.tui.widgets._braille import (
-    Line,
-    axis_label,
-    braille_area,
-    braille_rows,
-    dot_counts,
-    line_strip,
-    runs,
-    time_axis,
-)
+from gpulens.tui.widgets._braille import Line, axis_label, braille_area, line_strip, time_axis
 from gpulens.tui.widgets.na import na_text
+from gpulens.tui.widgets.plot_chart import Y_LABEL, BandCharts, chart_columns
 from gpulens.tui.widgets.plot_data import PlotData, known, plot_data
 
 __all__ = ["PlotData", "PlotLines", "TimeSeriesPlot", "axis_label", "braille_area", "chart_columns", "plot_data",
            "time_axis"]
-
-Y_LABEL = 7
-"""Cells of the y-axis labels (one more for the gap to the chart)."""
-
 
 _INF = math.inf
 _BOLD = Style(bold=True)
@@ -153,11 +145,8 @@ class TimeSeriesPlot(Widget):
         """The strip of each line (None: draw it again from its runs)."""
         self._drawn_size: tuple[int, int] | None = None
         self._plot_styles: dict[str, Style] = {}
-        self._charts: dict[int, tuple[tuple[object, ...], tuple[float | None, ...], list[str], list[Line],
-                                      list[int]]] = {}
-        """Band -> (geometry, scale and labels; values; braille rows; their lines; dots per column) last
-        drawn: a new newest column redraws one cell of each row, shifted columns keep their dot counts,
-        and only the rows whose text changed are built again."""
+        self._charts = BandCharts()
+        """Each band's rows as last drawn (:mod:`~gpulens.tui.widgets.plot_chart`)."""
         self._axis: tuple[tuple[float, int], Line] | None = None
         self.repainted = 0
         """Content lines marked for repaint by :meth:`set_data` (all of them on a full refresh)."""
@@ -234,7 +223,7 @@ class TimeSeriesPlot(Widget):
         super().notify_style_update()
         self._plot_styles = {}
         self._drawn_size = None
-        self._charts = {}  # their lines carry the old styles
+        self._charts = BandCharts()  # their lines carry the old styles
         self._axis = None
 
     def _style(self, name: str) -> Style:
@@ -348,8 +337,8 @@ class TimeSeriesPlot(Widget):
             self._bands(out, rows, cols, hi, axis)
         else:
             head = self._summary(seen, width, [])
-            out += self._chart(0, self._paired(d.values, cols), cols, hi, self._y_labels(rows, hi), axis,
-                               axis + self._style("plot--area"))
+            out += self._charts.rows(0, self._paired(d.values, cols), cols, self.lo, hi, self._y_labels(rows, hi),
+                                     axis, axis + self._style("plot--area"))
         out[0] = tuple(head)
         if show_axis:
             out.append(self._time_axis(width, axis))
@@ -385,74 +374,10 @@ class TimeSeriesPlot(Widget):
         styles = (axis + self._style("plot--area"), axis + self._style("plot--alt"))
         for n, (label, vals) in enumerate(shown):
             labels = (label, *([""] * (each - 1)))
-            out += self._chart(n + 1, self._paired(vals, cols), cols, hi, labels, axis, styles[n % 2])
+            out += self._charts.rows(n + 1, self._paired(vals, cols), cols, self.lo, hi, labels, axis, styles[n % 2])
 
     def _paired(self, values: tuple[float | None, ...], cols: int) -> tuple[float | None, ...]:
         """``values`` as the cells pair them (:attr:`PlotData.newest_even`)."""
         if self.data.newest_even and len(values) == cols:
             return (*values[1:], None)
         return values
-
-    def _chart(self, band: int, values: tuple[float | None, ...], cols: int, hi: float,
-               labels: tuple[str, ...], axis: Style, area: Style) -> list[Line]:
-        """The rows of one series (one per label), built again only where their text changed.
-
-        When only the newest column changed, only the last cell is drawn; when
-        the columns shifted (aligned columns move left as time passes), the dot
-        counts of the kept ones are reused and only the new ones are worked out.
-        """
-        rows = len(labels)
-        key = (cols, self.lo, hi, labels, axis, area)
-        prev = self._charts.get(band)
-        if prev is not None and prev[0] == key and len(values) == cols and len(prev[1]) == cols:
-            old = prev[1]
-            if values[:-2] == old[:-2]:
-                if values[-2:] == old[-2:]:
-                    return prev[3]
-                cell = dot_counts(_fit(values[-2:], 2), rows, self.lo, hi)
-                filled = [*prev[4][:-2], *cell]
-                chart = [line[:-1] + c for line, c in zip(prev[2], braille_rows(cell, rows), strict=True)]
-            else:
-                kept = _kept(old, values)
-                if kept is None:
-                    filled = dot_counts(_fit(values, cols), rows, self.lo, hi)
-                else:
-                    start, count = kept
-                    filled = [*prev[4][start:start + count], *dot_counts(_fit(values[count:], cols - count), rows, self.lo, hi)]
-                chart = braille_rows(filled, rows)
-            made = [old_line if line == was else _row(label, line, axis, area)
-                    for label, line, was, old_line in zip(labels, chart, prev[2], prev[3], strict=True)]
-        else:
-            filled = dot_counts(_fit(values, cols), rows, self.lo, hi)
-            chart = braille_rows(filled, rows)
-            made = [_row(label, line, axis, area) for label, line in zip(labels, chart, strict=True)]
-        self._charts[band] = (key, values, chart, made, filled)
-        return made
-
-
-def _kept(old: tuple[float | None, ...], new: tuple[float | None, ...]) -> tuple[int, int] | None:
-    """(start, count): ``new`` begins with ``old[start:start + count]``, the columns that shifted left
-    (the newest of ``old`` may have filled further, so it is not counted); None when none did."""
-    n = len(new)
-    for shift in range(1, min(8, n - 2)):
-        count = n - shift - 1
-        if new[:count] == old[shift:shift + count]:
-            return shift, count
-    return None
-
-
-def chart_columns(width: int) -> int:
-    """The values a chart ``width`` cells wide (y labels included) draws: two per braille cell."""
-    return max(2, (width - Y_LABEL - 1) * 2)
-
-
-def _fit(values: Sequence[float | None], cols: int) -> list[float]:
-    """``values`` as the chart's columns: as they are when they number ``cols``, else resampled."""
-    vals = [math.nan if v is None else v for v in values]
-    return vals if len(vals) == cols else resample(vals, cols)
-
-
-def _row(label: str, line: str, axis: Style, area: Style) -> Line:
-    """A chart row: the y label, then blank and dotted runs (each its own span, as SVG exports want)."""
-    head = (f"{axis_label(label, Y_LABEL):>{Y_LABEL}} ", axis)
-    return (head, *((run, axis if run[0] == " " else area) for run in runs(line)))

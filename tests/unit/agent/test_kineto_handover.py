@@ -6,7 +6,9 @@ another uid asking for real is tests/integration/test_security_handover.py.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 import shutil
 import socket
 import tempfile
@@ -20,7 +22,15 @@ import pytest
 
 from gpulens.agent.agent import endpoint_owner
 from gpulens.ipc.control import control_name
-from gpulens.ipc.handover import KIND, handover_allowed, request_handover
+from gpulens.ipc.handover import (
+    KIND,
+    RECEIVER_PREFIX,
+    NotPassed,
+    NotPassedKind,
+    handover_allowed,
+    pass_socket,
+    request_handover,
+)
 from gpulens.ipc.kineto import codec
 from gpulens.ipc.kineto.endpoint import holder_of
 from gpulens.ipc.kineto.requests import TraceRequest, TraceState
@@ -30,6 +40,7 @@ from gpulens.ipc.principal import Principal, owner, peer
 from gpulens.ipc.refusal import HandoverKind, NotHandedOver
 from gpulens.sources.owner_switch import HandoverTraceService
 from tests.fakes.handover_helpers import Adopter
+from tests.fakes.kineto_client import decode_config_reply, encode_request
 from tests.fakes.trace_service import FakeTraceService
 
 ME = os.geteuid()
@@ -55,9 +66,9 @@ def test_only_root_or_the_holders_own_user_may_ask() -> None:
 
 
 def _poll(svc: LocalTraceService) -> str:
-    reply = svc.endpoint.handle_datagram(codec.encode_request(codec.ConfigRequest(3, 0, (os.getpid(), 1))))
+    reply = svc.endpoint.handle_datagram(encode_request(codec.ConfigRequest(3, 0, (os.getpid(), 1))))
     assert reply is not None
-    return str(codec.decode_config_reply(reply))
+    return str(decode_config_reply(reply))
 
 
 def _poll_name(sock: Path) -> bool:
@@ -66,8 +77,8 @@ def _poll_name(sock: Path) -> bool:
     try:
         client.bind("")  # an autobound abstract name, for the reply
         client.settimeout(5)
-        client.sendto(codec.encode_request(codec.ConfigRequest(3, 0, (os.getpid(), 1))), str(sock / "dynolog"))
-        return codec.decode_config_reply(client.recv(65536)) is not None
+        client.sendto(encode_request(codec.ConfigRequest(3, 0, (os.getpid(), 1))), str(sock / "dynolog"))
+        return decode_config_reply(client.recv(65536)) is not None
     finally:
         client.close()
 
@@ -146,6 +157,59 @@ def test_a_failed_pass_keeps_the_name_served_here(sock: Path) -> None:
         assert not accepted.done()  # requests are taken again
     finally:
         svc.stop()
+
+
+def _receiver(answer: bytes | None) -> tuple[str, threading.Thread]:
+    """A one-shot receiver of the asking agent's form that takes the passed socket and answers ``answer``
+    (None: never answers)."""
+    name = RECEIVER_PREFIX + secrets.token_hex(16)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(b"\0" + name.encode())
+    listener.listen(1)
+
+    def serve() -> None:
+        with listener:
+            conn, _ = listener.accept()
+            with conn, contextlib.suppress(OSError):  # a holder that refused closes without passing
+                _msg, fds, _flags, _addr = socket.recv_fds(conn, 64, 1)
+                for fd in fds:
+                    os.close(fd)
+                if answer is None:
+                    time.sleep(0.5)
+                else:
+                    conn.sendall(answer)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return name, thread
+
+
+@pytest.mark.parametrize(("answer", "want"), [
+    (b"A", None),
+    (b"NUnsafePath: not ours\x1b[2J", NotPassed(NotPassedKind.NOT_SERVED, detail="UnsafePath: not ours")),
+    (b"?", NotPassed(NotPassedKind.NOT_CONFIRMED)),
+    (None, NotPassed(NotPassedKind.TIMEOUT)),
+])
+def test_passing_the_socket_says_why_it_was_kept(answer: bytes | None, want: NotPassed | None) -> None:
+    name, thread = _receiver(answer)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as endpoint:
+        assert pass_socket(name, endpoint, os.getuid(), timeout_s=0.2) == want
+    thread.join(5)
+
+
+def test_passing_the_socket_only_to_the_asking_agents_receiver() -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as endpoint:
+        assert pass_socket("gpulens-handover-x", endpoint, ME) == NotPassed(NotPassedKind.BAD_RECEIVER)
+        assert pass_socket(None, endpoint, ME) == NotPassed(NotPassedKind.BAD_RECEIVER)
+        gone = pass_socket(RECEIVER_PREFIX + secrets.token_hex(16), endpoint, ME)  # nobody listens there
+        assert gone is not None and gone.kind is NotPassedKind.NO_RECEIVER
+        name, thread = _receiver(b"A")
+        other = pass_socket(name, endpoint, os.getuid() + 1)
+        assert other == NotPassed(NotPassedKind.OTHER_USER, os.getpid(), os.getuid(), os.getuid() + 1)
+        # On purpose: the holder's words when the receiver is not the asking agent's user's.
+        assert str(other) == (f"the receiver belongs to pid {os.getpid()} (uid {os.getuid()}), not to the asking "
+                              f"agent's user (uid {os.getuid() + 1}); the endpoint is kept")
+        thread.join(5)
 
 
 class _Started:

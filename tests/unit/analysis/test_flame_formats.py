@@ -10,7 +10,7 @@ import pytest
 
 from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem
 from gpulens.analysis.flame.group import ALL
-from gpulens.analysis.flame.importers import load_group, load_profile, profile_from_bytes
+from gpulens.analysis.flame.importers import group_from_bytes, load_group, load_profile
 from gpulens.cli import main
 from tests.paths import DATA
 
@@ -110,7 +110,7 @@ def test_perf_script_skips_other_events_and_says_so() -> None:
 )
 def test_unknown_files_get_one_line_with_what_to_run(data: bytes, says: str) -> None:
     with pytest.raises(FlameFormatError) as err:
-        profile_from_bytes(data, "thing.bin")
+        group_from_bytes(data, "thing.bin").pick()
     assert err.value.problem is FlameProblem.UNSUPPORTED
     text = str(err.value)  # the advice is the point of this test: the sentence is kept
     assert says in text and "\n" not in text

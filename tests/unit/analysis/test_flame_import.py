@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpulens.analysis.flame.errors import FlameError, FlameFormatError, FlameProblem
-from gpulens.analysis.flame.importers import load_profile, profile_from_bytes
+from gpulens.analysis.flame.importers import group_from_bytes, load_profile
 from gpulens.analysis.flame.kineto import kineto_memory, kineto_time
 from gpulens.analysis.flame.query import function_table
 from gpulens.cli import main
@@ -30,7 +30,7 @@ PYSPY_RAW = b"""<module> (hot.py:10);K.run (hot.py:9);hot (hot.py:4) 97
 
 
 def test_pyspy_raw_output() -> None:
-    profile = profile_from_bytes(PYSPY_RAW, "raw.txt")
+    profile = group_from_bytes(PYSPY_RAW, "raw.txt").pick()
     assert profile.total == 100
     rows = {r.name: r for r in function_table(profile)}
     assert rows["hot"].self_value == 98  # lines 3 and 4 of one function merge
@@ -191,7 +191,7 @@ def test_restricted_unpickler_refuses_malicious_pickle(tmp_path: Path) -> None:
 )
 def test_malformed_input_is_refused_with_its_reason_and_place(data: bytes, problem: FlameProblem, at: str | None) -> None:
     with pytest.raises(FlameFormatError) as info:
-        profile_from_bytes(data, "bad-input")
+        group_from_bytes(data, "bad-input").pick()
     assert (info.value.problem, info.value.at) == (problem, at)
     again = pickle.loads(pickle.dumps(info.value))  # a worker process's error reaches the parent whole
     assert (type(again), again.problem, again.at, str(again)) == (FlameFormatError, problem, at, str(info.value))

@@ -18,7 +18,7 @@ import pytest
 from gpulens.analysis.flame.errors import FlameError
 from gpulens.analysis.flame.exporters import export_folded, export_pprof, export_speedscope
 from gpulens.analysis.flame.group import ALL, Part, group_of
-from gpulens.analysis.flame.importers import load_profile, profile_from_bytes
+from gpulens.analysis.flame.importers import group_from_bytes, load_profile
 from gpulens.analysis.flame.model import Profile, build_from_stacks
 from gpulens.analysis.flame.pprof import read_pprof
 from gpulens.cli import main
@@ -72,7 +72,7 @@ def test_cpu_clock_periods_are_nanoseconds() -> None:
 def test_one_time_sample_shows_its_period_as_time(event: str) -> None:
     """The issue's case: one 999 Hz cpu-clock sample has period 1001001 ns, 1.0 ms (not '1,001,001 samples')."""
     first = DD.read_text().split("\n\n")[0].replace("10101010 cpu-clock:", f"1001001 {event}:")
-    profile = profile_from_bytes(first.encode(), "one.perf")
+    profile = group_from_bytes(first.encode(), "one.perf").pick()
     assert profile.unit == "seconds" and profile.total == pytest.approx(1.001001e-3, rel=1e-12)
 
 
@@ -101,7 +101,7 @@ def test_without_periods_each_sample_counts_one(capsys: pytest.CaptureFixture[st
 def test_a_file_where_some_headers_lack_a_period_counts_samples() -> None:
     samples = DD.read_text().split("\n\n")
     samples[0] = samples[0].replace("10101010 cpu-clock:", "cpu-clock:")
-    profile = profile_from_bytes("\n\n".join(samples).encode(), "mixed.perf")
+    profile = group_from_bytes("\n\n".join(samples).encode(), "mixed.perf").pick()
     assert profile.unit == "samples" and profile.total == len(samples) == 11
     assert "1 of 11 samples without a period: counting samples" in profile.title
 

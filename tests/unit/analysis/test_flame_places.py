@@ -9,7 +9,7 @@ import pickle
 import pytest
 
 from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem, Where
-from gpulens.analysis.flame.importers import profile_from_bytes
+from gpulens.analysis.flame.importers import group_from_bytes
 
 _SNAP = {"segments": [], "device_traces": [[{"action": "alloc", "size": 8, "frames": [{"line": 1}]}]]}
 _GECKO = {"meta": {"preprocessedProfileVersion": 47, "interval": 1}, "threads": [{
@@ -29,7 +29,7 @@ _GECKO = {"meta": {"preprocessedProfileVersion": 47, "interval": 1}, "threads": 
 ], ids=["folded", "speedscope", "cpuprofile", "heapprofile", "snapshot", "gecko"])
 def test_each_format_names_the_place(data: bytes, at: str) -> None:
     with pytest.raises(FlameFormatError) as info:
-        profile_from_bytes(data, "f")
+        group_from_bytes(data, "f").pick()
     assert (info.value.problem, info.value.at) == (FlameProblem.MALFORMED, at)
     assert str(info.value).startswith(f"f: {at}: ")  # the sentence names the same place
 

@@ -30,7 +30,7 @@ from gpulens.analysis.trace.json_out import ranks_json, straggler_json
 from gpulens.analysis.trace.rank_text import ranks_text
 from gpulens.analysis.trace.ranks import RanksReport, analyze_ranks
 from gpulens.analysis.trace.step_profile import StepProfile
-from gpulens.analysis.trace.stragglers import Straggler, judge_profiles
+from gpulens.analysis.trace.stragglers import Straggler, judge
 from tests.fakes import straggler_jobs as sj
 
 RUNS = 200
@@ -48,14 +48,14 @@ def _profiles(ranks: int, seed: int, kind: str | None = None, straggler: int = 0
 
 @pytest.mark.parametrize("ranks", RANKS)
 def test_identical_ranks_are_not_named(ranks: int) -> None:
-    named = [seed for seed in range(RUNS) if judge_profiles(_profiles(ranks, seed))[0]]
+    named = [seed for seed in range(RUNS) if judge(sj.reports(_profiles(ranks, seed)))[0]]
     assert len(named) <= RUNS // 100, f"false positives in {len(named)} of {RUNS} jobs: seeds {named}"
 
 
 def test_a_small_real_difference_is_not_named() -> None:
     """+0.5 ms of compute per step (2 % of the step, under the 5 % floor) on one rank of 4."""
     named = [seed for seed in range(RUNS)
-             if judge_profiles(_profiles(4, 20_000 + seed, "compute", seed % 4, 0.5))[0]]
+             if judge(sj.reports(_profiles(4, 20_000 + seed, "compute", seed % 4, 0.5)))[0]]
     assert len(named) <= RUNS // 100
 
 
@@ -65,7 +65,7 @@ def test_an_injected_straggler_is_named_by_its_kind(ranks: int, kind: str) -> No
     wrong, excess, waited, held = [], [], [], 0
     for seed in range(RUNS):
         who = (seed * 7) % ranks
-        got, rule = judge_profiles(_profiles(ranks, 10_000 + seed, kind, who, EXTRA_MS[kind]))
+        got, rule = judge(sj.reports(_profiles(ranks, 10_000 + seed, kind, who, EXTRA_MS[kind])))
         if [(s.rank, s.kind) for s in got] != [(who, kind)]:
             wrong.append(seed)
             continue
@@ -85,13 +85,13 @@ def test_an_injected_straggler_is_named_by_its_kind(ranks: int, kind: str) -> No
 def test_noise_and_thresholds_follow_the_jitter() -> None:
     """The measured compute noise is about the simulated jitter (5 % of 20 ms, a little more with the
     spikes); the thresholds are never under the 5 % floor."""
-    _, rule = judge_profiles(_profiles(8, 3, steps=10))
+    _, rule = judge(sj.reports(_profiles(8, 3, steps=10)))
     compute = rule.metric("compute")
     assert compute is not None and compute.noise_ms is not None
     assert 0.7 < compute.noise_ms < 2.0
     assert rule.floor_ms == pytest.approx(0.05 * rule.median_step_ms)
     assert all(m.threshold_ms >= rule.floor_ms for m in rule.metrics)
-    _, quiet = judge_profiles(_profiles(8, 3, steps=10), threshold_pct=0.0)
+    _, quiet = judge(sj.reports(_profiles(8, 3, steps=10)), threshold_pct=0.0)
     assert quiet.floor_ms == pytest.approx(0.02)  # the absolute floor
 
 
@@ -106,10 +106,10 @@ def test_a_rank_that_waits_longer_is_not_named() -> None:
     """More idle time but also more collective wait: it is waiting for someone, not holding them back."""
     ranks = [(0, _flat(30.0, 20.0, 9.0, 1.0)), (1, _flat(30.0, 20.0, 9.0, 1.0)), (2, _flat(30.0, 20.0, 9.0, 1.0)),
              (3, _flat(40.0, 20.0, 19.0, 11.0))]
-    got, rule = judge_profiles(ranks)
+    got, rule = judge(sj.reports(ranks))
     assert got == [] and rule.noise_measured
     ranks[3] = (3, _flat(30.0, 20.0, 1.0, 9.0))  # the same idle, waiting least: it is the late one
-    assert [(s.rank, s.kind) for s in judge_profiles(ranks)[0]] == [(3, "late")]
+    assert [(s.rank, s.kind) for s in judge(sj.reports(ranks))[0]] == [(3, "late")]
 
 
 def test_a_few_bad_steps_do_not_name_a_rank() -> None:
@@ -119,31 +119,31 @@ def test_a_few_bad_steps_do_not_name_a_rank() -> None:
     bumped = [c + (6.0 if i in (1, 3, 4) else 0.0) for i, c in enumerate(base.compute_ms)]
     odd = StepProfile("CPU", base.source, base.step_ms, tuple(bumped), base.wait_ms, base.data_ms, base.other_ms,
                       base.idle_ms, True)
-    assert judge_profiles([(0, base), (1, base), (2, base), (3, odd)])[0] == []
+    assert judge(sj.reports([(0, base), (1, base), (2, base), (3, odd)]))[0] == []
     bumped[0] += 6.0  # four of six: still not more than two thirds
     odd = StepProfile("CPU", base.source, base.step_ms, tuple(bumped), base.wait_ms, base.data_ms, base.other_ms,
                       base.idle_ms, True)
-    assert judge_profiles([(0, base), (1, base), (2, base), (3, odd)])[0] == []
+    assert judge(sj.reports([(0, base), (1, base), (2, base), (3, odd)]))[0] == []
     bumped[2] += 6.0  # five of six
     odd = StepProfile("CPU", base.source, base.step_ms, tuple(bumped), base.wait_ms, base.data_ms, base.other_ms,
                       base.idle_ms, True)
-    assert [s.rank for s in judge_profiles([(0, base), (1, base), (2, base), (3, odd)])[0]] == [3]
+    assert [s.rank for s in judge(sj.reports([(0, base), (1, base), (2, base), (3, odd)]))[0]] == [3]
 
 
 def test_few_steps_name_only_a_large_difference() -> None:
     even = [(r, _flat(30.0, 20.0, 9.0, 1.0, n=2)) for r in range(3)]
-    got, rule = judge_profiles([*even, (3, _flat(30.0, 28.0, 1.0, 1.0, n=2))])  # +8 ms: 27 % of a step
+    got, rule = judge(sj.reports([*even, (3, _flat(30.0, 28.0, 1.0, 1.0, n=2))]))  # +8 ms: 27 % of a step
     assert got == [] and not rule.noise_measured and rule.steps == 2
     assert "noise not measured" in rule.note and rule.floor_ms == pytest.approx(15.0, rel=0.02)
     assert all(m.noise_ms is None for m in rule.metrics)
-    got, _ = judge_profiles([*even, (3, _flat(30.0, 40.0, 1.0, 1.0, n=2))])  # +20 ms: 67 %
+    got, _ = judge(sj.reports([*even, (3, _flat(30.0, 40.0, 1.0, 1.0, n=2))]))  # +20 ms: 67 %
     assert [(s.rank, s.kind) for s in got] == [(3, "compute")] and got[0].noise_ms is None
 
 
 def test_one_rank_is_not_compared() -> None:
-    got, rule = judge_profiles([(0, _flat(30.0, 20.0, 9.0, 1.0))])
+    got, rule = judge(sj.reports([(0, _flat(30.0, 20.0, 9.0, 1.0))]))
     assert got == [] and rule.note == "needs two or more ranks with steps" and rule.metrics == ()
-    assert judge_profiles([])[1].ranks == 0
+    assert judge(sj.reports([]))[1].ranks == 0
 
 
 def test_median_of_the_others_equals_the_plain_median() -> None:
@@ -170,7 +170,7 @@ def test_noise_of_a_long_job_is_bounded_and_right() -> None:
         flat = tuple(1.0 for _ in compute)
         return StepProfile("CPU", "x", tuple(c + 6.0 for c in compute), compute, flat, flat, flat, flat, True)
 
-    got, rule = judge_profiles([(r, prof()) for r in range(8)])
+    got, rule = judge(sj.reports([(r, prof()) for r in range(8)]))
     compute = rule.metric("compute")
     assert got == [] and compute is not None and compute.noise_ms == pytest.approx(1.0, abs=0.1)
 

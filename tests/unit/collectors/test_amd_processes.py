@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from gpulens.collectors.amd.collector import AmdCollector
-from gpulens.collectors.amd.fdinfo import FIRST_SEEN, parse_fdinfo
+from gpulens.collectors.amd.fdinfo import FIRST_SEEN, Unlisted, UnlistedKind, parse_fdinfo
 from tests.fakes.amd_tree import AmdTree, Clock, fdinfo
 
 
@@ -109,3 +110,21 @@ def test_kfd_processes_are_found_between_full_scans(tmp_path: Path) -> None:
         assert [p.pid for p in c.read().gpus[0].processes] == [300]
         clock.advance(30.0)  # the full listing of every process
         assert [p.pid for p in c.read().gpus[0].processes] == [300, 400]
+
+
+def test_processes_whose_descriptors_cannot_be_listed_are_counted(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    t = AmdTree(tmp_path, "mi210")
+    t.other_fd(99, 3)  # another user's process: its fd directory cannot be listed without root
+    listdir = os.listdir
+
+    def not_root(path: str | Path) -> list[str]:
+        if str(path).endswith("/99/fd"):
+            raise PermissionError(13, "Permission denied")
+        return listdir(path)
+
+    monkeypatch.setattr(os, "listdir", not_root)
+    with collector(t, Clock()) as c:
+        g = c.read().gpus[0]
+        assert c._clients is not None and c._clients.unlisted() == Unlisted(UnlistedKind.FDS_HIDDEN, hidden=1)
+    assert g.processes == () and g.unavailable["processes"] == str(Unlisted(UnlistedKind.FDS_HIDDEN, hidden=1))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import dis
+import os
 import struct
 import sys
 import types
@@ -13,15 +14,24 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpulens.collectors.gpumem import tracer as tracer_module
 from gpulens.collectors.gpumem.elf import ElfError, read_elf
-from gpulens.collectors.gpumem.python_stack import line_of
+from gpulens.collectors.gpumem.libbpf import BpfError
+from gpulens.collectors.gpumem.python_stack import PythonNotReadable, line_of
 from gpulens.collectors.gpumem.tracer import (
     CALLS,
     MAX_FRAMES,
     MAX_NATIVE,
     Allocations,
+    Event,
+    GpuMemTracer,
+    NoPythonFrames,
+    NoPythonFramesKind,
+    NoTracing,
+    NoTracingKind,
     decode_event,
     folded,
+    why_not,
 )
 
 CALL = {name: n for n, (name, _, _) in enumerate(CALLS) if name}
@@ -145,3 +155,38 @@ def test_a_planted_fifo_or_link_is_refused_without_blocking(tmp_path: Path) -> N
     link.symlink_to("/etc/passwd")
     with pytest.raises(OSError):
         read_elf(str(link))
+
+
+def _fails(err: BaseException) -> object:
+    def call(*_: object) -> object:
+        raise err
+    return call
+
+
+def test_why_frames_cannot_be_read_is_a_value_kept_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    tracer = object.__new__(GpuMemTracer)  # no BPF: only what watch() keeps
+    tracer.python, tracer._readers, tracer.native = {}, {}, None
+    monkeypatch.setattr(tracer_module, "find_python", _fails(PythonNotReadable("not a CPython process (\x1b[2J)")))
+    why = tracer.watch(7)
+    assert why == NoPythonFrames(NoPythonFramesKind.NOT_READABLE, "not a CPython process ()")  # cleaned
+    assert tracer.watch(7) is why and tracer.python == {7: why}  # asked once
+    monkeypatch.setattr(tracer_module, "find_python", _fails(PermissionError(13, "Permission denied")))
+    assert tracer.watch(8) == NoPythonFrames(NoPythonFramesKind.OS_ERROR, "[Errno 13] Permission denied")
+    # Its stacks carry the words (pinned on purpose: the one frame that says why).
+    assert tracer._python(Event(7, 7, 1, 0, 0, 1, ())) == ["<python frames not read: not a CPython process ()>"]
+
+
+def test_why_this_machine_cannot_trace_is_a_value(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert why_not() == NoTracing(NoTracingKind.NOT_ROOT)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(tracer_module, "OBJECT", tmp_path / "cuda_mem.bpf.o")
+    assert why_not() == NoTracing(NoTracingKind.NO_OBJECT, path=str(tmp_path / "cuda_mem.bpf.o"))
+    (tmp_path / "cuda_mem.bpf.o").write_bytes(b"")
+    monkeypatch.setattr(tracer_module, "Path", lambda _: tmp_path / "no-uprobe")
+    assert why_not() == NoTracing(NoTracingKind.NO_UPROBES)
+    monkeypatch.setattr(tracer_module, "Path", lambda _: tmp_path)
+    monkeypatch.setattr(tracer_module, "Libbpf", _fails(BpfError("libbpf.so.1: not found")))
+    assert why_not() == NoTracing(NoTracingKind.NO_LIBBPF, detail="libbpf.so.1: not found")
+    monkeypatch.setattr(tracer_module, "Libbpf", lambda: None)
+    assert why_not() is None

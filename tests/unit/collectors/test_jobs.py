@@ -19,8 +19,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from gpulens.collectors import job_details, newpids
 from gpulens.collectors import jobs as jobs_mod
-from gpulens.collectors import newpids
 from gpulens.collectors.jobs import JobScanner
 from gpulens.collectors.procstat import KeptStats
 from gpulens.collectors.proctree import parse_stat
@@ -292,6 +292,7 @@ def test_old_processes_are_not_reread(
         return real_read(path, limit)
 
     monkeypatch.setattr(jobs_mod, "_read", counting_read)
+    monkeypatch.setattr(job_details, "_read", counting_read)  # the command line and environment
     scanner.scan()
     # The two jobs' stat files and the shells' (re-read for exec); new pids born
     # meanwhile may add a few reads.

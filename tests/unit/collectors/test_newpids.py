@@ -24,12 +24,27 @@ def _last_pid() -> int:
     return int(Path("/proc/loadavg").read_text().split()[4])
 
 
-def test_a_new_process_is_found_without_listing_proc_whole() -> None:
+class _WholeListings:
+    """How many times ``proc`` is listed whole from now on (``os.listdir`` of it: what a tick that lists does)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, proc: str) -> None:
+        self.count = 0
+        real = os.listdir
+
+        def listdir(path: str) -> list[str]:
+            if os.fspath(path) == proc:
+                self.count += 1
+            return real(path)
+
+        monkeypatch.setattr(os, "listdir", listdir)  # newpids calls os.listdir
+
+
+def test_a_new_process_is_found_without_listing_proc_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     scanner = JobScanner("^$")
     pids = scanner._pids
     assert pids._seek  # this kernel's /proc: its listing is read from a pid's offset
     scanner.scan()
-    whole = pids.listings
+    whole = _WholeListings(monkeypatch, "/proc")
     before = _last_pid()
     child = subprocess.Popen(["sleep", "30"])
     try:
@@ -38,7 +53,7 @@ def test_a_new_process_is_found_without_listing_proc_whole() -> None:
         scanner.scan()
         assert str(child.pid) in scanner._cache  # read as a new process
         assert scanner._cache[str(child.pid)].stat.ppid == os.getpid()
-        assert pids.listings == whole  # /proc was not listed whole for it
+        assert whole.count == 0  # /proc was not listed whole for it
     finally:
         child.kill()
         child.wait()
@@ -100,18 +115,18 @@ def _write_proc(proc: Path, procs: dict[int, tuple[int, str]], last_pid: int) ->
         (d / "environ").write_bytes(b"")
 
 
-def test_a_fake_tree_is_listed_whole_when_a_pid_is_handed_out(tmp_path: Path) -> None:
+def test_a_fake_tree_is_listed_whole_when_a_pid_is_handed_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     proc = tmp_path / "proc"
     _write_proc(proc, {100: (0, "systemd"), 101: (100, "bash")}, last_pid=101)
     scanner = JobScanner("python3$", proc=str(proc))
     pids = scanner._pids
     assert not pids._seek  # no kernel offsets in a plain directory
-    whole = pids.listings
+    whole = _WholeListings(monkeypatch, str(proc))
     assert scanner.scan() == ()
-    assert pids.listings == whole  # nothing handed out: nothing listed
+    assert whole.count == 0  # nothing handed out: nothing listed
     _write_proc(proc, {102: (101, "python3")}, last_pid=102)
     (job,) = scanner.scan()
-    assert (job.pid, job.tree_id) == (102, "systemd/bash/python3") and pids.listings == whole + 1
+    assert (job.pid, job.tree_id) == (102, "systemd/bash/python3") and whole.count == 1
 
 
 def test_a_wrapped_last_pid_lists_proc_whole(tmp_path: Path) -> None:

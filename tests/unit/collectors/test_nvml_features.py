@@ -217,7 +217,7 @@ def test_close_shuts_nvml_down_once_and_frees_everything() -> None:
 def test_context_manager_closes() -> None:
     fake = make_fake_nvml(1)
     with NvmlCollector(fake) as collector:  # type: ignore[arg-type]
-        assert collector.gpu_count == 1
+        assert len(collector.read().gpus) == 1
     assert fake.shutdown_count == 1
 
 

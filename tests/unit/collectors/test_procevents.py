@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import errno
+import secrets
 import socket
 import struct
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import cast
 
 import pytest
 from hypothesis import given
@@ -19,9 +22,12 @@ from gpulens.collectors.procevents import (
     EVENT_COMM,
     EVENT_EXEC,
     EVENT_EXIT,
+    EVENT_NONE,
     NETLINK_CONNECTOR,
     Drained,
     Event,
+    NoEvents,
+    NoEventsKind,
     ProcEvents,
     open_events,
     parse,
@@ -57,6 +63,39 @@ def test_parse_skips_other_connectors() -> None:
     other = bytearray(_message(EVENT_EXEC, 5, 5))
     struct.pack_into("=I", other, 16, 99)  # cn_msg.idx of another connector
     assert parse(bytes(other)) == []
+
+
+class _Kernel:
+    """A connector socket that answers a listen request with ``datagrams`` ((bytes, sender port)), then nothing."""
+
+    def __init__(self, datagrams: list[tuple[bytes, int]]) -> None:
+        self.datagrams = datagrams
+
+    def send(self, data: bytes) -> int:
+        return len(data)
+
+    def recvfrom_into(self, buf: bytearray) -> tuple[int, tuple[int, int]]:
+        if not self.datagrams:
+            raise BlockingIOError
+        data, port = self.datagrams.pop(0)
+        buf[:len(data)] = data
+        return len(data), (port, 0)
+
+
+def _subscribe(datagrams: list[tuple[bytes, int]], monkeypatch: pytest.MonkeyPatch) -> NoEvents | None:
+    monkeypatch.setattr(secrets, "randbits", lambda _: 41)  # the kernel acknowledges 42
+    return procevents._subscribe(cast(socket.socket, _Kernel(datagrams)), with_filter=False)
+
+
+def test_why_the_kernel_does_not_let_us_listen(monkeypatch: pytest.MonkeyPatch) -> None:
+    ack = _message(EVENT_NONE, 0, 0, ack=42)
+    assert _subscribe([(b"junk", 0), (ack, 5), (ack, 0)], monkeypatch) is None  # not from the kernel: skipped
+    assert _subscribe([], monkeypatch) == NoEvents(NoEventsKind.NO_ACK)
+    refused = _subscribe([(_message(EVENT_NONE, errno.EPERM, 0, ack=42), 0)], monkeypatch)
+    assert refused == NoEvents(NoEventsKind.REFUSED, errno.EPERM)
+    assert str(refused) == "the kernel refused: Operation not permitted"  # pinned on purpose: the kernel's words
+    other = _message(EVENT_NONE, 0, 0, ack=9)  # another listener's acknowledgement
+    assert _subscribe([(other, 0)] * 70, monkeypatch) == NoEvents(NoEventsKind.ACK_NOT_SEEN)
 
 
 @given(st.binary(max_size=512))

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem
-from gpulens.analysis.flame.importers import load_profile, profile_from_bytes
+from gpulens.analysis.flame.importers import group_from_bytes, load_profile
 from gpulens.analysis.flame.snapshot import load_snapshot_bytes, scan_pickle
 from gpulens.analysis.trace.analyze import analyze_file
 from gpulens.analysis.trace.errors import TraceFileError
@@ -210,7 +210,7 @@ def test_frame_sharing_bomb_is_bounded() -> None:
     frames = [{"name": "f", "filename": "x.py", "line": 1}] * 10_000
     doc = {"segments": [{"blocks": [{"size": 1, "state": "active_allocated", "frames": frames}] * 3000}]}
     data = pickle.dumps(doc, protocol=4)
-    err, peak = peak_mib(lambda: profile_from_bytes(data, "frames.pickle"))
+    err, peak = peak_mib(lambda: group_from_bytes(data, "frames.pickle").pick())
     assert isinstance(err, FlameFormatError) and "frames per byte" in str(err)
     assert peak < 32
 
@@ -218,7 +218,7 @@ def test_frame_sharing_bomb_is_bounded() -> None:
 def test_container_and_memo_caps_name_the_flag() -> None:
     data = pickle.dumps({"segments": [[] for _ in range(3000)]}, protocol=4)
     with pytest.raises(FlameFormatError) as info:
-        profile_from_bytes(data, "many.pickle", limits=InputLimits(max_bytes=MiB, max_events=1000))
+        group_from_bytes(data, "many.pickle", limits=InputLimits(max_bytes=MiB, max_events=1000)).pick()
     assert info.value.problem is FlameProblem.TOO_LARGE
     with pytest.raises(FlameFormatError) as info:
         scan_pickle(pickle.dumps({"segments": [str(k) for k in range(3000)]}, protocol=4), "m", 5000 // 5)
@@ -233,7 +233,7 @@ def test_plain_data_pickles_of_every_protocol_still_load(protocol: int) -> None:
     data = pickle.dumps(doc, protocol=protocol)
     assert load_snapshot_bytes(data, "ok") == doc
     if protocol >= 2:  # files are recognised as snapshots by the PROTO opcode (torch writes 4 or 5)
-        assert profile_from_bytes(data, "ok").total == 3 * 512
+        assert group_from_bytes(data, "ok").pick().total == 3 * 512
 
 
 @pytest.mark.parametrize("payload", [

@@ -231,10 +231,10 @@ def _hostile_agent(tmp: Path) -> FakeAgent:
 
 
 def test_gpulens_trace_prints_one_line_per_item(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from gpulens.commands.trace import _trace_via
+    from gpulens.commands.trace_agent import trace_via
     from gpulens.ipc.kineto.requests import TraceRequest
 
-    assert _trace_via(_hostile_agent(tmp_path), "box", TraceRequest(pids=(7,)), None) == 1
+    assert trace_via(_hostile_agent(tmp_path), "box", TraceRequest(pids=(7,)), None) == 1
     out, err = capsys.readouterr()
     assert out == f"7 {tmp_path / '7-t.json'}\n"
     assert_clean(err)

@@ -14,20 +14,19 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from gpulens.cli import build_parser, main
-from gpulens.commands import trace, trace_job
+from gpulens.commands import trace, trace_here, trace_job
 from gpulens.commands.trace_common import JOB_WAIT_S, Progress
 from gpulens.core.errors import ConfigError, ConfigProblem
 from gpulens.core.events import RequestParams
-from gpulens.ipc.kineto.requests import TraceRequest, TraceResult
+from gpulens.ipc.kineto.requests import TraceRequest
 from gpulens.ipc.request_schema import Poller, TraceProcessesAnswer
 from tests.fakes.request_source import FakeAgent
+from tests.fakes.trace_service import FakeTraceService
 
 
 def _trace_parser() -> argparse.ArgumentParser:
@@ -61,34 +60,14 @@ def test_a_failure_is_printed_once(capsys: pytest.CaptureFixture[str]) -> None:
     assert len(failed) == 1 and "KINETO_USE_DAEMON is not set" in failed[0], err
 
 
-class _Svc:
-    """What ``_trace_with`` asks of the local trace service."""
-
-    def __init__(self, stepped: bool | None) -> None:
-        self.stepped = stepped
-
-    def has_stepped(self, pid: int) -> bool | None:
-        return self.stepped
-
-    def add_listener(self, listener: object) -> None:
-        pass
-
-    def processes(self) -> list[Any]:
-        return []
-
-    def request_trace(self, req: TraceRequest) -> Future[TraceResult]:
-        fut: Future[TraceResult] = Future()
-        fut.set_result(TraceResult("r", {req.pids[0]: "/tmp/x.json"}))
-        return fut
-
-
 @pytest.mark.parametrize(("stepped", "warned"), [(None, False), (True, False), (False, True)])
 def test_a_process_is_said_not_to_step_only_when_its_last_trace_showed_no_step(
     stepped: bool | None, warned: bool, capsys: pytest.CaptureFixture[str]
 ) -> None:
     args = argparse.Namespace(children=False, output=None)
     req = TraceRequest(pids=(4242,), duration_ms=None, iterations=3)
-    assert trace._trace_with(_Svc(stepped), args, req) == 0  # type: ignore[arg-type]
+    svc = FakeTraceService(files="/tmp/x.json", stepped={} if stepped is None else {4242: stepped})
+    assert trace_here.trace_with(svc, args, req) == 0  # type: ignore[arg-type]  # it names LocalTraceService
     out = capsys.readouterr()
     assert ("its last trace showed no optimizer.step()" in out.err) is warned
     assert "has not seen it step" not in out.err and out.out == "4242 /tmp/x.json\n"

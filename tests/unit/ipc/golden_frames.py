@@ -7,7 +7,7 @@ makes exactly those bytes, and the product's decoder turns them back into the fi
 A digest over each family's files is recorded in that test beside the version that governs it.
 
 Everything here is fixed: nonces, the token, times, pids. Where the product has a pure
-builder for part of a message (the HMACs, ``trace_params``, the history and chunk framing,
+builder for part of a message (the HMACs, ``trace_struct``, the history and chunk framing,
 ``TraceProgress.status``, the Kineto config text) the fixed message is made with it, so a
 renamed key there changes the bytes too.
 
@@ -49,10 +49,19 @@ from gpulens.ipc.kineto import codec, kconfig
 from gpulens.ipc.kineto.endpoint import ABSTRACT_NAME
 from gpulens.ipc.kineto.requests import TraceRequest
 from gpulens.ipc.principal import peer
-from gpulens.ipc.request_schema import HistoryParams, answer_to_wire, decode_params
+from gpulens.ipc.request_schema import (
+    GpuMemAnswer,
+    GpuMemParams,
+    HistoryParams,
+    answer_to_wire,
+    decode_params,
+    to_wire,
+)
 from gpulens.ipc.serialize import sample_to_dict, to_dict
+from gpulens.ipc.stream_decode import FrameDecoder
 from gpulens.ipc.stream_frames import history_frames, pack_sample, sample_frame
-from gpulens.sources.tracing import trace_params
+from gpulens.sources.tracing import trace_struct
+from tests.fakes import kineto_client
 from tests.paths import DATA
 
 FRAMES = DATA / "frames"
@@ -182,6 +191,10 @@ TRACE_FILE = f"{PID}-trace_{PID}.json"
 TRACE_JSON = b'{"schemaVersion": 1, "traceEvents": []}'
 FOLDED_NAME = f"profile-node-a-{int(T0)}.folded"
 FOLDED = b"main;train;step 42\nmain;train;load 7\n"
+GPUMEM_NAME = f"gpumem-node-a-{int(T0)}.bytes.folded"
+GPUMEM_FOLDED = (b"<module> (train.py:12);Trainer > step (train.py:40);cudaMalloc;cuMemAlloc_v2 1073741824\n"
+                 b"<before attach: allocated before the probes attached (not attributed)> 536870912\n")
+"""Live bytes by Python stack, as ``agent.gpumem.gpumem`` folds them (one ``before attach`` frame)."""
 
 
 # -- builders: the product's code where it has a pure one ----------------------------
@@ -253,8 +266,8 @@ def _config_text() -> str:
 
 
 def decode_frame(data: bytes) -> stream.Message:
-    """The one message of one stream frame (``stream.FrameDecoder``), nothing left over."""
-    dec = stream.FrameDecoder()
+    """The one message of one stream frame (``FrameDecoder``), nothing left over."""
+    dec = FrameDecoder()
     msgs = dec.feed(data)
     if len(msgs) != 1 or dec.buffered:
         raise AssertionError(f"expected one whole frame, got {len(msgs)} messages and {dec.buffered} bytes left")
@@ -301,12 +314,12 @@ class Golden:
 def _msg(name: str, what: str, msg: stream.Message, *more: Encoder) -> Golden:
     """A stream frame made by ``stream.encode`` (and any other product encoder of the same bytes)."""
     return Golden(name, GPULENS, what, msg, (("ipc.stream.encode", lambda: stream.encode(msg)), *more),
-                  ("ipc.stream.FrameDecoder", decode_frame))
+                  ("ipc.stream_decode.FrameDecoder", decode_frame))
 
 
 def _built(name: str, what: str, msg: stream.Message, made_by: str, frame: Callable[[], bytes]) -> Golden:
     """A stream frame that the agent makes without ``stream.encode`` (pre-packed samples)."""
-    return Golden(name, GPULENS, what, msg, ((made_by, frame),), ("ipc.stream.FrameDecoder", decode_frame))
+    return Golden(name, GPULENS, what, msg, ((made_by, frame),), ("ipc.stream_decode.FrameDecoder", decode_frame))
 
 
 def _catalog() -> tuple[Golden, ...]:
@@ -352,13 +365,25 @@ def _catalog() -> tuple[Golden, ...]:
              ("agent.request_kinds.send_bytes", lambda: _only(_chunks(2, FOLDED_NAME, FOLDED)))),
         _msg("stream-response-profile", "response to profile, agent -> viewer",
              stream.Response(id=2, ok=True, result={"files": [FOLDED_NAME], "pids": [PID], "duration_s": 5.0})),
-        # request kind: trace
+        # request kind: gpumem (issue 28; on the wire in version 1 before it had a golden frame)
+        _msg("stream-request-gpumem", "request kind gpumem, viewer -> agent "
+             "(params: ipc.request_schema.to_wire(GpuMemParams), as tui/gpumem_flame.py asks)",
+             stream.Request(id=9, kind="gpumem", params=to_wire(GpuMemParams(pids=(PID,), mode="live",
+                                                                             duration_s=5.0)))),
+        _msg("stream-chunk-gpumem", "chunk of the gpumem answer's folded live bytes, agent -> viewer",
+             stream.FileChunk(id=9, name=GPUMEM_NAME, offset=0, data=GPUMEM_FOLDED, last=True),
+             ("agent.request_kinds.send_bytes", lambda: _only(_chunks(9, GPUMEM_NAME, GPUMEM_FOLDED)))),
+        _msg("stream-response-gpumem", "response to gpumem, agent -> viewer "
+             "(result: ipc.request_schema.answer_to_wire(GpuMemAnswer))",
+             stream.Response(id=9, ok=True, result=answer_to_wire(GpuMemAnswer(
+                 files=(GPUMEM_NAME,), pids=(PID,), mode="live", since=T0 - 600.0, lost=0,
+                 python={str(PID): None})))),
         _msg("stream-request-trace", "request kind trace by pids and duration, viewer -> agent "
-             "(params: sources.tracing.trace_params)",
-             stream.Request(id=3, kind="trace", params=trace_params(TRACE, TAG))),
+             "(params: sources.tracing.trace_struct(...).wire(), as sources/stream/requests.py sends it)",
+             stream.Request(id=3, kind="trace", params=trace_struct(TRACE, TAG).wire())),
         _msg("stream-request-trace-job", "request kind trace by job key, iterations, viewer -> agent "
-             "(params: sources.tracing.trace_params)",
-             stream.Request(id=4, kind="trace", params=trace_params(JOB_TRACE, "job-tag-1", job_key="777"))),
+             "(params: sources.tracing.trace_struct(...).wire(), as sources/stream/requests.py sends it)",
+             stream.Request(id=4, kind="trace", params=trace_struct(JOB_TRACE, "job-tag-1", job_key="777").wire())),
         _msg("stream-chunk-trace", "chunk of a trace file, agent -> viewer",
              stream.FileChunk(id=3, name=TRACE_FILE, offset=0, data=TRACE_JSON, last=True),
              ("agent.request_kinds.send_bytes", lambda: _only(_chunks(3, TRACE_FILE, TRACE_JSON)))),
@@ -418,21 +443,21 @@ def _catalog() -> tuple[Golden, ...]:
         # Kineto on-demand datagrams (libkineto <-> the endpoint)
         Golden("kineto-req-client", KINETO, "req, libkineto -> endpoint: a poll (config_type 3, pid and ancestors)",
                codec.ConfigRequest(config_type=3, job_id=777, pids=(PID, 4200, 1)),
-               (("ipc.kineto.codec.encode_request",
-                 lambda: codec.encode_request(codec.ConfigRequest(config_type=3, job_id=777, pids=(PID, 4200, 1)))),),
+               (("tests.fakes.kineto_client.encode_request (libkineto's side)",
+                 lambda: kineto_client.encode_request(codec.ConfigRequest(config_type=3, job_id=777, pids=(PID, 4200, 1)))),),
                ("ipc.kineto.codec.decode", codec.decode)),
         Golden("kineto-req-reply-config", KINETO, "req reply, endpoint -> libkineto: a trace config "
                "(text: ipc.kineto.kconfig.config_text)",
                _config_text(), (("ipc.kineto.codec.encode_config_reply(kconfig.config_text(...))",
                                  lambda: codec.encode_config_reply(_config_text())),),
-               ("ipc.kineto.codec.decode_config_reply", codec.decode_config_reply)),
+               ("tests.fakes.kineto_client.decode_config_reply (libkineto's side)", kineto_client.decode_config_reply)),
         Golden("kineto-req-reply-empty", KINETO, "req reply, endpoint -> libkineto: nothing to do",
                "", (("ipc.kineto.codec.encode_config_reply('')", lambda: codec.encode_config_reply("")),),
-               ("ipc.kineto.codec.decode_config_reply", codec.decode_config_reply)),
+               ("tests.fakes.kineto_client.decode_config_reply (libkineto's side)", kineto_client.decode_config_reply)),
         Golden("kineto-ctxt-client", KINETO, "ctxt, libkineto -> endpoint: a registration at GPU init",
                codec.ContextRegistration(gpu=0, pid=PID, job_id=777),
-               (("ipc.kineto.codec.encode_context",
-                 lambda: codec.encode_context(codec.ContextRegistration(gpu=0, pid=PID, job_id=777))),),
+               (("tests.fakes.kineto_client.encode_context (libkineto's side)",
+                 lambda: kineto_client.encode_context(codec.ContextRegistration(gpu=0, pid=PID, job_id=777))),),
                ("ipc.kineto.codec.decode", codec.decode)),
         Golden("kineto-ctxt-reply", KINETO, "ctxt reply, endpoint -> libkineto: processes registered",
                2, (("ipc.kineto.codec.encode_context_reply(2)", lambda: codec.encode_context_reply(2)),),

@@ -16,6 +16,7 @@ import msgpack
 import pytest
 
 from gpulens.ipc import stream
+from gpulens.ipc.request_schema import KINDS
 from tests.paths import ROOT
 from tests.unit.ipc import golden_frames as gf
 
@@ -23,7 +24,11 @@ GOLDEN_DIGESTS: dict[int, str] = {
     # Version 1 gained the "processes" request kind (issue 31 item 7): additive, no frame of the others
     # changed, and an agent without it answers "unsupported request kind" (docs/protocol.md), so the
     # version stayed and its digest (da3e9f6c… before) was recorded again.
-    1: "eb8ccd126be2b7dcaec99a9cb358d6cf7efb9a380e4bd9a4bb7b0c4c3ca8e874",
+    # The "gpumem" kind (issue 28) was on the wire in version 1 before it had golden frames; issue 33
+    # item 2 added stream-request-gpumem, stream-chunk-gpumem and stream-response-gpumem. No other file's
+    # bytes changed (regen.py --check listed only those three) and no peer sees anything new, so this is no
+    # format change: the version stayed and its digest (eb8ccd12… before) was recorded again.
+    1: "6e294c1bd8b793c28aee3e636f90401888aa800c350238e915212d4b9efb4e0b",
 }
 """Digest of the gpulens golden frames (``gf.family_digest``) for each stream protocol version.
 
@@ -160,7 +165,13 @@ def test_every_message_type_and_request_kind_in_docs_protocol_md_has_golden_fram
     types = set(row.findall(_doc_section(doc, "Messages")))
     kinds = set(row.findall(_doc_section(doc, "Requests")))
     assert {"hello", "challenge", "auth", "auth_ok", "sample", "history", "request", "response"} <= types
-    assert {"history", "profile", "trace", "trace_status", "trace_diagnose", "trace_processes"} <= kinds
+    missing_rows = set(KINDS) - kinds
+    assert not missing_rows, (
+        f"request kinds of ipc/request_schema.py (KINDS) without a row in docs/protocol.md, 'Requests': "
+        f"{sorted(missing_rows)}"
+    )
+    assert {"history", "profile", "gpumem", "trace", "trace_status", "trace_diagnose", "trace_processes",
+            "processes"} <= kinds
     covered = {
         stream.to_wire(g.message)["t"] for g in gf.CATALOG if g.name.startswith("stream-")
     }

@@ -32,16 +32,17 @@ from gpulens.ipc.kineto import codec
 from gpulens.ipc.kineto.dynolog_rpc import DynologClient
 from gpulens.ipc.kineto.endpoint import KinetoEndpoint
 from gpulens.ipc.kineto.kconfig import DURATION_PAD_MS
+from gpulens.ipc.kineto.outputs import final_paths
 from gpulens.ipc.kineto.registry import Registry
 from gpulens.ipc.kineto.requests import (
     TraceJob,
     TraceRequest,
     TraceState,
     config_text,
-    final_paths,
 )
 from gpulens.ipc.kineto.service import LocalTraceService
 from gpulens.ipc.kineto.untraceable import Untraceable, UntraceableKind
+from tests.fakes.kineto_client import decode_config_reply, encode_context, encode_request
 
 
 def _req_bytes(pids: list[int], job: int = 0, ctype: int = 3) -> bytes:
@@ -55,12 +56,12 @@ def test_header_is_40_bytes_and_req_decodes() -> None:
     msg = codec.decode(data)
     assert msg == codec.ConfigRequest(config_type=3, job_id=77, pids=(1234, 1000, 1))
     assert isinstance(msg, codec.ConfigRequest) and msg.pid == 1234
-    assert codec.encode_request(msg) == data
+    assert encode_request(msg) == data
 
 
 def test_ctxt_roundtrip_and_reply() -> None:
     reg = codec.ContextRegistration(gpu=1, pid=42, job_id=9)
-    assert codec.decode(codec.encode_context(reg)) == reg
+    assert codec.decode(encode_context(reg)) == reg
     reply = codec.encode_context_reply(3)
     assert len(reply) == 44 and struct.unpack_from("<i", reply, 40) == (3,)
 
@@ -68,8 +69,8 @@ def test_ctxt_roundtrip_and_reply() -> None:
 def test_config_reply_has_no_nul_and_roundtrips() -> None:
     data = codec.encode_config_reply("A=1\nB=2")
     assert struct.unpack_from("<Q", data)[0] == 7 and data[8:12] == b"req\0"
-    assert codec.decode_config_reply(data) == "A=1\nB=2"
-    assert codec.decode_config_reply(codec.encode_config_reply("")) == ""
+    assert decode_config_reply(data) == "A=1\nB=2"
+    assert decode_config_reply(codec.encode_config_reply("")) == ""
     with pytest.raises(ValueError):
         codec.encode_config_reply("x\0y")
     with pytest.raises(ValueError):
@@ -108,7 +109,7 @@ def test_fuzz_decode_never_raises_anything_else(data: bytes) -> None:
 @given(st.lists(st.integers(min_value=-(2**31), max_value=2**31 - 1), max_size=40), st.integers(-(2**63), 2**63 - 1))
 def test_fuzz_valid_requests_roundtrip(pids: list[int], job: int) -> None:
     msg = codec.ConfigRequest(3, job, tuple(pids))
-    assert codec.decode(codec.encode_request(msg)) == msg
+    assert codec.decode(encode_request(msg)) == msg
 
 
 @settings(max_examples=200, deadline=None)
@@ -194,10 +195,10 @@ def test_real_socket_survives_hostile_datagrams(short_dir: Path) -> None:
                 c.sendto(data, target)
         c.sendto(_req_bytes([4242, 1]), target)
         reply = c.recv(70000)
-        assert codec.decode_config_reply(reply) == "X=1"
+        assert decode_config_reply(reply) == "X=1"
         assert ep.running and ep.dropped >= 5
         c.sendto(_req_bytes([os.getpid(), 1]), target)
-        assert codec.decode_config_reply(c.recv(1000)) == ""
+        assert decode_config_reply(c.recv(1000)) == ""
         procs = {p.pid: p for p in ep.registry.live()}
         assert procs[4242].uid == os.geteuid()  # from SO_PASSCRED
         c.close()

@@ -18,15 +18,11 @@ from typing import Any
 import pytest
 
 from gpulens.ipc.errors import TraceError
-from gpulens.ipc.kineto.jobs import NO_MEMORY_NOTE, JobTable, PidTask
+from gpulens.ipc.kineto.jobs import JobTable, PidTask
+from gpulens.ipc.kineto.jobtext import NO_MEMORY_NOTE
 from gpulens.ipc.kineto.liveness import identity
-from gpulens.ipc.kineto.requests import (
-    FileProbe,
-    TraceOutput,
-    TraceRequest,
-    TraceResult,
-    config_text,
-)
+from gpulens.ipc.kineto.outputs import FileProbe, TraceOutput
+from gpulens.ipc.kineto.requests import TraceRequest, TraceResult, config_text
 from gpulens.ipc.kineto.steps import shows_memory_events
 
 ME = os.getpid()

@@ -32,22 +32,23 @@ import pytest
 from gpulens.analysis.trace.errors import TraceFileError, TraceProblem
 from gpulens.core.safefs import UnsafePath
 from gpulens.ipc.errors import EndpointBusy, TraceError
-from gpulens.ipc.kineto import codec
-from gpulens.ipc.kineto import requests as trace
+from gpulens.ipc.kineto import codec, outputs
 from gpulens.ipc.kineto.diagnose import diagnose_pid
 from gpulens.ipc.kineto.dynolog_rpc import DynologClient, listener_uid
 from gpulens.ipc.kineto.endpoint import KinetoEndpoint
-from gpulens.ipc.kineto.registry import MAX_ANCESTORS, Registry
-from gpulens.ipc.kineto.requests import (
-    OutputPlanner,
-    TraceRequest,
-    open_trace_file,
-    probe_trace_file,
+from gpulens.ipc.kineto.outputs import OutputPlanner, open_trace_file, probe_trace_file
+from gpulens.ipc.kineto.registry import (
+    CTXT_GROUPS_PER_UID,
+    CTXT_MEMBERS_PER_GROUP,
+    MAX_ANCESTORS,
+    Registry,
 )
+from gpulens.ipc.kineto.requests import TraceRequest
 from gpulens.ipc.kineto.service import LocalTraceService
 from gpulens.ipc.kineto.untraceable import Untraceable, UntraceableKind
 from gpulens.sources import tracing as trace_remote
 from tests.fakes import security_helpers
+from tests.fakes.kineto_client import decode_config_reply, encode_request
 from tests.fakes.security_helpers import User, call_as, demote, popen_as
 
 two_users = security_helpers.two_users  # the fixture, visible to pytest in this module
@@ -71,9 +72,9 @@ def shared() -> Iterator[Path]:
 def trace_root(shared: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Traces (and Kineto's default path) go under ``shared/t`` instead of /tmp for this test."""
     root = shared / "t"
-    monkeypatch.setattr(trace, "TRACE_ROOT", root)
-    monkeypatch.setattr(trace, "KINETO_DEFAULT_DIR", root)
-    monkeypatch.setattr(trace, "_fallback_base", None)
+    monkeypatch.setattr(outputs, "TRACE_ROOT", root)
+    monkeypatch.setattr(outputs, "KINETO_DEFAULT_DIR", root)
+    monkeypatch.setattr(outputs, "_fallback_base", None)
     return root
 
 
@@ -146,7 +147,7 @@ def test_squatted_base_is_neither_followed_nor_chowned(two_users: tuple[User, Us
     # A real directory of the attacker's at the name: refused the same way.
     os.unlink(trace_root / "gpulens-0")
     call_as(attacker, _attacker_mkdir, str(trace_root / "gpulens-0"), 0o777)
-    trace._fallback_base = None
+    outputs._fallback_base = None
     with OutputPlanner() as planner:
         out = planner.place(4242, victim.uid, None)
     assert not any((trace_root / "gpulens-0").iterdir())
@@ -202,8 +203,8 @@ def test_probe_refuses_links_fifos_and_other_users_files(two_users: tuple[User, 
     since = time.time()
     with OutputPlanner() as planner:
         out = planner.place(4242, victim.uid, None)
-    final = str(trace.final_paths(out.log, 4242)[0])
-    assert probe_trace_file(out, 4242, since) == trace.FileProbe()  # nothing yet
+    final = str(outputs.final_paths(out.log, 4242)[0])
+    assert probe_trace_file(out, 4242, since) == outputs.FileProbe()  # nothing yet
     call_as(victim, _victim_link, "/etc/shadow", final)
     got = probe_trace_file(out, 4242, since)
     assert got.path is None and got.refused is not None and f"{final} is a symbolic link" in got.refused
@@ -256,12 +257,12 @@ def service(shared: Path, trace_root: Path) -> Iterator[LocalTraceService]:
 def _hand_over(svc: LocalTraceService, pid: int) -> str:
     """Play the target's poll; returns the final trace path from the config it got."""
     for _ in range(100):
-        reply = svc.endpoint.handle_datagram(codec.encode_request(codec.ConfigRequest(3, 0, (pid, 1))))
+        reply = svc.endpoint.handle_datagram(encode_request(codec.ConfigRequest(3, 0, (pid, 1))))
         assert reply is not None
-        text = codec.decode_config_reply(reply)
+        text = decode_config_reply(reply)
         if text:
             log = Path(text.splitlines()[0].removeprefix("ACTIVITIES_LOG_FILE="))
-            return str(trace.final_paths(log, pid)[0])
+            return str(outputs.final_paths(log, pid)[0])
         time.sleep(0.05)
     raise AssertionError("no config handed over")
 
@@ -493,8 +494,8 @@ def _client_as_attacker_sends(sock_dir: str, pids: list[int]) -> list[str]:
     c.settimeout(5)
     out = []
     for claimed in pids:
-        c.sendto(codec.encode_request(codec.ConfigRequest(3, 0, (claimed, 1))), f"{sock_dir}/dynolog")
-        out.append(codec.decode_config_reply(c.recv(70000)))
+        c.sendto(encode_request(codec.ConfigRequest(3, 0, (claimed, 1))), f"{sock_dir}/dynolog")
+        out.append(decode_config_reply(c.recv(70000)))
     c.close()
     return out
 
@@ -525,11 +526,11 @@ def test_a_client_that_never_reads_loses_only_its_own_replies(shared: Path) -> N
     good.bind(str(shared / "s" / "dynoconfigclient-good"))
     good.settimeout(5)
     try:
-        poll = codec.encode_request(codec.ConfigRequest(3, 0, (os.getpid(), 1)))
+        poll = encode_request(codec.ConfigRequest(3, 0, (os.getpid(), 1)))
         for _ in range(300):  # far more than its receive queue holds
             mute.sendto(poll, str(shared / "s" / "dynolog"))
         good.sendto(poll, str(shared / "s" / "dynolog"))
-        assert codec.decode_config_reply(good.recv(1000)) == ""  # within 5 s, not 300 x 0.2 s
+        assert decode_config_reply(good.recv(1000)) == ""  # within 5 s, not 300 x 0.2 s
         deadline = time.monotonic() + 10
         while ep.unsent == 0 and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -540,7 +541,7 @@ def test_a_client_that_never_reads_loses_only_its_own_replies(shared: Path) -> N
         ep.stop()
 
 
-POLL_TEMPLATE = bytearray(codec.encode_request(codec.ConfigRequest(3, 0, tuple(range(1, 4097)))))
+POLL_TEMPLATE = bytearray(encode_request(codec.ConfigRequest(3, 0, tuple(range(1, 4097)))))
 FIRST_PID_AT = codec.HEADER_BYTES + 16
 
 
@@ -584,33 +585,39 @@ def test_poll_flood_is_bounded(quiet: None) -> None:
 
 def test_pid_one_is_not_made_traceable_by_a_non_root_poll() -> None:
     ep = KinetoEndpoint("/nonexistent-never-bound")
-    poll = codec.encode_request(codec.ConfigRequest(3, 0, (1,)))
+    poll = encode_request(codec.ConfigRequest(3, 0, (1,)))
     for uid, pid in ((54321, 777), (54321, 1)):  # spoofed pid; or a (forged) credential pid 1
-        assert codec.decode_config_reply(ep.handle_datagram(poll, uid, pid) or b"") == ""
+        assert decode_config_reply(ep.handle_datagram(poll, uid, pid) or b"") == ""
     assert ep.registry.get(1) is None
-    own = codec.encode_request(codec.ConfigRequest(3, 0, (os.getpid(), 1)))
+    own = encode_request(codec.ConfigRequest(3, 0, (os.getpid(), 1)))
     ep.handle_datagram(own, os.geteuid(), os.getpid())
     assert ep.registry.get(os.getpid()) is not None
+
+
+def _kept(reply: bytes | None) -> int:
+    """The count a ``ctxt`` reply carries, as libkineto reads it: the processes kept in the sender's
+    (uid, job, GPU) group, 0 when the registration was not kept."""
+    assert reply is not None and len(reply) == codec.HEADER_BYTES + codec.CTXT_REPLY.size
+    return int(codec.CTXT_REPLY.unpack_from(reply, codec.HEADER_BYTES)[0])
 
 
 def test_ctxt_flood_is_bounded(quiet: None) -> None:
     ep = KinetoEndpoint("/nonexistent-never-bound")
     head = codec.HEADER.pack(codec.CTXT_BODY.size, b"ctxt")
     body = codec.CTXT_BODY
-    for job in range(1_000_000):  # distinct job ids
-        ep.handle_datagram(head + body.pack(0, 5, job), 0, 5)
-    groups, members = ep.registry.context_sizes()
-    assert groups <= 64 and members <= 64
-    for pid in range(10_000):  # distinct pids of one job
-        ep.handle_datagram(head + body.pack(0, pid + 10, 1), 0, pid + 10)
-    groups, members = ep.registry.context_sizes()
-    assert groups <= 64 and members <= 64 + 128
+    kept = [_kept(ep.handle_datagram(head + body.pack(0, 5, job), 0, 5)) for job in range(1_000_000)]  # distinct jobs
+    assert kept[:CTXT_GROUPS_PER_UID] == [1] * CTXT_GROUPS_PER_UID  # one group per job, up to the uid's cap
+    assert not any(kept[CTXT_GROUPS_PER_UID:])  # then none is kept
+    members = [_kept(ep.handle_datagram(head + body.pack(0, pid + 10, 1), 0, pid + 10)) for pid in range(10_000)]
+    assert members[0] == 2 and max(members) == members[-1] == CTXT_MEMBERS_PER_GROUP  # job 1's group is capped
+    assert _kept(ep.handle_datagram(head + body.pack(0, 5, 2_000_000), 0, 5)) == 0  # still no room for a new job
     now = [0.0]
     reg = Registry(clock=lambda: now[0])
-    reg.record_context(7, 0, 5, 0)
-    now[0] += 4000  # an hour later the registration is forgotten
-    reg.record_context(8, 0, 6, 0)
-    assert reg.context_sizes() == (1, 1)
+    assert [reg.record_context(job, 0, 5, 0) for job in range(CTXT_GROUPS_PER_UID)] == [1] * CTXT_GROUPS_PER_UID
+    assert reg.record_context(CTXT_GROUPS_PER_UID, 0, 5, 0) == 0
+    now[0] += 4000  # an hour later the registrations are forgotten, and their groups with them
+    assert reg.record_context(CTXT_GROUPS_PER_UID, 0, 6, 0) == 1  # room for a new group again
+    assert reg.record_context(7, 0, 7, 0) == 1  # job 7's group starts afresh: pid 5 left it
 
 
 # -- hole 6: what `gpulens trace -o FILE` writes -------------------------------------------------

@@ -18,7 +18,9 @@ from gpulens.core.model import MAX_ITEMS, MAX_TEXT_LEN
 from gpulens.ipc import auth, stream
 from gpulens.ipc.errors import AuthError, ProtocolError, VersionMismatch
 from gpulens.ipc.serialize import sample_from_dict, sample_from_msgpack, sample_to_dict
+from gpulens.ipc.stream_decode import FrameDecoder
 from gpulens.ipc.stream_frames import history_frames, sample_frame
+from tests.fakes.agent_helpers import make_token_file
 
 _SAMPLE = SyntheticSampler(hostname="n1", gpus=1, interval_s=1.0).sample()
 _LATER = SyntheticSampler(hostname="n1", gpus=0, interval_s=1.0).sample()
@@ -41,13 +43,13 @@ MESSAGES: list[stream.Message] = [
 
 @pytest.mark.parametrize("msg", MESSAGES, ids=lambda m: type(m).__name__)
 def test_round_trip(msg: stream.Message) -> None:
-    (out,) = stream.FrameDecoder().feed(stream.encode(msg))
+    (out,) = FrameDecoder().feed(stream.encode(msg))
     assert out == msg
 
 
 def test_byte_by_byte_feed_yields_all_messages_in_order() -> None:
     data = b"".join(stream.encode(m) for m in MESSAGES)
-    dec = stream.FrameDecoder()
+    dec = FrameDecoder()
     got: list[stream.Message] = []
     for i in range(len(data)):
         got.extend(dec.feed(data[i : i + 1]))
@@ -58,21 +60,21 @@ def test_byte_by_byte_feed_yields_all_messages_in_order() -> None:
 def test_pre_encoded_sample_and_history_frames_decode_to_the_sample() -> None:
     s = SyntheticSampler(hostname="h", gpus=8, interval_s=1.0).sample()
     raw = msgpack.packb(sample_to_dict(s), use_bin_type=True)
-    (msg,) = stream.FrameDecoder().feed(sample_frame(raw))
+    (msg,) = FrameDecoder().feed(sample_frame(raw))
     assert isinstance(msg, stream.SampleMsg)
     assert msg.sample == s
     assert stream.encode(stream.SampleMsg(s)) == sample_frame(raw)  # byte for byte what the agent sends
     frames = history_frames(5, [raw] * 250)
-    msgs = [m for f in frames for m in stream.FrameDecoder().feed(f)]
+    msgs = [m for f in frames for m in FrameDecoder().feed(f)]
     assert [len(m.samples) for m in msgs if isinstance(m, stream.History)] == [100, 100, 50]
     assert all(x == s for m in msgs if isinstance(m, stream.History) for x in m.samples)
     assert [m.last for m in msgs if isinstance(m, stream.History)] == [False, False, True]
-    (empty,) = stream.FrameDecoder().feed(history_frames(1, [])[0])
+    (empty,) = FrameDecoder().feed(history_frames(1, [])[0])
     assert isinstance(empty, stream.History) and empty.samples == () and empty.last
 
 
 def test_huge_declared_length_is_refused_before_buffering() -> None:
-    dec = stream.FrameDecoder(max_frame_bytes=1024)
+    dec = FrameDecoder(max_frame_bytes=1024)
     with pytest.raises(ProtocolError, match="declares 4294967295 bytes; the limit is 1024"):
         dec.feed(struct.pack(">I", 0xFFFFFFFF) + b"x" * 10)
     assert dec.buffered == 0
@@ -83,21 +85,21 @@ def test_huge_declared_length_is_refused_before_buffering() -> None:
 def test_huge_declared_array_inside_a_small_frame_is_an_error_not_an_allocation() -> None:
     body = b"\xdd\xff\xff\xff\xff"  # array32 of 4 billion items, no items
     with pytest.raises(ProtocolError, match="not valid msgpack"):
-        stream.FrameDecoder().feed(struct.pack(">I", len(body)) + body)
+        FrameDecoder().feed(struct.pack(">I", len(body)) + body)
     body = b"\xdb\x7f\xff\xff\xff"  # str32 of 2 GiB
     with pytest.raises(ProtocolError, match="not valid msgpack"):
-        stream.FrameDecoder().feed(struct.pack(">I", len(body)) + body)
+        FrameDecoder().feed(struct.pack(">I", len(body)) + body)
 
 
 def test_deep_nesting_is_an_error() -> None:
     body = b"\x91" * 5000 + b"\x00"
     with pytest.raises(ProtocolError):
-        stream.FrameDecoder().feed(struct.pack(">I", len(body)) + body)
+        FrameDecoder().feed(struct.pack(">I", len(body)) + body)
 
 
 def test_truncated_frame_waits_then_completes() -> None:
     data = stream.encode(MESSAGES[0])
-    dec = stream.FrameDecoder()
+    dec = FrameDecoder()
     assert dec.feed(data[:-1]) == []
     assert dec.buffered == len(data) - 1 - 4
     assert dec.feed(data[-1:]) == [MESSAGES[0]]
@@ -127,7 +129,7 @@ def test_truncated_frame_waits_then_completes() -> None:
 )
 def test_wrong_types_name_the_field(body: object, match: str) -> None:
     with pytest.raises(ProtocolError, match=match):
-        stream.FrameDecoder().feed(stream.encode_body(body) if isinstance(body, dict) else _frame(body))
+        FrameDecoder().feed(stream.encode_body(body) if isinstance(body, dict) else _frame(body))
 
 
 def _frame(obj: object) -> bytes:
@@ -137,18 +139,18 @@ def _frame(obj: object) -> bytes:
 
 def test_unsupported_version_names_both_versions() -> None:
     with pytest.raises(VersionMismatch, match=r"protocol version 99; this gpulens speaks version 1"):
-        stream.FrameDecoder().feed(_frame({"t": "hello", "proto": 99, "role": "agent"}))
+        FrameDecoder().feed(_frame({"t": "hello", "proto": 99, "role": "agent"}))
 
 
 def test_non_string_map_keys_are_refused() -> None:
     with pytest.raises(ProtocolError):
-        stream.FrameDecoder().feed(_frame({1: "x"}))
+        FrameDecoder().feed(_frame({1: "x"}))
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=2048))
 def test_fuzz_random_bytes_only_raise_protocol_error(data: bytes) -> None:
-    dec = stream.FrameDecoder(max_frame_bytes=4096)
+    dec = FrameDecoder(max_frame_bytes=4096)
     try:
         msgs = dec.feed(data)
     except ProtocolError:
@@ -181,7 +183,7 @@ def test_fuzz_structured_maps_decode_or_raise_protocol_error(tag: str, fields: d
     except (ProtocolError, OverflowError, TypeError, ValueError):
         return  # hypothesis made something msgpack cannot pack: not a decoder case
     try:
-        (msg,) = stream.FrameDecoder().feed(frame)
+        (msg,) = FrameDecoder().feed(frame)
     except ProtocolError:
         return
     assert stream.to_wire(msg)["t"] == tag
@@ -191,7 +193,7 @@ def test_fuzz_structured_maps_decode_or_raise_protocol_error(tag: str, fields: d
 @given(st.integers(min_value=1, max_value=200), st.binary(min_size=1, max_size=64))
 def test_fuzz_truncation_and_garbage_after_valid_frames(cut: int, junk: bytes) -> None:
     data = b"".join(stream.encode(m) for m in MESSAGES[:4])
-    dec = stream.FrameDecoder(max_frame_bytes=4096)
+    dec = FrameDecoder(max_frame_bytes=4096)
     got = dec.feed(data[: len(data) - cut] if cut < len(data) else b"")
     assert got == MESSAGES[: len(got)]
     with contextlib.suppress(ProtocolError):
@@ -202,7 +204,7 @@ def test_fuzz_truncation_and_garbage_after_valid_frames(cut: int, junk: bytes) -
 
 
 def test_token_file_must_be_0600(tmp_path: Path) -> None:
-    p = auth.make_token_file(tmp_path / "tok")
+    p = make_token_file(tmp_path / "tok")
     assert len(auth.load_token(p)) == 64
     p.chmod(0o644)
     with pytest.raises(AuthError, match=r"mode 0644.*chmod 600"):
@@ -271,7 +273,7 @@ def _dotted(path: tuple[object, ...]) -> str:
 
 
 def _decode_frame(data: object) -> stream.SampleMsg:
-    (msg,) = stream.FrameDecoder().feed(sample_frame(msgpack.packb(data, use_bin_type=True)))
+    (msg,) = FrameDecoder().feed(sample_frame(msgpack.packb(data, use_bin_type=True)))
     assert isinstance(msg, stream.SampleMsg)
     return msg
 
@@ -336,7 +338,7 @@ def test_unknown_keys_are_ignored_at_every_level() -> None:
     data["gpus"][0]["new_gpu"] = 1.5
     assert _decode_frame(data).sample == sample_from_dict(_BASE)
     body = msgpack.packb({"t": "sample", "sample": _BASE, "extra": [1, 2, 3]}, use_bin_type=True)
-    (msg,) = stream.FrameDecoder().feed(struct.pack(">I", len(body)) + body)
+    (msg,) = FrameDecoder().feed(struct.pack(">I", len(body)) + body)
     assert isinstance(msg, stream.SampleMsg) and msg.sample.host == "h"
 
 
@@ -349,9 +351,9 @@ def test_both_doors_turn_non_finite_and_absurd_values_into_na_with_a_reason(valu
     data = copy.deepcopy(_BASE)
     data["gpus"][1]["power_w"] = 3e38 if single and value == 1e308 else value  # float32 tops out at 3.4e38
     packed = msgpack.packb(data, use_bin_type=True, use_single_float=single)
-    (msg,) = stream.FrameDecoder().feed(sample_frame(packed))
+    (msg,) = FrameDecoder().feed(sample_frame(packed))
     assert isinstance(msg, stream.SampleMsg)
-    (hist,) = stream.FrameDecoder().feed(history_frames(0, [packed])[0])
+    (hist,) = FrameDecoder().feed(history_frames(0, [packed])[0])
     assert isinstance(hist, stream.History)
     for got in (msg.sample, hist.samples[0], sample_from_dict(msgpack.unpackb(packed, raw=False))):
         assert got.gpus[1].power_w is None
@@ -365,16 +367,16 @@ def test_an_implausible_time_refuses_the_frame_naming_the_sample() -> None:
         _decode_frame(data)
     raws = [msgpack.packb(_BASE), msgpack.packb(data)]
     with pytest.raises(ProtocolError, match=r"^message 'history': samples\[1\]\.time: expected a finite number"):
-        stream.FrameDecoder().feed(history_frames(0, raws)[0])
+        FrameDecoder().feed(history_frames(0, raws)[0])
     bad = dict(_BASE, cpu={"total_percent": "hot"})
     with pytest.raises(ProtocolError, match=r"^message 'history': samples\[0\]\.cpu\.total_percent: expected a number"):
-        stream.FrameDecoder().feed(history_frames(0, [msgpack.packb(bad)])[0])
+        FrameDecoder().feed(history_frames(0, [msgpack.packb(bad)])[0])
 
 
 def test_hostile_sample_frames_are_protocol_errors() -> None:
     def decode(body: bytes) -> str:
         try:
-            (msg,) = stream.FrameDecoder().feed(struct.pack(">I", len(body)) + body)
+            (msg,) = FrameDecoder().feed(struct.pack(">I", len(body)) + body)
         except ProtocolError as err:
             return f"ProtocolError: {err}"
         return type(msg).__name__
@@ -423,8 +425,8 @@ def test_the_sample_bounds_apply_before_anything_is_built() -> None:
     history = b"\x83\xa1t\xa7history\xa2id\x01\xa7samples\xdd\xff\xff\xff\xff"
     for frame in (sample_frame(hostile), struct.pack(">I", len(history)) + history):
         with pytest.raises(ProtocolError, match=rf"not valid msgpack: .*4294967295 exceeds max_array_len\({MAX_ITEMS}\)"):
-            stream.FrameDecoder().feed(frame)
+            FrameDecoder().feed(frame)
     # As many real packed samples as the bound allows, plus one, in one history frame.
     body = b"\x83\xa1t\xa7history\xa2id\x01\xa7samples\xdd" + struct.pack(">I", MAX_ITEMS + 1) + b"\xc0" * (MAX_ITEMS + 1)
     with pytest.raises(ProtocolError, match=rf"^message 'history': samples: expected at most {MAX_ITEMS} items"):
-        stream.FrameDecoder().feed(struct.pack(">I", len(body)) + body)
+        FrameDecoder().feed(struct.pack(">I", len(body)) + body)

@@ -14,6 +14,7 @@ from gpulens.ipc import stream
 from gpulens.ipc.control import control_name, kineto_key, listener_accepts, peer_allowed
 from gpulens.ipc.errors import RequestFailed, StreamError
 from gpulens.ipc.request_schema import TraceParams, TraceStatusParams
+from gpulens.ipc.stream_decode import FrameDecoder
 from gpulens.sources.stream.local_agent import LocalAgentLink
 
 
@@ -79,7 +80,7 @@ def _hello() -> bytes:
 
 
 def _read_request(conn: socket.socket) -> stream.Request:
-    dec = stream.FrameDecoder()
+    dec = FrameDecoder()
     while True:
         data = conn.recv(65536)
         assert data, "client went away"

@@ -30,13 +30,8 @@ from gpulens.ipc.kineto.jobs import JobTable, PidTask
 from gpulens.ipc.kineto.jobstate import start_missed
 from gpulens.ipc.kineto.jobtext import ended_during_trace
 from gpulens.ipc.kineto.liveness import ProcIdentity, exited, how_it_ended, identity, zombie_status
-from gpulens.ipc.kineto.requests import (
-    FileProbe,
-    TraceOutput,
-    TraceRequest,
-    TraceResult,
-    TraceState,
-)
+from gpulens.ipc.kineto.outputs import FileProbe, TraceOutput
+from gpulens.ipc.kineto.requests import TraceRequest, TraceResult, TraceState
 
 ME = os.getpid()
 CRASH_ON_LINE = "import os, signal, sys; sys.stdin.readline(); os.kill(os.getpid(), signal.SIGSEGV)"

@@ -20,10 +20,9 @@ from gpulens.ipc.errors import NotTraceable
 from gpulens.ipc.kineto.diagnose import diagnose_pid
 from gpulens.ipc.kineto.jobs import MAX_QUEUED_PER_PID, JobTable, PidTask
 from gpulens.ipc.kineto.liveness import exited, identity
+from gpulens.ipc.kineto.outputs import FileProbe, TraceOutput
 from gpulens.ipc.kineto.registry import PollingProcess, Registry
 from gpulens.ipc.kineto.requests import (
-    FileProbe,
-    TraceOutput,
     TraceRequest,
     TraceResult,
     TraceState,

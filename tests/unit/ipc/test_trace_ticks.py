@@ -19,13 +19,8 @@ import pytest
 from gpulens.ipc.kineto import jobs, kconfig
 from gpulens.ipc.kineto.jobs import JobTable, PidTask
 from gpulens.ipc.kineto.liveness import identity
-from gpulens.ipc.kineto.requests import (
-    FileProbe,
-    TraceOutput,
-    TraceRequest,
-    TraceResult,
-    config_text,
-)
+from gpulens.ipc.kineto.outputs import FileProbe, TraceOutput
+from gpulens.ipc.kineto.requests import TraceRequest, TraceResult, config_text
 
 ME = os.getpid()
 START = re.compile(r"^PROFILE_START_TIME=(\d+)$", re.MULTILINE)

@@ -23,14 +23,12 @@ from gpulens.ipc.errors import TraceError
 from gpulens.ipc.kineto import jobs, kconfig
 from gpulens.ipc.kineto.jobs import DUE_TICK_S, JobTable, PidTask
 from gpulens.ipc.kineto.liveness import identity
+from gpulens.ipc.kineto.outputs import TraceOutput, final_paths, probe_trace_file
 from gpulens.ipc.kineto.requests import (
-    TraceOutput,
     TraceRequest,
     TraceResult,
     TraceState,
     config_text,
-    final_paths,
-    probe_trace_file,
     trace_complete,
 )
 from tests.paths import DATA

@@ -17,7 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpulens.collectors.amd.gpu_metrics import XGMI_UNIT_BYTES
 from gpulens.ipc.prom_names import AMD_NOT_EXPORTED, KIB, MIB, TABLE, MetricMap
-from gpulens.sources.prometheus.assemble import MISSING, Answer, assemble
+from gpulens.sources.prometheus.assemble import MISSING, assemble
+from gpulens.sources.prometheus.tally import Answer
 from tests.paths import DATA
 
 SCRAPE = DATA / "prometheus" / "amd-device-metrics-exporter-mi300x.txt"

@@ -11,9 +11,10 @@ import math
 import random
 
 from gpulens.ipc.prom_names import TABLE, MetricMap
-from gpulens.sources.prometheus.assemble import Answer, assemble, digest
+from gpulens.sources.prometheus.assemble import assemble
 from gpulens.sources.prometheus.client import parse_answer, parse_vector
 from gpulens.sources.prometheus.source import _gc_paused
+from gpulens.sources.prometheus.tally import Answer, digest
 
 Answers = list[tuple[MetricMap, Answer]]
 

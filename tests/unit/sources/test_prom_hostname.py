@@ -10,7 +10,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpulens.ipc.prom_names import TABLE, MetricMap, host_of
-from gpulens.sources.prometheus.assemble import Answer, assemble
+from gpulens.sources.prometheus.assemble import assemble
+from gpulens.sources.prometheus.tally import Answer
 from tests.paths import DATA
 
 SCRAPE = (DATA / "prometheus" / "datadog-dcgm-metrics.txt").read_text()

@@ -32,6 +32,7 @@ from gpulens.core.events import HostStatusEvent, SampleEvent
 from gpulens.ipc import auth, stream
 from gpulens.ipc.request_schema import TraceParams
 from gpulens.ipc.serialize import sample_to_dict
+from gpulens.ipc.stream_decode import FrameDecoder
 from gpulens.ipc.stream_frames import sample_frame
 from gpulens.sources.stream.control_trace import HolderKind, HolderRefusal
 from gpulens.sources.stream.downloads import MAX_FILES_PER_REQUEST, PendingRequest
@@ -84,7 +85,7 @@ class Reader:
 
     def __init__(self, conn: socket.socket) -> None:
         self.conn = conn
-        self.dec = stream.FrameDecoder()
+        self.dec = FrameDecoder()
         self.pending: list[stream.Message] = []
 
     def until(self, kind: type[_M]) -> _M:
@@ -314,9 +315,12 @@ def test_required_number_out_of_range_drops_its_entry_or_the_sample() -> None:
 
 
 def test_every_numeric_field_has_a_deliberate_bound() -> None:
-    from gpulens.core import sanitize
-    unbounded = [f"{cls.__name__}.{f.name}" for cls, spec in sanitize._SPECS.items() for f in spec
-                 if f.kind in ("num", "nums", "nummap") and (f.lo, f.hi) == sanitize.ANY]
+    from gpulens.core.model import HostSample
+    from gpulens.core.sample_fields import ANY, SPECS, field_specs
+
+    field_specs(HostSample)  # every class a sample holds
+    unbounded = [f"{cls.__name__}.{f.name}" for cls, spec in SPECS.items() for f in spec
+                 if f.kind in ("num", "nums", "nummap") and (f.lo, f.hi) == ANY]
     assert unbounded == []
 
 
@@ -659,11 +663,12 @@ _DYING_AGENT = r"""
 import socket, sys, time
 sys.path.insert(0, sys.argv[1])
 from gpulens.ipc import stream
+from gpulens.ipc.stream_decode import FrameDecoder
 srv = socket.create_server(("127.0.0.1", 0))
 print(srv.getsockname()[1], flush=True)
 conn, _ = srv.accept()
 conn.sendall(stream.encode(stream.Hello(proto=1, role="agent", host="dying", interval_s=1.0)))
-dec = stream.FrameDecoder()
+dec = FrameDecoder()
 req = None
 while req is None:
     for msg in dec.feed(conn.recv(65536)):

@@ -11,6 +11,7 @@ import pytest
 from gpulens.ipc import stream
 from gpulens.ipc.errors import ProtocolError, RequestFailed
 from gpulens.ipc.request_schema import HistoryParams, TraceParams
+from gpulens.ipc.stream_decode import FrameDecoder
 from gpulens.sources.stream import requests
 from gpulens.sources.stream.downloads import SaveFailed
 from gpulens.sources.stream.requests import RequestResult, RequestTable
@@ -29,7 +30,7 @@ class Sent:
     def __call__(self, data: bytes) -> None:
         if self.fail is not None:
             raise self.fail
-        for msg in stream.FrameDecoder().feed(data):
+        for msg in FrameDecoder().feed(data):
             assert isinstance(msg, stream.Request)
             self.requests.append(msg)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulens.commands.trace import _trace_via
+from gpulens.commands.trace_agent import trace_via
 from gpulens.core.events import RequestParams
 from gpulens.ipc.errors import RequestFailed
 from gpulens.ipc.kineto.protocol import TraceService
@@ -72,7 +72,7 @@ def test_flow_reports_states_in_order_and_maps_the_files(tmp_path: Path) -> None
 
 
 def test_cli_prints_files_then_missing_processes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rc = _trace_via(scripted(_answer(tmp_path)), "box", TraceRequest(pids=(7,)), None)
+    rc = trace_via(scripted(_answer(tmp_path)), "box", TraceRequest(pids=(7,)), None)
     out, err = capsys.readouterr()
     assert rc == 1
     assert out.splitlines() == [f"12 {tmp_path / '12-t.json'}", f"7 {tmp_path / '7-t.json'}"]
@@ -89,7 +89,7 @@ def test_cli_copies_each_file_to_output(tmp_path: Path, capsys: pytest.CaptureFi
     staged.mkdir()
     (staged / "7-t.json").write_text('{"traceEvents": []}')
     answer = Answered(TraceAnswer(files={"7": "7-t.json"}, missing={}), {"7-t.json": staged / "7-t.json"})
-    rc = _trace_via(scripted(answer, status=[]), "box", TraceRequest(pids=(7,)), str(tmp_path / "o.json"))
+    rc = trace_via(scripted(answer, status=[]), "box", TraceRequest(pids=(7,)), str(tmp_path / "o.json"))
     out, err = capsys.readouterr()
     assert rc == 0 and out == f"7 {tmp_path / 'o.json'}\n"
     assert (tmp_path / "o.json").read_text() == '{"traceEvents": []}'
@@ -104,7 +104,7 @@ def test_cli_copies_each_file_to_output(tmp_path: Path, capsys: pytest.CaptureFi
 ])
 def test_cli_failure_is_one_line_and_exit_1(answer: BaseException, line: str,
                                             capsys: pytest.CaptureFixture[str]) -> None:
-    rc = _trace_via(scripted(answer), "box", TraceRequest(pids=(7,), timeout_s=1), None)
+    rc = trace_via(scripted(answer), "box", TraceRequest(pids=(7,), timeout_s=1), None)
     out, err = capsys.readouterr()
     assert rc == 1 and out == ""
     assert err.splitlines()[-1] == f"gpulens trace: {line}"
@@ -143,7 +143,7 @@ def test_cli_without_progress_reports_still_gets_the_trace(tmp_path: Path, capsy
         return RequestFailed("unsupported request kind 'trace_status'")
 
     slow = FakeAgent({"trace": lambda host, params: trace, "trace_status": status})
-    rc = _trace_via(slow, "box", TraceRequest(pids=(7,)), None)
+    rc = trace_via(slow, "box", TraceRequest(pids=(7,)), None)
     err = capsys.readouterr().err
     assert rc == 1 and os.path.exists(tmp_path / "7-t.json")
     assert err.startswith("gpulens trace: no progress reports from this agent "

@@ -18,7 +18,8 @@ from gpulens.core.model import (
     StorageSample,
 )
 from gpulens.sources.demo import DemoSource
-from gpulens.store.ring import Ring, resample
+from gpulens.store.resample import resample
+from gpulens.store.ring import Ring
 from gpulens.store.store import Store, memory_estimate_bytes
 
 T0 = 1_700_000_000.0
@@ -86,7 +87,7 @@ def test_old_data_expires_and_memory_bounded() -> None:
         store.apply(SampleEvent(sample(T0 + i, cpu=float(i))))
     assert store.window_mean("h1", "cpu.total_percent", 60) > 1900
     ring = store._hosts["h1"].ring
-    assert len(ring.fine[0]) == store.fine_slots and len(ring.csum[0]) == store.coarse_slots
+    assert len(ring.fbuf) == store.fine_slots * ring.n and len(ring.cbuf) == store.coarse_slots * ring.n
     assert not store.apply(SampleEvent(sample(T0, cpu=1.0), backfill=True))  # older than history
     est = memory_estimate_bytes(1000, 8)
     # 13 host + 8 x 13 GPU series, each with per-bucket min and max (exact window extremes).
@@ -154,6 +155,11 @@ def test_collectors_do_not_import_textual() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def _counts(ring: Ring, m: int) -> list[int]:
+    """Column ``m``'s coarse counts (samples less its missing values), in slot order."""
+    return [full - miss for full, miss in zip(ring.cfull, ring.cmiss[m :: ring.n], strict=True)]
+
+
 def test_ring_window_means_match_per_column_and_widening() -> None:
     ring = Ring(3, 20, 6)
     for b in [*range(0, 75), 71, 40, 38, 99, 98]:  # wraps, backfill, duplicates, a gap
@@ -167,7 +173,7 @@ def test_ring_window_means_match_per_column_and_widening() -> None:
         assert repr(wide.fine_series(m, 99, 20)) == repr(ring.fine_series(m, 99, 20))
         assert repr(wide.coarse_series(m, 9, 6)) == repr(ring.coarse_series(m, 9, 6))
     assert all(math.isnan(v) for v in wide.window_means(9, 6, start=3))
-    assert wide.ccnt[4] == [0] * 6 and wide.ccnt[0] == ring.ccnt[0]
+    assert _counts(wide, 4) == [0] * 6 and _counts(wide, 0) == _counts(ring, 0)
 
 
 def test_gpu_appearing_later_and_missing_gpus() -> None:

@@ -31,7 +31,7 @@ from gpulens.tui.app import GpulensApp
 from gpulens.tui.screens.gpu import GpuScreen
 from gpulens.tui.screens.host import HostScreen
 from gpulens.tui.screens.job import JobScreen
-from gpulens.tui.widgets import plot as plot_module
+from gpulens.tui.widgets import plot_chart
 from gpulens.tui.widgets._braille import dot_counts
 from gpulens.tui.widgets.gpu_table import GpuTable
 from gpulens.tui.widgets.job_table import JobTable
@@ -195,7 +195,7 @@ async def test_a_plot_works_out_only_its_new_columns_when_they_shift_and_refresh
 
         refreshes: Counter[str] = Counter()
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(plot_module, "dot_counts", spy)
+            patch.setattr(plot_chart, "dot_counts", spy)
             with counted(PlotLines, "refresh", refreshes):
                 ticks = 10
                 await tick(app, source, clock, pilot, ticks)

@@ -21,7 +21,7 @@ from gpulens.tui.screens.job import JobScreen
 from gpulens.tui.screens.process import ProcessScreen
 from gpulens.tui.widgets.fields import FieldsLine
 from gpulens.tui.widgets.process_table import ProcessTable
-from tests.fakes.tui_fakes import demo_app, settle, sync
+from tests.fakes.tui_fakes import cell, demo_app, settle, sync
 
 
 def tick(app: GpulensApp, hosts: tuple[str, ...], cpu_of: dict[int, float] | None = None) -> None:
@@ -107,7 +107,7 @@ async def test_one_process_changing_repaints_only_its_row() -> None:
         tick(app, hosts, {proc.pid: 123.0})
         app.refresh_data()
         await pilot.pause()
-        assert table.get_cell(key, "cpu") == ProcessTable.cells(host, dataclasses.replace(proc, cpu_percent=123.0))[4]
+        assert cell(table, key, "cpu") == ProcessTable.cells(host, dataclasses.replace(proc, cpu_percent=123.0))[4]
         assert set(watch.lines) == {line}, watch.lines
         assert "123" in Text.from_markup(table.render_line(line).text).plain
 

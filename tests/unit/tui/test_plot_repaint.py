@@ -28,7 +28,8 @@ from gpulens.tui.screens.base import UPDATE_TAKES_LAYOUT
 from gpulens.tui.screens.gpu import NOT_REPORTED, GpuScreen
 from gpulens.tui.screens.host import HostScreen
 from gpulens.tui.widgets._braille import braille_area
-from gpulens.tui.widgets.plot import Y_LABEL, TimeSeriesPlot, plot_data
+from gpulens.tui.widgets.plot import TimeSeriesPlot, plot_data
+from gpulens.tui.widgets.plot_chart import Y_LABEL
 from tests.fakes.tui_fakes import FROZEN, FakeContext, StaticSource, sync
 from tests.unit.store.test_store import sample
 

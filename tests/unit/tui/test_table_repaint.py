@@ -16,7 +16,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from gpulens.tui.widgets._table import IncrementalTable
-from tests.fakes.tui_fakes import sync
+from tests.fakes.tui_fakes import cell, sync
 
 
 class Counted(IncrementalTable):
@@ -222,4 +222,4 @@ async def test_a_line_clipped_out_of_view_is_marked_once_not_every_tick() -> Non
         changed = dict(VALUES, host11=999)
         table.sync(rows(changed), sorted(changed))
         assert table._repaint_changed() == 0  # the change was marked by sync, once
-        assert table.get_cell("host11", "value") == "999"
+        assert cell(table, "host11", "value") == "999"

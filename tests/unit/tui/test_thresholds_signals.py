@@ -11,7 +11,7 @@ from typing import Any
 
 from gpulens.core.config import Thresholds, parse_config
 from gpulens.core.model import GpuSample, JobInfo
-from gpulens.sources.signals import refusal, send, start_time
+from gpulens.sources.signals import NO_REMOTE, NoSignal, NoSignalKind, refusal, send, start_time
 from gpulens.tui.screens.process import ancestry
 from gpulens.tui.widgets._braille import time_axis
 from gpulens.tui.widgets.gpu_table import GpuTable
@@ -110,18 +110,22 @@ def test_signals_only_to_own_live_local_processes(tmp_path: Path) -> None:
         started = start_time(child.pid)
         assert started is not None and abs(started - time.time()) < 60
         job = JobInfo(pid=child.pid, tree_id="t", cmdline="sleep", user="me", start_time=started)
-        assert refusal(job, local=True, readonly=True) == "read-only (--readonly): no actions"
-        assert "through ssh" in (refusal(job, local=False, readonly=False) or "")  # no ssh for this source
+        readonly = refusal(job, local=True, readonly=True)
+        assert readonly == NoSignal(NoSignalKind.READONLY)
+        assert str(readonly) == "read-only (--readonly): no actions"  # pinned on purpose: the one signal refusal in words
+        assert refusal(job, local=False, readonly=False) == NoSignal(NoSignalKind.REMOTE, detail=NO_REMOTE)  # no ssh here
         assert refusal(job, local=False, readonly=False, remote_why=None) is None  # checked on that host
-        assert refusal(job, local=False, readonly=True, remote_why=None) == "read-only (--readonly): no actions"
-        assert "belongs to uid" in (refusal(job, local=True, readonly=False, uid=os.getuid() + 1) or "")
+        assert refusal(job, local=False, readonly=True, remote_why=None) == readonly
+        other = os.getuid() + 1
+        assert refusal(job, local=True, readonly=False, uid=other) == NoSignal(
+            NoSignalKind.OTHER_USER, child.pid, uid=os.getuid(), me=other)
         reused = JobInfo(pid=child.pid, tree_id="t", cmdline="old", user="me", start_time=started - 3600)
-        assert "another process" in (refusal(reused, local=True, readonly=False) or "")
+        assert refusal(reused, local=True, readonly=False) == NoSignal(NoSignalKind.REUSED, child.pid)
         assert send(reused, "SIGKILL").startswith("not sent")
         assert child.poll() is None  # the refused signal never went out
         assert send(job, "SIGTERM") == f"SIGTERM sent to pid {child.pid}"
         assert child.wait(5) == -15
-        assert "exited" in (refusal(job, local=True, readonly=False) or "")
+        assert refusal(job, local=True, readonly=False) == NoSignal(NoSignalKind.EXITED, child.pid)
     finally:
         child.kill()
         child.wait()

@@ -25,6 +25,7 @@ from gpulens.tui.widgets.process_table import ProcessTable
 from gpulens.tui.widgets.stats import StatsBar
 from tests.fakes.trace_service import FakeTraceService
 from tests.fakes.tui_fakes import (
+    cell,
     demo_app,
     settle,
     sync,
@@ -34,10 +35,6 @@ from tests.fakes.tui_fakes import (
 pytestmark = pytest.mark.usefixtures("utc")
 
 SIZE = (160, 45)
-
-
-def cell(table: HostTable | JobTable | GpuTable | ProcessTable, row: str, col: str) -> str:
-    return str(table.get_cell(row, col))
 
 
 @sync

@@ -44,6 +44,7 @@ from tests.fakes.tui_fakes import (
     FakeProfiler,
     ProfilingSource,
     StaticSource,
+    cell,
     demo_app,
     frozen_clock,
     settle,
@@ -127,7 +128,7 @@ async def test_gpu_table_shows_every_column_at_160_and_compact_pairs() -> None:
         assert latest is not None
         g1 = latest.gpus[1]
         assert g1.mem_used_bytes is not None
-        assert gpus.get_cell("1", "mem") == f"{g1.mem_used_bytes / 2**30:.1f}/{fmt.size(g1.mem_total_bytes)}"
+        assert cell(gpus, "1", "mem") == f"{g1.mem_used_bytes / 2**30:.1f}/{fmt.size(g1.mem_total_bytes)}"
         assert "…" not in line_text(gpus, 2)
     assert pair(3.6e9, 2.7e9, fmt.rate) == "3.6/2.7GB/s"
     assert pair(900, 2e6, fmt.rate) == "0.0009/2.0MB/s"  # one unit, the larger one's (issue 31 item 20)
@@ -209,7 +210,7 @@ async def test_host_down_shows_reason_and_time() -> None:
     async with app.run_test(size=(160, 45)) as pilot:
         await settle(app, pilot)
         hosts = app.screen.query_one(HostTable)
-        assert hosts.get_cell("node-a", "alerts") == f"! DOWN {app.clock_text(down_at)}"  # '!': critical
+        assert cell(hosts, "node-a", "alerts") == f"! DOWN {app.clock_text(down_at)}"  # '!': critical
         await pilot.press("enter")
         await settle(app, pilot)
         status = str(app.screen.query_one("#host-status", Static).render())
