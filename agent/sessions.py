@@ -28,10 +28,18 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
+from gpulens.core.reasons import Reason, ReasonText
 from gpulens.ipc import auth, stream
-from gpulens.ipc.errors import AuthError, ProtocolError, StreamError, VersionMismatch
+from gpulens.ipc.errors import (
+    AuthError,
+    AuthProblem,
+    ProtocolError,
+    ProtocolProblem,
+    StreamError,
+    VersionMismatch,
+)
 from gpulens.ipc.principal import SAMPLES_ONLY, Principal
 from gpulens.ipc.stream_decode import FrameDecoder
 from gpulens.ipc.transport import Transport
@@ -55,14 +63,13 @@ class RefusalKind(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class Refusal:
+class Refusal(Reason):
     """An admission refusal as a value; ``str()`` is what the viewer is told (a ``busy`` error)."""
 
     kind: RefusalKind
     limit: int = 0
 
-    def __str__(self) -> str:
-        return f"agent has {self.limit} viewers"
+    TEXT: ClassVar[ReasonText] = {RefusalKind.VIEWERS_FULL: "agent has {0.limit} viewers"}
 
 
 class SessionHost(Protocol):
@@ -301,7 +308,8 @@ class ViewerConnection:
     def _handle(self, msg: stream.Message) -> None:
         if self._state == "auth":
             if not isinstance(msg, stream.AuthResponse):
-                raise AuthError("authentication required: this agent needs a token (--token-file)")
+                raise AuthError("authentication required: this agent needs a token (--token-file)",
+                                problem=AuthProblem.TOKEN_REQUIRED)
             assert self._token is not None and self._replay_guard is not None
             auth.verify_viewer(self._token, self._nonce, msg.cnonce, msg.mac, self._replay_guard)
             self.principal = self._granted
@@ -311,7 +319,8 @@ class ViewerConnection:
             return
         if self._state == "hello":
             if not isinstance(msg, stream.Hello) or msg.role != "viewer":
-                raise ProtocolError(f"expected the viewer's hello, got '{stream.to_wire(msg)['t']}'")
+                raise ProtocolError(f"expected the viewer's hello, got '{stream.to_wire(msg)['t']}'",
+                                    problem=ProtocolProblem.UNEXPECTED_MESSAGE)
             refusal = self.host.admit(self)
             if refusal is not None:
                 raise _Busy(str(refusal))
@@ -321,7 +330,8 @@ class ViewerConnection:
         if isinstance(msg, stream.Request):
             self.host.submit(self, msg)
             return
-        raise ProtocolError(f"unexpected message '{stream.to_wire(msg)['t']}' from a viewer")
+        raise ProtocolError(f"unexpected message '{stream.to_wire(msg)['t']}' from a viewer",
+                            problem=ProtocolProblem.UNEXPECTED_MESSAGE)
 
     def _admitted(self) -> None:
         self._state = "active"

@@ -32,6 +32,9 @@ import secrets
 import socket
 import struct
 from dataclasses import dataclass
+from typing import ClassVar
+
+from gpulens.core.reasons import Reason, ReasonText
 
 NETLINK_CONNECTOR = 11
 CN_IDX_PROC = 1
@@ -177,28 +180,21 @@ class NoEventsKind(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class NoEvents:
-    """Why the process connector cannot be listened to: ``kind`` and the facts its sentence names."""
+class NoEvents(Reason):
+    """Why the process connector cannot be listened to: ``kind`` and the facts its sentence names; ``str()`` is
+    the one line the job scanner keeps as its reason (``JobScanner.events_why``)."""
 
     kind: NoEventsKind
     code: int = 0
     detail: str = ""
 
-    def __str__(self) -> str:
-        return self.render()
-
-    def render(self) -> str:
-        """The one line the job scanner keeps as its reason (``JobScanner.events_why``)."""
-        k = self.kind
-        if k is NoEventsKind.NO_CONNECTOR:
-            return f"no process connector: {self.detail}"
-        if k is NoEventsKind.SOCKET_FAILED:
-            return f"process connector: {self.detail}"
-        if k is NoEventsKind.NO_ACK:
-            return "the kernel did not acknowledge (not in the initial user and pid namespaces?)"
-        if k is NoEventsKind.REFUSED:
-            return f"the kernel refused: {os.strerror(self.code)}"
-        return "no acknowledgement among the first 64 datagrams"  # ACK_NOT_SEEN
+    TEXT: ClassVar[ReasonText] = {
+        NoEventsKind.NO_CONNECTOR: "no process connector: {0.detail}",
+        NoEventsKind.SOCKET_FAILED: "process connector: {0.detail}",
+        NoEventsKind.NO_ACK: "the kernel did not acknowledge (not in the initial user and pid namespaces?)",
+        NoEventsKind.REFUSED: lambda v: f"the kernel refused: {os.strerror(v.code)}",
+        NoEventsKind.ACK_NOT_SEEN: "no acknowledgement among the first 64 datagrams",
+    }
 
 
 def _subscribe(sock: socket.socket, with_filter: bool) -> NoEvents | None:

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpulens.core.safefs import UnsafePath, open_trusted_dir
+from gpulens.core.safefs import PathProblem, UnsafePath, open_trusted_dir
 
 MAX_ENTRIES = 100_000
 """Entries looked at per prune: a directory of millions of files is pruned in parts."""
@@ -90,7 +90,7 @@ def prune(top: Path, max_bytes: int, max_age_s: float, now: float | None = None)
     try:
         top_fd = open_trusted_dir(top, owners=tuple({0, uid}))
     except UnsafePath as err:
-        if isinstance(err.__cause__, FileNotFoundError):
+        if err.problem is PathProblem.MISSING:
             return PruneResult(0, 0, 0)
         return PruneResult(0, 0, 0, refused=str(err))
     try:

@@ -12,13 +12,15 @@ Where each lives, by package (as httpx keeps its tree in one place)::
     │   └── BadTraceRequest        ipc.kineto.requests: a trace request out of range or in conflict (names
     │                              the field; also a ValueError)
     ├── SchemaError                core.errors: data that does not fit the sample model (names the field)
-    ├── RecordingError             core.errors: a --record/--replay file not (or no longer) readable
+    ├── RecordingError             core.errors: a --record/--replay file not (or no longer) readable (its
+    │                              reason a RecordingProblem, in core.errors; not opened: an InputProblem)
     ├── CollectorError             core.errors: a collector that cannot start at all
     │   └── GpuLost                collectors.nvml.query: NVML says the GPU fell off the bus
     ├── PrometheusError            core.errors: Prometheus down, slow, answering garbage, or a bad query
     ├── InputRefused               core.limits: an input not read: missing, not a regular file, damaged gzip,
     │                              over --max-mib or --max-ratio (its reason an InputProblem, in core.limits)
     ├── UnsafePath                 core.safefs: a path component that is a link, or not owned as required
+    │                              (its reason a PathProblem, in core.safefs, about err.component)
     ├── BpfError                   collectors.gpumem.libbpf: eBPF cannot load or attach (says why)
     ├── ElfError                   collectors.gpumem.elf: an ELF file that cannot be read
     ├── LayoutError                collectors.gpumem.layouts: a CPython whose layout gpulens does not know
@@ -45,11 +47,17 @@ Outside the tree on purpose, because they are signals, not errors: ``tui.workers
 (names starting with ``_``). ``tests/checks/test_errors.py`` holds the tree to this.
 
 Reasons are values (as psutil maps OS errors to classes and httpx keeps a request on its error):
-``ConfigError.problem``, ``InputRefused.problem``, ``FlameFormatError.problem`` and
-``TraceFileError.problem`` (``ExportError``'s too) are small enums a caller or test compares; the
-sentence is rendered from the fields where the error is made and is what ``str(err)`` gives. Where
-one error becomes another, the reason goes along: ``AuthError.file_problem`` (a token file's
-ConfigProblem) and ``RecordingError.refused`` (the input guard's InputProblem).
+``ConfigError.problem``, ``InputRefused.problem``, ``UnsafePath.problem`` (with ``component``, the path
+it is about), ``FlameFormatError.problem``,
+``TraceFileError.problem`` (``ExportError``'s too), ``RecordingError.problem`` (a RecordingProblem:
+which rule of the format a file broke, at every place one is read) and ``StreamError.problem`` (a
+StreamProblem; ``ProtocolError``'s a ProtocolProblem, ``AuthError``'s an AuthProblem, all in ipc.errors)
+are small enums a caller or test
+compares; the sentence is rendered from the fields where the error is made and is what ``str(err)``
+gives. Where one error becomes another, the reason goes along: ``AuthError.file_problem`` (a token
+file's ConfigProblem) and ``RecordingError.refused`` (the input guard's InputProblem, beside
+``RecordingProblem.NOT_OPENED``). Refusals that are not errors are reason values
+(``core.reasons.Reason``: a kind, the facts, one sentence per kind); docs/architecture.md lists them.
 """
 
 from __future__ import annotations
@@ -189,18 +197,72 @@ class PrometheusError(GpulensError):
         self.kind = kind
 
 
+class RecordingProblem(enum.Enum):
+    """Why a recording cannot be read (on, or any more): what a caller or a test compares, not the sentence.
+
+    A fault in a recording's first object, other than its version, is :attr:`NOT_A_RECORDING` whatever the
+    fault (every reader says so); faults after it name the rule broken.
+    """
+
+    NOT_OPENED = "not opened"
+    """The input guard refused the file before reading it (missing, a directory, a FIFO, a link):
+    ``RecordingError.refused`` holds its InputProblem."""
+    UNREADABLE = "unreadable"
+    """Reading the file failed (an I/O error)."""
+    EMPTY = "empty"
+    """A file of no bytes at all."""
+    NOT_A_RECORDING = "not a recording"
+    """The first object is no gpulens-recording header: another format, not a map, a field of the wrong type
+    or size, bytes that are not msgpack, too large to be a header, or the file ends inside it."""
+    UNSUPPORTED_VERSION = "unsupported version"
+    """A header of a version this gpulens does not read (a newer one's, or no version)."""
+    NO_SAMPLES = "no samples"
+    """A header and nothing after it: nothing to replay."""
+    TRUNCATED = "truncated"
+    """The file ends inside a record after the header (a crash or a copy cut it short); what came before reads."""
+    CORRUPT = "corrupt"
+    """Bytes that do not decode: msgpack that is malformed or nested too deeply, compressed data that is
+    damaged, incomplete or followed by other bytes."""
+    TOO_LARGE = "too large"
+    """Over a reading limit: a record, what a frame decompresses to, a block's records or bytes, one field."""
+    BAD_BLOCK = "bad block"
+    """Version 2's blocks broken: an object neither a block start nor a frame, a frame before any block start,
+    a reference to a record outside its block, a read that is not one block."""
+    WRONG_TYPE = "wrong type"
+    """A record that is not a map, or a field of one of the wrong type."""
+    UNKNOWN_KIND = "unknown kind"
+    """A record of a kind this gpulens does not know (``k``)."""
+    BAD_SAMPLE = "bad sample"
+    """A sample record the sample decoder refuses (the sentence names the field)."""
+    CHANGED = "changed"
+    """The file changed under a replay's index: shorter than it was, or other bytes where a record was."""
+
+
 class RecordingError(GpulensError):
     """A recording file is not a gpulens recording, or is corrupt or truncated.
 
-    ``events`` holds the events read before the fault, so a viewer can show them; ``refused``
-    the input guard's reason (an ``InputProblem``, in core.limits) where the file was not even
-    opened, None where it was read.
+    ``problem`` says which (a :class:`RecordingProblem`); ``events`` holds the events read before
+    the fault, so a viewer can show them; ``refused`` the input guard's reason (an ``InputProblem``,
+    in core.limits) where the file was not even opened (``problem`` is then ``NOT_OPENED``), None
+    where it was read.
     """
 
     title = "unreadable recording"
     events: list[Any]
 
-    def __init__(self, message: str, *, refused: InputProblem | None = None) -> None:
+    def __init__(self, message: str, *, problem: RecordingProblem, refused: InputProblem | None = None) -> None:
         super().__init__(message)
         self.events = []
+        self.problem = problem
         self.refused = refused
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled with its fields and the events read (a worker process's error reaches the parent whole)."""
+        return (_recording_error, (str(self), self.problem, self.refused, self.events))
+
+
+def _recording_error(message: str, problem: RecordingProblem, refused: InputProblem | None,
+                     events: list[Any]) -> RecordingError:
+    err = RecordingError(message, problem=problem, refused=refused)
+    err.events = events
+    return err

@@ -34,7 +34,7 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from gpulens.core.safefs import UnsafePath, check_dir, closed_on_error, open_dir
+from gpulens.core.safefs import PathProblem, UnsafePath, check_dir, closed_on_error, open_dir
 from gpulens.core.sanitize import clean_text
 
 _OPEN = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -50,13 +50,15 @@ def _temp_name(name: str) -> str:
 def _check_file(st: os.stat_result, shown: str) -> None:
     if not stat.S_ISREG(st.st_mode):
         raise UnsafePath(f"{shown} is not a regular file (a FIFO, device, socket or directory); "
-                         "gpulens writes its log only to a regular file")
+                         "gpulens writes its log only to a regular file",
+                         problem=PathProblem.NOT_REGULAR, component=shown)
     if st.st_uid != os.geteuid():
         raise UnsafePath(f"{shown} belongs to uid {st.st_uid}, not to this process (uid {os.geteuid()}); "
-                         "gpulens appends only to a log file of its own: remove it or choose another name")
+                         "gpulens appends only to a log file of its own: remove it or choose another name",
+                         problem=PathProblem.WRONG_OWNER, component=shown)
     if st.st_nlink != 1:
         raise UnsafePath(f"{shown} has {st.st_nlink} hard links; gpulens will not append to a file "
-                         "that is also somewhere else")
+                         "that is also somewhere else", problem=PathProblem.HARD_LINKED, component=shown)
 
 
 def _open_checked(dir_fd: int, name: str, shown: str, flags: int) -> int:
@@ -69,14 +71,17 @@ def _open_checked(dir_fd: int, name: str, shown: str, flags: int) -> int:
             pass
         else:
             if stat.S_ISLNK(st.st_mode):
-                raise UnsafePath(f"{shown} is a symbolic link; gpulens does not follow links here")
+                raise UnsafePath(f"{shown} is a symbolic link; gpulens does not follow links here",
+                                 problem=PathProblem.SYMLINK, component=shown)
             _check_file(st, shown)
     try:
         fd = os.open(name, flags, MODE, dir_fd=dir_fd)
     except OSError as err:
         if err.errno == errno.ELOOP:
-            raise UnsafePath(f"{shown} is a symbolic link; gpulens does not follow links here") from err
-        raise UnsafePath(f"{shown}: {err.strerror or err}") from err
+            raise UnsafePath(f"{shown} is a symbolic link; gpulens does not follow links here",
+                             problem=PathProblem.SYMLINK, component=shown) from err
+        raise UnsafePath(f"{shown}: {err.strerror or err}",
+                         problem=PathProblem.of_os_error(err), component=shown) from err
     with closed_on_error(fd):
         _check_file(os.fstat(fd), shown)  # the object opened decides, whatever the name is now
         os.fchmod(fd, MODE)
@@ -103,7 +108,8 @@ class SafeFileHandler(logging.Handler):
         self._warn = warn
         self._name = self.path.name
         if self._name in ("", ".", "..") or "\x00" in str(self.path):
-            raise UnsafePath(f"{self.path}: not a file name")
+            raise UnsafePath(f"{self.path}: not a file name",
+                             problem=PathProblem.BAD_NAME, component=str(self.path))
         parent = str(self.path.parent)
         self._dir_fd = open_dir(parent)
         with closed_on_error(self._dir_fd):

@@ -28,6 +28,7 @@ from gpulens import __version__
 
 if TYPE_CHECKING:
     from gpulens.core.errors import ConfigProblem
+    from gpulens.core.safefs import UnsafePath
 
 COMMANDS: tuple[str, ...] = (
     "sample",
@@ -189,17 +190,16 @@ def _start_logging(args: argparse.Namespace) -> None:
         raise ConfigError(where=where, problem=ConfigProblem.UNAVAILABLE, detail=f"cannot open: {err.strerror}") from err
 
 
-def _refused_log(err: Exception) -> ConfigProblem:
+def _refused_log(err: UnsafePath) -> ConfigProblem:
     """Why safefs refused the log file: the reason the ConfigError carries.
 
-    UNSAFE for a path refused as it is (a link, a FIFO, another user's file), UNAVAILABLE where
-    opening it failed (a missing directory). ENOTDIR counts as a link: it is what O_NOFOLLOW gives
-    for a link where a directory goes.
+    UNSAFE for a path refused as it is (a link, a FIFO, another user's file, a file where a
+    directory goes), UNAVAILABLE where opening it failed (a missing directory, permission denied).
     """
     from gpulens.core.errors import ConfigProblem
+    from gpulens.core.safefs import PathProblem
 
-    cause = err.__cause__
-    if isinstance(cause, OSError) and cause.errno not in (errno.ELOOP, errno.ENOTDIR):
+    if err.problem in (PathProblem.MISSING, PathProblem.CANNOT_OPEN):
         return ConfigProblem.UNAVAILABLE
     return ConfigProblem.UNSAFE
 

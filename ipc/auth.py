@@ -30,7 +30,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from gpulens.core.errors import ConfigProblem
-from gpulens.ipc.errors import AuthError
+from gpulens.ipc.errors import AuthError, AuthProblem
 
 NONCE_BYTES = 32
 MIN_TOKEN_BYTES = 16
@@ -49,26 +49,31 @@ def load_token(path: str | Path) -> bytes:
     try:
         st = p.stat()
     except OSError as err:
-        raise AuthError(f"token file {p}: cannot read: {err.strerror}", file_problem=ConfigProblem.UNREADABLE) from err
+        raise _token_file_error(f"token file {p}: cannot read: {err.strerror}", ConfigProblem.UNREADABLE) from err
     if not stat.S_ISREG(st.st_mode):
-        raise AuthError(f"token file {p}: not a regular file", file_problem=ConfigProblem.NOT_REGULAR)
+        raise _token_file_error(f"token file {p}: not a regular file", ConfigProblem.NOT_REGULAR)
     if st.st_mode & 0o077:
-        raise AuthError(
+        raise _token_file_error(
             f"token file {p} has mode {stat.S_IMODE(st.st_mode):04o}; it must be readable by "
-            f"its owner only: run 'chmod 600 {p}'", file_problem=ConfigProblem.UNSAFE
+            f"its owner only: run 'chmod 600 {p}'", ConfigProblem.UNSAFE
         )
     if st.st_size > MAX_TOKEN_BYTES:
-        raise AuthError(f"token file {p}: larger than {MAX_TOKEN_BYTES} bytes", file_problem=ConfigProblem.TOO_LARGE)
+        raise _token_file_error(f"token file {p}: larger than {MAX_TOKEN_BYTES} bytes", ConfigProblem.TOO_LARGE)
     try:
         token = p.read_bytes().strip()
     except OSError as err:
-        raise AuthError(f"token file {p}: cannot read: {err.strerror}", file_problem=ConfigProblem.UNREADABLE) from err
+        raise _token_file_error(f"token file {p}: cannot read: {err.strerror}", ConfigProblem.UNREADABLE) from err
     if len(token) < MIN_TOKEN_BYTES:
-        raise AuthError(
+        raise _token_file_error(
             f"token file {p}: token shorter than {MIN_TOKEN_BYTES} bytes "
-            "(make one with 'openssl rand -hex 32')", file_problem=ConfigProblem.OUT_OF_RANGE
+            "(make one with 'openssl rand -hex 32')", ConfigProblem.OUT_OF_RANGE
         )
     return token
+
+
+def _token_file_error(message: str, why: ConfigProblem) -> AuthError:
+    """A token file refused: ``why`` as its ``file_problem``."""
+    return AuthError(message, problem=AuthProblem.TOKEN_FILE, file_problem=why)
 
 
 def new_nonce() -> bytes:
@@ -114,14 +119,16 @@ def verify_viewer(
 ) -> None:
     """Check a viewer's response; raises AuthError saying what was wrong."""
     if len(client_nonce) != NONCE_BYTES:
-        raise AuthError(f"client nonce must be {NONCE_BYTES} bytes, got {len(client_nonce)}")
+        raise AuthError(f"client nonce must be {NONCE_BYTES} bytes, got {len(client_nonce)}", problem=AuthProblem.BAD_NONCE)
     if not hmac.compare_digest(mac, viewer_proof(token, server_nonce, client_nonce)):
-        raise AuthError("wrong token (the viewer's --token-file does not match the agent's)")
+        raise AuthError("wrong token (the viewer's --token-file does not match the agent's)",
+                        problem=AuthProblem.WRONG_TOKEN)
     if not guard.check_and_remember(client_nonce):
-        raise AuthError("replayed authentication response (client nonce already used)")
+        raise AuthError("replayed authentication response (client nonce already used)", problem=AuthProblem.REPLAYED)
 
 
 def verify_agent(token: bytes, server_nonce: bytes, client_nonce: bytes, mac: bytes) -> None:
     """Check the agent's proof; raises AuthError if it does not hold the token."""
     if not hmac.compare_digest(mac, agent_proof(token, server_nonce, client_nonce)):
-        raise AuthError("the agent could not prove it holds the token (wrong agent, or wrong token)")
+        raise AuthError("the agent could not prove it holds the token (wrong agent, or wrong token)",
+                        problem=AuthProblem.AGENT_PROOF_WRONG)

@@ -49,8 +49,10 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 from gpulens.core.errors import GpulensError
+from gpulens.core.reasons import Reason, ReasonText
 from gpulens.core.sanitize import clean_text
 from gpulens.ipc import stream
 from gpulens.ipc.control import control_name, peer_allowed, peer_cred
@@ -270,9 +272,10 @@ class NotPassedKind(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class NotPassed:
+class NotPassed(Reason):
     """Why :func:`pass_socket` kept the endpoint: ``kind`` and the facts its sentence names; ``str()`` is the
-    words the holder's ``release_endpoint`` reports (its ``NOT_TAKEN`` detail)."""
+    one line the holder logs and answers the asking agent with (the ``NOT_TAKEN`` detail of its
+    ``release_endpoint``)."""
 
     kind: NotPassedKind
     pid: int = 0
@@ -280,26 +283,16 @@ class NotPassed:
     asker: int | None = None
     detail: str = ""
 
-    def __str__(self) -> str:
-        return self.render()
-
-    def render(self) -> str:
-        """The one line the holder logs and answers the asking agent with."""
-        k = self.kind
-        if k is NotPassedKind.BAD_RECEIVER:
-            return "the request names no receiver of the agent's form; the endpoint is kept"
-        if k is NotPassedKind.NO_RECEIVER:
-            return f"the asking agent's receiver did not answer ({self.detail}); the endpoint is kept"
-        if k is NotPassedKind.OTHER_USER:
-            return (f"the receiver belongs to pid {self.pid} (uid {self.uid}), not to the asking agent's user "
-                    f"(uid {self.asker}); the endpoint is kept")
-        if k is NotPassedKind.NOT_SERVED:
-            return f"the asking agent could not serve it: {self.detail}"
-        if k is NotPassedKind.NOT_CONFIRMED:
-            return "the asking agent did not confirm it serves the endpoint; the endpoint is kept"
-        if k is NotPassedKind.TIMEOUT:
-            return "the asking agent did not confirm in time; the endpoint is kept"
-        return f"passing the endpoint failed: {self.detail}; the endpoint is kept"  # FAILED
+    TEXT: ClassVar[ReasonText] = {
+        NotPassedKind.BAD_RECEIVER: "the request names no receiver of the agent's form; the endpoint is kept",
+        NotPassedKind.NO_RECEIVER: "the asking agent's receiver did not answer ({0.detail}); the endpoint is kept",
+        NotPassedKind.OTHER_USER: ("the receiver belongs to pid {0.pid} (uid {0.uid}), not to the asking agent's "
+                                   "user (uid {0.asker}); the endpoint is kept"),
+        NotPassedKind.NOT_SERVED: "the asking agent could not serve it: {0.detail}",
+        NotPassedKind.NOT_CONFIRMED: "the asking agent did not confirm it serves the endpoint; the endpoint is kept",
+        NotPassedKind.TIMEOUT: "the asking agent did not confirm in time; the endpoint is kept",
+        NotPassedKind.FAILED: "passing the endpoint failed: {0.detail}; the endpoint is kept",
+    }
 
 
 def rendered(reason: NotPassed | None) -> str | None:

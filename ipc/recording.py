@@ -27,7 +27,7 @@ every sample is validated by the one sample decoder. Files are
 opened with :func:`open_recording`: only regular files, so a FIFO with no
 writer or a device is refused instead of blocking or never ending. Anything
 else raises :class:`RecordingError`, which carries the events read before
-the fault.
+the fault and its reason (``problem``, a :class:`~gpulens.core.errors.RecordingProblem`).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, TypeVar, overload
 import msgpack
 import msgspec
 
-from gpulens.core.errors import RecordingError, SchemaError
+from gpulens.core.errors import RecordingError, RecordingProblem, SchemaError
 from gpulens.core.events import HostStatusEvent, SampleEvent, SourceEvent, SourceStatusEvent
 from gpulens.core.limits import InputRefused, open_regular
 from gpulens.core.model import HostSample
@@ -141,21 +141,24 @@ def encode_event(event: SourceEvent) -> bytes:
 def _field(rec: dict[Any, Any], name: str, kind: type[_T], where: str) -> _T:
     v = rec.get(name)
     if not isinstance(v, kind):
-        raise RecordingError(f"{where}: field '{name}' has the wrong type ({type(v).__name__})")
+        raise RecordingError(f"{where}: field '{name}' has the wrong type ({type(v).__name__})",
+                             problem=RecordingProblem.WRONG_TYPE)
     return v
 
 
 def _number(rec: dict[Any, Any], name: str, where: str) -> float:
     v = rec.get(name)
     if not isinstance(v, int | float) or isinstance(v, bool):
-        raise RecordingError(f"{where}: field '{name}' has the wrong type ({type(v).__name__})")
+        raise RecordingError(f"{where}: field '{name}' has the wrong type ({type(v).__name__})",
+                             problem=RecordingProblem.WRONG_TYPE)
     return float(v)
 
 
 def decode_record(obj: object, where: str) -> SourceEvent:
     """Validate one decoded object as an event; raises RecordingError."""
     if not isinstance(obj, dict):
-        raise RecordingError(f"{where}: expected a map, got {type(obj).__name__}")
+        raise RecordingError(f"{where}: expected a map, got {type(obj).__name__}",
+                             problem=RecordingProblem.WRONG_TYPE)
     kind = obj.get("k")
     try:
         if kind == "s":
@@ -171,17 +174,18 @@ def decode_record(obj: object, where: str) -> SourceEvent:
                 message=_field(obj, "message", str, where), ok=_field(obj, "ok", bool, where),
                 time=_number(obj, "time", where))
     except SchemaError as err:
-        raise RecordingError(f"{where}: {err}") from err
-    raise RecordingError(f"{where}: unknown record kind {kind!r}")
+        raise RecordingError(f"{where}: {err}", problem=RecordingProblem.BAD_SAMPLE) from err
+    raise RecordingError(f"{where}: unknown record kind {kind!r}", problem=RecordingProblem.UNKNOWN_KIND)
 
 
 def check_header(obj: object) -> dict[str, Any]:
     """Validate the header object; raises RecordingError."""
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
-        raise RecordingError("not a gpulens recording (no 'gpulens-recording' header)")
+        raise RecordingError("not a gpulens recording (no 'gpulens-recording' header)",
+                             problem=RecordingProblem.NOT_A_RECORDING)
     if obj.get("version") not in VERSIONS or isinstance(obj.get("version"), bool):
         raise RecordingError(f"recording version {obj.get('version')!r} is not supported (expected "
-                             f"{' or '.join(map(str, VERSIONS))})")
+                             f"{' or '.join(map(str, VERSIONS))})", problem=RecordingProblem.UNSUPPORTED_VERSION)
     return obj
 
 
@@ -209,6 +213,9 @@ class Place(NamedTuple):
 def decode_spans(chunks: Iterable[bytes]) -> Iterator[tuple[dict[str, Any] | SourceEvent, Place]]:
     """As :func:`decode_stream`, with where each record is (a replay index); the header's place is (0, 0, its end).
 
+    A fault in the first object is ``NOT_A_RECORDING`` (but for an empty file or an unsupported
+    version), as :func:`~gpulens.sources.replay.read_header` says of it.
+
     Memory: the bytes of the object being decoded (at most :data:`MAX_FRAME_BYTES`
     plus one chunk, twice), what its known fields hold and, in version 2, the
     current block's records (``recording_blocks.MAX_BLOCK_BYTES``); nothing else is kept.
@@ -222,7 +229,8 @@ def decode_spans(chunks: Iterable[bytes]) -> Iterator[tuple[dict[str, Any] | Sou
         try:
             framer.feed(chunk)
         except msgpack.BufferFull as err:
-            raise RecordingError(f"record {index}: larger than {MAX_FRAME_BYTES} bytes") from err
+            raise RecordingError(f"record {index}: larger than {MAX_FRAME_BYTES} bytes",
+                                 problem=_first_or(index, RecordingProblem.TOO_LARGE)) from err
         held += chunk
         while True:
             try:
@@ -230,7 +238,8 @@ def decode_spans(chunks: Iterable[bytes]) -> Iterator[tuple[dict[str, Any] | Sou
             except msgpack.OutOfData:
                 break
             except (ValueError, msgpack.UnpackException, TypeError) as err:
-                raise RecordingError(f"record {index} (before byte {offset}): corrupt data: {err}") from err
+                raise RecordingError(f"record {index} (before byte {offset}): corrupt data: {err}",
+                                     problem=_first_or(index, RecordingProblem.CORRUPT)) from err
             end = framer.tell()
             data = bytes(memoryview(held)[start - base : end - base])
             where = f"record {index}"
@@ -240,7 +249,8 @@ def decode_spans(chunks: Iterable[bytes]) -> Iterator[tuple[dict[str, Any] | Sou
                 yield head, Place(0, 0, end)
             elif blocks is None:
                 if end - start > MAX_RECORD_BYTES:
-                    raise RecordingError(f"{where}: larger than {MAX_RECORD_BYTES} bytes")
+                    raise RecordingError(f"{where}: larger than {MAX_RECORD_BYTES} bytes",
+                                         problem=RecordingProblem.TOO_LARGE)
                 yield decode_record_bytes(data, where), Place(start, 0, end)
             else:
                 record = blocks.feed(data, start, where)
@@ -249,10 +259,17 @@ def decode_spans(chunks: Iterable[bytes]) -> Iterator[tuple[dict[str, Any] | Sou
             index, start = index + 1, end
         del held[: start - base]
         base = start
-    if index == 0:
-        raise RecordingError("empty file: not a gpulens recording")
+    if index == 0:  # no bytes, or the file ends inside its first object (the sentence says "empty" of both)
+        raise RecordingError("empty file: not a gpulens recording",
+                             problem=RecordingProblem.EMPTY if offset == 0 else RecordingProblem.NOT_A_RECORDING)
     if start < offset:
-        raise RecordingError(f"truncated after record {index - 1} (file ends inside a record)")
+        raise RecordingError(f"truncated after record {index - 1} (file ends inside a record)",
+                             problem=RecordingProblem.TRUNCATED)
+
+
+def _first_or(index: int, problem: RecordingProblem) -> RecordingProblem:
+    """``problem``, but NOT_A_RECORDING for a fault in the first object (``index`` 0), where the header goes."""
+    return RecordingProblem.NOT_A_RECORDING if index == 0 else problem
 
 
 # -- one record from its bytes: known fields only ----------------------------------------------
@@ -303,11 +320,11 @@ def _fields_of(data: bytes | memoryview, decoder: msgspec.msgpack.Decoder[_T], w
         return decoder.decode(data)
     except msgspec.ValidationError as err:
         got = "a map with keys that are not strings" if "`key`" in str(err) else _got(err)
-        raise RecordingError(f"{where}: expected a map, got {got}") from None
+        raise RecordingError(f"{where}: expected a map, got {got}", problem=RecordingProblem.WRONG_TYPE) from None
     except msgspec.DecodeError as err:
-        raise RecordingError(f"{where}: corrupt data: {err}") from None
+        raise RecordingError(f"{where}: corrupt data: {err}", problem=RecordingProblem.CORRUPT) from None
     except RecursionError:
-        raise RecordingError(f"{where}: corrupt data: nested too deeply") from None
+        raise RecordingError(f"{where}: corrupt data: nested too deeply", problem=RecordingProblem.CORRUPT) from None
 
 
 def _scalars(fields: msgspec.Struct, where: str) -> dict[str, Any]:
@@ -318,23 +335,29 @@ def _scalars(fields: msgspec.Struct, where: str) -> dict[str, Any]:
         if not len(raw) or name == "d":
             continue
         if len(raw) > _MAX_SCALAR_BYTES:
-            raise RecordingError(f"{where}: field '{name}' has the wrong type (over {_MAX_SCALAR_BYTES} bytes)")
+            raise RecordingError(f"{where}: field '{name}' has the wrong type (over {_MAX_SCALAR_BYTES} bytes)",
+                                 problem=RecordingProblem.TOO_LARGE)
         try:
             out[name] = msgspec.msgpack.decode(raw, type=_SCALAR)
         except msgspec.ValidationError as err:
-            raise RecordingError(f"{where}: field '{name}' has the wrong type ({_got(err)})") from None
+            raise RecordingError(f"{where}: field '{name}' has the wrong type ({_got(err)})",
+                                 problem=RecordingProblem.WRONG_TYPE) from None
         except msgspec.DecodeError as err:  # pragma: no cover - the framer saw the whole record
-            raise RecordingError(f"{where}: corrupt data: {err}") from None
+            raise RecordingError(f"{where}: corrupt data: {err}", problem=RecordingProblem.CORRUPT) from None
     return out
 
 
 def decode_header_bytes(data: bytes | memoryview) -> dict[str, Any]:
-    """Validate a recording's first object (its bytes); raises RecordingError."""
-    fields = _fields_of(data, _HEADER_FIELDS, "not a gpulens recording (header)")
+    """Validate a recording's first object (its bytes); raises RecordingError (NOT_A_RECORDING, or
+    UNSUPPORTED_VERSION)."""
+    try:
+        fields = _fields_of(data, _HEADER_FIELDS, "not a gpulens recording (header)")
+    except RecordingError as err:
+        raise RecordingError(str(err), problem=RecordingProblem.NOT_A_RECORDING) from None
     try:
         head = _scalars(fields, "header")
     except RecordingError as err:
-        raise RecordingError(f"not a gpulens recording ({err})") from None
+        raise RecordingError(f"not a gpulens recording ({err})", problem=RecordingProblem.NOT_A_RECORDING) from None
     return check_header(head)
 
 
@@ -356,8 +379,9 @@ def decode_record_bytes(data: bytes | memoryview, where: str) -> SourceEvent:
         return decode_record(plain, where)
     try:
         sample = sample_from_msgpack(f.d) if len(f.d) else sample_from_dict(None)
-    except (SchemaError, ProtocolError) as err:
-        raise RecordingError(f"{where}: {err}") from err
+    except (SchemaError, ProtocolError) as err:  # a sample that does not fit the model; one not msgpack
+        problem = RecordingProblem.BAD_SAMPLE if isinstance(err, SchemaError) else RecordingProblem.CORRUPT
+        raise RecordingError(f"{where}: {err}", problem=problem) from err
     return SampleEvent(sample=sample, backfill=bool(plain.get("b", False)))
 
 
@@ -370,7 +394,7 @@ def open_recording(path: str) -> BinaryIO:
     try:
         fd, _size = open_regular(path, "recording")
     except InputRefused as err:
-        raise RecordingError(str(err), refused=err.problem) from None
+        raise RecordingError(str(err), problem=RecordingProblem.NOT_OPENED, refused=err.problem) from None
     return os.fdopen(fd, "rb")
 
 
@@ -393,7 +417,7 @@ def read_recording(path: str, chunk_size: int = 1 << 16) -> tuple[dict[str, Any]
                 else:
                     events.append(item)
     except OSError as err:
-        raise RecordingError(f"{path}: cannot read: {err.strerror}") from err
+        raise RecordingError(f"{path}: cannot read: {err.strerror}", problem=RecordingProblem.UNREADABLE) from err
     except RecordingError as err:
         err.events = events
         err.args = (f"{path}: {err}",)

@@ -31,7 +31,8 @@ for hostile files: a frame decompresses to at most :data:`MAX_RECORD_BYTES`
 and a block to at most :data:`MAX_BLOCK_BYTES` (``decompressobj`` with
 ``max_length``: a decompression bomb is refused, never inflated), a block has
 at most :data:`MAX_BLOCK_RECORDS` records and a frame at most :data:`MAX_REFS`
-refs, each inside its block. Every fault raises :class:`RecordingError`.
+refs, each inside its block. Every fault raises :class:`RecordingError`, its ``problem`` the rule
+broken (``BAD_BLOCK``, ``CORRUPT``, ``TOO_LARGE``; ``TRUNCATED`` for a read that ends inside a record).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from typing import Annotated
 import msgpack
 import msgspec
 
-from gpulens.core.errors import RecordingError
+from gpulens.core.errors import RecordingError, RecordingProblem
 
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 """The most one record (its msgpack bytes, decompressed) may hold, in every version."""
@@ -180,20 +181,24 @@ class BlockReader:
                 self.start, self.records, self._raw, self.end = offset, [], 0, offset + len(data)
                 return None
             obj = _FRAME.decode(data)
-        except (msgspec.ValidationError, msgspec.DecodeError) as err:
-            raise RecordingError(f"{where}: not a block start or compressed record ({err})") from None
+        except (msgspec.ValidationError, msgspec.DecodeError) as err:  # of another shape; bytes not msgpack
+            problem = RecordingProblem.BAD_BLOCK if isinstance(err, msgspec.ValidationError) else RecordingProblem.CORRUPT
+            raise RecordingError(f"{where}: not a block start or compressed record ({err})", problem=problem) from None
         except RecursionError:
-            raise RecordingError(f"{where}: not a block start or compressed record (nested too deeply)") from None
+            raise RecordingError(f"{where}: not a block start or compressed record (nested too deeply)",
+                                 problem=RecordingProblem.CORRUPT) from None
         if self.start < 0:
-            raise RecordingError(f"{where}: a compressed record before any block start")
+            raise RecordingError(f"{where}: a compressed record before any block start", problem=RecordingProblem.BAD_BLOCK)
         n = len(self.records)
         if n >= MAX_BLOCK_RECORDS:
-            raise RecordingError(f"{where}: its block holds more than {MAX_BLOCK_RECORDS} records")
+            raise RecordingError(f"{where}: its block holds more than {MAX_BLOCK_RECORDS} records",
+                                 problem=RecordingProblem.TOO_LARGE)
         if offset + len(data) - self.start > MAX_BLOCK_STORED:
-            raise RecordingError(f"{where}: its block takes more than {MAX_BLOCK_STORED} bytes of the file")
+            raise RecordingError(f"{where}: its block takes more than {MAX_BLOCK_STORED} bytes of the file",
+                                 problem=RecordingProblem.TOO_LARGE)
         if obj.refs and max(obj.refs) > n:
             raise RecordingError(f"{where}: refers to a record before its block (refs {list(obj.refs)}, "
-                                 f"{n} records before it in the block)")
+                                 f"{n} records before it in the block)", problem=RecordingProblem.BAD_BLOCK)
         record = inflate(obj.z, zdict_of(self.records, obj.refs) if obj.refs else b"",
                          min(MAX_RECORD_BYTES, MAX_BLOCK_BYTES - self._raw), where)
         self.records.append(record)
@@ -212,14 +217,16 @@ def inflate(z: bytes, zdict: bytes, limit: int, where: str) -> bytes:
         d = zlib.decompressobj(WBITS, zdict=zdict) if zdict else zlib.decompressobj(WBITS)
         out = d.decompress(z, limit + 1)
     except zlib.error as err:
-        raise RecordingError(f"{where}: corrupt compressed data ({err})") from None
+        raise RecordingError(f"{where}: corrupt compressed data ({err})", problem=RecordingProblem.CORRUPT) from None
     if len(out) > limit:
         raise RecordingError(f"{where}: it decompresses to more than {limit} bytes (at most {MAX_RECORD_BYTES} "
-                             f"a record, {MAX_BLOCK_BYTES} a block, less what came before it in its block)")
+                             f"a record, {MAX_BLOCK_BYTES} a block, less what came before it in its block)",
+                             problem=RecordingProblem.TOO_LARGE)
     if not d.eof:
-        raise RecordingError(f"{where}: the compressed record is incomplete")
+        raise RecordingError(f"{where}: the compressed record is incomplete", problem=RecordingProblem.CORRUPT)
     if d.unused_data:
-        raise RecordingError(f"{where}: {len(d.unused_data)} bytes after the compressed record")
+        raise RecordingError(f"{where}: {len(d.unused_data)} bytes after the compressed record",
+                             problem=RecordingProblem.CORRUPT)
     return out
 
 
@@ -239,10 +246,11 @@ def read_block(reader: BlockReader, data: bytes, offset: int, where: str) -> Non
         try:
             framer.skip()
         except msgpack.OutOfData:
-            raise RecordingError(f"{where}: ends inside a record") from None
+            raise RecordingError(f"{where}: ends inside a record", problem=RecordingProblem.TRUNCATED) from None
         except (ValueError, msgpack.UnpackException, TypeError) as err:
-            raise RecordingError(f"{where}: corrupt data: {err}") from None
+            raise RecordingError(f"{where}: corrupt data: {err}", problem=RecordingProblem.CORRUPT) from None
         end = framer.tell()
         if (reader.feed(view[at:end], offset + at, where) is None) != (fresh and not at):
-            raise RecordingError(f"{where}: not one block (a block start missing, or another one inside)")
+            raise RecordingError(f"{where}: not one block (a block start missing, or another one inside)",
+                                 problem=RecordingProblem.BAD_BLOCK)
         at = end

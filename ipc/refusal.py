@@ -24,6 +24,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import ClassVar
+
+from gpulens.core.reasons import Reason, ReasonText
 
 
 class NoSlotKind(enum.Enum):
@@ -39,34 +42,25 @@ class NoSlotKind(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class NoSlot:
-    """Why a connection or request is refused a slot: ``kind`` and the facts its sentence names."""
+class NoSlot(Reason):
+    """Why a connection or request is refused a slot: ``kind`` and the facts its sentence names; ``str()`` (or
+    ``render()``) is the one line a viewer (or the agent's log) reads."""
 
     kind: NoSlotKind
     limit: int = 0
     uid: int | None = None
     me: int | None = None
 
-    def __str__(self) -> str:
-        return self.render()
-
-    def render(self) -> str:
-        """The one line a viewer (or the agent's log) reads."""
-        k, limit, uid = self.kind, self.limit, self.uid
-        if k is NoSlotKind.NOT_SERVED:
-            return f"uid {uid} is not this agent's user (uid {self.me})"
-        if k is NoSlotKind.LOCAL_FULL:
-            return f"{limit} local viewers already connected"
-        if k is NoSlotKind.LOCAL_PER_UID:
-            return f"uid {uid} already has {limit} local connections"
-        if k is NoSlotKind.STOPPING:
-            return "agent is stopping"
-        if k is NoSlotKind.IN_FLIGHT:
-            return f"too many requests in flight on this connection (at most {limit})"
-        if k is NoSlotKind.PER_UID:
-            return (f"uid {uid} already has {limit} trace/profile requests running "
-                    "(the limit per user); try again when one finishes")
-        return f"agent is running {limit} trace/profile requests (its limit); try again when one finishes"
+    TEXT: ClassVar[ReasonText] = {
+        NoSlotKind.NOT_SERVED: "uid {0.uid} is not this agent's user (uid {0.me})",
+        NoSlotKind.LOCAL_FULL: "{0.limit} local viewers already connected",
+        NoSlotKind.LOCAL_PER_UID: "uid {0.uid} already has {0.limit} local connections",
+        NoSlotKind.STOPPING: "agent is stopping",
+        NoSlotKind.IN_FLIGHT: "too many requests in flight on this connection (at most {0.limit})",
+        NoSlotKind.PER_UID: ("uid {0.uid} already has {0.limit} trace/profile requests running "
+                             "(the limit per user); try again when one finishes"),
+        NoSlotKind.AGENT_FULL: "agent is running {0.limit} trace/profile requests (its limit); try again when one finishes",
+    }
 
 
 class HandoverKind(enum.Enum):
@@ -86,8 +80,9 @@ class HandoverKind(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class NotHandedOver:
-    """Why the Kineto endpoint did not change hands: ``kind`` and the facts its sentence names."""
+class NotHandedOver(Reason):
+    """Why the Kineto endpoint did not change hands: ``kind`` and the facts its sentence names; ``str()`` is the
+    one line the agent's log, its ``trace_error`` and a hand-over's answer carry."""
 
     kind: HandoverKind
     detail: str = ""
@@ -96,25 +91,16 @@ class NotHandedOver:
     answer: str = ""
     error: str = ""
 
-    def __str__(self) -> str:
-        return self.render()
-
-    def render(self) -> str:
-        """The one line the agent's log, its ``trace_error`` and a hand-over's answer carry."""
-        k = self.kind
-        if k is HandoverKind.THROUGH_DYNOLOG:
-            return "this gpulens sends its traces through dynolog's RPC; it does not hold the Kineto name"
-        if k is HandoverKind.WAITING:
-            return f"{self.count} trace(s) accepted here still wait for their target's poll"
-        if k is HandoverKind.NOT_SERVING:
-            return "this gpulens's Kineto endpoint is not serving"
-        if k is HandoverKind.STOPPING:
-            return "the agent is stopping"
-        if k is HandoverKind.HOLDER_KEPT:
-            return f"{self.detail} (asked pid {self.pid} to pass the endpoint on: {self.answer})"
-        if k is HandoverKind.FAILED:
-            return f"{self.error}: {self.detail}"
-        return self.detail  # NOT_TAKEN, TAKEN: the words as they came
+    TEXT: ClassVar[ReasonText] = {
+        HandoverKind.THROUGH_DYNOLOG: "this gpulens sends its traces through dynolog's RPC; it does not hold the Kineto name",
+        HandoverKind.WAITING: "{0.count} trace(s) accepted here still wait for their target's poll",
+        HandoverKind.NOT_SERVING: "this gpulens's Kineto endpoint is not serving",
+        HandoverKind.NOT_TAKEN: "{0.detail}",  # the words as they came
+        HandoverKind.STOPPING: "the agent is stopping",
+        HandoverKind.TAKEN: "{0.detail}",  # the words as they came
+        HandoverKind.HOLDER_KEPT: "{0.detail} (asked pid {0.pid} to pass the endpoint on: {0.answer})",
+        HandoverKind.FAILED: "{0.error}: {0.detail}",
+    }
 
 
 def failed(err: BaseException) -> NotHandedOver:

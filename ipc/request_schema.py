@@ -29,7 +29,7 @@ import msgspec.inspect
 from msgspec import UNSET, Meta, UnsetType
 
 from gpulens.core.processes import DEFAULT_ROWS, MAX_ROWS
-from gpulens.ipc.errors import ProtocolError
+from gpulens.ipc.errors import ProtocolError, ProtocolProblem
 
 __all__ = [
     "KINDS",
@@ -355,7 +355,7 @@ def decode_params(kind: str, raw: Mapping[str, object]) -> Params[Answer]:
     try:
         return msgspec.convert(dict(raw), cls)
     except msgspec.ValidationError as err:
-        raise ProtocolError(_why(cls, str(err), raw)) from None
+        raise ProtocolError(_why(cls, str(err), raw), problem=ProtocolProblem.BAD_PARAMS) from None
 
 
 def _why(cls: type[Params[Answer]], message: str, raw: Mapping[str, object]) -> str:
@@ -411,4 +411,4 @@ def decode_answer(cls: type[A], raw: object) -> A:
     try:
         return msgspec.convert(raw, cls)
     except msgspec.ValidationError as err:
-        raise ProtocolError(f"the agent's answer is malformed: {err}") from None
+        raise ProtocolError(f"the agent's answer is malformed: {err}", problem=ProtocolProblem.BAD_ANSWER) from None

@@ -33,7 +33,7 @@ import msgspec
 from gpulens.core.errors import SchemaError
 from gpulens.core.model import HostSample
 from gpulens.core.sanitize import check_sample
-from gpulens.ipc.errors import ProtocolError
+from gpulens.ipc.errors import ProtocolError, ProtocolProblem
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -83,9 +83,9 @@ def sample_from_msgpack(raw: bytes | memoryview | msgspec.Raw) -> HostSample:
     except msgspec.ValidationError as err:
         raise schema_error(err, "sample") from None
     except msgspec.DecodeError as err:
-        raise ProtocolError(f"frame is not valid msgpack: {err}") from None
+        raise ProtocolError(f"frame is not valid msgpack: {err}", problem=ProtocolProblem.NOT_MSGPACK) from None
     except RecursionError:
-        raise ProtocolError("frame is not valid msgpack: nested too deeply") from None
+        raise ProtocolError("frame is not valid msgpack: nested too deeply", problem=ProtocolProblem.NOT_MSGPACK) from None
     return check_sample(sample)
 
 

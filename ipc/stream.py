@@ -19,7 +19,7 @@ from typing import Any
 import msgpack
 
 from gpulens.core.model import HostSample
-from gpulens.ipc.errors import ProtocolError, VersionMismatch
+from gpulens.ipc.errors import ProtocolError, ProtocolProblem, VersionMismatch
 from gpulens.ipc.serialize import to_dict
 
 PROTOCOL_VERSION = 1
@@ -178,7 +178,8 @@ def encode_body(body: Mapping[str, Any]) -> bytes:
     """One frame for an already plain map (used to pre-encode a sample once)."""
     payload: bytes = msgpack.packb(body, use_bin_type=True)
     if len(payload) > MAX_FRAME_BYTES:
-        raise ProtocolError(f"outgoing frame of {len(payload)} bytes exceeds {MAX_FRAME_BYTES}")
+        raise ProtocolError(f"outgoing frame of {len(payload)} bytes exceeds {MAX_FRAME_BYTES}",
+                            problem=ProtocolProblem.FRAME_TOO_LARGE)
     return HEADER.pack(len(payload)) + payload
 
 

@@ -29,7 +29,7 @@ import msgspec
 
 from gpulens.core.errors import SchemaError
 from gpulens.core.model import MAX_ITEMS, MAX_TEXT_LEN
-from gpulens.ipc.errors import ProtocolError
+from gpulens.ipc.errors import ProtocolError, ProtocolProblem
 from gpulens.ipc.serialize import sample_from_msgpack, schema_error
 from gpulens.ipc.stream import (
     HEADER,
@@ -91,7 +91,8 @@ class FrameDecoder:
                     (size,) = HEADER.unpack_from(self._buf)
                     if size > self.max_frame_bytes:
                         raise ProtocolError(
-                            f"frame declares {size} bytes; the limit is {self.max_frame_bytes}"
+                            f"frame declares {size} bytes; the limit is {self.max_frame_bytes}",
+                            problem=ProtocolProblem.FRAME_TOO_LARGE,
                         )
                     del self._buf[: HEADER.size]
                     self._need = size
@@ -129,30 +130,40 @@ _HISTORY = msgspec.msgpack.Decoder(_HistoryBody)
 
 def _sample_msg(packed: msgspec.Raw) -> SampleMsg:
     if not packed:
-        raise ProtocolError("message 'sample': missing field 'sample'")
+        raise ProtocolError("message 'sample': missing field 'sample'", problem=ProtocolProblem.MISSING_FIELD)
     try:
         return SampleMsg(sample=sample_from_msgpack(packed))
     except SchemaError as err:
-        raise ProtocolError(f"message 'sample': {err}") from err
+        raise ProtocolError(f"message 'sample': {err}", problem=ProtocolProblem.BAD_SAMPLE) from err
 
 
 def _history_msg(body: bytes) -> History:
     try:
         packed = _HISTORY.decode(body)
     except msgspec.ValidationError as err:
-        raise ProtocolError(f"message 'history': {schema_error(err, 'history')}") from None
+        why = schema_error(err, "history")
+        raise ProtocolError(f"message 'history': {why}", problem=_envelope_problem(why)) from None
     except msgspec.DecodeError as err:
-        raise ProtocolError(f"frame is not valid msgpack: {err}") from None
+        raise ProtocolError(f"frame is not valid msgpack: {err}", problem=ProtocolProblem.NOT_MSGPACK) from None
     except RecursionError:
-        raise ProtocolError("frame is not valid msgpack: nested too deeply") from None
+        raise ProtocolError("frame is not valid msgpack: nested too deeply", problem=ProtocolProblem.NOT_MSGPACK) from None
     samples = []
     for i, raw in enumerate(packed.samples):
         try:
             samples.append(sample_from_msgpack(raw))
         except SchemaError as err:  # name the sample: samples[3].gpus[0].power_w
             inner = str(err)[len(err.path) :] if err.path == "sample" else f".{err}"
-            raise ProtocolError(f"message 'history': samples[{i}]{inner}") from err
+            raise ProtocolError(f"message 'history': samples[{i}]{inner}", problem=ProtocolProblem.BAD_SAMPLE) from err
     return History(id=packed.id, samples=tuple(samples), last=packed.last)
+
+
+def _envelope_problem(why: SchemaError) -> ProtocolProblem:
+    """The rule a history frame's own fields (``id``, ``samples``, ``last``) break, from msgspec's refusal."""
+    if why.expected == "a value (required field missing)":
+        return ProtocolProblem.MISSING_FIELD
+    if why.expected.startswith(("at most ", "at least ")):
+        return ProtocolProblem.OUT_OF_RANGE
+    return ProtocolProblem.WRONG_TYPE
 
 
 def decode_body(body: bytes) -> Message:
@@ -185,7 +196,8 @@ def decode_body(body: bytes) -> Message:
     # UnicodeDecodeError and its own StackError for deep nesting: all of
     # them mean "malformed frame" here, and none may escape as a crash.
     except (ValueError, TypeError, OverflowError) as err:
-        raise ProtocolError(f"frame is not valid msgpack: {type(err).__name__}: {err}") from err
+        raise ProtocolError(f"frame is not valid msgpack: {type(err).__name__}: {err}",
+                            problem=ProtocolProblem.NOT_MSGPACK) from err
     return from_wire(obj)
 
 
@@ -196,7 +208,7 @@ def _get(d: Mapping[str, object], key: str, kind: type[_T], what: str, default: 
     """``d[key]``, a ``kind`` (True is no integer); missing: ``default``, or refused without one."""
     if key not in d:
         if isinstance(default, EllipsisType):
-            raise ProtocolError(f"message '{d.get('t')}': missing field '{key}'")
+            raise ProtocolError(f"message '{d.get('t')}': missing field '{key}'", problem=ProtocolProblem.MISSING_FIELD)
         return default
     return _checked(d, key, (kind,), what)
 
@@ -204,11 +216,13 @@ def _get(d: Mapping[str, object], key: str, kind: type[_T], what: str, default: 
 def _checked(d: Mapping[str, object], key: str, kinds: tuple[type[_T], ...], what: str) -> _T:
     value = d[key]
     if isinstance(value, bool) and bool not in kinds:
-        raise ProtocolError(f"message '{d.get('t')}': field '{key}' must be {what}, got {value!r}")
+        raise ProtocolError(f"message '{d.get('t')}': field '{key}' must be {what}, got {value!r}",
+                            problem=ProtocolProblem.WRONG_TYPE)
     if not isinstance(value, kinds):
         shown = repr(value)
         shown = shown if len(shown) <= 40 else shown[:37] + "..."
-        raise ProtocolError(f"message '{d.get('t')}': field '{key}' must be {what}, got {shown}")
+        raise ProtocolError(f"message '{d.get('t')}': field '{key}' must be {what}, got {shown}",
+                            problem=ProtocolProblem.WRONG_TYPE)
     return value
 
 
@@ -222,20 +236,22 @@ def _opt_num(d: Mapping[str, object], key: str) -> float | None:
 def from_wire(obj: object) -> Message:
     """Validate a decoded msgpack object as a message; raises ProtocolError."""
     if not isinstance(obj, dict):
-        raise ProtocolError(f"frame body must be a map, got {type(obj).__name__}")
+        raise ProtocolError(f"frame body must be a map, got {type(obj).__name__}", problem=ProtocolProblem.NOT_A_MAP)
     tag = obj.get("t")
     if not isinstance(tag, str):
-        raise ProtocolError("frame body has no message type ('t')")
+        raise ProtocolError("frame body has no message type ('t')", problem=ProtocolProblem.NO_MESSAGE_TYPE)
     d = obj
     if tag == "hello":
         proto = _get(d, "proto", int, "an integer")
         check_version(proto)
         caps = _get(d, "caps", list, "a list of strings", [])
         if not all(isinstance(c, str) for c in caps):
-            raise ProtocolError("message 'hello': field 'caps' must be a list of strings")
+            raise ProtocolError("message 'hello': field 'caps' must be a list of strings",
+                                problem=ProtocolProblem.WRONG_TYPE)
         role = _get(d, "role", str, "a string")
         if role not in ("agent", "viewer"):
-            raise ProtocolError(f"message 'hello': role must be 'agent' or 'viewer', got {role[:40]!r}")
+            raise ProtocolError(f"message 'hello': role must be 'agent' or 'viewer', got {role[:40]!r}",
+                                problem=ProtocolProblem.OUT_OF_RANGE)
         return Hello(
             proto=proto,
             role=role,
@@ -252,7 +268,8 @@ def from_wire(obj: object) -> Message:
     if tag == "auth_ok":
         return AuthOk(mac=_get(d, "mac", bytes, "bytes"))
     if tag in ("sample", "history"):  # decoded from their bytes by decode_body; here only if unreadable there
-        raise ProtocolError(f"message '{tag}': the frame's envelope cannot be read (a repeated key, or nested too deeply)")
+        raise ProtocolError(f"message '{tag}': the frame's envelope cannot be read (a repeated key, or nested too deeply)",
+                            problem=ProtocolProblem.UNREADABLE_ENVELOPE)
     if tag == "request":
         return Request(
             id=_get(d, "id", int, "an integer"),
@@ -269,7 +286,7 @@ def from_wire(obj: object) -> Message:
     if tag == "chunk":
         offset = _get(d, "offset", int, "an integer")
         if offset < 0:
-            raise ProtocolError("message 'chunk': negative offset")
+            raise ProtocolError("message 'chunk': negative offset", problem=ProtocolProblem.OUT_OF_RANGE)
         return FileChunk(
             id=_get(d, "id", int, "an integer"),
             name=_get(d, "name", str, "a string"),
@@ -279,4 +296,4 @@ def from_wire(obj: object) -> Message:
         )
     if tag == "error":
         return ErrorMsg(code=_get(d, "code", str, "a string"), message=_get(d, "message", str, "a string"))
-    raise ProtocolError(f"unknown message type {tag[:40]!r}")
+    raise ProtocolError(f"unknown message type {tag[:40]!r}", problem=ProtocolProblem.UNKNOWN_MESSAGE)

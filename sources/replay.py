@@ -37,7 +37,7 @@ from typing import Protocol, runtime_checkable
 
 import msgpack
 
-from gpulens.core.errors import ConfigError, ConfigProblem, RecordingError
+from gpulens.core.errors import ConfigError, ConfigProblem, RecordingError, RecordingProblem
 from gpulens.core.events import Emit, HostStatusEvent, SampleEvent, SourceEvent, SourceStatusEvent
 from gpulens.core.limits import InputProblem
 from gpulens.ipc.recording import (
@@ -119,7 +119,8 @@ def read_header(path: str) -> dict[str, object]:
             chunk = fh.read(1 << 16)
             if not chunk:
                 raise RecordingError("not a gpulens recording (the file ends inside its first record)" if held
-                                     else "empty file: not a gpulens recording")
+                                     else "empty file: not a gpulens recording",
+                                     problem=RecordingProblem.NOT_A_RECORDING if held else RecordingProblem.EMPTY)
             held += chunk
             try:
                 framer.feed(chunk)
@@ -127,12 +128,15 @@ def read_header(path: str) -> dict[str, object]:
             except msgpack.OutOfData:
                 continue
             except msgpack.BufferFull:
-                raise RecordingError("not a gpulens recording (no header)") from None
+                raise RecordingError("not a gpulens recording (no header)",
+                                     problem=RecordingProblem.NOT_A_RECORDING) from None
             except (ValueError, msgpack.UnpackException, TypeError) as err:
-                raise RecordingError(f"not a gpulens recording ({err})") from None
+                raise RecordingError(f"not a gpulens recording ({err})",
+                                     problem=RecordingProblem.NOT_A_RECORDING) from None
             head = decode_header_bytes(bytes(memoryview(held)[: framer.tell()]))
             if len(held) == framer.tell() and not fh.read(1):
-                raise RecordingError("a gpulens recording with no samples (only its header): nothing to replay")
+                raise RecordingError("a gpulens recording with no samples (only its header): nothing to replay",
+                                     problem=RecordingProblem.NO_SAMPLES)
             return head
 
 
@@ -153,6 +157,8 @@ class RecordingIndex:
         """Every job that appears (by job key), with its span."""
         self.error: str | None = None
         """Why the index stopped early (the records before the fault are kept)."""
+        self.problem: RecordingProblem | None = None
+        """The reason of :attr:`error` as a value (None while there is none)."""
         self.done = threading.Event()
         """Set once :meth:`build` finished (whole or at a fault)."""
         self._fd: int | None = None
@@ -162,7 +168,8 @@ class RecordingIndex:
 
     # ---- building -----------------------------------------------------------
     def build(self) -> None:
-        """Scan the file (call in a thread); ``done`` is set at the end, ``error`` says why it stopped."""
+        """Scan the file (call in a thread); ``done`` is set at the end, ``error`` says why it stopped (``problem``:
+        its reason)."""
         places: list[tuple[float, int, int, int]] = []
         jobs: dict[str, tuple[str, set[int], float, float]] = {}
         try:
@@ -176,9 +183,9 @@ class RecordingIndex:
                     if isinstance(event, SampleEvent):
                         self._note(event, jobs)
         except OSError as err:
-            self.error = f"{self.path}: cannot read: {err.strerror}"
+            self.error, self.problem = f"{self.path}: cannot read: {err.strerror}", RecordingProblem.UNREADABLE
         except RecordingError as err:
-            self.error = f"{self.path}: {err}"
+            self.error, self.problem = f"{self.path}: {err}", err.problem
         places.sort()
         with self._lock:
             self._times = array("d", (p[0] for p in places))
@@ -254,7 +261,7 @@ class RecordingIndex:
         for block, n, _ in spots:
             if n >= len(records[block]):
                 raise RecordingError(f"{self.path}: changed while replaying (the block at byte {block} holds "
-                                     f"{len(records[block])} records, not {n + 1})")
+                                     f"{len(records[block])} records, not {n + 1})", problem=RecordingProblem.CHANGED)
             out.append(self._decode(records[block][n], f"record {n} of the block at byte {block}"))
         return out
 
@@ -262,16 +269,18 @@ class RecordingIndex:
         try:
             data = os.pread(fd, size, offset)
         except OSError as err:
-            raise RecordingError(f"{self.path}: cannot read: {err.strerror}") from err
+            raise RecordingError(f"{self.path}: cannot read: {err.strerror}", problem=RecordingProblem.UNREADABLE) from err
         if len(data) != size:
-            raise RecordingError(f"{self.path}: changed while replaying (it is shorter than it was)")
+            raise RecordingError(f"{self.path}: changed while replaying (it is shorter than it was)",
+                                 problem=RecordingProblem.CHANGED)
         return data
 
     def _decode(self, data: bytes, where: str) -> SourceEvent:
         try:
             return decode_record_bytes(data, where)
         except RecordingError as err:
-            raise RecordingError(f"{self.path}: changed while replaying ({err})") from err
+            raise RecordingError(f"{self.path}: changed while replaying ({err})",
+                                 problem=RecordingProblem.CHANGED) from err
 
     def _block(self, fd: int, start: int, end: int) -> list[bytes]:
         """The records of the block at ``start``, at least up to the one ending at ``end`` (version 2)."""
@@ -288,7 +297,8 @@ class RecordingIndex:
             try:
                 read_block(reader, data, at, f"the block at byte {start}")
             except RecordingError as err:
-                raise RecordingError(f"{self.path}: changed while replaying ({err})") from err
+                raise RecordingError(f"{self.path}: changed while replaying ({err})",
+                                     problem=RecordingProblem.CHANGED) from err
         kept[start] = reader
         while len(kept) > CACHED_BLOCKS:
             kept.popitem(last=False)

@@ -18,11 +18,13 @@ import errno
 import os
 import signal
 from dataclasses import dataclass
+from typing import ClassVar
 
 import psutil
 
 from gpulens.core.model import JobInfo
 from gpulens.core.procfs import current_uid
+from gpulens.core.reasons import Reason, ReasonText
 
 SIGNALS: dict[str, signal.Signals] = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM,
                                       "SIGKILL": signal.SIGKILL}
@@ -72,8 +74,9 @@ class NoSignalKind(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class NoSignal:
-    """Why no signal may be sent to a process: ``kind`` and the facts its sentence names."""
+class NoSignal(Reason):
+    """Why no signal may be sent to a process: ``kind`` and the facts its sentence names; ``str()`` is the one
+    line the process screen shows (after ``signals:`` or ``not sent:``)."""
 
     kind: NoSignalKind
     pid: int = 0
@@ -81,25 +84,16 @@ class NoSignal:
     me: int = 0
     detail: str = ""
 
-    def __str__(self) -> str:
-        return self.render()
-
-    def render(self) -> str:
-        """The one line the process screen shows (after ``signals:`` or ``not sent:``)."""
-        k, pid = self.kind, self.pid
-        if k is NoSignalKind.READONLY:
-            return "read-only (--readonly): no actions"
-        if k is NoSignalKind.NOT_REPORTED:
-            return "the process is no longer reported"
-        if k is NoSignalKind.EXITED:
-            return f"pid {pid} has exited"
-        if k is NoSignalKind.UNREADABLE:
-            return f"pid {pid}: {self.detail}"
-        if k is NoSignalKind.OTHER_USER:
-            return f"pid {pid} belongs to uid {self.uid}, not to you (uid {self.me}): gpulens signals only your own"
-        if k is NoSignalKind.REUSED:
-            return f"pid {pid} is now another process (its start time changed)"
-        return self.detail  # REMOTE: the words as they came
+    TEXT: ClassVar[ReasonText] = {
+        NoSignalKind.READONLY: "read-only (--readonly): no actions",
+        NoSignalKind.REMOTE: "{0.detail}",  # the words as they came
+        NoSignalKind.NOT_REPORTED: "the process is no longer reported",
+        NoSignalKind.EXITED: "pid {0.pid} has exited",
+        NoSignalKind.UNREADABLE: "pid {0.pid}: {0.detail}",
+        NoSignalKind.OTHER_USER: ("pid {0.pid} belongs to uid {0.uid}, not to you (uid {0.me}): "
+                                  "gpulens signals only your own"),
+        NoSignalKind.REUSED: "pid {0.pid} is now another process (its start time changed)",
+    }
 
 
 def refusal(job: JobInfo | None, *, local: bool, readonly: bool, remote_why: str | None = NO_REMOTE,

@@ -34,8 +34,10 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from gpulens.core.model import JobInfo
+from gpulens.core.reasons import Reason, ReasonText
 from gpulens.core.sanitize import clean_text
 
 HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,252}")
@@ -89,16 +91,16 @@ class NoSshKind(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class NoSsh:
+class NoSsh(Reason):
     """Why no signal can go to a host through ssh: ``kind`` and the host; ``str()`` is the sentence shown."""
 
     kind: NoSshKind
     host: str = ""
 
-    def __str__(self) -> str:
-        if self.kind is NoSshKind.OFF:
-            return "signals to other hosts are off (config: signal_ssh = [])"
-        return f"the host name {clean_text(self.host[:60])!r} is not one ssh may be given"
+    TEXT: ClassVar[ReasonText] = {
+        NoSshKind.OFF: "signals to other hosts are off (config: signal_ssh = [])",
+        NoSshKind.BAD_HOST: lambda v: f"the host name {clean_text(v.host[:60])!r} is not one ssh may be given",
+    }
 
 
 def no_ssh(host: str, ssh: Sequence[str]) -> NoSsh | None:

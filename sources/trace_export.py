@@ -18,7 +18,6 @@ exist), holding one file per rank.
 from __future__ import annotations
 
 import contextlib
-import errno
 import gzip
 import os
 import tarfile
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from gpulens.analysis.trace.errors import TraceFileError, TraceProblem
-from gpulens.core.safefs import UnsafePath, new_file, open_regular_at
+from gpulens.core.safefs import PathProblem, UnsafePath, new_file, open_regular_at
 
 
 class ExportError(TraceFileError):
@@ -41,8 +40,8 @@ class ExportError(TraceFileError):
 
 def _unreadable(src: str | Path, err: UnsafePath) -> TraceFileError:
     """``cannot export SRC: WHY``: a source missing or unreadable (CANNOT_OPEN), or refused as unsafe (UNSAFE)."""
-    cause = err.__cause__  # the open's own failure; none where what was opened is refused
-    missing = isinstance(cause, OSError) and cause.errno != errno.ELOOP
+    # a file on the way (NOT_A_DIRECTORY) is as good as no such source
+    missing = err.problem in (PathProblem.MISSING, PathProblem.CANNOT_OPEN, PathProblem.NOT_A_DIRECTORY)
     return TraceFileError(f"cannot export {src}: {err}",
                           problem=TraceProblem.CANNOT_OPEN if missing else TraceProblem.UNSAFE)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import ClassVar
 
 from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem
 from gpulens.analysis.flame.gecko import gecko_group, gecko_root
@@ -23,6 +24,7 @@ from gpulens.analysis.flame.v8profile import (
     is_heapprofile,
     is_old_cpuprofile,
 )
+from gpulens.core.reasons import Reason, ReasonText
 
 _SPEEDSCOPE_HINT = "open it in speedscope (https://www.speedscope.app) and export speedscope JSON, which gpulens reads"
 
@@ -61,25 +63,23 @@ class UnsupportedJsonKind(enum.Enum):
     V8_TREE = "v8-tree"  # a V8 profile tree of an unknown kind ('head' without samples or sizes)
 
 
-_NAMES = {
-    UnsupportedJsonKind.SAFARI: "Safari timeline recording",
-    UnsupportedJsonKind.STACKPROF: "stackprof (Ruby) profile",
-    UnsupportedJsonKind.GHC: "GHC JSON profile (`+RTS -pj`)",
-    UnsupportedJsonKind.V8_LOG: "V8 log (`node --prof-process --preprocess`)",
-    UnsupportedJsonKind.V8_TREE: "V8 profile tree of an unknown kind (a 'head' without samples or sizes)",
-}
-_HINTS = {UnsupportedJsonKind.STACKPROF: "fold it with `stackprof --stackcollapse FILE > out.folded`, or "}
-
-
 @dataclass(frozen=True, slots=True)
-class UnsupportedJson:
+class UnsupportedJson(Reason):
     """A JSON profile of a format gpulens knows but does not read: ``kind`` names it; ``str()`` is
     ``<format>: not supported (how to convert it)``, the refusal's words."""
 
     kind: UnsupportedJsonKind
 
-    def __str__(self) -> str:
-        return f"{_NAMES[self.kind]}: not supported ({_HINTS.get(self.kind, '')}{_SPEEDSCOPE_HINT})"
+    TEXT: ClassVar[ReasonText] = {
+        UnsupportedJsonKind.SAFARI: "Safari timeline recording: not supported (" + _SPEEDSCOPE_HINT + ")",
+        UnsupportedJsonKind.STACKPROF: ("stackprof (Ruby) profile: not supported (fold it with "
+                                        "`stackprof --stackcollapse FILE > out.folded`, or " + _SPEEDSCOPE_HINT + ")"),
+        UnsupportedJsonKind.GHC: "GHC JSON profile (`+RTS -pj`): not supported (" + _SPEEDSCOPE_HINT + ")",
+        UnsupportedJsonKind.V8_LOG: ("V8 log (`node --prof-process --preprocess`): not supported ("
+                                     + _SPEEDSCOPE_HINT + ")"),
+        UnsupportedJsonKind.V8_TREE: ("V8 profile tree of an unknown kind (a 'head' without samples or sizes): "
+                                      "not supported (" + _SPEEDSCOPE_HINT + ")"),
+    }
 
 
 def unsupported_json(doc: object) -> UnsupportedJson | None:

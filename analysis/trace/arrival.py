@@ -30,11 +30,13 @@ import re
 from bisect import bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import ClassVar
 
 from gpulens.analysis.trace.events import Event
 from gpulens.analysis.trace.intervals import Interval
 from gpulens.analysis.trace.rank_reduce import KERNEL_CATS, RankFold
 from gpulens.analysis.trace.step_profile import StepProfile, step_profile
+from gpulens.core.reasons import Reason, ReasonText
 
 STEP_NUMBER = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 """HTA's ``get_iter_nbr`` / ``_extract_iter`` pattern."""
@@ -80,16 +82,17 @@ class NotPlacedKind(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class NotPlaced:
+class NotPlaced(Reason):
     """Why a rank's events were not placed in its steps: ``kind`` and the facts its sentence names."""
 
     kind: NotPlacedKind
     spans: int = 0
     events: int = 0
 
-    def __str__(self) -> str:
-        return (f"{self.spans} ProfilerStep#N spans that overlap: too many to place "
-                f"{self.events} events in them (HTA scans every span for every event)")
+    TEXT: ClassVar[ReasonText] = {
+        NotPlacedKind.SPANS_OVERLAP: ("{0.spans} ProfilerStep#N spans that overlap: too many to place "
+                                      "{0.events} events in them (HTA scans every span for every event)"),
+    }
 
 
 @dataclass(frozen=True, slots=True)

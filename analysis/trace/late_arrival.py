@@ -35,8 +35,10 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from gpulens.analysis.trace.arrival import CommKernel, NotPlaced, RankArrival
+from gpulens.core.reasons import Reason, ReasonText
 
 MIN_NORMALIZED_DURATION = 0.01
 CANDIDATES = 2
@@ -74,30 +76,24 @@ class NoLateArrivalKind(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class NoLateArrival:
-    """Why HTA's late-arrival method could not run: ``kind`` and the facts its sentence names."""
+class NoLateArrival(Reason):
+    """Why HTA's late-arrival method could not run: ``kind`` and the facts its sentence names; ``str()`` is the
+    one line the report (text, JSON) and the profiler screen give after ``n/a``."""
 
     kind: NoLateArrivalKind
     rank: int = -1
     placed: NotPlaced | None = None
 
-    def __str__(self) -> str:
-        return self.render()
-
-    def render(self) -> str:
-        """The one line the report (text, JSON) and the profiler screen give after ``n/a``."""
-        k = self.kind
-        if k is NoLateArrivalKind.RANK_NOT_PLACED:
-            return f"rank {self.rank}: {self.placed}"
-        if k is NoLateArrivalKind.NO_STEPS:
-            return "no ProfilerStep#N spans (HTA's method needs them)"
-        if k is NoLateArrivalKind.NO_TIME_SPAN:
-            return ("the ProfilerStep#N spans have no usable time span "
-                    "(no events with a duration, or timestamps out of range)")
-        if k is NoLateArrivalKind.NO_LONG_KERNEL:
-            return ("no NCCL kernel (ncclKernel*, ncclDevKernel*) of at least 1% of the mean step "
-                    "launched in a ProfilerStep > 0 (HTA's method needs one)")
-        return "no NCCL kernel seen on two ranks in one iteration (the spread across ranks is undefined)"
+    TEXT: ClassVar[ReasonText] = {
+        NoLateArrivalKind.RANK_NOT_PLACED: "rank {0.rank}: {0.placed}",
+        NoLateArrivalKind.NO_STEPS: "no ProfilerStep#N spans (HTA's method needs them)",
+        NoLateArrivalKind.NO_TIME_SPAN: ("the ProfilerStep#N spans have no usable time span "
+                                         "(no events with a duration, or timestamps out of range)"),
+        NoLateArrivalKind.NO_LONG_KERNEL: ("no NCCL kernel (ncclKernel*, ncclDevKernel*) of at least 1% of the "
+                                           "mean step launched in a ProfilerStep > 0 (HTA's method needs one)"),
+        NoLateArrivalKind.NO_SPREAD: ("no NCCL kernel seen on two ranks in one iteration "
+                                      "(the spread across ranks is undefined)"),
+    }
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,9 +27,11 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from gpulens.collectors.amd.sysfs import OpenFiles, listdir
 from gpulens.core.model import GpuProcess
+from gpulens.core.reasons import Reason, ReasonText
 
 ENGINES = ("gfx", "compute")
 """Engine classes whose busy time counts as a process's GPU utilization."""
@@ -107,14 +109,15 @@ class UnlistedKind(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class Unlisted:
+class Unlisted(Reason):
     """Why some processes may be missing from every card: ``kind`` and the facts its sentence names."""
 
     kind: UnlistedKind
     hidden: int = 0
 
-    def __str__(self) -> str:
-        return f"{self.hidden} processes' descriptors could not be listed (not root)"
+    TEXT: ClassVar[ReasonText] = {
+        UnlistedKind.FDS_HIDDEN: "{0.hidden} processes' descriptors could not be listed (not root)",
+    }
 
 
 @dataclass(slots=True)

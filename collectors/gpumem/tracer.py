@@ -34,6 +34,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from gpulens.collectors.gpumem.elf import ElfError, read_elf
 from gpulens.collectors.gpumem.libbpf import BpfError, BpfObject, Libbpf, RingBuffer
@@ -44,6 +45,7 @@ from gpulens.collectors.gpumem.python_stack import (
     PythonNotReadable,
     find_python,
 )
+from gpulens.core.reasons import Reason, ReasonText
 from gpulens.core.sanitize import clean_text
 
 OBJECT = Path(__file__).with_name("bpf") / "cuda_mem.bpf.o"
@@ -91,15 +93,17 @@ class NoPythonFramesKind(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class NoPythonFrames:
+class NoPythonFrames(Reason):
     """Why one process's Python frames cannot be read: ``kind`` and the words (cleaned: they may quote
     paths the traced process mapped); ``str()`` is the sentence its stacks and the reply carry."""
 
     kind: NoPythonFramesKind
     detail: str = ""
 
-    def __str__(self) -> str:
-        return self.detail
+    TEXT: ClassVar[ReasonText] = {
+        NoPythonFramesKind.NOT_READABLE: "{0.detail}",
+        NoPythonFramesKind.OS_ERROR: "{0.detail}",
+    }
 
 
 class NoTracingKind(enum.Enum):
@@ -112,26 +116,20 @@ class NoTracingKind(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class NoTracing:
-    """Why this machine cannot trace GPU memory: ``kind`` and the facts its sentence names."""
+class NoTracing(Reason):
+    """Why this machine cannot trace GPU memory: ``kind`` and the facts its sentence names; ``str()`` is the
+    one line the command, the agent's reply and its log give."""
 
     kind: NoTracingKind
     path: str = ""
     detail: str = ""
 
-    def __str__(self) -> str:
-        return self.render()
-
-    def render(self) -> str:
-        """The one line the command, the agent's reply and its log give."""
-        k = self.kind
-        if k is NoTracingKind.NOT_ROOT:
-            return "GPU memory tracing loads eBPF: it needs root (or CAP_BPF+CAP_PERFMON)"
-        if k is NoTracingKind.NO_OBJECT:
-            return f"the BPF object {self.path} is missing (build it: collectors/gpumem/bpf/build.sh)"
-        if k is NoTracingKind.NO_UPROBES:
-            return "this kernel has no uprobe PMU (CONFIG_UPROBE_EVENTS)"
-        return self.detail  # NO_LIBBPF: libbpf's words
+    TEXT: ClassVar[ReasonText] = {
+        NoTracingKind.NOT_ROOT: "GPU memory tracing loads eBPF: it needs root (or CAP_BPF+CAP_PERFMON)",
+        NoTracingKind.NO_OBJECT: "the BPF object {0.path} is missing (build it: collectors/gpumem/bpf/build.sh)",
+        NoTracingKind.NO_UPROBES: "this kernel has no uprobe PMU (CONFIG_UPROBE_EVENTS)",
+        NoTracingKind.NO_LIBBPF: "{0.detail}",  # libbpf's words
+    }
 
 
 def rendered(reason: NoPythonFrames | NoTracing | None) -> str | None:

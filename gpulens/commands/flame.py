@@ -89,17 +89,17 @@ def _pyroscope(args: argparse.Namespace) -> ProfileGroup:
 
 def run(args: argparse.Namespace) -> int:
     """Load FILE; export, print the summary, or open the flame graph screen."""
-    from gpulens.analysis.flame.exporters import (
-        check_writable,
-        export_folded,
-        export_pprof,
-        export_speedscope,
-    )
     from gpulens.analysis.flame.group import parse_choice
     from gpulens.analysis.flame.importers import load_group
     from gpulens.analysis.flame.subtree import focus_regex
     from gpulens.commands._args import limits_from_args
     from gpulens.core.errors import ConfigError, ConfigProblem
+    from gpulens.sources.flame_export import (
+        check_writable,
+        export_folded,
+        export_pprof,
+        export_speedscope,
+    )
 
     if args.top is not None and args.top < 1:
         raise ConfigError(where="--top", expected="1 or more functions", got=args.top, problem=ConfigProblem.OUT_OF_RANGE)

@@ -74,15 +74,15 @@ def _pids(args: argparse.Namespace) -> tuple[int, ...]:
 
 def run(args: argparse.Namespace) -> int:
     """Trace, then write or show the flame graph."""
-    from gpulens.analysis.flame.exporters import (
+    from gpulens.analysis.flame.model import build_from_stacks
+    from gpulens.collectors.gpumem.libbpf import BpfError
+    from gpulens.collectors.gpumem.tracer import GpuMemTracer, why_not
+    from gpulens.sources.flame_export import (
         check_writable,
         export_folded,
         export_pprof,
         export_speedscope,
     )
-    from gpulens.analysis.flame.model import build_from_stacks
-    from gpulens.collectors.gpumem.libbpf import BpfError
-    from gpulens.collectors.gpumem.tracer import GpuMemTracer, why_not
 
     pids = _pids(args)
     if args.output:

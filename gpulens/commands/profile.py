@@ -29,8 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Sample (here or through an agent), write the file, print a one-line summary."""
-    from gpulens.analysis.flame.exporters import check_writable, export_folded, export_speedscope
     from gpulens.core.errors import ConfigError, ConfigProblem
+    from gpulens.sources.flame_export import check_writable, export_folded, export_speedscope
 
     args.pid = list(pids_of(args))
     args.host = remote_target(args)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from gpulens.ipc.errors import MalformedDatagram
+from gpulens.ipc.errors import DatagramProblem, MalformedDatagram
 
 HEADER = struct.Struct("<Q32s")
 HEADER_BYTES = HEADER.size  # 40
@@ -75,18 +75,20 @@ def encode_header(msg_type: str, body_size: int) -> bytes:
 def decode_header(data: bytes) -> tuple[str, int]:
     """Return ``(type, body_size)``; raises MalformedDatagram when short or inconsistent."""
     if len(data) < HEADER_BYTES:
-        raise MalformedDatagram(f"datagram of {len(data)} bytes is shorter than the 40-byte header")
+        raise MalformedDatagram(f"datagram of {len(data)} bytes is shorter than the 40-byte header",
+                                problem=DatagramProblem.SHORT_HEADER)
     size, raw_type = HEADER.unpack_from(data)
     nul = raw_type.find(b"\0")
     if nul < 0:
-        raise MalformedDatagram("message type is not NUL-terminated")
+        raise MalformedDatagram("message type is not NUL-terminated", problem=DatagramProblem.BAD_TYPE)
     try:
         msg_type = raw_type[:nul].decode("ascii")
     except UnicodeDecodeError as err:
-        raise MalformedDatagram("message type is not ASCII") from err
+        raise MalformedDatagram("message type is not ASCII", problem=DatagramProblem.BAD_TYPE) from err
     if size != len(data) - HEADER_BYTES:
         raise MalformedDatagram(
-            f"header says {size} body bytes but the datagram carries {len(data) - HEADER_BYTES}"
+            f"header says {size} body bytes but the datagram carries {len(data) - HEADER_BYTES}",
+            problem=DatagramProblem.SIZE_MISMATCH,
         )
     return msg_type, size
 
@@ -100,27 +102,31 @@ def decode(data: bytes) -> Message:
             MAX_PIDS, trailing bytes, or an unknown type.
     """
     if len(data) > MAX_DATAGRAM_BYTES:
-        raise MalformedDatagram(f"datagram of {len(data)} bytes exceeds {MAX_DATAGRAM_BYTES}")
+        raise MalformedDatagram(f"datagram of {len(data)} bytes exceeds {MAX_DATAGRAM_BYTES}",
+                                problem=DatagramProblem.TOO_LARGE)
     msg_type, size = decode_header(data)
     body = memoryview(data)[HEADER_BYTES:]
     if msg_type == TYPE_REQ:
         if size < REQ_FIXED.size:
-            raise MalformedDatagram(f"req body of {size} bytes is shorter than {REQ_FIXED.size}")
+            raise MalformedDatagram(f"req body of {size} bytes is shorter than {REQ_FIXED.size}",
+                                    problem=DatagramProblem.BAD_BODY)
         config_type, n, job_id = REQ_FIXED.unpack_from(body)
         if n < 0 or n > MAX_PIDS:
-            raise MalformedDatagram(f"req pid count {n} outside 0..{MAX_PIDS}")
+            raise MalformedDatagram(f"req pid count {n} outside 0..{MAX_PIDS}", problem=DatagramProblem.BAD_BODY)
         if REQ_FIXED.size + 4 * n != size:
             raise MalformedDatagram(
-                f"req pid count {n} needs {REQ_FIXED.size + 4 * n} body bytes, got {size}"
+                f"req pid count {n} needs {REQ_FIXED.size + 4 * n} body bytes, got {size}",
+                problem=DatagramProblem.BAD_BODY,
             )
         pids = struct.unpack_from(f"<{n}i", body, REQ_FIXED.size)
         return ConfigRequest(config_type=config_type, job_id=job_id, pids=tuple(pids))
     if msg_type == TYPE_CTXT:
         if size != CTXT_BODY.size:
-            raise MalformedDatagram(f"ctxt body must be {CTXT_BODY.size} bytes, got {size}")
+            raise MalformedDatagram(f"ctxt body must be {CTXT_BODY.size} bytes, got {size}",
+                                    problem=DatagramProblem.BAD_BODY)
         gpu, pid, job_id = CTXT_BODY.unpack_from(body)
         return ContextRegistration(gpu=gpu, pid=pid, job_id=job_id)
-    raise MalformedDatagram(f"unknown message type {msg_type!r}")
+    raise MalformedDatagram(f"unknown message type {msg_type!r}", problem=DatagramProblem.UNKNOWN_TYPE)
 
 
 def encode_config_reply(config: str) -> bytes:

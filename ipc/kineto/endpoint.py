@@ -41,7 +41,7 @@ from collections.abc import Callable
 
 from gpulens.core.logbook import call_isolated
 from gpulens.core.procfs import proc_uid, unix_socket_holder
-from gpulens.core.safefs import UnsafePath
+from gpulens.core.safefs import PathProblem, UnsafePath
 from gpulens.core.threads import start_thread, stop_thread
 from gpulens.ipc.errors import EndpointBusy, IpcError, MalformedDatagram
 from gpulens.ipc.kineto import codec
@@ -222,23 +222,27 @@ class KinetoEndpoint:
                 socket file there is not a socket of root's, ours or the passer's kind.
         """
         if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_DGRAM:
-            raise UnsafePath(f"the socket passed for {self.address} is not a Unix datagram socket")
+            raise UnsafePath(f"the socket passed for {self.address} is not a Unix datagram socket",
+                             problem=PathProblem.WRONG_SOCKET_KIND, component=self.address)
         name = sock.getsockname()
         if self.socket_dir is None:
             if name != ABSTRACT_NAME:
-                raise UnsafePath(f"the socket passed is bound to {name!r}, not to {self.address}")
+                raise UnsafePath(f"the socket passed is bound to {name!r}, not to {self.address}",
+                                 problem=PathProblem.BOUND_ELSEWHERE, component=self.address)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
             return None
         path = os.path.join(self.socket_dir, SOCKET_NAME)
         if os.fsdecode(name) != path:
-            raise UnsafePath(f"the socket passed is bound to {os.fsdecode(name)!r}, not to {path}")
+            raise UnsafePath(f"the socket passed is bound to {os.fsdecode(name)!r}, not to {path}",
+                             problem=PathProblem.BOUND_ELSEWHERE, component=path)
         dfd = open_socket_dir(self.socket_dir, 0o1733 if os.geteuid() == 0 else 0o700)
         try:
             st = os.stat(SOCKET_NAME, dir_fd=dfd, follow_symlinks=False)
         finally:
             os.close(dfd)
         if not stat.S_ISSOCK(st.st_mode):
-            raise UnsafePath(f"{path} is not a socket; the socket passed for it is not used")
+            raise UnsafePath(f"{path} is not a socket; the socket passed for it is not used",
+                             problem=PathProblem.NOT_A_SOCKET, component=path)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         return (st.st_dev, st.st_ino)
 
@@ -286,17 +290,20 @@ class KinetoEndpoint:
         except FileNotFoundError:
             return
         if not stat.S_ISSOCK(st.st_mode):
-            kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a socket"
+            link = stat.S_ISLNK(st.st_mode)
+            kind = "a symbolic link" if link else "not a socket"
             raise UnsafePath(
                 f"{path} is {kind} (uid {st.st_uid}); gpulens will not replace or follow it: "
-                "remove it, or use another KINETO_IPC_SOCKET_DIR"
+                "remove it, or use another KINETO_IPC_SOCKET_DIR",
+                problem=PathProblem.SYMLINK if link else PathProblem.NOT_A_SOCKET, component=path,
             )
         if is_live(path):
             raise self._busy()
         if st.st_uid != os.geteuid():
             raise UnsafePath(
                 f"{path} is a dead socket of uid {st.st_uid}; gpulens removes only its own: "
-                "remove it, or use another KINETO_IPC_SOCKET_DIR"
+                "remove it, or use another KINETO_IPC_SOCKET_DIR",
+                problem=PathProblem.WRONG_OWNER, component=path,
             )
         os.unlink(SOCKET_NAME, dir_fd=dfd)
 
@@ -304,7 +311,8 @@ class KinetoEndpoint:
         """chmod 0666 the socket just bound (clients of other users send to it), never a link."""
         st = os.stat(SOCKET_NAME, dir_fd=dfd, follow_symlinks=False)
         if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid():
-            raise UnsafePath(f"{path} is not the socket gpulens just bound (uid {st.st_uid}); not using it")
+            raise UnsafePath(f"{path} is not the socket gpulens just bound (uid {st.st_uid}); not using it",
+                             problem=PathProblem.REPLACED, component=path)
         # The directory passed open_socket_dir: nobody else can swap this entry after the lstat.
         try:
             os.chmod(SOCKET_NAME, 0o666, dir_fd=dfd, follow_symlinks=False)

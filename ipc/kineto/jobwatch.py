@@ -17,7 +17,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
+from gpulens.core.reasons import Reason, ReasonText
 from gpulens.ipc.kineto.jobstate import Job, PidTask, no_file_error, start_missed
 from gpulens.ipc.kineto.jobtext import (
     NO_MEMORY_NOTE,
@@ -98,8 +100,9 @@ class PickupKind(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class PickupFailure:
-    """Why a task not handed over yet fails now: ``kind`` and the facts its sentence names."""
+class PickupFailure(Reason):
+    """Why a task not handed over yet fails now: ``kind`` and the facts its sentence names; ``str()`` is the
+    task's error, the one line its job's snapshot, the result and the log carry."""
 
     kind: PickupKind
     pid: int
@@ -107,19 +110,13 @@ class PickupFailure:
     detail: str = ""
     timeout_s: float = 0.0
 
-    def __str__(self) -> str:
-        return self.render()
-
-    def render(self) -> str:
-        """The task's error: the one line its job's snapshot, the result and the log carry."""
-        if self.kind is PickupKind.ENDED:
-            return ended_before_pickup(self.pid, self.status)
-        if self.kind is PickupKind.STAYED_BUSY:
-            return (
-                f"process {self.pid}'s profiler stayed busy with another trace for "
-                f"{self.timeout_s:.0f} s; the request was never handed over"
-            )
-        return self.detail  # NOT_POLLED, START_MISSED: the words as they came
+    TEXT: ClassVar[ReasonText] = {
+        PickupKind.ENDED: lambda v: ended_before_pickup(v.pid, v.status),
+        PickupKind.NOT_POLLED: "{0.detail}",  # the words as they came
+        PickupKind.START_MISSED: "{0.detail}",  # the words as they came
+        PickupKind.STAYED_BUSY: ("process {0.pid}'s profiler stayed busy with another trace for "
+                                 "{0.timeout_s:.0f} s; the request was never handed over"),
+    }
 
 
 def pickup_failure(task: PidTask, req: TraceRequest, now: float, looked: Looked) -> PickupFailure | None:

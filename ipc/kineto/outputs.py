@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpulens.core import safefs
-from gpulens.core.safefs import UnsafePath
+from gpulens.core.safefs import PathProblem, UnsafePath
 from gpulens.ipc.kineto.tracefile import trace_complete
 
 log = logging.getLogger(__name__)
@@ -192,18 +192,23 @@ def _in_target_dir(chosen: str, target_uid: int) -> TraceOutput:
     """
     path = Path(chosen)
     if not path.is_absolute():
-        raise UnsafePath(f"{TRACE_DIR_ENV} {chosen} is not an absolute path")
+        raise UnsafePath(f"{TRACE_DIR_ENV} {chosen} is not an absolute path",
+                         problem=PathProblem.NOT_ABSOLUTE, component=chosen)
     try:
         with safefs.opened_dir(path) as dfd:  # no symlink anywhere on the path
             st = os.fstat(dfd)
             if st.st_uid != target_uid:
                 # Root's (or anyone else's) directory: making an entry there for the target would
                 # let any user have root create directories of hers wherever she names.
-                raise UnsafePath(f"{TRACE_DIR_ENV} {path} belongs to uid {st.st_uid}, not to uid {target_uid}")
+                raise UnsafePath(f"{TRACE_DIR_ENV} {path} belongs to uid {st.st_uid}, not to uid {target_uid}",
+                                 problem=PathProblem.WRONG_OWNER, component=str(path))
             safefs.check_dir(dfd, f"{TRACE_DIR_ENV} {path}", owners=(target_uid,), shared_ok=True)
     except UnsafePath as err:
         text = str(err)
-        raise UnsafePath(text if text.startswith(TRACE_DIR_ENV) else f"{TRACE_DIR_ENV}: {text}") from err
+        # check_dir names the directory after the variable: the component is the path alone
+        component = err.component.removeprefix(f"{TRACE_DIR_ENV} ") if err.component is not None else None
+        raise UnsafePath(text if text.startswith(TRACE_DIR_ENV) else f"{TRACE_DIR_ENV}: {text}",
+                         problem=err.problem, component=component) from err
     # The target's own directory: it can rename anything in it at any time (even between a
     # mkdir and an open), so root creates nothing here: Kineto writes a file of a random name
     # directly into it, and only a regular file of the target's is read back.
@@ -217,7 +222,8 @@ def _adopt(parent_fd: int, parent: Path, name: str, target_uid: int) -> TraceOut
     try:
         st = os.fstat(fd)
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-            raise UnsafePath(f"{parent / name} was replaced while gpulens created it")
+            raise UnsafePath(f"{parent / name} was replaced while gpulens created it",
+                             problem=PathProblem.REPLACED, component=str(parent / name))
         # Still ours (checked above): a fresh marker keeps gpulens' start-up pruning of
         # /tmp/gpulens-<euid> (which removes empty directories) off a leaf Kineto has yet to write.
         os.close(os.open(KEEP_MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
@@ -301,10 +307,12 @@ def _open_checked(dfd: int, path: Path, owner: int | None, max_bytes: int) -> in
     try:
         return safefs.open_regular_at(dfd, path.name, owner=owner, max_bytes=max_bytes)
     except UnsafePath as err:
-        if isinstance(err.__cause__, FileNotFoundError):
+        if err.problem is PathProblem.MISSING:
             return None
         text = str(err)  # safefs names what it opened: the bare name here; show the whole path
-        raise UnsafePath(str(path) + text[len(path.name) :] if text.startswith(path.name) else text) from err
+        component = str(path) if err.component == path.name else err.component
+        raise UnsafePath(str(path) + text[len(path.name) :] if text.startswith(path.name) else text,
+                         problem=err.problem, component=component) from err
 
 
 def open_trace_file(path: str | Path, owner_uid: int | None, max_bytes: int = MAX_TRACE_FILE_BYTES) -> int:
@@ -321,5 +329,5 @@ def open_trace_file(path: str | Path, owner_uid: int | None, max_bytes: int = MA
     with safefs.opened_dir(p.parent) as dfd:
         fd = _open_checked(dfd, p, owner_uid, max_bytes)
     if fd is None:
-        raise UnsafePath(f"{p} does not exist")
+        raise UnsafePath(f"{p} does not exist", problem=PathProblem.MISSING, component=str(p))
     return fd

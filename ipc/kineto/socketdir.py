@@ -11,7 +11,7 @@ import logging
 import os
 import stat
 
-from gpulens.core.safefs import UnsafePath, check_dir
+from gpulens.core.safefs import PathProblem, UnsafePath, check_dir
 
 log = logging.getLogger("gpulens.ipc.kineto.endpoint")
 
@@ -91,7 +91,8 @@ class _Walk:
         self.parts.insert(0, name)
         self.hops += 1
         if self.hops > MAX_LINK_HOPS:
-            raise UnsafePath(f"{here} keeps changing while gpulens creates it") from None
+            raise UnsafePath(f"{here} keeps changing while gpulens creates it",
+                             problem=PathProblem.REPLACED, component=here) from None
 
     def follow(self, name: str, here: str, st: os.stat_result) -> None:
         """A symlink: followed only when it is root's or ours (and not too many); an absolute one from ``/``."""
@@ -99,7 +100,8 @@ class _Walk:
         if st.st_uid not in self.owners or self.hops > MAX_LINK_HOPS:
             raise UnsafePath(
                 f"{here} is a symbolic link of uid {st.st_uid} (or too many links); "
-                "gpulens follows only root's or its own links to the socket directory"
+                "gpulens follows only root's or its own links to the socket directory",
+                problem=PathProblem.SYMLINK, component=here,
             )
         target = os.readlink(name, dir_fd=self.stack[-1])
         if target.startswith("/"):
@@ -113,7 +115,8 @@ class _Walk:
         try:
             fd = os.open(name, _DIR_FLAGS, dir_fd=self.stack[-1])
         except OSError as err:
-            raise UnsafePath(f"{here} is not a directory gpulens can use: {err.strerror}") from err
+            raise UnsafePath(f"{here} is not a directory gpulens can use: {err.strerror}",
+                             problem=PathProblem.of_os_error(err), component=here) from err
         self.stack.append(fd)
         self.walked.append(name)
         if self.made == here and os.fstat(fd).st_uid == euid:

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import ClassVar
 
+from gpulens.core.reasons import Reason, ReasonText
 from gpulens.ipc.kineto.endpoint import describe_address
 
 
@@ -51,7 +53,7 @@ _ABOUT_THE_PROCESS = frozenset({
 
 
 @dataclass(frozen=True, slots=True)
-class Untraceable:
+class Untraceable(Reason):
     """Why one process cannot be traced: ``kind`` and the facts its sentence names."""
 
     kind: UntraceableKind
@@ -72,71 +74,58 @@ class Untraceable:
         reason of another of its processes says more (a shell or launcher never loads torch)."""
         return self.kind in _ABOUT_THE_PROCESS
 
-    def __str__(self) -> str:
-        return self.render()
+    TEXT: ClassVar[ReasonText] = {
+        UntraceableKind.GONE: "process {0.pid} is gone",
+        UntraceableKind.OTHER_USER: "process {0.pid} belongs to uid {0.uid}: only its owner or root can trace it",
+        UntraceableKind.DESCENDANTS_POLL: lambda v: _descendants(v),
+        UntraceableKind.FORKED_AFTER_INIT: (
+            "process {0.pid} was forked from process {0.parent} after PyTorch initialised: it never polls; "
+            "use the parent (--pid {0.parent}), or the spawn start method"
+        ),
+        UntraceableKind.ENVIRON_UNREADABLE: "cannot read /proc/{0.pid}/environ: run gpulens as the process's owner",
+        UntraceableKind.NO_DAEMON_ENV: (
+            "KINETO_USE_DAEMON is not set in its environment: restart it with "
+            "KINETO_USE_DAEMON=1 (on-demand tracing is off without it)"
+        ),
+        UntraceableKind.SOCKET_DIR_MISMATCH: lambda v: _mismatch(v),
+        UntraceableKind.NO_TORCH: "no PyTorch loaded in it (libtorch is not mapped): only PyTorch programs can be traced",
+        UntraceableKind.SOCKET_DIR_CLOSED: (
+            "the socket dir {0.serving} has mode {0.mode:04o}: programs of uid {0.uid} "
+            "cannot create their client sockets there, so they never poll: chmod 1733 {0.serving}"
+        ),
+        UntraceableKind.NOT_POLLED_YET: (
+            "it has not polled yet: PyTorch polls every ON_DEMAND_CONFIG_UPDATE_INTERVAL_SECS "
+            "(5 s by default) once torch is imported; wait a few seconds (a program started "
+            "before its KINETO_IPC_SOCKET_DIR existed never polls: restart it)"
+        ),
+        UntraceableKind.NOT_POLLING_AGENT: ("it does not poll the Kineto endpoint of the agent on {0.host} (start it "
+                                            "with KINETO_USE_DAEMON=1 and the agent's KINETO_IPC_SOCKET_DIR)"),
+        UntraceableKind.AGENT_FAILED: "the agent on {0.host} says: {0.detail}",
+        UntraceableKind.TRACING_OFF: "{0.detail}",  # the service's own words
+        UntraceableKind.NO_SERVICE: "no trace service for this host",
+        UntraceableKind.CHECK_FAILED: "cannot check: {0.detail}",
+    }
 
-    def render(self) -> str:
-        """The one line a person reads, with the fix."""
-        k, pid = self.kind, self.pid
-        if k is UntraceableKind.GONE:
-            return f"process {pid} is gone"
-        if k is UntraceableKind.OTHER_USER:
-            return f"process {pid} belongs to uid {self.uid}: only its owner or root can trace it"
-        if k is UntraceableKind.DESCENDANTS_POLL:
-            shown = ",".join(map(str, self.pids))
-            more = f" (and {self.more} more)" if self.more > 0 else ""
-            return (
-                f"process {pid} polls nothing itself, but its descendants do: {shown}{more}; trace those "
-                f"(gpulens trace --pid {shown}, or --pid {pid} --children)"
-            )
-        if k is UntraceableKind.FORKED_AFTER_INIT:
-            return (
-                f"process {pid} was forked from process {self.parent} after PyTorch initialised: it never polls; "
-                f"use the parent (--pid {self.parent}), or the spawn start method"
-            )
-        if k is UntraceableKind.ENVIRON_UNREADABLE:
-            return f"cannot read /proc/{pid}/environ: run gpulens as the process's owner"
-        if k is UntraceableKind.NO_DAEMON_ENV:
-            return (
-                "KINETO_USE_DAEMON is not set in its environment: restart it with "
-                "KINETO_USE_DAEMON=1 (on-demand tracing is off without it)"
-            )
-        if k is UntraceableKind.SOCKET_DIR_MISMATCH:
-            return self._mismatch()
-        if k is UntraceableKind.NO_TORCH:
-            return "no PyTorch loaded in it (libtorch is not mapped): only PyTorch programs can be traced"
-        if k is UntraceableKind.SOCKET_DIR_CLOSED:
-            return (
-                f"the socket dir {self.serving} has mode {self.mode:04o}: programs of uid {self.uid} "
-                f"cannot create their client sockets there, so they never poll: chmod 1733 {self.serving}"
-            )
-        if k is UntraceableKind.NOT_POLLED_YET:
-            return (
-                "it has not polled yet: PyTorch polls every ON_DEMAND_CONFIG_UPDATE_INTERVAL_SECS "
-                "(5 s by default) once torch is imported; wait a few seconds (a program started "
-                "before its KINETO_IPC_SOCKET_DIR existed never polls: restart it)"
-            )
-        if k is UntraceableKind.NOT_POLLING_AGENT:
-            return (f"it does not poll the Kineto endpoint of the agent on {self.host} (start it with "
-                    "KINETO_USE_DAEMON=1 and the agent's KINETO_IPC_SOCKET_DIR)")
-        if k is UntraceableKind.AGENT_FAILED:
-            return f"the agent on {self.host} says: {self.detail}"
-        if k is UntraceableKind.NO_SERVICE:
-            return "no trace service for this host"
-        if k is UntraceableKind.CHECK_FAILED:
-            return f"cannot check: {self.detail}"
-        return self.detail  # TRACING_OFF: the service's own words
 
-    def _mismatch(self) -> str:
-        fix = (
-            f"start gpulens with --ipc-socket-dir {self.theirs}"
-            if self.theirs
-            else "start gpulens without --ipc-socket-dir / KINETO_IPC_SOCKET_DIR"
-        )
-        return (
-            f"socket-dir mismatch: it talks to {describe_address(self.theirs)} but gpulens serves "
-            f"{describe_address(self.serving)}: {fix}"
-        )
+def _descendants(u: Untraceable) -> str:
+    shown = ",".join(map(str, u.pids))
+    more = f" (and {u.more} more)" if u.more > 0 else ""
+    return (
+        f"process {u.pid} polls nothing itself, but its descendants do: {shown}{more}; trace those "
+        f"(gpulens trace --pid {shown}, or --pid {u.pid} --children)"
+    )
+
+
+def _mismatch(u: Untraceable) -> str:
+    fix = (
+        f"start gpulens with --ipc-socket-dir {u.theirs}"
+        if u.theirs
+        else "start gpulens without --ipc-socket-dir / KINETO_IPC_SOCKET_DIR"
+    )
+    return (
+        f"socket-dir mismatch: it talks to {describe_address(u.theirs)} but gpulens serves "
+        f"{describe_address(u.serving)}: {fix}"
+    )
 
 
 def descendants_poll(pid: int, descendants: list[int], shown: int = DESCENDANTS_SHOWN) -> Untraceable:

@@ -19,10 +19,12 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from gpulens.core.procfs import proc_uid
+from gpulens.core.reasons import Reason, ReasonText
 from gpulens.ipc.control import control_name, peer_cred
-from gpulens.ipc.errors import StreamError
+from gpulens.ipc.errors import StreamError, StreamProblem
 from gpulens.ipc.kineto.endpoint import holder_of, resolve_socket_dir
 from gpulens.sources.remote_trace import RemoteTraceService
 from gpulens.sources.stream.local_agent import LocalAgentLink, trusted_peer
@@ -45,18 +47,17 @@ class HolderKind(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class HolderRefusal:
+class HolderRefusal(Reason):
     """Why our request must not go to the holder of the Kineto name: ``kind`` and the facts; ``str()`` the sentence."""
 
     kind: HolderKind
     pid: int
     uid: int
 
-    def __str__(self) -> str:
-        return (
-            f"the Kineto name is held by pid {self.pid} of uid {self.uid}, not by a gpulens agent of yours or "
-            "root's: refusing to send it your request; it may be squatting"
-        )
+    TEXT: ClassVar[ReasonText] = {
+        HolderKind.OTHER_USER: ("the Kineto name is held by pid {0.pid} of uid {0.uid}, not by a gpulens agent of "
+                                "yours or root's: refusing to send it your request; it may be squatting"),
+    }
 
 
 def untrusted_holder(pid: int) -> HolderRefusal | None:
@@ -100,24 +101,26 @@ def connect_owner(socket_dir: str | None, download_dir: Path) -> LocalAgentLink:
         pid = root_control_pid(socket_dir) if os.geteuid() != 0 else None
         if pid is None:
             raise StreamError("the Kineto name's holder is not found in /proc and no root gpulens serves "
-                              "its control socket: it is not a gpulens this one can use")
+                              "its control socket: it is not a gpulens this one can use", problem=StreamProblem.NO_HOLDER)
         return _serving_traces(LocalAgentLink(socket_dir, pid, 0, download_dir), pid)
     pid = held[0]
     squat = untrusted_holder(pid)
     if squat is not None:
-        raise StreamError(str(squat))
+        raise StreamError(str(squat), problem=StreamProblem.UNTRUSTED_HOLDER)
     if not is_gpulens(pid):
-        raise StreamError(f"the Kineto name is held by {held[1]} (pid {pid}), not by gpulens")
+        raise StreamError(f"the Kineto name is held by {held[1]} (pid {pid}), not by gpulens", problem=StreamProblem.NOT_GPULENS)
     uid = proc_uid(pid)
     if uid is None:
-        raise StreamError(f"the gpulens process {pid} holding the Kineto name is gone; try again")
+        raise StreamError(f"the gpulens process {pid} holding the Kineto name is gone; try again",
+                          problem=StreamProblem.HOLDER_GONE)
     return _serving_traces(LocalAgentLink(socket_dir, pid, uid, download_dir), pid)
 
 
 def _serving_traces(link: LocalAgentLink, pid: int) -> LocalAgentLink:
     if "trace" not in link.hello.caps:
         link.close()
-        raise StreamError(f"the gpulens holding the Kineto name (pid {pid}) does not serve traces")
+        raise StreamError(f"the gpulens holding the Kineto name (pid {pid}) does not serve traces",
+                          problem=StreamProblem.NO_TRACE_SERVICE)
     return link
 
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulens.core.safefs import UnsafePath, check_dir
-from gpulens.ipc.errors import ProtocolError, RequestFailed
+from gpulens.ipc.errors import ProtocolError, ProtocolProblem, RequestFailed
 from gpulens.ipc.stream import FileChunk
 
 MAX_DOWNLOAD_BYTES = 4 * 1024**3
@@ -81,7 +81,7 @@ class PendingRequest:
             SaveFailed: the file cannot be created or written here.
         """
         if not SAFE_NAME.fullmatch(msg.name) or ".." in msg.name:
-            raise ProtocolError(f"unsafe file name from the agent: {msg.name[:60]!r}")
+            raise ProtocolError(f"unsafe file name from the agent: {msg.name[:60]!r}", problem=ProtocolProblem.UNSAFE_NAME)
         with self._lock:
             if self._closed:
                 return
@@ -90,14 +90,16 @@ class PendingRequest:
                 if len(self._files) >= MAX_FILES_PER_REQUEST:
                     raise ProtocolError(
                         f"request {msg.id}: the agent sent more than {MAX_FILES_PER_REQUEST} files; "
-                        f"the viewer accepts at most {MAX_FILES_PER_REQUEST} per request"
+                        f"the viewer accepts at most {MAX_FILES_PER_REQUEST} per request",
+                        problem=ProtocolProblem.ANSWER_TOO_LARGE,
                     )
                 entry = self._files[msg.name] = self._create(msg.name, base, prefix)
             if entry.done or msg.offset != entry.offset:
-                raise ProtocolError(f"file chunk for {msg.name!r} out of order")
+                raise ProtocolError(f"file chunk for {msg.name!r} out of order", problem=ProtocolProblem.OUT_OF_ORDER)
             self.bytes += len(msg.data)
             if self.bytes > MAX_DOWNLOAD_BYTES:
-                raise ProtocolError(f"request {msg.id} sent more than {MAX_DOWNLOAD_BYTES} bytes")
+                raise ProtocolError(f"request {msg.id} sent more than {MAX_DOWNLOAD_BYTES} bytes",
+                                    problem=ProtocolProblem.ANSWER_TOO_LARGE)
             try:
                 view = memoryview(msg.data)
                 while view:

@@ -17,7 +17,15 @@ from collections.abc import Callable
 
 from gpulens.core.sanitize import clean_text
 from gpulens.ipc import auth, stream
-from gpulens.ipc.errors import AuthError, ProtocolError, StreamError, VersionMismatch
+from gpulens.ipc.errors import (
+    AuthError,
+    AuthProblem,
+    ProtocolError,
+    ProtocolProblem,
+    StreamError,
+    StreamProblem,
+    VersionMismatch,
+)
 
 MAX_HOST_NAME = 255
 """The longest host name an agent's hello may declare."""
@@ -49,26 +57,29 @@ def handshake(
             raise refusal(msg)
         if isinstance(msg, stream.Challenge):
             if token is None:
-                raise TokenRequired("the agent requires a token: pass --token-file")
+                raise TokenRequired("the agent requires a token: pass --token-file", problem=AuthProblem.TOKEN_REQUIRED)
             if cnonce:
-                raise ProtocolError("the agent sent a second challenge")
+                raise ProtocolError("the agent sent a second challenge", problem=ProtocolProblem.UNEXPECTED_MESSAGE)
             snonce, cnonce = msg.nonce, auth.new_nonce()
             mac = auth.viewer_proof(token, snonce, cnonce)
             send(stream.encode(stream.AuthResponse(cnonce=cnonce, mac=mac)))
             continue
         if isinstance(msg, stream.AuthOk):
             if token is None:
-                raise ProtocolError("the agent sent auth_ok, but no token was asked for")
+                raise ProtocolError("the agent sent auth_ok, but no token was asked for",
+                                    problem=ProtocolProblem.UNEXPECTED_MESSAGE)
             if not cnonce:
                 raise AuthError(
-                    "the agent did not prove it holds the token: it sent auth_ok without a challenge"
+                    "the agent did not prove it holds the token: it sent auth_ok without a challenge",
+                    problem=AuthProblem.AGENT_PROOF_MISSING,
                 )
             try:
                 auth.verify_agent(token, snonce, cnonce, msg.mac)
             except AuthError:
                 raise AuthError(
                     "the agent did not prove it holds the token: its auth_ok MAC is wrong "
-                    "(an impostor, or an agent with another token)"
+                    "(an impostor, or an agent with another token)",
+                    problem=AuthProblem.AGENT_PROOF_WRONG,
                 ) from None
             proven = True
             continue
@@ -78,19 +89,21 @@ def handshake(
                 raise AuthError(
                     f"the agent did not prove it holds the token: it sent its hello without {skipped}; "
                     "refusing it (an impostor, or an agent started without --token-file: then "
-                    "connect without --token-file)"
+                    "connect without --token-file)",
+                    problem=AuthProblem.AGENT_PROOF_MISSING,
                 )
             return checked_hello(msg)
-        raise ProtocolError(f"expected the agent's hello, got '{stream.to_wire(msg)['t']}'")
+        raise ProtocolError(f"expected the agent's hello, got '{stream.to_wire(msg)['t']}'",
+                            problem=ProtocolProblem.UNEXPECTED_MESSAGE)
 
 
 def checked_hello(msg: stream.Hello) -> stream.Hello:
     """The agent's hello with its strings cleaned; it must name its host."""
     if len(msg.host) > MAX_HOST_NAME:
-        raise ProtocolError(f"agent's host name longer than {MAX_HOST_NAME} characters")
+        raise ProtocolError(f"agent's host name longer than {MAX_HOST_NAME} characters", problem=ProtocolProblem.BAD_HOST)
     host = clean_text(msg.host).strip()
     if not host:
-        raise ProtocolError("the agent's hello names no host")
+        raise ProtocolError("the agent's hello names no host", problem=ProtocolProblem.BAD_HOST)
     return stream.Hello(
         proto=msg.proto,
         role=msg.role,
@@ -108,5 +121,5 @@ def refusal(msg: stream.ErrorMsg) -> StreamError:
     if msg.code == "version":
         return VersionMismatch(text)
     if msg.code == "auth":
-        return AuthError(text)
-    return StreamError(text)
+        return AuthError(text, problem=AuthProblem.REFUSED)
+    return StreamError(text, problem=StreamProblem.REFUSED)

@@ -45,7 +45,14 @@ from gpulens.core.model import HostSample
 from gpulens.core.sanitize import clean_text
 from gpulens.ipc import stream
 from gpulens.ipc.channels import ChannelClosed, CommandChannel, TcpChannel
-from gpulens.ipc.errors import ProtocolError, RequestFailed, StreamError, VersionMismatch
+from gpulens.ipc.errors import (
+    ProtocolError,
+    ProtocolProblem,
+    RequestFailed,
+    StreamError,
+    StreamProblem,
+    VersionMismatch,
+)
 from gpulens.ipc.reactor import Reactor
 from gpulens.ipc.stream_decode import FrameDecoder
 from gpulens.sources.stream.handshake import handshake, refusal
@@ -232,14 +239,15 @@ class HostLink:
     def _read(self, chan: Channel, decoder: FrameDecoder, deadline: float | None) -> list[stream.Message]:
         """The messages completed by one read (maybe none); raises when idle, closed or stopped."""
         if self._stop.is_set():
-            raise StreamError("stopped")
+            raise StreamError("stopped", problem=StreamProblem.STOPPED)
         timeout = self._idle_s if deadline is None else max(0.1, deadline - time.monotonic())
         try:
             data = chan.recv(timeout)
         except TimeoutError:
             if deadline is not None:
-                raise StreamError(f"no answer from the agent within {HANDSHAKE_TIMEOUT_S:.0f} s") from None
-            raise StreamError(f"no data from the agent for {self._idle_s:.0f} s") from None
+                raise StreamError(f"no answer from the agent within {HANDSHAKE_TIMEOUT_S:.0f} s",
+                                  problem=StreamProblem.HANDSHAKE_TIMEOUT) from None
+            raise StreamError(f"no data from the agent for {self._idle_s:.0f} s", problem=StreamProblem.IDLE) from None
         if not data:
             raise ChannelClosed(chan.describe_eof())
         if deadline is not None and len(self._first) < 48:
@@ -265,7 +273,8 @@ class HostLink:
             # The usual cause over ssh: a login script that prints to stdout.
             raise ProtocolError(
                 f"{err}; the command's output began {self._first!r} (is something printing "
-                "to stdout on login, or is 'gpulens' not the agent there?)"
+                "to stdout on login, or is 'gpulens' not the agent there?)",
+                problem=err.problem,
             ) from err
         host = hello.host
         self.host = host
@@ -336,7 +345,8 @@ class HostLink:
         elif isinstance(msg, stream.ErrorMsg):
             raise refusal(msg)
         else:
-            raise ProtocolError(f"unexpected message '{stream.to_wire(msg)['t']}' from the agent")
+            raise ProtocolError(f"unexpected message '{stream.to_wire(msg)['t']}' from the agent",
+                                problem=ProtocolProblem.UNEXPECTED_MESSAGE)
 
     def _deliver(self, host: str, sample: HostSample, backfill: bool) -> None:
         _own(host, sample)
@@ -349,7 +359,7 @@ class HostLink:
     def _table(self) -> RequestTable:
         table = self._requests
         if table is None:  # only before the first hello, when nothing is dispatched
-            raise StreamError("no session")
+            raise StreamError("no session", problem=StreamProblem.NO_SESSION)
         return table
 
     # -- requests ---------------------------------------------------------------
@@ -368,7 +378,8 @@ def _own(host: str, sample: HostSample) -> HostSample:
     if sample.host != host:
         raise ProtocolError(
             f"the agent sent a sample for host {sample.host[:80]!r} but its hello declared {host[:80]!r}; "
-            "an agent may publish only its own host's samples"
+            "an agent may publish only its own host's samples",
+            problem=ProtocolProblem.FOREIGN_SAMPLE,
         )
     return sample
 

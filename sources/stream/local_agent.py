@@ -28,7 +28,7 @@ from pathlib import Path
 from gpulens.core.events import RequestParams, SourceEvent
 from gpulens.ipc.channels import RECV_BYTES, ChannelClosed
 from gpulens.ipc.control import control_name, peer_cred
-from gpulens.ipc.errors import RequestFailed, StreamError
+from gpulens.ipc.errors import RequestFailed, StreamError, StreamProblem
 from gpulens.sources.stream.handshake import TokenRequired
 from gpulens.sources.stream.link import HostLink, LinkOptions, Target
 from gpulens.sources.stream.requests import RequestResult
@@ -61,7 +61,8 @@ class ControlChannel:
             sock.close()
             raise StreamError(
                 f"the gpulens process {agent_pid} holding the Kineto name serves no control socket "
-                f"(@{name[1:].decode()}: {err.strerror or err}); is it an older agent, or a TUI?"
+                f"(@{name[1:].decode()}: {err.strerror or err}); is it an older agent, or a TUI?",
+                problem=StreamProblem.NO_CONTROL_SOCKET,
             ) from err
         self.sock = sock
         pid, uid = peer_cred(sock)
@@ -69,13 +70,15 @@ class ControlChannel:
             self.close()
             raise StreamError(
                 f"the control socket belongs to pid {pid} (uid {uid}), not to the agent holding the "
-                f"Kineto name (pid {agent_pid}): refusing to use it"
+                f"Kineto name (pid {agent_pid}): refusing to use it",
+                problem=StreamProblem.NOT_THE_HOLDER,
             )
         if not trusted_peer(uid, os.geteuid()):
             self.close()
             raise StreamError(
                 f"the Kineto name is held by pid {pid} of uid {uid}, not by a gpulens agent of yours or "
-                "root's: refusing to send it your request; it may be squatting"
+                "root's: refusing to send it your request; it may be squatting",
+                problem=StreamProblem.UNTRUSTED_HOLDER,
             )
         self._send_lock = threading.Lock()
 
@@ -123,11 +126,12 @@ class LocalAgentLink:
         try:
             self.hello = self._link.serve(chan)
         except TokenRequired as err:
-            raise StreamError("the agent asked for a token on its local control socket") from err
+            raise StreamError("the agent asked for a token on its local control socket",
+                              problem=StreamProblem.TOKEN_REQUIRED) from err
         except ChannelClosed as err:
-            raise StreamError(str(err)) from err
+            raise StreamError(str(err), problem=StreamProblem.CLOSED) from err
         except OSError as err:
-            raise StreamError(f"local agent: {err.strerror or err}") from err
+            raise StreamError(f"local agent: {err.strerror or err}", problem=StreamProblem.SOCKET_ERROR) from err
 
     def request(self, host: str, params: RequestParams, timeout_s: float) -> Future[RequestResult]:
         """Send a request (``host`` is ignored: there is one agent); fails with RequestFailed or TimeoutError."""

@@ -34,7 +34,7 @@ from gpulens.core.events import RequestParams, RequestResult
 from gpulens.core.model import HostSample
 from gpulens.core.sanitize import clean_data, clean_text
 from gpulens.ipc import stream
-from gpulens.ipc.errors import ProtocolError, RequestFailed
+from gpulens.ipc.errors import ProtocolError, ProtocolProblem, RequestFailed
 from gpulens.sources.stream.downloads import PendingRequest, SaveFailed
 
 __all__ = ["MAX_REQUEST_SAMPLES", "RequestResult", "RequestTable"]  # RequestResult: core.events', the seam's
@@ -99,7 +99,8 @@ class RequestTable:
             if p is None:
                 return
             if len(p.samples) + len(samples) > MAX_REQUEST_SAMPLES:
-                raise ProtocolError("history answer larger than the viewer accepts")
+                raise ProtocolError("history answer larger than the viewer accepts",
+                                    problem=ProtocolProblem.ANSWER_TOO_LARGE)
             p.samples.extend(samples)
 
     def chunk(self, msg: stream.FileChunk) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 
-from gpulens.ipc.errors import MalformedDatagram
+from gpulens.ipc.errors import DatagramProblem, MalformedDatagram
 from gpulens.ipc.kineto.codec import (
     CTXT_BODY,
     HEADER_BYTES,
@@ -50,8 +50,8 @@ def decode_config_reply(data: bytes) -> str:
     """
     msg_type, _ = decode_header(data)
     if msg_type != TYPE_REQ:
-        raise MalformedDatagram(f"expected a req reply, got {msg_type!r}")
+        raise MalformedDatagram(f"expected a req reply, got {msg_type!r}", problem=DatagramProblem.BAD_REPLY)
     try:
         return bytes(data[HEADER_BYTES:]).decode("utf-8")
     except UnicodeDecodeError as err:
-        raise MalformedDatagram("config reply is not UTF-8") from err
+        raise MalformedDatagram("config reply is not UTF-8", problem=DatagramProblem.BAD_REPLY) from err

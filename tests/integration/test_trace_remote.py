@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulens.ipc.errors import StreamError
+from gpulens.ipc.errors import StreamError, StreamProblem
 from gpulens.ipc.request_schema import TraceParams, TraceStatusParams
 from gpulens.sources.ask import ask
 from tests.fakes.agent_helpers import AgentProc
@@ -141,11 +141,13 @@ def test_local_control_socket_checks_who_answers(setup: Setup, tmp_path: Path) -
     finally:
         link.close()
     # Whoever answers must be the process that holds the Kineto name.
-    with pytest.raises(StreamError, match="refusing to use it"):
+    with pytest.raises(StreamError) as err:
         LocalAgentLink(str(setup.sock_dir), os.getpid(), uid, tmp_path)
+    assert err.value.problem is StreamProblem.NOT_THE_HOLDER
     # No agent serves another socket dir's control socket.
-    with pytest.raises(StreamError, match="serves no control socket"):
+    with pytest.raises(StreamError) as err:
         LocalAgentLink(str(tmp_path), setup.agent.proc.pid, uid, tmp_path)
+    assert err.value.problem is StreamProblem.NO_CONTROL_SOCKET
 
 
 def test_bad_trace_params_are_refused_by_the_agent(setup: Setup) -> None:

@@ -23,13 +23,14 @@ from textual.widgets import Footer, Input, Static
 from textual.worker import Worker
 
 from gpulens.analysis.flame.errors import FlameError
-from gpulens.analysis.flame.exporters import default_name, export_folded, export_speedscope
+from gpulens.analysis.flame.exporters import default_name
 from gpulens.analysis.flame.group import ProfileGroup
 from gpulens.analysis.flame.labels import format_value
 from gpulens.analysis.flame.model import Profile
 from gpulens.analysis.flame.query import frame_nodes, sandwich
 from gpulens.analysis.flame.units import count_suffix
 from gpulens.core.sanitize import clean_text
+from gpulens.sources.flame_export import export_folded, export_speedscope
 from gpulens.tui.screens.flame_views import (
     CrumbedScreen,
     ExportScreen,

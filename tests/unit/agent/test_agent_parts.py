@@ -420,9 +420,10 @@ def test_agent_hands_its_parts_what_they_need(prof: BlockingProfiler) -> None:
 ])
 def test_profile_params_refused_as_before_the_schema(params: dict[str, object], refusal: str) -> None:
     """The refusals the hand-written checks sent (acf064b), kept word for word by the schema."""
-    from gpulens.ipc.errors import ProtocolError
+    from gpulens.ipc.errors import ProtocolError, ProtocolProblem
     from gpulens.ipc.request_schema import decode_params
 
     with pytest.raises(ProtocolError) as err:
         decode_params("profile", params)
+    assert err.value.problem is ProtocolProblem.BAD_PARAMS
     assert str(err.value) == refusal

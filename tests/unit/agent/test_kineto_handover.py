@@ -349,12 +349,15 @@ def test_a_socket_bound_elsewhere_is_not_adopted(sock: Path) -> None:
     stray.bind(str(sock.parent / "elsewhere"))
     stream_sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        from gpulens.core.safefs import UnsafePath
+        from gpulens.core.safefs import PathProblem, UnsafePath
 
-        with pytest.raises(UnsafePath, match="not to"):
+        with pytest.raises(UnsafePath) as elsewhere:
             svc.start(adopt=stray)
-        with pytest.raises(UnsafePath, match="not a Unix datagram socket"):
+        assert elsewhere.value.problem is PathProblem.BOUND_ELSEWHERE
+        assert elsewhere.value.component == str(sock / "dynolog")
+        with pytest.raises(UnsafePath) as other_kind:
             svc.start(adopt=stream_sock)
+        assert other_kind.value.problem is PathProblem.WRONG_SOCKET_KIND
         assert not svc.endpoint.running
     finally:
         stray.close()

@@ -23,7 +23,7 @@ from gpulens.agent.requests import RequestRunner
 from gpulens.collectors.processes import ProcessLister, proc_hides_pids
 from gpulens.core.model import GpuProcess, GpuSample, JobInfo
 from gpulens.core.processes import MAX_ROWS, order
-from gpulens.ipc.errors import ProtocolError
+from gpulens.ipc.errors import ProtocolError, ProtocolProblem
 from gpulens.ipc.principal import SAMPLES_ONLY, Principal, peer
 from gpulens.ipc.request_schema import ProcessesParams, answer_to_wire, decode_params
 from gpulens.ipc.serialize import from_dict
@@ -106,7 +106,8 @@ def test_bad_params_are_refused(params: dict[str, Any]) -> None:
         "pids must be a list of 1..64 positive process ids")
     with pytest.raises(ProtocolError) as err:
         _ask(peer(ME), params, ProcessLister())
-    assert str(err.value) == why
+    assert err.value.problem is ProtocolProblem.BAD_PARAMS
+    assert str(err.value) == why  # the refusal the viewer is sent (the schema's ``why``), word for word
 
 
 def test_one_listing_serves_every_asker_for_a_second() -> None:

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from gpulens.analysis.flame.exporters import default_name, export_folded, export_speedscope
+from gpulens.analysis.flame.exporters import default_name
 from gpulens.analysis.flame.importers import load_profile
 from gpulens.analysis.flame.model import Profile, build_from_stacks
 from gpulens.analysis.flame.subtree import focus_node, focus_regex
 from gpulens.cli import main
+from gpulens.sources.flame_export import export_folded, export_speedscope
 from tests.paths import DATA
 
 STACKS = DATA / "stacks"

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from gpulens.analysis.flame.errors import FlameError
-from gpulens.analysis.flame.exporters import export_folded, export_pprof, export_speedscope
 from gpulens.analysis.flame.group import ALL, Part, group_of
 from gpulens.analysis.flame.importers import group_from_bytes, load_profile
 from gpulens.analysis.flame.model import Profile, build_from_stacks
 from gpulens.analysis.flame.pprof import read_pprof
 from gpulens.cli import main
+from gpulens.sources.flame_export import export_folded, export_pprof, export_speedscope
 from tests.paths import DATA
 
 STACKS = DATA / "stacks"

@@ -13,10 +13,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpulens.analysis.flame.errors import FlameFormatError, FlameProblem
-from gpulens.analysis.flame.exporters import export_pprof
 from gpulens.analysis.flame.importers import load_profile
 from gpulens.analysis.flame.model import Profile, build_from_stacks
 from gpulens.analysis.flame.pprof import read_pprof, to_pprof
+from gpulens.sources.flame_export import export_pprof
 
 GPU = [
     (["<module> (serve.py:40)", "Runner > _allocate_kv_cache_tensors (runner.py:212)", "cudaMalloc", "cuMemAlloc_v2"],

@@ -31,7 +31,7 @@ from gpulens.analysis.flame.importers import group_from_bytes, load_profile
 from gpulens.analysis.flame.snapshot import load_snapshot_bytes, scan_pickle
 from gpulens.analysis.trace.analyze import analyze_file
 from gpulens.analysis.trace.errors import TraceFileError
-from gpulens.core.errors import PrometheusError, RecordingError
+from gpulens.core.errors import PrometheusError, RecordingError, RecordingProblem
 from gpulens.core.limits import InputLimits, InputProblem, InputRefused, open_regular, read_input
 from gpulens.ipc.recording import read_recording
 from gpulens.sources.prometheus.client import PromClient, parse_vector
@@ -278,8 +278,9 @@ def test_fifo_without_writer_is_refused_not_waited_on(fifo: Path, command: str) 
 
 
 def test_every_reader_refuses_fifos_devices_and_sockets(fifo: Path, tmp_path: Path) -> None:
-    with pytest.raises(RecordingError, match="a pipe"):
+    with pytest.raises(RecordingError) as rec:
         read_recording(str(fifo))
+    assert (rec.value.problem, rec.value.refused) == (RecordingProblem.NOT_OPENED, InputProblem.NOT_REGULAR)
     with pytest.raises(InputRefused) as device:
         read_input("/dev/zero", InputLimits(max_bytes=MiB))
     assert device.value.problem is InputProblem.NOT_REGULAR

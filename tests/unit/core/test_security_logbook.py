@@ -31,7 +31,7 @@ import pytest
 from gpulens.core import logbook, logfile
 from gpulens.core.logfile import SafeFileHandler
 from gpulens.core.lograte import EXEMPT, RateLimit, Suppressed
-from gpulens.core.safefs import UnsafePath
+from gpulens.core.safefs import PathProblem, UnsafePath
 from tests.fakes import security_helpers
 from tests.fakes.security_helpers import User, call_as
 
@@ -117,8 +117,9 @@ def test_a_fifo_at_the_name_is_refused_without_blocking(shared: Path) -> None:
     os.mkfifo(fifo, 0o666)
     reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # with a reader an open for writing would succeed
     try:
-        with pytest.raises(UnsafePath, match="not a regular file"):
+        with pytest.raises(UnsafePath) as err:
             bounded(lambda: SafeFileHandler(fifo, 1 << 20))
+        assert (err.value.problem, err.value.component) == (PathProblem.NOT_REGULAR, str(fifo))
         assert drain(reader) == b""
     finally:
         os.close(reader)
@@ -138,16 +139,18 @@ def test_a_fifo_at_the_name_does_not_stop_the_command(shared: Path, gpulens_exe:
 def test_a_symlink_at_the_name_is_refused_and_its_target_untouched(shared: Path, tmp_path: Path) -> None:
     victim = victim_file(tmp_path)
     (shared / "agent.log").symlink_to(victim)
-    with pytest.raises(UnsafePath, match="is a symbolic link"):
+    with pytest.raises(UnsafePath) as err:
         SafeFileHandler(shared / "agent.log", 1 << 20)
+    assert (err.value.problem, err.value.component) == (PathProblem.SYMLINK, str(shared / "agent.log"))
     assert victim.read_text() == "precious\n"
 
 
 def test_a_hard_link_to_a_file_of_ours_is_refused(shared: Path, tmp_path: Path) -> None:
     victim = victim_file(tmp_path)
     os.link(victim, shared / "agent.log")  # what a user could do to root's file with protected_hardlinks=0
-    with pytest.raises(UnsafePath, match="2 hard links"):
+    with pytest.raises(UnsafePath) as err:
         SafeFileHandler(shared / "agent.log", 1 << 20)
+    assert err.value.problem is PathProblem.HARD_LINKED
     assert victim.read_text() == "precious\n"
 
 
@@ -156,15 +159,17 @@ def test_a_directory_others_can_write_is_refused_unless_sticky(tmp_path: Path, m
     d = tmp_path / "open"
     d.mkdir()
     d.chmod(mode)
-    with pytest.raises(UnsafePath, match="writable by other users"):
+    with pytest.raises(UnsafePath) as err:
         SafeFileHandler(d / "agent.log", 1 << 20)
+    assert (err.value.problem, err.value.component) == (PathProblem.WRITABLE_BY_OTHERS, str(d))
     assert not (d / "agent.log").exists()
 
 
 def test_a_symlink_on_the_directory_path_is_refused(shared: Path, tmp_path: Path) -> None:
     (shared / "logs").symlink_to(tmp_path)
-    with pytest.raises(UnsafePath, match="is a symbolic link"):
+    with pytest.raises(UnsafePath) as err:
         SafeFileHandler(shared / "logs" / "agent.log", 1 << 20)
+    assert (err.value.problem, err.value.component) == (PathProblem.SYMLINK, str(shared / "logs"))
     assert not (tmp_path / "agent.log").exists()
 
 
@@ -440,8 +445,9 @@ def test_her_precreated_file_is_refused_and_untouched(
 ) -> None:
     _, mallory = two_users
     call_as(mallory, _her_file, str(shared / "agent.log"))
-    with pytest.raises(UnsafePath, match=f"belongs to uid {mallory.uid}"):
+    with pytest.raises(UnsafePath) as err:
         SafeFileHandler(shared / "agent.log", 1 << 20)
+    assert (err.value.problem, err.value.component) == (PathProblem.WRONG_OWNER, str(shared / "agent.log"))
     out = subprocess.run([gpulens_exe, "--log-file", str(shared / "agent.log"), "jobs"],
                          capture_output=True, text=True, timeout=BOUND_S, check=False)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
@@ -458,18 +464,21 @@ def test_her_fifo_and_her_link_at_the_name_are_refused(
     victim = victim_file(tmp_path)
     call_as(mallory, os.mkfifo, str(shared / "fifo.log"), 0o666)
     call_as(mallory, os.symlink, str(victim), str(shared / "link.log"))
-    with pytest.raises(UnsafePath, match="not a regular file"):
+    with pytest.raises(UnsafePath) as fifo:
         bounded(lambda: SafeFileHandler(shared / "fifo.log", 1 << 20))
-    with pytest.raises(UnsafePath, match="is a symbolic link"):
+    assert fifo.value.problem is PathProblem.NOT_REGULAR
+    with pytest.raises(UnsafePath) as link:
         SafeFileHandler(shared / "link.log", 1 << 20)
+    assert link.value.problem is PathProblem.SYMLINK
     assert victim.read_text() == "precious\n"
 
 
 def test_a_directory_of_hers_is_refused(two_users: tuple[User, User], shared: Path) -> None:
     _, mallory = two_users
     call_as(mallory, os.mkdir, str(shared / "hers"), 0o755)
-    with pytest.raises(UnsafePath, match=f"belongs to uid {mallory.uid}"):
+    with pytest.raises(UnsafePath) as err:
         SafeFileHandler(shared / "hers" / "agent.log", 1 << 20)
+    assert (err.value.problem, err.value.component) == (PathProblem.WRONG_OWNER, str(shared / "hers"))
 
 
 @pytest.mark.parametrize("kind, expected", [("fifo", "rotated"), ("symlink", "rotated"), ("dir", "degraded")])

@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpulens.ipc.errors import (
+    DatagramProblem,
     DynologRpcError,
     EndpointBusy,
     IpcError,
@@ -78,24 +79,32 @@ def test_config_reply_has_no_nul_and_roundtrips() -> None:
 
 
 @pytest.mark.parametrize(
-    ("data", "why"),
+    ("data", "problem"),
     [
-        (b"", "shorter than the 40-byte header"),
-        (b"\0" * 39, "shorter than the 40-byte header"),
-        (struct.pack("<Q32s", 5, b"req") + b"\0" * 4, "header says 5"),
-        (struct.pack("<Q32s", 0, b"bogus"), "unknown message type"),
-        (struct.pack("<Q", 0) + b"r" * 32, "not NUL-terminated"),
-        (struct.pack("<Q32s", 8, b"req") + b"\0" * 8, "shorter than 16"),
-        (struct.pack("<Q32s", 16, b"req") + struct.pack("<iiq", 3, 5, 0), "needs 36"),
-        (struct.pack("<Q32s", 16, b"req") + struct.pack("<iiq", 3, -1, 0), "outside"),
-        (struct.pack("<Q32s", 16, b"req") + struct.pack("<iiq", 3, 10**9, 0), "outside"),
-        (struct.pack("<Q32s", 4, b"ctxt") + b"\0" * 4, "ctxt body must be 16"),
-        (struct.pack("<Q32s", 0, b"\xff\0"), "not ASCII"),
+        (b"", DatagramProblem.SHORT_HEADER),
+        (b"\0" * 39, DatagramProblem.SHORT_HEADER),
+        (struct.pack("<Q32s", 5, b"req") + b"\0" * 4, DatagramProblem.SIZE_MISMATCH),
+        (struct.pack("<Q32s", 0, b"bogus"), DatagramProblem.UNKNOWN_TYPE),
+        (struct.pack("<Q", 0) + b"r" * 32, DatagramProblem.BAD_TYPE),
+        (struct.pack("<Q32s", 8, b"req") + b"\0" * 8, DatagramProblem.BAD_BODY),
+        (struct.pack("<Q32s", 16, b"req") + struct.pack("<iiq", 3, 5, 0), DatagramProblem.BAD_BODY),
+        (struct.pack("<Q32s", 16, b"req") + struct.pack("<iiq", 3, -1, 0), DatagramProblem.BAD_BODY),
+        (struct.pack("<Q32s", 16, b"req") + struct.pack("<iiq", 3, 10**9, 0), DatagramProblem.BAD_BODY),
+        (struct.pack("<Q32s", 4, b"ctxt") + b"\0" * 4, DatagramProblem.BAD_BODY),
+        (struct.pack("<Q32s", 0, b"\xff\0"), DatagramProblem.BAD_TYPE),
+        (b"\0" * (codec.MAX_DATAGRAM_BYTES + 1), DatagramProblem.TOO_LARGE),
     ],
 )
-def test_malformed_datagrams_raise_specific_errors(data: bytes, why: str) -> None:
-    with pytest.raises(MalformedDatagram, match=why):
+def test_malformed_datagrams_raise_specific_errors(data: bytes, problem: DatagramProblem) -> None:
+    with pytest.raises(MalformedDatagram) as info:
         codec.decode(data)
+    assert info.value.problem is problem
+
+
+def test_a_malformed_datagram_names_what_was_wrong() -> None:
+    """Pinned on purpose: the one sentence the daemon logs for a pid count that does not fill the body."""
+    with pytest.raises(MalformedDatagram, match=r"^req pid count 5 needs 36 body bytes, got 16$"):
+        codec.decode(struct.pack("<Q32s", 16, b"req") + struct.pack("<iiq", 3, 5, 0))
 
 
 @settings(max_examples=300, deadline=None)

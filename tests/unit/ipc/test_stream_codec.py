@@ -13,10 +13,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpulens.collectors.synthetic import SyntheticSampler
-from gpulens.core.errors import SchemaError
+from gpulens.core.errors import ConfigProblem, SchemaError
 from gpulens.core.model import MAX_ITEMS, MAX_TEXT_LEN
 from gpulens.ipc import auth, stream
-from gpulens.ipc.errors import AuthError, ProtocolError, VersionMismatch
+from gpulens.ipc.errors import (
+    AuthError,
+    AuthProblem,
+    ProtocolError,
+    ProtocolProblem,
+    VersionMismatch,
+)
 from gpulens.ipc.serialize import sample_from_dict, sample_from_msgpack, sample_to_dict
 from gpulens.ipc.stream_decode import FrameDecoder
 from gpulens.ipc.stream_frames import history_frames, sample_frame
@@ -75,26 +81,33 @@ def test_pre_encoded_sample_and_history_frames_decode_to_the_sample() -> None:
 
 def test_huge_declared_length_is_refused_before_buffering() -> None:
     dec = FrameDecoder(max_frame_bytes=1024)
-    with pytest.raises(ProtocolError, match="declares 4294967295 bytes; the limit is 1024"):
+    with pytest.raises(ProtocolError) as err:
         dec.feed(struct.pack(">I", 0xFFFFFFFF) + b"x" * 10)
+    assert err.value.problem is ProtocolProblem.FRAME_TOO_LARGE
+    # Pinned on purpose, ProtocolError's one sentence: both sizes, as the session's end reason shows them.
+    assert str(err.value) == "frame declares 4294967295 bytes; the limit is 1024"
     assert dec.buffered == 0
-    with pytest.raises(ProtocolError):  # poisoned: the stream cannot resync
+    with pytest.raises(ProtocolError) as again:  # poisoned: the stream cannot resync
         dec.feed(stream.encode(MESSAGES[0]))
+    assert again.value is err.value
 
 
 def test_huge_declared_array_inside_a_small_frame_is_an_error_not_an_allocation() -> None:
     body = b"\xdd\xff\xff\xff\xff"  # array32 of 4 billion items, no items
-    with pytest.raises(ProtocolError, match="not valid msgpack"):
+    with pytest.raises(ProtocolError) as err:
         FrameDecoder().feed(struct.pack(">I", len(body)) + body)
+    assert err.value.problem is ProtocolProblem.NOT_MSGPACK
     body = b"\xdb\x7f\xff\xff\xff"  # str32 of 2 GiB
-    with pytest.raises(ProtocolError, match="not valid msgpack"):
+    with pytest.raises(ProtocolError) as err:
         FrameDecoder().feed(struct.pack(">I", len(body)) + body)
+    assert err.value.problem is ProtocolProblem.NOT_MSGPACK
 
 
 def test_deep_nesting_is_an_error() -> None:
     body = b"\x91" * 5000 + b"\x00"
-    with pytest.raises(ProtocolError):
+    with pytest.raises(ProtocolError) as err:
         FrameDecoder().feed(struct.pack(">I", len(body)) + body)
+    assert err.value.problem is ProtocolProblem.NOT_MSGPACK
 
 
 def test_truncated_frame_waits_then_completes() -> None:
@@ -105,31 +118,36 @@ def test_truncated_frame_waits_then_completes() -> None:
     assert dec.feed(data[-1:]) == [MESSAGES[0]]
 
 
+P = ProtocolProblem
+
+
 @pytest.mark.parametrize(
-    ("body", "match"),
+    ("body", "problem"),
     [
-        ([1, 2], "must be a map"),
-        ({"x": 1}, "no message type"),
-        ({"t": "bogus"}, "unknown message type 'bogus'"),
-        ({"t": "hello", "proto": "1", "role": "agent"}, "field 'proto' must be an integer"),
-        ({"t": "hello", "proto": 1, "role": "boss"}, "role must be"),
-        ({"t": "hello", "proto": 1, "role": "agent", "caps": [1]}, "caps"),
-        ({"t": "request", "id": True, "kind": "x"}, "field 'id' must be an integer"),
-        ({"t": "request", "id": 1}, "missing field 'kind'"),
-        ({"t": "sample", "sample": [1]}, "message 'sample': sample: expected a map, got a list"),
-        ({"t": "sample"}, "message 'sample': missing field 'sample'"),
-        ({"t": "sample", "sample": {"host": "h", "time": "now"}}, "message 'sample': time: expected a number, got a string"),
-        ({"t": "history", "id": 1, "samples": [1]}, r"message 'history': samples\[0\]: expected a map, got an integer"),
-        ({"t": "history", "id": "1", "samples": []}, "message 'history': id: expected an integer, got a string"),
-        ({"t": "history", "id": 1}, r"message 'history': samples: expected a value \(required field missing\)"),
-        ({"t": "chunk", "id": 1, "name": "a", "offset": -1, "data": b"", "last": True}, "negative offset"),
-        ({"t": "chunk", "id": 1, "name": "a", "offset": 0, "data": "text", "last": True}, "must be bytes"),
-        ({"t": "response", "id": 1, "ok": 1}, "true or false"),
+        ([1, 2], P.NOT_A_MAP),
+        ({"x": 1}, P.NO_MESSAGE_TYPE),
+        ({"t": "bogus"}, P.UNKNOWN_MESSAGE),
+        ({"t": "hello", "proto": "1", "role": "agent"}, P.WRONG_TYPE),
+        ({"t": "hello", "proto": 1, "role": "boss"}, P.OUT_OF_RANGE),
+        ({"t": "hello", "proto": 1, "role": "agent", "caps": [1]}, P.WRONG_TYPE),
+        ({"t": "request", "id": True, "kind": "x"}, P.WRONG_TYPE),
+        ({"t": "request", "id": 1}, P.MISSING_FIELD),
+        ({"t": "sample", "sample": [1]}, P.BAD_SAMPLE),
+        ({"t": "sample"}, P.MISSING_FIELD),
+        ({"t": "sample", "sample": {"host": "h", "time": "now"}}, P.BAD_SAMPLE),
+        ({"t": "history", "id": 1, "samples": [1]}, P.BAD_SAMPLE),
+        ({"t": "history", "id": "1", "samples": []}, P.WRONG_TYPE),
+        ({"t": "history", "id": 1}, P.MISSING_FIELD),
+        ({"t": "history", "id": 1, "samples": [], "last": 3}, P.WRONG_TYPE),
+        ({"t": "chunk", "id": 1, "name": "a", "offset": -1, "data": b"", "last": True}, P.OUT_OF_RANGE),
+        ({"t": "chunk", "id": 1, "name": "a", "offset": 0, "data": "text", "last": True}, P.WRONG_TYPE),
+        ({"t": "response", "id": 1, "ok": 1}, P.WRONG_TYPE),
     ],
 )
-def test_wrong_types_name_the_field(body: object, match: str) -> None:
-    with pytest.raises(ProtocolError, match=match):
+def test_wrong_frames_are_refused_for_their_reason(body: object, problem: ProtocolProblem) -> None:
+    with pytest.raises(ProtocolError) as err:
         FrameDecoder().feed(stream.encode_body(body) if isinstance(body, dict) else _frame(body))
+    assert type(err.value) is ProtocolError and err.value.problem is problem
 
 
 def _frame(obj: object) -> bytes:
@@ -138,13 +156,18 @@ def _frame(obj: object) -> bytes:
 
 
 def test_unsupported_version_names_both_versions() -> None:
-    with pytest.raises(VersionMismatch, match=r"protocol version 99; this gpulens speaks version 1"):
+    with pytest.raises(VersionMismatch) as err:
         FrameDecoder().feed(_frame({"t": "hello", "proto": 99, "role": "agent"}))
+    assert err.value.problem is ProtocolProblem.BAD_VERSION
+    # Pinned on purpose, VersionMismatch's one sentence: both versions and the fix, as a user reads it.
+    assert str(err.value) == ("peer speaks protocol version 99; this gpulens speaks version 1 "
+                              "(upgrade the older side so both match)")
 
 
 def test_non_string_map_keys_are_refused() -> None:
-    with pytest.raises(ProtocolError):
+    with pytest.raises(ProtocolError) as err:
         FrameDecoder().feed(_frame({1: "x"}))
+    assert err.value.problem is ProtocolProblem.NOT_MSGPACK
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -207,14 +230,19 @@ def test_token_file_must_be_0600(tmp_path: Path) -> None:
     p = make_token_file(tmp_path / "tok")
     assert len(auth.load_token(p)) == 64
     p.chmod(0o644)
-    with pytest.raises(AuthError, match=r"mode 0644.*chmod 600"):
+    with pytest.raises(AuthError) as err:
         auth.load_token(p)
+    assert (err.value.problem, err.value.file_problem) == (AuthProblem.TOKEN_FILE, ConfigProblem.UNSAFE)
+    # Pinned on purpose, AuthError's one sentence: the mode found and the command that fixes it.
+    assert str(err.value) == f"token file {p} has mode 0644; it must be readable by its owner only: run 'chmod 600 {p}'"
     p.chmod(0o600)
     p.write_text("short")
-    with pytest.raises(AuthError, match="shorter than"):
+    with pytest.raises(AuthError) as err:
         auth.load_token(p)
-    with pytest.raises(AuthError, match="cannot read"):
+    assert (err.value.problem, err.value.file_problem) == (AuthProblem.TOKEN_FILE, ConfigProblem.OUT_OF_RANGE)
+    with pytest.raises(AuthError) as err:
         auth.load_token(tmp_path / "missing")
+    assert (err.value.problem, err.value.file_problem) == (AuthProblem.TOKEN_FILE, ConfigProblem.UNREADABLE)
 
 
 def test_challenge_response_and_replay() -> None:
@@ -224,16 +252,24 @@ def test_challenge_response_and_replay() -> None:
     mac = auth.viewer_proof(token, s, c)
     assert token not in mac
     auth.verify_viewer(token, s, c, mac, guard)
-    with pytest.raises(AuthError, match="replayed"):
+    with pytest.raises(AuthError) as err:
         auth.verify_viewer(token, s, c, mac, guard)
-    with pytest.raises(AuthError, match="wrong token"):
+    assert err.value.problem is AuthProblem.REPLAYED
+    with pytest.raises(AuthError) as err:
         auth.verify_viewer(token, auth.new_nonce(), c, mac, guard)  # replay on a new connection
+    assert err.value.problem is AuthProblem.WRONG_TOKEN
     c2 = auth.new_nonce()
-    with pytest.raises(AuthError, match="wrong token"):
+    with pytest.raises(AuthError) as err:
         auth.verify_viewer(token, s, c2, auth.viewer_proof(other, s, c2), guard)
+    assert err.value.problem is AuthProblem.WRONG_TOKEN
+    with pytest.raises(AuthError) as err:
+        auth.verify_viewer(token, s, c2[:5], mac, guard)
+    assert err.value.problem is AuthProblem.BAD_NONCE
     auth.verify_agent(token, s, c, auth.agent_proof(token, s, c))
-    with pytest.raises(AuthError):
+    with pytest.raises(AuthError) as err:
         auth.verify_agent(token, s, c, auth.viewer_proof(token, s, c))
+    assert err.value.problem is AuthProblem.AGENT_PROOF_WRONG
+    assert err.value.file_problem is None
 
 
 # -- the one sample decoder: typed, bounded, checked, naming the failing path ----
@@ -316,8 +352,9 @@ def test_a_wrongly_typed_field_is_refused_naming_its_path(path: tuple[object, ..
     try:
         _decode_frame(data)
     except ProtocolError as err:
+        assert err.problem is ProtocolProblem.BAD_SAMPLE
         assert isinstance(err.__cause__, SchemaError)
-        assert str(err).startswith(f"message 'sample': {_dotted(path)}"), (path, str(err))
+        assert err.__cause__.path.startswith(_dotted(path)), (path, err.__cause__.path)
         with pytest.raises(SchemaError) as plain:  # a recording or --json file says the same
             sample_from_dict(data)
         assert plain.value.path == err.__cause__.path
@@ -363,41 +400,52 @@ def test_both_doors_turn_non_finite_and_absurd_values_into_na_with_a_reason(valu
 
 def test_an_implausible_time_refuses_the_frame_naming_the_sample() -> None:
     data = dict(_BASE, time=float("inf"))
-    with pytest.raises(ProtocolError, match=r"^message 'sample': time: expected a finite number"):
+    with pytest.raises(ProtocolError) as err:
         _decode_frame(data)
+    assert _bad_sample(err.value) == ("time", "a finite number from 0 to 1e+11")
     raws = [msgpack.packb(_BASE), msgpack.packb(data)]
-    with pytest.raises(ProtocolError, match=r"^message 'history': samples\[1\]\.time: expected a finite number"):
+    with pytest.raises(ProtocolError) as err:
         FrameDecoder().feed(history_frames(0, raws)[0])
+    assert _bad_sample(err.value) == ("time", "a finite number from 0 to 1e+11")
     bad = dict(_BASE, cpu={"total_percent": "hot"})
-    with pytest.raises(ProtocolError, match=r"^message 'history': samples\[0\]\.cpu\.total_percent: expected a number"):
+    with pytest.raises(ProtocolError) as err:
         FrameDecoder().feed(history_frames(0, [msgpack.packb(bad)])[0])
+    assert _bad_sample(err.value) == ("cpu.total_percent", "a number")
+
+
+def _bad_sample(err: ProtocolError) -> tuple[str, str]:
+    """A BAD_SAMPLE refusal's path and rule, from the SchemaError it carries."""
+    assert err.problem is ProtocolProblem.BAD_SAMPLE and isinstance(err.__cause__, SchemaError), err
+    return err.__cause__.path, err.__cause__.expected
 
 
 def test_hostile_sample_frames_are_protocol_errors() -> None:
-    def decode(body: bytes) -> str:
+    def decode(body: bytes) -> ProtocolProblem | str | None:
         try:
             (msg,) = FrameDecoder().feed(struct.pack(">I", len(body)) + body)
         except ProtocolError as err:
-            return f"ProtocolError: {err}"
+            return err.problem
         return type(msg).__name__
 
     base = msgpack.packb(_BASE)
     head = b"\x82\xa1t\xa6sample\xa6sample"
     deep = b"\x91" * 60_000 + b"\xc0"
+    P = ProtocolProblem
     cases = {
-        b"\x82\xa1t\xa6sample\xa5extra" + deep: "not valid msgpack",  # nesting deeper than any decoder's limit
-        head + deep: "not valid msgpack",
-        head + b"\xc4\x02ab": "sample: expected a map, got bytes",
-        head + b"\x93\x01\x02\x03": "sample: expected a map, got a list",
-        head + b"\xd4\x01\x00": "sample: expected a map, got an extension type",
-        head + b"\x81\xa4host\xa3\xff\xfe\xfd": "not valid msgpack",  # invalid UTF-8
-        head + b"\xde\xff\xff": "not valid msgpack",  # truncated map
-        head + base + b"\xc0": "not valid msgpack",  # trailing bytes
-        b"\x82\xa1t\xc4\x06sample\xa6sample" + base: "no message type",  # tag as bytes
-        b"\x82\xa1t\xa6sample\xa5extra" + b"\x91" * 1010 + b"\xc0": "envelope cannot be read",  # msgpack reads it, msgspec not
+        b"\x82\xa1t\xa6sample\xa5extra" + deep: P.NOT_MSGPACK,  # nesting deeper than any decoder's limit
+        head + deep: P.NOT_MSGPACK,
+        head + b"\xc4\x02ab": P.BAD_SAMPLE,  # sample: expected a map, got bytes
+        head + b"\x93\x01\x02\x03": P.BAD_SAMPLE,  # a list
+        head + b"\xd4\x01\x00": P.BAD_SAMPLE,  # an extension type
+        head + b"\x81\xa4host\xa3\xff\xfe\xfd": P.NOT_MSGPACK,  # invalid UTF-8
+        head + b"\xde\xff\xff": P.NOT_MSGPACK,  # truncated map
+        head + base + b"\xc0": P.NOT_MSGPACK,  # trailing bytes
+        b"\x82\xa1t\xc4\x06sample\xa6sample" + base: P.NO_MESSAGE_TYPE,  # tag as bytes
+        b"\x82\xa1t\xa6sample\xa5extra" + b"\x91" * 1010 + b"\xc0": P.UNREADABLE_ENVELOPE,  # msgpack reads it, msgspec not
+        b"\x82\xa1t\xa7history\xa5extra" + b"\x91" * 1010 + b"\xc0": P.UNREADABLE_ENVELOPE,
     }
-    for body, match in cases.items():
-        assert match in decode(body), (body[:40], decode(body))
+    for body, problem in cases.items():
+        assert decode(body) is problem, (body[:40], decode(body))
     assert decode(b"\x83\xa1t\xa6sample\xa6sample\x01\xa6sample" + base) == "SampleMsg"  # repeated key: the last wins
 
 
@@ -406,27 +454,32 @@ def test_the_sample_bounds_apply_before_anything_is_built() -> None:
 
     data = copy.deepcopy(_BASE)
     data["cpu"]["per_core_percent"] = [1.0] * (MAX_ITEMS + 1)
-    with pytest.raises(ProtocolError, match=rf"cpu\.per_core_percent: expected at most {MAX_ITEMS} items"):
+    with pytest.raises(ProtocolError) as err:
         _decode_frame(data)
+    assert _bad_sample(err.value) == ("cpu.per_core_percent", f"at most {MAX_ITEMS} items")
     with pytest.raises(SchemaError, match=rf"^cpu\.per_core_percent: expected at most {MAX_ITEMS} items"):
         sample_from_dict(data)
     data["cpu"]["per_core_percent"] = [1.0] * 20_000  # a valid body of 180 kB: the same single path
     assert len(_decode_frame(data).sample.cpu.per_core_percent) == 20_000
     data = dict(_BASE, host="x" * (MAX_TEXT_LEN + 1))
-    with pytest.raises(ProtocolError, match=rf"host: expected at most {MAX_TEXT_LEN} characters"):
+    with pytest.raises(ProtocolError) as err:
         _decode_frame(data)
+    assert _bad_sample(err.value) == ("host", f"at most {MAX_TEXT_LEN} characters")
     data = dict(_BASE, unavailable={str(i): "" for i in range(MAX_ITEMS + 1)})
-    with pytest.raises(ProtocolError, match=rf"unavailable: expected at most {MAX_ITEMS} entries"):
+    with pytest.raises(ProtocolError) as err:
         _decode_frame(data)
+    assert _bad_sample(err.value) == ("unavailable", f"at most {MAX_ITEMS} entries")
     # A declared length of 4 billion GPUs, or history samples, in a small frame: refused, nothing allocated.
     raw = msgpack.packb(dict(_BASE, gpus=[]))
     gpus = raw.index(b"\xa4gpus\x90")
     hostile = raw[: gpus + 5] + b"\xdd\xff\xff\xff\xff" + raw[gpus + 6 :]
     history = b"\x83\xa1t\xa7history\xa2id\x01\xa7samples\xdd\xff\xff\xff\xff"
     for frame in (sample_frame(hostile), struct.pack(">I", len(history)) + history):
-        with pytest.raises(ProtocolError, match=rf"not valid msgpack: .*4294967295 exceeds max_array_len\({MAX_ITEMS}\)"):
+        with pytest.raises(ProtocolError) as err:
             FrameDecoder().feed(frame)
+        assert err.value.problem is ProtocolProblem.NOT_MSGPACK
     # As many real packed samples as the bound allows, plus one, in one history frame.
     body = b"\x83\xa1t\xa7history\xa2id\x01\xa7samples\xdd" + struct.pack(">I", MAX_ITEMS + 1) + b"\xc0" * (MAX_ITEMS + 1)
-    with pytest.raises(ProtocolError, match=rf"^message 'history': samples: expected at most {MAX_ITEMS} items"):
+    with pytest.raises(ProtocolError) as err:
         FrameDecoder().feed(struct.pack(">I", len(body)) + body)
+    assert err.value.problem is ProtocolProblem.OUT_OF_RANGE  # the history's own list, not a sample's

@@ -12,7 +12,13 @@ import pytest
 
 from gpulens.ipc import stream
 from gpulens.ipc.control import control_name, kineto_key, listener_accepts, peer_allowed
-from gpulens.ipc.errors import RequestFailed, StreamError
+from gpulens.ipc.errors import (
+    ProtocolError,
+    ProtocolProblem,
+    RequestFailed,
+    StreamError,
+    StreamProblem,
+)
 from gpulens.ipc.request_schema import TraceParams, TraceStatusParams
 from gpulens.ipc.stream_decode import FrameDecoder
 from gpulens.sources.stream.local_agent import LocalAgentLink
@@ -112,8 +118,9 @@ def test_agent_that_asks_for_a_token_is_refused(fake_agent: FakeAgent, tmp_path:
         conn.recv(1)
 
     fake_agent(script)
-    with pytest.raises(StreamError, match="asked for a token"):
+    with pytest.raises(StreamError) as err:
         LocalAgentLink(str(tmp_path), os.getpid(), os.geteuid(), tmp_path)
+    assert err.value.problem is StreamProblem.TOKEN_REQUIRED
 
 
 def test_chunks_are_saved_and_out_of_order_is_refused(fake_agent: FakeAgent, tmp_path: Path) -> None:
@@ -185,13 +192,15 @@ def test_close_fails_the_pending_request_and_refuses_new_ones(fake_agent: FakeAg
 
 def test_agent_gone_before_its_hello_or_nameless_is_refused(fake_agent: FakeAgent, tmp_path: Path) -> None:
     fake_agent(lambda conn: None)  # accepts, then hangs up
-    with pytest.raises(StreamError, match="the local agent closed the connection"):
+    with pytest.raises(StreamError) as err:
         LocalAgentLink(str(tmp_path), os.getpid(), os.geteuid(), tmp_path)
+    assert err.value.problem is StreamProblem.CLOSED
 
     def nameless(conn: socket.socket) -> None:
         conn.sendall(stream.encode(stream.Hello(proto=stream.PROTOCOL_VERSION, role="agent", host=" \x1b ")))
         conn.recv(1)
 
     fake_agent(nameless)
-    with pytest.raises(StreamError, match="names no host"):
+    with pytest.raises(ProtocolError) as perr:
         LocalAgentLink(str(tmp_path), os.getpid(), os.geteuid(), tmp_path)
+    assert perr.value.problem is ProtocolProblem.BAD_HOST

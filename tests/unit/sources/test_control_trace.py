@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulens.ipc.errors import StreamError
+from gpulens.ipc.errors import StreamError, StreamProblem
 from gpulens.sources.stream import control_trace
 from gpulens.sources.stream.control_trace import (
     HolderKind,
@@ -38,6 +38,7 @@ def test_the_refusal_is_what_connect_owner_raises_and_trace_prints(monkeypatch: 
     monkeypatch.setattr(control_trace, "holder_of", lambda socket_dir: (4242, "python3", 1001))
     with pytest.raises(StreamError) as err:
         control_trace.connect_owner("/nonexistent", Path("/nonexistent"))
+    assert err.value.problem is StreamProblem.UNTRUSTED_HOLDER
     assert str(err.value) == str(HolderRefusal(HolderKind.OTHER_USER, 4242, 1001)) == str(untrusted_holder(4242))
     # Pinned on purpose: the one sentence of this refusal, as `gpulens trace` prints it.
     assert str(untrusted_holder(4242)) == ("the Kineto name is held by pid 4242 of uid 1001, not by a gpulens agent of "

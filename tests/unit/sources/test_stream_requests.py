@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from gpulens.ipc import stream
-from gpulens.ipc.errors import ProtocolError, RequestFailed
+from gpulens.ipc.errors import ProtocolError, ProtocolProblem, RequestFailed
 from gpulens.ipc.request_schema import HistoryParams, TraceParams
 from gpulens.ipc.stream_decode import FrameDecoder
 from gpulens.sources.stream import requests
@@ -144,15 +144,18 @@ def test_protocol_breaks_end_the_session(tmp_path: Path, monkeypatch: pytest.Mon
     table, sent = _table(tmp_path)
     table.submit(TraceParams(), WAIT_S)
     rid = sent.requests[0].id
-    with pytest.raises(ProtocolError, match="unsafe file name"):
+    with pytest.raises(ProtocolError) as err:
         table.chunk(_chunk(rid, "../evil", b"x"))
-    with pytest.raises(ProtocolError, match="out of order"):
+    assert err.value.problem is ProtocolProblem.UNSAFE_NAME
+    with pytest.raises(ProtocolError) as err:
         table.chunk(_chunk(rid, "t.json", b"x", offset=5))
+    assert err.value.problem is ProtocolProblem.OUT_OF_ORDER
     monkeypatch.setattr(requests, "MAX_REQUEST_SAMPLES", 2)
     samples: list[Any] = [object() for _ in range(3)]
     table.add_samples(rid, samples[:2])
-    with pytest.raises(ProtocolError, match="history answer larger"):
+    with pytest.raises(ProtocolError) as err:
         table.add_samples(rid, samples[2:])
+    assert err.value.problem is ProtocolProblem.ANSWER_TOO_LARGE
     table.close("ended")
     assert not (tmp_path / "evil").exists()
 
