@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 import pytest
+from textual.pilot import Pilot
+from textual.timer import Timer
 
 from gpulens.core.events import SampleEvent
 from gpulens.tui import app_data as app_module  # the app's data side schedules its redraws
+from gpulens.tui.app import GpulensApp
 from tests.fakes.tui_fakes import demo_app, settle, sync
 
-BURST_S = 0.5
-"""Longer than the app's, so a loaded machine cannot stretch the test's split past it."""
+BURST_S = 3600.0
+"""So long that the burst's timer never fires by itself: the test fires it, however slow the machine."""
 
 
 @sync
@@ -21,29 +25,56 @@ async def test_a_burst_split_by_the_main_thread_is_one_redraw(monkeypatch: pytes
     app = demo_app(backfill_s=10)
     async with app.run_test(size=(160, 45)) as pilot:
         await settle(app, pilot)
-        await asyncio.sleep(app.refresh_s)  # the last redraw is long enough ago
+        if (startup := app._timer) is not None:  # the history's own redraw, not part of this burst
+            startup.stop()
+            app._timed_refresh()
+            await pilot.pause()
         calls: list[bool] = []
+        timers: list[float] = []
         real = app.refresh_data
+        real_timer = app.set_timer
 
         def counted(force: bool = False) -> None:
             calls.append(force)
             real(force)
 
+        def counted_timer(delay: float, callback: Any) -> Timer:
+            timers.append(delay)
+            return real_timer(delay, callback)
+
         app.refresh_data = counted  # type: ignore[method-assign]
+        app.set_timer = counted_timer  # type: ignore[method-assign,assignment]
         hosts = app.store.hosts()
         later = [SampleEvent(dataclasses.replace(s, time=s.time + 1))
                  for h in hosts if (s := app.store.latest(h)) is not None]
         app.emit(later[0])
-        await asyncio.sleep(0.01)  # the main thread takes the first sample alone
-        first = app.store.latest(hosts[0])
-        assert first is not None and first.time == later[0].sample.time
+        await until(pilot, lambda: stamp(app, hosts[0]) == later[0].sample.time)  # the first sample, alone
+        assert timers == [BURST_S] and calls == []  # the redraw waits for the rest of the burst
         for e in later[1:]:
             app.emit(e)
-        await asyncio.sleep(BURST_S + app.refresh_s + 0.1)
+        await until(pilot, lambda: all(stamp(app, h) == later[0].sample.time for h in hosts))
+        assert timers == [BURST_S] and calls == []  # the rest joined the first one's redraw
+        timer = app._timer
+        assert timer is not None
+        timer.stop()
+        app._timed_refresh()  # what the timer does when it fires
         await pilot.pause()
         assert len(calls) == 1, calls  # not one for the first and one for the rest
-        latest = [app.store.latest(h) for h in hosts]
-        assert all(s is not None and s.time == later[0].sample.time for s in latest)
+
+
+def stamp(app: GpulensApp, host: str) -> float | None:
+    """The time of ``host``'s latest sample in the app's store."""
+    s = app.store.latest(host)
+    return None if s is None else s.time
+
+
+async def until(pilot: Pilot[Any], done: Callable[[], bool]) -> None:
+    """Let the app run until ``done`` (a bounded wait: the test fails, never hangs)."""
+    for _ in range(500):
+        if done():
+            return
+        await pilot.pause(0.01)
+    assert done(), "the app did not take the samples"
 
 
 @sync
