@@ -23,7 +23,8 @@ from typing import Any
 
 from gpulens.agent.request_kinds import RequestConn, RequestError, check_owner, send_bytes
 from gpulens.collectors.gpumem.libbpf import BpfError
-from gpulens.collectors.gpumem.tracer import GpuMemTracer, folded, libraries, rendered, why_not
+from gpulens.collectors.gpumem.tracer import GpuMemTracer, folded, libraries, why_not
+from gpulens.core.reasons import rendered
 from gpulens.ipc.request_schema import GpuMemAnswer, GpuMemParams
 
 log = logging.getLogger("gpulens.agent")

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING
 
 from gpulens.agent.request_kinds import RequestError
 from gpulens.core.errors import GpulensError
-from gpulens.ipc.handover import handover_allowed, pass_socket, refusal, rendered, request_handover
+from gpulens.core.reasons import rendered
+from gpulens.ipc.handover import handover_allowed, pass_socket, refusal, request_handover
 from gpulens.ipc.principal import Principal
 from gpulens.ipc.refusal import HandoverKind, NotHandedOver, failed
 

@@ -31,6 +31,7 @@ from msgspec import UNSET, UnsetType
 
 from gpulens.core.errors import GpulensError
 from gpulens.core.jobs_pattern import DEFAULT_JOB_KEY_ENV
+from gpulens.core.reasons import rendered
 from gpulens.ipc import stream
 from gpulens.ipc.principal import Principal
 from gpulens.ipc.request_schema import (
@@ -250,9 +251,7 @@ def _send_traces(conn: RequestConn, rid: int, files: dict[int, str], owners: dic
 def trace_diagnose(conn: RequestConn, rid: int, p: TraceDiagnoseParams, svc: TraceService) -> TraceDiagnoseAnswer:
     """Per pid: null when it can be traced now, else why not with the fix (read from the process).
 
-    The wire carries the reason's sentence (:func:`rendered`), as it always has."""
-    from gpulens.ipc.kineto.untraceable import rendered
-
+    The wire carries the reason's sentence (:func:`core.reasons.rendered`), as it always has."""
     check_owner(conn.principal, p.pids)
     return TraceDiagnoseAnswer(reasons={str(pid): rendered(svc.diagnose(pid)) for pid in p.pids})
 

@@ -149,13 +149,13 @@ class ConfigError(GpulensError):
         self.detail = detail
 
     def __reduce__(self) -> tuple[Any, ...]:
-        """Pickled with its fields (a worker process's error reaches the parent whole)."""
-        return (_config_error, (str(self), self.where, self.key, self.expected, self.got, self.problem, self.detail))
+        """Pickled with its class and fields (a worker process's error reaches the parent whole)."""
+        return (_config_error, (type(self), str(self), self.where, self.key, self.expected, self.got, self.problem, self.detail))
 
 
-def _config_error(message: str, where: str, key: str | None, expected: str | None, got: object,
-                  problem: ConfigProblem, detail: str | None) -> ConfigError:
-    return ConfigError(message, where=where, key=key, expected=expected, got=got, problem=problem, detail=detail)
+def _config_error(cls: type[ConfigError], message: str, where: str, key: str | None, expected: str | None,
+                  got: object, problem: ConfigProblem, detail: str | None) -> ConfigError:
+    return cls(message, where=where, key=key, expected=expected, got=got, problem=problem, detail=detail)
 
 
 def _render_config(where: str, key: str | None, expected: str | None, got: object, detail: str | None) -> str:

@@ -47,3 +47,8 @@ class Reason:
         """The one line a person, a log or the wire reads."""
         text = self.TEXT[self.kind]
         return text.format(self) if isinstance(text, str) else text(self)
+
+
+def rendered(reason: Reason | None) -> str | None:
+    """The reason's sentence, None staying None: what a reply, a log line or the screen carries."""
+    return None if reason is None else reason.render()

@@ -67,8 +67,6 @@ class DatagramProblem(enum.Enum):
     """A body too short for its type, a pid count out of range or one that does not fill the body."""
     UNKNOWN_TYPE = "unknown type"
     """A message type a daemon does not read (``req`` and ``ctxt`` are)."""
-    BAD_REPLY = "bad reply"
-    """A reply of the wrong type, or config text that is not UTF-8 (the client's side)."""
 
 
 class MalformedDatagram(IpcError):

@@ -295,11 +295,6 @@ class NotPassed(Reason):
     }
 
 
-def rendered(reason: NotPassed | None) -> str | None:
-    """The reason's sentence (None stays None): the words a hand-over's ``hand`` function returns."""
-    return None if reason is None else reason.render()
-
-
 def pass_socket(receiver: object, endpoint: socket.socket, asker_uid: int | None,
                 timeout_s: float = ACK_S) -> NotPassed | None:
     """The holder's side: pass ``endpoint`` (bound, not served) to the asking agent's ``receiver``.

@@ -40,7 +40,8 @@ def main() -> int:
     if os.geteuid() != 0:
         print("GPU GPUMEM SMOKE SKIPPED: needs root for eBPF")
         return 0
-    from gpulens.collectors.gpumem.tracer import GpuMemTracer, folded, rendered, why_not
+    from gpulens.collectors.gpumem.tracer import GpuMemTracer, folded, why_not
+    from gpulens.core.reasons import rendered
 
     why = why_not()
     if why:

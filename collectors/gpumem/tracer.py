@@ -45,7 +45,7 @@ from gpulens.collectors.gpumem.python_stack import (
     PythonNotReadable,
     find_python,
 )
-from gpulens.core.reasons import Reason, ReasonText
+from gpulens.core.reasons import Reason, ReasonText, rendered
 from gpulens.core.sanitize import clean_text
 
 OBJECT = Path(__file__).with_name("bpf") / "cuda_mem.bpf.o"
@@ -130,11 +130,6 @@ class NoTracing(Reason):
         NoTracingKind.NO_UPROBES: "this kernel has no uprobe PMU (CONFIG_UPROBE_EVENTS)",
         NoTracingKind.NO_LIBBPF: "{0.detail}",  # libbpf's words
     }
-
-
-def rendered(reason: NoPythonFrames | NoTracing | None) -> str | None:
-    """The reason's sentence (None stays None): what a reply's per-process map carries."""
-    return None if reason is None else str(reason)
 
 
 def decode_event(raw: bytes) -> Event | None:
@@ -431,5 +426,5 @@ def why_not() -> NoTracing | None:
 
 
 __all__ = ["CALLS", "MAX_FRAMES", "MAX_NATIVE", "Allocations", "BpfError", "GpuMemTracer", "NoPythonFrames",
-           "NoPythonFramesKind", "NoTracing", "NoTracingKind", "PyTarget", "decode_event", "folded", "rendered",
+           "NoPythonFramesKind", "NoTracing", "NoTracingKind", "PyTarget", "decode_event", "folded",
            "why_not"]

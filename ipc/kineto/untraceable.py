@@ -4,7 +4,7 @@ Every ``TraceService.diagnose`` answers one (None: the process can be traced
 now). Code decides on ``kind`` (a launcher's reason ranks below its Python's,
 a process that has not polled yet may still be traced); people read
 ``str(reason)``, the one line with the fix, and so does the wire: an agent's
-``trace_diagnose`` answer carries :func:`rendered` text, as it always has.
+``trace_diagnose`` answer carries :func:`core.reasons.rendered` text, as it always has.
 
 Usage::
 
@@ -132,8 +132,3 @@ def descendants_poll(pid: int, descendants: list[int], shown: int = DESCENDANTS_
     """``pid`` polls nothing but these descendants do: the first ``shown`` named, the rest counted."""
     return Untraceable(UntraceableKind.DESCENDANTS_POLL, pid, pids=tuple(descendants[:shown]),
                        more=max(0, len(descendants) - shown))
-
-
-def rendered(reason: Untraceable | None) -> str | None:
-    """The reason's sentence (None stays None): what the wire and the screens carry."""
-    return None if reason is None else reason.render()

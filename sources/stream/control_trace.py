@@ -14,20 +14,21 @@ whose polling set comes from the owner's ``trace_processes`` answer
 
 from __future__ import annotations
 
-import enum
 import os
 import socket
-from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
 
 from gpulens.core.procfs import proc_uid
-from gpulens.core.reasons import Reason, ReasonText
 from gpulens.ipc.control import control_name, peer_cred
 from gpulens.ipc.errors import StreamError, StreamProblem
 from gpulens.ipc.kineto.endpoint import holder_of, resolve_socket_dir
 from gpulens.sources.remote_trace import RemoteTraceService
-from gpulens.sources.stream.local_agent import LocalAgentLink, trusted_peer
+from gpulens.sources.stream.local_agent import (
+    HolderKind,
+    HolderRefusal,
+    LocalAgentLink,
+    trusted_peer,
+)
 
 
 def is_gpulens(pid: int) -> bool:
@@ -38,26 +39,6 @@ def is_gpulens(pid: int) -> bool:
     except OSError:
         return False
     return any(b"gpulens" in a for a in argv[:3])
-
-
-class HolderKind(enum.Enum):
-    """Why the holder of the Kineto name gets none of our requests; the comment says which fields it fills."""
-
-    OTHER_USER = "other-user"  # pid, uid: another user's process, not root's (it may be squatting the name)
-
-
-@dataclass(frozen=True, slots=True)
-class HolderRefusal(Reason):
-    """Why our request must not go to the holder of the Kineto name: ``kind`` and the facts; ``str()`` the sentence."""
-
-    kind: HolderKind
-    pid: int
-    uid: int
-
-    TEXT: ClassVar[ReasonText] = {
-        HolderKind.OTHER_USER: ("the Kineto name is held by pid {0.pid} of uid {0.uid}, not by a gpulens agent of "
-                                "yours or root's: refusing to send it your request; it may be squatting"),
-    }
 
 
 def untrusted_holder(pid: int) -> HolderRefusal | None:

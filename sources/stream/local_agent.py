@@ -19,13 +19,17 @@ cleaned as on the stream (``sources.stream.downloads``, ``core.sanitize``).
 
 from __future__ import annotations
 
+import enum
 import os
 import socket
 import threading
 from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from gpulens.core.events import RequestParams, SourceEvent
+from gpulens.core.reasons import Reason, ReasonText
 from gpulens.ipc.channels import RECV_BYTES, ChannelClosed
 from gpulens.ipc.control import control_name, peer_cred
 from gpulens.ipc.errors import RequestFailed, StreamError, StreamProblem
@@ -41,6 +45,26 @@ NO_IDLE_LIMIT_S = 7 * 86400.0
 def trusted_peer(peer_uid: int, my_uid: int) -> bool:
     """May a request of ``my_uid`` go to a process of ``peer_uid``? Only to oneself or root."""
     return peer_uid in (my_uid, 0)
+
+
+class HolderKind(enum.Enum):
+    """Why the holder of the Kineto name gets none of our requests; the comment says which fields it fills."""
+
+    OTHER_USER = "other-user"  # pid, uid: another user's process, not root's (it may be squatting the name)
+
+
+@dataclass(frozen=True, slots=True)
+class HolderRefusal(Reason):
+    """Why our request must not go to the holder of the Kineto name: ``kind`` and the facts; ``str()`` the sentence."""
+
+    kind: HolderKind
+    pid: int
+    uid: int
+
+    TEXT: ClassVar[ReasonText] = {
+        HolderKind.OTHER_USER: ("the Kineto name is held by pid {0.pid} of uid {0.uid}, not by a gpulens agent of "
+                                "yours or root's: refusing to send it your request; it may be squatting"),
+    }
 
 
 class ControlChannel:
@@ -75,11 +99,8 @@ class ControlChannel:
             )
         if not trusted_peer(uid, os.geteuid()):
             self.close()
-            raise StreamError(
-                f"the Kineto name is held by pid {pid} of uid {uid}, not by a gpulens agent of yours or "
-                "root's: refusing to send it your request; it may be squatting",
-                problem=StreamProblem.UNTRUSTED_HOLDER,
-            )
+            raise StreamError(str(HolderRefusal(HolderKind.OTHER_USER, pid, uid)),
+                              problem=StreamProblem.UNTRUSTED_HOLDER)
         self._send_lock = threading.Lock()
 
     def recv(self, timeout_s: float) -> bytes:

@@ -50,8 +50,8 @@ def decode_config_reply(data: bytes) -> str:
     """
     msg_type, _ = decode_header(data)
     if msg_type != TYPE_REQ:
-        raise MalformedDatagram(f"expected a req reply, got {msg_type!r}", problem=DatagramProblem.BAD_REPLY)
+        raise MalformedDatagram(f"expected a req reply, got {msg_type!r}", problem=DatagramProblem.UNKNOWN_TYPE)
     try:
         return bytes(data[HEADER_BYTES:]).decode("utf-8")
     except UnicodeDecodeError as err:
-        raise MalformedDatagram("config reply is not UTF-8", problem=DatagramProblem.BAD_REPLY) from err
+        raise MalformedDatagram("config reply is not UTF-8", problem=DatagramProblem.BAD_BODY) from err

@@ -29,9 +29,9 @@ from gpulens.collectors.gpumem.tracer import (
     GpuMemTracer,
     NoPythonFrames,
     NoPythonFramesKind,
-    rendered,
     why_not,
 )
+from gpulens.core.reasons import rendered
 from tests.fakes.pythons import MINORS, cpython, skip_reason
 
 ROOT = Path(__file__).resolve().parents[2]

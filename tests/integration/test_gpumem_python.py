@@ -186,7 +186,8 @@ sys.stdin.readline()
 @pytest.mark.timeout(120)
 def test_a_real_pytorch_programs_frames(tmp_path: Path) -> None:
     pytest.importorskip("torch", reason="needs the PyTorch CPU build")
-    from gpulens.collectors.gpumem.tracer import GpuMemTracer, rendered, why_not
+    from gpulens.collectors.gpumem.tracer import GpuMemTracer, why_not
+    from gpulens.core.reasons import rendered
 
     why = rendered(why_not()) or (None if shutil.which("cc") else "needs a C compiler")
     if why:

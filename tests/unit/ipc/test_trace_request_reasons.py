@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import time
 from typing import Any
 
@@ -44,3 +45,11 @@ def test_each_refusal_names_its_field_and_reason(fields: dict[str, object], wher
 
 def test_a_valid_request_passes() -> None:
     TraceRequest(pids=(1,), duration_ms=500, start_time_ms=int(time.time() * 1000)).validate()
+
+
+def test_a_refusal_pickles_as_itself() -> None:
+    with pytest.raises(BadTraceRequest) as info:
+        TraceRequest(pids=(1,), duration_ms=None).validate()
+    again = pickle.loads(pickle.dumps(info.value))  # a worker process's error reaches the parent whole
+    assert type(again) is BadTraceRequest and isinstance(again, ValueError)  # was a plain ConfigError
+    assert (str(again), again.where, again.problem) == (str(info.value), "duration_ms", CONFLICT)

@@ -3,7 +3,8 @@ wire's ``trace_diagnose`` answers) read, word for word, as they were when the re
 
 from __future__ import annotations
 
-from gpulens.ipc.kineto.untraceable import Untraceable, UntraceableKind, descendants_poll, rendered
+from gpulens.core.reasons import rendered
+from gpulens.ipc.kineto.untraceable import Untraceable, UntraceableKind, descendants_poll
 
 
 def test_descendants_are_named_then_counted() -> None:

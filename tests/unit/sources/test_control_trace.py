@@ -12,11 +12,8 @@ import pytest
 
 from gpulens.ipc.errors import StreamError, StreamProblem
 from gpulens.sources.stream import control_trace
-from gpulens.sources.stream.control_trace import (
-    HolderKind,
-    HolderRefusal,
-    untrusted_holder,
-)
+from gpulens.sources.stream.control_trace import untrusted_holder
+from gpulens.sources.stream.local_agent import HolderKind, HolderRefusal
 
 
 @pytest.mark.parametrize(("me", "uid", "refused"), [

@@ -34,9 +34,9 @@ from gpulens.ipc.request_schema import TraceParams
 from gpulens.ipc.serialize import sample_to_dict
 from gpulens.ipc.stream_decode import FrameDecoder
 from gpulens.ipc.stream_frames import sample_frame
-from gpulens.sources.stream.control_trace import HolderKind, HolderRefusal
 from gpulens.sources.stream.downloads import MAX_FILES_PER_REQUEST, PendingRequest
 from gpulens.sources.stream.link import HostLink, LinkOptions, Target
+from gpulens.sources.stream.local_agent import HolderKind, HolderRefusal
 from gpulens.sources.stream.source import StreamSource, tcp_target
 from tests.fakes.agent_helpers import WAIT_S, EventLog
 from tests.fakes.security_helpers import User, two_users  # noqa: F401  (fixture)
