@@ -36,7 +36,8 @@ Details = tuple[str, str, str | None, Workload | None]
 """A job's command line, user, job key and workload."""
 
 
-def _read(path: str, limit: int) -> bytes:
+def read_bounded(path: str, limit: int = 4096) -> bytes:
+    """At most ``limit`` bytes of ``path`` (a /proc file), in one read."""
     fd = os.open(path, os.O_RDONLY)
     try:
         return os.read(fd, limit)
@@ -63,14 +64,14 @@ class JobDetails:
         """``pid``'s command line, user, job key and workload; None when it vanished or denies access."""
         base = f"{self._proc}/{pid}"
         try:
-            raw = _read(f"{base}/cmdline", MAX_CMDLINE)
+            raw = read_bounded(f"{base}/cmdline", MAX_CMDLINE)
             uid = os.stat(base).st_uid
         except OSError:
             return None
         cmdline = clean_text(raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace"))
         user = self._users(uid)
         try:
-            environ: bytes | None = _read(f"{base}/environ", MAX_ENVIRON)
+            environ: bytes | None = read_bounded(f"{base}/environ", MAX_ENVIRON)
         except OSError:
             environ = None  # another user's process: its variables are not readable
         workload = read_workload(base, environ) if self._attribute else None

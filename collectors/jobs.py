@@ -40,13 +40,13 @@ root's terminal. Processes that vanish or deny access mid-scan are skipped.
 from __future__ import annotations
 
 import heapq
-import os
 import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpulens.collectors.job_details import Details, JobDetails
+from gpulens.collectors.job_details import read_bounded as _read
 from gpulens.collectors.newpids import NewPids
 from gpulens.collectors.procevents import ProcEvents, open_events
 from gpulens.collectors.procstat import KeptStats, ProcFile
@@ -80,14 +80,6 @@ REREAD_PER_UID = 1024
 """Young processes and shells of one user re-read per tick at most (about 10 ms of reads)."""
 MAX_OWED = 65536
 """Exec'd processes left for a later tick at most; past it the next tick re-reads as without exec events."""
-
-
-def _read(path: str, limit: int = 4096) -> bytes:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return os.read(fd, limit)
-    finally:
-        os.close(fd)
 
 
 @dataclass(slots=True)

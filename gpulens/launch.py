@@ -146,7 +146,7 @@ def launch(args: argparse.Namespace) -> int:
             "overwrite" if getattr(args, "force", False) else "new")
         source = RecordingSource(source, Recorder(args.record, source.name, source.simulated, mode=mode))
     elif getattr(args, "append", False) or getattr(args, "force", False):
-        raise ConfigError("--append and --force go with --record FILE", where="--append" if args.append else "--force",
+        raise ConfigError("--append and --force go with --record FILE", where="--append" if getattr(args, "append", False) else "--force",
                           expected="--record FILE", problem=ConfigProblem.CONFLICT)
     service, trace_error, release = _trace_service(watched, cfg.job_key_env)
     app = GpulensApp(source=source, cfg=cfg, trace_service=service, trace_error=trace_error,

@@ -60,22 +60,25 @@ def parse_folded(
         raise FlameFormatError(f"{source}: contains NUL bytes; not a folded-stacks text file", problem=FlameProblem.UNSUPPORTED)
     stacks, bad = _parse_lines(data, source)
     if bad and (not stacks or bad.count > 2 * bad.good):  # mostly not folded: not a folded file
-        raise FlameFormatError(str(bad.first), at=bad.first.at)
+        raise FlameFormatError(bad.first_text, at=bad.first_at)
     if scale != 1.0:  # a *.us.folded file: counts are microseconds
         stacks = {k: v * scale for k, v in stacks.items()}
     if bad:
-        note = f"{bad.count} malformed line(s) skipped, as flamegraph.pl does (first: {str(bad.first).split(': ', 1)[1]})"
+        note = f"{bad.count} malformed line(s) skipped, as flamegraph.pl does (first: {bad.first_text.split(': ', 1)[1]})"
         title = f"{title}: {note}" if title else note
     return build_profile(stacks, unit, title)
 
 
 class _Skipped:
-    """Malformed lines left out: how many, the first one's error, and how many lines were read."""
+    """Malformed lines left out: how many, the first one's error (its sentence and place), and how many
+    lines were read. The error itself is not kept: its traceback holds the parse's frame, and with it
+    every line read, until the garbage collector breaks the cycle."""
 
     def __init__(self) -> None:
         self.count = 0
         self.good = 0
-        self.first = FlameFormatError("")
+        self.first_text = ""
+        self.first_at: str | None = None
 
     def __bool__(self) -> bool:
         return self.count > 0
@@ -83,7 +86,7 @@ class _Skipped:
     def add(self, err: FlameFormatError) -> None:
         self.count += 1
         if self.count == 1:
-            self.first = err
+            self.first_text, self.first_at = str(err), err.at
 
 
 def _parse_lines(data: bytes, source: str) -> tuple[dict[bytes, float], _Skipped]:

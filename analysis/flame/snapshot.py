@@ -200,9 +200,10 @@ def load_snapshot_bytes(data: bytes, source: str = "input", *, max_objects: int 
     return doc
 
 
-def _frame_text(frame: object, where: Where) -> str:
+def _frame_text(frame: object, where: Where, k: int) -> str:
+    """Frame ``k`` of the stack at ``where`` as text (its place is made only for the error)."""
     if not isinstance(frame, dict) or not isinstance(frame.get("name"), str):
-        raise where.error("expected {name, filename, line}")
+        raise where.then(f".frames[{k}]").error("expected {name, filename, line}")
     name: str = frame["name"]
     file, line = frame.get("filename"), frame.get("line")
     if isinstance(file, str) and file and file != "??":
@@ -220,7 +221,7 @@ def snapshot_stack(frames: object, where: Where) -> list[str]:
     """
     if not isinstance(frames, list):
         raise where.then(": frames").error("expected a list")
-    texts = [_frame_text(f, where.then(f".frames[{k}]")) for k, f in enumerate(frames)]
+    texts = [_frame_text(f, where, k) for k, f in enumerate(frames)]
     names = [f["name"] for f in frames]
     start = next((k for k, n in enumerate(names) if n in _PROCESS_START), None)
     if start is not None:

@@ -37,8 +37,12 @@ def _frame_text(frame: object, where: Where) -> str:
     return name
 
 
-def _index(value: object, n: int, where: Where) -> int:
+def _index(value: object, n: int, where: Where, field: str = "", k: int = 0) -> int:
+    """``value`` as a frame index below ``n``; else the error at ``where``, in item ``k`` of ``field`` if one is
+    named (``".samples"``): a place made only for the error, not for every frame of a large file."""
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < n:
+        if field:
+            where = where.then(f"{field}[{k}]")
         raise where.error(f"frame index {value!r} out of range 0..{n - 1}", FlameProblem.BAD_REFERENCE)
     return value
 
@@ -110,7 +114,7 @@ def _sampled(prof: dict[str, Any], frames: list[str], where: Where, scale: float
         if not isinstance(stack, list) or isinstance(weight, bool) or not isinstance(weight, (int, float)) \
                 or not 0 <= weight < math.inf:
             raise where.then(f".samples[{k}]").error("expected a list of frame indices and a finite weight >= 0")
-        stacks.append(([frames[_index(v, n, where.then(f".samples[{k}]"))] for v in stack], weight * scale))
+        stacks.append(([frames[_index(v, n, where, ".samples", k)] for v in stack], weight * scale))
     return stacks
 
 
@@ -126,21 +130,20 @@ def _evented(prof: dict[str, Any], frames: list[str], where: Where, scale: float
     if not isinstance(last, (int, float)) or not math.isfinite(last):
         last = 0
     for k, ev in enumerate(events):
-        w = where.then(f".events[{k}]")
         if not isinstance(ev, dict) or ev.get("type") not in ("O", "C") or not isinstance(ev.get("at"), (int, float)) \
                 or not math.isfinite(ev["at"]):
-            raise w.error("expected {type: 'O'|'C', frame, at}")
+            raise where.then(f".events[{k}]").error("expected {type: 'O'|'C', frame, at}")
         at = ev["at"]
         if at < last:
-            raise w.error(f"'at' {at} goes back in time (previous {last})")
+            raise where.then(f".events[{k}]").error(f"'at' {at} goes back in time (previous {last})")
         if open_frames and at > last:
             stacks.append(([frames[f] for f in open_frames], (at - last) * scale))
         last = at
-        fi = _index(ev.get("frame"), n, w)
+        fi = _index(ev.get("frame"), n, where, ".events", k)
         if ev["type"] == "O":
             open_frames.append(fi)
         elif not open_frames or open_frames[-1] != fi:
-            raise w.error(f"closes frame {fi} but the innermost open frame is "
+            raise where.then(f".events[{k}]").error(f"closes frame {fi} but the innermost open frame is "
                           f"{open_frames[-1] if open_frames else 'none'}")
         else:
             open_frames.pop()

@@ -292,7 +292,7 @@ def test_old_processes_are_not_reread(
         return real_read(path, limit)
 
     monkeypatch.setattr(jobs_mod, "_read", counting_read)
-    monkeypatch.setattr(job_details, "_read", counting_read)  # the command line and environment
+    monkeypatch.setattr(job_details, "read_bounded", counting_read)  # the command line and environment
     scanner.scan()
     # The two jobs' stat files and the shells' (re-read for exec); new pids born
     # meanwhile may add a few reads.
