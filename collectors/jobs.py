@@ -45,8 +45,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpulens.collectors.job_details import Details, JobDetails
-from gpulens.collectors.job_details import read_bounded as _read
+from gpulens.collectors.job_details import Details, JobDetails, read_bounded
 from gpulens.collectors.newpids import NewPids
 from gpulens.collectors.procevents import ProcEvents, open_events
 from gpulens.collectors.procstat import KeptStats, ProcFile
@@ -80,6 +79,10 @@ REREAD_PER_UID = 1024
 """Young processes and shells of one user re-read per tick at most (about 10 ms of reads)."""
 MAX_OWED = 65536
 """Exec'd processes left for a later tick at most; past it the next tick re-reads as without exec events."""
+
+
+_read = read_bounded
+"""How the scanner reads a /proc file (one name, so a test can count the reads)."""
 
 
 @dataclass(slots=True)
