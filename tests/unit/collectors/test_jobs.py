@@ -26,6 +26,9 @@ from gpulens.collectors.procstat import KeptStats
 from gpulens.collectors.proctree import parse_stat
 
 SLEEPER = "import time; time.sleep(60)"
+READY_SLEEPER = ('import os, pathlib, time; pathlib.Path(os.environ["SLEEPER_READY"], str(os.getpid())).touch(); '
+                 "time.sleep(60)")
+"""A sleeper that says it is ready (a file named by its pid, in $SLEEPER_READY) just before it sleeps."""
 
 
 def _tree_id(pid: int) -> str:
@@ -50,17 +53,21 @@ def _children(pid: int) -> list[psutil.Process]:
 
 
 @pytest.fixture
-def tree() -> Iterator[tuple[subprocess.Popen[bytes], list[int], str]]:
-    """sh -> two python sleepers; yields (sh, python pids, pattern)."""
+def tree(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], list[int], str]]:
+    """sh -> two python sleepers, both started up and sleeping; yields (sh, python pids, pattern)."""
     py = sys.executable
-    env = {**os.environ, "SLURM_JOB_ID": "4242", "TORCHELASTIC_RUN_ID": "run-7"}
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    env = {**os.environ, "SLURM_JOB_ID": "4242", "TORCHELASTIC_RUN_ID": "run-7", "SLEEPER_READY": str(ready)}
     sh = subprocess.Popen(
-        ["/bin/sh", "-c", f"'{py}' -c '{SLEEPER}' & '{py}' -c '{SLEEPER}' & wait"], env=env
+        ["/bin/sh", "-c", f"'{py}' -c '{READY_SLEEPER}' & '{py}' -c '{READY_SLEEPER}' & wait"], env=env
     )
     try:
         _wait_for(lambda: len(_children(sh.pid)) == 2 and all(
             Path(f"/proc/{c.pid}/comm").read_text().startswith("python") for c in _children(sh.pid)))
         pids = sorted(c.pid for c in _children(sh.pid))
+        # Both said they are ready: the interpreters' start-up (and its RSS growth) is over, they only sleep.
+        _wait_for(lambda: sorted(int(f.name) for f in ready.iterdir()) == pids)
         pattern = re.escape(_tree_id(os.getpid())) + r"/sh/python[0-9.]*$"
         yield sh, pids, pattern
     finally:

@@ -56,7 +56,7 @@ def _job(pid: int, uid: str, namespace: str | None = None, pod: str | None = Non
 def test_the_client_maps_each_gpu_to_the_pod_and_container_given_it() -> None:
     kubelet = _node()
     with kubelet_server(kubelet) as path:
-        reading = PodResourcesClient(path).reading()
+        reading = PodResourcesClient(path, deadline_s=10).reading()  # not about the deadline: a slow CI is no failure
     assert reading.why is None and reading.note is None
     assert [(p.namespace, p.name, [c.name for c in p.containers]) for p in reading.pods] == [
         ("ml", "train-0", ["trainer"]), ("llm-serving", "vllm-0", ["server", "proxy"]),
@@ -81,7 +81,8 @@ def test_asked_at_most_every_refresh_and_allocatable_once() -> None:
     now = [100.0]
     kubelet = _node()
     with kubelet_server(kubelet) as path:
-        client = PodResourcesClient(path, refresh_s=10.0, clock=lambda: now[0])
+        # a generous deadline: with under 0.05 s of it left, GetAllocatableResources would wait for a later ask
+        client = PodResourcesClient(path, deadline_s=10, refresh_s=10.0, clock=lambda: now[0])
         first = client.reading()
         assert client.reading() is first and kubelet.calls == {"List": 1, "GetAllocatableResources": 1}
         now[0] += 10.0
@@ -100,7 +101,7 @@ def test_a_path_that_is_no_socket_is_not_asked(tmp_path: Path) -> None:
 
 def test_the_sampler_sets_allocated_from_the_fake_nvml_uuids() -> None:
     fake = make_fake_nvml(gpus=4)
-    with kubelet_server(_node()) as path, Sampler(nvml=fake, kubelet=PodResourcesClient(path)) as sampler:
+    with kubelet_server(_node()) as path, Sampler(nvml=fake, kubelet=PodResourcesClient(path, deadline_s=10)) as sampler:
         sample = sampler.sample()
     assert [g.uuid for g in sample.gpus] == UUIDS
     got = [(g.allocated.namespace, g.allocated.pod, g.allocated.container) if g.allocated else None
@@ -120,7 +121,7 @@ def test_a_slow_kubelet_costs_the_sample_at_most_the_deadline_and_says_why() -> 
         assert client is not None
         t0 = time.monotonic()
         reading = client.reading()
-        assert time.monotonic() - t0 < 0.6
+        assert time.monotonic() - t0 < 5  # slack for a loaded machine; the kubelet takes 30 s, so it was not waited for
         assert reading.why is not None and "no answer within 0.3 s" in reading.why
         sample = s.sample()  # the next samples do not wait: the ask is in the background or done
         assert "no answer within 0.3 s" in sample.unavailable["kubelet"]
@@ -131,7 +132,7 @@ def test_a_socket_that_never_answers_is_bounded_by_the_deadline() -> None:
     with silent_socket() as path:
         t0 = time.monotonic()
         reading = PodResourcesClient(path, deadline_s=0.3).reading()
-        assert time.monotonic() - t0 < 0.6
+        assert time.monotonic() - t0 < 5  # slack for a loaded machine; the socket never answers, so it was bounded
     assert reading.why is not None and reading.pods == ()
 
 
@@ -139,7 +140,7 @@ def test_hostile_names_are_cleaned_and_cut() -> None:
     evil = "\x1b]52;c;cm0gLXJmIH4=\x07" + "\x1b[2J" + "p" * 10_000 + "\u202e\x9b31m"
     kubelet = FakeKubelet(pods=[FakePod(evil, evil, [(evil, {"nvidia.com/gpu": [UUIDS[0]]})])])
     with kubelet_server(kubelet) as path:
-        reading = PodResourcesClient(path).reading()
+        reading = PodResourcesClient(path, deadline_s=10).reading()
     (pod,) = reading.pods
     for name in (pod.namespace, pod.name, pod.containers[0].name):
         assert name is not None and name == "p" * MAX_NAME
@@ -173,7 +174,7 @@ def test_lying_device_ids_are_ignored_and_a_shared_gpu_labelled_by_no_one() -> N
         FakePod("c", "p3", [("c", {"amd.com/gpu": [UUIDS[3]]})]),
     ])
     with kubelet_server(kubelet) as path:
-        reading = PodResourcesClient(path).reading()
+        reading = PodResourcesClient(path, deadline_s=10).reading()
     gpus, _, notes = attach(_gpus(), [], reading, {})
     assert [g.allocated.pod if g.allocated else None for g in gpus] == [None, None, None, "p3"]
     assert "2 kubelet GPU device ids name no GPU read here" in notes["kubelet.devices"]
@@ -204,8 +205,11 @@ def test_a_failed_ask_keeps_the_last_answer_for_a_while() -> None:
     now = [0.0]
     kubelet = _node()
     with kubelet_server(kubelet) as path:
-        client = PodResourcesClient(path, deadline_s=0.3, clock=lambda: now[0])
+        # the first ask (a fresh connection, List and GetAllocatableResources) gets a generous deadline, so a
+        # loaded machine still reads it; the failing ask after it is bounded by the short one
+        client = PodResourcesClient(path, deadline_s=10, clock=lambda: now[0])
         assert client.reading().why is None
+        client.deadline_s = 0.3
         kubelet.delay_s = 30.0
         now[0] += 10.0
         client.reading()

@@ -41,7 +41,7 @@ def _gpus_and_parents() -> tuple[tuple[GpuSample, ...], dict[str, str]]:
 
 def _ask(kubelet: FakeKubelet) -> PodResourcesReading:
     with kubelet_server(kubelet) as path:
-        return PodResourcesClient(path).reading()
+        return PodResourcesClient(path, deadline_s=10).reading()  # not about the deadline: a slow CI is no failure
 
 
 def _given(g: GpuSample) -> tuple[str | None, str | None, str | None] | None:
@@ -139,7 +139,7 @@ def test_the_sampler_labels_a_mig_gpu_from_the_fake_nvml_and_the_kubelet() -> No
         pods=[FakePod("ml", "train-0", [("trainer", {PROFILE: [MIGS[1]]})]),
               FakePod("ml", "serve-0", [("server", {"nvidia.com/gpu": [UUIDS[3]]})])],
         allocatable={"nvidia.com/gpu": [UUIDS[0], UUIDS[2], UUIDS[3]], PROFILE: MIGS})
-    with kubelet_server(kubelet) as path, Sampler(nvml=_fake(), kubelet=PodResourcesClient(path)) as sampler:
+    with kubelet_server(kubelet) as path, Sampler(nvml=_fake(), kubelet=PodResourcesClient(path, deadline_s=10)) as sampler:
         sample = sampler.sample()
     assert [_given(g) for g in sample.gpus] == [None, ("ml", "train-0", "trainer"), None, ("ml", "serve-0", "server")]
     assert not any(k.startswith("kubelet") for k in sample.unavailable)

@@ -184,8 +184,9 @@ def test_the_tui_draws_no_control(fake_proc: str) -> None:
             # A notification is never markup: an action in a process's text stays text, and a
             # link's markup error (which ended the app) is not made.
             app.notify(f"job {sample.jobs[0].job_key}: [link=http://e.vil]click[/] [@click=app.quit]q[/]")
-            await pilot.pause(0.3)
-            told = _tui_text(app)
+            deadline = time.monotonic() + 10  # the toast is drawn when the app gets to it (later when loaded)
+            while "[@click=app.quit]q[/]" not in (told := _tui_text(app)) and time.monotonic() < deadline:
+                await pilot.pause(0.05)
             assert "[@click=app.quit]q[/]" in told and app.is_running
             for text in (overview, host, job, told):
                 assert_clean(text)

@@ -409,7 +409,9 @@ def test_an_idle_trace_service_looks_at_nothing_until_a_trace_is_requested(short
         time.sleep(0.5)  # 25 ticks of the old loop
         assert ticks == []
         fut = svc.request_trace(TraceRequest(pids=(os.getpid(),), duration_ms=100))  # we never poll
-        time.sleep(0.5)
+        deadline = time.monotonic() + 5  # 5 ticks take 0.1 s, longer on a loaded machine
+        while len(ticks) < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert not fut.done(), fut.exception()
         assert len(ticks) >= 5, ticks  # open: watched every tick_s again
     finally:

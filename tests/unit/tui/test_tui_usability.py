@@ -9,6 +9,7 @@ profiled, checkboxes unreadable without colour, MultiSource hosts, --tls-ca.
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 from typing import Any
 
@@ -332,9 +333,8 @@ async def test_f_on_a_remote_host_asks_its_agent_for_the_profile(tmp_path: Any) 
         app.jump("host far-host")
         await settle(app, pilot)
         await pilot.press("f")
-        for _ in range(50):
-            if isinstance(app.screen, FlameScreen):
-                break
+        deadline = time.monotonic() + 10  # a worker asks the agent and pushes the flame graph
+        while not isinstance(app.screen, FlameScreen) and time.monotonic() < deadline:
             await pilot.pause(0.05)
         assert asked == [("far-host", "profile", {"pids": [777], "duration_s": 5.0, "rate_hz": 100})]
         assert isinstance(app.screen, FlameScreen)
@@ -369,9 +369,8 @@ async def test_d_dumps_each_local_process_and_opens_one_flame_graph() -> None:
         await settle(app, pilot)
         assert "Quick look" in [c.title for c in app.get_system_commands(app.screen)]
         await pilot.press("d")
-        for _ in range(50):
-            if isinstance(app.screen, FlameScreen):
-                break
+        deadline = time.monotonic() + 10  # a worker dumps each process and pushes the flame graph
+        while not isinstance(app.screen, FlameScreen) and time.monotonic() < deadline:
             await pilot.pause(0.05)
         assert dumped == [501, 502]
         assert isinstance(app.screen, FlameScreen)
