@@ -218,6 +218,8 @@ class StoreApp(IdleInput, ThemeCache, App[int]):
             for header in () if isinstance(screen, ModalScreen) else screen.query(AppHeader):
                 header.follow(self)  # a flame, profiler or timeline screen's (:meth:`_decorate`): REC size, clock
             return
+        if not screen.is_mounted:  # pushed, not composed yet (its widgets are not there): it draws itself on mount
+            return
         with self.batch_update():
             if self.paused:
                 with self.pause.frozen(self.store):

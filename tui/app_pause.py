@@ -49,8 +49,8 @@ class PausableApp(StoreApp):
         """Statistics window: 1m, 5m, 15m or 1h; while paused the screen is redrawn once for it (and says so)."""
         self.window = name
         screen = self.screen if self.screen_stack else None
-        if not (self.paused and isinstance(screen, DataScreen)):
-            self.refresh_data(force=True)
+        if not (self.paused and isinstance(screen, DataScreen) and screen.is_mounted):
+            self.refresh_data(force=True)  # which skips a screen not composed yet: it draws itself on mount
             return
         with self.batch_update(), self.pause.frozen(self.store):
             screen.refresh_data(force=True)  # once, paused: over the new window that ends at the pause

@@ -13,6 +13,7 @@ from textual.timer import Timer
 from gpulens.core.events import SampleEvent
 from gpulens.tui import app_data as app_module  # the app's data side schedules its redraws
 from gpulens.tui.app import GpulensApp
+from gpulens.tui.screens.job import JobScreen
 from tests.fakes.tui_fakes import demo_app, settle, sync
 
 BURST_S = 3600.0
@@ -85,3 +86,35 @@ async def test_a_timed_redraw_that_fires_while_the_app_exits_does_nothing() -> N
     assert not app.screen_stack  # exited: every screen is gone
     app._timed_refresh()  # raised ScreenStackError ("No screens on stack") from a timer left behind
     assert app._timer is None
+
+
+@sync
+async def test_a_timed_redraw_between_a_push_and_the_screens_mount_waits_for_the_mount() -> None:
+    app = demo_app(backfill_s=10)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await settle(app, pilot)
+        key = app.store.jobs(300)[0].key
+        app.push_screen(JobScreen(key))
+        screen = app.screen
+        assert isinstance(screen, JobScreen) and not screen.is_mounted  # on the stack, not composed yet
+        app._timed_refresh()  # raised NoMatches (no ProfilePanel yet) and ended the app, as CI saw
+        app.refresh_bar()  # a replay's tick: the header is not there yet either
+        await pilot.pause()
+        assert app.screen is screen and screen.is_mounted
+        assert screen.view is not None and screen.view.key == key  # drawn by its own mount
+
+
+@sync
+async def test_a_window_change_while_paused_waits_for_a_pushed_screens_mount() -> None:
+    app = demo_app(backfill_s=10)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await settle(app, pilot)
+        app.action_pause()
+        key = app.store.jobs(300)[0].key
+        app.push_screen(JobScreen(key))
+        screen = app.screen
+        assert isinstance(screen, JobScreen) and not screen.is_mounted
+        app.action_window("5m")  # redrew the paused screen at once: its widgets were not there yet
+        await pilot.pause()
+        assert app.screen is screen and screen.is_mounted and app.paused
+        assert screen.view is not None and screen.view.key == key
