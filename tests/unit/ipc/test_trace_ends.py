@@ -200,7 +200,7 @@ def test_a_rank_busy_at_the_common_start_is_reported_and_the_free_rank_is_traced
 
 def test_a_rank_whose_profiler_stays_busy_with_someone_elses_trace_says_so() -> None:
     table = JobTable()
-    start_ms = int((time.time() + 1.4) * 1000)
+    start_ms = int((time.time() + 3.0) * 1000)  # well over MIN_LEAD_S ahead at the hand-over, on a slow machine too
     job = _add(table, "job", {ME: "job"}, duration_ms=300, start_time_ms=start_ms)
     said = table.hand_over(ME, accepts=False)  # the poll says its profiler is busy (not our trace)
     assert said is not None and "busy with another trace" in said[1].detail

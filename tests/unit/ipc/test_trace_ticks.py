@@ -101,9 +101,10 @@ def test_a_start_on_a_predicted_tick_that_kineto_drops_is_handed_with_the_whole_
     task.start_wall = time.time() - 0.3  # the start passed and the profiler is idle: the tick was not there
     before = time.time()
     again = table.hand_over(ME)
+    took = time.time() - before  # the start is stamped inside this call
     assert again is not None and again[0]
     lead = _start_of(again[0]) - before
-    assert kconfig.PICKUP_S - 0.01 <= lead < kconfig.PICKUP_S + 0.2  # no extra lead: the loop was not late
+    assert kconfig.PICKUP_S - 0.01 <= lead <= kconfig.PICKUP_S + took + 0.01  # no extra lead: the loop was not late
     assert not task.on_tick and task.rehanded == 0 and not table.ticks  # the tick is forgotten
     assert not fut.done()
 
