@@ -18,6 +18,7 @@ Usage: ``.venv/bin/python benchmarks/flame_formats.py [--before REV] [--runs N]`
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import statistics
 import subprocess
@@ -70,12 +71,9 @@ print(json.dumps({
 
 def before_tree(rev: str, into: Path) -> Path:
     """Revision ``rev`` of the repository, unpacked under ``into``."""
-    data = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True, check=True).stdout
-    with tempfile.TemporaryFile() as fh:
-        fh.write(data)
-        fh.seek(0)
-        with tarfile.open(fileobj=fh) as tar:
-            tar.extractall(into, filter="tar")
+    tar = subprocess.run(["git", "archive", rev], cwd=ROOT, capture_output=True, check=True)
+    with tarfile.open(fileobj=io.BytesIO(tar.stdout)) as archive:
+        archive.extractall(into, filter="data")
     return into
 
 

@@ -81,9 +81,6 @@ MAX_OWED = 65536
 """Exec'd processes left for a later tick at most; past it the next tick re-reads as without exec events."""
 
 
-_read = read_bounded
-"""How the scanner reads a /proc file (one name, so a test can count the reads)."""
-
 
 @dataclass(slots=True)
 class _Entry:
@@ -128,7 +125,7 @@ class JobScanner:
         shells and young processes every tick.
         """
         # Shells and jobs are read every tick: their stat files stay open.
-        self._stats = KeptStats(proc, lambda path, size: _read(path, size))
+        self._stats = KeptStats(proc, lambda path, size: read_bounded(path, size))  # looked up per call
         self._loadavg = ProcFile(f"{proc}/loadavg", 256)
         self._pids = NewPids(proc, self._loadavg.read)
         self._pattern = compile_job_pattern(pattern)
@@ -192,7 +189,7 @@ class JobScanner:
     def _uid(self, name: str) -> int:
         """The real uid from ``status`` (``/proc/PID`` is root's when a process is not dumpable)."""
         try:
-            data = _read(f"{self._proc}/{name}/status")
+            data = read_bounded(f"{self._proc}/{name}/status")
             at = data.index(b"\nUid:")
             return int(data[at + 5 :].split(None, 1)[0])
         except (OSError, ValueError, IndexError):

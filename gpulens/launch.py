@@ -141,12 +141,12 @@ def launch(args: argparse.Namespace) -> int:
 
     cfg = args.cfg
     source = watched = build_source(args, cfg)
+    append, force = bool(getattr(args, "append", False)), bool(getattr(args, "force", False))
     if getattr(args, "record", None):  # before the trace service: a refused file leaves nothing to release
-        mode: RecordMode = "append" if getattr(args, "append", False) else (
-            "overwrite" if getattr(args, "force", False) else "new")
+        mode: RecordMode = "append" if append else ("overwrite" if force else "new")
         source = RecordingSource(source, Recorder(args.record, source.name, source.simulated, mode=mode))
-    elif getattr(args, "append", False) or getattr(args, "force", False):
-        raise ConfigError("--append and --force go with --record FILE", where="--append" if getattr(args, "append", False) else "--force",
+    elif append or force:
+        raise ConfigError("--append and --force go with --record FILE", where="--append" if append else "--force",
                           expected="--record FILE", problem=ConfigProblem.CONFLICT)
     service, trace_error, release = _trace_service(watched, cfg.job_key_env)
     app = GpulensApp(source=source, cfg=cfg, trace_service=service, trace_error=trace_error,

@@ -292,13 +292,13 @@ def test_old_processes_are_not_reread(
     monkeypatch.setattr(jobs_mod, "YOUNG_S", 0.0)  # everything counts as old
     scanner = JobScanner(pattern)
     reads: list[str] = []
-    real_read = jobs_mod._read
+    real_read = job_details.read_bounded
 
     def counting_read(path: str, limit: int = 4096) -> bytes:
         reads.append(path)
         return real_read(path, limit)
 
-    monkeypatch.setattr(jobs_mod, "_read", counting_read)
+    monkeypatch.setattr("gpulens.collectors.jobs.read_bounded", counting_read)  # the scanner's own binding
     monkeypatch.setattr(job_details, "read_bounded", counting_read)  # the command line and environment
     scanner.scan()
     # The two jobs' stat files and the shells' (re-read for exec); new pids born
