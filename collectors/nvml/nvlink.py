@@ -6,13 +6,17 @@ protocol overhead) since the driver loaded; the same figures as
 ``nvidia-smi nvlink -gt d``. The rate is the sum over links of the counter
 difference between two reads divided by the time between them. The first
 counters are read when the counter is made, so the first read is a real rate.
+With the real binding the fields are read through
+:class:`~.fieldvalues.RawFieldValues` (pynvml's wrapper costs most of a GPU's
+read for 36 fields); with any other, through the binding's own call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from operator import attrgetter
 
+from gpulens.collectors.nvml.fieldvalues import RawFieldValues
 from gpulens.collectors.nvml.query import Query, describe_code
 
 NVLINK_FIELDS = ("nvlink_rx_bytes_per_s", "nvlink_tx_bytes_per_s")
@@ -28,7 +32,7 @@ _KIB = attrgetter("value.ullVal")
 class NvLinkCounter:
     """Turns one GPU's NVLink byte counters into bytes/s between reads."""
 
-    __slots__ = ("_clock", "_handle", "_ids", "_links", "_prev", "_prev_t", "_q", "_why")
+    __slots__ = ("_clock", "_handle", "_ids", "_links", "_prev", "_prev_t", "_q", "_raw", "_why")
 
     def __init__(self, q: Query, handle: object, clock: Callable[[], float]) -> None:
         self._q = q
@@ -39,6 +43,7 @@ class NvLinkCounter:
         self._prev: tuple[int | None, int | None] = (None, None)
         self._prev_t = 0.0
         self._why: str | None = None
+        self._raw: RawFieldValues | None = None
         nvml = q.nvml
         count_id = getattr(nvml, "NVML_FI_DEV_NVLINK_LINK_COUNT", _FI_LINK_COUNT)
         values = q(NVLINK_FIELDS, "nvmlDeviceGetFieldValues", handle, [count_id])
@@ -57,33 +62,38 @@ class NvLinkCounter:
         tx_id = getattr(nvml, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", _FI_DATA_TX)
         links = range(self._links)
         self._ids = [(rx_id, link) for link in links] + [(tx_id, link) for link in links]
+        self._raw = RawFieldValues.make(nvml, handle, self._ids)
         self._prev = self._totals()
         self._prev_t = clock()
 
     def _totals(self) -> tuple[int | None, int | None]:
         """Summed (rx, tx) KiB over links; a direction with no readable link is None."""
-        q = self._q
-        values = q(NVLINK_FIELDS, "nvmlDeviceGetFieldValues", self._handle, self._ids)
-        if values is None:
-            return None, None
-        out: list[int | None] = []
-        for half, name in enumerate(NVLINK_FIELDS):
-            links = values[half * self._links : (half + 1) * self._links]
-            if links and not any(map(_RETURN, links)):  # every link answered: the usual case (summed in C)
-                out.append(int(sum(map(_KIB, links))))
-                continue
-            total: int | None = None
-            first_error = 0
-            for value in links:
-                code = int(value.nvmlReturn)
-                if code == 0:
-                    total = (total or 0) + int(value.value.ullVal)
-                elif not first_error:
-                    first_error = code
-            if total is None:
-                q.note(name, describe_code(q.nvml, first_error or 999))
-            out.append(total)
-        return out[0], out[1]
+        answer = None if self._raw is None else self._raw.read()
+        if answer is not None:
+            codes, kib = answer
+        else:  # not the real binding, or the call failed: the binding's own call notes why
+            values = self._q(NVLINK_FIELDS, "nvmlDeviceGetFieldValues", self._handle, self._ids)
+            if values is None:
+                return None, None
+            codes, kib = tuple(map(_RETURN, values)), tuple(map(_KIB, values))
+        n = self._links
+        return (self._half(NVLINK_FIELDS[0], codes[:n], kib[:n]),
+                self._half(NVLINK_FIELDS[1], codes[n:2 * n], kib[n:2 * n]))
+
+    def _half(self, name: str, codes: Sequence[int], kib: Sequence[int]) -> int | None:
+        """One direction's KiB summed over the links that answered; None (with the reason) if none did."""
+        if codes and not any(codes):  # every link answered: the usual case (summed in C)
+            return int(sum(kib))
+        total: int | None = None
+        first_error = 0
+        for code, value in zip(codes, kib, strict=True):
+            if code == 0:
+                total = (total or 0) + int(value)
+            elif not first_error:
+                first_error = int(code)
+        if total is None:
+            self._q.note(name, describe_code(self._q.nvml, first_error or 999))
+        return total
 
     def read(self) -> tuple[float | None, float | None]:
         """(rx, tx) in bytes/s since the last read, each None with a reason if unknown.

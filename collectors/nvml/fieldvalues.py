@@ -1,0 +1,61 @@
+"""``nvmlDeviceGetFieldValues`` for a fixed list of fields, without pynvml's per-call Python.
+
+pynvml's wrapper (nvidia-ml-py) builds a new ``c_nvmlFieldValue_t`` array on
+every call and sets two attributes per field, and its structures answer every
+attribute read in Python (``_PrintableStructure.__getattribute__``). For the
+36 NVLink fields of an 18-link GPU that is most of the GPU's read. A
+:class:`RawFieldValues` calls the C function pynvml loaded into one array made
+once (the field ids and scopes are inputs NVML does not change), and reads the
+answers back as raw records with :mod:`struct`.
+
+It is made only for the real binding: a module with ``nvmlLib`` (the loaded
+library) and a ``c_nvmlFieldValue_t`` ctypes structure of nvml.h's size. A
+call that does not answer 0 gives None: the caller asks again through pynvml's
+wrapper, which turns the code into the error :class:`~.query.Query` handles.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+from collections.abc import Callable
+
+RECORD = struct.Struct("=28xIQ")
+"""nvml.h's nvmlFieldValue_t (40 bytes), the two parts read back: nvmlReturn at 28 and the value
+at 32 (a union of 8 bytes: ``ullVal`` for the counters read here); fieldId, scopeId, timestamp,
+latencyUsec and valueType before them are skipped."""
+
+
+class RawFieldValues:
+    """The C ``nvmlDeviceGetFieldValues`` for fixed (field id, scope) pairs, into an array made once."""
+
+    __slots__ = ("_args", "_array", "_fn")
+
+    def __init__(self, fn: Callable[..., int], handle: object, array: ctypes.Array[ctypes.Structure]) -> None:
+        self._fn = fn
+        self._array = array
+        self._args = (handle, ctypes.c_int32(len(array)), ctypes.byref(array))
+
+    @classmethod
+    def make(cls, nvml: object, handle: object, ids: list[tuple[int, int]]) -> RawFieldValues | None:
+        """The reader, or None where the binding is not nvidia-ml-py's ctypes one (a test double)."""
+        lib = getattr(nvml, "nvmlLib", None)
+        record = getattr(nvml, "c_nvmlFieldValue_t", None)
+        if (lib is None or not ids or not isinstance(record, type) or not issubclass(record, ctypes.Structure)
+                or ctypes.sizeof(record) != RECORD.size):
+            return None
+        fn = getattr(lib, "nvmlDeviceGetFieldValues", None)
+        if fn is None:  # a driver without it: pynvml's wrapper says so, through Query
+            return None
+        array = (record * len(ids))()
+        for slot, (field_id, scope) in zip(array, ids, strict=True):
+            slot.fieldId, slot.scopeId = field_id, scope
+        return cls(fn, handle, array)
+
+    def read(self) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """(each field's return code, each field's value as ``ullVal``) in the order asked, or None
+        when the call did not answer 0."""
+        if self._fn(*self._args) != 0:
+            return None
+        codes, values = zip(*RECORD.iter_unpack(memoryview(self._array).cast("B")), strict=True)
+        return codes, values

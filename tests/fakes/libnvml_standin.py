@@ -1,0 +1,102 @@
+"""TEST DOUBLE: build and load the C stand-in for libnvidia-ml.so.1 (``libnvml_standin.c``).
+
+The real ``pynvml`` (nvidia-ml-py) is pointed at the stand-in instead of the
+driver's library, so its ctypes wrappers, error classes and structures run
+unchanged: :func:`standin_pynvml` sets ``pynvml.nvmlLib`` (and empties its
+function cache) for the life of a context, and puts both back after it, so
+code that imports pynvml later still finds no NVIDIA library on this machine.
+
+The stand-in has no cost of its own beyond a C call (no system call); a real
+driver adds its ioctl time to every call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
+
+SOURCE = Path(__file__).with_name("libnvml_standin.c")
+LIBRARY = "libnvml-standin.so"
+"""Built without the soname libnvidia-ml.so.1: loaded under that soname, it would answer every later
+``dlopen("libnvidia-ml.so.1")`` in the process, pynvml's own included, after the context ended."""
+
+
+def build(into: Path) -> Path | str:
+    """Compile the stand-in into ``into``; its path, or why it could not be built (no C compiler)."""
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        return "no C compiler (cc, gcc or clang) to build the libnvidia-ml stand-in"
+    out = into / LIBRARY
+    done = subprocess.run(
+        [cc, "-O2", "-shared", "-fPIC", "-o", str(out), str(SOURCE)],
+        capture_output=True, text=True, timeout=120, check=False)
+    if done.returncode != 0:
+        return f"{cc} could not build the libnvidia-ml stand-in: {done.stderr.strip()[-500:]}"
+    return out
+
+
+class Standin:
+    """The loaded stand-in and its knobs (C functions outside NVML's names)."""
+
+    def __init__(self, path: Path) -> None:
+        # A fresh copy per load: each Standin starts from the library's initial state.
+        self.lib = ctypes.CDLL(str(path), mode=os.RTLD_LOCAL)
+        self.lib.gpulensStandinAddProcess.argtypes = [
+            ctypes.c_int, ctypes.c_uint, ctypes.c_ulonglong, ctypes.c_uint, ctypes.c_uint]
+        self.lib.gpulensStandinInjectXid.argtypes = [ctypes.c_int, ctypes.c_ulonglong]
+        self.lib.gpulensStandinFail.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int]
+        self.lib.gpulensStandinCalls.restype = ctypes.c_ulonglong
+
+    def _ok(self, code: int, what: str) -> None:
+        if code != 0:
+            raise ValueError(f"stand-in refused {what} (code {code})")
+
+    def set_gpus(self, n: int) -> None:
+        self._ok(self.lib.gpulensStandinSetGpus(n), f"{n} GPUs")
+
+    def add_process(self, gpu: int, pid: int, used_bytes: int, sm: int = 0, mem: int = 0) -> None:
+        self._ok(self.lib.gpulensStandinAddProcess(gpu, pid, used_bytes, sm, mem), f"process {pid}")
+
+    def answering_links(self, gpu: int, n: int) -> None:
+        """Only links below ``n`` of ``gpu`` answer their NVLink counters (the others: NOT_SUPPORTED)."""
+        self._ok(self.lib.gpulensStandinAnsweringLinks(gpu, n), f"{n} answering links")
+
+    def inject_xid(self, gpu: int, xid: int) -> None:
+        self._ok(self.lib.gpulensStandinInjectXid(gpu, xid), f"XID {xid}")
+
+    def fail(self, name: str, code: int, gpu: int = -1) -> None:
+        """``name`` (the C symbol, e.g. ``nvmlDeviceGetPowerUsage``) returns ``code`` on ``gpu`` (-1: all)."""
+        self._ok(self.lib.gpulensStandinFail(name.encode(), gpu, code), f"failing {name}")
+
+    def calls(self) -> int:
+        return int(self.lib.gpulensStandinCalls())
+
+
+def fresh_copy(built: Path, into: Path) -> Path:
+    """A copy of the built library under a new name: dlopen gives a copy its own state."""
+    n = len(list(into.glob("standin-*.so")))
+    copy = into / f"standin-{n}.so"
+    shutil.copyfile(built, copy)
+    return copy
+
+
+@contextmanager
+def standin_pynvml(path: Path) -> Iterator[tuple[ModuleType, Standin]]:
+    """The real pynvml bound to the stand-in at ``path`` (a fresh copy: see :func:`fresh_copy`)."""
+    import pynvml
+
+    standin = Standin(path)
+    saved_lib, saved_cache = pynvml.nvmlLib, pynvml._nvmlGetFunctionPointer_cache
+    pynvml.nvmlLib = standin.lib
+    pynvml._nvmlGetFunctionPointer_cache = {}
+    try:
+        yield pynvml, standin
+    finally:
+        pynvml.nvmlLib = saved_lib
+        pynvml._nvmlGetFunctionPointer_cache = saved_cache

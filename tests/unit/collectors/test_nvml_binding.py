@@ -1,0 +1,173 @@
+"""The NVML collector through the real binding: nvidia-ml-py's ``pynvml`` over a C stand-in of
+libnvidia-ml.so.1 (tests/fakes/libnvml_standin.c, a TEST DOUBLE of the driver's library).
+
+The Python fake (tests/fakes/fake_nvml.py) mimics pynvml; here pynvml's own ctypes wrappers,
+structures and error classes run, so what they do (the two-call process lists, the
+``_v3``/``_v2`` names, ``NVMLError`` subclasses by code, the GPM request structure) is checked,
+and so is the raw field-value path (collectors/nvml/fieldvalues.py) that only the real binding
+takes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from gpulens.collectors.nvml.collector import NvmlCollector
+from gpulens.collectors.nvml.fieldvalues import RECORD, RawFieldValues
+from gpulens.collectors.sampler import Sampler
+from gpulens.core.model import GpuSample
+from tests.fakes.libnvml_standin import Standin, build, fresh_copy, standin_pynvml
+from tests.unit.collectors.test_sampler import _own_tree_pattern as own_tree_pattern
+
+GIB = 1 << 30
+LINKS = 18
+NOT_SUPPORTED, GPU_IS_LOST = 3, 15
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = build(tmp_path_factory.mktemp("libnvml"))
+    if isinstance(out, str):
+        pytest.skip(out)
+    return out
+
+
+@pytest.fixture
+def nvml(built: Path, tmp_path: Path) -> Iterator[tuple[ModuleType, Standin]]:
+    with standin_pynvml(fresh_copy(built, tmp_path)) as bound:
+        yield bound
+
+
+def _read_after(collector: NvmlCollector, seconds: float = 0.2) -> tuple[GpuSample, ...]:
+    time.sleep(seconds)  # the stand-in's counters follow CLOCK_MONOTONIC: rates need time to pass
+    reading = collector.read()
+    assert reading.unavailable == {}
+    return reading.gpus
+
+
+def test_every_field_of_eight_gpus_through_the_real_binding(nvml: tuple[ModuleType, Standin]) -> None:
+    pynvml, standin = nvml
+    standin.add_process(5, 4242, 3 * GIB, sm=55, mem=20)
+    standin.inject_xid(6, 79)
+    with NvmlCollector(pynvml) as collector:
+        gpus = _read_after(collector)
+    assert [g.index for g in gpus] == list(range(8))
+    for i, g in enumerate(gpus):
+        assert g.name == "TEST DOUBLE H100 (libnvml stand-in)"
+        assert g.uuid == f"GPU-5a11d000-0000-4000-8000-{i:012d}"
+        assert (g.utilization_percent, g.memory_utilization_percent) == (10 + i, 20 + i)
+        assert (g.mem_used_bytes, g.mem_total_bytes) == ((i + 1) * GIB, 80 * GIB)
+        assert (g.power_w, g.power_limit_w, g.temperature_c) == (100 + i, 700.0, 40 + i)
+        assert (g.sm_clock_mhz, g.mem_clock_mhz) == (1980, 2619)
+        assert (g.pcie_rx_bytes_per_s, g.pcie_tx_bytes_per_s) == ((1000 + i) * 1024.0, (2000 + i) * 1024.0)
+        assert (g.ecc_corrected, g.ecc_uncorrected, g.throttle_reasons) == (0, 0, ())
+        # 18 links moving (i+1) MiB/s each way in all, from the counters' difference over real time
+        assert g.nvlink_rx_bytes_per_s == pytest.approx((i + 1) * 2**20, rel=0.05)
+        assert g.nvlink_tx_bytes_per_s == pytest.approx((i + 1) * 2**20, rel=0.05)
+        assert g.sm_activity_percent == pytest.approx(2 + i / 10)  # GPM metric id + i/10
+        assert g.tensor_active_percent == pytest.approx(5 + i / 10)
+        assert g.energy_joules is not None and g.energy_joules > 0
+        assert g.unavailable == {}
+    assert [g.xid_events for g in gpus] == [(), (), (), (), (), (), (79,), ()]
+    procs = gpus[5].processes
+    assert [(p.pid, p.used_memory_bytes, p.sm_util_percent, p.mem_util_percent) for p in procs] == [
+        (4242, 3 * GIB, 55.0, 20.0)]
+    assert all(g.processes == () for g in gpus if g.index != 5)
+
+
+def test_nvlink_reads_raw_records_with_the_real_binding(nvml: tuple[ModuleType, Standin]) -> None:
+    pynvml, _ = nvml
+    pynvml.nvmlInit()
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(2)
+        ids = [(139, link) for link in range(LINKS)] + [(138, link) for link in range(LINKS)]
+        raw = RawFieldValues.make(pynvml, handle, ids)
+        assert raw is not None
+        answer = raw.read()
+        assert answer is not None
+        codes, values = answer
+        assert codes == (0,) * 2 * LINKS
+        wrapped = pynvml.nvmlDeviceGetFieldValues(handle, ids)  # the binding's own call, a moment later
+        assert [v.nvmlReturn for v in wrapped] == list(codes)
+        for mine, theirs in zip(values, wrapped, strict=True):
+            assert 0 < mine <= theirs.value.ullVal < mine + 3 * 2**20  # under a second of (i+1) MiB/s later
+        assert RECORD.size == 40
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def test_the_python_fake_takes_the_bindings_own_call() -> None:
+    from tests.fakes.fake_nvml import make_fake_nvml
+
+    fake = make_fake_nvml(1)
+    fake.nvmlInit()
+    assert RawFieldValues.make(fake, fake.nvmlDeviceGetHandleByIndex(0), [(139, 0)]) is None
+
+
+def test_links_that_do_not_answer_are_left_out_and_none_answering_is_a_reason(
+        nvml: tuple[ModuleType, Standin]) -> None:
+    pynvml, standin = nvml
+    standin.answering_links(1, 6)  # GPU 1: 6 of 18 links answer
+    standin.answering_links(3, 0)  # GPU 3: none
+    with NvmlCollector(pynvml) as collector:
+        time.sleep(0.2)
+        reading = collector.read()
+    g1, g3 = reading.gpus[1], reading.gpus[3]
+    assert g1.nvlink_rx_bytes_per_s == pytest.approx(2 * 2**20 * 6 / LINKS, rel=0.05)
+    assert "nvlink_rx_bytes_per_s" not in g1.unavailable
+    assert g3.nvlink_rx_bytes_per_s is None and g3.nvlink_tx_bytes_per_s is None
+    assert "NVML_ERROR_NOT_SUPPORTED" in g3.unavailable["nvlink_rx_bytes_per_s"]
+    assert g3.utilization_percent == 13.0
+
+
+def test_a_failing_field_call_goes_through_the_binding_and_a_lost_gpu_is_said(
+        nvml: tuple[ModuleType, Standin]) -> None:
+    pynvml, standin = nvml
+    with NvmlCollector(pynvml) as collector:
+        standin.fail("nvmlDeviceGetFieldValues", GPU_IS_LOST, gpu=2)
+        standin.fail("nvmlDeviceGetPowerUsage", NOT_SUPPORTED, gpu=4)
+        time.sleep(0.2)
+        first = collector.read()
+        calls = standin.calls()
+        second = collector.read()
+        calls_second = standin.calls() - calls
+        third_calls = standin.calls()
+        collector.read()
+        calls_third = standin.calls() - third_calls
+    lost = first.gpus[2]
+    assert lost.utilization_percent is None
+    assert "GPU is lost" in lost.unavailable["gpu"]  # pynvml's NVMLError_GpuIsLost, turned into GpuLost
+    assert second.gpus[2].unavailable["gpu"] == lost.unavailable["gpu"]
+    g4 = first.gpus[4]
+    assert g4.power_w is None and "NVML_ERROR_NOT_SUPPORTED" in g4.unavailable["power_w"]
+    assert g4.utilization_percent == 14.0
+    assert second.gpus[4].unavailable["power_w"] == g4.unavailable["power_w"]  # said again, not asked again
+    assert calls_second == calls_third  # the unsupported call and the lost GPU cost nothing more
+
+
+def test_a_sample_through_the_real_binding_places_gpu_memory_on_the_job(
+        nvml: tuple[ModuleType, Standin]) -> None:
+    pynvml, standin = nvml
+    standin.add_process(3, os.getpid(), 2 * GIB, sm=40, mem=10)
+    with Sampler(nvml=pynvml, kubelet=None, amd=None, job_pattern=own_tree_pattern(),
+                 exec_events=False) as sampler:
+        sample = sampler.sample()
+    assert [g.index for g in sample.gpus] == list(range(8))
+    assert "gpus" not in sample.unavailable
+    (me,) = [j for j in sample.jobs if j.pid == os.getpid()]
+    assert me.gpu_mem_bytes == {"3": 2 * GIB}
+
+
+def test_after_the_stand_in_pynvml_finds_no_library_again(built: Path, tmp_path: Path) -> None:
+    with standin_pynvml(fresh_copy(built, tmp_path)) as (pynvml, _), NvmlCollector(pynvml) as collector:
+        assert len(collector.read().gpus) == 8
+    with NvmlCollector() as collector:  # pynvml's own dlopen("libnvidia-ml.so.1"): not the stand-in
+        reading = collector.read()
+    assert reading.gpus == ()
+    assert "NVML_ERROR_LIBRARY_NOT_FOUND" in reading.unavailable["gpus"]
