@@ -534,6 +534,8 @@ def main() -> int:
         old_parts: list[str] = []
         busy_before: list[float] = []
         busy_now: list[float] = []
+        binding_before: list[float] = []
+        binding_now: list[float] = []
         if old is not None:
             for _ in range(TICKS):
                 tick(old)
@@ -547,6 +549,13 @@ def main() -> int:
                     into.append(ticks.pop())
             (parts, fake_ms), (old_parts, _old_fake) = time_parts([sampler, old], fake)
             old.close()
+            pair = [old_nvml_mod.NvmlCollector(binding), NvmlCollector(binding)]
+            for _ in range(TICKS):  # the NVML read alone over the real binding, REV's and today's in turns
+                for collector, into in zip(pair, (binding_before, binding_now), strict=True):
+                    time.sleep(TICK_S)
+                    into.append(cpu_ms(collector.read))
+            for collector in pair:
+                collector.close()
         else:
             ((parts, fake_ms),) = time_parts([sampler], fake)
         for _ in range(TICKS):
@@ -617,6 +626,9 @@ def main() -> int:
               f"({len(now)} each): {b / n:.2f}x")
         b, n = statistics.median(busy_before), statistics.median(busy_now)
         print(f"the same, busy        : median {b:.2f} / {n:.2f} ms CPU (/proc listed every tick): {b / n:.2f}x")
+        b, n = statistics.median(binding_before), statistics.median(binding_now)
+        print(f"NVML read alone, 8 GPUs, real pynvml over the C stand-in: median {b:.3f} / {n:.3f} ms CPU, "
+              f"reads in turns ({len(binding_now)} each): {b / n:.2f}x")
     print("steady tick by part (median CPU ms over ticks, timed in a separate pass):")
     print("\n".join(parts))
     print("the same, 8 GPUs through the real pynvml over the C stand-in:")

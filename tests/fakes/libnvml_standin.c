@@ -17,11 +17,12 @@
  *   gpulensStandinAnsweringLinks(gpu, n)     only links below n answer their counters (the rest:
  *                                            NVML_ERROR_NOT_SUPPORTED in the field's nvmlReturn)
  *   gpulensStandinCalls()                    calls answered since the library was loaded
+ *   gpulensStandinSetTime(seconds)           counters follow this time from now on (< 0: CLOCK_MONOTONIC again)
  *
  * Figures: GPU i has utilization 10+i %, memory 20+i % busy, (i+1) GiB of
  * 80 GiB used, 100+i W of a 700 W limit, 40+i C, SM clock 1980 MHz, memory
  * clock 2619 MHz, PCIe RX 1000+i KB/s and TX 2000+i KB/s, no ECC errors, 18
- * NVLink links each moving (i+1) MiB/s per direction, energy growing at the
+ * NVLink links each moving 64 x (i+1) KiB/s per direction, energy growing at the
  * power, and GPM metric m worth m + i/10 %; counters follow CLOCK_MONOTONIC.
  *
  * Build: cc -O2 -shared -fPIC -o libnvml-standin.so libnvml_standin.c, without the soname
@@ -72,7 +73,10 @@ static unsigned long long calls = 0;
 /* An event set: the GPUs registered into it (a GPU's events go to the sets it was registered with). */
 typedef struct { unsigned long long registered; } event_set_t;
 
+static double fixed_now = -1.0;
+
 static double now_s(void) {
+    if (fixed_now >= 0.0) return fixed_now;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
@@ -129,6 +133,8 @@ int gpulensStandinFail(const char *name, int gpu, int code) {
 }
 
 unsigned long long gpulensStandinCalls(void) { return calls; }
+
+void gpulensStandinSetTime(double seconds) { fixed_now = seconds; }
 
 /* ---- library ---- */
 
@@ -290,7 +296,7 @@ int nvmlDeviceGetFieldValues(gpu_t *g, int count, field_value_t *values) {
         } else if ((v->fieldId == 138 || v->fieldId == 139) && v->scopeId < (unsigned int)(LINKS - g->silent_links)) {
             /* NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX / _RX, KiB since the driver loaded */
             v->valueType = 3;
-            v->value.ullVal = (unsigned long long)(t * 1024.0 * (g->index + 1) / LINKS);
+            v->value.ullVal = (unsigned long long)(t * 64.0 * (g->index + 1));
         } else {
             v->nvmlReturn = ERROR_NOT_SUPPORTED;
         }

@@ -52,6 +52,19 @@ class Standin:
         self.lib.gpulensStandinInjectXid.argtypes = [ctypes.c_int, ctypes.c_ulonglong]
         self.lib.gpulensStandinFail.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int]
         self.lib.gpulensStandinCalls.restype = ctypes.c_ulonglong
+        self.lib.gpulensStandinSetTime.argtypes = [ctypes.c_double]
+        self.lib.gpulensStandinSetTime.restype = None
+        self.now = 1000.0
+        """The time the counters follow once :meth:`clock` is handed to a collector."""
+
+    def clock(self) -> float:
+        """A collector's clock that the stand-in's counters follow (move it with :meth:`advance`)."""
+        self.lib.gpulensStandinSetTime(self.now)
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        self.lib.gpulensStandinSetTime(self.now)
 
     def _ok(self, code: int, what: str) -> None:
         if code != 0:

@@ -11,14 +11,15 @@ takes.
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from gpulens.collectors.nvml.collector import NvmlCollector
+from gpulens.collectors.nvml.direct import GETTERS
 from gpulens.collectors.nvml.fieldvalues import RECORD, RawFieldValues
 from gpulens.collectors.sampler import Sampler
 from gpulens.core.model import GpuSample
@@ -44,8 +45,14 @@ def nvml(built: Path, tmp_path: Path) -> Iterator[tuple[ModuleType, Standin]]:
         yield bound
 
 
-def _read_after(collector: NvmlCollector, seconds: float = 0.2) -> tuple[GpuSample, ...]:
-    time.sleep(seconds)  # the stand-in's counters follow CLOCK_MONOTONIC: rates need time to pass
+def _opened(pynvml: ModuleType, standin: Standin) -> NvmlCollector:
+    """A collector whose clock the stand-in's counters follow: rates are exact."""
+    standin.advance(0.0)  # from now on the counters follow standin.now, not CLOCK_MONOTONIC
+    return NvmlCollector(pynvml, clock=standin.clock)
+
+
+def _read_after(collector: NvmlCollector, standin: Standin, seconds: float = 2.0) -> tuple[GpuSample, ...]:
+    standin.advance(seconds)
     reading = collector.read()
     assert reading.unavailable == {}
     return reading.gpus
@@ -55,8 +62,8 @@ def test_every_field_of_eight_gpus_through_the_real_binding(nvml: tuple[ModuleTy
     pynvml, standin = nvml
     standin.add_process(5, 4242, 3 * GIB, sm=55, mem=20)
     standin.inject_xid(6, 79)
-    with NvmlCollector(pynvml) as collector:
-        gpus = _read_after(collector)
+    with _opened(pynvml, standin) as collector:
+        gpus = _read_after(collector, standin)
     assert [g.index for g in gpus] == list(range(8))
     for i, g in enumerate(gpus):
         assert g.name == "TEST DOUBLE H100 (libnvml stand-in)"
@@ -67,12 +74,11 @@ def test_every_field_of_eight_gpus_through_the_real_binding(nvml: tuple[ModuleTy
         assert (g.sm_clock_mhz, g.mem_clock_mhz) == (1980, 2619)
         assert (g.pcie_rx_bytes_per_s, g.pcie_tx_bytes_per_s) == ((1000 + i) * 1024.0, (2000 + i) * 1024.0)
         assert (g.ecc_corrected, g.ecc_uncorrected, g.throttle_reasons) == (0, 0, ())
-        # 18 links moving (i+1) MiB/s each way in all, from the counters' difference over real time
-        assert g.nvlink_rx_bytes_per_s == pytest.approx((i + 1) * 2**20, rel=0.05)
-        assert g.nvlink_tx_bytes_per_s == pytest.approx((i + 1) * 2**20, rel=0.05)
+        # 18 links moving 64 x (i+1) KiB/s each way, from the counters' difference over 2 s
+        assert g.nvlink_rx_bytes_per_s == g.nvlink_tx_bytes_per_s == LINKS * 64 * (i + 1) * 1024
         assert g.sm_activity_percent == pytest.approx(2 + i / 10)  # GPM metric id + i/10
         assert g.tensor_active_percent == pytest.approx(5 + i / 10)
-        assert g.energy_joules is not None and g.energy_joules > 0
+        assert g.energy_joules == pytest.approx(standin.now * (100 + i), rel=1e-6)  # mW x s since "load"
         assert g.unavailable == {}
     assert [g.xid_events for g in gpus] == [(), (), (), (), (), (), (79,), ()]
     procs = gpus[5].processes
@@ -96,7 +102,7 @@ def test_nvlink_reads_raw_records_with_the_real_binding(nvml: tuple[ModuleType, 
         wrapped = pynvml.nvmlDeviceGetFieldValues(handle, ids)  # the binding's own call, a moment later
         assert [v.nvmlReturn for v in wrapped] == list(codes)
         for mine, theirs in zip(values, wrapped, strict=True):
-            assert 0 < mine <= theirs.value.ullVal < mine + 3 * 2**20  # under a second of (i+1) MiB/s later
+            assert 0 < mine <= theirs.value.ullVal < mine + 64 * 3 * 30  # at most 30 s of 64 x 3 KiB/s later
         assert RECORD.size == 40
     finally:
         pynvml.nvmlShutdown()
@@ -115,11 +121,11 @@ def test_links_that_do_not_answer_are_left_out_and_none_answering_is_a_reason(
     pynvml, standin = nvml
     standin.answering_links(1, 6)  # GPU 1: 6 of 18 links answer
     standin.answering_links(3, 0)  # GPU 3: none
-    with NvmlCollector(pynvml) as collector:
-        time.sleep(0.2)
+    with _opened(pynvml, standin) as collector:
+        standin.advance(2.0)
         reading = collector.read()
     g1, g3 = reading.gpus[1], reading.gpus[3]
-    assert g1.nvlink_rx_bytes_per_s == pytest.approx(2 * 2**20 * 6 / LINKS, rel=0.05)
+    assert g1.nvlink_rx_bytes_per_s == 6 * 64 * 2 * 1024
     assert "nvlink_rx_bytes_per_s" not in g1.unavailable
     assert g3.nvlink_rx_bytes_per_s is None and g3.nvlink_tx_bytes_per_s is None
     assert "NVML_ERROR_NOT_SUPPORTED" in g3.unavailable["nvlink_rx_bytes_per_s"]
@@ -129,10 +135,10 @@ def test_links_that_do_not_answer_are_left_out_and_none_answering_is_a_reason(
 def test_a_failing_field_call_goes_through_the_binding_and_a_lost_gpu_is_said(
         nvml: tuple[ModuleType, Standin]) -> None:
     pynvml, standin = nvml
-    with NvmlCollector(pynvml) as collector:
+    with _opened(pynvml, standin) as collector:
         standin.fail("nvmlDeviceGetFieldValues", GPU_IS_LOST, gpu=2)
         standin.fail("nvmlDeviceGetPowerUsage", NOT_SUPPORTED, gpu=4)
-        time.sleep(0.2)
+        standin.advance(1.0)
         first = collector.read()
         calls = standin.calls()
         second = collector.read()
@@ -171,3 +177,60 @@ def test_after_the_stand_in_pynvml_finds_no_library_again(built: Path, tmp_path:
         reading = collector.read()
     assert reading.gpus == ()
     assert "NVML_ERROR_LIBRARY_NOT_FOUND" in reading.unavailable["gpus"]
+
+
+def test_direct_getters_are_the_calls_pynvml_makes() -> None:
+    import ctypes
+    import inspect
+
+    import pynvml
+
+    for name, (out_type, enums) in GETTERS.items():
+        source = inspect.getsource(getattr(pynvml, name))
+        assert f'_nvmlGetFunctionPointer("{name}")' in source, name
+        made = re.search(r"(\w+) ?= ?(\w+)\(\)", source)  # the wrapper's out-value, e.g. c_watts = c_uint()
+        assert made is not None, name
+        theirs = getattr(pynvml, made.group(2), None) or getattr(ctypes, made.group(2))
+        assert ctypes.sizeof(theirs) == ctypes.sizeof(out_type), name
+        if issubclass(out_type, ctypes.Structure):
+            mine_fields = [(f[0], getattr(out_type, f[0]).offset) for f in out_type._fields_]
+            assert [(f[0], getattr(theirs, f[0]).offset) for f in theirs._fields_] == mine_fields, name
+        call = source[source.index("ret = fn("):]
+        assert call[: call.index("byref(")].count(",") == enums + 1, name  # the device, the enums, then the out
+
+
+def test_getters_are_called_straight_after_their_first_answer(
+        nvml: tuple[ModuleType, Standin], monkeypatch: pytest.MonkeyPatch) -> None:
+    pynvml, standin = nvml
+    with _opened(pynvml, standin) as collector:
+        first = _read_after(collector, standin)
+        wrapped: list[str] = []
+        for name in GETTERS:
+            real = getattr(pynvml, name)
+
+            def counted(*args: object, _real: Callable[..., object] = real, _name: str = name) -> object:
+                wrapped.append(_name)
+                return _real(*args)
+
+            monkeypatch.setattr(pynvml, name, counted)
+        before = standin.calls()
+        second = _read_after(collector, standin)
+        per_gpu = (standin.calls() - before) // 8
+        assert wrapped == []  # every one-answer getter went straight to the library
+        assert [(g.power_w, g.temperature_c, g.mem_used_bytes, g.utilization_percent, g.ecc_corrected)
+                for g in second] == [(g.power_w, g.temperature_c, g.mem_used_bytes, g.utilization_percent,
+                                      g.ecc_corrected) for g in first]
+        standin.fail("nvmlDeviceGetTemperature", NOT_SUPPORTED, gpu=1)
+        third = _read_after(collector, standin)
+        assert wrapped == ["nvmlDeviceGetTemperature"]  # asked again through pynvml, for its error
+        assert third[1].temperature_c is None
+        assert "NVML_ERROR_NOT_SUPPORTED" in third[1].unavailable["temperature_c"]
+        assert third[2].temperature_c == 42.0
+        before = standin.calls()
+        fourth = _read_after(collector, standin)
+        per_read = standin.calls() - before
+        before = standin.calls()
+        _read_after(collector, standin)
+        assert standin.calls() - before == per_read == 8 * per_gpu - 1  # no call for GPU 1's temperature
+    assert wrapped == ["nvmlDeviceGetTemperature"]  # never asked again: the reason is sticky
+    assert fourth[1].unavailable["temperature_c"] == third[1].unavailable["temperature_c"]
