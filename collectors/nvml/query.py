@@ -17,7 +17,6 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from gpulens.collectors.nvml.direct import DirectCall
 from gpulens.core.errors import CollectorError
 
 # NVML return codes (nvml.h); stable ABI values, named as pynvml names them.
@@ -123,13 +122,10 @@ class Query:
     ``_sticky`` across reads so the failing call is not repeated. The name that
     answered for (fields, fn) is remembered, so later reads call it without
     looking for alternatives again (about 170 calls a read with 8 GPUs); an
-    error on that path is handled as on the first call. With the real binding,
-    a one-answer getter that answered is called straight into the library from
-    then on (:class:`~.direct.DirectCall`); an answer other than 0 there is
-    asked again through pynvml's wrapper, for its error.
+    error on that path is handled as on the first call.
     """
 
-    __slots__ = ("_direct", "_mismatch", "_missing", "_ready", "_sticky", "nvml", "reasons")
+    __slots__ = ("_mismatch", "_missing", "_ready", "_sticky", "nvml", "reasons")
 
     def __init__(self, nvml: ModuleType) -> None:
         self.nvml = nvml
@@ -139,8 +135,6 @@ class Query:
         """NVML calls this pynvml or driver lacks -> why; never tried again."""
         self._ready: dict[tuple[str | tuple[str, ...], str | tuple[str, ...]], str] = {}
         """(fields, fn) -> the name of the call that last answered for them (and no sticky reason since)."""
-        self._direct: dict[tuple[str | tuple[str, ...], str | tuple[str, ...]], DirectCall] = {}
-        """(fields, fn) -> the same call made straight into the library (real binding, :mod:`.direct`)."""
         mismatch = getattr(nvml, "NVMLLibraryMismatchError", None)
         self._mismatch: type[Exception] | tuple[()] = (
             mismatch if isinstance(mismatch, type) and issubclass(mismatch, Exception) else ())
@@ -158,7 +152,6 @@ class Query:
         if sticky and self._ready:  # a sticky field is never asked again: off the straight path
             self._ready = {k: v for k, v in self._ready.items()
                            if (k[0] if isinstance(k[0], str) else k[0][0]) not in self._sticky}
-            self._direct = {k: v for k, v in self._direct.items() if k in self._ready}
 
     def __call__(self, fields: str | tuple[str, ...], fn: str | tuple[str, ...],
                  *args: object) -> Any:  # noqa: ANN401  pynvml is untyped: its structures are read by field
@@ -167,13 +160,7 @@ class Query:
         Raises:
             GpuLost: NVML reports the GPU as lost.
         """
-        key = (fields, fn)
-        direct = self._direct.get(key)
-        if direct is not None and direct.args == args:
-            value = direct()
-            if value is not None:
-                return value  # else: pynvml's wrapper below says why
-        name = self._ready.get(key)
+        name = self._ready.get((fields, fn))
         if name is None or name in self._missing or (target := getattr(self.nvml, name, None)) is None:
             return self.call(fields, fn, *args)[1]
         try:
@@ -244,9 +231,6 @@ class Query:
             else:
                 if not empty_on:  # __call__'s straight path knows no empty_on
                     self._ready[(fields, fn)] = name
-                    direct = DirectCall.make(self.nvml, name, args)
-                    if direct is not None:
-                        self._direct[(fields, fn)] = direct
                 return True, value
         self.note(fields, missing or "no usable NVML call", sticky=True)
         return False, None

@@ -11,15 +11,13 @@ takes.
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from gpulens.collectors.nvml.collector import NvmlCollector
-from gpulens.collectors.nvml.direct import GETTERS
 from gpulens.collectors.nvml.fieldvalues import RECORD, RawFieldValues
 from gpulens.collectors.sampler import Sampler
 from gpulens.core.model import GpuSample
@@ -178,59 +176,3 @@ def test_after_the_stand_in_pynvml_finds_no_library_again(built: Path, tmp_path:
     assert reading.gpus == ()
     assert "NVML_ERROR_LIBRARY_NOT_FOUND" in reading.unavailable["gpus"]
 
-
-def test_direct_getters_are_the_calls_pynvml_makes() -> None:
-    import ctypes
-    import inspect
-
-    import pynvml
-
-    for name, (out_type, enums) in GETTERS.items():
-        source = inspect.getsource(getattr(pynvml, name))
-        assert f'_nvmlGetFunctionPointer("{name}")' in source, name
-        made = re.search(r"(\w+) ?= ?(\w+)\(\)", source)  # the wrapper's out-value, e.g. c_watts = c_uint()
-        assert made is not None, name
-        theirs = getattr(pynvml, made.group(2), None) or getattr(ctypes, made.group(2))
-        assert ctypes.sizeof(theirs) == ctypes.sizeof(out_type), name
-        if issubclass(out_type, ctypes.Structure):
-            mine_fields = [(f[0], getattr(out_type, f[0]).offset) for f in out_type._fields_]
-            assert [(f[0], getattr(theirs, f[0]).offset) for f in theirs._fields_] == mine_fields, name
-        call = source[source.index("ret = fn("):]
-        assert call[: call.index("byref(")].count(",") == enums + 1, name  # the device, the enums, then the out
-
-
-def test_getters_are_called_straight_after_their_first_answer(
-        nvml: tuple[ModuleType, Standin], monkeypatch: pytest.MonkeyPatch) -> None:
-    pynvml, standin = nvml
-    with _opened(pynvml, standin) as collector:
-        first = _read_after(collector, standin)
-        wrapped: list[str] = []
-        for name in GETTERS:
-            real = getattr(pynvml, name)
-
-            def counted(*args: object, _real: Callable[..., object] = real, _name: str = name) -> object:
-                wrapped.append(_name)
-                return _real(*args)
-
-            monkeypatch.setattr(pynvml, name, counted)
-        before = standin.calls()
-        second = _read_after(collector, standin)
-        per_gpu = (standin.calls() - before) // 8
-        assert wrapped == []  # every one-answer getter went straight to the library
-        assert [(g.power_w, g.temperature_c, g.mem_used_bytes, g.utilization_percent, g.ecc_corrected)
-                for g in second] == [(g.power_w, g.temperature_c, g.mem_used_bytes, g.utilization_percent,
-                                      g.ecc_corrected) for g in first]
-        standin.fail("nvmlDeviceGetTemperature", NOT_SUPPORTED, gpu=1)
-        third = _read_after(collector, standin)
-        assert wrapped == ["nvmlDeviceGetTemperature"]  # asked again through pynvml, for its error
-        assert third[1].temperature_c is None
-        assert "NVML_ERROR_NOT_SUPPORTED" in third[1].unavailable["temperature_c"]
-        assert third[2].temperature_c == 42.0
-        before = standin.calls()
-        fourth = _read_after(collector, standin)
-        per_read = standin.calls() - before
-        before = standin.calls()
-        _read_after(collector, standin)
-        assert standin.calls() - before == per_read == 8 * per_gpu - 1  # no call for GPU 1's temperature
-    assert wrapped == ["nvmlDeviceGetTemperature"]  # never asked again: the reason is sticky
-    assert fourth[1].unavailable["temperature_c"] == third[1].unavailable["temperature_c"]
