@@ -24,6 +24,12 @@ RECORD = struct.Struct("=28xIQ")
 """nvml.h's nvmlFieldValue_t (40 bytes), the two parts read back: nvmlReturn at 28 and the value
 at 32 (a union of 8 bytes: ``ullVal`` for the counters read here); fieldId, scopeId, timestamp,
 latencyUsec and valueType before them are skipped."""
+_OFFSETS = (28, 32)
+
+
+def _offsets(record: type[ctypes.Structure]) -> tuple[int, ...]:
+    """Where the binding's structure holds nvmlReturn and the value (-1: it has no field so named)."""
+    return tuple(getattr(getattr(record, name, None), "offset", -1) for name in ("nvmlReturn", "value"))
 
 
 class RawFieldValues:
@@ -42,7 +48,7 @@ class RawFieldValues:
         lib = getattr(nvml, "nvmlLib", None)
         record = getattr(nvml, "c_nvmlFieldValue_t", None)
         if (lib is None or not ids or not isinstance(record, type) or not issubclass(record, ctypes.Structure)
-                or ctypes.sizeof(record) != RECORD.size):
+                or ctypes.sizeof(record) != RECORD.size or _offsets(record) != _OFFSETS):
             return None
         fn = getattr(lib, "nvmlDeviceGetFieldValues", None)
         if fn is None:  # a driver without it: pynvml's wrapper says so, through Query

@@ -176,3 +176,21 @@ def test_after_the_stand_in_pynvml_finds_no_library_again(built: Path, tmp_path:
     assert reading.gpus == ()
     assert "NVML_ERROR_LIBRARY_NOT_FOUND" in reading.unavailable["gpus"]
 
+
+
+def test_a_binding_whose_field_value_differs_from_nvml_h_takes_its_own_call(
+        nvml: tuple[ModuleType, Standin]) -> None:
+    import ctypes
+    from types import SimpleNamespace
+
+    pynvml, _ = nvml
+
+    class Shifted(ctypes.Structure):  # 40 bytes, as nvml.h's, but nvmlReturn and the value elsewhere
+        _fields_ = (("fieldId", ctypes.c_uint), ("scopeId", ctypes.c_uint), ("nvmlReturn", ctypes.c_uint),
+                    ("pad", ctypes.c_uint), ("value", ctypes.c_ulonglong), ("rest", ctypes.c_ulonglong * 2))
+
+    assert ctypes.sizeof(Shifted) == RECORD.size
+    same = SimpleNamespace(nvmlLib=pynvml.nvmlLib, c_nvmlFieldValue_t=pynvml.c_nvmlFieldValue_t)
+    assert RawFieldValues.make(same, object(), [(139, 0)]) is not None
+    shifted = SimpleNamespace(nvmlLib=pynvml.nvmlLib, c_nvmlFieldValue_t=Shifted)
+    assert RawFieldValues.make(shifted, object(), [(139, 0)]) is None
