@@ -304,9 +304,9 @@ PART_NAMES = (
 EMPTY = "(the wrapper's own cost: an empty call)"
 
 
-def time_parts(samplers: list[Any], fake: FakeNvml, share: bool = True) -> list[tuple[list[str], float]]:
+def time_parts(samplers: list[Any], fake: FakeNvml, with_share: bool = True) -> list[tuple[list[str], float]]:
     """Each sampler's steady tick by part, ticks taken in turns: CPU ms per part, the wrapper's own
-    cost, and (``share``: the samplers read the fake) the fake NVML's share of the GPU read (lines,
+    cost, and (``with_share``: the samplers read the fake) the fake NVML's share of the GPU read (lines,
     and that share in ms; 0 without ``share``)."""
     parts = [Parts() for _ in samplers]
     undo: list[Callable[[], None]] = []
@@ -347,7 +347,7 @@ def time_parts(samplers: list[Any], fake: FakeNvml, share: bool = True) -> list[
         rest = statistics.median(whole) - timed - wrappers * timer.per_tick(EMPTY, TICKS)
         lines.append(f"  {'the rest (sample() itself; less the wrappers):':55s} {rest:6.3f} ms")
         out.append(lines)
-    if not share:
+    if not with_share:
         return [(lines, 0.0) for lines in out]
     shares = fake_share(samplers, fake)
     for lines, (share, _ms) in zip(out, shares, strict=True):
@@ -518,7 +518,7 @@ def main() -> int:
         steady = [ms for one in rounds[names[0]] for ms in one]
         real_steady = [ms for one in rounds[names[5]] for ms in one]
         found = counts[names[0]]
-        ((real_parts, _none),) = time_parts([real], fake, share=False)
+        ((real_parts, _none),) = time_parts([real], fake, with_share=False)
         real.close()
 
         on: list[float] = []  # attribution on and off, tick about, the same processes

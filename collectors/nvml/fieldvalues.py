@@ -9,9 +9,11 @@ once (the field ids and scopes are inputs NVML does not change), and reads the
 answers back as raw records with :mod:`struct`.
 
 It is made only for the real binding: a module with ``nvmlLib`` (the loaded
-library) and a ``c_nvmlFieldValue_t`` ctypes structure of nvml.h's size. A
-call that does not answer 0 gives None: the caller asks again through pynvml's
-wrapper, which turns the code into the error :class:`~.query.Query` handles.
+library) and a ``c_nvmlFieldValue_t`` ctypes structure of nvml.h's size, with
+``nvmlReturn`` and the value where nvml.h has them. A call that does not answer
+0 gives None: the caller asks again through pynvml's wrapper, which turns the
+code into the error :class:`~.query.Query` handles. One reader is one array:
+not for two threads at once (the sampler reads GPUs from its one thread).
 """
 
 from __future__ import annotations

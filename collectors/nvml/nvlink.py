@@ -13,7 +13,7 @@ read for 36 fields); with any other, through the binding's own call.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from operator import attrgetter
 
 from gpulens.collectors.nvml.fieldvalues import RawFieldValues
@@ -68,20 +68,27 @@ class NvLinkCounter:
 
     def _totals(self) -> tuple[int | None, int | None]:
         """Summed (rx, tx) KiB over links; a direction with no readable link is None."""
+        n = self._links
         answer = None if self._raw is None else self._raw.read()
         if answer is not None:
             codes, kib = answer
-        else:  # not the real binding, or the call failed: the binding's own call notes why
-            values = self._q(NVLINK_FIELDS, "nvmlDeviceGetFieldValues", self._handle, self._ids)
-            if values is None:
-                return None, None
-            codes, kib = tuple(map(_RETURN, values)), tuple(map(_KIB, values))
-        n = self._links
-        return (self._half(NVLINK_FIELDS[0], codes[:n], kib[:n]),
-                self._half(NVLINK_FIELDS[1], codes[n:2 * n], kib[n:2 * n]))
+            return (self._half(NVLINK_FIELDS[0], codes[:n], kib[:n]),
+                    self._half(NVLINK_FIELDS[1], codes[n:2 * n], kib[n:2 * n]))
+        # Not the real binding, or the call failed: the binding's own call, which notes why.
+        values = self._q(NVLINK_FIELDS, "nvmlDeviceGetFieldValues", self._handle, self._ids)
+        if values is None:
+            if self._q.is_sticky(NVLINK_FIELDS[0]):
+                self._raw = None  # failed for good: the driver is not asked again, the reason is said each read
+            return None, None
+        rx, tx = values[:n], values[n:2 * n]
+        return (self._half(NVLINK_FIELDS[0], tuple(map(_RETURN, rx)), map(_KIB, rx)),
+                self._half(NVLINK_FIELDS[1], tuple(map(_RETURN, tx)), map(_KIB, tx)))
 
-    def _half(self, name: str, codes: Sequence[int], kib: Sequence[int]) -> int | None:
-        """One direction's KiB summed over the links that answered; None (with the reason) if none did."""
+    def _half(self, name: str, codes: Sequence[int], kib: Iterable[int]) -> int | None:
+        """One direction's KiB summed over the links that answered; None (with the reason) if none did.
+
+        ``kib`` holds one value per code, read in step with them (a value where the code is not 0 is
+        not added)."""
         if codes and not any(codes):  # every link answered: the usual case (summed in C)
             return int(sum(kib))
         total: int | None = None

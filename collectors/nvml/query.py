@@ -143,6 +143,10 @@ class Query:
         """Start a new read: forget the last read's reasons (sticky ones stay)."""
         self.reasons = {}
 
+    def is_sticky(self, field: str) -> bool:
+        """Whether ``field`` failed for good (its call is never made again)."""
+        return field in self._sticky
+
     def note(self, fields: str | tuple[str, ...], reason: str, sticky: bool = False) -> None:
         """Record ``reason`` for each field (a dotted field name of GpuSample)."""
         for name in (fields,) if isinstance(fields, str) else fields:

@@ -28,6 +28,7 @@
  * Build: cc -O2 -shared -fPIC -o libnvml-standin.so libnvml_standin.c, without the soname
  * libnvidia-ml.so.1 (tests/fakes/libnvml_standin.py builds it and hands it to pynvml).
  */
+#define _POSIX_C_SOURCE 199309L  /* clock_gettime, CLOCK_MONOTONIC */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,7 +66,7 @@ typedef struct { char name[64]; int gpu; int code; } fail_t;
 
 static gpu_t gpus[MAX_GPUS];
 static int ngpus = 8;
-static int initialised = 0;
+static int initialised = 0;  /* nvmlInit calls not yet shut down: NVML counts them, as here */
 static fail_t fails[MAX_FAILS];
 static int nfails = 0;
 static unsigned long long calls = 0;
@@ -91,10 +92,13 @@ static int failing(const char *name, const gpu_t *g) {
 
 /* Every device call starts here: counted, checked for a handle and for a planted failure. */
 #define ENTER(name, dev)                                                   \
-    calls++;                                                               \
-    if (!initialised) return ERROR_UNINITIALIZED;                          \
-    if ((dev) == NULL) return ERROR_INVALID_ARGUMENT;                      \
-    { int planted_ = failing(name, (dev)); if (planted_) return planted_; }
+    do {                                                                   \
+        calls++;                                                           \
+        if (!initialised) return ERROR_UNINITIALIZED;                      \
+        if ((dev) == NULL) return ERROR_INVALID_ARGUMENT;                  \
+        int planted_ = failing(name, (dev));                               \
+        if (planted_) return planted_;                                     \
+    } while (0)
 
 /* ---- knobs (not NVML) ---- */
 
@@ -142,13 +146,18 @@ int nvmlInitWithFlags(unsigned int flags) {
     (void)flags;
     calls++;
     for (int i = 0; i < MAX_GPUS; i++) gpus[i].index = i;
-    initialised = 1;
+    initialised++;
     return SUCCESS;
 }
 
 int nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
 
-int nvmlShutdown(void) { calls++; initialised = 0; return SUCCESS; }
+int nvmlShutdown(void) {
+    calls++;
+    if (!initialised) return ERROR_UNINITIALIZED;
+    initialised--;
+    return SUCCESS;
+}
 
 const char *nvmlErrorString(int result) {
     switch (result) {

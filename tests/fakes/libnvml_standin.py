@@ -7,15 +7,18 @@ function cache) for the life of a context, and puts both back after it, so
 code that imports pynvml later still finds no NVIDIA library on this machine.
 
 The stand-in has no cost of its own beyond a C call (no system call); a real
-driver adds its ioctl time to every call.
+driver adds its ioctl time to every call. Without a C compiler :func:`build`
+says why, and the tests that need the stand-in skip with that reason.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import shlex
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,15 +32,18 @@ LIBRARY = "libnvml-standin.so"
 
 def build(into: Path) -> Path | str:
     """Compile the stand-in into ``into``; its path, or why it could not be built (no C compiler)."""
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if cc is None:
+    cc = shlex.split(os.environ.get("CC", "")) or [
+        found for found in (shutil.which(c) for c in ("cc", "gcc", "clang")) if found][:1]
+    if not cc:
         return "no C compiler (cc, gcc or clang) to build the libnvidia-ml stand-in"
     out = into / LIBRARY
-    done = subprocess.run(
-        [cc, "-O2", "-shared", "-fPIC", "-o", str(out), str(SOURCE)],
-        capture_output=True, text=True, timeout=120, check=False)
+    try:
+        done = subprocess.run([*cc, "-O2", "-shared", "-fPIC", "-o", str(out), str(SOURCE)],
+                              capture_output=True, text=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"{' '.join(cc)} could not build the libnvidia-ml stand-in: {err}"
     if done.returncode != 0:
-        return f"{cc} could not build the libnvidia-ml stand-in: {done.stderr.strip()[-500:]}"
+        return f"{' '.join(cc)} could not build the libnvidia-ml stand-in: {done.stderr.strip()[-500:]}"
     return out
 
 
@@ -93,10 +99,10 @@ class Standin:
 
 def fresh_copy(built: Path, into: Path) -> Path:
     """A copy of the built library under a new name: dlopen gives a copy its own state."""
-    n = len(list(into.glob("standin-*.so")))
-    copy = into / f"standin-{n}.so"
-    shutil.copyfile(built, copy)
-    return copy
+    fd, name = tempfile.mkstemp(prefix="standin-", suffix=".so", dir=into)
+    os.close(fd)
+    shutil.copyfile(built, name)
+    return Path(name)
 
 
 @contextmanager
@@ -106,6 +112,7 @@ def standin_pynvml(path: Path) -> Iterator[tuple[ModuleType, Standin]]:
 
     standin = Standin(path)
     saved_lib, saved_cache = pynvml.nvmlLib, pynvml._nvmlGetFunctionPointer_cache
+    saved_strings = dict(pynvml.NVMLError._errcode_to_string)  # an error's text, cached per code
     pynvml.nvmlLib = standin.lib
     pynvml._nvmlGetFunctionPointer_cache = {}
     try:
@@ -113,3 +120,5 @@ def standin_pynvml(path: Path) -> Iterator[tuple[ModuleType, Standin]]:
     finally:
         pynvml.nvmlLib = saved_lib
         pynvml._nvmlGetFunctionPointer_cache = saved_cache
+        pynvml.NVMLError._errcode_to_string.clear()
+        pynvml.NVMLError._errcode_to_string.update(saved_strings)

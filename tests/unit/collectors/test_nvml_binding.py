@@ -10,10 +10,11 @@ takes.
 
 from __future__ import annotations
 
+import ctypes
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import pytest
 
@@ -22,7 +23,7 @@ from gpulens.collectors.nvml.fieldvalues import RECORD, RawFieldValues
 from gpulens.collectors.sampler import Sampler
 from gpulens.core.model import GpuSample
 from tests.fakes.libnvml_standin import Standin, build, fresh_copy, standin_pynvml
-from tests.unit.collectors.test_sampler import _own_tree_pattern as own_tree_pattern
+from tests.fakes.own_tree import own_tree_pattern
 
 GIB = 1 << 30
 LINKS = 18
@@ -152,7 +153,7 @@ def test_a_failing_field_call_goes_through_the_binding_and_a_lost_gpu_is_said(
     assert g4.power_w is None and "NVML_ERROR_NOT_SUPPORTED" in g4.unavailable["power_w"]
     assert g4.utilization_percent == 14.0
     assert second.gpus[4].unavailable["power_w"] == g4.unavailable["power_w"]  # said again, not asked again
-    assert calls_second == calls_third  # the unsupported call and the lost GPU cost nothing more
+    assert calls_second == calls_third  # reads after the first make the same calls: nothing retried
 
 
 def test_a_sample_through_the_real_binding_places_gpu_memory_on_the_job(
@@ -168,21 +169,23 @@ def test_a_sample_through_the_real_binding_places_gpu_memory_on_the_job(
     assert me.gpu_mem_bytes == {"3": 2 * GIB}
 
 
-def test_after_the_stand_in_pynvml_finds_no_library_again(built: Path, tmp_path: Path) -> None:
-    with standin_pynvml(fresh_copy(built, tmp_path)) as (pynvml, _), NvmlCollector(pynvml) as collector:
-        assert len(collector.read().gpus) == 8
-    with NvmlCollector() as collector:  # pynvml's own dlopen("libnvidia-ml.so.1"): not the stand-in
-        reading = collector.read()
-    assert reading.gpus == ()
-    assert "NVML_ERROR_LIBRARY_NOT_FOUND" in reading.unavailable["gpus"]
+def test_after_the_stand_in_pynvml_has_its_own_library_again(built: Path, tmp_path: Path) -> None:
+    import pynvml
 
+    before = pynvml.nvmlLib
+    with standin_pynvml(fresh_copy(built, tmp_path)) as (bound, _), NvmlCollector(bound) as collector:
+        assert bound.nvmlLib is not before
+        assert len(collector.read().gpus) == 8
+    assert pynvml.nvmlLib is before
+    with NvmlCollector() as collector:  # pynvml's own dlopen("libnvidia-ml.so.1"): a driver's, or none
+        reading = collector.read()
+    assert not [g for g in reading.gpus if "TEST DOUBLE" in g.name]
+    if not os.path.exists("/dev/nvidiactl"):
+        assert reading.gpus == () and reading.unavailable["gpus"].startswith("NVML init failed")
 
 
 def test_a_binding_whose_field_value_differs_from_nvml_h_takes_its_own_call(
         nvml: tuple[ModuleType, Standin]) -> None:
-    import ctypes
-    from types import SimpleNamespace
-
     pynvml, _ = nvml
 
     class Shifted(ctypes.Structure):  # 40 bytes, as nvml.h's, but nvmlReturn and the value elsewhere
@@ -194,3 +197,28 @@ def test_a_binding_whose_field_value_differs_from_nvml_h_takes_its_own_call(
     assert RawFieldValues.make(same, object(), [(139, 0)]) is not None
     shifted = SimpleNamespace(nvmlLib=pynvml.nvmlLib, c_nvmlFieldValue_t=Shifted)
     assert RawFieldValues.make(shifted, object(), [(139, 0)]) is None
+
+
+def test_field_values_that_fail_for_good_are_not_asked_again(nvml: tuple[ModuleType, Standin]) -> None:
+    pynvml, standin = nvml
+    with _opened(pynvml, standin) as collector:
+        before = standin.calls()
+        _read_after(collector, standin)
+        healthy = standin.calls() - before
+        standin.fail("nvmlDeviceGetFieldValues", NOT_SUPPORTED, gpu=2)
+        before = standin.calls()
+        standin.advance(1.0)
+        first = collector.read()
+        failing = standin.calls() - before
+        before = standin.calls()
+        standin.advance(1.0)
+        second = collector.read()
+        after = standin.calls() - before
+    assert failing == healthy + 1  # the raw call, then pynvml's wrapper for the error
+    assert after == healthy - 1  # then neither: the reason is sticky
+    for reading in (first, second):
+        g2 = reading.gpus[2]
+        assert g2.nvlink_rx_bytes_per_s is None
+        assert "NVML_ERROR_NOT_SUPPORTED" in g2.unavailable["nvlink_rx_bytes_per_s"]
+        assert g2.utilization_percent == 12.0
+        assert reading.gpus[3].nvlink_rx_bytes_per_s == LINKS * 64 * 4 * 1024

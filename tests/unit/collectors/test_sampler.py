@@ -5,26 +5,18 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 
 from gpulens.collectors.sampler import Sampler, gpu_memory_by_pid
 from gpulens.core.model import GpuProcess, GpuSample
 from gpulens.ipc.serialize import sample_from_dict, sample_to_dict
 from tests.fakes.fake_nvml import make_fake_nvml
-
-
-def _own_tree_pattern() -> str:
-    names, pid = [], os.getpid()
-    while pid > 0:
-        names.append(Path(f"/proc/{pid}/comm").read_text().rstrip("\n"))
-        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    return re.escape("/".join(reversed(names))) + "$"
+from tests.fakes.own_tree import own_tree_pattern
 
 
 def test_sample_with_fake_gpus_joins_gpu_memory_to_jobs() -> None:
     fake = make_fake_nvml(gpus=2)
     fake.add_process(1, os.getpid(), 3 << 30)
-    with Sampler(hostname="node01", job_pattern=_own_tree_pattern(), nvml=fake) as sampler:
+    with Sampler(hostname="node01", job_pattern=own_tree_pattern(), nvml=fake) as sampler:
         sample = sampler.sample()
     assert sample.host == "node01"
     assert [g.index for g in sample.gpus] == [0, 1]
@@ -73,7 +65,7 @@ def _proc_files_open() -> set[str]:
 def test_close_gives_back_the_kept_proc_files() -> None:
     before = _proc_files_open()
     me = str(os.getpid())
-    with Sampler(job_pattern=_own_tree_pattern(), nvml=None, amd=None, kubelet=None) as sampler:
+    with Sampler(job_pattern=own_tree_pattern(), nvml=None, amd=None, kubelet=None) as sampler:
         sampler.sample()
         sampler.sample()
         kept = _proc_files_open() - before
