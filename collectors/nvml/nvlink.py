@@ -80,9 +80,13 @@ class NvLinkCounter:
             if self._q.is_sticky(NVLINK_FIELDS[0]):
                 self._raw = None  # failed for good: the driver is not asked again, the reason is said each read
             return None, None
-        rx, tx = values[:n], values[n:2 * n]
-        return (self._half(NVLINK_FIELDS[0], tuple(map(_RETURN, rx)), map(_KIB, rx)),
-                self._half(NVLINK_FIELDS[1], tuple(map(_RETURN, tx)), map(_KIB, tx)))
+        return self._half_of(NVLINK_FIELDS[0], values[:n]), self._half_of(NVLINK_FIELDS[1], values[n:2 * n])
+
+    def _half_of(self, name: str, links: Sequence[object]) -> int | None:
+        """:meth:`_half` of the binding's own field values (read by attribute)."""
+        if links and not any(map(_RETURN, links)):  # every link answered: summed in C, no copy made
+            return int(sum(map(_KIB, links)))
+        return self._half(name, tuple(map(_RETURN, links)), map(_KIB, links))
 
     def _half(self, name: str, codes: Sequence[int], kib: Iterable[int]) -> int | None:
         """One direction's KiB summed over the links that answered; None (with the reason) if none did.
