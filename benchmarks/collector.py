@@ -307,7 +307,7 @@ EMPTY = "(the wrapper's own cost: an empty call)"
 def time_parts(samplers: list[Any], fake: FakeNvml, with_share: bool = True) -> list[tuple[list[str], float]]:
     """Each sampler's steady tick by part, ticks taken in turns: CPU ms per part, the wrapper's own
     cost, and (``with_share``: the samplers read the fake) the fake NVML's share of the GPU read (lines,
-    and that share in ms; 0 without ``share``)."""
+    and that share in ms; 0 without ``with_share``)."""
     parts = [Parts() for _ in samplers]
     undo: list[Callable[[], None]] = []
     for sampler, timer in zip(samplers, parts, strict=True):

@@ -81,7 +81,6 @@ MAX_OWED = 65536
 """Exec'd processes left for a later tick at most; past it the next tick re-reads as without exec events."""
 
 
-
 @dataclass(slots=True)
 class _Entry:
     """Cache entry for one (pid, start time); mutable, never leaves this module."""

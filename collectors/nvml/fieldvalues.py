@@ -37,12 +37,13 @@ def _offsets(record: type[ctypes.Structure]) -> tuple[int, ...]:
 class RawFieldValues:
     """The C ``nvmlDeviceGetFieldValues`` for fixed (field id, scope) pairs, into an array made once."""
 
-    __slots__ = ("_args", "_array", "_fn")
+    __slots__ = ("_args", "_array", "_bytes", "_fn")
 
     def __init__(self, fn: Callable[..., int], handle: object, array: ctypes.Array[ctypes.Structure]) -> None:
         self._fn = fn
         self._array = array
         self._args = (handle, ctypes.c_int32(len(array)), ctypes.byref(array))
+        self._bytes = memoryview(array).cast("B")  # the array's memory, read after each call
 
     @classmethod
     def make(cls, nvml: object, handle: object, ids: list[tuple[int, int]]) -> RawFieldValues | None:
@@ -65,5 +66,5 @@ class RawFieldValues:
         when the call did not answer 0."""
         if self._fn(*self._args) != 0:
             return None
-        codes, values = zip(*RECORD.iter_unpack(memoryview(self._array).cast("B")), strict=True)
+        codes, values = zip(*RECORD.iter_unpack(self._bytes), strict=True)
         return codes, values

@@ -10,7 +10,6 @@
  * (a real driver adds its ioctl time, unmeasured here).
  *
  * Knobs, exported under the prefix gpulensStandin (no NVML name):
- *   gpulensStandinSetGpus(n)                 GPUs the next nvmlInit sees (default 8, at most 64)
  *   gpulensStandinAddProcess(gpu, pid, bytes, sm, mem)   a compute process on a GPU
  *   gpulensStandinInjectXid(gpu, xid)        one XID event queued on a GPU
  *   gpulensStandinFail(name, gpu, code)      the named call returns code on that GPU (-1: all GPUs)
@@ -65,7 +64,7 @@ typedef struct gpu {
 typedef struct { char name[64]; int gpu; int code; } fail_t;
 
 static gpu_t gpus[MAX_GPUS];
-static int ngpus = 8;
+static const int ngpus = 8;
 static int initialised = 0;  /* nvmlInit calls not yet shut down: NVML counts them, as here */
 static fail_t fails[MAX_FAILS];
 static int nfails = 0;
@@ -101,12 +100,6 @@ static int failing(const char *name, const gpu_t *g) {
     } while (0)
 
 /* ---- knobs (not NVML) ---- */
-
-int gpulensStandinSetGpus(int n) {
-    if (n < 0 || n > MAX_GPUS) return ERROR_INVALID_ARGUMENT;
-    ngpus = n;
-    return SUCCESS;
-}
 
 int gpulensStandinAddProcess(int gpu, unsigned int pid, unsigned long long bytes, unsigned int sm, unsigned int mem) {
     if (gpu < 0 || gpu >= MAX_GPUS || gpus[gpu].nprocs >= MAX_PROCS) return ERROR_INVALID_ARGUMENT;

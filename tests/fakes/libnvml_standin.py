@@ -76,9 +76,6 @@ class Standin:
         if code != 0:
             raise ValueError(f"stand-in refused {what} (code {code})")
 
-    def set_gpus(self, n: int) -> None:
-        self._ok(self.lib.gpulensStandinSetGpus(n), f"{n} GPUs")
-
     def add_process(self, gpu: int, pid: int, used_bytes: int, sm: int = 0, mem: int = 0) -> None:
         self._ok(self.lib.gpulensStandinAddProcess(gpu, pid, used_bytes, sm, mem), f"process {pid}")
 
