@@ -6,9 +6,17 @@ Each top-level folder is a layer of the data path and installs as
 ``gpulens/<layer> -> ../<layer>`` let tools run from the repository root see
 the same ``gpulens.<layer>`` names (import-linter, mypy, pyright); the build
 takes each layer from its own folder, not through its link.
+
+One part is C: ``collectors/nvml/nvbatch.c`` makes a GPU's NVML calls in one
+crossing from Python (``gpulens.collectors.nvml.batch``). It is built here
+when a C compiler is at hand; without one the install still succeeds, says
+so, and GPUs are read through pynvml's wrappers alone.
 """
 
-from setuptools import find_packages, setup
+import sys
+
+from setuptools import Extension, find_packages, setup
+from setuptools.command.build_ext import build_ext
 
 LAYERS = ("core", "collectors", "ipc", "agent", "sources", "store", "analysis", "tui")
 
@@ -19,4 +27,29 @@ for layer in LAYERS:
     packages += [f"gpulens.{layer}.{p}" for p in find_packages(layer)]
     package_dir[f"gpulens.{layer}"] = layer
 
-setup(packages=packages, package_dir=package_dir)
+
+class OptionalBuildExt(build_ext):
+    """Builds the NVML call batch if it can; a failure is said, not fatal (pynvml alone reads GPUs)."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as err:  # no compiler at all: the pure-Python path serves
+            print(f"gpulens: NVML call batch not built ({err}); GPUs will be read through pynvml alone",
+                  file=sys.stderr)
+
+    def build_extension(self, ext: Extension) -> None:
+        try:
+            super().build_extension(ext)
+        except Exception as err:  # a compiler that fails: the same
+            print(f"gpulens: {ext.name} not built ({err}); GPUs will be read through pynvml alone",
+                  file=sys.stderr)
+
+
+setup(
+    packages=packages,
+    package_dir=package_dir,
+    ext_modules=[Extension("gpulens.collectors.nvml._nvbatch", sources=["collectors/nvml/nvbatch.c"],
+                           extra_compile_args=["-O2", "-Wall", "-Wextra"])],
+    cmdclass={"build_ext": OptionalBuildExt},
+)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -22,6 +22,10 @@ DEFAULT_ROOT = Path("/sys/class/infiniband")
 WORD_BYTES = 4
 """port_rcv_data / port_xmit_data count 4-byte words (lanes' octets / 4)."""
 MIN_INTERVAL_S = 0.05
+ABSENT_RECHECK_S = 5.0
+"""While the root is absent (most machines), it is looked for again at most this often: a stat(2) of a
+missing sysfs path cost about 70 us of a cold tick's CPU on the development VM. A device whose driver
+loads later is seen within this time."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,11 +64,14 @@ def parse_state(text: str | None) -> str:
 class InfinibandCollector:
     """Reads every port under ``root``; the root is injectable for tests."""
 
-    def __init__(self, root: Path | str = DEFAULT_ROOT) -> None:
+    def __init__(self, root: Path | str = DEFAULT_ROOT, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._absent_until = -1.0
+        """Until when (clock) the root is taken as still absent without looking."""
         self._root = Path(root)
         self._root_text = str(self._root)
         self._absent = IbReading((), MappingProxyType({"infiniband": f"{self._root} absent (no InfiniBand devices)"}))
-        """The reading while the root is absent (most machines): one stat(2) a tick, nothing built."""
+        """The reading while the root is absent (most machines): nothing built, one stat(2) each ABSENT_RECHECK_S."""
         self._last_time = time.monotonic()
         self._last: dict[tuple[str, int], tuple[int | None, int | None]] = {}
         for dev, port, path in self._ports():
@@ -95,12 +102,16 @@ class InfinibandCollector:
 
     def read(self) -> IbReading:
         """Ports with rates in bytes/s since the previous call; never raises on sysfs errors."""
+        if self._absent_until >= 0 and self._clock() < self._absent_until:
+            return self._absent
         try:
             is_dir = stat.S_ISDIR(os.stat(self._root_text).st_mode)
         except (OSError, ValueError):
             is_dir = False
         if not is_dir:
+            self._absent_until = self._clock() + ABSENT_RECHECK_S
             return self._absent
+        self._absent_until = -1.0
         wait = self._last_time + MIN_INTERVAL_S - time.monotonic()
         if wait > 0:
             time.sleep(wait)

@@ -10,23 +10,34 @@ None with a reason in ``GpuSample.unavailable``, never 0.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any, TypeVar
 
+from gpulens.collectors.nvml.fastread import BatchedRead
 from gpulens.collectors.nvml.gpm import GpmSampler
 from gpulens.collectors.nvml.mig import MigDevice, MigLayout
 from gpulens.collectors.nvml.nvlink import NvLinkCounter
 from gpulens.collectors.nvml.query import (
     GPU_IS_LOST,
-    NOT_FOUND,
     TIMEOUT,
     GpuLost,
     Query,
     decode_clock_reasons,
     describe,
     error_code,
+)
+from gpulens.collectors.nvml.scalars import (
+    COMPUTE,
+    GRAPHICS,
+    MAX_PROCESSES,
+    NO_SAMPLES,
+    PROC_UTIL,
+    SCALARS,
+    pairs,
+    util_samples,
 )
 from gpulens.core.logbook import Failure, call_guarded
 from gpulens.core.model import GpuProcess, GpuSample
@@ -44,19 +55,27 @@ def _lost_as_value(fn: Callable[..., _T], *args: object) -> _T | GpuLost:
 
 MAX_XIDS_PER_READ = 64
 """Events drained per read; more stay queued in NVML for the next read."""
-MAX_PROCESSES = 4096
-# Newest call first; the older names serve drivers (or pynvml) that lack it.
-_CLOCK_REASONS = ("nvmlDeviceGetCurrentClocksEventReasons",
-                  "nvmlDeviceGetCurrentClocksThrottleReasons")
-_COMPUTE = ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2")
-_GRAPHICS = ("nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses_v2")
-_PROC_UTIL = ("processes.sm_util_percent", "processes.mem_util_percent")
-_NO_SAMPLES = frozenset({NOT_FOUND, 0})
-"""Process utilization errors that mean "no sample since then", not a failure."""
 
 
 def _text(value: object) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+_GPU_FIELDS = tuple(f.name for f in dataclasses.fields(GpuSample))
+_PUT = tuple(getattr(GpuSample, name).__set__ for name in _GPU_FIELDS)
+"""GpuSample's slots, in its fields' order (the slot descriptors of a slots dataclass)."""
+
+
+def _gpu_sample(*values: object) -> GpuSample:
+    """``GpuSample(*values)``, every field given, in order: the same frozen object, made without its
+    ``__init__``'s one ``object.__setattr__`` per field (about half a GPU's sample on a cold tick).
+    tests/unit/collectors/test_nvml_batch.py checks it against ``GpuSample(*values)``."""
+    if len(values) != len(_PUT):
+        raise TypeError(f"GpuSample has {len(_PUT)} fields, {len(values)} given")
+    sample = object.__new__(GpuSample)
+    for put, value in zip(_PUT, values, strict=True):
+        put(sample, value)
+    return sample
 
 
 class GpuDevice:
@@ -77,6 +96,9 @@ class GpuDevice:
         self._nvlink: NvLinkCounter | None = None
         self._mig: MigLayout | None = None
         self._identity_reasons: dict[str, str] = {}
+        self._scalar_args = tuple(scalar.constants(nvml) for scalar in SCALARS)
+        self._fast: BatchedRead | None = None
+        """The read as one batch of C calls (collectors.nvml.fastread); None: through pynvml alone."""
         try:
             self.handle: Any = nvml.nvmlDeviceGetHandleByIndex(index)
         except nvml.NVMLError as err:
@@ -97,13 +119,18 @@ class GpuDevice:
         self._nvlink = NvLinkCounter(q, h, clock)
         self._gpm = GpmSampler(q, h)
         self._mig = MigLayout(self._nvml, h, clock)
-        self._read_mig()  # the MIG devices are listed now; later reads check the mode, and list on a change
+        self.read_mig()  # the MIG devices are listed now; later reads check the mode, and list on a change
+        self._fast = BatchedRead.make(self)
 
-    def _read_mig(self) -> str | None:
-        """The MIG layout's note (None: nothing to say); raises only GpuLost."""
+    def read_mig(self, mode: tuple[int, int] | None = None) -> str | None:
+        """The MIG layout's note (None: nothing to say); ``mode``: (current, pending) already read.
+
+        Raises:
+            GpuLost: NVML reports the GPU as lost.
+        """
         if self._mig is None:
             return None
-        got = call_guarded(log, f"reading GPU {self.index}'s MIG layout", _lost_as_value, self._mig.read)
+        got = call_guarded(log, f"reading GPU {self.index}'s MIG layout", _lost_as_value, self._mig.read, mode)
         if isinstance(got, Failure):  # the GPU's other figures are still read
             return f"MIG layout not read: internal error: {got}"
         if isinstance(got, GpuLost):
@@ -141,71 +168,78 @@ class GpuDevice:
             return GpuSample(self.index, self.name, self.uuid, unavailable={"gpu": lost.reason})
 
     def _read(self) -> GpuSample:
-        nvml, q, h = self._nvml, self._q, self.handle
-        util = q(("utilization_percent", "memory_utilization_percent"),
-                 "nvmlDeviceGetUtilizationRates", h)
-        mem = q(("mem_used_bytes", "mem_total_bytes"), "nvmlDeviceGetMemoryInfo", h)
-        power_mw = q("power_w", "nvmlDeviceGetPowerUsage", h)
-        limit_mw = q("power_limit_w", "nvmlDeviceGetEnforcedPowerLimit", h)
-        temp = q("temperature_c", "nvmlDeviceGetTemperature", h, nvml.NVML_TEMPERATURE_GPU)
-        sm_mhz = q("sm_clock_mhz", "nvmlDeviceGetClockInfo", h, nvml.NVML_CLOCK_SM)
-        mem_mhz = q("mem_clock_mhz", "nvmlDeviceGetClockInfo", h, nvml.NVML_CLOCK_MEM)
-        energy_mj = q("energy_joules", "nvmlDeviceGetTotalEnergyConsumption", h)  # since the driver loaded
-        # NVML reports PCIe throughput in KB/s over a 20 ms window; KiB as nvidia-smi does.
-        rx_kb = q("pcie_rx_bytes_per_s", "nvmlDeviceGetPcieThroughput", h,
-                  nvml.NVML_PCIE_UTIL_RX_BYTES)
-        tx_kb = q("pcie_tx_bytes_per_s", "nvmlDeviceGetPcieThroughput", h,
-                  nvml.NVML_PCIE_UTIL_TX_BYTES)
-        ecc_c = q("ecc_corrected", "nvmlDeviceGetTotalEccErrors", h,
-                  nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml.NVML_VOLATILE_ECC)
-        ecc_u = q("ecc_uncorrected", "nvmlDeviceGetTotalEccErrors", h,
-                  nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_VOLATILE_ECC)
-        mask = q("throttle_reasons", _CLOCK_REASONS, h)
+        fast = self._fast
+        if fast is not None:
+            sample = fast.read()
+            if fast.regrow:  # more processes than the batch holds: laid out again, larger
+                self._fast = BatchedRead.make(self, fast.regrow * 2 + 5)
+            return sample
+        q, h = self._q, self.handle
+        values: list[Any] = []
+        for scalar, args in zip(SCALARS, self._scalar_args, strict=True):
+            values.extend(scalar.flat(q(scalar.fields, scalar.fn, h, *args)))
         nvl_rx, nvl_tx = self._nvlink.read() if self._nvlink else (None, None)
-        xids = self._drain_xids()
-        processes = self._processes()
+        xids = self.drain_xids()
+        compute = pairs(q("processes", COMPUTE, h))
+        graphics = pairs(q("processes.graphics", GRAPHICS, h))
+        ok, samples = q.call(PROC_UTIL, "nvmlDeviceGetProcessUtilization", h,
+                             self._util_since_us, empty_on=NO_SAMPLES)
+        processes = self.merge_processes(compute, graphics, ok, util_samples(samples))
         gpm = self._gpm.read() if self._gpm else {}
-        mig = self._read_mig()
+        mig = self.read_mig()
+        return self.sample(values, (nvl_rx, nvl_tx), xids, processes, gpm, mig)
+
+    def sample(self, values: Sequence[Any], nvlink: tuple[float | None, float | None], xids: tuple[int, ...],
+               processes: tuple[GpuProcess, ...], gpm: Mapping[str, float | None], mig: str | None) -> GpuSample:
+        """The GpuSample of one read: ``values`` are :data:`SCALARS`' answers, flat (None: not read)."""
+        (util_gpu, util_mem, mem_total, _mem_free, mem_used, power_mw, limit_mw, temp, sm_mhz, mem_mhz,
+         energy_mj, rx_kb, tx_kb, ecc_c, ecc_u, mask) = values
+        q = self._q
         if mig is not None:
             q.note("mig", mig)
-        return GpuSample(
-            index=self.index,
-            name=self.name,
-            uuid=self.uuid,
-            utilization_percent=None if util is None else float(util.gpu),
-            memory_utilization_percent=None if util is None else float(util.memory),
-            mem_used_bytes=None if mem is None else int(mem.used),
-            mem_total_bytes=None if mem is None else int(mem.total),
-            power_w=None if power_mw is None else power_mw / 1000.0,
-            power_limit_w=None if limit_mw is None else limit_mw / 1000.0,
-            temperature_c=None if temp is None else float(temp),
-            sm_clock_mhz=None if sm_mhz is None else int(sm_mhz),
-            mem_clock_mhz=None if mem_mhz is None else int(mem_mhz),
-            pcie_rx_bytes_per_s=None if rx_kb is None else rx_kb * 1024.0,
-            pcie_tx_bytes_per_s=None if tx_kb is None else tx_kb * 1024.0,
-            nvlink_rx_bytes_per_s=nvl_rx,
-            nvlink_tx_bytes_per_s=nvl_tx,
-            ecc_corrected=None if ecc_c is None else int(ecc_c),
-            ecc_uncorrected=None if ecc_u is None else int(ecc_u),
-            xid_events=xids,
-            throttle_reasons=() if mask is None else decode_clock_reasons(int(mask)),
-            sm_activity_percent=gpm.get("sm_activity_percent"),
-            sm_occupancy_percent=gpm.get("sm_occupancy_percent"),
-            dram_bw_util_percent=gpm.get("dram_bw_util_percent"),
-            processes=processes,
-            unavailable={**self._identity_reasons, **q.reasons},
-            tensor_active_percent=gpm.get("tensor_active_percent"),
-            energy_joules=None if energy_mj is None else energy_mj / 1000.0,
+        # NVML reports PCIe throughput in KB/s over a 20 ms window; KiB as nvidia-smi does.
+        return _gpu_sample(
+            self.index,
+            self.name,
+            self.uuid,
+            None if util_gpu is None else float(util_gpu),  # utilization_percent
+            None if util_mem is None else float(util_mem),  # memory_utilization_percent
+            None if mem_used is None else int(mem_used),  # mem_used_bytes
+            None if mem_total is None else int(mem_total),  # mem_total_bytes
+            None if power_mw is None else power_mw / 1000.0,  # power_w
+            None if limit_mw is None else limit_mw / 1000.0,  # power_limit_w
+            None if temp is None else float(temp),  # temperature_c
+            None if sm_mhz is None else int(sm_mhz),  # sm_clock_mhz
+            None if mem_mhz is None else int(mem_mhz),  # mem_clock_mhz
+            None if rx_kb is None else rx_kb * 1024.0,  # pcie_rx_bytes_per_s
+            None if tx_kb is None else tx_kb * 1024.0,  # pcie_tx_bytes_per_s
+            nvlink[0],  # nvlink_rx_bytes_per_s
+            nvlink[1],  # nvlink_tx_bytes_per_s
+            None if ecc_c is None else int(ecc_c),  # ecc_corrected
+            None if ecc_u is None else int(ecc_u),  # ecc_uncorrected
+            xids,  # xid_events
+            () if mask is None else decode_clock_reasons(int(mask)),  # throttle_reasons
+            gpm.get("sm_activity_percent"),
+            gpm.get("sm_occupancy_percent"),
+            gpm.get("dram_bw_util_percent"),
+            processes,
+            {**self._identity_reasons, **q.reasons},  # unavailable
+            gpm.get("tensor_active_percent"),
+            None,  # nvlink_total_bytes_per_s: NVML gives each direction
+            None if energy_mj is None else energy_mj / 1000.0,  # energy_joules
+            "nvidia",  # vendor
+            None,  # allocated: set by the sampler from the kubelet or Slurm
         )
 
-    def _drain_xids(self) -> tuple[int, ...]:
+    def drain_xids(self, found: list[int] | None = None) -> tuple[int, ...]:
+        """The XIDs queued since the last read (after ``found``, already taken from the queue)."""
+        found = [] if found is None else found
         if self._events is None:
             self._q.note("xid_events", self._xid_why)
             return ()
         nvml = self._nvml
         xid_type = getattr(nvml, "nvmlEventTypeXidCriticalError", 0x8)
-        found: list[int] = []
-        for _ in range(MAX_XIDS_PER_READ):
+        for _ in range(MAX_XIDS_PER_READ - len(found)):
             try:
                 data = nvml.nvmlEventSetWait(self._events, 0)
             except nvml.NVMLError as err:
@@ -219,35 +253,35 @@ class GpuDevice:
                 found.append(int(data.eventData))
         return tuple(found)
 
-    def _processes(self) -> tuple[GpuProcess, ...]:
-        q, h = self._q, self.handle
+    def merge_processes(self, compute: Sequence[tuple[int, int | None]], graphics: Sequence[tuple[int, int | None]],
+                        ok: bool, samples: Sequence[tuple[int, int, int, int]]) -> tuple[GpuProcess, ...]:
+        """The GPU's processes from its compute and graphics lists, (pid, bytes used or None) each, and the
+        utilization samples, (pid, timestamp in us, SM %, memory %) each; ``ok``: the samples were read."""
+        q = self._q
         used: dict[int, int | None] = {}
-        compute = q("processes", _COMPUTE, h) or ()
-        graphics = q("processes.graphics", _GRAPHICS, h) or ()
-        for proc in (*compute, *graphics)[:MAX_PROCESSES]:
-            mem = proc.usedGpuMemory
-            if used.get(proc.pid) is None:
-                used[int(proc.pid)] = None if mem is None else int(mem)
-        ok, samples = q.call(_PROC_UTIL, "nvmlDeviceGetProcessUtilization", h,
-                             self._util_since_us, empty_on=_NO_SAMPLES)
-        util: dict[int, Any] = {}
-        for sample in (samples or ())[:MAX_PROCESSES]:
-            seen = util.get(sample.pid)
-            if seen is None or sample.timeStamp >= seen.timeStamp:
-                util[int(sample.pid)] = sample
-            self._util_since_us = max(self._util_since_us, int(sample.timeStamp))
+        for pid, mem in (*compute, *graphics)[:MAX_PROCESSES]:
+            if used.get(pid) is None:
+                used[pid] = None if mem is None else int(mem)
+        util: dict[int, tuple[int, int, int]] = {}
+        since = self._util_since_us
+        for pid, stamp, sm, mem_util in samples[:MAX_PROCESSES]:
+            seen = util.get(pid)
+            if seen is None or stamp >= seen[0]:
+                util[pid] = (stamp, sm, mem_util)
+            since = max(since, stamp)
+        self._util_since_us = since
         if None in used.values():
             q.note("processes.used_memory_bytes", "NVML gives no per-process memory here")
         if ok and not used.keys() <= util.keys():
-            q.note(_PROC_UTIL, "no utilization sample since the last read for some processes")
+            q.note(PROC_UTIL, "no utilization sample since the last read for some processes")
         out = []
         for pid in sorted(used):
             sample = util.get(pid)
             out.append(GpuProcess(
                 pid=pid,
                 used_memory_bytes=used[pid],
-                sm_util_percent=None if sample is None else float(sample.smUtil),
-                mem_util_percent=None if sample is None else float(sample.memUtil),
+                sm_util_percent=None if sample is None else float(sample[1]),
+                mem_util_percent=None if sample is None else float(sample[2]),
             ))
         return tuple(out)
 

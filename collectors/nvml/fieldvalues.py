@@ -37,13 +37,15 @@ def _offsets(record: type[ctypes.Structure]) -> tuple[int, ...]:
 class RawFieldValues:
     """The C ``nvmlDeviceGetFieldValues`` for fixed (field id, scope) pairs, into an array made once."""
 
-    __slots__ = ("_args", "_array", "_bytes", "_fn")
+    __slots__ = ("_all", "_args", "_array", "_bytes", "_fn")
 
     def __init__(self, fn: Callable[..., int], handle: object, array: ctypes.Array[ctypes.Structure]) -> None:
         self._fn = fn
         self._array = array
         self._args = (handle, ctypes.c_int32(len(array)), ctypes.byref(array))
         self._bytes = memoryview(array).cast("B")  # the array's memory, read after each call
+        self._all = struct.Struct("=" + RECORD.format[1:] * len(array))
+        """Every record's (nvmlReturn, value) in one unpack, flat."""
 
     @classmethod
     def make(cls, nvml: object, handle: object, ids: list[tuple[int, int]]) -> RawFieldValues | None:
@@ -61,10 +63,22 @@ class RawFieldValues:
             slot.fieldId, slot.scopeId = field_id, scope
         return cls(fn, handle, array)
 
+    @property
+    def address(self) -> int:
+        """Where the array is (for a batch that makes the call: collectors.nvml.fastread)."""
+        return ctypes.addressof(self._array)
+
+    def __len__(self) -> int:
+        return len(self._array)
+
     def read(self) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
         """(each field's return code, each field's value as ``ullVal``) in the order asked, or None
         when the call did not answer 0."""
         if self._fn(*self._args) != 0:
             return None
-        codes, values = zip(*RECORD.iter_unpack(self._bytes), strict=True)
-        return codes, values
+        return self.answers()
+
+    def answers(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """What the last call, made here or by a batch, left in the array (as :meth:`read` gives it)."""
+        flat = self._all.unpack_from(self._bytes)
+        return flat[0::2], flat[1::2]

@@ -12,6 +12,8 @@ covers a real interval.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import struct
 from typing import Any
 
 from gpulens.collectors.nvml.query import Query, describe_code
@@ -24,13 +26,15 @@ GPM_METRICS: tuple[tuple[str, str, int], ...] = (
     ("tensor_active_percent", "NVML_GPM_METRIC_ANY_TENSOR_UTIL", 5),
 )
 GPM_FIELDS = tuple(name for name, _, _ in GPM_METRICS)
+_POINTER = struct.Struct("@P")
 NO_GPM = "GPM not supported on this GPU (needs Hopper or newer, not in MIG mode)"
 
 
 class GpmSampler:
     """Two-sample GPM reader for one GPU; ``reasons`` go through the GPU's Query."""
 
-    __slots__ = ("_cur", "_handle", "_ids", "_prev", "_primed", "_q", "_request", "_why")
+    __slots__ = ("_addresses", "_cur", "_handle", "_ids", "_prev", "_primed", "_q", "_raw", "_records", "_request",
+                 "_sample_at", "_why")
 
     def __init__(self, q: Query, handle: object) -> None:
         self._q = q
@@ -40,6 +44,13 @@ class GpmSampler:
         self._request: Any = None
         """The nvmlGpmMetricsGet request, made on the first read and reused (pynvml's is a 19 KB struct)."""
         self._primed = False
+        self._records: struct.Struct | None = None
+        """The metric records' (nvmlReturn, value) pairs in the request, for a batched read."""
+        self._raw: memoryview | None = None
+        self._sample_at = (0, 0)
+        """Where the request holds its sample1 and sample2 pointers."""
+        self._addresses = (0, 0)
+        """The (previous, new) samples' addresses, swapped as the samples are."""
         nvml = q.nvml
         self._ids = tuple(getattr(nvml, const, value) for _, const, value in GPM_METRICS)
         self._why: str | None = None
@@ -77,27 +88,89 @@ class GpmSampler:
             return out
         if q(GPM_FIELDS, "nvmlGpmSampleGet", self._handle, self._cur) is None:
             return out
-        nvml = q.nvml
+        request = self._made_request()
+        request.sample1 = self._prev
+        request.sample2 = self._cur
+        # The new sample becomes the base of the next interval whatever happens next.
+        self._prev, self._cur = self._cur, self._prev
+        self._addresses = self._addresses[1], self._addresses[0]
+        if q(GPM_FIELDS, "nvmlGpmMetricsGet", request) is None:
+            return out
+        for i, name in enumerate(GPM_FIELDS):
+            metric = request.metrics[i]
+            self._put(out, name, int(metric.nvmlReturn), metric.value)
+        return out
+
+    def _put(self, out: dict[str, float | None], name: str, code: int, value: float) -> None:
+        if code != 0:
+            self._q.note(name, describe_code(self._q.nvml, code))
+        else:
+            out[name] = float(value)
+
+    def _made_request(self) -> Any:  # noqa: ANN401  pynvml's c_nvmlGpmMetricsGet_t
+        """The nvmlGpmMetricsGet request, made on first use and reused (its metric ids set once)."""
         request = self._request
         if request is None:
+            nvml = self._q.nvml
             request = self._request = nvml.c_nvmlGpmMetricsGet_t()
             request.version = getattr(nvml, "NVML_GPM_METRICS_GET_VERSION", 1)
             request.numMetrics = len(self._ids)
             for i, metric_id in enumerate(self._ids):
                 request.metrics[i].metricId = metric_id
-        request.sample1 = self._prev
-        request.sample2 = self._cur
-        # The new sample becomes the base of the next interval whatever happens next.
+        return request
+
+    # A batched read (collectors.nvml.fastread) takes the sample and the metrics in its one crossing:
+    def request_address(self) -> int | None:
+        """The request's address for a batch, with its metric records' layout ready; None: no GPM
+        here, or a request this code cannot read back as raw records."""
+        if self._why is not None:
+            return None
+        request = self._made_request()
+        metric_type = getattr(type(request.metrics), "_type_", None)
+        metric = getattr(getattr(type(request), "metrics", None), "offset", None)
+        record = getattr(getattr(metric_type, "nvmlReturn", None), "offset", None)
+        value = getattr(getattr(metric_type, "value", None), "offset", None)
+        if not (isinstance(metric, int) and isinstance(record, int) and isinstance(value, int)
+                and value >= record + 4 and metric_type is not None):
+            return None
+        size = ctypes.sizeof(metric_type)
+        fmt = ["="]
+        at = 0
+        for i in range(len(GPM_FIELDS)):
+            base = metric + i * size
+            fmt.append(f"{base + record - at}xI{value - record - 4}xd")
+            at = base + value + 8
+        sample_at = tuple(getattr(getattr(type(request), name, None), "offset", None) for name in ("sample1", "sample2"))
+        if not all(isinstance(at, int) for at in sample_at):
+            return None
+        self._sample_at = (int(sample_at[0] or 0), int(sample_at[1] or 0))
+        self._records = struct.Struct("".join(fmt))
+        self._raw = memoryview(request).cast("B")
+        self._addresses = (ctypes.cast(self._prev, ctypes.c_void_p).value or 0,
+                           ctypes.cast(self._cur, ctypes.c_void_p).value or 0)
+        return ctypes.addressof(request)
+
+    def batchable(self) -> bool:
+        """Whether the next read can be batched (GPM here, a base sample taken, the request laid out)."""
+        return self._why is None and self._primed and self._records is not None
+
+    def begin_batched(self) -> int:
+        """Point the request at (previous, new) samples; the new sample's address, for nvmlGpmSampleGet."""
+        prev, cur = self._addresses
+        _POINTER.pack_into(self._raw, self._sample_at[0], prev)  # type: ignore[arg-type]  # set by request_address
+        _POINTER.pack_into(self._raw, self._sample_at[1], cur)  # type: ignore[arg-type]
+        return cur
+
+    def end_batched(self, sample_code: int, metrics_code: int) -> dict[str, float | None] | None:
+        """The figures after the batch made both calls; None: one did not answer 0 (read() asks again)."""
+        if sample_code != 0 or metrics_code != 0 or self._records is None or self._raw is None:
+            return None
         self._prev, self._cur = self._cur, self._prev
-        if q(GPM_FIELDS, "nvmlGpmMetricsGet", request) is None:
-            return out
+        self._addresses = self._addresses[1], self._addresses[0]
+        out: dict[str, float | None] = dict.fromkeys(GPM_FIELDS)
+        got = self._records.unpack_from(self._raw)
         for i, name in enumerate(GPM_FIELDS):
-            metric = request.metrics[i]
-            code = int(metric.nvmlReturn)
-            if code != 0:
-                q.note(name, describe_code(nvml, code))
-            else:
-                out[name] = float(metric.value)
+            self._put(out, name, got[2 * i], got[2 * i + 1])
         return out
 
     def close(self) -> None:
@@ -107,5 +180,5 @@ class GpmSampler:
                 continue
             with contextlib.suppress(Exception):  # shutting down: nobody to tell
                 self._q.nvml.nvmlGpmSampleFree(sample)
-        self._prev = self._cur = self._request = None
+        self._prev = self._cur = self._request = self._records = self._raw = None
         self._why = "GPM sampler closed"

@@ -117,8 +117,14 @@ class MigLayout:
         except self._mismatch as err:  # pynvml newer than the driver
             raise _Failed(FUNCTION_NOT_FOUND, f"driver older than pynvml: {err}") from err
 
-    def read(self) -> str | None:
+    def batchable(self) -> bool:
+        """Whether the mode is read each time (a batched read may then read it and hand it to :meth:`read`)."""
+        return self._capable and self._sticky is None
+
+    def read(self, mode: tuple[int, int] | None = None) -> str | None:
         """Read the mode, list the MIG devices when due; the note for ``unavailable["mig"]`` (None: none).
+
+        ``mode``: (current, pending) as nvmlDeviceGetMigMode just answered them (not asked again).
 
         Raises:
             GpuLost: NVML reports the GPU as lost.
@@ -128,7 +134,7 @@ class MigLayout:
         if self._sticky is not None:
             return self._sticky
         try:
-            current, pending = (int(v) for v in self._call("nvmlDeviceGetMigMode", self._handle))
+            current, pending = (int(v) for v in (mode or self._call("nvmlDeviceGetMigMode", self._handle)))
         except _Failed as failed:
             if failed.code in _NO_MIG:
                 self._capable = False  # a GPU without MIG, or a driver too old for it: normal, never said

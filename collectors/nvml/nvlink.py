@@ -66,10 +66,22 @@ class NvLinkCounter:
         self._prev = self._totals()
         self._prev_t = clock()
 
-    def _totals(self) -> tuple[int | None, int | None]:
-        """Summed (rx, tx) KiB over links; a direction with no readable link is None."""
+    def raw_array(self) -> tuple[int, int] | None:
+        """(field count, address) of the raw reader's array, for a batch that makes the call; None: no raw path."""
+        if self._raw is None or self._why is not None:
+            return None
+        return len(self._raw), self._raw.address
+
+    def _totals(self, answered: bool | None = None) -> tuple[int | None, int | None]:
+        """Summed (rx, tx) KiB over links; a direction with no readable link is None.
+
+        ``answered``: a batch made the raw call already, and it answered 0 (True) or not (False)."""
         n = self._links
-        answer = None if self._raw is None else self._raw.read()
+        raw = self._raw
+        if raw is None or answered is False:
+            answer = None
+        else:
+            answer = raw.answers() if answered else raw.read()
         if answer is not None:
             codes, kib = answer
             return (self._half(NVLINK_FIELDS[0], codes[:n], kib[:n]),
@@ -106,8 +118,10 @@ class NvLinkCounter:
             self._q.note(name, describe_code(self._q.nvml, first_error or 999))
         return total
 
-    def read(self) -> tuple[float | None, float | None]:
+    def read(self, answered: bool | None = None) -> tuple[float | None, float | None]:
         """(rx, tx) in bytes/s since the last read, each None with a reason if unknown.
+
+        ``answered``: as :meth:`_totals` (None: the call is made here).
 
         Raises:
             GpuLost: NVML reports the GPU as lost.
@@ -116,7 +130,17 @@ class NvLinkCounter:
             self._q.note(NVLINK_FIELDS, self._why)
             return None, None
         now = self._clock()
-        cur = self._totals()
+        if answered and self._raw is not None:  # a batch read every link's counters: the usual case first
+            codes, kib = self._raw.answers()
+            n = self._links
+            before_rx, before_tx = self._prev
+            rx, tx = sum(kib[:n]), sum(kib[n:2 * n])
+            dt = now - self._prev_t
+            if (not any(codes) and before_rx is not None and before_tx is not None and rx >= before_rx
+                    and tx >= before_tx and dt > 0):
+                self._prev, self._prev_t = (rx, tx), now
+                return (rx - before_rx) * 1024.0 / dt, (tx - before_tx) * 1024.0 / dt
+        cur = self._totals(answered)
         dt = now - self._prev_t
         rates: list[float | None] = []
         for name, before, after in zip(NVLINK_FIELDS, self._prev, cur, strict=True):

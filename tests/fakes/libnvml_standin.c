@@ -12,7 +12,8 @@
  * Knobs, exported under the prefix gpulensStandin (no NVML name):
  *   gpulensStandinAddProcess(gpu, pid, bytes, sm, mem)   a compute process on a GPU
  *   gpulensStandinInjectXid(gpu, xid)        one XID event queued on a GPU
- *   gpulensStandinFail(name, gpu, code)      the named call returns code on that GPU (-1: all GPUs)
+ *   gpulensStandinFail(name, gpu, code)      the named call returns code on that GPU (-1: all GPUs);
+ *                                            again for the same call and GPU: the new code (0: answers again)
  *   gpulensStandinAnsweringLinks(gpu, n)     only links below n answer their counters (the rest:
  *                                            NVML_ERROR_NOT_SUPPORTED in the field's nvmlReturn)
  *   gpulensStandinCalls()                    calls answered since the library was loaded
@@ -121,6 +122,8 @@ int gpulensStandinInjectXid(int gpu, unsigned long long xid) {
 }
 
 int gpulensStandinFail(const char *name, int gpu, int code) {
+    for (int i = 0; i < nfails; i++)  /* planted before for the same call and GPU: the new code (0: answers) */
+        if (strcmp(fails[i].name, name) == 0 && fails[i].gpu == gpu) { fails[i].code = code; return SUCCESS; }
     if (nfails >= MAX_FAILS || strlen(name) >= sizeof fails[0].name) return ERROR_INVALID_ARGUMENT;
     strcpy(fails[nfails].name, name);
     fails[nfails].gpu = gpu;

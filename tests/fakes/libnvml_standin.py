@@ -87,7 +87,8 @@ class Standin:
         self._ok(self.lib.gpulensStandinInjectXid(gpu, xid), f"XID {xid}")
 
     def fail(self, name: str, code: int, gpu: int = -1) -> None:
-        """``name`` (the C symbol, e.g. ``nvmlDeviceGetPowerUsage``) returns ``code`` on ``gpu`` (-1: all)."""
+        """``name`` (the C symbol, e.g. ``nvmlDeviceGetPowerUsage``) returns ``code`` on ``gpu`` (-1: all);
+        again for the same name and GPU: the new code (0: it answers again)."""
         self._ok(self.lib.gpulensStandinFail(name.encode(), gpu, code), f"failing {name}")
 
     def calls(self) -> int:

@@ -5,7 +5,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from gpulens.collectors.infiniband import WORD_BYTES, InfinibandCollector, parse_state
+from gpulens.collectors.infiniband import (
+    ABSENT_RECHECK_S,
+    WORD_BYTES,
+    InfinibandCollector,
+    parse_state,
+)
 
 
 def _port(root: Path, dev: str, port: int, rcv: int, xmit: int, state: str = "4: ACTIVE") -> Path:
@@ -72,3 +77,17 @@ def test_parse_state() -> None:
     assert parse_state("1: DOWN\n") == "DOWN"
     assert parse_state("odd") == "odd"
     assert parse_state(None) == ""
+
+
+def test_an_absent_root_is_looked_for_again_only_every_few_seconds(tmp_path: Path) -> None:
+    now = [100.0]
+    root = tmp_path / "infiniband"
+    ib = InfinibandCollector(root, clock=lambda: now[0])
+    assert "absent" in ib.read().unavailable["infiniband"]
+    _port(root, "mlx5_0", 1, rcv=10, xmit=20)
+    now[0] += ABSENT_RECHECK_S / 2
+    assert "absent" in ib.read().unavailable["infiniband"]  # not looked for yet
+    now[0] += ABSENT_RECHECK_S / 2
+    ports = ib.read().ports
+    assert [(p.device, p.port) for p in ports] == [("mlx5_0", 1)]
+    assert ports[0].rx_bytes_per_s is None  # appeared this interval: a rate from the next read

@@ -18,7 +18,9 @@ from types import ModuleType, SimpleNamespace
 
 import pytest
 
+from gpulens.collectors.nvml import batch
 from gpulens.collectors.nvml.collector import NvmlCollector
+from gpulens.collectors.nvml.fastread import BatchedRead
 from gpulens.collectors.nvml.fieldvalues import RECORD, RawFieldValues
 from gpulens.collectors.sampler import Sampler
 from gpulens.core.model import GpuSample
@@ -38,8 +40,22 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-@pytest.fixture
-def nvml(built: Path, tmp_path: Path) -> Iterator[tuple[ModuleType, Standin]]:
+_BATCHED = [True]
+"""Whether this test's collectors read through the call batch (collectors/nvml/fastread.py)."""
+
+
+@pytest.fixture(params=["batched", "pynvml"])
+def nvml(built: Path, tmp_path: Path, request: pytest.FixtureRequest,
+         monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[ModuleType, Standin]]:
+    """The stand-in under pynvml; each test runs twice: GPUs read through the call batch, and
+    through pynvml's wrappers alone (the path without the batch library)."""
+    _BATCHED[0] = request.param == "batched"
+    if _BATCHED[0]:
+        loaded = batch.load()
+        if isinstance(loaded, str):
+            pytest.skip(loaded)
+    else:
+        monkeypatch.setattr(BatchedRead, "make", classmethod(lambda cls, device, cap=0: None))
     with standin_pynvml(fresh_copy(built, tmp_path)) as bound:
         yield bound
 
@@ -47,7 +63,9 @@ def nvml(built: Path, tmp_path: Path) -> Iterator[tuple[ModuleType, Standin]]:
 def _opened(pynvml: ModuleType, standin: Standin) -> NvmlCollector:
     """A collector whose clock the stand-in's counters follow: rates are exact."""
     standin.advance(0.0)  # from now on the counters follow standin.now, not CLOCK_MONOTONIC
-    return NvmlCollector(pynvml, clock=standin.clock)
+    collector = NvmlCollector(pynvml, clock=standin.clock)
+    assert [d._fast is not None for d in collector._devices] == [_BATCHED[0]] * 8
+    return collector
 
 
 def _read_after(collector: NvmlCollector, standin: Standin, seconds: float = 2.0) -> tuple[GpuSample, ...]:

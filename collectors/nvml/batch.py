@@ -1,0 +1,132 @@
+"""Many NVML calls in one crossing from Python into C (``nvbatch.c``).
+
+Through ctypes every NVML call costs a Python-to-C crossing, an argument
+conversion and pynvml's wrapper; a GPU's read makes about twenty. A
+:class:`CallBatch` holds a list of calls made once (function addresses that
+pynvml resolved in the library it loaded, arguments, and output places in one
+buffer Python owns) and :meth:`CallBatch.run` makes all of them in one call of
+``gpulens_nvml_batch``; the return codes come back as a tuple, the answers in
+:attr:`CallBatch.arena`, read with :mod:`struct`.
+
+The C part is built at install time (setup.py) next to this module as
+``_nvbatch`` with the interpreter's extension suffix; it is a plain shared
+object loaded with ctypes, never imported. Without it (no C compiler when
+gpulens was installed) :func:`load` says why and GPUs are read through pynvml
+alone. It knows no NVML structure: the caller lays out the outputs and reads
+them back.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import importlib.machinery
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+P, PO, PIO, PIIO, POO, PCO, POU, POCQ = range(8)
+"""Argument shapes, as nvbatch.c names them (GL_P ...): p pointer, i int, u unsigned int, q unsigned
+long long, O the output (``out``), C an unsigned int count (``out2``) set to ``cap`` before the call."""
+NOT_CALLED = -1
+"""The code of a call that was not made (switched off, its ``after`` call failed, or the GPU was lost)."""
+LIBRARY = "_nvbatch"
+ALIGN = 8
+
+
+class _Call(ctypes.Structure):
+    """nvbatch.c's gl_call."""
+
+    _fields_ = (
+        ("fn", ctypes.c_void_p), ("a0", ctypes.c_void_p), ("out", ctypes.c_void_p), ("out2", ctypes.c_void_p),
+        ("i1", ctypes.c_uint64), ("i2", ctypes.c_uint64), ("shape", ctypes.c_uint32), ("cap", ctypes.c_uint32),
+        ("after", ctypes.c_int32), ("on", ctypes.c_int32),
+    )
+
+
+@functools.cache
+def load() -> ctypes._CFuncPtr | str:  # type: ignore[name-defined]  # ctypes's private base class names the type
+    """``gpulens_nvml_batch`` from the library built beside this module, or why it cannot be had."""
+    here = Path(__file__).resolve().parent
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = here / f"{LIBRARY}{suffix}"
+        if path.is_file():
+            try:
+                fn = ctypes.CDLL(str(path)).gpulens_nvml_batch
+            except (OSError, AttributeError) as err:
+                return f"the NVML call batch {path.name} does not load: {err}"
+            fn.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)
+            fn.restype = ctypes.c_int
+            return fn
+    return ("the NVML call batch (collectors/nvml/nvbatch.c) was not built when gpulens was installed "
+            "(no C compiler then?); GPUs are read through pynvml's wrappers alone")
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One call of a batch: ``fn`` (an address) in ``shape``, with its outputs in the arena.
+
+    ``out``/``out2``: bytes the call writes, placed in the arena (0: none), or ``out_ptr``: an
+    address the caller owns, passed as is (a GPM sample). ``after``: the index of an earlier call
+    that must have answered 0 for this one to be made (-1: none).
+    """
+
+    fn: int
+    shape: int
+    a0: int
+    out: int = 0
+    out2: int = 0
+    i1: int = 0
+    i2: int = 0
+    cap: int = 0
+    after: int = -1
+    out_ptr: int | None = None
+
+
+class CallBatch:
+    """A fixed list of calls, made in one crossing; not for two threads at once."""
+
+    __slots__ = ("_args", "_calls", "_codes", "_fn", "arena", "offsets")
+
+    def __init__(self, fn: ctypes._CFuncPtr, calls: Sequence[Call]) -> None:  # type: ignore[name-defined]
+        self._fn = fn
+        self.offsets: list[tuple[int, int]] = []
+        """Each call's (out, out2) offset in :attr:`arena` (-1: none)."""
+        size = 0
+        for call in calls:
+            places = []
+            for n in (call.out if call.out_ptr is None else 0, call.out2):
+                if n:
+                    places.append(size)
+                    size += -(-n // ALIGN) * ALIGN
+                else:
+                    places.append(-1)
+            self.offsets.append((places[0], places[1]))
+        self.arena = (ctypes.c_char * max(size, ALIGN))()
+        """The calls' outputs, at :attr:`offsets`; read with ``struct.unpack_from``."""
+        base = ctypes.addressof(self.arena)
+        self._calls = (_Call * len(calls))()
+        for slot, call, (out, out2) in zip(self._calls, calls, self.offsets, strict=True):
+            slot.fn, slot.a0, slot.shape, slot.cap = call.fn, call.a0, call.shape, call.cap
+            slot.out = call.out_ptr if call.out_ptr is not None else (base + out if out >= 0 else None)
+            slot.out2 = base + out2 if out2 >= 0 else None
+            slot.i1, slot.i2, slot.after, slot.on = call.i1, call.i2, call.after, 1
+        self._codes = (ctypes.c_int32 * len(calls))()
+        self._args = (ctypes.byref(self._calls), len(calls), ctypes.byref(self._codes))
+
+    def set_on(self, index: int, on: bool) -> None:
+        """Make call ``index`` (True) or skip it (False: its code is NOT_CALLED)."""
+        self._calls[index].on = int(on)
+
+    def set_i1(self, index: int, value: int) -> None:
+        """Change call ``index``'s first integer argument (a timestamp) for the next runs."""
+        self._calls[index].i1 = value
+
+    def set_out(self, index: int, address: int) -> None:
+        """Change call ``index``'s output address (one the caller owns) for the next runs."""
+        self._calls[index].out = address
+
+    def run(self) -> list[int]:
+        """Make every call that is on; each call's return code, in order (NOT_CALLED: not made)."""
+        self._fn(*self._args)
+        return self._codes[:]

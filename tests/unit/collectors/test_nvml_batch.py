@@ -1,0 +1,263 @@
+"""The NVML call batch: C (collectors/nvml/nvbatch.c) and the batched GPU read over it.
+
+The batched read (collectors/nvml/fastread.py) must give what pynvml's path gives: every test
+here reads the same C stand-in of libnvidia-ml.so.1 (tests/fakes/libnvml_standin.c, a TEST
+DOUBLE) through both, at the same stand-in time, and compares whole GpuSamples, for the usual
+answers and for the unusual ones (a field that fails for good or once, a lost GPU, links that do
+not answer, GPM that fails, more processes than the batch holds, queued XIDs). The C part is
+checked on its own with Python callbacks as the "NVML functions".
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+
+import pytest
+
+from gpulens.collectors.nvml import batch, fastread
+from gpulens.collectors.nvml.batch import NOT_CALLED, Call, CallBatch
+from gpulens.collectors.nvml.collector import NvmlCollector
+from gpulens.collectors.nvml.device import _gpu_sample
+from gpulens.collectors.nvml.fastread import BindingTypes
+from gpulens.core.model import GpuProcess, GpuSample
+from tests.fakes.libnvml_standin import Standin, build, fresh_copy, standin_pynvml
+
+GIB = 1 << 30
+NOT_SUPPORTED, UNKNOWN, GPU_IS_LOST = 3, 999, 15
+
+
+@pytest.fixture(scope="module")
+def runner() -> object:
+    loaded = batch.load()
+    if isinstance(loaded, str):
+        pytest.skip(loaded)
+    return loaded
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = build(tmp_path_factory.mktemp("libnvml"))
+    if isinstance(out, str):
+        pytest.skip(out)
+    return out
+
+
+@pytest.fixture
+def nvml(built: Path, tmp_path: Path, runner: object) -> Iterator[tuple[ModuleType, Standin]]:
+    with standin_pynvml(fresh_copy(built, tmp_path)) as bound:
+        yield bound
+
+
+def _pair(pynvml: ModuleType, standin: Standin) -> tuple[NvmlCollector, NvmlCollector]:
+    """(batched, pynvml's path alone) over the same stand-in, whose counters follow its own clock."""
+    standin.advance(0.0)
+    batched = NvmlCollector(pynvml, clock=standin.clock)
+    plain = NvmlCollector(pynvml, clock=standin.clock)
+    assert all(d._fast is not None for d in batched._devices)
+    for device in plain._devices:
+        device._fast = None
+    return batched, plain
+
+
+def _same(batched: NvmlCollector, plain: NvmlCollector, standin: Standin, reads: int = 3) -> list[GpuSample]:
+    """Read both ``reads`` times at the same stand-in times; every GPU's sample is equal; the last ones."""
+    gpus: tuple[GpuSample, ...] = ()
+    for _ in range(reads):
+        standin.advance(1.0)
+        a, b = batched.read(), plain.read()
+        assert a == b
+        gpus = a.gpus
+    return list(gpus)
+
+
+# --- the C part ----------------------------------------------------------------------------
+
+_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)
+
+
+def test_the_batch_makes_each_call_in_order_with_its_arguments(runner: object) -> None:
+    seen: list[tuple[int | None, int]] = []
+
+    def answer(a0: int | None, i1: int, out: int | None) -> int:
+        seen.append((a0, i1))
+        if out:
+            ctypes.c_uint.from_address(out).value = 7000 + i1
+        return 0 if i1 < 3 else i1
+
+    fn = _FN(answer)
+    address = ctypes.cast(fn, ctypes.c_void_p).value or 0
+    calls = [Call(address, batch.PIO, 0x1000 + k, out=4, i1=k) for k in range(5)]
+    calls[1] = dataclasses.replace(calls[1], after=0)  # made: call 0 answered 0
+    calls[4] = dataclasses.replace(calls[4], after=3)  # not made: call 3 answered 3
+    b = CallBatch(runner, calls)
+    b.set_on(2, False)
+    codes = b.run()
+    assert codes == [0, 0, NOT_CALLED, 3, NOT_CALLED]
+    assert seen == [(0x1000, 0), (0x1001, 1), (0x1003, 3)]
+    assert [ctypes.c_uint.from_buffer(b.arena, b.offsets[k][0]).value for k in (0, 1, 3)] == [7000, 7001, 7003]
+    b.set_on(2, True)
+    b.set_i1(2, 1)
+    assert b.run()[2] == 0 and seen[-2] == (0x1002, 1)
+
+
+def test_a_lost_gpu_ends_the_batch_and_an_unknown_shape_is_not_called(runner: object) -> None:
+    made: list[int] = []
+
+    def answer(a0: int | None, i1: int, out: int | None) -> int:
+        made.append(i1)
+        return GPU_IS_LOST if i1 == 1 else 0
+
+    fn = _FN(answer)
+    address = ctypes.cast(fn, ctypes.c_void_p).value or 0
+    calls = [Call(address, batch.PIO, 1, i1=k) for k in range(3)]
+    assert CallBatch(runner, calls).run() == [0, GPU_IS_LOST, NOT_CALLED]
+    assert made == [0, 1]
+    assert CallBatch(runner, [Call(address, 99, 1)]).run() == [-2]  # GL_BAD_SHAPE
+    assert CallBatch(runner, [Call(0, batch.PIO, 1)]).run() == [NOT_CALLED]  # no function: left to pynvml
+    assert made == [0, 1]
+
+
+def test_a_count_is_set_to_the_capacity_before_each_list_call(runner: object) -> None:
+    caps: list[int] = []
+    fn_type = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+
+    def listing(a0: int | None, count: int | None, out: int | None) -> int:
+        assert count is not None
+        caps.append(ctypes.c_uint.from_address(count).value)
+        ctypes.c_uint.from_address(count).value = 2  # as NVML: the count it wrote
+        return 0
+
+    fn = fn_type(listing)
+    address = ctypes.cast(fn, ctypes.c_void_p).value or 0
+    b = CallBatch(runner, [Call(address, batch.PCO, 1, out=24 * 5, out2=4, cap=5)])
+    assert b.run() == [0] and b.run() == [0]
+    assert caps == [5, 5]
+
+
+def test_without_the_library_gpus_are_read_through_pynvml_alone(
+        nvml: tuple[ModuleType, Standin], monkeypatch: pytest.MonkeyPatch) -> None:
+    pynvml, _ = nvml
+    monkeypatch.setattr(batch, "load", lambda: "the NVML call batch was not built")
+    with NvmlCollector(pynvml) as collector:
+        assert [d._fast for d in collector._devices] == [None] * 8
+        assert collector.read().gpus[2].utilization_percent == 12.0
+
+
+def test_a_binding_with_other_structures_or_no_library_is_not_batched(nvml: tuple[ModuleType, Standin]) -> None:
+    pynvml, _ = nvml
+    assert BindingTypes.of(pynvml) is not None
+
+    class Wide(ctypes.Structure):  # nvml.h's utilization is two unsigned ints
+        _fields_ = (("gpu", ctypes.c_ulonglong), ("memory", ctypes.c_ulonglong))
+
+    names = ("c_nvmlUtilization_t", "c_nvmlMemory_t", "c_nvmlEventData_t", "c_nvmlProcessInfo_v3_t",
+             "c_nvmlProcessUtilizationSample_t")
+    same = SimpleNamespace(**{n: getattr(pynvml, n) for n in names})
+    assert BindingTypes.of(same) is not None  # type: ignore[arg-type]
+    assert BindingTypes.of(SimpleNamespace(**{**vars(same), "c_nvmlUtilization_t": Wide})) is None  # type: ignore[arg-type]
+    assert BindingTypes.of(SimpleNamespace(**{**vars(same), "c_nvmlEventData_t": None})) is None  # type: ignore[arg-type]
+    from tests.fakes.fake_nvml import make_fake_nvml
+
+    with NvmlCollector(make_fake_nvml(2)) as collector:  # type: ignore[arg-type]  # the Python fake: no library
+        assert [d._fast for d in collector._devices] == [None, None]
+
+
+# --- the batched read gives what pynvml's path gives ----------------------------------------
+
+
+def test_the_usual_read_is_the_same_both_ways(nvml: tuple[ModuleType, Standin]) -> None:
+    pynvml, standin = nvml
+    standin.add_process(1, 4242, 3 * GIB, sm=55, mem=20)
+    standin.add_process(1, 4343, 1 * GIB, sm=5, mem=2)
+    standin.add_process(6, 77, 5 * GIB, sm=90, mem=60)
+    batched, plain = _pair(pynvml, standin)
+    gpus = _same(batched, plain, standin)
+    assert [(p.pid, p.used_memory_bytes, p.sm_util_percent) for p in gpus[1].processes] == [
+        (4242, 3 * GIB, 55.0), (4343, GIB, 5.0)]
+    assert gpus[6].processes == (GpuProcess(77, 5 * GIB, 90.0, 60.0),)
+    assert all(g.unavailable == {} for g in gpus)
+    assert gpus[4].nvlink_rx_bytes_per_s == 18 * 64 * 5 * 1024
+    assert gpus[3].sm_activity_percent == pytest.approx(2.3)
+
+
+def test_fields_that_fail_once_or_for_good_are_said_the_same_way(nvml: tuple[ModuleType, Standin]) -> None:
+    pynvml, standin = nvml
+    batched, plain = _pair(pynvml, standin)
+    standin.fail("nvmlDeviceGetPowerUsage", NOT_SUPPORTED, gpu=2)
+    standin.fail("nvmlDeviceGetTemperature", UNKNOWN, gpu=3)
+    standin.fail("nvmlDeviceGetComputeRunningProcesses_v3", NOT_SUPPORTED, gpu=4)
+    standin.fail("nvmlDeviceGetMigMode", UNKNOWN, gpu=5)
+    standin.fail("nvmlGpmMetricsGet", UNKNOWN, gpu=6)
+    standin.answering_links(7, 0)
+    gpus = _same(batched, plain, standin)
+    assert gpus[2].power_w is None and "NOT_SUPPORTED" in gpus[2].unavailable["power_w"]
+    assert gpus[3].temperature_c is None and "999" in gpus[3].unavailable["temperature_c"]
+    assert "NOT_SUPPORTED" in gpus[4].unavailable["processes"]
+    assert "MIG mode not read" in gpus[5].unavailable["mig"]
+    assert gpus[6].sm_activity_percent is None and "sm_activity_percent" in gpus[6].unavailable
+    assert gpus[7].nvlink_rx_bytes_per_s is None
+    for name, gpu in (("nvmlDeviceGetTemperature", 3), ("nvmlDeviceGetMigMode", 5), ("nvmlGpmMetricsGet", 6)):
+        standin.fail(name, 0, gpu=gpu)  # answers again: only what failed for good is left
+    standin.advance(1.0)
+    before = standin.calls()
+    plain.read()
+    pynvml_calls = standin.calls() - before
+    before = standin.calls()
+    again = batched.read()
+    assert standin.calls() - before == pynvml_calls  # the same calls: what failed for good is not asked again
+    assert again.gpus[3].temperature_c == 43.0 and "temperature_c" not in again.gpus[3].unavailable
+    assert [d._fast is not None for d in batched._devices] == [True] * 8
+
+
+def test_a_lost_gpu_is_lost_both_ways_and_the_others_are_read(nvml: tuple[ModuleType, Standin]) -> None:
+    pynvml, standin = nvml
+    batched, plain = _pair(pynvml, standin)
+    standin.fail("nvmlDeviceGetClockInfo", GPU_IS_LOST, gpu=1)
+    gpus = _same(batched, plain, standin, reads=2)
+    assert "GPU is lost" in gpus[1].unavailable["gpu"] and gpus[1].utilization_percent is None
+    assert gpus[0].utilization_percent == 10.0 and gpus[2].utilization_percent == 12.0
+
+
+def test_more_processes_than_the_batch_holds_lay_it_out_again(
+        nvml: tuple[ModuleType, Standin], monkeypatch: pytest.MonkeyPatch) -> None:
+    pynvml, standin = nvml
+    monkeypatch.setattr(fastread, "FIRST_CAP", 2)
+    for pid in range(100, 105):
+        standin.add_process(0, pid, pid * 1000, sm=pid - 100, mem=1)
+    batched, plain = _pair(pynvml, standin)
+    fast = batched._devices[0]._fast
+    assert fast is not None and fast.cap == 2
+    gpus = _same(batched, plain, standin)
+    assert [p.pid for p in gpus[0].processes] == list(range(100, 105))
+    assert [p.sm_util_percent for p in gpus[0].processes] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    grown = batched._devices[0]._fast
+    assert grown is not None and grown.cap >= 5
+
+
+def test_queued_xids_are_drained_the_same_way(nvml: tuple[ModuleType, Standin]) -> None:
+    pynvml, standin = nvml
+    batched, plain = _pair(pynvml, standin)
+    for xid in (13, 31, 79):
+        standin.inject_xid(2, xid)
+    standin.advance(1.0)
+    assert batched.read().gpus[2].xid_events == (13, 31, 79)  # the first in the batch, the rest through pynvml
+    for xid in (13, 31, 79):
+        standin.inject_xid(2, xid)
+    assert plain.read().gpus[2].xid_events == (13, 31, 79)
+    assert batched.read().gpus[2].xid_events == ()
+
+
+def test_the_fast_sample_constructor_makes_the_same_frozen_sample() -> None:
+    values = [getattr(GpuSample(3, "H100", "GPU-x", 50.0, power_w=300.0, processes=(GpuProcess(1, 2),),
+                                unavailable={"ecc_corrected": "no"}), f.name)
+              for f in dataclasses.fields(GpuSample)]
+    made = _gpu_sample(*values)
+    assert made == GpuSample(*values) and type(made) is GpuSample
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.power_w = 1.0  # type: ignore[misc]
+    with pytest.raises(TypeError, match="fields"):
+        _gpu_sample(*values[:-1])
