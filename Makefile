@@ -12,7 +12,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(VENV)/.installed: $(BIN)/python pyproject.toml setup.py
+$(VENV)/.installed: $(BIN)/python pyproject.toml setup.py collectors/nvml/nvbatch.c
 	$(BIN)/pip install -q -e .
 	touch $@
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib.machinery
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,9 +45,17 @@ class _Call(ctypes.Structure):
     )
 
 
+_SIZE, _ON, _I1, _OUT = ctypes.sizeof(_Call), _Call.on.offset, _Call.i1.offset, _Call.out.offset
+_I32, _U64 = struct.Struct("=i"), struct.Struct("=Q")
+"""nvbatch.c's gl_call: its size and where ``on``, ``i1`` and ``out`` lie (out: a pointer, 8 bytes on the
+64-bit machines NVML runs on; :func:`load` refuses others)."""
+
+
 @functools.cache
 def load() -> ctypes._CFuncPtr | str:  # type: ignore[name-defined]  # ctypes's private base class names the type
     """``gpulens_nvml_batch`` from the library built beside this module, or why it cannot be had."""
+    if ctypes.sizeof(ctypes.c_void_p) != 8:
+        return "the NVML call batch needs a 64-bit machine; GPUs are read through pynvml's wrappers alone"
     here = Path(__file__).resolve().parent
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         path = here / f"{LIBRARY}{suffix}"
@@ -86,7 +95,7 @@ class Call:
 class CallBatch:
     """A fixed list of calls, made in one crossing; not for two threads at once."""
 
-    __slots__ = ("_args", "_calls", "_codes", "_fn", "arena", "offsets")
+    __slots__ = ("_args", "_calls", "_codes", "_fn", "_raw", "arena", "offsets")
 
     def __init__(self, fn: ctypes._CFuncPtr, calls: Sequence[Call]) -> None:  # type: ignore[name-defined]
         self._fn = fn
@@ -113,18 +122,20 @@ class CallBatch:
             slot.i1, slot.i2, slot.after, slot.on = call.i1, call.i2, call.after, 1
         self._codes = (ctypes.c_int32 * len(calls))()
         self._args = (ctypes.byref(self._calls), len(calls), ctypes.byref(self._codes))
+        self._raw = memoryview(self._calls).cast("B")
+        """The calls' memory: the setters below write a field in place (no ctypes proxy per call)."""
 
     def set_on(self, index: int, on: bool) -> None:
         """Make call ``index`` (True) or skip it (False: its code is NOT_CALLED)."""
-        self._calls[index].on = int(on)
+        _I32.pack_into(self._raw, index * _SIZE + _ON, int(on))
 
     def set_i1(self, index: int, value: int) -> None:
         """Change call ``index``'s first integer argument (a timestamp) for the next runs."""
-        self._calls[index].i1 = value
+        _U64.pack_into(self._raw, index * _SIZE + _I1, value)
 
     def set_out(self, index: int, address: int) -> None:
         """Change call ``index``'s output address (one the caller owns) for the next runs."""
-        self._calls[index].out = address
+        _U64.pack_into(self._raw, index * _SIZE + _OUT, address)
 
     def run(self) -> list[int]:
         """Make every call that is on; each call's return code, in order (NOT_CALLED: not made)."""

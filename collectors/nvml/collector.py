@@ -121,7 +121,7 @@ class NvmlCollector:
             return GpuReading((), {"gpus": self._why})
         samples = []
         for device in self._devices:
-            sample = call_guarded(log, f"reading GPU {device.index}", device.read)  # not the other GPUs
+            sample = call_guarded(log, device.reading, device.read)  # not the other GPUs
             if isinstance(sample, Failure):
                 sample = GpuSample(device.index, device.name, device.uuid,
                                    unavailable={"gpu": f"internal error reading GPU: {sample}"})

@@ -61,6 +61,8 @@ def _text(value: object) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
+NOT_AVAILABLE = (1 << 64) - 1
+"""NVML_VALUE_NOT_AVAILABLE_ulonglong: a process's memory NVML cannot give (pynvml makes it None)."""
 _GPU_FIELDS = tuple(f.name for f in dataclasses.fields(GpuSample))
 _PUT = tuple(getattr(GpuSample, name).__set__ for name in _GPU_FIELDS)
 """GpuSample's slots, in its fields' order (the slot descriptors of a slots dataclass)."""
@@ -83,6 +85,8 @@ class GpuDevice:
 
     def __init__(self, nvml: ModuleType, index: int, clock: Callable[[], float]) -> None:
         self.index = index
+        self.reading = f"reading GPU {index}"
+        """What a failed read is logged as (made once: the collector guards every read with it)."""
         self.name = ""
         self.uuid = ""
         self.lost: str | None = None
@@ -259,16 +263,18 @@ class GpuDevice:
         utilization samples, (pid, timestamp in us, SM %, memory %) each; ``ok``: the samples were read."""
         q = self._q
         used: dict[int, int | None] = {}
-        for pid, mem in (*compute, *graphics)[:MAX_PROCESSES]:
-            if used.get(pid) is None:
-                used[pid] = None if mem is None else int(mem)
+        listed = [*compute, *graphics] if graphics else compute
+        for pid, mem in listed[:MAX_PROCESSES] if len(listed) > MAX_PROCESSES else listed:
+            if used.get(pid) is None:  # NOT_AVAILABLE: the raw answer where pynvml gives None
+                used[pid] = None if mem is None or mem == NOT_AVAILABLE else int(mem)
         util: dict[int, tuple[int, int, int]] = {}
         since = self._util_since_us
-        for pid, stamp, sm, mem_util in samples[:MAX_PROCESSES]:
+        for pid, stamp, sm, mem_util in samples[:MAX_PROCESSES] if len(samples) > MAX_PROCESSES else samples:
             seen = util.get(pid)
             if seen is None or stamp >= seen[0]:
                 util[pid] = (stamp, sm, mem_util)
-            since = max(since, stamp)
+            if stamp > since:
+                since = stamp
         self._util_since_us = since
         if None in used.values():
             q.note("processes.used_memory_bytes", "NVML gives no per-process memory here")
@@ -277,12 +283,9 @@ class GpuDevice:
         out = []
         for pid in sorted(used):
             sample = util.get(pid)
-            out.append(GpuProcess(
-                pid=pid,
-                used_memory_bytes=used[pid],
-                sm_util_percent=None if sample is None else float(sample[1]),
-                mem_util_percent=None if sample is None else float(sample[2]),
-            ))
+            out.append(GpuProcess(  # pid, used_memory_bytes, sm_util_percent, mem_util_percent
+                pid, used[pid], None if sample is None else float(sample[1]),
+                None if sample is None else float(sample[2])))
         return tuple(out)
 
     def _mark_lost(self, reason: str) -> None:
@@ -295,6 +298,7 @@ class GpuDevice:
 
     def close(self) -> None:
         """Release the event set and GPM buffers of this GPU (idempotent)."""
+        self._fast = None  # first: the batch holds their addresses
         if self._events is not None:
             self._free_events(self._events)
             self._events = None

@@ -53,8 +53,6 @@ if TYPE_CHECKING:
 INSUFFICIENT_SIZE = 7
 FIRST_CAP = 64
 """Processes each list holds; more, and the batch is laid out again, larger (pynvml's path answers meanwhile)."""
-_NOT_AVAILABLE = (1 << 64) - 1
-"""NVML_VALUE_NOT_AVAILABLE_ulonglong: a process's memory NVML cannot give (pynvml makes it None)."""
 _SHAPES = (batch_mod.PO, batch_mod.PIO, batch_mod.PIIO)
 """A scalar's shape by its count of constant arguments."""
 _U32 = struct.Struct("=I")
@@ -154,8 +152,12 @@ class BatchedRead:
         nvlink = device._nvlink
         raw = None if nvlink is None else nvlink.raw_array()
         self._nvlink_at = -1
+        self._keep: list[object] = []
+        """What the batch's addresses point into, kept alive as long as the batch (the NVLink array,
+        the GPM request): a part dropped by its owner cannot leave the batch writing into freed memory."""
         if raw is not None:  # the counter's own array, asked in the batch
             self._nvlink_at = len(calls)
+            self._keep.append(raw[2])
             calls.append(Call(resolve("nvmlDeviceGetFieldValues"), batch_mod.PIO, handle, i1=raw[0], out_ptr=raw[1]))
         events = None if device._events is None else _address(device._events)
         self._xid_at = -1
@@ -172,11 +174,14 @@ class BatchedRead:
         gpm = device._gpm
         request = None if gpm is None else gpm.request_address()
         self._gpm_at = -1
-        if request is not None:
+        if request is not None and gpm is not None:
+            self._keep.append(gpm.request)
             self._gpm_at = len(calls)
             calls.append(Call(resolve("nvmlGpmSampleGet"), batch_mod.PO, handle, out_ptr=0))
             calls.append(Call(resolve("nvmlGpmMetricsGet"), batch_mod.P, request, after=self._gpm_at))
         self._batch = CallBatch(fn, calls)
+        self._gpm_on = self._gpm_at >= 0
+        """Whether the GPM calls are on in the batch (switched when the sampler can or cannot batch)."""
         self._again = False
         """A part was asked again through pynvml's path this read: which parts are on is checked after it."""
         self._mig_seen: tuple[tuple[int, int], str | None] | None = None
@@ -245,10 +250,11 @@ class BatchedRead:
         device, b = self._device, self._batch
         gpm = device._gpm
         gpm_on = self._gpm_at >= 0 and gpm is not None and gpm.batchable()
-        if self._gpm_at >= 0:
+        if gpm_on != self._gpm_on:
+            self._gpm_on = gpm_on
             b.set_on(self._gpm_at, gpm_on)
-            if gpm is not None and gpm_on:
-                b.set_out(self._gpm_at, gpm.begin_batched())
+        if gpm is not None and gpm_on:
+            b.set_out(self._gpm_at, gpm.begin_batched())
         b.set_i1(self._procs_at + 2, device._util_since_us)
         codes = b.run()
         fixed = self._fixed.unpack_from(b.arena)
@@ -304,14 +310,22 @@ class BatchedRead:
 
     def _processes(self, codes: list[int], counts: tuple[Any, ...]) -> tuple[GpuProcess, ...]:
         device, at, arena, offsets = self._device, self._procs_at, self._batch.arena, self._batch.offsets
+        util_code = codes[at + 2]
+        if codes[at] == 0 and codes[at + 1] == 0 and (util_code == 0 or util_code == NOT_FOUND):  # the usual
+            cap, listed, sampled = self.cap, self._types.process.read, self._types.util.read
+            n_compute, n_graphics, n_util = counts
+            return device.merge_processes(
+                listed(arena, offsets[at][0], min(n_compute, cap)) if n_compute else (),
+                listed(arena, offsets[at + 1][0], min(n_graphics, cap)) if n_graphics else (),
+                True,
+                sampled(arena, offsets[at + 2][0], min(n_util, cap)) if n_util and util_code == 0 else ())
         compute: list[tuple[int, int | None]] = []
         graphics: list[tuple[int, int | None]] = []
         for k, into in enumerate((compute, graphics)):
             code, count = codes[at + k], counts[k]
             if code == 0:
                 if count:
-                    into += [(pid, None if used == _NOT_AVAILABLE else used) for pid, used
-                             in self._types.process.read(arena, offsets[at + k][0], min(count, self.cap))]
+                    into += self._types.process.read(arena, offsets[at + k][0], min(count, self.cap))
                 continue
             if code == INSUFFICIENT_SIZE:
                 self.regrow = max(self.regrow, count)

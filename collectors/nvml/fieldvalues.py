@@ -63,6 +63,17 @@ class RawFieldValues:
             slot.fieldId, slot.scopeId = field_id, scope
         return cls(fn, handle, array)
 
+    def columns(self, start: int, stop: int) -> tuple[memoryview, memoryview] | None:
+        """Views of fields ``start`` to ``stop``: their return codes (uint32) and values (uint64), read in
+        place after each call (``any``/``sum`` over them run in C, no tuple made); None where the array's
+        size is not a whole number of 8-byte words."""
+        if self._bytes.nbytes % 8:
+            return None
+        stride = RECORD.size
+        codes = self._bytes.cast("I")[_OFFSETS[0] // 4::stride // 4]
+        values = self._bytes.cast("Q")[_OFFSETS[1] // 8::stride // 8]
+        return codes[start:stop], values[start:stop]
+
     @property
     def address(self) -> int:
         """Where the array is (for a batch that makes the call: collectors.nvml.fastread)."""

@@ -44,8 +44,9 @@ class GpmSampler:
         self._request: Any = None
         """The nvmlGpmMetricsGet request, made on the first read and reused (pynvml's is a 19 KB struct)."""
         self._primed = False
-        self._records: struct.Struct | None = None
-        """The metric records' (nvmlReturn, value) pairs in the request, for a batched read."""
+        self._records: tuple[memoryview[int], memoryview[float]] | None = None
+        """Views of the metric records' nvmlReturn (uint32) and value (double) in the request, for a
+        batched read (read in place after each call)."""
         self._raw: memoryview | None = None
         self._sample_at = (0, 0)
         """Where the request holds its sample1 and sample2 pointers."""
@@ -134,21 +135,26 @@ class GpmSampler:
                 and value >= record + 4 and metric_type is not None):
             return None
         size = ctypes.sizeof(metric_type)
-        fmt = ["="]
-        at = 0
-        for i in range(len(GPM_FIELDS)):
-            base = metric + i * size
-            fmt.append(f"{base + record - at}xI{value - record - 4}xd")
-            at = base + value + 8
+        n = len(GPM_FIELDS)
+        if (metric + record) % 4 or (metric + value) % 8 or size % 8 or ctypes.sizeof(request) % 8:
+            return None
         sample_at = tuple(getattr(getattr(type(request), name, None), "offset", None) for name in ("sample1", "sample2"))
         if not all(isinstance(at, int) for at in sample_at):
             return None
         self._sample_at = (int(sample_at[0] or 0), int(sample_at[1] or 0))
-        self._records = struct.Struct("".join(fmt))
-        self._raw = memoryview(request).cast("B")
+        raw = memoryview(request).cast("B")
+        codes = raw.cast("I")[(metric + record) // 4::size // 4][:n]
+        values = raw.cast("d")[(metric + value) // 8::size // 8][:n]
+        self._records = (codes, values)
+        self._raw = raw
         self._addresses = (ctypes.cast(self._prev, ctypes.c_void_p).value or 0,
                            ctypes.cast(self._cur, ctypes.c_void_p).value or 0)
         return ctypes.addressof(request)
+
+    @property
+    def request(self) -> object:
+        """The nvmlGpmMetricsGet request (None until made), for a batch to keep alive with its address."""
+        return self._request
 
     def batchable(self) -> bool:
         """Whether the next read can be batched (GPM here, a base sample taken, the request laid out)."""
@@ -167,10 +173,12 @@ class GpmSampler:
             return None
         self._prev, self._cur = self._cur, self._prev
         self._addresses = self._addresses[1], self._addresses[0]
+        codes, values = self._records
+        if not any(codes):  # every metric answered: the usual case
+            return dict(zip(GPM_FIELDS, values.tolist(), strict=True))
         out: dict[str, float | None] = dict.fromkeys(GPM_FIELDS)
-        got = self._records.unpack_from(self._raw)
-        for i, name in enumerate(GPM_FIELDS):
-            self._put(out, name, got[2 * i], got[2 * i + 1])
+        for name, code, value in zip(GPM_FIELDS, codes.tolist(), values.tolist(), strict=True):
+            self._put(out, name, code, value)
         return out
 
     def close(self) -> None:

@@ -32,7 +32,7 @@ _KIB = attrgetter("value.ullVal")
 class NvLinkCounter:
     """Turns one GPU's NVLink byte counters into bytes/s between reads."""
 
-    __slots__ = ("_clock", "_handle", "_ids", "_links", "_prev", "_prev_t", "_q", "_raw", "_why")
+    __slots__ = ("_clock", "_columns", "_handle", "_ids", "_links", "_prev", "_prev_t", "_q", "_raw", "_why")
 
     def __init__(self, q: Query, handle: object, clock: Callable[[], float]) -> None:
         self._q = q
@@ -44,6 +44,8 @@ class NvLinkCounter:
         self._prev_t = 0.0
         self._why: str | None = None
         self._raw: RawFieldValues | None = None
+        self._columns: tuple[memoryview, memoryview, memoryview, memoryview] | None = None
+        """(rx codes, rx KiB, tx codes, tx KiB) in the raw reader's array, read in place by a batched read."""
         nvml = q.nvml
         count_id = getattr(nvml, "NVML_FI_DEV_NVLINK_LINK_COUNT", _FI_LINK_COUNT)
         values = q(NVLINK_FIELDS, "nvmlDeviceGetFieldValues", handle, [count_id])
@@ -63,14 +65,18 @@ class NvLinkCounter:
         links = range(self._links)
         self._ids = [(rx_id, link) for link in links] + [(tx_id, link) for link in links]
         self._raw = RawFieldValues.make(nvml, handle, self._ids)
+        if self._raw is not None:
+            rx, tx = self._raw.columns(0, self._links), self._raw.columns(self._links, 2 * self._links)
+            self._columns = None if rx is None or tx is None else (rx[0], rx[1], tx[0], tx[1])
         self._prev = self._totals()
         self._prev_t = clock()
 
-    def raw_array(self) -> tuple[int, int] | None:
-        """(field count, address) of the raw reader's array, for a batch that makes the call; None: no raw path."""
+    def raw_array(self) -> tuple[int, int, object] | None:
+        """(field count, address, the reader owning the array) of the raw path, for a batch that makes the
+        call (it keeps the reader, so the array outlives it); None: no raw path."""
         if self._raw is None or self._why is not None:
             return None
-        return len(self._raw), self._raw.address
+        return len(self._raw), self._raw.address, self._raw
 
     def _totals(self, answered: bool | None = None) -> tuple[int | None, int | None]:
         """Summed (rx, tx) KiB over links; a direction with no readable link is None.
@@ -90,7 +96,7 @@ class NvLinkCounter:
         values = self._q(NVLINK_FIELDS, "nvmlDeviceGetFieldValues", self._handle, self._ids)
         if values is None:
             if self._q.is_sticky(NVLINK_FIELDS[0]):
-                self._raw = None  # failed for good: the driver is not asked again, the reason is said each read
+                self._raw = self._columns = None  # failed for good: not asked again, the reason said each read
             return None, None
         return self._half_of(NVLINK_FIELDS[0], values[:n]), self._half_of(NVLINK_FIELDS[1], values[n:2 * n])
 
@@ -130,16 +136,16 @@ class NvLinkCounter:
             self._q.note(NVLINK_FIELDS, self._why)
             return None, None
         now = self._clock()
-        if answered and self._raw is not None:  # a batch read every link's counters: the usual case first
-            codes, kib = self._raw.answers()
-            n = self._links
+        columns = self._columns
+        if answered and columns is not None:  # a batch read every link's counters: the usual case first
+            rx_codes, rx_kib, tx_codes, tx_kib = columns
             before_rx, before_tx = self._prev
-            rx, tx = sum(kib[:n]), sum(kib[n:2 * n])
             dt = now - self._prev_t
-            if (not any(codes) and before_rx is not None and before_tx is not None and rx >= before_rx
-                    and tx >= before_tx and dt > 0):
-                self._prev, self._prev_t = (rx, tx), now
-                return (rx - before_rx) * 1024.0 / dt, (tx - before_tx) * 1024.0 / dt
+            if not any(rx_codes) and not any(tx_codes) and before_rx is not None and before_tx is not None:
+                rx, tx = sum(rx_kib), sum(tx_kib)
+                if rx >= before_rx and tx >= before_tx and dt > 0:
+                    self._prev, self._prev_t = (rx, tx), now
+                    return (rx - before_rx) * 1024.0 / dt, (tx - before_tx) * 1024.0 / dt
         cur = self._totals(answered)
         dt = now - self._prev_t
         rates: list[float | None] = []
