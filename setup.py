@@ -14,10 +14,12 @@ so, and GPUs are read through pynvml's wrappers alone.
 """
 
 import sys
+from pathlib import Path
 
 from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 
+HERE = Path(__file__).resolve().parent
 LAYERS = ("core", "collectors", "ipc", "agent", "sources", "store", "analysis", "tui")
 
 packages = ["gpulens", *(f"gpulens.{p}" for p in find_packages("gpulens", exclude=[*LAYERS, *(f"{x}.*" for x in LAYERS)]))]
@@ -32,6 +34,8 @@ class OptionalBuildExt(build_ext):
     """Builds the NVML call batch if it can; a failure is said, not fatal (pynvml alone reads GPUs)."""
 
     def run(self) -> None:
+        for stale in (HERE / "collectors" / "nvml").glob("_nvbatch*.so"):  # an editable install's last build:
+            stale.unlink()  # gone first, so a failed build leaves none behind to be loaded instead
         try:
             super().run()
         except Exception as err:  # no compiler at all: the pure-Python path serves

@@ -78,6 +78,7 @@ import psutil
 
 from gpulens.collectors import jobs as jobs_mod
 from gpulens.collectors.newpids import FULL_EVERY
+from gpulens.collectors.nvml import batch
 from gpulens.collectors.nvml.collector import NvmlCollector
 from gpulens.collectors.sampler import Sampler
 from tests.fakes.fake_nvml import FakeNvml, make_fake_nvml
@@ -519,6 +520,7 @@ def main() -> int:
         real_steady = [ms for one in rounds[names[5]] for ms in one]
         found = counts[names[0]]
         ((real_parts, _none),) = time_parts([real], fake, with_share=False)
+        batched = [d._fast is not None for d in real._gpus._devices]  # collectors/nvml/fastread.py
         real.close()
 
         on: list[float] = []  # attribution on and off, tick about, the same processes
@@ -595,7 +597,8 @@ def main() -> int:
     print(f"gpulens tick, steady, 8 GPUs through the real pynvml over the C stand-in of libnvidia-ml "
           f"(a driver's ioctl time not in it): median {real_ms:.2f} ms CPU, p90 "
           f"{statistics.quantiles(real_steady, n=10)[-1]:.2f} ms over {len(real_steady)} ticks; "
-          f"jobs found {counts[names[5]]}")
+          f"jobs found {counts[names[5]]}; GPUs read through the NVML call batch: {sum(batched)} of {len(batched)}"
+          + ("" if all(batched) else f" ({batch.load()})"))
     print(f"rounds ({ROUNDS} x {CYCLES} ticks, each tick in turns with the same tick of the others), "
           "median of each round; min / median / max over rounds:")
     for name in names:

@@ -45,6 +45,10 @@ class _Call(ctypes.Structure):
     )
 
 
+VERSION = 1
+"""nvbatch.c's GL_VERSION."""
+ABI = (VERSION << 16) | ctypes.sizeof(_Call)
+"""What ``gpulens_nvml_batch_abi()`` answers when the library was built from this version of nvbatch.c."""
 _SIZE, _ON, _I1, _OUT = ctypes.sizeof(_Call), _Call.on.offset, _Call.i1.offset, _Call.out.offset
 _I32, _U64 = struct.Struct("=i"), struct.Struct("=Q")
 """nvbatch.c's gl_call: its size and where ``on``, ``i1`` and ``out`` lie (out: a pointer, 8 bytes on the
@@ -61,9 +65,14 @@ def load() -> ctypes._CFuncPtr | str:  # type: ignore[name-defined]  # ctypes's 
         path = here / f"{LIBRARY}{suffix}"
         if path.is_file():
             try:
-                fn = ctypes.CDLL(str(path)).gpulens_nvml_batch
+                lib = ctypes.CDLL(str(path))
+                abi, fn = lib.gpulens_nvml_batch_abi, lib.gpulens_nvml_batch
             except (OSError, AttributeError) as err:
                 return f"the NVML call batch {path.name} does not load: {err}"
+            abi.argtypes, abi.restype = (), ctypes.c_int
+            if abi() != ABI:  # built from another version of nvbatch.c: never called with a layout it does not know
+                return (f"the NVML call batch {path.name} was built from another nvbatch.c (ABI {abi():#x}, "
+                        f"expected {ABI:#x}); reinstall gpulens (make run) to rebuild it")
             fn.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)
             fn.restype = ctypes.c_int
             return fn
@@ -103,6 +112,8 @@ class CallBatch:
         """Each call's (out, out2) offset in :attr:`arena` (-1: none)."""
         size = 0
         for call in calls:
+            if call.shape in (PCO, POCQ) and not call.out2:
+                raise ValueError("a list call needs its count (out2)")
             places = []
             for n in (call.out if call.out_ptr is None else 0, call.out2):
                 if n:

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
 
+from gpulens.collectors.nvml import batch
 from gpulens.collectors.nvml.device import GpuDevice
 from gpulens.collectors.nvml.query import describe
 from gpulens.core.logbook import Failure, call_guarded
@@ -110,6 +111,10 @@ class NvmlCollector:
             self._why = "NVML found no NVIDIA GPU on this machine"
             return
         self._devices = [GpuDevice(nvml, i, clock) for i in range(min(count, MAX_GPUS))]
+        if not any(d.batched for d in self._devices):
+            why = batch.load()
+            log.info("GPUs read through pynvml's wrappers alone (no NVML call batch): %s",
+                     why if isinstance(why, str) else "this binding or these GPUs cannot be batched")
 
     def read(self) -> GpuReading:
         """Read all GPUs now (``nvidia-smi -q`` for each, plus GPM).

@@ -124,7 +124,8 @@ class GpuDevice:
         self._gpm = GpmSampler(q, h)
         self._mig = MigLayout(self._nvml, h, clock)
         self.read_mig()  # the MIG devices are listed now; later reads check the mode, and list on a change
-        self._fast = BatchedRead.make(self)
+        fast = call_guarded(log, f"laying out GPU {self.index}'s NVML call batch", BatchedRead.make, self)
+        self._fast = None if isinstance(fast, Failure) else fast  # pynvml's path reads it, as without the library
 
     def read_mig(self, mode: tuple[int, int] | None = None) -> str | None:
         """The MIG layout's note (None: nothing to say); ``mode``: (current, pending) already read.
@@ -140,6 +141,11 @@ class GpuDevice:
         if isinstance(got, GpuLost):
             raise got
         return got
+
+    @property
+    def batched(self) -> bool:
+        """Whether this GPU is read through the NVML call batch (collectors.nvml.fastread)."""
+        return self._fast is not None
 
     @property
     def mig_devices(self) -> tuple[MigDevice, ...]:
@@ -174,9 +180,20 @@ class GpuDevice:
     def _read(self) -> GpuSample:
         fast = self._fast
         if fast is not None:
-            sample = fast.read()
+            try:
+                sample = fast.read()
+            except GpuLost:
+                raise
+            except Exception:  # a fault of the batched read itself: pynvml's path from now on, for this GPU
+                log.warning("GPU %d: the batched NVML read failed; reading through pynvml from now on",
+                            self.index, exc_info=True)
+                self._fast = None
+                self._q.begin()
+                return self._read()
             if fast.regrow:  # more processes than the batch holds: laid out again, larger
-                self._fast = BatchedRead.make(self, fast.regrow * 2 + 5)
+                grown = call_guarded(log, f"laying out GPU {self.index}'s NVML call batch again", BatchedRead.make,
+                                     self, fast.regrow * 2 + 5)
+                self._fast = None if isinstance(grown, Failure) else grown
             return sample
         q, h = self._q, self.handle
         values: list[Any] = []
@@ -235,15 +252,16 @@ class GpuDevice:
             None,  # allocated: set by the sampler from the kubelet or Slurm
         )
 
-    def drain_xids(self, found: list[int] | None = None) -> tuple[int, ...]:
-        """The XIDs queued since the last read (after ``found``, already taken from the queue)."""
+    def drain_xids(self, found: list[int] | None = None, taken: int = 0) -> tuple[int, ...]:
+        """The XIDs queued since the last read, after ``found`` (from ``taken`` events already taken off the
+        queue this read: at most MAX_XIDS_PER_READ events are taken in all)."""
         found = [] if found is None else found
         if self._events is None:
             self._q.note("xid_events", self._xid_why)
             return ()
         nvml = self._nvml
         xid_type = getattr(nvml, "nvmlEventTypeXidCriticalError", 0x8)
-        for _ in range(MAX_XIDS_PER_READ - len(found)):
+        for _ in range(MAX_XIDS_PER_READ - taken):
             try:
                 data = nvml.nvmlEventSetWait(self._events, 0)
             except nvml.NVMLError as err:

@@ -56,6 +56,8 @@ FIRST_CAP = 64
 _SHAPES = (batch_mod.PO, batch_mod.PIO, batch_mod.PIIO)
 """A scalar's shape by its count of constant arguments."""
 _U32 = struct.Struct("=I")
+_NVML_H_SIZES = (32, 24, 32)
+"""nvmlEventData_t, nvmlProcessInfo_v2_t (what the _v3 process lists fill), nvmlProcessUtilizationSample_t."""
 
 
 def _address(pointer: object) -> int | None:
@@ -125,6 +127,9 @@ class BindingTypes:
         util = Records.of(getattr(nvml, "c_nvmlProcessUtilizationSample_t", None),
                           (("pid", "I"), ("timeStamp", "Q"), ("smUtil", "I"), ("memUtil", "I")))
         if event is None or process is None or util is None:
+            return None
+        # nvml.h's sizes (the driver writes whole records): a binding declaring others is not batched
+        if (event.size, process.size, util.size) != _NVML_H_SIZES:
             return None
         return cls(event, process, util)
 
@@ -273,8 +278,8 @@ class BatchedRead:
         if gpm is not None:
             if gpm_on:
                 figures = gpm.end_batched(codes[self._gpm_at], codes[self._gpm_at + 1])
-            if figures is None:
-                self._again = True
+                self._again |= figures is None
+            if figures is None:  # no GPM here, not batched yet, or an unusual answer: pynvml's path
                 figures = gpm.read()
         mig = self._mig(codes[self._mig_at], fixed[at["mig"]:at["mig"] + 2])
         if self._again:
@@ -306,7 +311,7 @@ class BatchedRead:
             return device.drain_xids()  # pynvml's path says why (or raises GpuLost)
         kind, data = fixed[self._at["event"]:self._at["event"] + 2]
         xid_type = getattr(device._nvml, "nvmlEventTypeXidCriticalError", 0x8)
-        return device.drain_xids([int(data)] if kind & xid_type else [])  # and any more queued behind it
+        return device.drain_xids([int(data)] if kind & xid_type else [], taken=1)  # and any more queued behind it
 
     def _processes(self, codes: list[int], counts: tuple[Any, ...]) -> tuple[GpuProcess, ...]:
         device, at, arena, offsets = self._device, self._procs_at, self._batch.arena, self._batch.offsets
@@ -360,5 +365,7 @@ class BatchedRead:
         if seen is not None and seen[0] == (current, pending):  # MIG off, as last time: nothing changes
             return seen[1]
         note = device.read_mig((current, pending))
-        self._mig_seen = ((current, pending), note) if current != MIG_ENABLE else None
+        mig = device._mig
+        settled = mig is not None and (mig.mode, mig.pending) == (current, pending)  # read as the layout's state
+        self._mig_seen = ((current, pending), note) if current != MIG_ENABLE and settled else None
         return note

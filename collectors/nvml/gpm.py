@@ -158,7 +158,8 @@ class GpmSampler:
 
     def batchable(self) -> bool:
         """Whether the next read can be batched (GPM here, a base sample taken, the request laid out)."""
-        return self._why is None and self._primed and self._records is not None
+        return (self._why is None and self._primed and self._records is not None
+                and not self._q.is_sticky(GPM_FIELDS[0]))  # failed for good: pynvml's path says why
 
     def begin_batched(self) -> int:
         """Point the request at (previous, new) samples; the new sample's address, for nvmlGpmSampleGet."""
@@ -189,4 +190,5 @@ class GpmSampler:
             with contextlib.suppress(Exception):  # shutting down: nobody to tell
                 self._q.nvml.nvmlGpmSampleFree(sample)
         self._prev = self._cur = self._request = self._records = self._raw = None
+        self._addresses = (0, 0)
         self._why = "GPM sampler closed"

@@ -30,6 +30,7 @@ enum {
 #define GL_NOT_CALLED (-1)
 #define GL_BAD_SHAPE (-2)
 #define NVML_GPU_IS_LOST 15
+#define GL_VERSION 1  /* raised with any change to gl_call or the shapes: Python refuses another */
 
 typedef struct {
     void *fn;
@@ -52,6 +53,10 @@ typedef int (*f_ppp)(void *, void *, void *);
 typedef int (*f_ppu)(void *, void *, unsigned int);
 typedef int (*f_pppq)(void *, void *, void *, unsigned long long);
 
+/* (GL_VERSION << 16) | sizeof(gl_call): what gpulens.collectors.nvml.batch checks before the first call,
+ * so a library built from another version of this file is never called with the wrong layout. */
+int gpulens_nvml_batch_abi(void) { return (GL_VERSION << 16) | (int)sizeof(gl_call); }
+
 /* Make calls[0..n) in order; codes[k] is call k's return code, GL_NOT_CALLED if it was not made.
  * A call answering NVML_ERROR_GPU_IS_LOST ends the batch (the rest are not made). Returns the
  * number of calls made. */
@@ -71,11 +76,13 @@ int gpulens_nvml_batch(const gl_call *calls, int n, int32_t *codes) {
         case GL_PIIO: rc = ((f_piip)c->fn)(c->a0, (int)c->i1, (int)c->i2, c->out); break;
         case GL_POO: rc = ((f_ppp)c->fn)(c->a0, c->out, c->out2); break;
         case GL_PCO:
+            if (c->out2 == 0) { codes[k] = GL_BAD_SHAPE; continue; }
             *(unsigned int *)c->out2 = c->cap;
             rc = ((f_ppp)c->fn)(c->a0, c->out2, c->out);
             break;
         case GL_POU: rc = ((f_ppu)c->fn)(c->a0, c->out, (unsigned int)c->i1); break;
         case GL_POCQ:
+            if (c->out2 == 0) { codes[k] = GL_BAD_SHAPE; continue; }
             *(unsigned int *)c->out2 = c->cap;
             rc = ((f_pppq)c->fn)(c->a0, c->out, c->out2, (unsigned long long)c->i1);
             break;

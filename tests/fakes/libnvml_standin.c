@@ -23,7 +23,8 @@
  * 80 GiB used, 100+i W of a 700 W limit, 40+i C, SM clock 1980 MHz, memory
  * clock 2619 MHz, PCIe RX 1000+i KB/s and TX 2000+i KB/s, no ECC errors, 18
  * NVLink links each moving 64 x (i+1) KiB/s per direction, energy growing at the
- * power, and GPM metric m worth m + i/10 %; counters follow CLOCK_MONOTONIC.
+ * power, and GPM metric m worth m + i/10 % (DRAM bandwidth: the seconds between the two samples);
+ * counters follow CLOCK_MONOTONIC.
  *
  * Build: cc -O2 -shared -fPIC -o libnvml-standin.so libnvml_standin.c, without the soname
  * libnvidia-ml.so.1 (tests/fakes/libnvml_standin.py builds it and hands it to pynvml).
@@ -460,11 +461,17 @@ int nvmlGpmMetricsGet(gpm_metrics_get_t *request) {
     if (request->version != 1 || request->sample1 == NULL || request->sample2 == NULL) return ERROR_INVALID_ARGUMENT;
     gpu_t *g = request->sample2->device;
     if (g == NULL || request->sample1->device != g) return ERROR_INVALID_ARGUMENT;
+    /* Two samples, the earlier first: one buffer twice, or the two swapped, is a caller's bug. */
+    if (request->sample1 == request->sample2 || request->sample1->at > request->sample2->at)
+        return ERROR_INVALID_ARGUMENT;
     { int planted = failing("nvmlGpmMetricsGet", g); if (planted) return planted; }
+    double interval = request->sample2->at - request->sample1->at;
     for (unsigned int i = 0; i < request->numMetrics; i++) {
         gpm_metric_t *m = &request->metrics[i];
         m->nvmlReturn = SUCCESS;
-        m->value = m->metricId + g->index / 10.0;
+        /* NVML_GPM_METRIC_DRAM_BW_UTIL (10): the seconds between the two samples, so a reader that pairs the
+         * wrong samples (not the last two) is seen; every other metric m: m + i/10 */
+        m->value = m->metricId == 10 ? interval : m->metricId + g->index / 10.0;
     }
     return SUCCESS;
 }

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
@@ -23,6 +24,7 @@ from gpulens.collectors.nvml.batch import NOT_CALLED, Call, CallBatch
 from gpulens.collectors.nvml.collector import NvmlCollector
 from gpulens.collectors.nvml.device import _gpu_sample
 from gpulens.collectors.nvml.fastread import BindingTypes
+from gpulens.collectors.nvml.query import Query
 from gpulens.core.model import GpuProcess, GpuSample
 from tests.fakes.libnvml_standin import Standin, build, fresh_copy, standin_pynvml
 
@@ -34,8 +36,14 @@ NOT_SUPPORTED, UNKNOWN, GPU_IS_LOST = 3, 999, 15
 def runner() -> object:
     loaded = batch.load()
     if isinstance(loaded, str):
+        if _compiler() is not None:  # the install had a compiler: the batch must have been built and load
+            pytest.fail(f"a C compiler is here ({_compiler()}) but {loaded}")
         pytest.skip(loaded)
     return loaded
+
+
+def _compiler() -> str | None:
+    return next(filter(None, (shutil.which(c) for c in ("cc", "gcc", "clang"))), None)
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +80,24 @@ def _same(batched: NvmlCollector, plain: NvmlCollector, standin: Standin, reads:
         assert a == b
         gpus = a.gpus
     return list(gpus)
+
+
+def _asked_of_pynvml(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Every field asked through pynvml's path from now on (Query's calls), recorded."""
+    asked: list[object] = []
+    real_call, real_short = Query.call, Query.__call__
+
+    def call(self: Query, fields: object, *args: object, **kwargs: object) -> object:
+        asked.append(fields)
+        return real_call(self, fields, *args, **kwargs)  # type: ignore[arg-type]
+
+    def short(self: Query, fields: object, *args: object) -> object:
+        asked.append(fields)
+        return real_short(self, fields, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Query, "call", call)
+    monkeypatch.setattr(Query, "__call__", short)
+    return asked
 
 
 # --- the C part ----------------------------------------------------------------------------
@@ -169,19 +195,28 @@ def test_a_binding_with_other_structures_or_no_library_is_not_batched(nvml: tupl
 # --- the batched read gives what pynvml's path gives ----------------------------------------
 
 
-def test_the_usual_read_is_the_same_both_ways(nvml: tuple[ModuleType, Standin]) -> None:
+def test_the_usual_read_is_the_same_both_ways(nvml: tuple[ModuleType, Standin],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
     pynvml, standin = nvml
     standin.add_process(1, 4242, 3 * GIB, sm=55, mem=20)
     standin.add_process(1, 4343, 1 * GIB, sm=5, mem=2)
     standin.add_process(6, 77, 5 * GIB, sm=90, mem=60)
     batched, plain = _pair(pynvml, standin)
     gpus = _same(batched, plain, standin)
+    asked = _asked_of_pynvml(monkeypatch)
+    standin.advance(1.0)
+    before = standin.calls()
+    assert batched.read().gpus[1].processes == gpus[1].processes
+    # every part answered in the batch: nothing asked through pynvml; one call per part (no two-call lists)
+    assert asked == []
+    assert standin.calls() - before == 8 * 21
     assert [(p.pid, p.used_memory_bytes, p.sm_util_percent) for p in gpus[1].processes] == [
         (4242, 3 * GIB, 55.0), (4343, GIB, 5.0)]
     assert gpus[6].processes == (GpuProcess(77, 5 * GIB, 90.0, 60.0),)
     assert all(g.unavailable == {} for g in gpus)
     assert gpus[4].nvlink_rx_bytes_per_s == 18 * 64 * 5 * 1024
     assert gpus[3].sm_activity_percent == pytest.approx(2.3)
+    assert gpus[3].dram_bw_util_percent == pytest.approx(1.0)  # the stand-in's: seconds between the samples
 
 
 def test_fields_that_fail_once_or_for_good_are_said_the_same_way(nvml: tuple[ModuleType, Standin]) -> None:
@@ -261,3 +296,78 @@ def test_the_fast_sample_constructor_makes_the_same_frozen_sample() -> None:
         made.power_w = 1.0  # type: ignore[misc]
     with pytest.raises(TypeError, match="fields"):
         _gpu_sample(*values[:-1])
+
+
+def test_a_gpu_lost_late_in_the_batch_is_lost_both_ways(nvml: tuple[ModuleType, Standin]) -> None:
+    pynvml, standin = nvml
+    batched, plain = _pair(pynvml, standin)
+    standin.fail("nvmlDeviceGetMigMode", GPU_IS_LOST, gpu=3)
+    standin.fail("nvmlGpmSampleGet", GPU_IS_LOST, gpu=4)
+    gpus = _same(batched, plain, standin, reads=2)
+    for lost in (3, 4):
+        assert "GPU is lost" in gpus[lost].unavailable["gpu"] and gpus[lost].power_w is None
+    assert [d.batched for d in batched._devices] == [True, True, True, False, False, True, True, True]
+
+
+def test_memory_nvml_cannot_give_is_none_both_ways(nvml: tuple[ModuleType, Standin]) -> None:
+    pynvml, standin = nvml
+    standin.add_process(2, 555, (1 << 64) - 1, sm=10, mem=1)  # NVML_VALUE_NOT_AVAILABLE_ulonglong
+    batched, plain = _pair(pynvml, standin)
+    gpus = _same(batched, plain, standin)
+    assert gpus[2].processes == (GpuProcess(555, None, 10.0, 1.0),)
+    assert "NVML gives no per-process memory" in gpus[2].unavailable["processes.used_memory_bytes"]
+
+
+def test_gpm_that_fails_for_good_is_not_asked_again(nvml: tuple[ModuleType, Standin]) -> None:
+    pynvml, standin = nvml
+    batched, plain = _pair(pynvml, standin)
+    standin.fail("nvmlGpmSampleGet", NOT_SUPPORTED, gpu=5)
+    gpus = _same(batched, plain, standin)
+    assert gpus[5].sm_activity_percent is None and "NOT_SUPPORTED" in gpus[5].unavailable["sm_activity_percent"]
+    counts = []
+    for collector in (plain, batched):
+        standin.advance(1.0)
+        before = standin.calls()
+        collector.read()
+        counts.append(standin.calls() - before)
+    assert counts[1] == counts[0]  # no processes: both make one call a part, and neither asks GPM again
+    fast = batched._devices[5]._fast
+    assert fast is not None and not batched._devices[5]._gpm.batchable()  # type: ignore[union-attr]
+
+
+def test_at_most_64_events_are_taken_a_read_both_ways(nvml: tuple[ModuleType, Standin],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    pynvml, standin = nvml
+    batched, plain = _pair(pynvml, standin)
+    waits = [0]
+
+    def endless(events: object, timeout: int) -> object:  # a queue that never empties, through pynvml
+        waits[0] += 1
+        return SimpleNamespace(eventType=0x8, eventData=7)
+
+    monkeypatch.setattr(pynvml, "nvmlEventSetWait", endless)
+    standin.inject_xid(0, 6)  # the batch takes this one from the stand-in
+    standin.advance(1.0)
+    got = batched.read().gpus[0].xid_events
+    assert got == (6,) + (7,) * 63 and waits[0] == 63
+    waits[0] = 0
+    assert plain.read().gpus[0].xid_events == (7,) * 64 and waits[0] == 8 * 64  # every GPU asks pynvml
+
+
+def test_a_fault_in_the_batched_read_falls_back_to_pynvml_for_that_gpu(
+        nvml: tuple[ModuleType, Standin], monkeypatch: pytest.MonkeyPatch) -> None:
+    pynvml, standin = nvml
+    batched, plain = _pair(pynvml, standin)
+    broken = batched._devices[6]._fast
+    assert broken is not None
+
+    def boom(codes: object, counts: object) -> object:
+        raise RuntimeError("a bug in the batched read")
+
+    monkeypatch.setattr(broken, "_processes", boom)
+    standin.advance(1.0)
+    plain.read()
+    first = batched.read().gpus[6]  # read again through pynvml (a rate over the part already read is lost)
+    assert first.utilization_percent == 16.0 and "gpu" not in first.unavailable
+    assert [d.batched for d in batched._devices] == [True] * 6 + [False, True]
+    _same(batched, plain, standin, reads=2)  # then as pynvml's path reads it
