@@ -66,6 +66,18 @@ NOT_AVAILABLE = (1 << 64) - 1
 _GPU_FIELDS = tuple(f.name for f in dataclasses.fields(GpuSample))
 _PUT = tuple(getattr(GpuSample, name).__set__ for name in _GPU_FIELDS)
 """GpuSample's slots, in its fields' order (the slot descriptors of a slots dataclass)."""
+_PROCESS_PUT = tuple(getattr(GpuProcess, f.name).__set__ for f in dataclasses.fields(GpuProcess))
+
+
+def _gpu_process(pid: int, used: int | None, sm: float | None, mem: float | None) -> GpuProcess:
+    """``GpuProcess(pid, used, sm, mem)``, made as :func:`_gpu_sample` makes a GpuSample."""
+    process = object.__new__(GpuProcess)
+    put_pid, put_used, put_sm, put_mem = _PROCESS_PUT
+    put_pid(process, pid)
+    put_used(process, used)
+    put_sm(process, sm)
+    put_mem(process, mem)
+    return process
 
 
 def _gpu_sample(*values: object) -> GpuSample:
@@ -299,11 +311,10 @@ class GpuDevice:
         if ok and not used.keys() <= util.keys():
             q.note(PROC_UTIL, "no utilization sample since the last read for some processes")
         out = []
-        for pid in sorted(used):
+        for pid in sorted(used) if len(used) > 1 else used:
             sample = util.get(pid)
-            out.append(GpuProcess(  # pid, used_memory_bytes, sm_util_percent, mem_util_percent
-                pid, used[pid], None if sample is None else float(sample[1]),
-                None if sample is None else float(sample[2])))
+            out.append(_gpu_process(pid, used[pid], None if sample is None else float(sample[1]),
+                                    None if sample is None else float(sample[2])))
         return tuple(out)
 
     def _mark_lost(self, reason: str) -> None:

@@ -185,6 +185,8 @@ class BatchedRead:
             calls.append(Call(resolve("nvmlGpmSampleGet"), batch_mod.PO, handle, out_ptr=0))
             calls.append(Call(resolve("nvmlGpmMetricsGet"), batch_mod.P, request, after=self._gpm_at))
         self._batch = CallBatch(fn, calls)
+        self._since = 0
+        """The per-process utilization timestamp the batch asks after (as last set in it)."""
         self._gpm_on = self._gpm_at >= 0
         """Whether the GPM calls are on in the batch (switched when the sampler can or cannot batch)."""
         self._again = False
@@ -260,7 +262,10 @@ class BatchedRead:
             b.set_on(self._gpm_at, gpm_on)
         if gpm is not None and gpm_on:
             b.set_out(self._gpm_at, gpm.begin_batched())
-        b.set_i1(self._procs_at + 2, device._util_since_us)
+        since = device._util_since_us
+        if since != self._since:  # the utilization samples' last timestamp: asked for the ones after it
+            self._since = since
+            b.set_i1(self._procs_at + 2, since)
         codes = b.run()
         fixed = self._fixed.unpack_from(b.arena)
         at = self._at
