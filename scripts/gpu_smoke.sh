@@ -124,6 +124,9 @@ EOF
 echo "== MIG mode and MIG device UUIDs per GPU, as gpulens reads them (compare: nvidia-smi -L)"
 "$VENV/bin/python" -c "from gpulens.collectors.nvml.collector import NvmlCollector; c = NvmlCollector(); r = c.read(); [print(f'  gpu{g.index} {g.uuid}: ' + g.unavailable.get('mig', 'MIG off or not supported')) for g in r.gpus]; print('  MIG device -> GPU:', dict(r.mig_parents)); c.close()" || fail "reading the MIG layout raised"
 
+echo "== the NVML call batch against pynvml's wrappers (scripts/gpu_batch_smoke.py)"
+"$VENV/bin/python" scripts/gpu_batch_smoke.py || fail "the batched NVML read disagrees with pynvml's (see above)"
+
 # ---------------------------------------------------------------------------
 # PROFILER CHECKS (to be appended by the profiler issue): Kineto trace of the
 # running load through the gpulens IPC path, py-spy stacks, etc.

@@ -29,6 +29,7 @@ from gpulens.core.model import GpuProcess, GpuSample
 from tests.fakes.libnvml_standin import Standin, build, fresh_copy, standin_pynvml
 
 GIB = 1 << 30
+ROOT = Path(__file__).resolve().parents[3]
 NOT_SUPPORTED, UNKNOWN, GPU_IS_LOST = 3, 999, 15
 
 
@@ -371,3 +372,22 @@ def test_a_fault_in_the_batched_read_falls_back_to_pynvml_for_that_gpu(
     assert first.utilization_percent == 16.0 and "gpu" not in first.unavailable
     assert [d.batched for d in batched._devices] == [True] * 6 + [False, True]
     _same(batched, plain, standin, reads=2)  # then as pynvml's path reads it
+
+
+def test_the_gpu_smoke_step_passes_over_the_stand_in_and_fails_on_a_difference(
+        nvml: tuple[ModuleType, Standin], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """scripts/gpu_batch_smoke.py (run on a real GPU by scripts/gpu_smoke.sh) checked here over the stand-in."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_batch_smoke", ROOT / "scripts" / "gpu_batch_smoke.py")
+    assert spec is not None and spec.loader is not None
+    smoke = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(smoke)
+    monkeypatch.setattr(smoke, "PAUSE_S", 0.01)
+    _, standin = nvml
+    standin.add_process(0, 4242, GIB, sm=50, mem=5)
+    assert smoke.main() == 0
+    assert "GPUs read through the call batch: 8 of 8" in capsys.readouterr().out
+    monkeypatch.setattr(fastread.BatchedRead, "_processes", lambda self, codes, counts: ())  # a batch that loses them
+    assert smoke.main() == 1
+    assert "GPU BATCH SMOKE FAILED: gpu0 processes" in capsys.readouterr().out
