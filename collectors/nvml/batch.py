@@ -45,7 +45,7 @@ class _Call(ctypes.Structure):
     )
 
 
-VERSION = 1
+VERSION = 2
 """nvbatch.c's GL_VERSION."""
 ABI = (VERSION << 16) | ctypes.sizeof(_Call)
 """What ``gpulens_nvml_batch_abi()`` answers when the library was built from this version of nvbatch.c."""
@@ -53,6 +53,17 @@ _SIZE, _ON, _I1, _OUT = ctypes.sizeof(_Call), _Call.on.offset, _Call.i1.offset, 
 _I32, _U64 = struct.Struct("=i"), struct.Struct("=Q")
 """nvbatch.c's gl_call: its size and where ``on``, ``i1`` and ``out`` lie (out: a pointer, 8 bytes on the
 64-bit machines NVML runs on; :func:`load` refuses others)."""
+
+
+_MANY: list[ctypes._CFuncPtr | None] = [None]  # type: ignore[name-defined]  # ctypes's private base class
+"""``gpulens_nvml_batches`` of the library :func:`load` loaded (every GPU's batch in one crossing)."""
+
+
+class _List(ctypes.Structure):
+    """nvbatch.c's gl_list."""
+
+    _fields_ = (("calls", ctypes.c_void_p), ("codes", ctypes.c_void_p), ("n", ctypes.c_int32),
+                ("pad", ctypes.c_int32))
 
 
 @functools.cache
@@ -70,6 +81,10 @@ def load() -> ctypes._CFuncPtr | str:  # type: ignore[name-defined]  # ctypes's 
             except (OSError, AttributeError) as err:
                 return f"the NVML call batch {path.name} does not load: {err}"
             abi.argtypes, abi.restype = (), ctypes.c_int
+            many = getattr(lib, "gpulens_nvml_batches", None)
+            if many is not None:
+                many.argtypes, many.restype = (ctypes.c_void_p, ctypes.c_int), ctypes.c_int
+                _MANY[0] = many
             if abi() != ABI:  # built from another version of nvbatch.c: never called with a layout it does not know
                 return (f"the NVML call batch {path.name} was built from another nvbatch.c (ABI {abi():#x}, "
                         f"expected {ABI:#x}); reinstall gpulens (make run) to rebuild it")
@@ -152,3 +167,30 @@ class CallBatch:
         """Make every call that is on; each call's return code, in order (NOT_CALLED: not made)."""
         self._fn(*self._args)
         return self._codes[:]
+
+    def codes(self) -> list[int]:
+        """The codes of the last run, made here or by a :class:`ManyBatches` that holds this batch."""
+        return self._codes[:]
+
+
+class ManyBatches:
+    """Several batches (one a GPU) made in one crossing; it holds them, so their memory outlives it."""
+
+    __slots__ = ("_args", "_batches", "_fn", "_lists")
+
+    def __init__(self, batches: Sequence[CallBatch]) -> None:
+        fn = _MANY[0]
+        if fn is None:
+            raise ValueError("the loaded NVML call batch has no gpulens_nvml_batches")
+        self._fn = fn
+        self._batches = tuple(batches)
+        self._lists = (_List * len(batches))()
+        for slot, one in zip(self._lists, self._batches, strict=True):
+            slot.calls = ctypes.addressof(one._calls)
+            slot.codes = ctypes.addressof(one._codes)
+            slot.n = len(one._codes)
+        self._args = (ctypes.byref(self._lists), len(self._batches))
+
+    def run(self) -> None:
+        """Run every batch once, in order; each one's codes from its :meth:`CallBatch.codes`."""
+        self._fn(*self._args)

@@ -31,6 +31,7 @@ from types import ModuleType
 
 from gpulens.collectors.nvml import batch
 from gpulens.collectors.nvml.device import GpuDevice
+from gpulens.collectors.nvml.fastread import BatchedRead
 from gpulens.collectors.nvml.query import describe
 from gpulens.core.logbook import Failure, call_guarded
 from gpulens.core.model import GpuSample
@@ -81,6 +82,10 @@ class NvmlCollector:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._devices: list[GpuDevice] = []
+        self._many: batch.ManyBatches | None = None
+        """Every batched GPU's calls in one crossing (collectors.nvml.batch); None: each GPU runs its own."""
+        self._many_key: tuple[BatchedRead | None, ...] = ()
+        """Each GPU's batched read when :attr:`_many` was laid out (None: a GPU without one)."""
         self._initialised = False
         self._why: str | None = None
         """Why there are no GPUs at all (None when NVML opened)."""
@@ -124,18 +129,49 @@ class NvmlCollector:
         """
         if self._why is not None:
             return GpuReading((), {"gpus": self._why})
+        ran = self._run_batches()
         samples = []
-        for device in self._devices:
-            sample = call_guarded(log, device.reading, device.read)  # not the other GPUs
-            if isinstance(sample, Failure):
+        for device, batched in zip(self._devices, ran, strict=True):
+            try:
+                sample = device.read(batched)
+            except Exception as err:  # call_guarded's guard, inline in this loop of every tick: not the other GPUs
+                log.warning("%s failed", device.reading, exc_info=True)
+                failure = Failure(type(err).__name__, str(err))
                 sample = GpuSample(device.index, device.name, device.uuid,
-                                   unavailable={"gpu": f"internal error reading GPU: {sample}"})
+                                   unavailable={"gpu": f"internal error reading GPU: {failure}"})
             samples.append(sample)
         parents = {m.uuid: d.uuid for d in self._devices if d.uuid for m in d.mig_devices}
         return GpuReading(tuple(samples), mig_parents=parents)
 
+    def _run_batches(self) -> list[BatchedRead | None]:
+        """Every batched GPU's calls made in one crossing; for each GPU, the batch that ran (None: none ran).
+
+        The crossing is laid out again whenever a GPU's batch changed (laid out larger, dropped after a
+        fault, its GPU lost or closed), so a batch whose buffers were freed is never run."""
+        batches = [device.fast for device in self._devices]
+        key = tuple(batches)  # the objects themselves (held, so never another at the same address): by identity
+        if key != self._many_key:
+            live = [b.batch for b in batches if b is not None]
+            many = None
+            if len(live) > 1:
+                made = call_guarded(log, "laying out the GPUs' NVML call batches", batch.ManyBatches, live)
+                many = None if isinstance(made, Failure) else made
+            self._many, self._many_key = many, key
+        if self._many is None:
+            return [None] * len(batches)
+        try:
+            for one in batches:
+                if one is not None:
+                    one.prepare()
+        except Exception:  # call_guarded's guard, inline: each GPU then runs (and mends) its own batch
+            log.warning("preparing the GPUs' NVML call batches failed", exc_info=True)
+            return [None] * len(batches)
+        self._many.run()
+        return batches
+
     def close(self) -> None:
         """Free event sets and GPM buffers and shut NVML down; safe to call twice."""
+        self._many, self._many_key = None, ()
         for device in self._devices:
             device.close()
         self._devices = []

@@ -160,6 +160,11 @@ class GpuDevice:
         return self._fast is not None
 
     @property
+    def fast(self) -> BatchedRead | None:
+        """This GPU's batched read while it is read so (None: through pynvml's path, lost or closed)."""
+        return self._fast if self.lost is None else None
+
+    @property
     def mig_devices(self) -> tuple[MigDevice, ...]:
         """This GPU's MIG devices as last listed (empty: MIG mode off, no MIG, or not read)."""
         return () if self._mig is None else self._mig.devices
@@ -178,22 +183,25 @@ class GpuDevice:
         self._free_events(events)
         self._xid_why = q.reasons.get("xid_events", "event registration failed")
 
-    def read(self) -> GpuSample:
-        """Read every field of this GPU; never raises (a lost GPU says so)."""
+    def read(self, ran: BatchedRead | None = None) -> GpuSample:
+        """Read every field of this GPU; never raises (a lost GPU says so).
+
+        ``ran``: the GPU's batch (:attr:`fast`), prepared and run since with the other GPUs' by the
+        collector (one crossing for all); it is read only if it is still this GPU's."""
         if self.lost is not None:
             return GpuSample(self.index, self.name, self.uuid, unavailable={"gpu": self.lost})
         self._q.begin()
         try:
-            return self._read()
+            return self._read(ran is not None and ran is self._fast)
         except GpuLost as lost:
             self._mark_lost(lost.reason)
             return GpuSample(self.index, self.name, self.uuid, unavailable={"gpu": lost.reason})
 
-    def _read(self) -> GpuSample:
+    def _read(self, ran: bool = False) -> GpuSample:
         fast = self._fast
         if fast is not None:
             try:
-                sample = fast.read()
+                sample = fast.read(ran)
             except GpuLost:
                 raise
             except Exception:  # a fault of the batched read itself: pynvml's path from now on, for this GPU

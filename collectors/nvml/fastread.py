@@ -252,8 +252,12 @@ class BatchedRead:
         if self._nvlink_at >= 0:
             on(self._nvlink_at, device._nvlink is not None and device._nvlink.raw_array() is not None)
 
-    def read(self) -> GpuSample:
-        """The GPU's sample; raises only GpuLost (from pynvml's path, asked again)."""
+    @property
+    def batch(self) -> CallBatch:
+        return self._batch
+
+    def prepare(self) -> None:
+        """Set what changes between reads (the GPM samples, the utilization timestamp) before the batch runs."""
         device, b = self._device, self._batch
         gpm = device._gpm
         gpm_on = self._gpm_at >= 0 and gpm is not None and gpm.batchable()
@@ -266,7 +270,19 @@ class BatchedRead:
         if since != self._since:  # the utilization samples' last timestamp: asked for the ones after it
             self._since = since
             b.set_i1(self._procs_at + 2, since)
-        codes = b.run()
+
+    def read(self, ran: bool = False) -> GpuSample:
+        """The GPU's sample; raises only GpuLost (from pynvml's path, asked again).
+
+        ``ran``: :meth:`prepare` was called and the batch has run since (with the other GPUs')."""
+        device, b = self._device, self._batch
+        if ran:
+            codes = b.codes()
+        else:
+            self.prepare()
+            codes = b.run()
+        gpm = device._gpm
+        gpm_on = self._gpm_on and gpm is not None
         fixed = self._fixed.unpack_from(b.arena)
         at = self._at
         values: Sequence[Any] = fixed[:at["event"] if self._xid_at >= 0 else at["counts"]]

@@ -30,7 +30,7 @@ enum {
 #define GL_NOT_CALLED (-1)
 #define GL_BAD_SHAPE (-2)
 #define NVML_GPU_IS_LOST 15
-#define GL_VERSION 1  /* raised with any change to gl_call or the shapes: Python refuses another */
+#define GL_VERSION 2  /* raised with any change to gl_call or the shapes: Python refuses another */
 
 typedef struct {
     void *fn;
@@ -92,5 +92,21 @@ int gpulens_nvml_batch(const gl_call *calls, int n, int32_t *codes) {
         made++;
         if (rc == NVML_GPU_IS_LOST) lost = 1;
     }
+    return made;
+}
+
+/* One batch of a list: its calls, their count and where their codes go. */
+typedef struct {
+    const gl_call *calls;
+    int32_t *codes;
+    int32_t n;
+    int32_t pad;
+} gl_list;
+
+/* Every GPU's batch in one crossing: gpulens_nvml_batch on lists[0..k) in order (a lost GPU ends only
+ * its own list). Returns the number of calls made. */
+int gpulens_nvml_batches(const gl_list *lists, int k) {
+    int made = 0;
+    for (int i = 0; i < k; i++) made += gpulens_nvml_batch(lists[i].calls, lists[i].n, lists[i].codes);
     return made;
 }

@@ -391,3 +391,26 @@ def test_the_gpu_smoke_step_passes_over_the_stand_in_and_fails_on_a_difference(
     monkeypatch.setattr(fastread.BatchedRead, "_processes", lambda self, codes, counts: ())  # a batch that loses them
     assert smoke.main() == 1
     assert "GPU BATCH SMOKE FAILED: gpu0 processes" in capsys.readouterr().out
+
+
+def test_every_gpu_is_read_in_one_crossing_laid_out_again_when_a_gpu_drops_out(
+        nvml: tuple[ModuleType, Standin], monkeypatch: pytest.MonkeyPatch) -> None:
+    pynvml, standin = nvml
+    batched, plain = _pair(pynvml, standin)
+    own_runs = [0]
+    real_run = CallBatch.run
+
+    def counted(self: CallBatch) -> list[int]:
+        own_runs[0] += 1
+        return real_run(self)
+
+    monkeypatch.setattr(CallBatch, "run", counted)
+    _same(batched, plain, standin, reads=2)
+    assert own_runs[0] == 0  # every GPU's batch ran in the collector's one crossing
+    first = batched._many
+    assert first is not None
+    standin.fail("nvmlDeviceGetPowerUsage", GPU_IS_LOST, gpu=2)
+    gpus = _same(batched, plain, standin, reads=2)
+    assert "GPU is lost" in gpus[2].unavailable["gpu"] and gpus[3].power_w == 103.0
+    assert batched._many is not first and batched._many_key[2] is None  # laid out again without GPU 2
+    assert own_runs[0] == 0
