@@ -113,6 +113,9 @@ class GpuDevice:
         self._mig: MigLayout | None = None
         self._identity_reasons: dict[str, str] = {}
         self._scalar_args = tuple(scalar.constants(nvml) for scalar in SCALARS)
+        self._scalar_calls = tuple((scalar.fields, scalar.fn, args, scalar.parts)
+                                   for scalar, args in zip(SCALARS, self._scalar_args, strict=True))
+        """Each scalar's (fields, fn, constant arguments, structure parts), for pynvml's path (Scalar.flat inline)."""
         self._fast: BatchedRead | None = None
         """The read as one batch of C calls (collectors.nvml.fastread); None: through pynvml alone."""
         try:
@@ -217,8 +220,14 @@ class GpuDevice:
             return sample
         q, h = self._q, self.handle
         values: list[Any] = []
-        for scalar, args in zip(SCALARS, self._scalar_args, strict=True):
-            values.extend(scalar.flat(q(scalar.fields, scalar.fn, h, *args)))
+        for fields, fn, args, parts in self._scalar_calls:
+            value = q(fields, fn, h, *args)
+            if not parts:
+                values.append(value)
+            elif value is None:
+                values += (None,) * len(parts)
+            else:
+                values += [getattr(value, part) for part in parts]
         nvl_rx, nvl_tx = self._nvlink.read() if self._nvlink else (None, None)
         xids = self.drain_xids()
         compute = pairs(q("processes", COMPUTE, h))
