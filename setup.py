@@ -13,6 +13,7 @@ when a C compiler is at hand; without one the install still succeeds, says
 so, and GPUs are read through pynvml's wrappers alone.
 """
 
+import os
 import sys
 from pathlib import Path
 
@@ -30,11 +31,24 @@ for layer in LAYERS:
     package_dir[f"gpulens.{layer}"] = layer
 
 
+BATCH = "gpulens.collectors.nvml._nvbatch"
+BATCH_FILE = "libgpulens-nvbatch.so.1"
+"""The built library's name: a shared object's, not an extension module's (it is loaded with ctypes, never
+imported, and a name ending in .so would make it look like a module to pkgutil and to import)."""
+
+
 class OptionalBuildExt(build_ext):
     """Builds the NVML call batch if it can; a failure is said, not fatal (pynvml alone reads GPUs)."""
 
+    def get_ext_filename(self, fullname: str) -> str:
+        # Asked with the full name (copying into the source tree) and with the last part only (building).
+        *package, name = fullname.split(".")
+        if name == BATCH.rsplit(".", 1)[1]:
+            return os.path.join(*package, BATCH_FILE)
+        return str(super().get_ext_filename(fullname))
+
     def run(self) -> None:
-        for stale in (HERE / "collectors" / "nvml").glob("_nvbatch*.so"):  # an editable install's last build:
+        for stale in (HERE / "collectors" / "nvml").glob("*nvbatch*.so*"):  # an editable install's last build:
             stale.unlink()  # gone first, so a failed build leaves none behind to be loaded instead
         try:
             super().run()
@@ -53,7 +67,7 @@ class OptionalBuildExt(build_ext):
 setup(
     packages=packages,
     package_dir=package_dir,
-    ext_modules=[Extension("gpulens.collectors.nvml._nvbatch", sources=["collectors/nvml/nvbatch.c"],
+    ext_modules=[Extension(BATCH, sources=["collectors/nvml/nvbatch.c"],
                            extra_compile_args=["-O2", "-Wall", "-Wextra"])],
     cmdclass={"build_ext": OptionalBuildExt},
 )

@@ -9,8 +9,7 @@ buffer Python owns) and :meth:`CallBatch.run` makes all of them in one call of
 :attr:`CallBatch.arena`, read with :mod:`struct`.
 
 The C part is built at install time (setup.py) next to this module as
-``_nvbatch`` with the interpreter's extension suffix; it is a plain shared
-object loaded with ctypes, never imported. Without it (no C compiler when
+:data:`LIBRARY`, a plain shared object loaded with ctypes, never imported. Without it (no C compiler when
 gpulens was installed) :func:`load` says why and GPUs are read through pynvml
 alone. It knows no NVML structure: the caller lays out the outputs and reads
 them back.
@@ -20,7 +19,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import importlib.machinery
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,7 +29,8 @@ P, PO, PIO, PIIO, POO, PCO, POU, POCQ = range(8)
 long long, O the output (``out``), C an unsigned int count (``out2``) set to ``cap`` before the call."""
 NOT_CALLED = -1
 """The code of a call that was not made (switched off, its ``after`` call failed, or the GPU was lost)."""
-LIBRARY = "_nvbatch"
+LIBRARY = "libgpulens-nvbatch.so.1"
+"""What setup.py builds nvbatch.c into, beside this module (a shared object's name: never imported)."""
 ALIGN = 8
 
 
@@ -71,28 +70,26 @@ def load() -> ctypes._CFuncPtr | str:  # type: ignore[name-defined]  # ctypes's 
     """``gpulens_nvml_batch`` from the library built beside this module, or why it cannot be had."""
     if ctypes.sizeof(ctypes.c_void_p) != 8:
         return "the NVML call batch needs a 64-bit machine; GPUs are read through pynvml's wrappers alone"
-    here = Path(__file__).resolve().parent
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = here / f"{LIBRARY}{suffix}"
-        if path.is_file():
-            try:
-                lib = ctypes.CDLL(str(path))
-                abi, fn = lib.gpulens_nvml_batch_abi, lib.gpulens_nvml_batch
-            except (OSError, AttributeError) as err:
-                return f"the NVML call batch {path.name} does not load: {err}"
-            abi.argtypes, abi.restype = (), ctypes.c_int
-            many = getattr(lib, "gpulens_nvml_batches", None)
-            if many is not None:
-                many.argtypes, many.restype = (ctypes.c_void_p, ctypes.c_int), ctypes.c_int
-                _MANY[0] = many
-            if abi() != ABI:  # built from another version of nvbatch.c: never called with a layout it does not know
-                return (f"the NVML call batch {path.name} was built from another nvbatch.c (ABI {abi():#x}, "
-                        f"expected {ABI:#x}); reinstall gpulens (make run) to rebuild it")
-            fn.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)
-            fn.restype = ctypes.c_int
-            return fn
-    return ("the NVML call batch (collectors/nvml/nvbatch.c) was not built when gpulens was installed "
-            "(no C compiler then?); GPUs are read through pynvml's wrappers alone")
+    path = Path(__file__).resolve().parent / LIBRARY
+    if not path.is_file():
+        return ("the NVML call batch (collectors/nvml/nvbatch.c) was not built when gpulens was installed "
+                "(no C compiler then?); GPUs are read through pynvml's wrappers alone")
+    try:
+        lib = ctypes.CDLL(str(path))
+        abi, fn = lib.gpulens_nvml_batch_abi, lib.gpulens_nvml_batch
+    except (OSError, AttributeError) as err:
+        return f"the NVML call batch {path.name} does not load: {err}"
+    abi.argtypes, abi.restype = (), ctypes.c_int
+    if abi() != ABI:  # built from another version of nvbatch.c: never called with a layout it does not know
+        return (f"the NVML call batch {path.name} was built from another nvbatch.c (ABI {abi():#x}, "
+                f"expected {ABI:#x}); reinstall gpulens (make run) to rebuild it")
+    many = getattr(lib, "gpulens_nvml_batches", None)
+    if many is not None:
+        many.argtypes, many.restype = (ctypes.c_void_p, ctypes.c_int), ctypes.c_int
+        _MANY[0] = many
+    fn.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)
+    fn.restype = ctypes.c_int
+    return fn
 
 
 @dataclass(frozen=True, slots=True)

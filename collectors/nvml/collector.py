@@ -56,6 +56,12 @@ class GpuReading:
     """MIG device UUID -> the UUID of the GPU it is part of, for GPUs in MIG mode (``collectors.nvml.mig``)."""
 
 
+def _prepare(batches: list[BatchedRead | None]) -> None:
+    for one in batches:
+        if one is not None:
+            one.prepare()
+
+
 def _import_pynvml() -> ModuleType | str:
     try:
         return importlib.import_module("pynvml")
@@ -132,13 +138,10 @@ class NvmlCollector:
         ran = self._run_batches()
         samples = []
         for device, batched in zip(self._devices, ran, strict=True):
-            try:
-                sample = device.read(batched)
-            except Exception as err:  # call_guarded's guard, inline in this loop of every tick: not the other GPUs
-                log.warning("%s failed", device.reading, exc_info=True)
-                failure = Failure(type(err).__name__, str(err))
+            sample = call_guarded(log, device.reading, device.read, batched)  # not the other GPUs
+            if isinstance(sample, Failure):
                 sample = GpuSample(device.index, device.name, device.uuid,
-                                   unavailable={"gpu": f"internal error reading GPU: {failure}"})
+                                   unavailable={"gpu": f"internal error reading GPU: {sample}"})
             samples.append(sample)
         parents = {m.uuid: d.uuid for d in self._devices if d.uuid for m in d.mig_devices}
         return GpuReading(tuple(samples), mig_parents=parents)
@@ -159,12 +162,8 @@ class NvmlCollector:
             self._many, self._many_key = many, key
         if self._many is None:
             return [None] * len(batches)
-        try:
-            for one in batches:
-                if one is not None:
-                    one.prepare()
-        except Exception:  # call_guarded's guard, inline: each GPU then runs (and mends) its own batch
-            log.warning("preparing the GPUs' NVML call batches failed", exc_info=True)
+        prepared = call_guarded(log, "preparing the GPUs' NVML call batches", _prepare, batches)
+        if isinstance(prepared, Failure):  # each GPU then runs (and mends) its own batch
             return [None] * len(batches)
         self._many.run()
         return batches

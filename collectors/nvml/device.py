@@ -99,6 +99,7 @@ class GpuDevice:
         self.index = index
         self.reading = f"reading GPU {index}"
         """What a failed read is logged as (made once: the collector guards every read with it)."""
+        self._batched_reading = f"GPU {index}'s batched NVML read (pynvml's path from now on)"
         self.name = ""
         self.uuid = ""
         self.lost: str | None = None
@@ -203,13 +204,10 @@ class GpuDevice:
     def _read(self, ran: bool = False) -> GpuSample:
         fast = self._fast
         if fast is not None:
-            try:
-                sample = fast.read(ran)
-            except GpuLost:
-                raise
-            except Exception:  # a fault of the batched read itself: pynvml's path from now on, for this GPU
-                log.warning("GPU %d: the batched NVML read failed; reading through pynvml from now on",
-                            self.index, exc_info=True)
+            sample = call_guarded(log, self._batched_reading, _lost_as_value, fast.read, ran)
+            if isinstance(sample, GpuLost):
+                raise sample
+            if isinstance(sample, Failure):  # a fault of the batched read itself: pynvml's path from now on
                 self._fast = None
                 self._q.begin()
                 return self._read()
