@@ -30,10 +30,16 @@ LIBRARY = "libnvml-standin.so"
 ``dlopen("libnvidia-ml.so.1")`` in the process, pynvml's own included, after the context ended."""
 
 
+def compiler() -> list[str]:
+    """The C compiler to build with, as a command ($CC split as a shell would, else cc, gcc or clang);
+    empty: none here."""
+    return shlex.split(os.environ.get("CC", "")) or [
+        found for found in (shutil.which(c) for c in ("cc", "gcc", "clang")) if found][:1]
+
+
 def build(into: Path) -> Path | str:
     """Compile the stand-in into ``into``; its path, or why it could not be built (no C compiler)."""
-    cc = shlex.split(os.environ.get("CC", "")) or [
-        found for found in (shutil.which(c) for c in ("cc", "gcc", "clang")) if found][:1]
+    cc = compiler()
     if not cc:
         return "no C compiler (cc, gcc or clang) to build the libnvidia-ml stand-in"
     out = into / LIBRARY

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
@@ -26,7 +25,7 @@ from gpulens.collectors.nvml.device import _gpu_sample
 from gpulens.collectors.nvml.fastread import BindingTypes
 from gpulens.collectors.nvml.query import Query
 from gpulens.core.model import GpuProcess, GpuSample
-from tests.fakes.libnvml_standin import Standin, build, fresh_copy, standin_pynvml
+from tests.fakes.libnvml_standin import Standin, compiler, fresh_copy, standin_pynvml
 
 GIB = 1 << 30
 ROOT = Path(__file__).resolve().parents[3]
@@ -37,22 +36,10 @@ NOT_SUPPORTED, UNKNOWN, GPU_IS_LOST = 3, 999, 15
 def runner() -> object:
     loaded = batch.load()
     if isinstance(loaded, str):
-        if _compiler() is not None:  # the install had a compiler: the batch must have been built and load
-            pytest.fail(f"a C compiler is here ({_compiler()}) but {loaded}")
+        if compiler():  # the install had a compiler: the batch must have been built and load
+            pytest.fail(f"a C compiler is here ({' '.join(compiler())}) but {loaded}")
         pytest.skip(loaded)
     return loaded
-
-
-def _compiler() -> str | None:
-    return next(filter(None, (shutil.which(c) for c in ("cc", "gcc", "clang"))), None)
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = build(tmp_path_factory.mktemp("libnvml"))
-    if isinstance(out, str):
-        pytest.skip(out)
-    return out
 
 
 @pytest.fixture

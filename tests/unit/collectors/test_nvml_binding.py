@@ -24,20 +24,12 @@ from gpulens.collectors.nvml.fastread import BatchedRead
 from gpulens.collectors.nvml.fieldvalues import RECORD, RawFieldValues
 from gpulens.collectors.sampler import Sampler
 from gpulens.core.model import GpuSample
-from tests.fakes.libnvml_standin import Standin, build, fresh_copy, standin_pynvml
+from tests.fakes.libnvml_standin import Standin, fresh_copy, standin_pynvml
 from tests.fakes.own_tree import own_tree_pattern
 
 GIB = 1 << 30
 LINKS = 18
 NOT_SUPPORTED, GPU_IS_LOST = 3, 15
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = build(tmp_path_factory.mktemp("libnvml"))
-    if isinstance(out, str):
-        pytest.skip(out)
-    return out
 
 
 _BATCHED = [True]
