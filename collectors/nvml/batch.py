@@ -5,7 +5,7 @@ conversion and pynvml's wrapper; a GPU's read makes about twenty. A
 :class:`CallBatch` holds a list of calls made once (function addresses that
 pynvml resolved in the library it loaded, arguments, and output places in one
 buffer Python owns) and :meth:`CallBatch.run` makes all of them in one call of
-``gpulens_nvml_batch``; the return codes come back as a tuple, the answers in
+``gpulens_nvml_batch``; the return codes come back as a list, the answers in
 :attr:`CallBatch.arena`, read with :mod:`struct`.
 
 The C part is built at install time (setup.py) next to this module as
@@ -54,10 +54,6 @@ _I32, _U64 = struct.Struct("=i"), struct.Struct("=Q")
 64-bit machines NVML runs on; :func:`load` refuses others)."""
 
 
-_MANY: list[ctypes._CFuncPtr | None] = [None]  # type: ignore[name-defined]  # ctypes's private base class
-"""``gpulens_nvml_batches`` of the library :func:`load` loaded (every GPU's batch in one crossing)."""
-
-
 class _List(ctypes.Structure):
     """nvbatch.c's gl_list."""
 
@@ -66,8 +62,8 @@ class _List(ctypes.Structure):
 
 
 @functools.cache
-def load() -> ctypes._CFuncPtr | str:  # type: ignore[name-defined]  # ctypes's private base class names the type
-    """``gpulens_nvml_batch`` from the library built beside this module, or why it cannot be had."""
+def _library() -> ctypes.CDLL | str:
+    """The library built beside this module, its functions' signatures set, or why it cannot be had."""
     if ctypes.sizeof(ctypes.c_void_p) != 8:
         return "the NVML call batch needs a 64-bit machine; GPUs are read through pynvml's wrappers alone"
     path = Path(__file__).resolve().parent / LIBRARY
@@ -76,20 +72,22 @@ def load() -> ctypes._CFuncPtr | str:  # type: ignore[name-defined]  # ctypes's 
                 "(no C compiler then?); GPUs are read through pynvml's wrappers alone")
     try:
         lib = ctypes.CDLL(str(path))
-        abi, fn = lib.gpulens_nvml_batch_abi, lib.gpulens_nvml_batch
+        abi, one, many = lib.gpulens_nvml_batch_abi, lib.gpulens_nvml_batch, lib.gpulens_nvml_batches
     except (OSError, AttributeError) as err:
         return f"the NVML call batch {path.name} does not load: {err}"
     abi.argtypes, abi.restype = (), ctypes.c_int
     if abi() != ABI:  # built from another version of nvbatch.c: never called with a layout it does not know
         return (f"the NVML call batch {path.name} was built from another nvbatch.c (ABI {abi():#x}, "
                 f"expected {ABI:#x}); reinstall gpulens (make run) to rebuild it")
-    many = getattr(lib, "gpulens_nvml_batches", None)
-    if many is not None:
-        many.argtypes, many.restype = (ctypes.c_void_p, ctypes.c_int), ctypes.c_int
-        _MANY[0] = many
-    fn.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)
-    fn.restype = ctypes.c_int
-    return fn
+    one.argtypes, one.restype = (ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p), ctypes.c_int
+    many.argtypes, many.restype = (ctypes.c_void_p, ctypes.c_int), ctypes.c_int
+    return lib
+
+
+def load() -> ctypes._CFuncPtr | str:  # type: ignore[name-defined]  # ctypes's private base class names the type
+    """``gpulens_nvml_batch`` from the library built beside this module, or why it cannot be had."""
+    lib = _library()
+    return lib if isinstance(lib, str) else lib.gpulens_nvml_batch
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,10 +174,10 @@ class ManyBatches:
     __slots__ = ("_args", "_batches", "_fn", "_lists")
 
     def __init__(self, batches: Sequence[CallBatch]) -> None:
-        fn = _MANY[0]
-        if fn is None:
-            raise ValueError("the loaded NVML call batch has no gpulens_nvml_batches")
-        self._fn = fn
+        lib = _library()
+        if isinstance(lib, str):
+            raise ValueError(lib)
+        self._fn = lib.gpulens_nvml_batches
         self._batches = tuple(batches)
         self._lists = (_List * len(batches))()
         for slot, one in zip(self._lists, self._batches, strict=True):

@@ -113,10 +113,9 @@ class GpuDevice:
         self._nvlink: NvLinkCounter | None = None
         self._mig: MigLayout | None = None
         self._identity_reasons: dict[str, str] = {}
-        self._scalar_args = tuple(scalar.constants(nvml) for scalar in SCALARS)
-        self._scalar_calls = tuple((scalar.fields, scalar.fn, args, scalar.parts)
-                                   for scalar, args in zip(SCALARS, self._scalar_args, strict=True))
-        """Each scalar's (fields, fn, constant arguments, structure parts), for pynvml's path (Scalar.flat inline)."""
+        self._scalar_calls = tuple((scalar.fields, scalar.fn, scalar.constants(nvml), scalar.parts)
+                                   for scalar in SCALARS)
+        """Each scalar's (fields, fn, constant arguments, structure parts), as this binding names them."""
         self._fast: BatchedRead | None = None
         """The read as one batch of C calls (collectors.nvml.fastread); None: through pynvml alone."""
         try:
@@ -140,8 +139,13 @@ class GpuDevice:
         self._gpm = GpmSampler(q, h)
         self._mig = MigLayout(self._nvml, h, clock)
         self.read_mig()  # the MIG devices are listed now; later reads check the mode, and list on a change
-        fast = call_guarded(log, f"laying out GPU {self.index}'s NVML call batch", BatchedRead.make, self)
-        self._fast = None if isinstance(fast, Failure) else fast  # pynvml's path reads it, as without the library
+        self._fast = self._lay_out()
+
+    def _lay_out(self, cap: int | None = None) -> BatchedRead | None:
+        """This GPU's batched read (room for ``cap`` processes a list); None: pynvml's path reads it, as
+        without the library (a fault laying it out is logged)."""
+        fast = call_guarded(log, f"laying out GPU {self.index}'s NVML call batch", BatchedRead.make, self, cap)
+        return None if isinstance(fast, Failure) else fast
 
     def read_mig(self, mode: tuple[int, int] | None = None) -> str | None:
         """The MIG layout's note (None: nothing to say); ``mode``: (current, pending) already read.
@@ -212,9 +216,7 @@ class GpuDevice:
                 self._q.begin()
                 return self._read()
             if fast.regrow:  # more processes than the batch holds: laid out again, larger
-                grown = call_guarded(log, f"laying out GPU {self.index}'s NVML call batch again", BatchedRead.make,
-                                     self, fast.regrow * 2 + 5)
-                self._fast = None if isinstance(grown, Failure) else grown
+                self._fast = self._lay_out(fast.regrow * 2 + 5)
             return sample
         q, h = self._q, self.handle
         values: list[Any] = []

@@ -33,13 +33,12 @@ from typing import TYPE_CHECKING, Any
 from gpulens.collectors.nvml import batch as batch_mod
 from gpulens.collectors.nvml.batch import NOT_CALLED, Call, CallBatch
 from gpulens.collectors.nvml.mig import MIG_ENABLE
-from gpulens.collectors.nvml.query import TIMEOUT
+from gpulens.collectors.nvml.query import NOT_FOUND, TIMEOUT
 from gpulens.collectors.nvml.scalars import (
     COMPUTE,
     GRAPHICS,
     MAX_PROCESSES,
     NO_SAMPLES,
-    NOT_FOUND,
     PROC_UTIL,
     SCALARS,
     pairs,
@@ -149,21 +148,22 @@ class BatchedRead:
         """A larger process capacity the last read needed (0: none); the device lays the batch out again."""
         self._types = types
         calls: list[Call] = []
-        for scalar, args in zip(SCALARS, device._scalar_args, strict=True):
+        for scalar, (_, _, args, _) in zip(SCALARS, device._scalar_calls, strict=True):
             names = (scalar.fn,) if isinstance(scalar.fn, str) else scalar.fn
             address = next((a for a in map(resolve, names) if a), 0)
             calls.append(Call(address, _SHAPES[len(args)], handle, out=struct.calcsize("=" + scalar.layout),
                               i1=args[0] if args else 0, i2=args[1] if len(args) > 1 else 0))
         nvlink = device._nvlink
-        raw = None if nvlink is None else nvlink.raw_array()
+        raw = None if nvlink is None else nvlink.raw_reader()
         self._nvlink_at = -1
         self._keep: list[object] = []
         """What the batch's addresses point into, kept alive as long as the batch (the NVLink array,
         the GPM request): a part dropped by its owner cannot leave the batch writing into freed memory."""
         if raw is not None:  # the counter's own array, asked in the batch
             self._nvlink_at = len(calls)
-            self._keep.append(raw[2])
-            calls.append(Call(resolve("nvmlDeviceGetFieldValues"), batch_mod.PIO, handle, i1=raw[0], out_ptr=raw[1]))
+            self._keep.append(raw)
+            calls.append(Call(resolve("nvmlDeviceGetFieldValues"), batch_mod.PIO, handle, i1=len(raw),
+                              out_ptr=raw.address))
         events = None if device._events is None else _address(device._events)
         self._xid_at = -1
         if events:
@@ -250,7 +250,7 @@ class BatchedRead:
             on(self._procs_at + k, not q.is_sticky(name))
         on(self._mig_at, device._mig is not None and device._mig.batchable())
         if self._nvlink_at >= 0:
-            on(self._nvlink_at, device._nvlink is not None and device._nvlink.raw_array() is not None)
+            on(self._nvlink_at, device._nvlink is not None and device._nvlink.raw_reader() is not None)
 
     @property
     def batch(self) -> CallBatch:
@@ -313,7 +313,7 @@ class BatchedRead:
         device = self._device
         q, h = device._q, device.handle
         at = 0
-        for k, (scalar, args) in enumerate(zip(SCALARS, device._scalar_args, strict=True)):
+        for k, (scalar, (_, _, args, _)) in enumerate(zip(SCALARS, device._scalar_calls, strict=True)):
             if codes[k]:
                 values[at:at + scalar.width] = scalar.flat(q(scalar.fields, scalar.fn, h, *args))
             at += scalar.width

@@ -92,15 +92,18 @@ class GpmSampler:
         request = self._made_request()
         request.sample1 = self._prev
         request.sample2 = self._cur
-        # The new sample becomes the base of the next interval whatever happens next.
-        self._prev, self._cur = self._cur, self._prev
-        self._addresses = self._addresses[1], self._addresses[0]
+        self._swap()  # the new sample becomes the base of the next interval whatever happens next
         if q(GPM_FIELDS, "nvmlGpmMetricsGet", request) is None:
             return out
         for i, name in enumerate(GPM_FIELDS):
             metric = request.metrics[i]
             self._put(out, name, int(metric.nvmlReturn), metric.value)
         return out
+
+    def _swap(self) -> None:
+        """The new sample becomes the previous one (and their addresses with them)."""
+        self._prev, self._cur = self._cur, self._prev
+        self._addresses = self._addresses[1], self._addresses[0]
 
     def _put(self, out: dict[str, float | None], name: str, code: int, value: float) -> None:
         if code != 0:
@@ -172,8 +175,7 @@ class GpmSampler:
         """The figures after the batch made both calls; None: one did not answer 0 (read() asks again)."""
         if sample_code != 0 or metrics_code != 0 or self._records is None or self._raw is None:
             return None
-        self._prev, self._cur = self._cur, self._prev
-        self._addresses = self._addresses[1], self._addresses[0]
+        self._swap()
         codes, values = self._records
         if not any(codes):  # every metric answered: the usual case
             return dict(zip(GPM_FIELDS, values.tolist(), strict=True))

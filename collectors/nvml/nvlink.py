@@ -71,12 +71,10 @@ class NvLinkCounter:
         self._prev = self._totals()
         self._prev_t = clock()
 
-    def raw_array(self) -> tuple[int, int, object] | None:
-        """(field count, address, the reader owning the array) of the raw path, for a batch that makes the
-        call (it keeps the reader, so the array outlives it); None: no raw path."""
-        if self._raw is None or self._why is not None:
-            return None
-        return len(self._raw), self._raw.address, self._raw
+    def raw_reader(self) -> RawFieldValues | None:
+        """The raw path's reader, for a batch that makes its call into the reader's array (and keeps the
+        reader, so the array outlives it); None: no raw path."""
+        return None if self._why is not None else self._raw
 
     def _totals(self, answered: bool | None = None) -> tuple[int | None, int | None]:
         """Summed (rx, tx) KiB over links; a direction with no readable link is None.

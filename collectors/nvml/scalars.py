@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from gpulens.collectors.nvml.query import NOT_FOUND
+
 # Newest call first; the older names serve drivers (or pynvml) that lack it.
 CLOCK_REASONS_FNS = ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons")
 COMPUTE = ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2")
 GRAPHICS = ("nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses_v2")
 PROC_UTIL = ("processes.sm_util_percent", "processes.mem_util_percent")
-NOT_FOUND = 6
 NO_SAMPLES = frozenset({NOT_FOUND, 0})
 """Process utilization errors that mean "no sample since then", not a failure."""
 MAX_PROCESSES = 4096
