@@ -114,7 +114,7 @@ class Call:
 class CallBatch:
     """A fixed list of calls, made in one crossing; not for two threads at once."""
 
-    __slots__ = ("_args", "_calls", "_codes", "_fn", "_raw", "arena", "offsets")
+    __slots__ = ("_args", "_calls", "_codes", "_fn", "_raw", "arena", "offsets", "switched_on")
 
     def __init__(self, fn: ctypes._CFuncPtr, calls: Sequence[Call]) -> None:  # type: ignore[name-defined]
         self._fn = fn
@@ -145,10 +145,13 @@ class CallBatch:
         self._args = (ctypes.byref(self._calls), len(calls), ctypes.byref(self._codes))
         self._raw = memoryview(self._calls).cast("B")
         """The calls' memory: the setters below write a field in place (no ctypes proxy per call)."""
+        self.switched_on = [True] * len(calls)
+        """Whether each call is made (:meth:`set_on`)."""
 
     def set_on(self, index: int, on: bool) -> None:
         """Make call ``index`` (True) or skip it (False: its code is NOT_CALLED)."""
         _I32.pack_into(self._raw, index * _SIZE + _ON, int(on))
+        self.switched_on[index] = on
 
     def set_i1(self, index: int, value: int) -> None:
         """Change call ``index``'s first integer argument (a timestamp) for the next runs."""

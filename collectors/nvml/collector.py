@@ -32,7 +32,7 @@ from types import ModuleType
 from gpulens.collectors.nvml import batch
 from gpulens.collectors.nvml.device import GpuDevice
 from gpulens.collectors.nvml.fastread import BatchedRead
-from gpulens.collectors.nvml.query import describe
+from gpulens.collectors.nvml.query import GpuLost, describe
 from gpulens.core.logbook import Failure, call_guarded
 from gpulens.core.model import GpuSample
 
@@ -60,6 +60,15 @@ def _prepare(batches: list[BatchedRead | None]) -> None:
     for one in batches:
         if one is not None:
             one.prepare()
+
+
+def _steady_reads(devices: list[GpuDevice], ran: list[BatchedRead | None], out: list[GpuSample | None]) -> None:
+    """Onto ``out``, each GPU's steady sample (None: none; see NvmlCollector._steady), in order."""
+    for device, one in zip(devices, ran, strict=True):
+        try:
+            out.append(None if one is None else one.steady())
+        except GpuLost as lost:
+            out.append(device.lose(lost.reason))
 
 
 def _import_pynvml() -> ModuleType | str:
@@ -137,7 +146,10 @@ class NvmlCollector:
             return GpuReading((), {"gpus": self._why})
         ran = self._run_batches()
         samples = []
-        for device, batched in zip(self._devices, ran, strict=True):
+        for device, batched, steady in zip(self._devices, ran, self._steady(ran), strict=True):
+            if steady is not None:
+                samples.append(steady)
+                continue
             sample = call_guarded(log, device.reading, device.read, batched)  # not the other GPUs
             if isinstance(sample, Failure):
                 sample = GpuSample(device.index, device.name, device.uuid,
@@ -145,6 +157,20 @@ class NvmlCollector:
             samples.append(sample)
         parents = {m.uuid: d.uuid for d in self._devices if d.uuid for m in d.mig_devices}
         return GpuReading(tuple(samples), mig_parents=parents)
+
+    def _steady(self, ran: list[BatchedRead | None]) -> list[GpuSample | None]:
+        """Each GPU's sample where its batch ran and gave the usual answers (``BatchedRead.steady``); None:
+        the GPU is read in full. A fault here is the GPU's whose read raised: pynvml's path reads it from
+        now on, as after a fault of its full batched read."""
+        out: list[GpuSample | None] = []
+        if self._many is None:
+            return [None] * len(ran)
+        got = call_guarded(log, "reading the GPUs' batched answers (a GPU whose read failed: pynvml's path "
+                           "from now on)", _steady_reads, self._devices, ran, out)
+        if isinstance(got, Failure) and len(out) < len(ran):
+            self._devices[len(out)].drop_batch()
+            out.append(None)
+        return out + [None] * (len(ran) - len(out))
 
     def _run_batches(self) -> list[BatchedRead | None]:
         """Every batched GPU's calls made in one crossing; for each GPU, the batch that ran (None: none ran).
@@ -156,7 +182,7 @@ class NvmlCollector:
         if key != self._many_key:
             live = [b.batch for b in batches if b is not None]
             many = None
-            if len(live) > 1:
+            if live:  # one GPU too: its steady answers are read as every GPU's are (_steady)
                 made = call_guarded(log, "laying out the GPUs' NVML call batches", batch.ManyBatches, live)
                 many = None if isinstance(made, Failure) else made
             self._many, self._many_key = many, key

@@ -10,7 +10,6 @@ None with a reason in ``GpuSample.unavailable``, never 0.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
@@ -40,6 +39,7 @@ from gpulens.collectors.nvml.scalars import (
     util_samples,
 )
 from gpulens.core.logbook import Failure, call_guarded
+from gpulens.core.makers import positional_maker
 from gpulens.core.model import GpuProcess, GpuSample
 
 log = logging.getLogger("gpulens.collectors.nvml")
@@ -63,33 +63,11 @@ def _text(value: object) -> str:
 
 NOT_AVAILABLE = (1 << 64) - 1
 """NVML_VALUE_NOT_AVAILABLE_ulonglong: a process's memory NVML cannot give (pynvml makes it None)."""
-_GPU_FIELDS = tuple(f.name for f in dataclasses.fields(GpuSample))
-_PUT = tuple(getattr(GpuSample, name).__set__ for name in _GPU_FIELDS)
-"""GpuSample's slots, in its fields' order (the slot descriptors of a slots dataclass)."""
-_PROCESS_PUT = tuple(getattr(GpuProcess, f.name).__set__ for f in dataclasses.fields(GpuProcess))
-
-
-def _gpu_process(pid: int, used: int | None, sm: float | None, mem: float | None) -> GpuProcess:
-    """``GpuProcess(pid, used, sm, mem)``, made as :func:`_gpu_sample` makes a GpuSample."""
-    process = object.__new__(GpuProcess)
-    put_pid, put_used, put_sm, put_mem = _PROCESS_PUT
-    put_pid(process, pid)
-    put_used(process, used)
-    put_sm(process, sm)
-    put_mem(process, mem)
-    return process
-
-
-def _gpu_sample(*values: object) -> GpuSample:
-    """``GpuSample(*values)``, every field given, in order: the same frozen object, made without its
-    ``__init__``'s one ``object.__setattr__`` per field (about half a GPU's sample on a cold tick).
-    tests/unit/collectors/test_nvml_batch.py checks it against ``GpuSample(*values)``."""
-    if len(values) != len(_PUT):
-        raise TypeError(f"GpuSample has {len(_PUT)} fields, {len(values)} given")
-    sample = object.__new__(GpuSample)
-    for put, value in zip(_PUT, values, strict=True):
-        put(sample, value)
-    return sample
+_gpu_sample = positional_maker(GpuSample)
+"""``GpuSample(*values)``, every field given in order, without its ``__init__``'s ``object.__setattr__`` per
+field (about half a GPU's sample on a steady tick; core.makers)."""
+_gpu_process = positional_maker(GpuProcess)
+"""``GpuProcess(pid, used, sm, mem)``, made as :data:`_gpu_sample` makes a GpuSample."""
 
 
 class GpuDevice:
@@ -202,8 +180,16 @@ class GpuDevice:
         try:
             return self._read(ran is not None and ran is self._fast)
         except GpuLost as lost:
-            self._mark_lost(lost.reason)
-            return GpuSample(self.index, self.name, self.uuid, unavailable={"gpu": lost.reason})
+            return self.lose(lost.reason)
+
+    def lose(self, reason: str) -> GpuSample:
+        """This GPU is lost (NVML said so): it is closed and never read again; its sample, saying why."""
+        self._mark_lost(reason)
+        return GpuSample(self.index, self.name, self.uuid, unavailable={"gpu": reason})
+
+    def drop_batch(self) -> None:
+        """A fault of the batched read itself (logged by its guard): pynvml's path reads this GPU from now on."""
+        self._fast = None
 
     def _read(self, ran: bool = False) -> GpuSample:
         fast = self._fast

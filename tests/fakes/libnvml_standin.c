@@ -16,6 +16,7 @@
  *                                            again for the same call and GPU: the new code (0: answers again)
  *   gpulensStandinAnsweringLinks(gpu, n)     only links below n answer their counters (the rest:
  *                                            NVML_ERROR_NOT_SUPPORTED in the field's nvmlReturn)
+ *   gpulensStandinSetMigMode(gpu, cur, pend)  the MIG mode (current, pending) a GPU answers (0, 0 at first)
  *   gpulensStandinCalls()                    calls answered since the library was loaded
  *   gpulensStandinSetTime(seconds)           counters follow this time from now on (< 0: CLOCK_MONOTONIC again)
  *
@@ -61,6 +62,7 @@ typedef struct gpu {
     proc_t procs[MAX_PROCS];
     int nxids;
     unsigned long long xids[MAX_XIDS];
+    unsigned int mig_current, mig_pending;
 } gpu_t;
 
 typedef struct { char name[64]; int gpu; int code; } fail_t;
@@ -107,6 +109,13 @@ int gpulensStandinAddProcess(int gpu, unsigned int pid, unsigned long long bytes
     if (gpu < 0 || gpu >= MAX_GPUS || gpus[gpu].nprocs >= MAX_PROCS) return ERROR_INVALID_ARGUMENT;
     proc_t *p = &gpus[gpu].procs[gpus[gpu].nprocs++];
     p->pid = pid; p->used = bytes; p->sm = sm; p->mem = mem;
+    return SUCCESS;
+}
+
+int gpulensStandinSetMigMode(int gpu, unsigned int current, unsigned int pending) {
+    if (gpu < 0 || gpu >= MAX_GPUS || current > 1 || pending > 1) return ERROR_INVALID_ARGUMENT;
+    gpus[gpu].mig_current = current;
+    gpus[gpu].mig_pending = pending;
     return SUCCESS;
 }
 
@@ -274,8 +283,8 @@ int nvmlDeviceGetCurrentClocksEventReasons(gpu_t *g, unsigned long long *mask) {
 
 int nvmlDeviceGetMigMode(gpu_t *g, unsigned int *current, unsigned int *pending) {
     ENTER("nvmlDeviceGetMigMode", g);
-    *current = 0;
-    *pending = 0;
+    *current = g->mig_current;
+    *pending = g->mig_pending;
     return SUCCESS;
 }
 

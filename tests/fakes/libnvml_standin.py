@@ -62,6 +62,7 @@ class Standin:
         self.lib.gpulensStandinAddProcess.argtypes = [
             ctypes.c_int, ctypes.c_uint, ctypes.c_ulonglong, ctypes.c_uint, ctypes.c_uint]
         self.lib.gpulensStandinInjectXid.argtypes = [ctypes.c_int, ctypes.c_ulonglong]
+        self.lib.gpulensStandinSetMigMode.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_uint]
         self.lib.gpulensStandinFail.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int]
         self.lib.gpulensStandinCalls.restype = ctypes.c_ulonglong
         self.lib.gpulensStandinSetTime.argtypes = [ctypes.c_double]
@@ -88,6 +89,10 @@ class Standin:
     def answering_links(self, gpu: int, n: int) -> None:
         """Only links below ``n`` of ``gpu`` answer their NVLink counters (the others: NOT_SUPPORTED)."""
         self._ok(self.lib.gpulensStandinAnsweringLinks(gpu, n), f"{n} answering links")
+
+    def set_mig_mode(self, gpu: int, current: int, pending: int) -> None:
+        """The MIG mode (current, pending) ``gpu`` answers from now on (1: enabled)."""
+        self._ok(self.lib.gpulensStandinSetMigMode(gpu, current, pending), f"MIG mode {current}, {pending}")
 
     def inject_xid(self, gpu: int, xid: int) -> None:
         self._ok(self.lib.gpulensStandinInjectXid(gpu, xid), f"XID {xid}")

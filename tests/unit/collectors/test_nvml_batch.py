@@ -21,9 +21,8 @@ import pytest
 from gpulens.collectors.nvml import batch, fastread
 from gpulens.collectors.nvml.batch import NOT_CALLED, Call, CallBatch
 from gpulens.collectors.nvml.collector import NvmlCollector
-from gpulens.collectors.nvml.device import _gpu_sample
 from gpulens.collectors.nvml.fastread import BindingTypes
-from gpulens.collectors.nvml.query import Query
+from gpulens.collectors.nvml.query import GpuLost, Query
 from gpulens.core.model import GpuProcess, GpuSample
 from tests.fakes.libnvml_standin import Standin, compiler, fresh_copy, standin_pynvml
 
@@ -86,6 +85,19 @@ def _asked_of_pynvml(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     monkeypatch.setattr(Query, "call", call)
     monkeypatch.setattr(Query, "__call__", short)
     return asked
+
+
+def _counted(monkeypatch: pytest.MonkeyPatch, cls: type, name: str) -> list[object]:
+    """Each call of ``cls.name`` from now on, recorded (its instance)."""
+    calls: list[object] = []
+    real = getattr(cls, name)
+
+    def spy(self: object, *args: object, **kwargs: object) -> object:
+        calls.append(self)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(cls, name, spy)
+    return calls
 
 
 # --- the C part ----------------------------------------------------------------------------
@@ -192,11 +204,13 @@ def test_the_usual_read_is_the_same_both_ways(nvml: tuple[ModuleType, Standin],
     batched, plain = _pair(pynvml, standin)
     gpus = _same(batched, plain, standin)
     asked = _asked_of_pynvml(monkeypatch)
+    full_reads = _counted(monkeypatch, fastread.BatchedRead, "read")
     standin.advance(1.0)
     before = standin.calls()
     assert batched.read().gpus[1].processes == gpus[1].processes
     # every part answered in the batch: nothing asked through pynvml; one call per part (no two-call lists)
     assert asked == []
+    assert full_reads == []  # every GPU's answers were the usual ones: read by BatchedRead.steady
     assert standin.calls() - before == 8 * 21
     assert [(p.pid, p.used_memory_bytes, p.sm_util_percent) for p in gpus[1].processes] == [
         (4242, 3 * GIB, 55.0), (4343, GIB, 5.0)]
@@ -274,18 +288,6 @@ def test_queued_xids_are_drained_the_same_way(nvml: tuple[ModuleType, Standin]) 
     assert batched.read().gpus[2].xid_events == ()
 
 
-def test_the_fast_sample_constructor_makes_the_same_frozen_sample() -> None:
-    values = [getattr(GpuSample(3, "H100", "GPU-x", 50.0, power_w=300.0, processes=(GpuProcess(1, 2),),
-                                unavailable={"ecc_corrected": "no"}), f.name)
-              for f in dataclasses.fields(GpuSample)]
-    made = _gpu_sample(*values)
-    assert made == GpuSample(*values) and type(made) is GpuSample
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        made.power_w = 1.0  # type: ignore[misc]
-    with pytest.raises(TypeError, match="fields"):
-        _gpu_sample(*values[:-1])
-
-
 def test_a_gpu_lost_late_in_the_batch_is_lost_both_ways(nvml: tuple[ModuleType, Standin]) -> None:
     pynvml, standin = nvml
     batched, plain = _pair(pynvml, standin)
@@ -361,6 +363,53 @@ def test_a_fault_in_the_batched_read_falls_back_to_pynvml_for_that_gpu(
     _same(batched, plain, standin, reads=2)  # then as pynvml's path reads it
 
 
+def test_a_fault_or_a_lost_gpu_in_the_steady_read_is_that_gpus_alone(
+        nvml: tuple[ModuleType, Standin], monkeypatch: pytest.MonkeyPatch) -> None:
+    pynvml, standin = nvml
+    standin.add_process(5, 4242, GIB, sm=50, mem=5)
+    batched, plain = _pair(pynvml, standin)
+    _same(batched, plain, standin, reads=2)
+    steady = _counted(monkeypatch, fastread.BatchedRead, "steady")
+    full = _counted(monkeypatch, fastread.BatchedRead, "read")
+    broken, lost = batched._devices[6]._fast, batched._devices[2]._nvlink
+    assert broken is not None and lost is not None
+
+    def boom() -> object:
+        raise RuntimeError("a bug in the steady read")
+
+    real_read = type(lost).read
+
+    def gone(self: object, answered: bool | None = None) -> object:
+        if self is lost:
+            raise GpuLost("GPU is lost (test)")
+        return real_read(self, answered)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(broken, "steady", boom)
+    monkeypatch.setattr(type(lost), "read", gone)
+    standin.advance(1.0)
+    plain.read()
+    gpus = batched.read().gpus
+    assert gpus[2].unavailable == {"gpu": "GPU is lost (test)"} and batched._devices[2].lost
+    assert gpus[6].utilization_percent == 16.0 and "gpu" not in gpus[6].unavailable  # read again through pynvml
+    assert [d.batched for d in batched._devices] == [True, True, False, True, True, True, False, True]
+    # GPUs 0-5 read steady (GPU 2 found lost there); GPU 6's fault ends the steady reads: GPU 7 is read in full
+    assert len(steady) == 6 and [r._device.index for r in full] == [7]  # type: ignore[attr-defined]
+    assert gpus[5].processes == (GpuProcess(4242, GIB, 50.0, 5.0),)
+    standin.advance(1.0)
+    a, b = batched.read().gpus, plain.read().gpus
+    assert [g for i, g in enumerate(a) if i != 2] == [g for i, g in enumerate(b) if i != 2]
+
+
+def test_a_mig_mode_change_is_read_in_full(nvml: tuple[ModuleType, Standin], monkeypatch: pytest.MonkeyPatch) -> None:
+    pynvml, standin = nvml
+    batched, plain = _pair(pynvml, standin)
+    _same(batched, plain, standin, reads=2)
+    full = _counted(monkeypatch, fastread.BatchedRead, "read")
+    standin.set_mig_mode(4, 0, 1)  # enabling: pending until the GPU is reset
+    gpus = _same(batched, plain, standin, reads=1)
+    assert [r._device.index for r in full] == [4] and "mig" in gpus[4].unavailable  # type: ignore[attr-defined]
+
+
 def test_the_gpu_smoke_step_passes_over_the_stand_in_and_fails_on_a_difference(
         nvml: tuple[ModuleType, Standin], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """scripts/gpu_batch_smoke.py (run on a real GPU by scripts/gpu_smoke.sh) checked here over the stand-in."""
@@ -375,7 +424,7 @@ def test_the_gpu_smoke_step_passes_over_the_stand_in_and_fails_on_a_difference(
     standin.add_process(0, 4242, GIB, sm=50, mem=5)
     assert smoke.main() == 0
     assert "GPUs read through the call batch: 8 of 8" in capsys.readouterr().out
-    monkeypatch.setattr(fastread.BatchedRead, "_processes", lambda self, codes, counts: ())  # a batch that loses them
+    monkeypatch.setattr(fastread.Records, "read", lambda self, view, at, count: [])  # a batch that loses them
     assert smoke.main() == 1
     assert "GPU BATCH SMOKE FAILED: gpu0 processes" in capsys.readouterr().out
 
