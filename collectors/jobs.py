@@ -65,8 +65,13 @@ from gpulens.core.jobs_pattern import (
     compile_job_pattern,
     join_tree_id,
 )
+from gpulens.core.makers import positional_maker
 from gpulens.core.model import JobInfo
 from gpulens.core.workload import with_pod_names
+
+_job_info = positional_maker(JobInfo, ("pid", "tree_id", "cmdline", "user", "start_time", "cpu_percent", "rss_bytes",
+                                       "gpu_mem_bytes", "job_key", "ancestors", "kineto_polling", "workload"))
+"""``JobInfo(*values)`` made in straight-line code (a tick makes one per job; core.makers)."""
 
 YOUNG_S = 10.0
 """Processes younger than this are re-read every tick (exec renames them)."""
@@ -384,13 +389,9 @@ class JobScanner:
                 self.unnamed_pods |= workload.pod is None
             if self._slurm is not None and (workload is None or workload.slurm_job is None):
                 workload, key = self._job_details.slurm_job(pid, stat.start_ticks, workload, key)
-            jobs.append(JobInfo(
-                pid=pid, tree_id=entry.tree_id, cmdline=cmdline, user=user,
-                start_time=self._boot + stat.start_ticks / CLK_TCK,
-                cpu_percent=None if cpu is None else max(cpu, 0.0),
-                rss_bytes=stat.rss_pages * PAGE_SIZE,
-                gpu_mem_bytes=dict(gpu_mem.get(pid, {})), job_key=key, ancestors=entry.ancestors,
-                workload=workload,
-            ))
+            jobs.append(_job_info(
+                pid, entry.tree_id, cmdline, user, self._boot + stat.start_ticks / CLK_TCK,
+                None if cpu is None else max(cpu, 0.0), stat.rss_pages * PAGE_SIZE,
+                dict(gpu_mem.get(pid, {})), key, entry.ancestors, False, workload))
         jobs.sort(key=lambda j: j.pid)
         return tuple(jobs)

@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from gpulens.core.logfile import SafeFileHandler
 from gpulens.core.lograte import EXEMPT, RateLimit
@@ -185,12 +185,13 @@ def call_guarded(log: logging.Logger, what: str, fn: Callable[_P, _T], /, *args:
     The failure is logged (``<what> failed`` with its traceback, on ``log``, rate-limited as every
     record is) and returned, so the caller can show it as a reason.
     """
-    return _guarded(log, logging.WARNING, what, lambda: fn(*args, **kwargs))
+    return _guarded(log, logging.WARNING, what, fn, args, kwargs)
 
 
-def _guarded(log: logging.Logger, level: int, what: str, call: Callable[[], _T]) -> _T | Failure:
+def _guarded(log: logging.Logger, level: int, what: str, fn: Callable[..., _T], args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> _T | Failure:
     try:
-        return call()
+        return fn(*args, **kwargs)
     except Exception as err:  # the one guard: see call_guarded
         log.log(level, "%s failed", what, exc_info=True)
         return Failure(type(err).__name__, str(err))
@@ -203,5 +204,5 @@ def call_isolated(log: logging.Logger, what: str, fn: Callable[_P, _T], /, *args
     traceback, on ``log``; :func:`call_guarded`) and the caller (a socket's
     thread, a job table) carries on for the others.
     """
-    got = _guarded(log, logging.ERROR, what, lambda: fn(*args, **kwargs))
+    got = _guarded(log, logging.ERROR, what, fn, args, kwargs)
     return None if isinstance(got, Failure) else got

@@ -25,11 +25,15 @@ from typing import Any, TypeVar
 _T = TypeVar("_T")
 
 
-def positional_maker(cls: type[_T]) -> Callable[..., _T]:
+def positional_maker(cls: type[_T], order: tuple[str, ...]) -> Callable[..., _T]:
     """``make(*values)``: ``cls(*values)`` for a frozen slots dataclass, every field given in order.
 
+    ``order``: the fields' names in the order the caller passes them; a class whose fields are
+    other or in another order is refused (a reordered model fails at import, not with swapped values).
+
     Raises:
-        TypeError: ``cls`` is not a frozen dataclass with slots, or has a ``__post_init__``.
+        TypeError: ``cls`` is not a frozen dataclass with slots, has a ``__post_init__``, or its fields
+            are not ``order``.
     """
     params = getattr(cls, "__dataclass_params__", None)
     if params is None or not params.frozen or "__slots__" not in cls.__dict__:
@@ -37,6 +41,8 @@ def positional_maker(cls: type[_T]) -> Callable[..., _T]:
     if hasattr(cls, "__post_init__"):
         raise TypeError(f"{cls.__name__} has a __post_init__, which a maker would skip")
     names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]  # checked: a dataclass
+    if tuple(names) != order:
+        raise TypeError(f"{cls.__name__}'s fields are {tuple(names)}, not {order}: update the maker's caller")
     if not all(n.isidentifier() and not keyword.iskeyword(n) for n in names):
         raise TypeError(f"{cls.__name__} has a field that is not an identifier")
     args = ", ".join(f"v{i}" for i in range(len(names)))

@@ -63,10 +63,16 @@ def _text(value: object) -> str:
 
 NOT_AVAILABLE = (1 << 64) - 1
 """NVML_VALUE_NOT_AVAILABLE_ulonglong: a process's memory NVML cannot give (pynvml makes it None)."""
-_gpu_sample = positional_maker(GpuSample)
+_gpu_sample = positional_maker(GpuSample, (
+    "index", "name", "uuid", "utilization_percent", "memory_utilization_percent", "mem_used_bytes", "mem_total_bytes",
+    "power_w", "power_limit_w", "temperature_c", "sm_clock_mhz", "mem_clock_mhz", "pcie_rx_bytes_per_s",
+    "pcie_tx_bytes_per_s", "nvlink_rx_bytes_per_s", "nvlink_tx_bytes_per_s", "ecc_corrected", "ecc_uncorrected",
+    "xid_events", "throttle_reasons", "sm_activity_percent", "sm_occupancy_percent", "dram_bw_util_percent",
+    "processes", "unavailable", "tensor_active_percent", "nvlink_total_bytes_per_s", "energy_joules", "vendor",
+    "allocated"))
 """``GpuSample(*values)``, every field given in order, without its ``__init__``'s ``object.__setattr__`` per
 field (about half a GPU's sample on a steady tick; core.makers)."""
-_gpu_process = positional_maker(GpuProcess)
+_gpu_process = positional_maker(GpuProcess, ("pid", "used_memory_bytes", "sm_util_percent", "mem_util_percent"))
 """``GpuProcess(pid, used, sm, mem)``, made as :data:`_gpu_sample` makes a GpuSample."""
 
 
@@ -295,6 +301,8 @@ class GpuDevice:
         """The GPU's processes from its compute and graphics lists, (pid, bytes used or None) each, and the
         utilization samples, (pid, timestamp in us, SM %, memory %) each; ``ok``: the samples were read."""
         q = self._q
+        if len(compute) == 1 and not graphics and len(samples) <= 1:  # one process: a GPU of one job, the usual
+            return (self._one_process(compute[0], ok, samples[0] if samples else None),)
         used: dict[int, int | None] = {}
         listed = [*compute, *graphics] if graphics else compute
         for pid, mem in listed[:MAX_PROCESSES] if len(listed) > MAX_PROCESSES else listed:
@@ -319,6 +327,23 @@ class GpuDevice:
             out.append(_gpu_process(pid, used[pid], None if sample is None else float(sample[1]),
                                     None if sample is None else float(sample[2])))
         return tuple(out)
+
+    def _one_process(self, listed: tuple[int, int | None], ok: bool,
+                     sample: tuple[int, int, int, int] | None) -> GpuProcess:
+        """:meth:`merge_processes` of one listed process and at most one utilization sample."""
+        pid, mem = listed
+        used = None if mem is None or mem == NOT_AVAILABLE else int(mem)
+        if used is None:
+            self._q.note("processes.used_memory_bytes", "NVML gives no per-process memory here")
+        sm = mem_util = None
+        if sample is not None:
+            if sample[1] > self._util_since_us:
+                self._util_since_us = sample[1]
+            if sample[0] == pid:
+                sm, mem_util = float(sample[2]), float(sample[3])
+        if ok and sm is None:
+            self._q.note(PROC_UTIL, "no utilization sample since the last read for some processes")
+        return _gpu_process(pid, used, sm, mem_util)
 
     def _mark_lost(self, reason: str) -> None:
         self.lost = reason

@@ -13,6 +13,14 @@ from gpulens.core.makers import positional_maker
 from gpulens.core.model import GpuProcess, GpuSample, JobInfo, Workload
 
 
+def _names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+def _maker(cls: type) -> Any:  # noqa: ANN401  a maker of cls
+    return positional_maker(cls, _names(cls))
+
+
 def _values(obj: object) -> list[Any]:
     return [getattr(obj, f.name) for f in dataclasses.fields(obj)]  # type: ignore[arg-type]
 
@@ -31,7 +39,7 @@ SAMPLES = [
 @pytest.mark.parametrize("obj", SAMPLES, ids=lambda o: type(o).__name__)
 def test_a_maker_makes_what_the_init_makes(obj: object) -> None:
     cls = type(obj)
-    made = positional_maker(cls)(*_values(obj))
+    made = _maker(cls)(*_values(obj))
     assert made == obj and type(made) is cls
     first = dataclasses.fields(made)[0].name  # type: ignore[arg-type]
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -42,11 +50,11 @@ def test_a_maker_makes_what_the_init_makes(obj: object) -> None:
        st.lists(st.integers(0, 255), max_size=5))
 def test_every_field_lands_in_its_own_slot(index: int, name: str, util: float | None, xids: list[int]) -> None:
     want = GpuSample(index, name, name[::-1], util, xid_events=tuple(xids))
-    assert positional_maker(GpuSample)(*_values(want)) == want
+    assert _maker(GpuSample)(*_values(want)) == want
 
 
 def test_a_maker_wants_every_field() -> None:
-    make = positional_maker(GpuProcess)
+    make = _maker(GpuProcess)
     with pytest.raises(TypeError):
         make(1, 2, 3.0)  # the fourth field missing: no default is filled in
 
@@ -70,4 +78,11 @@ def test_what_a_maker_cannot_make_is_refused() -> None:
 
     for cls in (NoSlots, NotFrozen, Checked, int):
         with pytest.raises(TypeError):
-            positional_maker(cls)
+            positional_maker(cls, ("a",))
+
+
+def test_a_caller_that_names_other_fields_or_another_order_is_refused() -> None:
+    names = _names(GpuProcess)
+    for order in (names[::-1], names[:-1], (*names, "extra")):
+        with pytest.raises(TypeError, match="update the maker's caller"):
+            positional_maker(GpuProcess, order)
