@@ -17,7 +17,7 @@ def _names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls))
 
 
-def _maker(cls: type) -> Any:  # noqa: ANN401  a maker of cls
+def _maker(cls: type) -> Any:
     return positional_maker(cls, _names(cls))
 
 
