@@ -163,8 +163,7 @@ class KeptStats:
 
 
 def _cpu_jiffies(line: bytes) -> Jiffies:
-    fields = line.split()
-    values = [int(v) for v in fields[1:9]]  # user nice system idle iowait irq softirq steal
+    values = list(map(int, line.split()[1:9]))  # user nice system idle iowait irq softirq steal
     if len(values) < 4:
         raise ValueError(f"cpu line with {len(values)} counters: {line[:80]!r}")
     total = sum(values)
@@ -178,7 +177,8 @@ def parse_cpu_lines(data: bytes) -> tuple[Jiffies, tuple[Jiffies, ...]]:
     Raises:
         ValueError: no aggregate ``cpu`` first line, or a cpu line that is not counters.
     """
-    lines = data.split(b"\n")
+    end = data.find(b"\nintr ")  # the cpu lines come first; intr's (one count per interrupt) can be long
+    lines = (data if end < 0 else data[:end]).split(b"\n")
     first = lines[0]
     if not first.startswith(b"cpu "):
         raise ValueError(f"first line is not the aggregate 'cpu' line: {first[:80]!r}")

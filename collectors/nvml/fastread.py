@@ -107,6 +107,8 @@ class Records:
 
     def read(self, view: memoryview, at: int, count: int) -> list[tuple[Any, ...]]:
         """``count`` records from byte ``at`` of ``view`` (the fields named, in order)."""
+        if count == 1:  # one process on the GPU: the usual
+            return [self.one.unpack_from(view, at)]
         return list(self.every.iter_unpack(view[at:at + count * self.size]))
 
 
@@ -199,6 +201,11 @@ class BatchedRead:
         """The last MIG mode read while MIG was off, and its note (the same mode again changes nothing)."""
         self._fixed, self._at = self._fixed_layout(types)
         self._view = memoryview(self._batch.arena).cast("B")
+        at, procs = self._at, self._procs_at
+        self._steady_at = (at["event"] if self._xid_at >= 0 else at["counts"], at["counts"], at["mig"],
+                           tuple(self._batch.offsets[procs + k][0] for k in range(3)))
+        """Where :meth:`steady` reads: the scalars' value count, the process counts and the MIG mode in the
+        fixed answers, and the three process lists in the arena."""
         self._usual: tuple[list[int], list[int]] | None = None
         """The codes of a run where every call gave its usual answer (per-process utilization: samples, or
         none since), as the calls are switched now; None: laid out again on next use."""
@@ -332,8 +339,8 @@ class BatchedRead:
         if codes != usual[0] and codes != usual[1]:
             return None
         fixed = self._fixed.unpack_from(b.arena)
-        at = self._at
-        seen, mig = self._mig_seen, at["mig"]
+        n_values, counts, mig, (compute_at, graphics_at, util_at) = self._steady_at
+        seen = self._mig_seen
         if seen is None or seen[0] != fixed[mig:mig + 2]:
             return None
         device = self._device
@@ -347,21 +354,18 @@ class BatchedRead:
                 self._again = figures is None
             if figures is None:
                 figures = gpm.read()
-        n_compute, n_graphics, n_util = fixed[at["counts"]:at["counts"] + 3]
-        procs, cap, offsets, view = self._procs_at, self.cap, b.offsets, self._view
-        listed = self._types.process.read
+        n_compute, n_graphics, n_util = fixed[counts:counts + 3]
+        cap, view, listed = self.cap, self._view, self._types.process.read
         processes = device.merge_processes(
-            listed(view, offsets[procs][0], min(n_compute, cap)) if n_compute else (),
-            listed(view, offsets[procs + 1][0], min(n_graphics, cap)) if n_graphics else (),
+            listed(view, compute_at, min(n_compute, cap)) if n_compute else (),
+            listed(view, graphics_at, min(n_graphics, cap)) if n_graphics else (),
             True,
-            self._types.util.read(view, offsets[procs + 2][0], min(n_util, cap))
-            if n_util and codes[procs + 2] == 0 else ())
+            self._types.util.read(view, util_at, min(n_util, cap)) if n_util and codes[self._procs_at + 2] == 0 else ())
         if self._again:
             self._again = False
             self._sync()
-        values = fixed[:at["event"] if self._xid_at >= 0 else at["counts"]]
         xids = () if self._xid_at >= 0 else device.drain_xids()
-        return device.sample(values, nvl, xids, processes, figures or {}, seen[1])
+        return device.sample(fixed[:n_values], nvl, xids, processes, figures or {}, seen[1])
 
     def _lay_out_usual(self) -> tuple[list[int], list[int]]:
         """:attr:`_usual` as the calls are switched now; ([], []) (never usual) while a part other than GPM

@@ -44,8 +44,8 @@ class NvLinkCounter:
         self._prev_t = 0.0
         self._why: str | None = None
         self._raw: RawFieldValues | None = None
-        self._columns: tuple[memoryview, memoryview, memoryview, memoryview] | None = None
-        """(rx codes, rx KiB, tx codes, tx KiB) in the raw reader's array, read in place by a batched read."""
+        self._columns: tuple[memoryview, memoryview, memoryview] | None = None
+        """(every link's codes, rx KiB, tx KiB) in the raw reader's array, read in place by a batched read."""
         nvml = q.nvml
         count_id = getattr(nvml, "NVML_FI_DEV_NVLINK_LINK_COUNT", _FI_LINK_COUNT)
         values = q(NVLINK_FIELDS, "nvmlDeviceGetFieldValues", handle, [count_id])
@@ -66,8 +66,9 @@ class NvLinkCounter:
         self._ids = [(rx_id, link) for link in links] + [(tx_id, link) for link in links]
         self._raw = RawFieldValues.make(nvml, handle, self._ids)
         if self._raw is not None:
-            rx, tx = self._raw.columns(0, self._links), self._raw.columns(self._links, 2 * self._links)
-            self._columns = None if rx is None or tx is None else (rx[0], rx[1], tx[0], tx[1])
+            both = self._raw.columns(0, 2 * self._links)
+            self._columns = None if both is None else (
+                both[0], both[1][:self._links], both[1][self._links:])
         self._prev = self._totals()
         self._prev_t = clock()
 
@@ -136,10 +137,10 @@ class NvLinkCounter:
         now = self._clock()
         columns = self._columns
         if answered and columns is not None:  # a batch read every link's counters: the usual case first
-            rx_codes, rx_kib, tx_codes, tx_kib = columns
+            codes, rx_kib, tx_kib = columns
             before_rx, before_tx = self._prev
             dt = now - self._prev_t
-            if not any(rx_codes) and not any(tx_codes) and before_rx is not None and before_tx is not None:
+            if not any(codes) and before_rx is not None and before_tx is not None:
                 rx, tx = sum(rx_kib), sum(tx_kib)
                 if rx >= before_rx and tx >= before_tx and dt > 0:
                     self._prev, self._prev_t = (rx, tx), now

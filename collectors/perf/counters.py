@@ -223,6 +223,11 @@ class PerfCollector:
 
     def read(self) -> PerfReading:
         """Figures over the interval since the previous call (or construction)."""
+        if not self._counters:  # none opened here (no PMU, not permitted): no figure, each with its reason
+            unavailable = dict(self._unavailable)
+            for field in _FIELDS:
+                unavailable.setdefault(field, NO_EVENTS)
+            return PerfReading(CacheSample(), unavailable)
         now = time.monotonic()
         current = {k: c.read() for k, c in self._counters.items()}
         deltas = {k: scaled_delta(current[k], self._last[k]) for k in current}
@@ -232,10 +237,9 @@ class PerfCollector:
         l3 = hit_ratio(deltas["LLC-loads"], deltas["LLC-load-misses"]) if "LLC-loads" in deltas else None
         l2 = self._l2_ratio(deltas)
         bw = _bandwidth(deltas, dt)
-        for field, value in (("cache.l3_hit_ratio", l3), ("cache.l2_hit_ratio", l2),
-                             ("cache.mem_bandwidth_bytes_per_s", bw)):
+        for field, value in zip(_FIELDS, (l3, l2, bw), strict=True):
             if value is None and field not in unavailable:
-                unavailable[field] = "no counted events in the interval"
+                unavailable[field] = NO_EVENTS
         return PerfReading(CacheSample(l2, l3, bw), unavailable)
 
     def _l2_ratio(self, deltas: dict[str, float | None]) -> float | None:
@@ -253,6 +257,10 @@ class PerfCollector:
         for c in self._counters.values():
             c.close()
         self._counters = {}
+
+
+_FIELDS = ("cache.l3_hit_ratio", "cache.l2_hit_ratio", "cache.mem_bandwidth_bytes_per_s")
+NO_EVENTS = "no counted events in the interval"
 
 
 def _bandwidth(deltas: dict[str, float | None], dt: float) -> float | None:
