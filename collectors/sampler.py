@@ -20,6 +20,7 @@ import logging
 import socket
 import time
 from collections.abc import Mapping, Sequence
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from gpulens.collectors.host import HostCollector
@@ -39,6 +40,7 @@ if TYPE_CHECKING:  # both collectors are imported only when asked for (pynvml is
     from gpulens.collectors.nvml.collector import GpuReading
 
 log = logging.getLogger("gpulens.collectors.sampler")
+_INDEX = attrgetter("index")
 
 
 class GpuReader(Protocol):
@@ -210,7 +212,8 @@ class Sampler:
                 self._mig_parents = getattr(reading, "mig_parents", None) or {}
                 nv = tuple(reading.gpus)
                 nv_notes.update(_prefixed(reading.unavailable))
-        self._nv_count = max(self._nv_count, 1 + max((g.index for g in nv), default=-1))
+        if nv:
+            self._nv_count = max(self._nv_count, 1 + max(map(_INDEX, nv)))
         amd: tuple[GpuSample, ...] = ()
         if self._amd is not None:
             amd_reading = call_guarded(log, "AMD read", self._amd.read, self._nv_count)

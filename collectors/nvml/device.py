@@ -300,9 +300,14 @@ class GpuDevice:
                         ok: bool, samples: Sequence[tuple[int, int, int, int]]) -> tuple[GpuProcess, ...]:
         """The GPU's processes from its compute and graphics lists, (pid, bytes used or None) each, and the
         utilization samples, (pid, timestamp in us, SM %, memory %) each; ``ok``: the samples were read."""
-        q = self._q
         if len(compute) == 1 and not graphics and len(samples) <= 1:  # one process: a GPU of one job, the usual
             return (self._one_process(compute[0], ok, samples[0] if samples else None),)
+        return self._merge_many(compute, graphics, ok, samples)
+
+    def _merge_many(self, compute: Sequence[tuple[int, int | None]], graphics: Sequence[tuple[int, int | None]],
+                    ok: bool, samples: Sequence[tuple[int, int, int, int]]) -> tuple[GpuProcess, ...]:
+        """:meth:`merge_processes` in general: a process listed twice, samples of several processes."""
+        q = self._q
         used: dict[int, int | None] = {}
         listed = [*compute, *graphics] if graphics else compute
         for pid, mem in listed[:MAX_PROCESSES] if len(listed) > MAX_PROCESSES else listed:
