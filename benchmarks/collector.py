@@ -47,9 +47,11 @@ Figures:
   the fake, each replay 0.25 s after the last, as the ticks are): the steady
   tick less that share is printed too;
 * before / now (``--before REV``): the collectors and core of git revision
-  REV, copied into a temporary package ``gpulens_before``, sample the same
+  REV, copied into a temporary package ``gpulens_before`` (its NVML call batch,
+  if it has one, built beside it as setup.py builds it), sample the same
   processes and fake GPUs in turns with today's code, tick about; their
-  parts are timed in turns as well.
+  parts are timed in turns as well; then the NVML read alone and the whole
+  steady tick over the real binding, REV's and today's in turns.
 
 Run: ``.venv/bin/python benchmarks/collector.py [--before HEAD]``
 """
@@ -82,7 +84,7 @@ from gpulens.collectors.nvml import batch
 from gpulens.collectors.nvml.collector import NvmlCollector
 from gpulens.collectors.sampler import Sampler
 from tests.fakes.fake_nvml import FakeNvml, make_fake_nvml
-from tests.fakes.libnvml_standin import build, fresh_copy, standin_pynvml
+from tests.fakes.libnvml_standin import build, compiler, fresh_copy, standin_pynvml
 
 CROWD = 1000
 JOBS = 8
@@ -91,6 +93,8 @@ ROUNDS = 3
 CYCLES = 40
 """Ticks of each sampler and peer per round."""
 TICK_S = 0.25
+WARM = 5
+"""Ticks of a new sampler left out of its figures (its first ticks read every process)."""
 ALL_SMI_MS = 14.0
 """all-smi's published CPU time per collection, ~500 processes."""
 TARGET_MS = 3.0
@@ -261,6 +265,13 @@ def before_package(rev: str, into: Path) -> Any:
     for path in package.rglob("*.py"):
         text = path.read_text()
         path.write_text(re.sub(r"\bgpulens\.(core|collectors)\b", r"gpulens_before.\1", text))
+    source = package / "collectors" / "nvml" / "nvbatch.c"
+    if source.exists():  # REV reads GPUs through the NVML call batch: built as setup.py builds it
+        built = subprocess.run([*(compiler() or ["cc"]), "-O2", "-shared", "-fPIC", "-o",
+                                str(source.with_name(batch.LIBRARY)), str(source)], capture_output=True)
+        if built.returncode != 0:
+            print(f"{rev}'s NVML call batch did not build; its GPUs are read through pynvml alone: "
+                  f"{built.stderr.decode(errors='replace')[:300]}")
     sys.path.insert(0, str(into))
     return importlib.import_module("gpulens_before.collectors.sampler"), importlib.import_module(
         "gpulens_before.collectors.nvml.collector")
@@ -538,6 +549,8 @@ def main() -> int:
         busy_now: list[float] = []
         binding_before: list[float] = []
         binding_now: list[float] = []
+        real_before: list[float] = []
+        real_now: list[float] = []
         if old is not None:
             for _ in range(TICKS):
                 tick(old)
@@ -558,6 +571,16 @@ def main() -> int:
                     into.append(cpu_ms(collector.read))
             for collector in pair:
                 collector.close()
+            real_pair = [old_sampler_mod.Sampler(job_pattern=pattern, nvml=binding),
+                         Sampler(job_pattern=pattern, nvml=binding)]
+            for k in range(TICKS + WARM):  # whole steady ticks over the real binding, REV's and today's in turns
+                for one, into in zip(real_pair, (real_before, real_now), strict=True):
+                    time.sleep(TICK_S)
+                    ms = cpu_ms(one.sample)
+                    if k >= WARM:  # a new sampler's first ticks read every process
+                        into.append(ms)
+            for one in real_pair:
+                one.close()
         else:
             ((parts, fake_ms),) = time_parts([sampler], fake)
         for _ in range(TICKS):
@@ -632,6 +655,9 @@ def main() -> int:
         b, n = statistics.median(binding_before), statistics.median(binding_now)
         print(f"NVML read alone, 8 GPUs, real pynvml over the C stand-in: median {b:.3f} / {n:.3f} ms CPU, "
               f"reads in turns ({len(binding_now)} each): {b / n:.2f}x")
+        b, n = statistics.median(real_before), statistics.median(real_now)
+        print(f"steady tick, 8 GPUs, real pynvml over the C stand-in: median {b:.2f} / {n:.2f} ms CPU, "
+              f"ticks in turns ({len(real_now)} each): {b / n:.2f}x")
     print("steady tick by part (median CPU ms over ticks, timed in a separate pass):")
     print("\n".join(parts))
     print("the same, 8 GPUs through the real pynvml over the C stand-in:")
