@@ -43,6 +43,7 @@ from gpulens.collectors.procstat import (
     parse_meminfo,
     parse_net_dev,
 )
+from gpulens.core.makers import fast_builder
 from gpulens.core.model import (
     CpuSample,
     CpuTimes,
@@ -52,6 +53,12 @@ from gpulens.core.model import (
     NetworkSample,
     StorageSample,
 )
+
+_cpu = fast_builder(CpuSample, ("total_percent", "per_core_percent", "load_avg_1m", "count"))
+_memory = fast_builder(MemorySample, ("total_bytes", "used_bytes", "available_bytes", "swap_used_bytes"))
+_network = fast_builder(NetworkSample, ("rx_bytes_per_s", "tx_bytes_per_s", "interfaces"))
+_storage = fast_builder(StorageSample, ("read_bytes_per_s", "write_bytes_per_s", "disks"))
+"""Each tick's figures made without the frozen ``__init__`` (core.makers)."""
 
 MIN_INTERVAL_S = 0.2
 """Shortest interval a rate is computed over: /proc/stat counts in 10 ms jiffies."""
@@ -303,7 +310,7 @@ class HostCollector:
         if available > total:  # a container shown the host's MemAvailable: free memory, as psutil and procps say
             available = free
         # "used" as procps-ng 4 `free` prints it: total - available.
-        return MemorySample(total, total - available, available, swap_used)
+        return _memory(total, total - available, available, swap_used)
 
     def _cpu_sample(self, cpu: _CpuTimes | str, unavailable: dict[str, str]) -> CpuSample:
         try:
@@ -323,12 +330,7 @@ class HostCollector:
             per_core = tuple(_percent(n, o) for n, o in zip(cores, old[1], strict=True))
         else:  # /proc/stat lists online cores by position, so a hotplug breaks the pairing
             unavailable["cpu.per_core_percent"] = "number of cores changed during the interval (CPU hotplug)"
-        return CpuSample(
-            total_percent=_percent(total, old[0]),
-            per_core_percent=per_core,
-            load_avg_1m=load,
-            count=len(cores),
-        )
+        return _cpu(_percent(total, old[0]), per_core, load, len(cores))
 
     def _network_sample(
         self, net: dict[str, tuple[int, int]] | str, dt: float, unavailable: dict[str, str]
@@ -347,11 +349,7 @@ class HostCollector:
                 unavailable[f"network.{name}"] = rates
                 continue
             ifaces.append(NetInterface(name, *rates, rx_bytes=net[name][0], tx_bytes=net[name][1]))
-        return NetworkSample(
-            rx_bytes_per_s=sum(i.rx_bytes_per_s for i in ifaces),
-            tx_bytes_per_s=sum(i.tx_bytes_per_s for i in ifaces),
-            interfaces=tuple(ifaces),
-        )
+        return _network(sum(i.rx_bytes_per_s for i in ifaces), sum(i.tx_bytes_per_s for i in ifaces), tuple(ifaces))
 
     def _storage_sample(
         self, disk: dict[str, tuple[int, int]] | str, dt: float, unavailable: dict[str, str]
@@ -373,8 +371,4 @@ class HostCollector:
                 unavailable[f"storage.{name}"] = rates
                 continue
             disks.append(DiskIo(name, *rates, read_bytes=disk[name][0], write_bytes=disk[name][1]))
-        return StorageSample(
-            read_bytes_per_s=sum(d.read_bytes_per_s for d in disks),
-            write_bytes_per_s=sum(d.write_bytes_per_s for d in disks),
-            disks=tuple(disks),
-        )
+        return _storage(sum(d.read_bytes_per_s for d in disks), sum(d.write_bytes_per_s for d in disks), tuple(disks))

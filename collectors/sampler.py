@@ -32,6 +32,7 @@ from gpulens.collectors.slurm_pidinfo import SlurmPidinfo
 from gpulens.collectors.workloads import PodNames
 from gpulens.core.jobs_pattern import DEFAULT_JOB_KEY_ENV, DEFAULT_JOB_PATTERN
 from gpulens.core.logbook import Failure, call_guarded
+from gpulens.core.makers import fast_builder
 from gpulens.core.model import CacheSample, GpuSample, HostSample
 from gpulens.core.sanitize import check_sample
 
@@ -41,6 +42,9 @@ if TYPE_CHECKING:  # both collectors are imported only when asked for (pynvml is
 
 log = logging.getLogger("gpulens.collectors.sampler")
 _INDEX = attrgetter("index")
+_host_sample = fast_builder(HostSample, ("host", "time", "cpu", "memory", "network", "storage", "cache", "infiniband",
+                                         "gpus", "jobs", "unavailable", "simulated"))
+"""``HostSample(*values)`` without its ``__init__`` (core.makers)."""
 
 
 class GpuReader(Protocol):
@@ -185,19 +189,8 @@ class Sampler:
         if self._kubelet is not None:  # waits at most its deadline, once; then the last answer (at most 10 s old)
             gpus, jobs, notes = attach(gpus, jobs, self._kubelet.reading(), self._pods.names(), self._mig_parents)
             unavailable.update(notes)
-        return check_sample(HostSample(
-            host=self.host,
-            time=now,
-            cpu=host.cpu,
-            memory=host.memory,
-            network=host.network,
-            storage=host.storage,
-            cache=cache,
-            infiniband=ib.ports,
-            gpus=gpus,
-            jobs=jobs,
-            unavailable=unavailable,
-        ))
+        return check_sample(_host_sample(self.host, now, host.cpu, host.memory, host.network, host.storage, cache,
+                                         ib.ports, gpus, jobs, unavailable, False))
 
     def _read_gpus(self, unavailable: dict[str, str]) -> tuple[GpuSample, ...]:
         """NVIDIA GPUs, then AMD GPUs numbered after them; reasons into ``unavailable``."""

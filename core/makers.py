@@ -1,60 +1,64 @@
-"""Makers of frozen slots dataclasses for the collectors' hot path.
+"""Build frozen, slotted dataclass instances from every field's value, in field order.
 
-A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``
-(a global lookup, an attribute lookup and a call per field). On a sampling tick
-that builds a GpuSample per GPU (30 fields) and a JobInfo per job, that is a
-measurable share of the tick. :func:`positional_maker` gives, for a frozen
-dataclass with ``__slots__``, a function taking every field positionally, in
-the fields' order, which makes the same frozen object by calling each slot's
-descriptor directly, in straight-line code generated once per class from the
-class's own field names (no loop, no per-field lookup).
-
-No field default, factory or ``__post_init__`` runs: the caller gives every
-field. A class with ``__post_init__``, or without slots, is refused.
-tests/unit/core/test_makers.py checks each maker used on the hot path against
-the class's own ``__init__``.
+Hot paths make many frozen model objects: the collector's steady tick a
+:class:`~gpulens.core.model.GpuSample` (30 fields) per GPU and a
+:class:`~gpulens.core.model.JobInfo` per job, the demo ~130 GpuSamples and ~90
+JobInfos a second. A frozen dataclass's generated ``__init__`` sets each field
+through ``object.__setattr__`` (~150 ns a field here). :func:`fast_builder`
+instead fills a plain slotted twin of the class, whose ``__init__`` stores each
+slot directly (~15 ns), then makes the object a ``cls`` by assigning
+``__class__``: Python allows that between classes with the same slots, and the
+object is then exactly what ``cls(*values)`` makes (equal, same ``repr``;
+tests/unit/core/test_makers.py checks each kind built on a hot path). Only for
+classes whose ``__init__`` does nothing else — every field in ``__init__``, no
+``__post_init__`` — and :func:`fast_builder` refuses others.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import keyword
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 _T = TypeVar("_T")
 
 
-def positional_maker(cls: type[_T], order: tuple[str, ...]) -> Callable[..., _T]:
-    """``make(*values)``: ``cls(*values)`` for a frozen slots dataclass, every field given in order.
+def field_names(cls: type[Any]) -> tuple[str, ...]:
+    """The fields of dataclass ``cls`` in ``__init__`` order."""
+    return tuple(f.name for f in dataclasses.fields(cls))
 
-    ``order``: the fields' names in the order the caller passes them; a class whose fields are
-    other or in another order is refused (a reordered model fails at import, not with swapped values).
+
+def fast_builder(cls: type[_T], order: tuple[str, ...] | None = None) -> Callable[..., _T]:
+    """A function that makes a ``cls`` from all its field values, positionally and in order.
+
+    Unlike ``cls(...)`` it has no defaults: pass every field (:func:`field_names`). ``order``: the
+    fields' names in the order the caller passes them, checked here, so that a model whose fields
+    were added or reordered fails when the caller is imported, not with values in the wrong fields.
 
     Raises:
-        TypeError: ``cls`` is not a frozen dataclass with slots, has a ``__post_init__``, or its fields
-            are not ``order``.
+        TypeError: ``cls`` is not a slotted dataclass made by its fields alone, or its fields are
+            not ``order``.
     """
-    params = getattr(cls, "__dataclass_params__", None)
-    if params is None or not params.frozen or "__slots__" not in cls.__dict__:
-        raise TypeError(f"{cls.__name__} is not a frozen dataclass with slots")
-    if hasattr(cls, "__post_init__"):
-        raise TypeError(f"{cls.__name__} has a __post_init__, which a maker would skip")
-    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]  # checked: a dataclass
-    if tuple(names) != order:
-        raise TypeError(f"{cls.__name__}'s fields are {tuple(names)}, not {order}: update the maker's caller")
-    if not all(n.isidentifier() and not keyword.iskeyword(n) for n in names):
-        raise TypeError(f"{cls.__name__} has a field that is not an identifier")
-    args = ", ".join(f"v{i}" for i in range(len(names)))
-    body = "".join(f"        p{i}(o, v{i})\n" for i in range(len(names)))
-    # The code is built from the dataclass's own field count only: no text from outside reaches it.
-    source = (f"def outer(new, cls, {', '.join(f'p{i}' for i in range(len(names)))}):\n"
-              f"    def make({args}):\n"
-              f"        o = new(cls)\n{body}        return o\n"
-              f"    return make\n")
-    ns: dict[str, Any] = {}
-    exec(source, ns)
-    make: Callable[..., _T] = ns["outer"](object.__new__, cls, *(getattr(cls, n).__set__ for n in names))
-    make.__name__ = make.__qualname__ = f"make_{cls.__name__}"
-    make.__doc__ = f"{cls.__name__}(*values): every field, in order ({', '.join(names)})."
-    return make
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls.__name__} is not a dataclass")
+    fields = dataclasses.fields(cls)
+    if hasattr(cls, "__post_init__") or not all(f.init for f in fields):
+        raise TypeError(f"{cls.__name__}.__init__ does more than set its fields")
+    names = tuple(f.name for f in fields)
+    if cls.__bases__ != (object,) or tuple(getattr(cls, "__slots__", ())) != names:
+        raise TypeError(f"{cls.__name__}'s slots are not its fields")
+    if order is not None and order != names:
+        raise TypeError(f"{cls.__name__}'s fields are {names}, not {order}: update the builder's caller")
+    twin: Any = dataclasses.make_dataclass(f"_{cls.__name__}Twin", names, slots=True,
+                                           eq=False, repr=False, match_args=False)
+    probe = twin(*[None] * len(names))
+    probe.__class__ = cls  # raises TypeError here, not later, if the layouts differ
+
+    def build(*values: object) -> _T:
+        obj = twin(*values)
+        obj.__class__ = cls
+        made: _T = obj
+        return made
+
+    build.__doc__ = f"A {cls.__name__} from its {len(names)} field values, in order."
+    return build

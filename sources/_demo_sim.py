@@ -3,7 +3,7 @@
 What never changes for a (host, GPU) — names, UUIDs, PIDs, memory held, process
 lists, the jobs' command lines — is worked out once per host (:func:`host_plan`);
 each tick then only draws the random numbers, in the same order as ever, and
-fills the frozen samples through :func:`~gpulens.sources._demo_fast.fast_builder`.
+fills the frozen samples through :func:`~gpulens.core.makers.fast_builder`.
 Every figure is a pure function of (seed, host, time bucket): the tests pin a
 digest of the output, so a change here that moves one digit fails them.
 """
@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 from math import cos, log, pi, sin, sqrt
 
 from gpulens.core import model as m
-from gpulens.sources._demo_fast import fast_builder, field_names, round1
+from gpulens.core.makers import fast_builder, field_names
+from gpulens.sources._demo_fast import round1
 
 GIB = 1024**3
 MIB = 1024**2
