@@ -2,7 +2,8 @@
 
 Per tick: one ``pread`` each of ``/proc/stat`` (its cpu lines), ``/proc/meminfo``,
 ``/proc/net/dev`` and ``/proc/diskstats``, kept open and parsed for the reported
-fields only (:mod:`gpulens.collectors.procstat`), and ``os.getloadavg()``; about
+fields only (:mod:`gpulens.collectors.procstat`), and ``os.getloadavg()`` (or the sampler's one
+read of ``/proc/loadavg`` a tick, shared with the job scan); about
 40 us CPU together on the development VM, where psutil's six calls for the same
 figures took about 230 us. Counters are raw (a reset is seen, not hidden as a
 wrap). The process tree stays on the hand-written /proc scanner in
@@ -37,6 +38,7 @@ from typing import Protocol, TypeVar
 import psutil
 
 from gpulens.collectors.procstat import (
+    OncePerTick,
     ProcFile,
     parse_cpu_lines,
     parse_diskstats,
@@ -191,7 +193,11 @@ def _psutil_memory(swap_used: int | None, unavailable: dict[str, str]) -> Memory
 class HostCollector:
     """CPU, memory, network and storage rates between consecutive calls; :meth:`close` frees its descriptors."""
 
-    def __init__(self, *, sys_root: Path = Path("/sys"), proc_root: Path = Path("/proc")) -> None:
+    def __init__(self, *, sys_root: Path = Path("/sys"), proc_root: Path = Path("/proc"),
+                 loadavg: OncePerTick | None = None) -> None:
+        """``loadavg``: ``/proc/loadavg`` as the sampler reads it once a tick, for the load average (None:
+        ``os.getloadavg()``)."""
+        self._loadavg = loadavg
         self._sys = sys_root
         self._disks = whole_disks(sys_root / "block")
         self._stat = ProcFile(f"{proc_root}/stat", enough=b"\nintr ")
@@ -313,11 +319,7 @@ class HostCollector:
         return _memory(total, total - available, available, swap_used)
 
     def _cpu_sample(self, cpu: _CpuTimes | str, unavailable: dict[str, str]) -> CpuSample:
-        try:
-            load: float | None = os.getloadavg()[0]
-        except OSError as err:
-            load = None
-            unavailable["cpu.load_avg_1m"] = f"os.getloadavg() failed: {err!r}"
+        load = self._load(unavailable)
         if isinstance(cpu, str):
             unavailable["cpu"] = cpu
             return CpuSample(None, load_avg_1m=load)
@@ -331,6 +333,20 @@ class HostCollector:
         else:  # /proc/stat lists online cores by position, so a hotplug breaks the pairing
             unavailable["cpu.per_core_percent"] = "number of cores changed during the interval (CPU hotplug)"
         return _cpu(_percent(total, old[0]), per_core, load, len(cores))
+
+    def _load(self, unavailable: dict[str, str]) -> float | None:
+        """The 1-minute load average, or None with the reason."""
+        if self._loadavg is not None:
+            try:
+                return float(self._loadavg.read().split(None, 1)[0])
+            except (OSError, ValueError, IndexError) as err:
+                unavailable["cpu.load_avg_1m"] = f"reading {self._loadavg.file.path} failed: {err!r}"
+                return None
+        try:
+            return os.getloadavg()[0]
+        except OSError as err:
+            unavailable["cpu.load_avg_1m"] = f"os.getloadavg() failed: {err!r}"
+            return None
 
     def _network_sample(
         self, net: dict[str, tuple[int, int]] | str, dt: float, unavailable: dict[str, str]

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from gpulens.collectors.job_details import Details, JobDetails, read_bounded
 from gpulens.collectors.newpids import NewPids
 from gpulens.collectors.procevents import ProcEvents, open_events
-from gpulens.collectors.procstat import KeptStats, ProcFile
+from gpulens.collectors.procstat import KeptStats, OncePerTick, ProcFile
 from gpulens.collectors.proctree import (
     CLK_TCK,
     PAGE_SIZE,
@@ -119,6 +119,7 @@ class JobScanner:
         pods: PodNames | None = None,
         slurm: SlurmPidinfo | None = None,
         exec_events: bool = True,
+        loadavg: OncePerTick | None = None,
     ) -> None:
         """Raises re.error for a bad pattern (callers turn it into ConfigError).
 
@@ -126,12 +127,18 @@ class JobScanner:
         ``pods``: names pods by UID (``/var/log/pods``);
         ``slurm``: asks slurmd the job of a job process that neither its cgroup nor its environment names;
         ``exec_events``: learn exec from the kernel (root, ``proc`` the real /proc) instead of re-reading
-        shells and young processes every tick.
+        shells and young processes every tick;
+        ``loadavg``: ``<proc>/loadavg`` as the sampler reads it once a tick (None: read here).
         """
         # Shells and jobs are read every tick: their stat files stay open.
         self._stats = KeptStats(proc, lambda path, size: read_bounded(path, size))  # looked up per call
-        self._loadavg = ProcFile(f"{proc}/loadavg", 256)
-        self._pids = NewPids(proc, self._loadavg.read)
+        self._loadavg: ProcFile | None = None
+        """``<proc>/loadavg`` when read here (not shared by a sampler)."""
+        if loadavg is None:
+            self._loadavg = ProcFile(f"{proc}/loadavg", 256)
+            self._pids = NewPids(proc, self._loadavg.read)
+        else:
+            self._pids = NewPids(proc, loadavg.read)
         self._pattern = compile_job_pattern(pattern)
         self._pods = pods
         self._slurm = slurm if attribute else None
@@ -161,7 +168,8 @@ class JobScanner:
     def close(self) -> None:
         """Close the kept /proc files (a later scan opens them again)."""
         self._stats.close()
-        self._loadavg.close()
+        if self._loadavg is not None:  # a shared one is the sampler's to close
+            self._loadavg.close()
         self._pids.close()
         if self._events is not None:
             self._events.close()

@@ -94,6 +94,33 @@ class ProcFile:
             self.close()
 
 
+class OncePerTick:
+    """A :class:`ProcFile` read at most once between two :meth:`fresh` calls: one ``pread`` of
+    ``/proc/loadavg`` a tick gives the sampler both the load average (host) and the last pid handed
+    out (the job scan's :class:`~gpulens.collectors.newpids.NewPids`)."""
+
+    __slots__ = ("_data", "file")
+
+    def __init__(self, file: ProcFile) -> None:
+        self.file = file
+        self._data: bytes | None = None
+
+    def fresh(self) -> None:
+        """A new tick: the next :meth:`read` reads the file again."""
+        self._data = None
+
+    def read(self) -> bytes:
+        """The file's bytes as first read since :meth:`fresh`.
+
+        Raises:
+            OSError, ValueError: as :meth:`ProcFile.read` (and again on the next read: nothing is kept).
+        """
+        data = self._data
+        if data is None:
+            data = self._data = self.file.read()
+        return data
+
+
 class KeptStats:
     """``/proc/PID/stat`` of processes read tick after tick (shells, young processes, jobs), kept open.
 

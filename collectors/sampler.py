@@ -28,6 +28,7 @@ from gpulens.collectors.infiniband import InfinibandCollector
 from gpulens.collectors.jobs import JobScanner
 from gpulens.collectors.kubelet import PodResourcesClient, attach
 from gpulens.collectors.perf.counters import PerfCollector
+from gpulens.collectors.procstat import OncePerTick, ProcFile
 from gpulens.collectors.slurm_pidinfo import SlurmPidinfo
 from gpulens.collectors.workloads import PodNames
 from gpulens.core.jobs_pattern import DEFAULT_JOB_KEY_ENV, DEFAULT_JOB_PATTERN
@@ -145,9 +146,11 @@ class Sampler:
         self.host = hostname or socket.gethostname()
         self._static: dict[str, str] = {}
         self._pods = PodNames()
+        self._loadavg = OncePerTick(ProcFile("/proc/loadavg", 256)) if proc == "/proc" else None
+        """Read once a tick for the host's load average and the job scan's last pid (a fake /proc: apart)."""
         self._jobs = JobScanner(job_pattern, job_key_env, proc, attribute=attribute, pods=self._pods,
                                slurm=SlurmPidinfo.detect() if attribute and proc == "/proc" else None,
-                               exec_events=exec_events)
+                               exec_events=exec_events, loadavg=self._loadavg)
         self._kubelet = kubelet if isinstance(kubelet, PodResourcesClient) else (
             PodResourcesClient() if kubelet == "auto" and attribute else None)
         self._nv_static: dict[str, str] = {}
@@ -158,7 +161,7 @@ class Sampler:
         self._amd = _open_amd(amd, self._amd_static)
         self._nv_count = 0
         """Most NVIDIA GPUs seen in one read: AMD indices start here and never move down."""
-        self._host = HostCollector()
+        self._host = HostCollector(loadavg=self._loadavg)
         self._ib = InfinibandCollector()
         perf = call_guarded(log, "perf counters start", PerfCollector)
         self._perf: PerfCollector | None = None if isinstance(perf, Failure) else perf
@@ -173,6 +176,8 @@ class Sampler:
                 host counters never raise: they are n/a with the reason.
         """
         unavailable: dict[str, str] = dict(self._static)
+        if self._loadavg is not None:
+            self._loadavg.fresh()
         host = self._host.sample()
         now = time.time()
         unavailable.update(host.unavailable)
@@ -232,6 +237,8 @@ class Sampler:
         """Release NVML, the AMD collector's threads, perf file descriptors and the host's kept /proc files."""
         self._host.close()
         self._jobs.close()
+        if self._loadavg is not None:
+            self._loadavg.file.close()
         if self._gpus is not None:
             self._gpus.close()
             self._gpus = None

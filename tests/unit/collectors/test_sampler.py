@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import os
 import re
+import time
+from pathlib import Path
 
+import pytest
+
+from gpulens.collectors.host import MIN_INTERVAL_S, HostCollector
+from gpulens.collectors.procstat import OncePerTick, ProcFile
 from gpulens.collectors.sampler import Sampler, gpu_memory_by_pid
 from gpulens.core.model import GpuProcess, GpuSample
 from gpulens.ipc.serialize import sample_from_dict, sample_to_dict
@@ -72,3 +78,65 @@ def test_close_gives_back_the_kept_proc_files() -> None:
         assert {"/proc/stat", "/proc/meminfo", "/proc/net/dev", "/proc/diskstats", "/proc/loadavg"} <= kept
         assert f"/proc/{me}/stat" in kept  # this process is a job: its stat is read every tick
     assert _proc_files_open() - before == set()
+
+
+class _Counted:
+    """A ProcFile stand-in that counts its reads (the real file read through it)."""
+
+    def __init__(self, real: ProcFile) -> None:
+        self.real, self.path, self.reads = real, real.path, 0
+
+    def read(self) -> bytes:
+        self.reads += 1
+        return self.real.read()
+
+    def close(self) -> None:
+        self.real.close()
+
+
+def test_loadavg_is_read_once_a_tick_for_the_load_and_the_last_pid() -> None:
+    with Sampler(job_pattern=own_tree_pattern(), nvml=None, amd=None, kubelet=None) as sampler:
+        shared = sampler._loadavg
+        assert shared is not None and sampler._jobs._loadavg is None  # the scan reads the sampler's
+        counted = _Counted(shared.file)
+        shared.file = counted  # type: ignore[assignment]
+        sample = sampler.sample()
+        assert counted.reads == 1
+        load = sample.cpu.load_avg_1m
+        assert load is not None and abs(load - os.getloadavg()[0]) < 0.5  # /proc/loadavg's two decimals
+        sampler.sample()
+        assert counted.reads == 2
+
+
+def test_once_per_tick_reads_again_only_after_fresh_and_keeps_no_failure(tmp_path: Path) -> None:
+    path = tmp_path / "loadavg"
+    path.write_text("0.50 0.40 0.30 2/109 8547\n")
+    once = OncePerTick(ProcFile(str(path), 256))
+    assert once.read() == once.read() == b"0.50 0.40 0.30 2/109 8547\n"
+    path.write_text("1.25 0.40 0.30 2/109 9000\n")
+    assert once.read().startswith(b"0.50")  # the same tick
+    once.fresh()
+    assert once.read().startswith(b"1.25")
+    once.file.close()
+    path.unlink()
+    once.fresh()
+    with pytest.raises(OSError):
+        once.read()
+    path.write_text("2.00 0.40 0.30 2/109 9001\n")
+    assert once.read().startswith(b"2.00")  # the failure was not kept
+
+
+def test_a_shared_loadavg_gives_the_host_its_load_or_the_reason(tmp_path: Path) -> None:
+    path = tmp_path / "loadavg"
+    path.write_text("0.75 0.40 0.30 2/109 8547\n")
+    once = OncePerTick(ProcFile(str(path), 256))
+    host = HostCollector(loadavg=once)
+    time.sleep(MIN_INTERVAL_S)
+    once.fresh()
+    assert host.sample().cpu.load_avg_1m == 0.75
+    path.write_text("garbage\n")
+    once.fresh()
+    reading = host.sample()
+    assert reading.cpu.load_avg_1m is None and "loadavg failed" in reading.unavailable["cpu.load_avg_1m"]
+    host.close()
+    once.file.close()
