@@ -60,6 +60,8 @@ _cpu = fast_builder(CpuSample, ("total_percent", "per_core_percent", "load_avg_1
 _memory = fast_builder(MemorySample, ("total_bytes", "used_bytes", "available_bytes", "swap_used_bytes"))
 _network = fast_builder(NetworkSample, ("rx_bytes_per_s", "tx_bytes_per_s", "interfaces"))
 _storage = fast_builder(StorageSample, ("read_bytes_per_s", "write_bytes_per_s", "disks"))
+_nic = fast_builder(NetInterface, ("name", "rx_bytes_per_s", "tx_bytes_per_s", "rx_bytes", "tx_bytes"))
+_disk = fast_builder(DiskIo, ("name", "read_bytes_per_s", "write_bytes_per_s", "read_bytes", "write_bytes"))
 """Each tick's figures made without the frozen ``__init__`` (core.makers)."""
 
 MIN_INTERVAL_S = 0.2
@@ -359,13 +361,17 @@ class HostCollector:
             unavailable["network"] = _no_previous(old)
             return NetworkSample(None, None)
         ifaces = []
+        rx_total = tx_total = 0.0
         for name in sorted(net):
-            rates = _rates(net[name], old.get(name), dt)
+            counts = net[name]
+            rates = _rates(counts, old.get(name), dt)
             if isinstance(rates, str):  # left out of the totals, with the reason
                 unavailable[f"network.{name}"] = rates
                 continue
-            ifaces.append(NetInterface(name, *rates, rx_bytes=net[name][0], tx_bytes=net[name][1]))
-        return _network(sum(i.rx_bytes_per_s for i in ifaces), sum(i.tx_bytes_per_s for i in ifaces), tuple(ifaces))
+            rx_total += rates[0]
+            tx_total += rates[1]
+            ifaces.append(_nic(name, rates[0], rates[1], counts[0], counts[1]))
+        return _network(rx_total, tx_total, tuple(ifaces))
 
     def _storage_sample(
         self, disk: dict[str, tuple[int, int]] | str, dt: float, unavailable: dict[str, str]
@@ -381,10 +387,14 @@ class HostCollector:
             unavailable["storage"] = _no_previous(old)
             return StorageSample(None, None)
         disks = []
+        read_total = write_total = 0.0
         for name in sorted(disk):
-            rates = _rates(disk[name], old.get(name), dt)
+            counts = disk[name]
+            rates = _rates(counts, old.get(name), dt)
             if isinstance(rates, str):
                 unavailable[f"storage.{name}"] = rates
                 continue
-            disks.append(DiskIo(name, *rates, read_bytes=disk[name][0], write_bytes=disk[name][1]))
-        return _storage(sum(d.read_bytes_per_s for d in disks), sum(d.write_bytes_per_s for d in disks), tuple(disks))
+            read_total += rates[0]
+            write_total += rates[1]
+            disks.append(_disk(name, rates[0], rates[1], counts[0], counts[1]))
+        return _storage(read_total, write_total, tuple(disks))

@@ -40,7 +40,8 @@ def _values(cls: type[Any], rng: random.Random) -> tuple[object, ...]:
 
 
 @pytest.mark.parametrize("cls", [m.GpuSample, m.GpuProcess, m.JobInfo, m.CpuSample, m.MemorySample,
-                                 m.NetworkSample, m.StorageSample, m.CacheSample, m.HostSample])
+                                 m.NetworkSample, m.StorageSample, m.CacheSample, m.HostSample, m.NetInterface,
+                                 m.DiskIo])
 def test_built_objects_are_the_constructors_objects(cls: type[Any]) -> None:
     build = fast_builder(cls, field_names(cls))
     rng = random.Random(cls.__name__)
