@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TypeAlias
 
 from gpulens.core.jobs_pattern import MAX_TREE_DEPTH
+from gpulens.core.makers import fast_builder
 from gpulens.core.sanitize import clean_text
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -31,6 +32,10 @@ class ProcStat:
     rss_pages: int
 
 
+_proc_stat = fast_builder(ProcStat, ("comm", "state", "ppid", "cpu_ticks", "start_ticks", "rss_pages"))
+"""``ProcStat(*values)`` without its frozen ``__init__`` (every process read is one; core.makers)."""
+
+
 def parse_stat(data: bytes) -> ProcStat:
     """Parse ``/proc/PID/stat``; ``comm`` may hold spaces and ``)``.
 
@@ -44,7 +49,7 @@ def parse_stat(data: bytes) -> ProcStat:
     comm = clean_text(data[open_at + 1 : close_at].decode("utf-8", "replace"))
     f = data[close_at + 2 :].split()
     # f[0] is field 3 (state); utime=14, stime=15, starttime=22, rss=24 (1-based).
-    return ProcStat(comm, f[0].decode(), int(f[1]), int(f[11]) + int(f[12]), int(f[19]), int(f[21]))
+    return _proc_stat(comm, f[0].decode(), int(f[1]), int(f[11]) + int(f[12]), int(f[19]), int(f[21]))
 
 
 Tree: TypeAlias = tuple[tuple[str, ...], str | None, tuple[int, ...]]

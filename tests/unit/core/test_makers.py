@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpulens.collectors.proctree import ProcStat, parse_stat
 from gpulens.core import model as m
 from gpulens.core.makers import fast_builder, field_names
 
@@ -53,6 +54,12 @@ def test_built_objects_are_the_constructors_objects(cls: type[Any]) -> None:
         with pytest.raises(dataclasses.FrozenInstanceError):
             got.__setattr__(field_names(cls)[0], None)  # still frozen
         assert not hasattr(got, "__dict__")
+
+
+def test_a_proc_stat_is_built_as_its_constructor_builds_it() -> None:
+    line = b"4242 (a) b) c) S 1 4242 4242 0 -1 4194560 900 0 0 0 17 5 0 0 20 0 1 0 123456 9000 77 x\n"
+    got = parse_stat(line)
+    assert got == ProcStat("a) b) c", "S", 1, 22, 123456, 77) and type(got) is ProcStat
 
 
 @given(st.integers(0, 63), st.text(), st.one_of(st.none(), st.floats(allow_nan=False)),
