@@ -344,16 +344,10 @@ class BatchedRead:
         if seen is None or seen[0] != fixed[mig:mig + 2]:
             return None
         device = self._device
-        device._q.begin()
+        device._q.begin()  # from here on, the parts in read()'s order (their notes in the same order)
         nvlink, gpm = device._nvlink, device._gpm
         nvl = (None, None) if nvlink is None else nvlink.read(answered=True if self._nvlink_at >= 0 else None)
-        figures = None
-        if gpm is not None:
-            if self._gpm_on:
-                figures = gpm.end_batched(0, 0)
-                self._again = figures is None
-            if figures is None:
-                figures = gpm.read()
+        xids = () if self._xid_at >= 0 else device.drain_xids()
         n_compute, n_graphics, n_util = fixed[counts:counts + 3]
         cap, view, listed = self.cap, self._view, self._types.process.read
         processes = device.merge_processes(
@@ -361,10 +355,16 @@ class BatchedRead:
             listed(view, graphics_at, min(n_graphics, cap)) if n_graphics else (),
             True,
             self._types.util.read(view, util_at, min(n_util, cap)) if n_util and codes[self._procs_at + 2] == 0 else ())
+        figures = None
+        if gpm is not None:
+            if self._gpm_on:
+                figures = gpm.end_batched(0, 0)
+                self._again = figures is None
+            if figures is None:
+                figures = gpm.read()
         if self._again:
             self._again = False
             self._sync()
-        xids = () if self._xid_at >= 0 else device.drain_xids()
         return device.sample(fixed[:n_values], nvl, xids, processes, figures or {}, seen[1])
 
     def _lay_out_usual(self) -> tuple[list[int], list[int]]:
@@ -376,6 +376,8 @@ class BatchedRead:
             self._usual = ([], [])
             return self._usual
         usual = [0 if flag else NOT_CALLED for flag in on]
+        if self._gpm_at >= 0 and not on[self._gpm_at]:  # the metrics call follows the sample's: not made either
+            usual[self._gpm_at + 1] = NOT_CALLED
         if self._xid_at >= 0:
             usual[self._xid_at] = TIMEOUT
         idle = usual.copy()

@@ -65,6 +65,8 @@ def _same(batched: NvmlCollector, plain: NvmlCollector, standin: Standin, reads:
         standin.advance(1.0)
         a, b = batched.read(), plain.read()
         assert a == b
+        # the reasons in the same order too (they are written out in it: JSON, the agent's stream)
+        assert [list(g.unavailable) for g in a.gpus] == [list(g.unavailable) for g in b.gpus]
         gpus = a.gpus
     return list(gpus)
 
@@ -308,7 +310,8 @@ def test_memory_nvml_cannot_give_is_none_both_ways(nvml: tuple[ModuleType, Stand
     assert "NVML gives no per-process memory" in gpus[2].unavailable["processes.used_memory_bytes"]
 
 
-def test_gpm_that_fails_for_good_is_not_asked_again(nvml: tuple[ModuleType, Standin]) -> None:
+def test_gpm_that_fails_for_good_is_not_asked_again(nvml: tuple[ModuleType, Standin],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     pynvml, standin = nvml
     batched, plain = _pair(pynvml, standin)
     standin.fail("nvmlGpmSampleGet", NOT_SUPPORTED, gpu=5)
@@ -323,6 +326,12 @@ def test_gpm_that_fails_for_good_is_not_asked_again(nvml: tuple[ModuleType, Stan
     assert counts[1] == counts[0]  # no processes: both make one call a part, and neither asks GPM again
     fast = batched._devices[5]._fast
     assert fast is not None and not batched._devices[5]._gpm.batchable()  # type: ignore[union-attr]
+    standin.advance(1.0)  # read at one time again (above, each at its own): rates from here on compare
+    batched.read(), plain.read()
+    full = _counted(monkeypatch, fastread.BatchedRead, "read")
+    standin.add_process(5, 4242, (1 << 64) - 1)  # memory n/a: its note and GPM's, in pynvml's path's order (_same)
+    _same(batched, plain, standin, reads=2)
+    assert full == []  # GPM off for good, the rest usual: the steady read still takes GPU 5
 
 
 def test_at_most_64_events_are_taken_a_read_both_ways(nvml: tuple[ModuleType, Standin],
